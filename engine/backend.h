@@ -1,0 +1,72 @@
+// The interface every compute backend implements (CPU now, CUDA later), and the batch a
+// forward pass consumes. One batch mixes prefill chunks and decode tokens of many sequences:
+// each token carries its sequence and position; each sequence carries its KV block table.
+//
+// Paged KV layout (owned by the backend): per layer, K and V pools of n_blocks blocks of
+// block_size tokens; token `pos` of a sequence lives in block block_table[pos / block_size] at
+// slot pos % block_size. A forward pass first writes K/V of all batch tokens, then every token
+// attends to positions [0, pos] of its own sequence through the block table, so chunked
+// prefill, prefix-cached blocks and decode are one code path.
+#pragma once
+
+#include "model_config.h"
+#include "status.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace es {
+
+struct batch_seq {
+    std::vector<int32_t> block_table;  // KV blocks of this sequence, in position order
+};
+
+struct batch {
+    std::vector<int32_t> tokens;       // [n_tokens]
+    std::vector<int32_t> pos;          // [n_tokens] position within its sequence
+    std::vector<int32_t> seq;          // [n_tokens] index into seqs; a sequence's tokens are contiguous, positions increasing
+    std::vector<batch_seq> seqs;
+    std::vector<int32_t> logits_rows;  // token indices whose logits are wanted, in output order
+
+    int32_t n_tokens() const { return int32_t(tokens.size()); }
+};
+
+// Router decisions of one forward pass, for telemetry: for MoE layer slot m (layers in order,
+// dense layers skipped), ids[m][t*k + j] and weights[m][t*k + j] for token t, choice j.
+struct routing_record {
+    std::vector<int32_t> moe_layers;            // layer index of each slot
+    int32_t n_expert_used = 0;
+    std::vector<std::vector<int16_t>> ids;
+    std::vector<std::vector<float>> weights;
+};
+
+struct forward_output {
+    std::vector<float> logits;    // [logits_rows.size(), n_vocab]
+    routing_record routing;
+};
+
+struct kv_cache_params {
+    int32_t block_size = 16;
+    int32_t n_blocks = 0;
+};
+
+class backend {
+public:
+    virtual ~backend() = default;
+    virtual std::string name() const = 0;            // "cpu", "cuda:0 NVIDIA H200"
+    virtual const model_config &config() const = 0;
+
+    // (Re)creates the KV pools. Fails with a readable message when the memory is not there.
+    virtual status init_kv_cache(const kv_cache_params &p) = 0;
+    virtual const kv_cache_params &kv_params() const = 0;
+    virtual size_t kv_block_bytes() const = 0;
+
+    // Runs one forward pass. Validates the batch (ids in vocab, positions inside blocks).
+    virtual status forward(const batch &b, forward_output &out) = 0;
+
+    virtual size_t weights_bytes() const = 0;
+};
+
+} // namespace es

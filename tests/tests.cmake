@@ -1,0 +1,1 @@
+# One line per suite (keeps merges simple).
