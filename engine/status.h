@@ -5,6 +5,7 @@
 #pragma once
 
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <utility>
 #include <variant>
@@ -50,9 +51,15 @@ struct ok_t {};
 using status = result<ok_t>;
 inline status ok_status() { return ok_t{}; }
 
+template <typename T>
+struct is_result : std::false_type {};
+template <typename T>
+struct is_result<result<T>> : std::true_type {};
+
 // Runs f (which may throw load_error or std::bad_alloc) and converts failures into es::error.
-template <typename F>
-auto catch_errors(F &&f) -> result<decltype(f())> {
+// f may return a plain T (wrapped into result<T>) or a result<T> (passed through).
+template <typename F, typename R = decltype(std::declval<F>()())>
+auto catch_errors(F &&f) -> std::conditional_t<is_result<R>::value, R, result<R>> {
     try {
         return f();
     } catch (const load_error &e) {

@@ -1,0 +1,224 @@
+// expertscope-cli info / logits / generate (see cli_commands.h).
+#include "cli_commands.h"
+
+#include "chat_template.h"
+#include "generate.h"
+#include "model.h"
+#include "model_tensors.h"
+#include "npy.h"
+#include "safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <charconv>
+#include <cstdio>
+#include <iostream>
+
+namespace es::cli {
+
+int fail(const std::string &msg) {
+    std::fprintf(stderr, "error: %s\n", msg.c_str());
+    return 1;
+}
+
+namespace {
+
+std::string human_bytes(double b) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (b >= 1024.0 && u < 4) {
+        b /= 1024.0;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", b, units[u]);
+    return buf;
+}
+
+result<std::vector<int32_t>> parse_ids(const std::string &text) {
+    std::vector<int32_t> ids;
+    size_t i = 0;
+    while (i <= text.size()) {
+        size_t j = text.find(',', i);
+        if (j == std::string::npos) j = text.size();
+        std::string part = text.substr(i, j - i);
+        while (!part.empty() && part.front() == ' ') part.erase(part.begin());
+        while (!part.empty() && part.back() == ' ') part.pop_back();
+        int64_t v = 0;
+        auto [p, ec] = std::from_chars(part.data(), part.data() + part.size(), v);
+        if (part.empty() || ec != std::errc() || p != part.data() + part.size() || v < 0 || v > INT32_MAX)
+            return error{"--ids: '" + part + "' is not a token id (expected comma-separated non-negative integers)"};
+        ids.push_back(int32_t(v));
+        i = j + 1;
+    }
+    return ids;
+}
+
+backend_kind to_kind(const std::string &s) {
+    return s == "cuda" ? backend_kind::cuda : s == "auto" ? backend_kind::automatic : backend_kind::cpu;
+}
+
+} // namespace
+
+int cmd_info(const std::string &model_dir, bool json) {
+    auto cfg = load_model_config(model_dir);
+    if (!cfg) return fail(cfg.message());
+    const model_config &c = *cfg;
+    // Check the weight files too: info is the first thing to run on a new folder.
+    std::string weights_status;
+    size_t disk_bytes = 0, n_tensors = 0;
+    std::vector<std::string> warnings;
+    if (auto store = weight_store::open_dir(model_dir); !store) {
+        weights_status = store.message();
+    } else {
+        disk_bytes = (*store)->total_bytes();
+        n_tensors = (*store)->all().size();
+        auto bound = bind_model_tensors(c, **store);
+        weights_status = bound ? "ok" : bound.message();
+        if (bound) warnings = bound->warnings;
+    }
+    const int64_t n_params = c.n_params(), n_active = c.n_params_active();
+    // FP8: every linear in E4M3 (1 byte) with one fp32 scale per output row; embeddings,
+    // norms and router stay BF16/fp32. Approximated here as linears at 1 byte, the rest at 2.
+    const int64_t embd = c.n_vocab * c.n_embd * (c.tie_word_embeddings ? 1 : 2);
+    const int64_t bytes_bf16 = n_params * 2, bytes_fp8 = (n_params - embd) + embd * 2;
+    if (json) {
+        nlohmann::json j = {
+            {"architecture", c.arch_name}, {"moe", c.arch == model_arch::moe}, {"vocab_size", c.n_vocab},
+            {"hidden_size", c.n_embd}, {"num_hidden_layers", c.n_layer}, {"num_attention_heads", c.n_head},
+            {"num_key_value_heads", c.n_head_kv}, {"head_dim", c.head_dim}, {"intermediate_size", c.n_ff},
+            {"max_position_embeddings", c.n_ctx_train}, {"rope_theta", c.rope_theta},
+            {"tie_word_embeddings", c.tie_word_embeddings}, {"n_params", n_params}, {"n_params_active", n_active},
+            {"bytes_bf16", bytes_bf16}, {"bytes_fp8", bytes_fp8}, {"kv_bytes_per_token_bf16", c.kv_bytes_per_token(2)},
+            {"kv_bytes_per_token_fp8", c.kv_bytes_per_token(1)}, {"weights", weights_status},
+            {"weights_disk_bytes", disk_bytes}, {"n_tensors", n_tensors}, {"warnings", warnings}};
+        if (c.arch == model_arch::moe) {
+            j["moe_num_experts"] = c.n_expert;
+            j["moe_k"] = c.n_expert_used;
+            j["moe_intermediate_size"] = c.n_ff_exp;
+            j["moe_num_shared_experts"] = c.n_expert_shared;
+            j["moe_layers"] = c.n_moe_layers();
+        }
+        std::cout << j.dump(2) << "\n";
+    } else {
+        std::printf("model            %s\n", model_dir.c_str());
+        std::printf("architecture     %s (%s)\n", c.arch_name.c_str(), c.arch == model_arch::moe ? "MoE" : "dense");
+        std::printf("layers           %lld, hidden %lld, heads %lld/%lld (q/kv), head_dim %lld\n", (long long)c.n_layer,
+                    (long long)c.n_embd, (long long)c.n_head, (long long)c.n_head_kv, (long long)c.head_dim);
+        std::printf("vocab            %lld, context %lld, rope_theta %g, %s head\n", (long long)c.n_vocab,
+                    (long long)c.n_ctx_train, c.rope_theta, c.tie_word_embeddings ? "tied" : "untied");
+        if (c.arch == model_arch::moe)
+            std::printf("experts          %lld routed (top-%lld, width %lld) + %lld shared, %lld MoE layers, dense FFN %lld\n",
+                        (long long)c.n_expert, (long long)c.n_expert_used, (long long)c.n_ff_exp,
+                        (long long)c.n_expert_shared, (long long)c.n_moe_layers(), (long long)c.n_ff);
+        else
+            std::printf("ffn              %lld\n", (long long)c.n_ff);
+        std::printf("parameters       %.3f M total, %.3f M active per token\n", n_params / 1e6, n_active / 1e6);
+        std::printf("weights bytes    %s at BF16, %s at FP8 (linears E4M3, embeddings BF16)\n",
+                    human_bytes(double(bytes_bf16)).c_str(), human_bytes(double(bytes_fp8)).c_str());
+        std::printf("KV per token     %s at BF16, %s at FP8\n", human_bytes(double(c.kv_bytes_per_token(2))).c_str(),
+                    human_bytes(double(c.kv_bytes_per_token(1))).c_str());
+        std::printf("weight files     %s", weights_status.c_str());
+        if (weights_status == "ok") std::printf(" (%zu tensors, %s)", n_tensors, human_bytes(double(disk_bytes)).c_str());
+        std::printf("\n");
+        for (const auto &w : warnings) std::printf("warning          %s\n", w.c_str());
+    }
+    return weights_status == "ok" ? 0 : 1;
+}
+
+int cmd_logits(const std::string &model_dir, const std::string &ids_text, const std::string &out,
+               const common_opts &o) {
+    auto ids = parse_ids(ids_text);
+    if (!ids) return fail(ids.message());
+    model_load_params lp;
+    lp.kind = to_kind(o.backend);
+    lp.n_threads = o.threads;
+    lp.need_tokenizer = false;
+    auto m = load_model(model_dir, lp);
+    if (!m) return fail(m.message());
+    backend &be = *(*m)->be;
+    const auto &c = be.config();
+    const int64_t n = int64_t(ids->size());
+    if (n > c.n_ctx_train)
+        return fail("--ids: " + std::to_string(n) + " tokens exceed the model's context of " +
+                    std::to_string(c.n_ctx_train));
+    for (int32_t id : *ids)
+        if (id >= c.n_vocab)
+            return fail("--ids: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                        std::to_string(c.n_vocab) + ")");
+    const int32_t bs = 16, n_blocks = int32_t((n + bs - 1) / bs);
+    if (auto s = be.init_kv_cache({bs, n_blocks}); !s) return fail(s.message());
+    batch b;
+    b.tokens = *ids;
+    b.seqs.resize(1);
+    for (int32_t i = 0; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
+    for (int32_t i = 0; i < n; ++i) {
+        b.pos.push_back(i);
+        b.seq.push_back(0);
+        b.logits_rows.push_back(i);
+    }
+    forward_output fo;
+    if (auto s = be.forward(b, fo); !s) return fail(s.message());
+    if (auto s = write_npy_f32(out, fo.logits.data(), {n, c.n_vocab}); !s) return fail(s.message());
+    return 0;
+}
+
+int cmd_generate(const generate_opts &g, const common_opts &o) {
+    model_load_params lp;
+    lp.kind = to_kind(o.backend);
+    lp.n_threads = o.threads;
+    auto loaded = load_model(g.model_dir, lp);
+    if (!loaded) return fail(loaded.message());
+    model &m = **loaded;
+    for (const auto &w : m.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+
+    std::vector<int32_t> prompt;
+    if (g.raw_ids) {
+        auto ids = parse_ids(g.prompt);
+        if (!ids) return fail(ids.message());
+        prompt = *ids;
+    } else {
+        std::string text = g.prompt;
+        if (g.chat) {
+            std::vector<chat_message> msgs;
+            if (!g.system.empty()) msgs.push_back({chat_role::system, g.system});
+            msgs.push_back({chat_role::user, g.prompt});
+            text = render_chat(msgs, true);
+        }
+        prompt = m.tok->encode(text);
+    }
+    if (prompt.empty()) return fail("the prompt is empty");
+
+    sampling_params sp = m.generation_defaults;
+    if (g.temperature) sp.temperature = *g.temperature;
+    if (g.top_k) sp.top_k = *g.top_k;
+    if (g.top_p) sp.top_p = *g.top_p;
+    if (g.min_p) sp.min_p = *g.min_p;
+    if (g.repetition_penalty) sp.repetition_penalty = *g.repetition_penalty;
+    if (g.seed) sp.seed = *g.seed;
+    sp.max_tokens = g.max_tokens;
+
+    detokenizer detok(*m.tok);
+    generate_params gp;
+    gp.on_token = [&](int32_t id) {
+        std::string piece = detok.push(id);
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+        return true;
+    };
+    auto r = generate_tokens(*m.be, prompt, sp, gp);
+    if (!r) return fail(r.message());
+    std::string tail = detok.flush();
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    std::fputc('\n', stdout);
+    const size_t n_out = r->tokens.size();
+    const double decode_tps = n_out > 1 && r->decode_ms > 0 ? double(n_out - 1) / (r->decode_ms / 1000.0) : 0.0;
+    std::fprintf(stderr,
+                 "[%s] prompt %zu tokens, prefill %.1f tok/s | TTFT %.1f ms | %zu tokens, decode %.1f tok/s | "
+                 "finish: %s | seed %llu\n",
+                 m.be->name().c_str(), prompt.size(), prompt.size() / (r->prefill_ms / 1000.0), r->ttft_ms, n_out,
+                 decode_tps, r->finish_reason.c_str(), (unsigned long long)r->seed);
+    return 0;
+}
+
+} // namespace es::cli

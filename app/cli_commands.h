@@ -1,0 +1,42 @@
+// expertscope-cli subcommands. Each returns a process exit code; errors are printed as one line
+// on stderr naming the file, tensor or key and what was expected.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace es::cli {
+
+struct common_opts {
+    std::string backend = "cpu";   // cpu | cuda | auto
+    int threads = 0;
+};
+
+int cmd_info(const std::string &model_dir, bool json);
+int cmd_logits(const std::string &model_dir, const std::string &ids, const std::string &out, const common_opts &o);
+
+struct generate_opts {
+    std::string model_dir, prompt, system;
+    bool chat = false, raw_ids = false;
+    std::optional<float> temperature, top_p, min_p, repetition_penalty;
+    std::optional<int32_t> top_k;
+    std::optional<uint64_t> seed;
+    int32_t max_tokens = 256;
+};
+int cmd_generate(const generate_opts &g, const common_opts &o);
+
+struct bench_opts {
+    std::string shape, model_dir, out_json;
+    int32_t layers = 0;            // 0: the shape's own depth
+    std::vector<int32_t> pp{512};  // prefill lengths
+    int32_t tg = 128;              // decode tokens
+    int32_t reps = 3;
+};
+int cmd_bench(const bench_opts &b, const common_opts &o);
+
+// Prints "error: <msg>" to stderr and returns 1.
+int fail(const std::string &msg);
+
+} // namespace es::cli

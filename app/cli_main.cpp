@@ -1,0 +1,82 @@
+// expertscope-cli: the headless face of the engine (Qt-free). Subcommands: info, logits,
+// generate, bench. The `logits` interface is stable: checks outside the test suite rely on it.
+#include "cli_commands.h"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <iostream>
+
+int main(int argc, char **argv) {
+    using namespace es::cli;
+    CLI::App app{"ExpertScope command-line engine for ERNIE-4.5 models"};
+    app.require_subcommand(1);
+    app.set_version_flag("--version", std::string("expertscope-cli ") + ES_VERSION + " (" + ES_GIT_COMMIT +
+                                          ")\nbackends: cpu" + "\n");
+
+    common_opts common;
+    auto add_common = [&](CLI::App *sub) {
+        sub->add_option("--backend", common.backend, "cpu | cuda | auto")
+            ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+            ->default_val("cpu");
+        sub->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+    };
+
+    std::string model_dir;
+    bool info_json = false;
+    auto *info = app.add_subcommand("info", "Architecture, shapes, parameter count, bytes at BF16/FP8, KV bytes per token");
+    info->add_option("--model", model_dir, "model folder (config.json + safetensors)")->required();
+    info->add_flag("--json", info_json, "print JSON instead of text");
+
+    std::string ids, out;
+    auto *logits = app.add_subcommand("logits", "Teacher-forced logits at every position as float32 .npy [n_ids, vocab]");
+    logits->add_option("--model", model_dir, "model folder")->required();
+    logits->add_option("--ids", ids, "comma-separated token ids, e.g. 5,17,3")->required();
+    logits->add_option("--out", out, "output .npy file")->required();
+    add_common(logits);
+
+    generate_opts g;
+    auto *gen = app.add_subcommand("generate", "Stream a continuation to stdout; TTFT and tok/s on stderr");
+    gen->add_option("--model", g.model_dir, "model folder")->required();
+    gen->add_option("--prompt", g.prompt, "prompt text")->required();
+    gen->add_flag("--chat", g.chat, "wrap the prompt in the ERNIE chat template");
+    gen->add_option("--system", g.system, "system prompt (with --chat)");
+    gen->add_option("--temperature", g.temperature, "0 = greedy (default: generation_config.json)")->check(CLI::Range(0.0, 100.0));
+    gen->add_option("--top-k", g.top_k, "0 = off")->check(CLI::Range(0, 1 << 30));
+    gen->add_option("--top-p", g.top_p, "nucleus sampling mass")->check(CLI::Range(0.0, 1.0));
+    gen->add_option("--min-p", g.min_p, "min-p cut relative to the top token")->check(CLI::Range(0.0, 1.0));
+    gen->add_option("--repetition-penalty", g.repetition_penalty, "HF-style repetition penalty");
+    gen->add_option("--seed", g.seed, "sampling seed (same seed, same output)");
+    gen->add_option("--max-tokens", g.max_tokens, "maximum new tokens")->check(CLI::Range(0, 1 << 24));
+    gen->add_flag("--ids", g.raw_ids, "the prompt is comma-separated token ids");
+    add_common(gen);
+
+    bench_opts b;
+    auto *bench = app.add_subcommand("bench", "Prefill and decode speed on random weights of a real shape, or a model");
+    auto *shape = bench->add_option("--shape", b.shape, "ernie-4.5-0.3b | ernie-4.5-21b-a3b");
+    bench->add_option("--model", b.model_dir, "model folder instead of a shape")->excludes(shape);
+    bench->add_option("--layers", b.layers, "keep every width, change only the depth")->check(CLI::Range(0, 1024));
+    bench->add_option("--pp", b.pp, "prefill lengths (default 512)")->delimiter(',');
+    bench->add_option("--tg", b.tg, "decode tokens (default 128)")->check(CLI::Range(1, 1 << 20));
+    bench->add_option("--reps", b.reps, "repetitions, median reported")->check(CLI::Range(1, 100));
+    bench->add_option("--json", b.out_json, "also write results as JSON to this file");
+    add_common(bench);
+
+    try {
+        app.parse(argc, argv);
+    } catch (const CLI::ParseError &e) {
+        return app.exit(e);
+    }
+    try {
+        if (*info) return cmd_info(model_dir, info_json);
+        if (*logits) return cmd_logits(model_dir, ids, out, common);
+        if (*gen) return cmd_generate(g, common);
+        if (*bench) {
+            if (b.shape.empty() && b.model_dir.empty()) return fail("bench needs --shape or --model");
+            return cmd_bench(b, common);
+        }
+    } catch (const std::exception &e) {
+        return fail(std::string("internal error: ") + e.what());
+    }
+    return 0;
+}

@@ -1,0 +1,103 @@
+// load_model(): config → weight files → tensor binding → backend → tokenizer. Every failure is
+// an es::error that names the file, tensor or key.
+#include "model.h"
+
+#include "cpu_backend.h"
+#include "model_tensors.h"
+#include "safetensors.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+namespace es {
+
+result<sampling_params> load_generation_config(const std::filesystem::path &dir, const model_config &cfg) {
+    sampling_params sp;
+    sp.temperature = 0.8f;
+    sp.top_p = 0.8f;
+    sp.repetition_penalty = 1.0f;
+    sp.stop_ids = cfg.eos_ids;
+    const auto path = dir / "generation_config.json";
+    std::ifstream f(path);
+    if (!f) return sp;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    auto j = nlohmann::json::parse(ss.str(), nullptr, false);
+    if (j.is_discarded() || !j.is_object()) return error{path.string() + ": not a JSON object"};
+    auto num = [&](const char *key, float &dst) -> status {
+        if (!j.contains(key) || j[key].is_null()) return ok_status();
+        if (!j[key].is_number()) return error{path.string() + ": key '" + key + "' must be a number"};
+        dst = j[key].get<float>();
+        return ok_status();
+    };
+    for (auto [k, d] : {std::pair{"temperature", &sp.temperature}, {"top_p", &sp.top_p},
+                        {"repetition_penalty", &sp.repetition_penalty}}) {
+        if (auto s = num(k, *d); !s) return s.err();
+    }
+    if (j.contains("top_k") && j["top_k"].is_number_integer()) sp.top_k = j["top_k"].get<int32_t>();
+    if (j.contains("eos_token_id")) {
+        const auto &e = j["eos_token_id"];
+        std::vector<int32_t> ids;
+        if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
+        else if (e.is_array())
+            for (const auto &x : e)
+                if (x.is_number_integer()) ids.push_back(x.get<int32_t>());
+        for (int32_t id : ids)
+            if (std::find(sp.stop_ids.begin(), sp.stop_ids.end(), id) == sp.stop_ids.end()) sp.stop_ids.push_back(id);
+    }
+    if (auto msg = sp.validate(); !msg.empty()) return error{path.string() + ": " + msg};
+    return sp;
+}
+
+result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, const model_load_params &p) {
+    auto progress = [&](const std::string &stage, float v) {
+        if (p.on_progress) p.on_progress(stage, v);
+    };
+    if (!std::filesystem::is_directory(dir)) return error{"model folder not found: " + dir.string()};
+    auto m = std::make_unique<model>();
+    m->dir = dir;
+    progress("config", 0.0f);
+    auto cfg = load_model_config(dir);
+    if (!cfg) return cfg.err();
+    m->config = *cfg;
+
+    progress("weights", 0.0f);
+    auto store = weight_store::open_dir(dir);
+    if (!store) return store.err();
+    auto bound = bind_model_tensors(m->config, **store);
+    if (!bound) return bound.err();
+    m->warnings = bound->warnings;
+
+    if (p.kind == backend_kind::cuda) return error{"the CUDA backend is not available in this build"};
+    cpu_backend_params cp;
+    cp.n_threads = p.n_threads;
+    cp.on_progress = [&](float v) { progress("weights", v); };
+    auto be = make_cpu_backend(m->config, *bound, cp);
+    if (!be) return be.err();
+    m->be = std::move(*be);
+
+    auto gen = load_generation_config(dir, m->config);
+    if (!gen) return gen.err();
+    m->generation_defaults = *gen;
+
+    if (p.need_tokenizer) {
+        progress("tokenizer", 0.0f);
+        auto tok = tokenizer::load(dir);
+        if (!tok) return tok.err();
+        m->tok = std::move(*tok);
+        if (m->tok->n_vocab() > m->config.n_vocab)
+            return error{"tokenizer in " + dir.string() + " has " + std::to_string(m->tok->n_vocab()) +
+                         " tokens but config.json's vocab_size is " + std::to_string(m->config.n_vocab)};
+        for (int32_t id : m->tok->stop_ids())
+            if (std::find(m->generation_defaults.stop_ids.begin(), m->generation_defaults.stop_ids.end(), id) ==
+                m->generation_defaults.stop_ids.end())
+                m->generation_defaults.stop_ids.push_back(id);
+    }
+    progress("done", 1.0f);
+    return m;
+}
+
+} // namespace es

@@ -1,0 +1,42 @@
+// One loaded model: its config, tokenizer (optional), generation defaults and a backend holding
+// the weights. load_model() is the single entry point the CLI, the runtime and the app use.
+#pragma once
+
+#include "backend.h"
+#include "model_config.h"
+#include "sampler.h"
+#include "tokenizer.h"
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace es {
+
+enum class backend_kind { cpu, cuda, automatic };
+
+struct model_load_params {
+    backend_kind kind = backend_kind::cpu;
+    int n_threads = 0;
+    bool need_tokenizer = true;                             // logits need only config + weights
+    std::function<void(const std::string &stage, float progress)> on_progress;
+};
+
+struct model {
+    std::filesystem::path dir;
+    model_config config;
+    std::unique_ptr<tokenizer> tok;      // null when not requested or absent
+    sampling_params generation_defaults; // from generation_config.json (HF defaults otherwise)
+    std::unique_ptr<backend> be;
+    std::vector<std::string> warnings;
+};
+
+result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, const model_load_params &p = {});
+
+// generation_config.json → sampling defaults (temperature, top_p, top_k, repetition_penalty,
+// eos ids). Absent file: HF ERNIE defaults (0.8 / 0.8 / 1.0).
+result<sampling_params> load_generation_config(const std::filesystem::path &dir, const model_config &cfg);
+
+} // namespace es
