@@ -63,9 +63,13 @@ public:
     const std::map<std::string, const tensor_view *> &all() const { return m_index; }
     size_t total_bytes() const;
     const std::filesystem::path &dir() const { return m_dir; }
+    // What to name in messages about the folder's tensors as a whole: "model.safetensors"
+    // (or the file's name when one file was opened) or "model.safetensors.index.json".
+    const std::string &source() const { return m_source; }
 
 private:
     std::filesystem::path m_dir;
+    std::string m_source;
     std::vector<std::unique_ptr<safetensors_file>> m_files;
     std::map<std::string, const tensor_view *> m_index;
 };
