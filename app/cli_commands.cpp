@@ -211,6 +211,7 @@ int cmd_generate(const generate_opts &g, const common_opts &o) {
     std::string tail = detok.flush();
     std::fwrite(tail.data(), 1, tail.size(), stdout);
     std::fputc('\n', stdout);
+    std::fflush(stdout);
     const size_t n_out = r->tokens.size();
     const double decode_tps = n_out > 1 && r->decode_ms > 0 ? double(n_out - 1) / (r->decode_ms / 1000.0) : 0.0;
     std::fprintf(stderr,

@@ -64,8 +64,16 @@ int main(int argc, char **argv) {
 
     try {
         app.parse(argc, argv);
-    } catch (const CLI::ParseError &e) {
+    } catch (const CLI::CallForHelp &e) {
         return app.exit(e);
+    } catch (const CLI::CallForAllHelp &e) {
+        return app.exit(e);
+    } catch (const CLI::CallForVersion &e) {
+        return app.exit(e);
+    } catch (const CLI::ParseError &e) {
+        // One line, like every other failure; the exit code is CLI11's (non-zero).
+        std::fprintf(stderr, "error: %s (see --help)\n", e.what());
+        return e.get_exit_code() != 0 ? e.get_exit_code() : 2;
     }
     try {
         if (*info) return cmd_info(model_dir, info_json);

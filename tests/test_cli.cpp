@@ -1,0 +1,154 @@
+// expertscope-cli as a user meets it: every malformed folder, config or argument exits non-zero
+// with one line naming what was wrong; info / logits / generate work on the reference models;
+// the same seed gives the same text.
+#include <QDir>
+#include <QFile>
+#include <QProcess>
+#include <QTemporaryDir>
+#include <QtTest>
+
+namespace {
+
+struct run_result {
+    int exit_code = -1;
+    QString out, err;
+};
+
+run_result run_cli(const QStringList &args, int timeout_ms = 60000) {
+    QProcess p;
+    p.start(ES_CLI_PATH, args);
+    run_result r;
+    if (!p.waitForFinished(timeout_ms)) {
+        p.kill();
+        p.waitForFinished();
+        r.err = "timed out";
+        return r;
+    }
+    r.exit_code = p.exitStatus() == QProcess::NormalExit ? p.exitCode() : -2; // -2: crashed
+    r.out = QString::fromUtf8(p.readAllStandardOutput());
+    r.err = QString::fromUtf8(p.readAllStandardError());
+    return r;
+}
+
+void copy_dir(const QString &from, const QString &to) {
+    QDir().mkpath(to);
+    for (const QString &f : QDir(from).entryList(QDir::Files)) QFile::copy(from + "/" + f, to + "/" + f);
+}
+
+const QString data_dir = QStringLiteral(ES_TEST_DATA_DIR);
+
+} // namespace
+
+class TestCli : public QObject {
+    Q_OBJECT
+private slots:
+    void failures_data();
+    void failures();
+    void info();
+    void generateIsDeterministicPerSeed();
+    void generateChat();
+    void version();
+};
+
+void TestCli::failures_data() {
+    QTest::addColumn<QString>("setup");  // what to break in a copy of tests/data/moe-shared
+    QTest::addColumn<QStringList>("args");
+    QTest::addColumn<QString>("expected"); // substring of the one-line error
+
+    const QStringList logits{"logits", "--model", "@DIR", "--ids", "1,2,3", "--out", "@DIR/out.npy"};
+    QTest::newRow("missing folder") << "" << QStringList{"logits", "--model", "/nonexistent/model", "--ids", "1", "--out", "/tmp/x.npy"} << "/nonexistent/model";
+    QTest::newRow("bad ids") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1,x,3", "--out", "@DIR/o.npy"} << "'x' is not a token id";
+    QTest::newRow("negative id") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1,-3", "--out", "@DIR/o.npy"} << "'-3'";
+    QTest::newRow("id outside vocab") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1,999999", "--out", "@DIR/o.npy"} << "999999";
+    QTest::newRow("unknown option") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1", "--out", "x", "--bogus"} << "bogus";
+    QTest::newRow("unknown backend") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1", "--out", "x", "--backend", "tpu"} << "tpu";
+    QTest::newRow("missing config") << "rm config.json" << logits << "config.json";
+    QTest::newRow("config not json") << "write config.json {" << logits << "config.json";
+    QTest::newRow("missing weights") << "rm model.safetensors" << logits << "model.safetensors";
+    QTest::newRow("truncated weights") << "truncate model.safetensors" << logits << "model.safetensors";
+    QTest::newRow("heads not divisible") << "config num_key_value_heads 3" << logits << "num_key_value_heads";
+    QTest::newRow("absurd vocab") << "config vocab_size 1000000000000" << logits << "vocab_size";
+    QTest::newRow("unsupported architecture") << "config architectures LlamaForCausalLM" << logits << "LlamaForCausalLM";
+    QTest::newRow("shape mismatch") << "config hidden_size 48" << logits << "model.embed_tokens.weight";
+    QTest::newRow("prompt longer than context") << "config max_position_embeddings 2" << logits << "context";
+    QTest::newRow("generate without tokenizer") << "rm tokenizer.model" << QStringList{"generate", "--model", "@DIR", "--prompt", "hi"} << "tokenizer.model";
+    QTest::newRow("bad temperature") << "" << QStringList{"generate", "--model", "@DIR", "--prompt", "hi", "--temperature", "-1"} << "temperature";
+}
+
+void TestCli::failures() {
+    QFETCH(QString, setup);
+    QFETCH(QStringList, args);
+    QFETCH(QString, expected);
+    QTemporaryDir tmp;
+    const QString dir = tmp.filePath("model");
+    copy_dir(data_dir + "/moe-shared", dir);
+    const QStringList op = setup.split(' ');
+    if (op[0] == "rm") {
+        QVERIFY(QFile::remove(dir + "/" + op[1]));
+    } else if (op[0] == "write") {
+        QFile f(dir + "/" + op[1]);
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(op[2].toUtf8());
+    } else if (op[0] == "truncate") {
+        QFile f(dir + "/" + op[1]);
+        QVERIFY(f.resize(f.size() / 2));
+    } else if (op[0] == "config") {
+        QFile f(dir + "/config.json");
+        QVERIFY(f.open(QIODevice::ReadOnly));
+        QByteArray text = f.readAll();
+        f.close();
+        // Replace the key's value textually: "key": value → "key": new
+        QRegularExpression re("\"" + op[1] + "\": (\\[[^\\]]*\\]|[^,\\n]+)");
+        QVERIFY2(re.match(text).hasMatch(), qPrintable(op[1]));
+        const bool is_text = op[2].at(0).isLetter();
+        const QString value = op[1] == "architectures" ? "[\"" + op[2] + "\"]" : is_text ? "\"" + op[2] + "\"" : op[2];
+        text = QString::fromUtf8(text).replace(re, "\"" + op[1] + "\": " + value).toUtf8();
+        QVERIFY(f.open(QIODevice::WriteOnly | QIODevice::Truncate));
+        f.write(text);
+    }
+    for (QString &a : args) a.replace("@DIR", dir);
+    const run_result r = run_cli(args);
+    QVERIFY2(r.exit_code > 0, qPrintable(QString("exit %1, stderr: %2").arg(r.exit_code).arg(r.err)));
+    const QStringList lines = r.err.trimmed().split('\n');
+    QVERIFY2(lines.size() == 1, qPrintable("expected one line, got: " + r.err));
+    QVERIFY2(lines[0].startsWith("error: "), qPrintable(lines[0]));
+    QVERIFY2(lines[0].contains(expected), qPrintable("'" + expected + "' not in: " + lines[0]));
+}
+
+void TestCli::info() {
+    const run_result r = run_cli({"info", "--model", data_dir + "/moe-odd"});
+    QCOMPARE(r.exit_code, 0);
+    QVERIFY(r.out.contains("Ernie4_5_MoeForCausalLM"));
+    QVERIFY(r.out.contains("6 routed (top-3"));
+    QVERIFY(r.out.contains("weight files     ok"));
+    const run_result j = run_cli({"info", "--model", data_dir + "/dense", "--json"});
+    QCOMPARE(j.exit_code, 0);
+    QVERIFY(j.out.contains("\"head_dim\": 32"));
+}
+
+void TestCli::generateIsDeterministicPerSeed() {
+    const QStringList base{"generate", "--model", data_dir + "/moe-shared", "--prompt", "The router picks",
+                           "--max-tokens", "12", "--temperature", "1.0", "--top-k", "50"};
+    const run_result a = run_cli(base + QStringList{"--seed", "7"});
+    const run_result b = run_cli(base + QStringList{"--seed", "7"});
+    QCOMPARE(a.exit_code, 0);
+    QCOMPARE(b.exit_code, 0);
+    QCOMPARE(a.out, b.out);
+    QVERIFY2(a.err.contains("decode") && a.err.contains("TTFT"), qPrintable(a.err));
+}
+
+void TestCli::generateChat() {
+    const run_result r = run_cli({"generate", "--model", data_dir + "/dense", "--chat", "--system", "你是助手",
+                                  "--prompt", "【技术解析模式】什么是专家混合？", "--max-tokens", "8", "--temperature", "0"});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QVERIFY(r.err.contains("finish: "));
+}
+
+void TestCli::version() {
+    const run_result r = run_cli({"--version"});
+    QCOMPARE(r.exit_code, 0);
+    QVERIFY(r.out.contains("expertscope-cli"));
+}
+
+QTEST_GUILESS_MAIN(TestCli)
+#include "test_cli.moc"
