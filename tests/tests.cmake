@@ -1,5 +1,7 @@
 # One line per suite (keeps merges simple).
-es_add_qtest(test_tokenizer LABEL unit)
-es_add_qtest(test_chat_template LABEL unit)
 es_add_qtest(test_safetensors LABEL unit LIBS nlohmann_json::nlohmann_json)
 es_add_qtest(test_model_config LABEL unit LIBS nlohmann_json::nlohmann_json)
+es_add_qtest(test_tokenizer LABEL unit)
+es_add_qtest(test_chat_template LABEL unit)
+es_add_qtest(test_model_reference LABEL model)
+es_add_qtest(test_cli LABEL unit)
