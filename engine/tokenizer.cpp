@@ -51,8 +51,9 @@ std::optional<json> read_json_object(const fs::path &file) {
         j = json::parse(text);
     } catch (const json::parse_error &e) {
         std::string what = e.what();
-        const size_t p = what.find("] ");   // drop nlohmann's "[json.exception.parse_error.101] "
-        fail(file.string() + ": not valid JSON (" + (p == std::string::npos ? what : what.substr(p + 2)) + ")");
+        const size_t p = what.find("] "); // drop nlohmann's "[json.exception.parse_error.101] "
+        fail(file.string() + ": not valid JSON (" + (p == std::string::npos ? what : what.substr(p + 2)) +
+             ")");
     }
     if (!j.is_object()) fail(file.string() + ": expected a JSON object, found a JSON " + j.type_name());
     return j;
@@ -68,24 +69,26 @@ std::optional<std::string> token_text_of(const json &v, const fs::path &file, co
         fail(file.string() + ": key '" + key + ".content' is " +
              (it == v.end() ? std::string("missing") : describe(*it)) + ", expected a string");
     }
-    fail(file.string() + ": key '" + key + "' is " + describe(v) + ", expected a string or {\"content\": string}");
+    fail(file.string() + ": key '" + key + "' is " + describe(v) +
+         ", expected a string or {\"content\": string}");
 }
 
 // What the three JSON files say, before ids are resolved against the model.
 struct token_files {
-    std::map<std::string, std::string> named;         // "bos_token" → "<s>"
-    std::vector<std::string> additional;              // additional_special_tokens
+    std::map<std::string, std::string> named; // "bos_token" → "<s>"
+    std::vector<std::string> additional;      // additional_special_tokens
     struct added {
         std::string text;
         int64_t id;
         bool special;
     };
-    std::vector<added> added_tokens;                  // added_tokens.json, then added_tokens_decoder
+    std::vector<added> added_tokens; // added_tokens.json, then added_tokens_decoder
 };
 
 int64_t parse_token_id(const std::string &s, const fs::path &file, const std::string &key) {
     int64_t id = -1;
-    bool ok = !s.empty() && s.size() <= 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    bool ok = !s.empty() && s.size() <= 9 &&
+              std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
     if (ok) id = std::stoll(s);
     if (!ok || id > k_max_token_id)
         fail(file.string() + ": key '" + key + "' is not a token id (expected an integer in [0, " +
@@ -105,17 +108,19 @@ void read_named_tokens(const json &j, const fs::path &file, token_files &out) {
     // is not a token and is left alone.
     for (const auto &[key, v] : j.items()) {
         const bool named_like = key.size() > 6 && key.ends_with("_token") && !key.starts_with("add_");
-        const bool checked_above = std::find(std::begin(k_named_tokens), std::end(k_named_tokens), key) !=
-                                   std::end(k_named_tokens);
+        const bool checked_above =
+            std::find(std::begin(k_named_tokens), std::end(k_named_tokens), key) != std::end(k_named_tokens);
         if (!named_like || checked_above) continue;
         if (v.is_string() || (v.is_object() && v.contains("content")))
             if (auto text = token_text_of(v, file, key)) out.named[key] = *text;
     }
     if (const auto it = j.find("additional_special_tokens"); it != j.end() && !it->is_null()) {
         if (!it->is_array())
-            fail(file.string() + ": key 'additional_special_tokens' is " + describe(*it) + ", expected a list");
+            fail(file.string() + ": key 'additional_special_tokens' is " + describe(*it) +
+                 ", expected a list");
         for (size_t i = 0; i < it->size(); ++i)
-            if (auto text = token_text_of((*it)[i], file, "additional_special_tokens[" + std::to_string(i) + "]"))
+            if (auto text =
+                    token_text_of((*it)[i], file, "additional_special_tokens[" + std::to_string(i) + "]"))
                 out.additional.push_back(*text);
     }
 }
@@ -126,8 +131,8 @@ token_files read_token_files(const fs::path &dir) {
         const fs::path file = dir / "added_tokens.json";
         for (const auto &[text, v] : j->items()) {
             if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > k_max_token_id)
-                fail(file.string() + ": key '" + text + "' is " + describe(v) + ", expected a token id in [0, " +
-                     std::to_string(k_max_token_id) + "]");
+                fail(file.string() + ": key '" + text + "' is " + describe(v) +
+                     ", expected a token id in [0, " + std::to_string(k_max_token_id) + "]");
             out.added_tokens.push_back({text, v.get<int64_t>(), false});
         }
     }
@@ -140,13 +145,15 @@ token_files read_token_files(const fs::path &dir) {
             for (const auto &[id_str, v] : it->items()) {
                 const std::string key = "added_tokens_decoder." + id_str;
                 const int64_t id = parse_token_id(id_str, file, key);
-                if (!v.is_object()) fail(file.string() + ": key '" + key + "' is " + describe(v) + ", expected an object");
+                if (!v.is_object())
+                    fail(file.string() + ": key '" + key + "' is " + describe(v) + ", expected an object");
                 auto text = token_text_of(v, file, key);
                 if (!text) fail(file.string() + ": key '" + key + ".content' is missing, expected a string");
                 bool special = false;
                 if (const auto s = v.find("special"); s != v.end()) {
                     if (!s->is_boolean())
-                        fail(file.string() + ": key '" + key + ".special' is " + describe(*s) + ", expected true or false");
+                        fail(file.string() + ": key '" + key + ".special' is " + describe(*s) +
+                             ", expected true or false");
                     special = s->get<bool>();
                 }
                 out.added_tokens.push_back({*text, id, special});
@@ -156,7 +163,8 @@ token_files read_token_files(const fs::path &dir) {
     }
     // special_tokens_map.json is written by save_pretrained next to tokenizer_config.json; where
     // both name a token, the map wins (it is the later, explicit statement).
-    if (auto j = read_json_object(dir / "special_tokens_map.json")) read_named_tokens(*j, dir / "special_tokens_map.json", out);
+    if (auto j = read_json_object(dir / "special_tokens_map.json"))
+        read_named_tokens(*j, dir / "special_tokens_map.json", out);
     return out;
 }
 
@@ -166,10 +174,14 @@ int byte_piece_value(std::string_view p) {
     int v = 0;
     for (char c : p.substr(3, 2)) {
         v *= 16;
-        if (c >= '0' && c <= '9') v += c - '0';
-        else if (c >= 'A' && c <= 'F') v += c - 'A' + 10;
-        else if (c >= 'a' && c <= 'f') v += c - 'a' + 10;
-        else return -1;
+        if (c >= '0' && c <= '9')
+            v += c - '0';
+        else if (c >= 'A' && c <= 'F')
+            v += c - 'A' + 10;
+        else if (c >= 'a' && c <= 'f')
+            v += c - 'a' + 10;
+        else
+            return -1;
     }
     return v;
 }
@@ -205,7 +217,7 @@ std::string sanitize_utf8(std::string_view s) {
         const int len = c < 0x80 ? 1 : utf8_sequence_length(c) == 1 ? 0 : utf8_sequence_length(c);
         bool ok = len > 0 && i + len <= s.size();
         for (int k = 1; ok && k < len; ++k) ok = is_continuation(static_cast<unsigned char>(s[i + k]));
-        if (ok && len == 3) {   // no overlongs, no surrogates
+        if (ok && len == 3) { // no overlongs, no surrogates
             const auto c1 = static_cast<unsigned char>(s[i + 1]);
             ok = !(c == 0xE0 && c1 < 0xA0) && !(c == 0xED && c1 >= 0xA0);
         } else if (ok && len == 4) {
@@ -240,7 +252,8 @@ result<std::unique_ptr<tokenizer>> tokenizer::load(const fs::path &dir) {
         if (const auto st = tok->m_sp->Load(model_file.string()); !st.ok()) {
             // libsentencepiece reports a protobuf parse failure as its source line; say it plainly.
             std::string why = st.message();
-            if (why.find("ParseFromArray") != std::string::npos) why = "the file does not parse as a ModelProto";
+            if (why.find("ParseFromArray") != std::string::npos)
+                why = "the file does not parse as a ModelProto";
             fail(model_file.string() + ": not a valid SentencePiece model (" + why + ")");
         }
         const int32_t sp_size = tok->m_sp->GetPieceSize();
@@ -251,7 +264,8 @@ result<std::unique_ptr<tokenizer>> tokenizer::load(const fs::path &dir) {
         // Added tokens first: their ids are stated outright. added_tokens_decoder comes after
         // added_tokens.json in the list and wins for the same text.
         for (const auto &a : files.added_tokens) {
-            if (const auto it = tok->m_added.find(a.text); it != tok->m_added.end()) tok->m_added_by_id.erase(it->second);
+            if (const auto it = tok->m_added.find(a.text); it != tok->m_added.end())
+                tok->m_added_by_id.erase(it->second);
             tok->m_added[a.text] = static_cast<int32_t>(a.id);
             if (a.special) tok->m_added_by_id[static_cast<int32_t>(a.id)] = a.text;
         }
@@ -302,7 +316,7 @@ std::vector<int32_t> tokenizer::encode(std::string_view text) const {
     auto encode_plain = [&](std::string_view s) {
         if (s.empty()) return;
         std::vector<int> piece_ids;
-        m_sp->Encode(s, &piece_ids).IgnoreError();   // fails only without a model, which load() rules out
+        m_sp->Encode(s, &piece_ids).IgnoreError(); // fails only without a model, which load() rules out
         ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
     };
     // Special/added token strings are matched first, longest first; text between them goes to
@@ -355,7 +369,7 @@ const std::string *find_added_text(const std::map<std::string, int32_t, std::les
 std::string tokenizer::decode(const std::vector<int32_t> &ids) const {
     const int32_t sp_size = m_sp->GetPieceSize();
     std::string out;
-    std::vector<int> run;   // consecutive SentencePiece ids, decoded together (byte pieces group)
+    std::vector<int> run; // consecutive SentencePiece ids, decoded together (byte pieces group)
     auto flush_run = [&] {
         if (run.empty()) return;
         out += m_sp->DecodeIds(run);
@@ -400,7 +414,7 @@ std::string tokenizer::token_text(int32_t id) const {
     }
     if (m_sp->IsControl(id) || m_sp->IsUnknown(id)) return p;
     std::string out;
-    static constexpr std::string_view k_space = "\xE2\x96\x81";   // "▁"
+    static constexpr std::string_view k_space = "\xE2\x96\x81"; // "▁"
     for (size_t i = 0; i < p.size();) {
         if (p.compare(i, k_space.size(), k_space) == 0) {
             out += ' ';
@@ -487,7 +501,8 @@ std::string detokenizer::push(int32_t id) {
 
 std::string detokenizer::flush() {
     const std::string text = m_tok.decode(m_ids);
-    std::string out = text.size() > m_emitted_bytes ? sanitize_utf8(std::string_view(text).substr(m_emitted_bytes)) : "";
+    std::string out =
+        text.size() > m_emitted_bytes ? sanitize_utf8(std::string_view(text).substr(m_emitted_bytes)) : "";
     m_ids.clear();
     m_emitted_bytes = 0;
     return out;

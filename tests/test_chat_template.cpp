@@ -37,30 +37,39 @@ void TestChatTemplate::render_data() {
                                  << QByteArray("<|begin_of_sentence|>Assistant: ");
     QTest::newRow("user_only") << std::vector{user("Hello")} << true
                                << QByteArray("<|begin_of_sentence|>User: Hello\nAssistant: ");
-    QTest::newRow("system_user") << std::vector{sys("You are a helpful assistant."), user("What is MoE?")} << true
+    QTest::newRow("system_user") << std::vector{sys("You are a helpful assistant."), user("What is MoE?")}
+                                 << true
                                  << QByteArray("<|begin_of_sentence|>You are a helpful assistant.\n"
                                                "User: What is MoE?\nAssistant: ");
-    QTest::newRow("multi_turn") << std::vector{sys("Be brief."), user("Hi"), bot("Hello!"), user("Name two experts.")} << true
+    QTest::newRow("multi_turn") << std::vector{sys("Be brief."), user("Hi"), bot("Hello!"),
+                                               user("Name two experts.")}
+                                << true
                                 << QByteArray("<|begin_of_sentence|>Be brief.\nUser: Hi\nAssistant: Hello!"
                                               "<|end_of_sentence|>User: Name two experts.\nAssistant: ");
-    QTest::newRow("no_generation_prompt") << std::vector{user("Hi"), bot("Hello!")} << false
-                                          << QByteArray("<|begin_of_sentence|>User: Hi\nAssistant: Hello!<|end_of_sentence|>");
-    QTest::newRow("no_generation_prompt_after_user") << std::vector{user("Hi")} << false
-                                                     << QByteArray("<|begin_of_sentence|>User: Hi\n");
+    QTest::newRow("no_generation_prompt")
+        << std::vector{user("Hi"), bot("Hello!")} << false
+        << QByteArray("<|begin_of_sentence|>User: Hi\nAssistant: Hello!<|end_of_sentence|>");
+    QTest::newRow("no_generation_prompt_after_user")
+        << std::vector{user("Hi")} << false << QByteArray("<|begin_of_sentence|>User: Hi\n");
     QTest::newRow("empty_content") << std::vector{sys(""), user(""), bot(""), user("")} << true
-                                   << QByteArray("<|begin_of_sentence|>\nUser: \nAssistant: <|end_of_sentence|>"
-                                                 "User: \nAssistant: ");
-    QTest::newRow("cjk_mode_prefix") << std::vector{sys("你是一位诗人。"), user("【创意写作模式】写一首关于月亮的诗。")} << true
+                                   << QByteArray(
+                                          "<|begin_of_sentence|>\nUser: \nAssistant: <|end_of_sentence|>"
+                                          "User: \nAssistant: ");
+    QTest::newRow("cjk_mode_prefix") << std::vector{sys("你是一位诗人。"),
+                                                    user("【创意写作模式】写一首关于月亮的诗。")}
+                                     << true
                                      << QByteArray("<|begin_of_sentence|>你是一位诗人。\n"
                                                    "User: 【创意写作模式】写一首关于月亮的诗。\nAssistant: ");
-    QTest::newRow("cjk_multi_turn") << std::vector{user("【技术解析模式】什么是专家混合？"), bot("路由器为每个词元选择专家。"),
-                                                   user("谢谢")}
+    QTest::newRow("cjk_multi_turn") << std::vector{user("【技术解析模式】什么是专家混合？"),
+                                                   bot("路由器为每个词元选择专家。"), user("谢谢")}
                                     << true
-                                    << QByteArray("<|begin_of_sentence|>User: 【技术解析模式】什么是专家混合？\n"
-                                                  "Assistant: 路由器为每个词元选择专家。<|end_of_sentence|>"
-                                                  "User: 谢谢\nAssistant: ");
-    QTest::newRow("content_with_newlines") << std::vector{user("line 1\nline 2\n")} << true
-                                           << QByteArray("<|begin_of_sentence|>User: line 1\nline 2\n\nAssistant: ");
+                                    << QByteArray(
+                                           "<|begin_of_sentence|>User: 【技术解析模式】什么是专家混合？\n"
+                                           "Assistant: 路由器为每个词元选择专家。<|end_of_sentence|>"
+                                           "User: 谢谢\nAssistant: ");
+    QTest::newRow("content_with_newlines")
+        << std::vector{user("line 1\nline 2\n")} << true
+        << QByteArray("<|begin_of_sentence|>User: line 1\nline 2\n\nAssistant: ");
 }
 
 void TestChatTemplate::render() {

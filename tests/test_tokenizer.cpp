@@ -36,7 +36,8 @@ QJsonObject read_json(const QString &name) {
 QMap<QString, int> file_token_ids() {
     QMap<QString, int> out;
     const QJsonObject dec = read_json("tokenizer_config.json").value("added_tokens_decoder").toObject();
-    for (auto it = dec.begin(); it != dec.end(); ++it) out[it.value().toObject().value("content").toString()] = it.key().toInt();
+    for (auto it = dec.begin(); it != dec.end(); ++it)
+        out[it.value().toObject().value("content").toString()] = it.key().toInt();
     return out;
 }
 
@@ -90,7 +91,7 @@ void TestTokenizer::initTestCase() {
 
 void TestTokenizer::roundTrip_data() {
     QTest::addColumn<QByteArray>("text");
-    QTest::addColumn<bool>("byte_fallback");   // the text needs byte-fallback pieces
+    QTest::addColumn<bool>("byte_fallback"); // the text needs byte-fallback pieces
 
     QTest::newRow("english") << QByteArray("The quick brown fox jumps over the lazy dog.") << false;
     QTest::newRow("chinese") << QByteArray("床前明月光，疑是地上霜。举头望明月，低头思故乡。") << false;
@@ -120,7 +121,8 @@ void TestTokenizer::roundTrip() {
     const ids_t ids = m_tok->encode(str(text));
     QCOMPARE(bytes(m_tok->decode(ids)), text);
     if (text.isEmpty()) QVERIFY(ids.empty());
-    if (!ids.empty() && !text.startsWith("<s>")) QVERIFY2(ids.front() != m_tok->specials().bos_id, "no BOS is added");
+    if (!ids.empty() && !text.startsWith("<s>"))
+        QVERIFY2(ids.front() != m_tok->specials().bos_id, "no BOS is added");
 
     bool has_byte_piece = false;
     for (int32_t id : ids) has_byte_piece |= m_tok->piece(id).starts_with("<0x");
@@ -145,10 +147,11 @@ void TestTokenizer::exactIds_data() {
     // Made once with the sentencepiece package's tool on tests/data/tokenizer/tokenizer.model:
     //   printf '%s' "$text" | spm_encode --model=tokenizer.model --output_format=id
     // Regenerate them if make_tokenizer.sh is ever re-run with other options.
-    QTest::newRow("hello_world") << QByteArray("Hello world") << QList<int>{1502, 1237, 404, 1243, 334, 292, 931};
+    QTest::newRow("hello_world") << QByteArray("Hello world")
+                                 << QList<int>{1502, 1237, 404, 1243, 334, 292, 931};
     QTest::newRow("chat_line") << QByteArray("User: What is a mixture of experts?")
-                               << QList<int>{1358, 835, 1278, 573, 1263, 304, 535, 296, 324,
-                                             646, 1241, 844, 394, 682, 1194, 1241, 1246, 2243};
+                               << QList<int>{1358, 835,  1278, 573, 1263, 304,  535,  296,  324,
+                                             646,  1241, 844,  394, 682,  1194, 1241, 1246, 2243};
     QTest::newRow("chinese") << QByteArray("中文分词") << QList<int>{1313, 1285, 1442, 2043};
     QTest::newRow("poem") << QByteArray("床前明月光，疑是地上霜。")
                           << QList<int>{2799, 1473, 980, 1648, 1236, 2380, 1288, 1436, 1325, 1976, 1238};
@@ -156,9 +159,11 @@ void TestTokenizer::exactIds_data() {
                                << QList<int>{237, 138, 154, 2509, 2093, 1586, 2208, 1082, 237, 138, 155};
     QTest::newRow("creative_mode") << QByteArray("【创意写作模式】")
                                    << QList<int>{237, 138, 154, 1830, 1441, 1743, 1333, 1082, 237, 138, 155};
-    QTest::newRow("double_spaces") << QByteArray("  two  spaces") << QList<int>{1230, 286, 1291, 1243, 1230, 306, 1258, 1162};
+    QTest::newRow("double_spaces") << QByteArray("  two  spaces")
+                                   << QList<int>{1230, 286, 1291, 1243, 1230, 306, 1258, 1162};
     QTest::newRow("emoji_bytes") << QByteArray("😀") << QList<int>{250, 169, 162, 138};
-    QTest::newRow("digits_split") << QByteArray("GPL 3.0 license") << QList<int>{1417, 1315, 1343, 1230, 1235, 1255, 1287, 383, 582};
+    QTest::newRow("digits_split") << QByteArray("GPL 3.0 license")
+                                  << QList<int>{1417, 1315, 1343, 1230, 1235, 1255, 1287, 383, 582};
 }
 
 void TestTokenizer::exactIds() {
@@ -190,7 +195,7 @@ void TestTokenizer::addedTokensFromFile() {
     QCOMPARE(m_tok->piece_to_id(text), id);
     QCOMPARE(bytes(m_tok->piece(id)), bytes(text));
     QCOMPARE(bytes(m_tok->token_text(id)), bytes(text));
-    QCOMPARE(bytes(m_tok->decode({id})), bytes(text));   // special tokens are rendered as their text
+    QCOMPARE(bytes(m_tok->decode({id})), bytes(text)); // special tokens are rendered as their text
     QCOMPARE(m_tok->is_special(id), special);
 }
 
@@ -203,7 +208,8 @@ void TestTokenizer::namedTokens_data() {
     QVERIFY(!map.isEmpty());
     for (auto it = map.begin(); it != map.end(); ++it) {
         if (it.value().isString()) {
-            QTest::newRow(qPrintable(it.key())) << it.key() << it.value().toString() << ids.value(it.value().toString(), -1);
+            QTest::newRow(qPrintable(it.key()))
+                << it.key() << it.value().toString() << ids.value(it.value().toString(), -1);
         } else {
             const QJsonArray list = it.value().toArray();
             for (int i = 0; i < list.size(); ++i)
@@ -222,18 +228,21 @@ void TestTokenizer::namedTokens() {
     QVERIFY(m_tok->is_special(id));
 
     const es::special_tokens &s = m_tok->specials();
-    const QMap<QString, int32_t> by_role{{"unk_token", s.unk_id}, {"bos_token", s.bos_id}, {"eos_token", s.eos_id},
-                                         {"pad_token", s.pad_id}, {"cls_token", s.cls_id}, {"sep_token", s.sep_id}};
+    const QMap<QString, int32_t> by_role{{"unk_token", s.unk_id}, {"bos_token", s.bos_id},
+                                         {"eos_token", s.eos_id}, {"pad_token", s.pad_id},
+                                         {"cls_token", s.cls_id}, {"sep_token", s.sep_id}};
     if (by_role.contains(key)) QCOMPARE(by_role.value(key), id);
 }
 
 void TestTokenizer::specialsInText_data() {
-    QTest::addColumn<QStringList>("parts");   // concatenated to make the text
+    QTest::addColumn<QStringList>("parts"); // concatenated to make the text
     QTest::newRow("sep_between_words") << QStringList{"a", "<|end_of_sentence|>", "b"};
     QTest::newRow("adjacent") << QStringList{"<|end_of_sentence|>", "<|begin_of_sentence|>"};
-    QTest::newRow("at_both_ends") << QStringList{"<|begin_of_sentence|>", "User: 你好\n", "<|end_of_sentence|>"};
+    QTest::newRow("at_both_ends") << QStringList{"<|begin_of_sentence|>", "User: 你好\n",
+                                                 "<|end_of_sentence|>"};
     QTest::newRow("control_pieces") << QStringList{"<s>", "hi", "</s>", " ", "<unk>"};
-    QTest::newRow("mask_tokens") << QStringList{"<mask:4>", "system", "<mask:5>", "<mask:6>", "user", "<mask:7>", "<mask:1>"};
+    QTest::newRow("mask_tokens") << QStringList{"<mask:4>", "system",   "<mask:5>", "<mask:6>",
+                                                "user",     "<mask:7>", "<mask:1>"};
     QTest::newRow("glued_to_cjk") << QStringList{"【技术解析模式】", "<|end_of_sentence|>", "诗"};
 }
 
@@ -266,7 +275,7 @@ void TestTokenizer::stopIds() {
 }
 
 void TestTokenizer::streamingHoldsPartialCharacters() {
-    const ids_t ids = m_tok->encode("😀");   // four byte pieces
+    const ids_t ids = m_tok->encode("😀"); // four byte pieces
     QCOMPARE(ids.size(), size_t(4));
     es::detokenizer detok(*m_tok);
     QCOMPARE(bytes(detok.push(ids[0])), QByteArray());
@@ -290,7 +299,7 @@ void TestTokenizer::streamingHoldsPartialCharacters() {
 }
 
 void TestTokenizer::tokenText() {
-    const int32_t space_t = m_tok->piece_to_id("\xE2\x96\x81t");   // "▁t"
+    const int32_t space_t = m_tok->piece_to_id("\xE2\x96\x81t"); // "▁t"
     QVERIFY(space_t >= 0);
     QCOMPARE(bytes(m_tok->token_text(space_t)), QByteArray(" t"));
     const int32_t byte_e4 = m_tok->piece_to_id("<0xE4>");
@@ -329,7 +338,7 @@ void TestTokenizer::addedTokensLongestMatch() {
     QCOMPARE(describe(tok.encode("<mask:1>tai")), describe(tai));
     QCOMPARE(bytes(tok.decode(tok.encode("x<extra>long<extra>y"))), QByteArray("x<extra>long<extra>y"));
     QCOMPARE(bytes(tok.piece(3001)), QByteArray("<extra>long"));
-    QVERIFY(!tok.is_special(3000));   // added_tokens.json entries are plain added tokens
+    QVERIFY(!tok.is_special(3000)); // added_tokens.json entries are plain added tokens
 }
 
 void TestTokenizer::withoutConfigFiles() {
@@ -345,45 +354,65 @@ void TestTokenizer::withoutConfigFiles() {
     QCOMPARE(tok.specials().eos_id, tok.piece_to_id("</s>"));
     QCOMPARE(tok.specials().cls_id, -1);
     QCOMPARE(tok.specials().sep_id, -1);
-    QCOMPARE(describe(tok.stop_ids()), describe({tok.piece_to_id("</s>"), tok.piece_to_id("<|end_of_sentence|>")}));
+    QCOMPARE(describe(tok.stop_ids()),
+             describe({tok.piece_to_id("</s>"), tok.piece_to_id("<|end_of_sentence|>")}));
     QCOMPARE(describe(tok.encode("<s>")), describe({tok.piece_to_id("<s>")}));
     QCOMPARE(bytes(tok.decode(tok.encode("<s>你好</s>"))), QByteArray("<s>你好</s>"));
 }
 
 void TestTokenizer::loadErrors_data() {
-    QTest::addColumn<QString>("model");        // copy | missing | garbage | truncated | empty | directory
-    QTest::addColumn<QString>("file");         // JSON file to write beside the model ("" for none)
+    QTest::addColumn<QString>("model"); // copy | missing | garbage | truncated | empty | directory
+    QTest::addColumn<QString>("file");  // JSON file to write beside the model ("" for none)
     QTest::addColumn<QByteArray>("content");
     QTest::addColumn<QStringList>("expected"); // substrings of the message; %1 is the folder
 
     const QStringList model_missing{"%1/tokenizer.model", "not found"};
     const QStringList model_broken{"%1/tokenizer.model", "not a valid SentencePiece model"};
-    QTest::newRow("model_missing") << "missing" << "" << QByteArray() << model_missing;
-    QTest::newRow("model_garbage") << "garbage" << "" << QByteArray() << model_broken;
-    QTest::newRow("model_truncated") << "truncated" << "" << QByteArray() << model_broken;
-    QTest::newRow("model_empty") << "empty" << "" << QByteArray() << model_broken;
-    QTest::newRow("model_is_directory") << "directory" << "" << QByteArray() << QStringList{"%1/tokenizer.model", "not a regular file"};
-    QTest::newRow("config_not_json") << "copy" << "tokenizer_config.json" << QByteArray("{ \"bos_token\": ")
+    QTest::newRow("model_missing") << "missing"
+                                   << "" << QByteArray() << model_missing;
+    QTest::newRow("model_garbage") << "garbage"
+                                   << "" << QByteArray() << model_broken;
+    QTest::newRow("model_truncated") << "truncated"
+                                     << "" << QByteArray() << model_broken;
+    QTest::newRow("model_empty") << "empty"
+                                 << "" << QByteArray() << model_broken;
+    QTest::newRow("model_is_directory")
+        << "directory"
+        << "" << QByteArray() << QStringList{"%1/tokenizer.model", "not a regular file"};
+    QTest::newRow("config_not_json") << "copy"
+                                     << "tokenizer_config.json" << QByteArray("{ \"bos_token\": ")
                                      << QStringList{"%1/tokenizer_config.json", "not valid JSON"};
-    QTest::newRow("config_not_object") << "copy" << "tokenizer_config.json" << QByteArray("[1, 2]")
+    QTest::newRow("config_not_object") << "copy"
+                                       << "tokenizer_config.json" << QByteArray("[1, 2]")
                                        << QStringList{"%1/tokenizer_config.json", "expected a JSON object"};
-    QTest::newRow("bos_token_number") << "copy" << "tokenizer_config.json" << QByteArray(R"({"bos_token": 5})")
-                                      << QStringList{"%1/tokenizer_config.json", "'bos_token'", "expected a string"};
-    QTest::newRow("eos_token_no_content") << "copy" << "special_tokens_map.json" << QByteArray(R"({"eos_token": {"text": "</s>"}})")
-                                          << QStringList{"%1/special_tokens_map.json", "'eos_token.content'"};
-    QTest::newRow("decoder_id_not_integer") << "copy" << "tokenizer_config.json"
-                                            << QByteArray(R"({"added_tokens_decoder": {"five": {"content": "<x>"}}})")
-                                            << QStringList{"%1/tokenizer_config.json", "'added_tokens_decoder.five'"};
-    QTest::newRow("decoder_without_content") << "copy" << "tokenizer_config.json"
-                                             << QByteArray(R"({"added_tokens_decoder": {"5": {"special": true}}})")
-                                             << QStringList{"%1/tokenizer_config.json", "'added_tokens_decoder.5.content'"};
-    QTest::newRow("decoder_not_object") << "copy" << "tokenizer_config.json" << QByteArray(R"({"added_tokens_decoder": [1]})")
-                                        << QStringList{"%1/tokenizer_config.json", "'added_tokens_decoder'"};
-    QTest::newRow("additional_not_list") << "copy" << "tokenizer_config.json"
-                                         << QByteArray(R"({"additional_special_tokens": "<mask:4>"})")
-                                         << QStringList{"%1/tokenizer_config.json", "'additional_special_tokens'", "expected a list"};
-    QTest::newRow("added_tokens_id_string") << "copy" << "added_tokens.json" << QByteArray(R"({"<x>": "3000"})")
-                                            << QStringList{"%1/added_tokens.json", "'<x>'", "expected a token id"};
+    QTest::newRow("bos_token_number")
+        << "copy"
+        << "tokenizer_config.json" << QByteArray(R"({"bos_token": 5})")
+        << QStringList{"%1/tokenizer_config.json", "'bos_token'", "expected a string"};
+    QTest::newRow("eos_token_no_content")
+        << "copy"
+        << "special_tokens_map.json" << QByteArray(R"({"eos_token": {"text": "</s>"}})")
+        << QStringList{"%1/special_tokens_map.json", "'eos_token.content'"};
+    QTest::newRow("decoder_id_not_integer")
+        << "copy"
+        << "tokenizer_config.json" << QByteArray(R"({"added_tokens_decoder": {"five": {"content": "<x>"}}})")
+        << QStringList{"%1/tokenizer_config.json", "'added_tokens_decoder.five'"};
+    QTest::newRow("decoder_without_content")
+        << "copy"
+        << "tokenizer_config.json" << QByteArray(R"({"added_tokens_decoder": {"5": {"special": true}}})")
+        << QStringList{"%1/tokenizer_config.json", "'added_tokens_decoder.5.content'"};
+    QTest::newRow("decoder_not_object")
+        << "copy"
+        << "tokenizer_config.json" << QByteArray(R"({"added_tokens_decoder": [1]})")
+        << QStringList{"%1/tokenizer_config.json", "'added_tokens_decoder'"};
+    QTest::newRow("additional_not_list")
+        << "copy"
+        << "tokenizer_config.json" << QByteArray(R"({"additional_special_tokens": "<mask:4>"})")
+        << QStringList{"%1/tokenizer_config.json", "'additional_special_tokens'", "expected a list"};
+    QTest::newRow("added_tokens_id_string")
+        << "copy"
+        << "added_tokens.json" << QByteArray(R"({"<x>": "3000"})")
+        << QStringList{"%1/added_tokens.json", "'<x>'", "expected a token id"};
 }
 
 void TestTokenizer::loadErrors() {
@@ -399,7 +428,8 @@ void TestTokenizer::loadErrors() {
     QVERIFY(real.open(QIODevice::ReadOnly));
     const QByteArray model_bytes = real.readAll();
     if (model == "copy") QVERIFY(write_file(model_path, model_bytes));
-    if (model == "garbage") QVERIFY(write_file(model_path, QByteArray("this is not a SentencePiece model\n").repeated(50)));
+    if (model == "garbage")
+        QVERIFY(write_file(model_path, QByteArray("this is not a SentencePiece model\n").repeated(50)));
     if (model == "truncated") QVERIFY(write_file(model_path, model_bytes.left(model_bytes.size() / 3)));
     if (model == "empty") QVERIFY(write_file(model_path, QByteArray()));
     if (model == "directory") QVERIFY(QDir(tmp.path()).mkdir("tokenizer.model"));
