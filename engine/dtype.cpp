@@ -12,22 +12,32 @@ namespace es {
 
 size_t dtype_size(dtype t) {
     switch (t) {
-    case dtype::f32: return 4;
-    case dtype::f16: return 2;
-    case dtype::bf16: return 2;
-    case dtype::f8_e4m3: return 1;
-    case dtype::f8_e5m2: return 1;
+    case dtype::f32:
+        return 4;
+    case dtype::f16:
+        return 2;
+    case dtype::bf16:
+        return 2;
+    case dtype::f8_e4m3:
+        return 1;
+    case dtype::f8_e5m2:
+        return 1;
     }
     return 0;
 }
 
 std::string_view dtype_name(dtype t) {
     switch (t) {
-    case dtype::f32: return "F32";
-    case dtype::f16: return "F16";
-    case dtype::bf16: return "BF16";
-    case dtype::f8_e4m3: return "F8_E4M3";
-    case dtype::f8_e5m2: return "F8_E5M2";
+    case dtype::f32:
+        return "F32";
+    case dtype::f16:
+        return "F16";
+    case dtype::bf16:
+        return "BF16";
+    case dtype::f8_e4m3:
+        return "F8_E4M3";
+    case dtype::f8_e5m2:
+        return "F8_E5M2";
     }
     return "?";
 }
@@ -52,7 +62,7 @@ inline uint32_t f16_bits_to_f32_bits(uint16_t h) {
     const uint32_t normal = (em << 13) + ((127u - 15u) << 23);
     const uint32_t inf_nan = (em << 13) | 0x7f800000u;
     const uint32_t sub = std::bit_cast<uint32_t>(float(int32_t(em)) * 0x1p-24f);
-    const uint32_t is_sub = 0u - uint32_t(exp == 0);     // all ones or zero: selects, no branches
+    const uint32_t is_sub = 0u - uint32_t(exp == 0); // all ones or zero: selects, no branches
     const uint32_t is_inf_nan = 0u - uint32_t(exp == 31);
     const uint32_t mag = (sub & is_sub) | (inf_nan & is_inf_nan) | (normal & ~(is_sub | is_inf_nan));
     return sign | mag;
@@ -63,7 +73,7 @@ float e4m3_to_f32_slow(uint8_t b) {
     const int exp = (b >> 3) & 0xf;
     const int man = b & 0x7;
     if (exp == 0xf && man == 0x7) return std::nanf("");
-    if (exp == 0) return sign * std::ldexp(float(man), -9);   // subnormal: m/8 * 2^-6
+    if (exp == 0) return sign * std::ldexp(float(man), -9); // subnormal: m/8 * 2^-6
     return sign * std::ldexp(1.0f + float(man) / 8.0f, exp - 7);
 }
 
@@ -87,9 +97,7 @@ const std::array<float, 256> &e5m2_table() {
 
 } // namespace
 
-float f16_to_f32(uint16_t h) {
-    return std::bit_cast<float>(f16_bits_to_f32_bits(h));
-}
+float f16_to_f32(uint16_t h) { return std::bit_cast<float>(f16_bits_to_f32_bits(h)); }
 
 void convert_to_f32(dtype t, const void *src, float *dst, size_t n) {
     switch (t) {

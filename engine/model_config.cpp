@@ -31,11 +31,11 @@ constexpr int64_t k_max_heads = 1024;
 constexpr int64_t k_max_head_dim = 1024;
 constexpr int64_t k_max_ff = 1'000'000;
 constexpr int64_t k_max_experts = 4096;
-constexpr int64_t k_max_expert_id = 32767;     // router ids are stored as int16
+constexpr int64_t k_max_expert_id = 32767; // router ids are stored as int16
 constexpr double k_max_params = 2e12;
 
-constexpr const char *k_supported_archs =
-    "Ernie4_5ForCausalLM, Ernie4_5_ForCausalLM, Ernie4_5_MoeForCausalLM; or model_type ernie4_5, ernie4_5_moe";
+constexpr const char *k_supported_archs = "Ernie4_5ForCausalLM, Ernie4_5_ForCausalLM, "
+                                          "Ernie4_5_MoeForCausalLM; or model_type ernie4_5, ernie4_5_moe";
 
 std::string describe(const json &v) {
     std::string d = v.dump();
@@ -58,7 +58,8 @@ public:
         if (!present(key)) return std::nullopt;
         const json &v = m_j.at(key);
         if (v.is_number_unsigned()) {
-            if (v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) bad(key, "an integer that fits 64 bits");
+            if (v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+                bad(key, "an integer that fits 64 bits");
             return int64_t(v.get<uint64_t>());
         }
         if (!v.is_number_integer()) bad(key, "an integer");
@@ -146,14 +147,17 @@ model_config parse_impl(const std::string &text, const std::string &file) {
         const json &a = r.at("architectures");
         if (!a.is_array()) r.bad("architectures", "a list of strings");
         if (!a.empty()) {
-            if (!a[0].is_string()) fail(file + ": key 'architectures[0]' is " + describe(a[0]) + ", expected a string");
+            if (!a[0].is_string())
+                fail(file + ": key 'architectures[0]' is " + describe(a[0]) + ", expected a string");
             arch = a[0].get<std::string>();
             from_arch_list = true;
         }
     }
     if (!from_arch_list) {
         auto mt = r.opt_string("model_type");
-        if (!mt) fail(file + ": has neither 'architectures' nor 'model_type' (supported: " + k_supported_archs + ")");
+        if (!mt)
+            fail(file + ": has neither 'architectures' nor 'model_type' (supported: " + k_supported_archs +
+                 ")");
         arch = *mt;
     }
     if (from_arch_list && (arch == "Ernie4_5ForCausalLM" || arch == "Ernie4_5_ForCausalLM"))
@@ -175,7 +179,8 @@ model_config parse_impl(const std::string &text, const std::string &file) {
     cfg.n_layer = r.get_int("num_hidden_layers", moe ? 28 : 18);
     cfg.n_head = r.get_int("num_attention_heads", moe ? 20 : 16);
     // null means "as many as query heads" (multi-head attention).
-    cfg.n_head_kv = r.is_null("num_key_value_heads") ? cfg.n_head : r.get_int("num_key_value_heads", moe ? 4 : 2);
+    cfg.n_head_kv =
+        r.is_null("num_key_value_heads") ? cfg.n_head : r.get_int("num_key_value_heads", moe ? 4 : 2);
     cfg.n_ctx_train = r.get_int("max_position_embeddings", 131072);
     cfg.rms_eps = r.get_double("rms_norm_eps", 1e-5);
     cfg.tie_word_embeddings = r.get_bool("tie_word_embeddings", true);
@@ -186,7 +191,8 @@ model_config parse_impl(const std::string &text, const std::string &file) {
     } else if (!moe && !r.is_null("head_dim")) {
         cfg.head_dim = 128;
     } else {
-        if (cfg.n_head <= 0) fail(file + ": key 'num_attention_heads' (" + std::to_string(cfg.n_head) + ") must be positive");
+        if (cfg.n_head <= 0)
+            fail(file + ": key 'num_attention_heads' (" + std::to_string(cfg.n_head) + ") must be positive");
         if (cfg.n_embd % cfg.n_head != 0)
             fail(file + ": 'head_dim' is absent and 'hidden_size' (" + std::to_string(cfg.n_embd) +
                  ") is not divisible by 'num_attention_heads' (" + std::to_string(cfg.n_head) + ")");
@@ -196,8 +202,10 @@ model_config parse_impl(const std::string &text, const std::string &file) {
     read_rope(r, cfg);
 
     if (auto act = r.opt_string("hidden_act"); act && *act != "silu")
-        fail(file + ": key 'hidden_act' is '" + *act + "', expected 'silu' (the only activation implemented)");
-    if (r.get_bool("use_bias", false)) fail(file + ": use_bias=true is not supported (ERNIE-4.5 linears have no bias)");
+        fail(file + ": key 'hidden_act' is '" + *act +
+             "', expected 'silu' (the only activation implemented)");
+    if (r.get_bool("use_bias", false))
+        fail(file + ": use_bias=true is not supported (ERNIE-4.5 linears have no bias)");
 
     if (moe) {
         cfg.n_ff_exp = r.get_int("moe_intermediate_size", 1536);
@@ -212,7 +220,8 @@ model_config parse_impl(const std::string &text, const std::string &file) {
     }
 
     cfg.bos_id = to_token_id(r, "bos_token_id", r.get_int("bos_token_id", 1));
-    cfg.pad_id = r.is_null("pad_token_id") ? -1 : to_token_id(r, "pad_token_id", r.get_int("pad_token_id", 0));
+    cfg.pad_id =
+        r.is_null("pad_token_id") ? -1 : to_token_id(r, "pad_token_id", r.get_int("pad_token_id", 0));
     if (r.present("eos_token_id")) {
         const json &e = r.at("eos_token_id");
         cfg.eos_ids.clear();
@@ -220,7 +229,8 @@ model_config parse_impl(const std::string &text, const std::string &file) {
             cfg.eos_ids.push_back(to_token_id(r, "eos_token_id", *r.opt_int("eos_token_id")));
         } else if (e.is_array() && !e.empty()) {
             for (const json &v : e) {
-                if (!v.is_number_integer() || (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX)))
+                if (!v.is_number_integer() ||
+                    (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT32_MAX)))
                     r.bad("eos_token_id", "an integer or a non-empty list of integers");
                 cfg.eos_ids.push_back(to_token_id(r, "eos_token_id", v.get<int64_t>()));
             }
@@ -238,17 +248,17 @@ model_config parse_impl(const std::string &text, const std::string &file) {
 template <typename T>
 T count_params(const model_config &c, bool active) {
     const T H = T(c.n_embd);
-    T n = T(c.n_vocab) * H;                          // embed_tokens
+    T n = T(c.n_vocab) * H;                            // embed_tokens
     if (!c.tie_word_embeddings) n += T(c.n_vocab) * H; // lm_head
-    n += H;                                          // final norm
+    n += H;                                            // final norm
     for (int64_t il = 0; il < c.n_layer; ++il) {
-        n += 2 * H;                                  // attention and ffn norms
-        n += T(c.q_dim()) * H * 2 + T(c.kv_dim()) * H * 2;  // q, o; k, v
+        n += 2 * H;                                        // attention and ffn norms
+        n += T(c.q_dim()) * H * 2 + T(c.kv_dim()) * H * 2; // q, o; k, v
         if (c.is_moe_layer(il)) {
             const T per_expert = 3 * T(c.n_ff_exp) * H;
-            n += T(c.n_expert) * H + T(c.n_expert);  // router + score correction bias
+            n += T(c.n_expert) * H + T(c.n_expert); // router + score correction bias
             n += (active ? T(c.n_expert_used) : T(c.n_expert)) * per_expert;
-            n += T(c.n_expert_shared) * per_expert;  // one shared MLP of width n_ff_exp * n_shared
+            n += T(c.n_expert_shared) * per_expert; // one shared MLP of width n_ff_exp * n_shared
         } else {
             n += 3 * T(c.n_ff) * H;
         }
@@ -256,7 +266,9 @@ T count_params(const model_config &c, bool active) {
     return n;
 }
 
-std::string kv(const char *key, int64_t v) { return std::string("'") + key + "' (" + std::to_string(v) + ")"; }
+std::string kv(const char *key, int64_t v) {
+    return std::string("'") + key + "' (" + std::to_string(v) + ")";
+}
 
 } // namespace
 
@@ -303,30 +315,38 @@ status validate_model_config(const model_config &c) {
     if (c.n_head % c.n_head_kv != 0)
         return err("key " + kv("num_attention_heads", c.n_head) + " is not divisible by " +
                    kv("num_key_value_heads", c.n_head_kv));
-    if (c.head_dim % 2 != 0) return err("key " + kv("head_dim", c.head_dim) + " must be even (RoPE rotates pairs)");
+    if (c.head_dim % 2 != 0)
+        return err("key " + kv("head_dim", c.head_dim) + " must be even (RoPE rotates pairs)");
     if (!(c.rope_theta > 0) || !std::isfinite(c.rope_theta))
-        return err("key 'rope_theta' (" + std::to_string(c.rope_theta) + ") must be a positive finite number");
+        return err("key 'rope_theta' (" + std::to_string(c.rope_theta) +
+                   ") must be a positive finite number");
     if (!(c.rms_eps > 0) || !std::isfinite(c.rms_eps))
         return err("key 'rms_norm_eps' (" + std::to_string(c.rms_eps) + ") must be a positive finite number");
 
     if (c.arch == model_arch::moe) {
-        if (auto e = in_range("moe_num_experts", c.n_expert, 1, std::min(k_max_experts, k_max_expert_id))) return *e;
+        if (auto e = in_range("moe_num_experts", c.n_expert, 1, std::min(k_max_experts, k_max_expert_id)))
+            return *e;
         if (auto e = in_range("moe_intermediate_size", c.n_ff_exp, 1, k_max_ff)) return *e;
         if (c.n_expert_used < 1 || c.n_expert_used > c.n_expert)
-            return err("key " + kv("moe_k", c.n_expert_used) + " must be in [1, " + kv("moe_num_experts", c.n_expert) + "]");
+            return err("key " + kv("moe_k", c.n_expert_used) + " must be in [1, " +
+                       kv("moe_num_experts", c.n_expert) + "]");
         if (auto e = in_range("moe_num_shared_experts", c.n_expert_shared, 0, k_max_experts)) return *e;
         if (c.n_ff_exp * c.n_expert_shared > k_max_ff)
             return err("shared expert width " + std::to_string(c.n_ff_exp * c.n_expert_shared) +
-                       " (moe_intermediate_size x moe_num_shared_experts) is absurd (limit " + std::to_string(k_max_ff) + ")");
+                       " (moe_intermediate_size x moe_num_shared_experts) is absurd (limit " +
+                       std::to_string(k_max_ff) + ")");
         if (c.moe_layer_start < 0 || c.moe_layer_start >= c.n_layer)
             return err("key " + kv("moe_layer_start_index", c.moe_layer_start) + " must be in [0, " +
                        kv("num_hidden_layers", c.n_layer) + ")");
         if (c.moe_layer_end < c.moe_layer_start || c.moe_layer_end >= c.n_layer)
             return err("key " + kv("moe_layer_end_index", c.moe_layer_end) + " must be -1 or in [" +
-                       kv("moe_layer_start_index", c.moe_layer_start) + ", " + kv("num_hidden_layers", c.n_layer) + ")");
-        if (c.moe_layer_interval < 1) return err("key " + kv("moe_layer_interval", c.moe_layer_interval) + " must be at least 1");
+                       kv("moe_layer_start_index", c.moe_layer_start) + ", " +
+                       kv("num_hidden_layers", c.n_layer) + ")");
+        if (c.moe_layer_interval < 1)
+            return err("key " + kv("moe_layer_interval", c.moe_layer_interval) + " must be at least 1");
         if (!(c.moe_norm_min > 0) || !std::isfinite(c.moe_norm_min))
-            return err("key 'moe_norm_min' (" + std::to_string(c.moe_norm_min) + ") must be a positive finite number");
+            return err("key 'moe_norm_min' (" + std::to_string(c.moe_norm_min) +
+                       ") must be a positive finite number");
     }
 
     auto check_id = [&](const char *key, int64_t id, bool allow_none) -> std::optional<status> {
@@ -338,7 +358,8 @@ status validate_model_config(const model_config &c) {
     };
     if (auto e = check_id("bos_token_id", c.bos_id, false)) return *e;
     if (auto e = check_id("pad_token_id", c.pad_id, true)) return *e;
-    if (c.eos_ids.empty()) return err("key 'eos_token_id' is empty; expected at least one end-of-sequence id");
+    if (c.eos_ids.empty())
+        return err("key 'eos_token_id' is empty; expected at least one end-of-sequence id");
     for (int32_t id : c.eos_ids)
         if (auto e = check_id("eos_token_id", id, false)) return *e;
 
@@ -346,8 +367,8 @@ status validate_model_config(const model_config &c) {
     const double n = count_params<double>(c, false);
     if (n > k_max_params) {
         std::ostringstream s;
-        s << "the config describes " << n / 1e9 << "B parameters; more than the limit of " << k_max_params / 1e9
-          << "B is refused as absurd";
+        s << "the config describes " << n / 1e9 << "B parameters; more than the limit of "
+          << k_max_params / 1e9 << "B is refused as absurd";
         return err(s.str());
     }
     return ok_status();

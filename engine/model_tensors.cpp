@@ -34,14 +34,15 @@ public:
         return t;
     }
 
-    void check(const tensor_view &t, const std::vector<std::vector<int64_t>> &shapes, const char *what) const {
+    void check(const tensor_view &t, const std::vector<std::vector<int64_t>> &shapes,
+               const char *what) const {
         bool shape_ok = false;
         for (const auto &s : shapes) shape_ok = shape_ok || t.shape == s;
         if (!shape_ok) {
             std::string expected = shape_str(shapes[0]);
             for (size_t i = 1; i < shapes.size(); ++i) expected += " or " + shape_str(shapes[i]);
-            fail(t.file + ": tensor '" + t.name + "' has shape " + t.shape_str() + ", expected " + expected + " (" +
-                 what + ")");
+            fail(t.file + ": tensor '" + t.name + "' has shape " + t.shape_str() + ", expected " + expected +
+                 " (" + what + ")");
         }
         switch (t.type) {
         case dtype::f32:
@@ -63,9 +64,7 @@ private:
     std::set<std::string> m_used;
 };
 
-bool is_mtp(const std::string &name) {
-    return name.rfind("model.mtp", 0) == 0 || name.rfind("mtp", 0) == 0;
-}
+bool is_mtp(const std::string &name) { return name.rfind("model.mtp", 0) == 0 || name.rfind("mtp", 0) == 0; }
 
 model_tensors bind_impl(const model_config &cfg, const weight_store &store) {
     binder b(store);
@@ -80,8 +79,9 @@ model_tensors bind_impl(const model_config &cfg, const weight_store &store) {
         mt.output = mt.tok_embd;
         if (store.find("lm_head.weight")) {
             b.mark_used("lm_head.weight");
-            mt.warnings.push_back("lm_head.weight is present but tie_word_embeddings is true; the output head "
-                                  "uses model.embed_tokens.weight (as transformers does)");
+            mt.warnings.push_back(
+                "lm_head.weight is present but tie_word_embeddings is true; the output head "
+                "uses model.embed_tokens.weight (as transformers does)");
         }
     } else {
         mt.output = b.need("lm_head.weight", {{V, H}}, "[vocab, hidden]");
@@ -106,8 +106,8 @@ model_tensors bind_impl(const model_config &cfg, const weight_store &store) {
         }
         const int64_t E = cfg.n_expert, F = cfg.n_ff_exp;
         L.ffn_gate_inp = b.need(p + "mlp.gate.weight", {{E, H}}, "router [n_expert, n_embd]");
-        L.ffn_exp_probs_b = b.need(p + "mlp.moe_statics.e_score_correction_bias", {{1, E}, {E}},
-                                   "one bias per expert");
+        L.ffn_exp_probs_b =
+            b.need(p + "mlp.moe_statics.e_score_correction_bias", {{1, E}, {E}}, "one bias per expert");
         L.ffn_gate_exps.resize(size_t(E));
         L.ffn_up_exps.resize(size_t(E));
         L.ffn_down_exps.resize(size_t(E));
@@ -129,7 +129,8 @@ model_tensors bind_impl(const model_config &cfg, const weight_store &store) {
     for (const auto &[name, t] : store.all()) {
         if (b.used(name) || is_mtp(name)) continue;
         if (++n_unexpected <= k_max_listed_warnings)
-            mt.warnings.push_back(t->file + ": unexpected tensor '" + name + "' " + t->shape_str() + " (ignored)");
+            mt.warnings.push_back(t->file + ": unexpected tensor '" + name + "' " + t->shape_str() +
+                                  " (ignored)");
     }
     if (n_unexpected > k_max_listed_warnings)
         mt.warnings.push_back("... and " + std::to_string(n_unexpected - k_max_listed_warnings) +

@@ -25,7 +25,7 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr uint64_t k_max_header_bytes = 100ull * 1000 * 1000;   // 100 MB: real headers are < 10 MB
+constexpr uint64_t k_max_header_bytes = 100ull * 1000 * 1000; // 100 MB: real headers are < 10 MB
 
 [[noreturn]] void fail(const std::string &msg) { throw load_error(msg); }
 
@@ -91,8 +91,9 @@ void safetensors_parser::parse(safetensors_file &f) {
         fail(fname + ": header length " + std::to_string(n_header) + " bytes is absurd (limit " +
              std::to_string(k_max_header_bytes) + " bytes); the file is corrupt or not safetensors");
     if (n_header > size - 8)
-        fail(fname + ": header length " + std::to_string(n_header) + " bytes runs past the end of the file (file is " +
-             std::to_string(size) + " bytes, at most " + std::to_string(size - 8) + " header bytes fit)");
+        fail(fname + ": header length " + std::to_string(n_header) +
+             " bytes runs past the end of the file (file is " + std::to_string(size) + " bytes, at most " +
+             std::to_string(size - 8) + " header bytes fit)");
     if (n_header < 2)
         fail(fname + ": header is " + std::to_string(n_header) + " bytes, expected a JSON object");
 
@@ -120,7 +121,8 @@ void safetensors_parser::parse(safetensors_file &f) {
                 fail(fname + ": '__metadata__' is " + json_kind(entry) + ", expected an object of strings");
             for (const auto &[k, v] : entry.items()) {
                 if (!v.is_string())
-                    fail(fname + ": '__metadata__' key " + quote_name(k) + " is " + json_kind(v) + ", expected a string");
+                    fail(fname + ": '__metadata__' key " + quote_name(k) + " is " + json_kind(v) +
+                         ", expected a string");
                 metadata[k] = v.get<std::string>();
             }
             continue;
@@ -139,7 +141,8 @@ void safetensors_parser::parse(safetensors_file &f) {
         const std::string dname = jd.get<std::string>();
         const auto dt = dtype_from_name(dname);
         if (!dt)
-            fail(where + ": unsupported dtype " + quote_name(dname) + " (supported: F32, F16, BF16, F8_E4M3, F8_E5M2)");
+            fail(where + ": unsupported dtype " + quote_name(dname) +
+                 " (supported: F32, F16, BF16, F8_E4M3, F8_E5M2)");
         t.type = *dt;
 
         const json &js = entry["shape"];
@@ -164,11 +167,13 @@ void safetensors_parser::parse(safetensors_file &f) {
 
         const json &jo = entry["data_offsets"];
         if (!jo.is_array() || jo.size() != 2)
-            fail(where + ": 'data_offsets' is " + json_kind(jo) + ", expected [begin, end] (two non-negative integers)");
+            fail(where + ": 'data_offsets' is " + json_kind(jo) +
+                 ", expected [begin, end] (two non-negative integers)");
         const auto b = as_int64(jo[0]);
         const auto e = as_int64(jo[1]);
         if (!b || !e || *b < 0 || *e < 0)
-            fail(where + ": 'data_offsets' is " + jo.dump() + ", expected [begin, end] (two non-negative integers)");
+            fail(where + ": 'data_offsets' is " + jo.dump() +
+                 ", expected [begin, end] (two non-negative integers)");
         const uint64_t begin = uint64_t(*b), end = uint64_t(*e);
         if (begin > end)
             fail(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
@@ -178,8 +183,9 @@ void safetensors_parser::parse(safetensors_file &f) {
                  "] lie outside the file: the data section is " + std::to_string(data_bytes) + " bytes");
         if (end - begin != expect_bytes)
             fail(where + ": data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) + "] hold " +
-                 std::to_string(end - begin) + " bytes, expected " + std::to_string(expect_bytes) + " (shape " +
-                 t.shape_str() + " x " + std::to_string(dtype_size(t.type)) + " bytes of " + dname + ")");
+                 std::to_string(end - begin) + " bytes, expected " + std::to_string(expect_bytes) +
+                 " (shape " + t.shape_str() + " x " + std::to_string(dtype_size(t.type)) + " bytes of " +
+                 dname + ")");
 
         t.data = bytes + data_start + begin;
         t.n_bytes = size_t(end - begin);
@@ -196,7 +202,8 @@ void safetensors_parser::parse(safetensors_file &f) {
         if (c.begin < p.end)
             fail(fname + ": tensor " + quote_name(*c.name) + " bytes [" + std::to_string(c.begin) + ", " +
                  std::to_string(c.end) + ") overlap tensor " + quote_name(*p.name) + " bytes [" +
-                 std::to_string(p.begin) + ", " + std::to_string(p.end) + "); expected disjoint data_offsets");
+                 std::to_string(p.begin) + ", " + std::to_string(p.end) +
+                 "); expected disjoint data_offsets");
     }
 
     f.m_tensors = std::move(tensors);
@@ -221,7 +228,7 @@ result<std::unique_ptr<safetensors_file>> safetensors_file::open(const std::file
 
         void *map = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd.fd, 0);
         if (map == MAP_FAILED) fail("cannot mmap " + path.string() + ": " + std::strerror(errno));
-        f->m_map = map;      // owned from here: the destructor unmaps even when parsing fails
+        f->m_map = map; // owned from here: the destructor unmaps even when parsing fails
         f->m_size = size_t(size);
         safetensors_parser::parse(*f);
         return f;
@@ -268,7 +275,8 @@ result<std::unique_ptr<weight_store>> weight_store::open_dir(const std::filesyst
             store->m_files.push_back(open_or_throw(dir));
             store->m_source = dir.filename().string();
         } else {
-            if (!fs::is_directory(dir, ec)) fail("model folder " + dir.string() + " does not exist or is not a folder");
+            if (!fs::is_directory(dir, ec))
+                fail("model folder " + dir.string() + " does not exist or is not a folder");
             store->m_dir = dir;
             const fs::path index_path = dir / k_index_name;
             const fs::path single_path = dir / k_single_name;
@@ -278,18 +286,20 @@ result<std::unique_ptr<weight_store>> weight_store::open_dir(const std::filesyst
                 if (index.is_discarded() || !index.is_object())
                     fail(std::string(k_index_name) + ": not a JSON object");
                 if (!index.contains("weight_map") || !index["weight_map"].is_object())
-                    fail(std::string(k_index_name) + ": missing 'weight_map' object (tensor name -> shard file)");
-                std::map<std::string, std::string> weight_map;   // tensor -> shard
+                    fail(std::string(k_index_name) +
+                         ": missing 'weight_map' object (tensor name -> shard file)");
+                std::map<std::string, std::string> weight_map; // tensor -> shard
                 std::set<std::string> shards;
                 for (const auto &[name, v] : index["weight_map"].items()) {
                     if (!v.is_string())
-                        fail(std::string(k_index_name) + ": weight_map entry for tensor " + quote_name(name) + " is " +
-                             json_kind(v) + ", expected a shard file name");
+                        fail(std::string(k_index_name) + ": weight_map entry for tensor " + quote_name(name) +
+                             " is " + json_kind(v) + ", expected a shard file name");
                     const std::string shard = v.get<std::string>();
                     if (shard.empty() || shard.find('/') != std::string::npos ||
                         shard.find('\\') != std::string::npos || shard.find("..") != std::string::npos)
-                        fail(std::string(k_index_name) + ": shard name " + quote_name(shard) + " for tensor " +
-                             quote_name(name) + " is not a plain file name (no '/', '\\' or '..' allowed)");
+                        fail(std::string(k_index_name) + ": shard name " + quote_name(shard) +
+                             " for tensor " + quote_name(name) +
+                             " is not a plain file name (no '/', '\\' or '..' allowed)");
                     weight_map[name] = shard;
                     shards.insert(shard);
                 }
@@ -300,17 +310,21 @@ result<std::unique_ptr<weight_store>> weight_store::open_dir(const std::filesyst
                     if (!fs::exists(p, ec)) {
                         std::string example;
                         for (const auto &[n, s] : weight_map)
-                            if (s == shard) { example = n; break; }
-                        fail(std::string(k_index_name) + " names shard " + quote_name(shard) + " (for tensor " +
-                             quote_name(example) + "), which does not exist in " + dir.string());
+                            if (s == shard) {
+                                example = n;
+                                break;
+                            }
+                        fail(std::string(k_index_name) + " names shard " + quote_name(shard) +
+                             " (for tensor " + quote_name(example) + "), which does not exist in " +
+                             dir.string());
                     }
                     store->m_files.push_back(open_or_throw(p));
                     by_shard[shard] = store->m_files.back().get();
                 }
                 for (const auto &[name, shard] : weight_map)
                     if (!by_shard[shard]->tensors().count(name))
-                        fail(std::string(k_index_name) + " maps tensor " + quote_name(name) + " to " + quote_name(shard) +
-                             ", but that shard has no such tensor");
+                        fail(std::string(k_index_name) + " maps tensor " + quote_name(name) + " to " +
+                             quote_name(shard) + ", but that shard has no such tensor");
             } else if (fs::exists(single_path, ec)) {
                 store->m_files.push_back(open_or_throw(single_path));
                 store->m_source = k_single_name;

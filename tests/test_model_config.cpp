@@ -59,10 +59,12 @@ private slots:
 void test_model_config::bad_config_data() {
     QTest::addColumn<QByteArray>("text");
     QTest::addColumn<QStringList>("expect");
-    QTest::newRow("not_json") << QByteArray("{\"vocab_size\": ") << QStringList{"config.json", "not valid JSON"};
+    QTest::newRow("not_json") << QByteArray("{\"vocab_size\": ")
+                              << QStringList{"config.json", "not valid JSON"};
     QTest::newRow("not_object") << QByteArray("[1]") << QStringList{"config.json", "expected a JSON object"};
-    QTest::newRow("hidden_size_string") << patched(false, R"({"hidden_size": "1024"})")
-                                        << QStringList{"config.json", "'hidden_size'", "string", "expected an integer"};
+    QTest::newRow("hidden_size_string")
+        << patched(false, R"({"hidden_size": "1024"})")
+        << QStringList{"config.json", "'hidden_size'", "string", "expected an integer"};
     QTest::newRow("layers_float") << patched(false, R"({"num_hidden_layers": 2.5})")
                                   << QStringList{"'num_hidden_layers'", "expected an integer"};
     QTest::newRow("tie_not_bool") << patched(false, R"({"tie_word_embeddings": 1})")
@@ -71,9 +73,10 @@ void test_model_config::bad_config_data() {
                                 << QStringList{"'rms_norm_eps'", "expected a number"};
     QTest::newRow("architectures_not_list") << patched(false, R"({"architectures": "Ernie4_5ForCausalLM"})")
                                             << QStringList{"'architectures'", "expected a list of strings"};
-    QTest::newRow("heads_not_divisible") << patched(false, R"({"num_attention_heads": 20, "num_key_value_heads": 3})")
-                                         << QStringList{"config.json: key 'num_attention_heads' (20) is not divisible by "
-                                                        "'num_key_value_heads' (3)"};
+    QTest::newRow("heads_not_divisible")
+        << patched(false, R"({"num_attention_heads": 20, "num_key_value_heads": 3})")
+        << QStringList{"config.json: key 'num_attention_heads' (20) is not divisible by "
+                       "'num_key_value_heads' (3)"};
     QTest::newRow("absurd_vocab") << patched(false, R"({"vocab_size": 5000000})")
                                   << QStringList{"'vocab_size' (5000000)", "absurd", "4000000"};
     QTest::newRow("absurd_hidden") << patched(false, R"({"hidden_size": 1000000})")
@@ -88,39 +91,49 @@ void test_model_config::bad_config_data() {
                                  << QStringList{"'num_hidden_layers' (0)", "at least 1"};
     QTest::newRow("negative_heads") << patched(false, R"({"num_attention_heads": -4})")
                                     << QStringList{"'num_attention_heads' (-4)", "at least 1"};
-    QTest::newRow("head_dim_odd") << patched(false, R"({"head_dim": 7})") << QStringList{"'head_dim' (7)", "even"};
-    QTest::newRow("unsupported_architecture") << patched(false, R"({"architectures": ["LlamaForCausalLM"]})")
-                                              << QStringList{"unsupported architecture 'LlamaForCausalLM'",
-                                                             "Ernie4_5ForCausalLM", "Ernie4_5_MoeForCausalLM"};
-    QTest::newRow("unsupported_model_type") << patched(false, R"({"architectures": null, "model_type": "llama"})")
-                                            << QStringList{"unsupported architecture 'llama'", "ernie4_5_moe"};
+    QTest::newRow("head_dim_odd") << patched(false, R"({"head_dim": 7})")
+                                  << QStringList{"'head_dim' (7)", "even"};
+    QTest::newRow("unsupported_architecture")
+        << patched(false, R"({"architectures": ["LlamaForCausalLM"]})")
+        << QStringList{"unsupported architecture 'LlamaForCausalLM'", "Ernie4_5ForCausalLM",
+                       "Ernie4_5_MoeForCausalLM"};
+    QTest::newRow("unsupported_model_type")
+        << patched(false, R"({"architectures": null, "model_type": "llama"})")
+        << QStringList{"unsupported architecture 'llama'", "ernie4_5_moe"};
     QTest::newRow("no_architecture") << patched(false, R"({"architectures": null, "model_type": null})")
                                      << QStringList{"neither 'architectures' nor 'model_type'"};
-    QTest::newRow("rope_type_yarn") << patched(false, R"({"rope_parameters": {"rope_theta": 10000, "rope_type": "yarn"}})")
-                                    << QStringList{"rope_type 'yarn'", "not supported", "'rope_parameters.rope_type'"};
-    QTest::newRow("rope_scaling_linear") << patched(false, R"({"rope_scaling": {"type": "linear", "factor": 2.0}})")
-                                         << QStringList{"rope_type 'linear'", "not supported"};
+    QTest::newRow("rope_type_yarn")
+        << patched(false, R"({"rope_parameters": {"rope_theta": 10000, "rope_type": "yarn"}})")
+        << QStringList{"rope_type 'yarn'", "not supported", "'rope_parameters.rope_type'"};
+    QTest::newRow("rope_scaling_linear")
+        << patched(false, R"({"rope_scaling": {"type": "linear", "factor": 2.0}})")
+        << QStringList{"rope_type 'linear'", "not supported"};
     QTest::newRow("hidden_act_gelu") << patched(false, R"({"hidden_act": "gelu"})")
                                      << QStringList{"'hidden_act'", "'gelu'", "expected 'silu'"};
-    QTest::newRow("use_bias") << patched(false, R"({"use_bias": true})") << QStringList{"use_bias=true is not supported"};
+    QTest::newRow("use_bias") << patched(false, R"({"use_bias": true})")
+                              << QStringList{"use_bias=true is not supported"};
     QTest::newRow("eos_out_of_vocab") << patched(false, R"({"eos_token_id": 64})")
                                       << QStringList{"'eos_token_id' (64)", "'vocab_size' (64)"};
-    QTest::newRow("eos_list_of_strings") << patched(false, R"({"eos_token_id": [2, "x"]})")
-                                         << QStringList{"'eos_token_id'", "an integer or a non-empty list of integers"};
-    QTest::newRow("bos_negative") << patched(false, R"({"bos_token_id": -5})") << QStringList{"'bos_token_id' (-5)"};
-    QTest::newRow("moe_k_above_experts") << patched(true, R"({"moe_k": 5})")
-                                         << QStringList{"'moe_k' (5)", "'moe_num_experts' (4)"};
+    QTest::newRow("eos_list_of_strings")
+        << patched(false, R"({"eos_token_id": [2, "x"]})")
+        << QStringList{"'eos_token_id'", "an integer or a non-empty list of integers"};
+    QTest::newRow("bos_negative") << patched(false, R"({"bos_token_id": -5})")
+                                  << QStringList{"'bos_token_id' (-5)"};
+    QTest::newRow("moe_k_above_experts")
+        << patched(true, R"({"moe_k": 5})") << QStringList{"'moe_k' (5)", "'moe_num_experts' (4)"};
     QTest::newRow("moe_k_zero") << patched(true, R"({"moe_k": 0})") << QStringList{"'moe_k' (0)"};
     QTest::newRow("moe_experts_beyond_int16") << patched(true, R"({"moe_num_experts": 40000})")
                                               << QStringList{"'moe_num_experts' (40000)", "absurd"};
-    QTest::newRow("moe_start_out_of_range") << patched(true, R"({"moe_layer_start_index": 3})")
-                                            << QStringList{"'moe_layer_start_index' (3)", "'num_hidden_layers' (3)"};
-    QTest::newRow("moe_end_before_start") << patched(true, R"({"moe_layer_start_index": 2, "moe_layer_end_index": 1})")
-                                          << QStringList{"'moe_layer_end_index' (1)", "'moe_layer_start_index' (2)"};
+    QTest::newRow("moe_start_out_of_range")
+        << patched(true, R"({"moe_layer_start_index": 3})")
+        << QStringList{"'moe_layer_start_index' (3)", "'num_hidden_layers' (3)"};
+    QTest::newRow("moe_end_before_start")
+        << patched(true, R"({"moe_layer_start_index": 2, "moe_layer_end_index": 1})")
+        << QStringList{"'moe_layer_end_index' (1)", "'moe_layer_start_index' (2)"};
     QTest::newRow("moe_interval_zero") << patched(true, R"({"moe_layer_interval": 0})")
                                        << QStringList{"'moe_layer_interval' (0)", "at least 1"};
-    QTest::newRow("moe_shared_negative") << patched(true, R"({"moe_num_shared_experts": -1})")
-                                         << QStringList{"'moe_num_shared_experts' (-1)"};
+    QTest::newRow("moe_shared_negative")
+        << patched(true, R"({"moe_num_shared_experts": -1})") << QStringList{"'moe_num_shared_experts' (-1)"};
     QTest::newRow("moe_ff_zero") << patched(true, R"({"moe_intermediate_size": 0})")
                                  << QStringList{"'moe_intermediate_size' (0)"};
 }
@@ -138,11 +151,15 @@ void test_model_config::bad_config() {
 void test_model_config::defaults_data() {
     QTest::addColumn<QByteArray>("text");
     QTest::addColumn<bool>("moe");
-    QTest::newRow("dense_architectures") << QByteArray(R"({"architectures": ["Ernie4_5ForCausalLM"]})") << false;
-    QTest::newRow("dense_old_spelling") << QByteArray(R"({"architectures": ["Ernie4_5_ForCausalLM"]})") << false;
+    QTest::newRow("dense_architectures")
+        << QByteArray(R"({"architectures": ["Ernie4_5ForCausalLM"]})") << false;
+    QTest::newRow("dense_old_spelling")
+        << QByteArray(R"({"architectures": ["Ernie4_5_ForCausalLM"]})") << false;
     QTest::newRow("dense_model_type") << QByteArray(R"({"model_type": "ernie4_5"})") << false;
-    QTest::newRow("moe_architectures") << QByteArray(R"({"architectures": ["Ernie4_5_MoeForCausalLM"]})") << true;
-    QTest::newRow("moe_model_type") << QByteArray(R"({"model_type": "ernie4_5_moe", "rope_scaling": null})") << true;
+    QTest::newRow("moe_architectures")
+        << QByteArray(R"({"architectures": ["Ernie4_5_MoeForCausalLM"]})") << true;
+    QTest::newRow("moe_model_type") << QByteArray(R"({"model_type": "ernie4_5_moe", "rope_scaling": null})")
+                                    << true;
 }
 
 void test_model_config::defaults() {
@@ -186,7 +203,7 @@ void test_model_config::defaults() {
 
 void test_model_config::null_means_derived() {
     // num_key_value_heads null: as many as query heads; head_dim null: hidden / heads.
-    json d = tiny_config(false);   // (merge_patch would delete null keys: set them directly)
+    json d = tiny_config(false); // (merge_patch would delete null keys: set them directly)
     d["num_key_value_heads"] = nullptr;
     d["head_dim"] = nullptr;
     auto r = parse_model_config(d.dump());
@@ -212,12 +229,14 @@ void test_model_config::rope_data() {
     QTest::newRow("top_level") << patched(false, R"({"rope_theta": 10000})") << 10000.0;
     QTest::newRow("absent") << patched(false, R"({"rope_theta": null})") << 500000.0;
     QTest::newRow("rope_parameters")
-        << patched(false, R"({"rope_theta": null, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}})")
+        << patched(
+               false,
+               R"({"rope_theta": null, "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}})")
         << 1000000.0;
     QTest::newRow("rope_parameters_without_type")
         << patched(false, R"({"rope_theta": null, "rope_parameters": {"rope_theta": 250000}})") << 250000.0;
-    QTest::newRow("legacy_rope_scaling_null") << patched(false, R"({"rope_scaling": null, "rope_theta": 20000})")
-                                              << 20000.0;
+    QTest::newRow("legacy_rope_scaling_null")
+        << patched(false, R"({"rope_scaling": null, "rope_theta": 20000})") << 20000.0;
 }
 
 void test_model_config::rope() {
@@ -282,7 +301,7 @@ void test_model_config::shapes() {
     auto small = model_config_for_shape("ernie-4.5-0.3b");
     QVERIFY2(small.ok(), small.ok() ? "" : small.message().c_str());
     QCOMPARE(small->arch, model_arch::dense);
-    QCOMPARE(small->q_dim(), int64_t(2048));   // != hidden: head_dim comes from the config
+    QCOMPARE(small->q_dim(), int64_t(2048)); // != hidden: head_dim comes from the config
     QCOMPARE(small->kv_dim(), int64_t(256));
     // embed 103424*1024 + 18 * (2*1024 + 2*2048*1024 + 2*256*1024 + 3*3072*1024) + 1024
     QCOMPARE(small->n_params(), int64_t(360748032));
@@ -309,12 +328,14 @@ void test_model_config::load_from_dir() {
     QVERIFY(tmp.isValid());
     auto missing = load_model_config(tmp.path().toStdString());
     QVERIFY(!missing.ok());
-    QVERIFY2(QString::fromStdString(missing.message()).contains(tmp.filePath("config.json")), missing.message().c_str());
+    QVERIFY2(QString::fromStdString(missing.message()).contains(tmp.filePath("config.json")),
+             missing.message().c_str());
 
     QVERIFY(write_file(tmp.filePath("config.json"), patched(false, R"({"num_attention_heads": 3})")));
     auto bad = load_model_config(tmp.path().toStdString());
     QVERIFY(!bad.ok());
-    QVERIFY2(QString::fromStdString(bad.message()).contains(tmp.filePath("config.json")), bad.message().c_str());
+    QVERIFY2(QString::fromStdString(bad.message()).contains(tmp.filePath("config.json")),
+             bad.message().c_str());
 
     QVERIFY(write_file(tmp.filePath("config.json"), QByteArray::fromStdString(tiny_config(true).dump())));
     auto good = load_model_config(tmp.path().toStdString());
@@ -328,7 +349,7 @@ void test_model_config::load_from_dir() {
 void test_model_config::bind_valid_data() {
     QTest::addColumn<QByteArray>("config");
     QTest::addColumn<int>("n_shards");
-    QTest::addColumn<QString>("tweak");   // "" | "bias_1d" | "f32_f16" | "router_bf16"
+    QTest::addColumn<QString>("tweak"); // "" | "bias_1d" | "f32_f16" | "router_bf16"
     QTest::newRow("dense_tied") << patched(false, "{}") << 1 << "";
     QTest::newRow("dense_untied") << patched(false, R"({"tie_word_embeddings": false})") << 1 << "";
     QTest::newRow("dense_f32_f16_mix") << patched(false, "{}") << 1 << "f32_f16";
@@ -361,7 +382,7 @@ void test_model_config::bind_valid() {
             t.dtype = "F32";
             t.data = f32_bytes(std::vector<float>(size_t(n_elements(t.shape)), 1.0f));
         }
-        if (tweak == "f32_f16" && name.contains("k_proj")) t.dtype = "F16";   // same byte count as BF16
+        if (tweak == "f32_f16" && name.contains("k_proj")) t.dtype = "F16"; // same byte count as BF16
     }
     QTemporaryDir tmp;
     QVERIFY(tmp.isValid());
@@ -376,8 +397,10 @@ void test_model_config::bind_valid() {
     QVERIFY2(mt.warnings.empty(), mt.warnings.empty() ? "" : mt.warnings.front().c_str());
     QCOMPARE(int64_t(mt.layers.size()), cfg->n_layer);
     QVERIFY(mt.tok_embd && mt.output_norm && mt.output);
-    if (cfg->tie_word_embeddings) QCOMPARE(mt.output, mt.tok_embd);
-    else QCOMPARE(mt.output->name, std::string("lm_head.weight"));
+    if (cfg->tie_word_embeddings)
+        QCOMPARE(mt.output, mt.tok_embd);
+    else
+        QCOMPARE(mt.output->name, std::string("lm_head.weight"));
     for (int64_t il = 0; il < cfg->n_layer; ++il) {
         const layer_tensors &L = mt.layers[size_t(il)];
         QCOMPARE(L.is_moe, cfg->is_moe_layer(il));
@@ -392,7 +415,8 @@ void test_model_config::bind_valid() {
         QCOMPARE(int64_t(L.ffn_gate_exps.size()), cfg->n_expert);
         QCOMPARE(int64_t(L.ffn_down_exps.size()), cfg->n_expert);
         for (const tensor_view *t : L.ffn_up_exps) QVERIFY(t != nullptr);
-        QCOMPARE(L.ffn_down_exps[1]->name, "model.layers." + std::to_string(il) + ".mlp.experts.1.down_proj.weight");
+        QCOMPARE(L.ffn_down_exps[1]->name,
+                 "model.layers." + std::to_string(il) + ".mlp.experts.1.down_proj.weight");
         QCOMPARE(L.ffn_gate_shexp != nullptr, cfg->n_expert_shared > 0);
     }
 }
@@ -404,35 +428,43 @@ void test_model_config::bind_errors_data() {
     QTest::addColumn<QString>("mutation");
     QTest::addColumn<QStringList>("expect");
     const QByteArray dense = patched(false, "{}"), moe = patched(true, "{}");
-    QTest::newRow("missing_tensor") << dense << "drop:model.layers.1.mlp.up_proj.weight"
-                                    << QStringList{"model.safetensors: missing tensor 'model.layers.1.mlp.up_proj.weight'"};
+    QTest::newRow("missing_tensor")
+        << dense << "drop:model.layers.1.mlp.up_proj.weight"
+        << QStringList{"model.safetensors: missing tensor 'model.layers.1.mlp.up_proj.weight'"};
     QTest::newRow("missing_embedding") << dense << "drop:model.embed_tokens.weight"
                                        << QStringList{"missing tensor 'model.embed_tokens.weight'"};
-    QTest::newRow("transposed_q_proj") << dense << "transpose:model.layers.0.self_attn.q_proj.weight"
-                                       << QStringList{"model.safetensors", "tensor 'model.layers.0.self_attn.q_proj.weight' "
-                                                      "has shape [32, 64], expected [64, 32] ([out, in])"};
+    QTest::newRow("transposed_q_proj")
+        << dense << "transpose:model.layers.0.self_attn.q_proj.weight"
+        << QStringList{"model.safetensors", "tensor 'model.layers.0.self_attn.q_proj.weight' "
+                                            "has shape [32, 64], expected [64, 32] ([out, in])"};
     QTest::newRow("transposed_down_proj") << dense << "transpose:model.layers.1.mlp.down_proj.weight"
                                           << QStringList{"has shape [48, 32], expected [32, 48] ([out, in])"};
     QTest::newRow("wrong_kv_width") << dense << "reshape:model.layers.0.self_attn.k_proj.weight:16x64"
-                                    << QStringList{"'model.layers.0.self_attn.k_proj.weight'", "has shape [16, 64]",
-                                                   "expected [32, 32]"};
+                                    << QStringList{"'model.layers.0.self_attn.k_proj.weight'",
+                                                   "has shape [16, 64]", "expected [32, 32]"};
     QTest::newRow("wrong_norm") << dense << "reshape:model.norm.weight:1x32"
                                 << QStringList{"'model.norm.weight' has shape [1, 32], expected [32]"};
     QTest::newRow("fp8_weight") << dense << "dtype:model.layers.0.mlp.gate_proj.weight:F8_E4M3"
                                 << QStringList{"'model.layers.0.mlp.gate_proj.weight'", "F8_E4M3", "FP8",
                                                "not supported yet", "F32, F16 or BF16"};
-    QTest::newRow("untied_without_lm_head") << patched(false, R"({"tie_word_embeddings": false})") << "drop:lm_head.weight"
-                                            << QStringList{"missing tensor 'lm_head.weight'"};
+    QTest::newRow("untied_without_lm_head")
+        << patched(false, R"({"tie_word_embeddings": false})") << "drop:lm_head.weight"
+        << QStringList{"missing tensor 'lm_head.weight'"};
     QTest::newRow("missing_expert") << moe << "drop:model.layers.2.mlp.experts.3.gate_proj.weight"
-                                    << QStringList{"missing tensor 'model.layers.2.mlp.experts.3.gate_proj.weight'"};
-    QTest::newRow("missing_shared_expert") << moe << "drop:model.layers.1.mlp.shared_experts.down_proj.weight"
-                                           << QStringList{"missing tensor 'model.layers.1.mlp.shared_experts.down_proj.weight'"};
-    QTest::newRow("missing_router_bias") << moe << "drop:model.layers.1.mlp.moe_statics.e_score_correction_bias"
-                                         << QStringList{"missing tensor 'model.layers.1.mlp.moe_statics.e_score_correction_bias'"};
-    QTest::newRow("router_transposed") << moe << "transpose:model.layers.1.mlp.gate.weight"
-                                       << QStringList{"'model.layers.1.mlp.gate.weight' has shape [32, 4], expected [4, 32]"};
-    QTest::newRow("bias_wrong_length") << moe << "reshape:model.layers.1.mlp.moe_statics.e_score_correction_bias:1x3"
-                                       << QStringList{"has shape [1, 3], expected [1, 4] or [4]"};
+                                    << QStringList{
+                                           "missing tensor 'model.layers.2.mlp.experts.3.gate_proj.weight'"};
+    QTest::newRow("missing_shared_expert")
+        << moe << "drop:model.layers.1.mlp.shared_experts.down_proj.weight"
+        << QStringList{"missing tensor 'model.layers.1.mlp.shared_experts.down_proj.weight'"};
+    QTest::newRow("missing_router_bias")
+        << moe << "drop:model.layers.1.mlp.moe_statics.e_score_correction_bias"
+        << QStringList{"missing tensor 'model.layers.1.mlp.moe_statics.e_score_correction_bias'"};
+    QTest::newRow("router_transposed")
+        << moe << "transpose:model.layers.1.mlp.gate.weight"
+        << QStringList{"'model.layers.1.mlp.gate.weight' has shape [32, 4], expected [4, 32]"};
+    QTest::newRow("bias_wrong_length")
+        << moe << "reshape:model.layers.1.mlp.moe_statics.e_score_correction_bias:1x3"
+        << QStringList{"has shape [1, 3], expected [1, 4] or [4]"};
     QTest::newRow("expert_transposed") << moe << "transpose:model.layers.1.mlp.experts.0.up_proj.weight"
                                        << QStringList{"has shape [32, 16], expected [16, 32] ([out, in])"};
 }
@@ -454,11 +486,13 @@ void mutate(std::vector<st_tensor> &ts, const QString &mutation) {
         std::reverse(it->shape.begin(), it->shape.end());
     } else if (parts[0] == "dtype") {
         it->dtype = parts[2].toStdString();
-        it->data = QByteArray(qsizetype(n_elements(it->shape) * int64_t(dtype_size(*dtype_from_name(it->dtype)))), '\0');
+        it->data = QByteArray(
+            qsizetype(n_elements(it->shape) * int64_t(dtype_size(*dtype_from_name(it->dtype)))), '\0');
     } else if (parts[0] == "reshape") {
         it->shape.clear();
         for (const QString &d : parts[2].split('x')) it->shape.push_back(d.toLongLong());
-        it->data = QByteArray(qsizetype(n_elements(it->shape) * int64_t(dtype_size(*dtype_from_name(it->dtype)))), '\0');
+        it->data = QByteArray(
+            qsizetype(n_elements(it->shape) * int64_t(dtype_size(*dtype_from_name(it->dtype)))), '\0');
     }
 }
 
@@ -501,7 +535,7 @@ void test_model_config::bind_warnings() {
     QVERIFY2(store.ok(), store.ok() ? "" : store.message().c_str());
     auto bound = bind_model_tensors(*cfg, **store);
     QVERIFY2(bound.ok(), bound.ok() ? "" : bound.message().c_str());
-    QCOMPARE(bound->output, bound->tok_embd);   // tied: lm_head.weight is not used
+    QCOMPARE(bound->output, bound->tok_embd); // tied: lm_head.weight is not used
     QStringList warnings;
     for (const std::string &w : bound->warnings) warnings << QString::fromStdString(w);
     QCOMPARE(warnings.size(), 2);

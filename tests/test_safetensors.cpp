@@ -19,16 +19,19 @@ namespace {
 
 bool same_float(float a, float b) {
     if (std::isnan(a) || std::isnan(b)) return std::isnan(a) && std::isnan(b);
-    return std::memcmp(&a, &b, 4) == 0;   // also tells +0 from -0
+    return std::memcmp(&a, &b, 4) == 0; // also tells +0 from -0
 }
 
 // Independent f16 reference: sign * mantissa * 2^exp with ldexp.
 float f16_reference(uint16_t h) {
     const int sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, man = h & 0x3ff;
     float v;
-    if (exp == 0) v = std::ldexp(float(man), -24);
-    else if (exp == 31) v = man ? NAN : INFINITY;
-    else v = std::ldexp(float(man | 0x400), exp - 25);
+    if (exp == 0)
+        v = std::ldexp(float(man), -24);
+    else if (exp == 31)
+        v = man ? NAN : INFINITY;
+    else
+        v = std::ldexp(float(man | 0x400), exp - 25);
     return sign ? -v : v;
 }
 
@@ -72,7 +75,7 @@ void test_safetensors::dtype_names() {
     QCOMPARE(dtype_size(dtype::f16), size_t(2));
     QCOMPARE(dtype_size(dtype::f8_e4m3), size_t(1));
     QVERIFY(!dtype_from_name("I64").has_value());
-    QVERIFY(!dtype_from_name("bf16").has_value());   // safetensors spellings are upper case
+    QVERIFY(!dtype_from_name("bf16").has_value()); // safetensors spellings are upper case
 }
 
 void test_safetensors::f16_known_values_data() {
@@ -96,7 +99,8 @@ void test_safetensors::f16_known_values_data() {
 void test_safetensors::f16_known_values() {
     QFETCH(uint, bits);
     QFETCH(float, expected);
-    QVERIFY2(same_float(f16_to_f32(uint16_t(bits)), expected), qPrintable(QString::number(f16_to_f32(uint16_t(bits)))));
+    QVERIFY2(same_float(f16_to_f32(uint16_t(bits)), expected),
+             qPrintable(QString::number(f16_to_f32(uint16_t(bits)))));
     // The bulk path, from an unaligned source.
     QByteArray buf(1, '\0');
     buf += u16_bytes({uint16_t(bits)});
@@ -155,7 +159,7 @@ void test_safetensors::f8_known_values() {
 
 void test_safetensors::convert_exhaustive_data() {
     QTest::addColumn<int>("type");
-    QTest::addColumn<int>("offset");   // source misalignment in bytes
+    QTest::addColumn<int>("offset"); // source misalignment in bytes
     QTest::newRow("f16_aligned") << int(dtype::f16) << 0;
     QTest::newRow("f16_unaligned") << int(dtype::f16) << 1;
     QTest::newRow("bf16_aligned") << int(dtype::bf16) << 0;
@@ -174,9 +178,11 @@ void test_safetensors::convert_exhaustive() {
     for (size_t i = 0; i < all.size(); ++i) {
         const float ref = dtype(type) == dtype::f16 ? f16_reference(uint16_t(i)) : bf16_to_f32(uint16_t(i));
         if (!same_float(out[i], ref))
-            QFAIL(qPrintable(QString("pattern 0x%1: got %2, expected %3").arg(i, 4, 16, QChar('0')).arg(out[i]).arg(ref)));
+            QFAIL(qPrintable(
+                QString("pattern 0x%1: got %2, expected %3").arg(i, 4, 16, QChar('0')).arg(out[i]).arg(ref)));
         if (dtype(type) == dtype::f16 && !same_float(f16_to_f32(uint16_t(i)), ref))
-            QFAIL(qPrintable(QString("f16_to_f32(0x%1) differs from the reference").arg(i, 4, 16, QChar('0'))));
+            QFAIL(
+                qPrintable(QString("f16_to_f32(0x%1) differs from the reference").arg(i, 4, 16, QChar('0'))));
     }
 }
 
@@ -185,60 +191,74 @@ void test_safetensors::malformed_file_data() {
     QTest::addColumn<QStringList>("expect");
     const QByteArray d16(16, '\0');
     auto entry = [](const std::string &dtype, const std::string &shape, const std::string &offsets) {
-        return "{\"w\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":" + offsets + "}}";
+        return "{\"w\":{\"dtype\":\"" + dtype + "\",\"shape\":" + shape + ",\"data_offsets\":" + offsets +
+               "}}";
     };
-    QTest::newRow("empty_file") << QByteArray() << QStringList{"bad.safetensors", "truncated", "0 bytes", "at least 8"};
+    QTest::newRow("empty_file") << QByteArray()
+                                << QStringList{"bad.safetensors", "truncated", "0 bytes", "at least 8"};
     QTest::newRow("truncated") << QByteArray("\x05\x00\x00", 3)
                                << QStringList{"bad.safetensors", "truncated", "3 bytes", "at least 8"};
     QTest::newRow("header_past_end") << (le_u64(1000) + QByteArray("{}  ", 4))
-                                     << QStringList{"bad.safetensors", "header length 1000", "past the end", "12 bytes"};
+                                     << QStringList{"bad.safetensors", "header length 1000", "past the end",
+                                                    "12 bytes"};
     QTest::newRow("header_absurd") << (le_u64(1ull << 40) + QByteArray("{}"))
                                    << QStringList{"bad.safetensors", "header length 1099511627776", "absurd"};
-    QTest::newRow("header_not_json") << safetensors_raw("{\"w\": [1, 2") << QStringList{"bad.safetensors", "not valid JSON"};
-    QTest::newRow("header_not_object") << safetensors_raw("[1, 2]")
-                                       << QStringList{"bad.safetensors", "header is array", "expected a JSON object"};
+    QTest::newRow("header_not_json") << safetensors_raw("{\"w\": [1, 2")
+                                     << QStringList{"bad.safetensors", "not valid JSON"};
+    QTest::newRow("header_not_object")
+        << safetensors_raw("[1, 2]")
+        << QStringList{"bad.safetensors", "header is array", "expected a JSON object"};
     QTest::newRow("entry_not_object") << safetensors_raw("{\"w\": 5}")
                                       << QStringList{"bad.safetensors", "tensor 'w'", "expected an object"};
     QTest::newRow("missing_dtype") << safetensors_raw("{\"w\":{\"shape\":[2],\"data_offsets\":[0,8]}}", d16)
                                    << QStringList{"tensor 'w'", "no 'dtype'"};
-    QTest::newRow("missing_shape") << safetensors_raw("{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}", d16)
+    QTest::newRow("missing_shape") << safetensors_raw("{\"w\":{\"dtype\":\"F32\",\"data_offsets\":[0,8]}}",
+                                                      d16)
                                    << QStringList{"tensor 'w'", "no 'shape'"};
     QTest::newRow("missing_offsets") << safetensors_raw("{\"w\":{\"dtype\":\"F32\",\"shape\":[2]}}", d16)
                                      << QStringList{"tensor 'w'", "no 'data_offsets'"};
-    QTest::newRow("unknown_dtype_I64") << safetensors_raw(entry("I64", "[2]", "[0,16]"), d16)
-                                       << QStringList{"bad.safetensors", "tensor 'w'", "unsupported dtype 'I64'",
-                                                      "F32, F16, BF16, F8_E4M3, F8_E5M2"};
-    QTest::newRow("dtype_not_string") << safetensors_raw("{\"w\":{\"dtype\":7,\"shape\":[2],\"data_offsets\":[0,8]}}", d16)
-                                      << QStringList{"tensor 'w'", "'dtype'", "expected a string"};
+    QTest::newRow("unknown_dtype_I64")
+        << safetensors_raw(entry("I64", "[2]", "[0,16]"), d16)
+        << QStringList{"bad.safetensors", "tensor 'w'", "unsupported dtype 'I64'",
+                       "F32, F16, BF16, F8_E4M3, F8_E5M2"};
+    QTest::newRow("dtype_not_string")
+        << safetensors_raw("{\"w\":{\"dtype\":7,\"shape\":[2],\"data_offsets\":[0,8]}}", d16)
+        << QStringList{"tensor 'w'", "'dtype'", "expected a string"};
     QTest::newRow("negative_dim") << safetensors_raw(entry("F32", "[-2, 2]", "[0,16]"), d16)
                                   << QStringList{"tensor 'w'", "dim 0 is -2", "non-negative integer"};
     QTest::newRow("non_integer_dim") << safetensors_raw(entry("F32", "[2, 1.5]", "[0,12]"), d16)
-                                     << QStringList{"tensor 'w'", "dim 1", "non-integer", "non-negative integer"};
+                                     << QStringList{"tensor 'w'", "dim 1", "non-integer",
+                                                    "non-negative integer"};
     QTest::newRow("shape_not_array") << safetensors_raw(entry("F32", "4", "[0,16]"), d16)
                                      << QStringList{"tensor 'w'", "'shape'", "expected an array"};
-    QTest::newRow("shape_overflow") << safetensors_raw(entry("F32", "[4294967296, 4294967296, 4]", "[0,16]"), d16)
+    QTest::newRow("shape_overflow") << safetensors_raw(entry("F32", "[4294967296, 4294967296, 4]", "[0,16]"),
+                                                       d16)
                                     << QStringList{"tensor 'w'", "[4294967296, 4294967296, 4]", "overflows"};
     QTest::newRow("offsets_not_two") << safetensors_raw(entry("F32", "[4]", "[0]"), d16)
-                                     << QStringList{"tensor 'w'", "data_offsets", "two non-negative integers"};
+                                     << QStringList{"tensor 'w'", "data_offsets",
+                                                    "two non-negative integers"};
     QTest::newRow("offsets_negative") << safetensors_raw(entry("F32", "[2]", "[-8,0]"), d16)
                                       << QStringList{"tensor 'w'", "[-8,0]", "two non-negative integers"};
-    QTest::newRow("offsets_reversed") << safetensors_raw(entry("F32", "[2]", "[8,0]"), d16)
-                                      << QStringList{"bad.safetensors", "tensor 'w'", "[8, 0]", "reversed", "begin > end"};
+    QTest::newRow("offsets_reversed")
+        << safetensors_raw(entry("F32", "[2]", "[8,0]"), d16)
+        << QStringList{"bad.safetensors", "tensor 'w'", "[8, 0]", "reversed", "begin > end"};
     QTest::newRow("offsets_outside_file") << safetensors_raw(entry("F32", "[8]", "[0,32]"), d16)
-                                          << QStringList{"bad.safetensors", "tensor 'w'", "[0, 32]", "outside the file",
-                                                         "data section is 16 bytes"};
+                                          << QStringList{"bad.safetensors", "tensor 'w'", "[0, 32]",
+                                                         "outside the file", "data section is 16 bytes"};
     QTest::newRow("bytes_mismatch") << safetensors_raw(entry("F32", "[2, 2]", "[0,8]"), d16)
-                                    << QStringList{"bad.safetensors", "tensor 'w'", "hold 8 bytes", "expected 16",
-                                                   "[2, 2]"};
-    QTest::newRow("overlapping")
-        << safetensors_raw("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
-                           "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
-                           d16)
-        << QStringList{"bad.safetensors", "tensor 'b'", "overlap tensor 'a'", "[4, 12)", "[0, 8)"};
+                                    << QStringList{"bad.safetensors", "tensor 'w'", "hold 8 bytes",
+                                                   "expected 16", "[2, 2]"};
+    QTest::newRow("overlapping") << safetensors_raw(
+                                        "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                                        "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[4,12]}}",
+                                        d16)
+                                 << QStringList{"bad.safetensors", "tensor 'b'", "overlap tensor 'a'",
+                                                "[4, 12)", "[0, 8)"};
     QTest::newRow("metadata_not_object") << safetensors_raw("{\"__metadata__\": [\"x\"]}")
                                          << QStringList{"'__metadata__'", "expected an object of strings"};
-    QTest::newRow("metadata_value_not_string") << safetensors_raw("{\"__metadata__\": {\"format\": 1}}")
-                                               << QStringList{"'__metadata__'", "'format'", "expected a string"};
+    QTest::newRow("metadata_value_not_string")
+        << safetensors_raw("{\"__metadata__\": {\"format\": 1}}")
+        << QStringList{"'__metadata__'", "'format'", "expected a string"};
 }
 
 void test_safetensors::malformed_file() {
@@ -266,7 +286,8 @@ void test_safetensors::valid_single_file() {
         {"empty", "F32", {0, 5}, {}},
         {"scalar", "BF16", {}, u16_bytes({0xc020})},
     };
-    QVERIFY(write_file(tmp.filePath("model.safetensors"), safetensors_bytes(tensors, {{"format", "pt"}, {"note", "x"}})));
+    QVERIFY(write_file(tmp.filePath("model.safetensors"),
+                       safetensors_bytes(tensors, {{"format", "pt"}, {"note", "x"}})));
     auto r = safetensors_file::open(tmp.filePath("model.safetensors").toStdString());
     QVERIFY2(r.ok(), r.ok() ? "" : r.message().c_str());
     const safetensors_file &f = **r;
@@ -309,40 +330,49 @@ void test_safetensors::valid_single_file() {
 void test_safetensors::weight_store_dir_data() {
     QTest::addColumn<QStringList>("files");
     QTest::addColumn<QByteArray>("index");
-    QTest::addColumn<int>("n_tensors");          // -1: expect an error
+    QTest::addColumn<int>("n_tensors"); // -1: expect an error
     QTest::addColumn<QStringList>("expect");
     const QByteArray two_shard_index = R"({"metadata": {"total_size": 24}, "weight_map": {
         "a": "model-00001-of-00002.safetensors", "b": "model-00001-of-00002.safetensors",
         "c": "model-00002-of-00002.safetensors"}})";
-    QTest::newRow("single_file") << QStringList{"model.safetensors=a,b"} << QByteArray() << 2 << QStringList{};
-    QTest::newRow("two_shards") << QStringList{"model-00001-of-00002.safetensors=a,b", "model-00002-of-00002.safetensors=c"}
+    QTest::newRow("single_file") << QStringList{"model.safetensors=a,b"} << QByteArray() << 2
+                                 << QStringList{};
+    QTest::newRow("two_shards") << QStringList{"model-00001-of-00002.safetensors=a,b",
+                                               "model-00002-of-00002.safetensors=c"}
                                 << two_shard_index << 3 << QStringList{};
     QTest::newRow("shard_extra_tensor_indexed")
         << QStringList{"model-00001-of-00002.safetensors=a,b,x", "model-00002-of-00002.safetensors=c"}
         << two_shard_index << 4 << QStringList{};
-    QTest::newRow("missing_shard") << QStringList{"model-00001-of-00002.safetensors=a,b"} << two_shard_index << -1
-                                   << QStringList{"model.safetensors.index.json", "model-00002-of-00002.safetensors",
-                                                  "tensor 'c'", "does not exist"};
+    QTest::newRow("missing_shard") << QStringList{"model-00001-of-00002.safetensors=a,b"} << two_shard_index
+                                   << -1
+                                   << QStringList{"model.safetensors.index.json",
+                                                  "model-00002-of-00002.safetensors", "tensor 'c'",
+                                                  "does not exist"};
     QTest::newRow("shard_lacks_tensor")
-        << QStringList{"model-00001-of-00002.safetensors=a", "model-00002-of-00002.safetensors=c"} << two_shard_index << -1
-        << QStringList{"model.safetensors.index.json", "tensor 'b'", "model-00001-of-00002.safetensors", "no such tensor"};
+        << QStringList{"model-00001-of-00002.safetensors=a", "model-00002-of-00002.safetensors=c"}
+        << two_shard_index << -1
+        << QStringList{"model.safetensors.index.json", "tensor 'b'", "model-00001-of-00002.safetensors",
+                       "no such tensor"};
     QTest::newRow("duplicate_across_shards")
-        << QStringList{"model-00001-of-00002.safetensors=a,b", "model-00002-of-00002.safetensors=c,a"} << two_shard_index
-        << -1 << QStringList{"tensor 'a'", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "both"};
-    QTest::newRow("shard_name_with_slash") << QStringList{} << QByteArray(R"({"weight_map": {"a": "sub/x.safetensors"}})")
-                                           << -1 << QStringList{"'sub/x.safetensors'", "tensor 'a'", "plain file name"};
-    QTest::newRow("shard_name_with_dotdot") << QStringList{} << QByteArray(R"({"weight_map": {"a": "..x.safetensors"}})")
-                                            << -1 << QStringList{"'..x.safetensors'", "plain file name"};
+        << QStringList{"model-00001-of-00002.safetensors=a,b", "model-00002-of-00002.safetensors=c,a"}
+        << two_shard_index << -1
+        << QStringList{"tensor 'a'", "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                       "both"};
+    QTest::newRow("shard_name_with_slash")
+        << QStringList{} << QByteArray(R"({"weight_map": {"a": "sub/x.safetensors"}})") << -1
+        << QStringList{"'sub/x.safetensors'", "tensor 'a'", "plain file name"};
+    QTest::newRow("shard_name_with_dotdot")
+        << QStringList{} << QByteArray(R"({"weight_map": {"a": "..x.safetensors"}})") << -1
+        << QStringList{"'..x.safetensors'", "plain file name"};
     QTest::newRow("index_not_json") << QStringList{} << QByteArray("{weight_map") << -1
                                     << QStringList{"model.safetensors.index.json", "not a JSON object"};
     QTest::newRow("index_without_weight_map") << QStringList{} << QByteArray(R"({"metadata": {}})") << -1
                                               << QStringList{"model.safetensors.index.json", "'weight_map'"};
     QTest::newRow("no_weights") << QStringList{"other.safetensors=a"} << QByteArray() << -1
                                 << QStringList{"no model.safetensors or model.safetensors.index.json in"};
-    QTest::newRow("bad_shard_names_shard") << QStringList{"model-00001-of-00002.safetensors=a,b",
-                                                          "model-00002-of-00002.safetensors=!truncated"}
-                                           << two_shard_index << -1
-                                           << QStringList{"model-00002-of-00002.safetensors", "truncated"};
+    QTest::newRow("bad_shard_names_shard")
+        << QStringList{"model-00001-of-00002.safetensors=a,b", "model-00002-of-00002.safetensors=!truncated"}
+        << two_shard_index << -1 << QStringList{"model-00002-of-00002.safetensors", "truncated"};
 }
 
 void test_safetensors::weight_store_dir() {

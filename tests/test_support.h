@@ -25,9 +25,9 @@ using json = nlohmann::json;
 
 struct st_tensor {
     std::string name;
-    std::string dtype = "BF16";         // safetensors spelling
+    std::string dtype = "BF16"; // safetensors spelling
     std::vector<int64_t> shape;
-    QByteArray data;                    // raw little-endian bytes
+    QByteArray data; // raw little-endian bytes
 };
 
 inline QByteArray le_u64(uint64_t v) {
@@ -51,7 +51,8 @@ inline QByteArray safetensors_bytes(const std::vector<st_tensor> &tensors,
     for (const st_tensor &t : tensors) {
         const int64_t begin = data.size();
         data += t.data;
-        header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, int64_t(data.size())}}};
+        header[t.name] = {
+            {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {begin, int64_t(data.size())}}};
     }
     return safetensors_raw(header.dump(), data);
 }
@@ -138,7 +139,8 @@ inline std::vector<st_tensor> model_tensor_list(const es::model_config &cfg, uin
         if (dtype == "BF16") {
             t.data = random_bf16(n_elements(shape), seed);
         } else {
-            t.data = QByteArray(qsizetype(n_elements(shape) * int64_t(es::dtype_size(*es::dtype_from_name(dtype)))), '\0');
+            t.data = QByteArray(
+                qsizetype(n_elements(shape) * int64_t(es::dtype_size(*es::dtype_from_name(dtype)))), '\0');
         }
         out.push_back(std::move(t));
     };
@@ -184,7 +186,8 @@ inline bool write_model_dir(const QString &dir, const json &config, const std::v
                             int n_shards = 1) {
     QDir().mkpath(dir);
     if (!write_file(dir + "/config.json", QByteArray::fromStdString(config.dump(2)))) return false;
-    if (n_shards <= 1) return write_file(dir + "/model.safetensors", safetensors_bytes(tensors, {{"format", "pt"}}));
+    if (n_shards <= 1)
+        return write_file(dir + "/model.safetensors", safetensors_bytes(tensors, {{"format", "pt"}}));
     json weight_map = json::object();
     int64_t total = 0;
     const size_t per = (tensors.size() + size_t(n_shards) - 1) / size_t(n_shards);
@@ -199,7 +202,8 @@ inline bool write_model_dir(const QString &dir, const json &config, const std::v
             weight_map[tensors[i].name] = name;
             total += tensors[i].data.size();
         }
-        if (!write_file(dir + "/" + QString::fromStdString(name), safetensors_bytes(part, {{"format", "pt"}})))
+        if (!write_file(dir + "/" + QString::fromStdString(name),
+                        safetensors_bytes(part, {{"format", "pt"}})))
             return false;
     }
     const json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
