@@ -15,12 +15,12 @@ packages=(
   # Qt Linguist tools (lupdate/lrelease) for the English and Simplified Chinese translations
   qt6-tools-dev qt6-tools-dev-tools qt6-l10n-tools
   # storage, JSON, command line, tokenizer (library and spm_* tools), BLAS for the CPU backend
-  libsqlite3-dev nlohmann-json3-dev libcli11-dev libsentencepiece-dev sentencepiece libopenblas-openmp-dev
+  libsqlite3-dev libqt6sql6-sqlite nlohmann-json3-dev libcli11-dev libsentencepiece-dev sentencepiece libopenblas-openmp-dev
   # a virtual X server for GUI tests and screenshots
   xvfb xauth
 )
-# Note: Qt's SQLite driver (libqt6sql6-sqlite) is only a Recommends of libqt6sql6, so
-# --no-install-recommends does not bring it; the desktop app's storage will need it added here.
+# Qt's SQLite driver (libqt6sql6-sqlite) is only a Recommends of libqt6sql6, so it is listed
+# explicitly: --no-install-recommends would not bring it.
 
 if ! command -v apt-get >/dev/null 2>&1 || ! command -v dpkg-query >/dev/null 2>&1; then
   echo "setup-deps: this script is for Debian 12 (apt-get and dpkg-query not found)" >&2
