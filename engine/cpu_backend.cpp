@@ -2,14 +2,15 @@
 // Numerics follow HF transformers in float32 (the reference): RMSNorm in fp32, interleaved RoPE
 // with fp32 angles, causal GQA attention with fp32 softmax, fp32 router (softmax, top-k chosen
 // by p + e_score_correction_bias, weights = unbiased p renormalized by max(sum, moe_norm_min)),
-// one shared SwiGLU MLP added unweighted. Linears are OpenBLAS sgemm calls on weights widened
-// to fp32 at load; q/k/v are one fused matrix, gate/up another, residual adds use beta = 1.
+// one shared SwiGLU MLP added unweighted. Linears run the batch-invariant GEMM of cpu_gemm.h on
+// weights widened to fp32 at load; q/k/v are one fused matrix, gate/up another, residual adds
+// are fused into the GEMM. Every step is per token, so no token's result depends on the batch.
 #include "cpu_backend.h"
 
+#include "cpu_gemm.h"
 #include "cpu_ops.h"
 #include "dtype.h"
 
-#include <cblas.h>
 #include <omp.h>
 #include <unistd.h>
 
@@ -38,15 +39,9 @@ struct cpu_layer {
     fvec sh_down;                  // [n_embd, n_ff_sh]
 };
 
-// out[M, N] = a[M, K] · w[N, K]ᵀ + beta * out
-void linear(const float *a, const float *w, float *out, int64_t M, int64_t N, int64_t K, float beta = 0.0f) {
-    if (M == 0 || N == 0) return;
-    if (M == 1) {
-        cblas_sgemv(CblasRowMajor, CblasNoTrans, int(N), int(K), 1.0f, w, int(K), a, 1, beta, out, 1);
-        return;
-    }
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(M), int(N), int(K), 1.0f, a, int(K), w, int(K),
-                beta, out, int(N));
+// out[M, N] = a[M, K] · w[N, K]ᵀ (+ out when accumulate). Batch-invariant (cpu_gemm.h).
+void linear(const float *a, const float *w, float *out, int64_t M, int64_t N, int64_t K, bool accumulate = false) {
+    cpu::gemm_nt(a, M, w, N, K, out, accumulate);
 }
 
 size_t physical_memory_bytes() {
@@ -250,7 +245,7 @@ private:
                 std::memcpy(kv_slot(m_v[il], b, t), row + qd + kvd, size_t(kvd) * sizeof(float));
             }
             attention(b, il);
-            linear(m_attn.data(), L.wo.data(), m_x.data(), T, H, qd, 1.0f);
+            linear(m_attn.data(), L.wo.data(), m_x.data(), T, H, qd, true);
 
             // --- MLP ---
 #pragma omp parallel for schedule(static)
@@ -305,7 +300,7 @@ private:
     }
 
     // y (+)= down(silu(gate(x)) * up(x)) for x [M, H]. With `row_weight`, row m of the result is
-    // scaled and added into y at row `rows[m]`; otherwise added into y row by row (beta = 1).
+    // scaled and added into y at row `rows[m]`; otherwise accumulated into y row by row.
     void swiglu(const float *x, int64_t M, const float *w_gate_up, const float *w_down, int64_t F, float *y,
                 const std::vector<int32_t> *rows, const float *row_weight = nullptr) {
         const int64_t H = m_cfg.n_embd;
@@ -315,7 +310,7 @@ private:
 #pragma omp parallel for schedule(static)
         for (int64_t m = 0; m < M; ++m) cpu::silu_mul(&m_gu[m * 2 * F], &m_gu[m * 2 * F + F], &m_act[m * F], F);
         if (!rows) {
-            linear(m_act.data(), w_down, y, M, H, F, 1.0f);
+            linear(m_act.data(), w_down, y, M, H, F, true);
             return;
         }
         m_eout.resize(size_t(M * H));

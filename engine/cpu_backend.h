@@ -1,7 +1,8 @@
 // The CPU backend: the numerical reference for every other backend and a usable fallback.
 // Weights are widened to fp32 once at load (exactly, from BF16/F16/F32); all arithmetic is
-// fp32. Linear layers run through OpenBLAS sgemm (OpenMP-threaded); attention, norms, RoPE
-// and routing are OpenMP loops over tokens and heads with vectorizable inner loops.
+// fp32. Linear layers run the batch-invariant GEMM of cpu_gemm.h; attention, norms, RoPE and
+// routing are OpenMP loops over tokens and heads with vectorizable inner loops. Results for a
+// token do not depend on the rest of the batch (bit for bit).
 #pragma once
 
 #include "backend.h"

@@ -14,8 +14,8 @@ packages=(
   libqcustomplot-dev libqcustomplot2.1-qt6
   # Qt Linguist tools (lupdate/lrelease) for the English and Simplified Chinese translations
   qt6-tools-dev qt6-tools-dev-tools qt6-l10n-tools
-  # storage, JSON, command line, tokenizer (library and spm_* tools), BLAS for the CPU backend
-  libsqlite3-dev libqt6sql6-sqlite nlohmann-json3-dev libcli11-dev libsentencepiece-dev sentencepiece libopenblas-openmp-dev
+  # storage, JSON, command line, tokenizer (library and spm_* tools)
+  libsqlite3-dev libqt6sql6-sqlite nlohmann-json3-dev libcli11-dev libsentencepiece-dev sentencepiece
   # a virtual X server for GUI tests and screenshots
   xvfb xauth
 )
