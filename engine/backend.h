@@ -42,14 +42,30 @@ struct routing_record {
     std::vector<std::vector<float>> weights;
 };
 
+// Where a forward pass spent its time (the profiler's phase chart). Names match the labels.
+struct phase_times {
+    double attention_ms = 0.0;  // norms, q/k/v, RoPE, KV write, attention, output projection
+    double moe_ms = 0.0;        // router, routed and shared experts
+    double dense_ms = 0.0;      // dense MLP layers
+    double head_ms = 0.0;       // final norm and logits
+    double total_ms = 0.0;
+};
+
 struct forward_output {
     std::vector<float> logits;    // [logits_rows.size(), n_vocab]
     routing_record routing;
+    phase_times phases;
 };
 
 struct kv_cache_params {
     int32_t block_size = 16;
     int32_t n_blocks = 0;
+};
+
+// Memory the backend manages besides weights and KV (workspace) and what the device reports.
+struct backend_memory {
+    uint64_t reserved = 0, in_use = 0, largest_free = 0; // workspace allocator
+    uint64_t device_total = 0, device_free = 0;          // GPU: cudaMemGetInfo; CPU: RAM
 };
 
 class backend {
@@ -67,6 +83,7 @@ public:
     virtual status forward(const batch &b, forward_output &out) = 0;
 
     virtual size_t weights_bytes() const = 0;
+    virtual backend_memory memory() const { return {}; }
 };
 
 } // namespace es

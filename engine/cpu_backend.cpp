@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -58,6 +59,18 @@ public:
     std::string name() const override { return "cpu (" + std::to_string(m_threads) + " threads, fp32)"; }
     const model_config &config() const override { return m_cfg; }
     size_t weights_bytes() const override { return m_weight_bytes; }
+
+    backend_memory memory() const override {
+        backend_memory m;
+        for (const fvec *v : {&m_x, &m_xn, &m_qkv, &m_attn, &m_rope_cos, &m_rope_sin, &m_rows, &m_gu, &m_act, &m_eout,
+                              &m_router, &m_gather})
+            m.reserved += v->capacity() * sizeof(float);
+        m.in_use = m.reserved;
+        m.device_total = physical_memory_bytes();
+        const long avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+        m.device_free = avail > 0 && page > 0 ? uint64_t(avail) * uint64_t(page) : 0;
+        return m;
+    }
     const kv_cache_params &kv_params() const override { return m_kv; }
 
     size_t kv_block_bytes() const override {
@@ -228,9 +241,14 @@ private:
 
         out.routing = routing_record{};
         out.routing.n_expert_used = int32_t(c.n_expert_used);
+        out.phases = phase_times{};
+        using clk = std::chrono::steady_clock;
+        auto ms_since = [](clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); };
+        const auto t_begin = clk::now();
 
         for (int64_t il = 0; il < c.n_layer; ++il) {
             const cpu_layer &L = m_layers[il];
+            auto t0 = clk::now();
             // --- attention ---
 #pragma omp parallel for schedule(static)
             for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&m_x[t * H], L.attn_norm.data(), &m_xn[t * H], H, eps);
@@ -246,16 +264,21 @@ private:
             }
             attention(b, il);
             linear(m_attn.data(), L.wo.data(), m_x.data(), T, H, qd, true);
+            out.phases.attention_ms += ms_since(t0);
+            t0 = clk::now();
 
             // --- MLP ---
 #pragma omp parallel for schedule(static)
             for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&m_x[t * H], L.ffn_norm.data(), &m_xn[t * H], H, eps);
             if (!L.is_moe) {
                 swiglu(m_xn.data(), T, L.w_gate_up.data(), L.w_down.data(), c.n_ff, m_x.data(), nullptr);
+                out.phases.dense_ms += ms_since(t0);
             } else {
                 moe(L, il, T, out.routing);
+                out.phases.moe_ms += ms_since(t0);
             }
         }
+        const auto t_head = clk::now();
 
         // --- head: final norm and logits for the requested rows only ---
         const int64_t R = int64_t(b.logits_rows.size());
@@ -264,6 +287,8 @@ private:
             cpu::rms_norm(&m_x[b.logits_rows[r] * H], m_output_norm.data(), &m_rows[r * H], H, eps);
         out.logits.resize(size_t(R * c.n_vocab));
         linear(m_rows.data(), output_weights(), out.logits.data(), R, c.n_vocab, H);
+        out.phases.head_ms = ms_since(t_head);
+        out.phases.total_ms = ms_since(t_begin);
     }
 
     // Causal GQA attention of every batch token over its own sequence, through the block table.

@@ -1,0 +1,353 @@
+// The engine end to end on the reference checkpoints: the worker thread, scheduler, paged KV
+// with prefix caching, sampler and telemetry together. Because the CPU backend is
+// batch-invariant, batched, prefix-cached and preempted runs must reproduce a lone cold run
+// exactly (tokens, and logits bit for bit at the backend level).
+#include "engine.h"
+#include "model.h"
+
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QtTest>
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+using namespace std::chrono_literals;
+
+namespace {
+
+const QString data_dir = QStringLiteral(ES_TEST_DATA_DIR);
+
+std::vector<int32_t> reference_ids(const QString &name, const char *key) {
+    QFile f(data_dir + "/" + name + "/reference.json");
+    if (!f.open(QIODevice::ReadOnly)) qFatal("no reference.json for %s", qPrintable(name));
+    std::vector<int32_t> ids;
+    for (const auto v : QJsonDocument::fromJson(f.readAll()).object()[key].toArray()) ids.push_back(v.toInt());
+    return ids;
+}
+
+struct outcome {
+    std::vector<int32_t> tokens;
+    std::string text, finish_reason, error;
+    es::request_metrics metrics;
+};
+
+outcome collect(const std::shared_ptr<es::request_stream> &s, std::chrono::seconds timeout = 60s) {
+    outcome o;
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    es::request_event ev;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (!s->wait_pop(ev, 100ms)) continue;
+        if (ev.kind == es::event_kind::token) {
+            o.text += ev.text;
+            o.tokens.insert(o.tokens.end(), ev.token_ids.begin(), ev.token_ids.end());
+        } else {
+            o.finish_reason = ev.finish_reason;
+            o.error = ev.error;
+            break;
+        }
+    }
+    o.metrics = s->metrics();
+    return o;
+}
+
+std::unique_ptr<es::engine> make_engine(const QString &model, es::engine_params p = {}) {
+    p.load.need_tokenizer = true;
+    auto e = std::make_unique<es::engine>(p);
+    auto st = e->load_model((data_dir + "/" + model).toStdString()).get();
+    if (!st) qFatal("load failed: %s", st.message().c_str());
+    return e;
+}
+
+es::request_params greedy_ids(std::vector<int32_t> ids, int32_t max_tokens) {
+    es::request_params r;
+    r.prompt_ids = std::move(ids);
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = max_tokens;
+    r.sampling.stop_ids.clear();
+    return r;
+}
+
+template <typename Pred>
+bool wait_until(Pred p, std::chrono::milliseconds timeout = 5000ms) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+        if (p()) return true;
+        std::this_thread::sleep_for(5ms);
+    }
+    return p();
+}
+
+} // namespace
+
+class TestEngine : public QObject {
+    Q_OBJECT
+private slots:
+    void noModelAndBadFolder();
+    void matchesHfGreedy_data();
+    void matchesHfGreedy();
+    void chatStreamsText();
+    void batchedEqualsAlone();
+    void prefixCacheLogitsBitIdentical();
+    void prefixCacheInEngine();
+    void preemptionGivesSameTokens();
+    void telemetryCountsEqualTraces();
+    void stopStringsNeverLeak();
+    void promptLongerThanContext();
+    void cancelFreesBlocks();
+    void destroyMidStream();
+};
+
+void TestEngine::noModelAndBadFolder() {
+    es::engine e;
+    const outcome o = collect(e.submit(greedy_ids({5, 6, 7}, 4)));
+    QVERIFY2(o.error.find("no model is loaded") != std::string::npos, o.error.c_str());
+    auto st = e.load_model("/nonexistent/model").get();
+    QVERIFY(!st.ok());
+    QVERIFY2(st.message().find("/nonexistent/model") != std::string::npos, st.message().c_str());
+    QVERIFY(!e.has_model());
+}
+
+void TestEngine::matchesHfGreedy_data() {
+    QTest::addColumn<QString>("model");
+    QTest::addColumn<int>("budget");
+    for (const char *m : {"dense", "moe-shared", "moe-odd", "moe-sharded", "dense-untied"}) {
+        QTest::newRow(qPrintable(QString("%1 budget 512").arg(m))) << QString(m) << 512;
+        QTest::newRow(qPrintable(QString("%1 budget 5").arg(m))) << QString(m) << 5; // chunked prefill
+    }
+}
+
+void TestEngine::matchesHfGreedy() {
+    QFETCH(QString, model);
+    QFETCH(int, budget);
+    es::engine_params p;
+    p.max_batched_tokens = budget;
+    auto e = make_engine(model, p);
+    const auto greedy = reference_ids(model, "greedy_ids");
+    const outcome o = collect(e->submit(greedy_ids(reference_ids(model, "prompt_ids"), int32_t(greedy.size()))));
+    QCOMPARE(o.finish_reason, std::string("length"));
+    QCOMPARE(o.tokens, greedy);
+    QCOMPARE(int(o.metrics.token_times_us.size()), int(greedy.size()));
+    QVERIFY(o.metrics.ttft_ms() >= 0.0);
+}
+
+void TestEngine::chatStreamsText() {
+    auto e = make_engine("moe-shared");
+    es::request_params r;
+    r.messages = {{es::chat_role::user, "What is a mixture of experts?"}};
+    r.system_prompt = "Answer briefly.";
+    r.preset_prefix = "【技术解析模式】";
+    r.sampling = e->model_defaults();
+    r.sampling.seed = 3;
+    r.sampling.max_tokens = 12;
+    const outcome a = collect(e->submit(r));
+    const outcome b = collect(e->submit(r));
+    QVERIFY2(a.error.empty(), a.error.c_str());
+    QVERIFY(!a.tokens.empty());
+    QCOMPARE(a.text, b.text); // same seed, same text
+    QCOMPARE(a.metrics.seed, uint64_t(3));
+}
+
+void TestEngine::batchedEqualsAlone() {
+    const auto prompt = reference_ids("moe-odd", "prompt_ids");
+    std::vector<es::request_params> reqs;
+    for (int i = 0; i < 6; ++i) {
+        std::vector<int32_t> ids(prompt.begin() + i, prompt.end()); // different lengths and contents
+        es::request_params r = greedy_ids(ids, 10 + i);
+        if (i % 2) { // sampled requests with their own seeds reproduce too
+            r.sampling.temperature = 0.9f;
+            r.sampling.top_k = 40;
+            r.sampling.seed = 100 + i;
+        }
+        reqs.push_back(r);
+    }
+    std::vector<outcome> alone;
+    {
+        auto e = make_engine("moe-odd");
+        for (const auto &r : reqs) alone.push_back(collect(e->submit(r)));
+    }
+    es::engine_params p;
+    p.max_batched_tokens = 16; // forces prefill chunks to share steps with decodes
+    auto e = make_engine("moe-odd", p);
+    std::vector<std::shared_ptr<es::request_stream>> streams;
+    for (const auto &r : reqs) streams.push_back(e->submit(r));
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        const outcome o = collect(streams[i]);
+        QCOMPARE(o.tokens, alone[i].tokens);
+    }
+    auto t = e->telemetry();
+    bool batched = false;
+    for (const auto &s : t->recent_steps) batched |= s.n_seqs > 1;
+    QVERIFY2(batched, "no step held more than one sequence");
+}
+
+void TestEngine::prefixCacheLogitsBitIdentical() {
+    es::model_load_params lp;
+    lp.need_tokenizer = false;
+    auto m = es::load_model((data_dir + "/moe-shared").toStdString(), lp);
+    QVERIFY(m.ok());
+    es::backend &be = *(*m)->be;
+    QVERIFY(be.init_kv_cache({16, 8}).ok());
+    const auto prompt = reference_ids("moe-shared", "prompt_ids"); // 24 tokens
+    auto run = [&](std::vector<int32_t> table, int32_t start) {
+        es::batch b;
+        b.seqs = {{table}};
+        for (int32_t p = start; p < int32_t(prompt.size()); ++p) {
+            b.tokens.push_back(prompt[p]);
+            b.pos.push_back(p);
+            b.seq.push_back(0);
+            b.logits_rows.push_back(int32_t(b.tokens.size()) - 1);
+        }
+        es::forward_output out;
+        if (!be.forward(b, out)) qFatal("forward failed");
+        return out.logits;
+    };
+    // Cold: the whole prompt in blocks 0,1.
+    const auto cold = run({0, 1}, 0);
+    // Cached: block 0 holds the first 16 tokens (computed above); a new sequence reuses it and
+    // computes only positions 16.. into a fresh block 5.
+    const auto cached = run({0, 5}, 16);
+    const int64_t V = be.config().n_vocab;
+    QCOMPARE(cached.size(), size_t(8 * V));
+    QVERIFY2(std::memcmp(cached.data(), cold.data() + 16 * V, cached.size() * sizeof(float)) == 0,
+             "prefix-cached logits differ from the cold run");
+}
+
+void TestEngine::prefixCacheInEngine() {
+    const auto prompt = reference_ids("moe-shared", "prompt_ids");
+    std::vector<int32_t> a = prompt, b(prompt.begin(), prompt.begin() + 16);
+    b.insert(b.end(), {11, 12, 13, 14, 15, 16, 17, 18, 19, 20});
+    es::engine_params cold_p;
+    cold_p.enable_prefix_caching = false;
+    auto cold = make_engine("moe-shared", cold_p);
+    const outcome cold_b = collect(cold->submit(greedy_ids(b, 8)));
+
+    auto e = make_engine("moe-shared");
+    collect(e->submit(greedy_ids(a, 4)));
+    const outcome warm_b = collect(e->submit(greedy_ids(b, 8)));
+    QCOMPARE(warm_b.metrics.n_cached_prompt_tokens, 16);
+    QCOMPARE(warm_b.tokens, cold_b.tokens);
+    QVERIFY(wait_until([&] { return e->telemetry()->prefix_hits >= 1; }));
+    // The cached positions carry no routing (-1), the computed ones do.
+    QCOMPARE(warm_b.metrics.trace.front(), int16_t(-1));
+    QVERIFY(warm_b.metrics.trace.back() >= 0);
+}
+
+void TestEngine::preemptionGivesSameTokens() {
+    const auto prompt = reference_ids("dense", "prompt_ids");
+    std::vector<es::request_params> reqs;
+    for (int i = 0; i < 4; ++i) reqs.push_back(greedy_ids(std::vector<int32_t>(prompt.begin() + i, prompt.end()), 30));
+    std::vector<outcome> free_run;
+    {
+        auto e = make_engine("dense");
+        for (const auto &r : reqs) free_run.push_back(collect(e->submit(r)));
+    }
+    es::engine_params p;
+    p.n_kv_blocks = 8; // 128 token slots for 4 requests of ~50 tokens: preemption is certain
+    p.enable_prefix_caching = false;
+    auto e = make_engine("dense", p);
+    std::vector<std::shared_ptr<es::request_stream>> streams;
+    for (const auto &r : reqs) streams.push_back(e->submit(r));
+    int preemptions = 0;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+        const outcome o = collect(streams[i]);
+        QCOMPARE(o.tokens, free_run[i].tokens);
+        preemptions += o.metrics.n_preemptions;
+    }
+    QVERIFY2(preemptions > 0, "the small cache did not force a preemption");
+    QVERIFY(wait_until([&] { return e->telemetry()->memory.kv_blocks_used == 0; }));
+}
+
+void TestEngine::telemetryCountsEqualTraces() {
+    auto e = make_engine("moe-odd");
+    const auto prompt = reference_ids("moe-odd", "prompt_ids");
+    std::vector<es::request_metrics> ms;
+    std::vector<std::shared_ptr<es::request_stream>> streams;
+    for (int i = 0; i < 3; ++i) streams.push_back(e->submit(greedy_ids(std::vector<int32_t>(prompt.begin() + 3 * i, prompt.end()), 9)));
+    for (auto &s : streams) ms.push_back(collect(s).metrics);
+    QVERIFY(wait_until([&] { return e->telemetry()->n_requests_finished == 3 && e->telemetry()->n_running == 0; }));
+    auto t = e->telemetry();
+    const int E = t->n_expert, n_moe = int(t->moe_layers.size()), K = t->n_expert_used;
+    QCOMPARE(n_moe, 2); // layers 1 and 3 of moe-odd
+    std::vector<uint64_t> counts(size_t(n_moe * E), 0);
+    for (const auto &m : ms) {
+        QCOMPARE(int(m.trace.size() % size_t(n_moe * K)), 0);
+        for (size_t i = 0; i < m.trace.size(); ++i) {
+            if (m.trace[i] < 0) continue;
+            const size_t slot = (i / size_t(K)) % size_t(n_moe);
+            counts[slot * E + size_t(m.trace[i])] += 1;
+        }
+    }
+    QCOMPARE(counts, t->expert_tokens);
+    uint64_t total = 0;
+    for (auto c : t->expert_tokens) total += c;
+    QVERIFY(total > 0);
+}
+
+void TestEngine::stopStringsNeverLeak() {
+    auto e = make_engine("moe-shared");
+    es::request_params r;
+    r.messages = {{es::chat_role::user, "Tell me about routers"}};
+    r.sampling = e->model_defaults();
+    r.sampling.temperature = 0.0f;
+    r.sampling.max_tokens = 24;
+    const outcome full = collect(e->submit(r));
+    QVERIFY(full.text.size() > 6);
+    // A stop string from the middle of the greedy text (3 bytes starting at a char boundary).
+    size_t at = full.text.size() / 2;
+    while (at > 0 && (uint8_t(full.text[at]) & 0xC0) == 0x80) --at;
+    size_t len = 1;
+    while (at + len < full.text.size() && (uint8_t(full.text[at + len]) & 0xC0) == 0x80) ++len;
+    const std::string stop = full.text.substr(at, len + 1 <= full.text.size() - at ? len + 1 : len);
+    r.sampling.stop_strings = {stop, "never-matches-anything-xyz"};
+    const outcome cut = collect(e->submit(r));
+    QCOMPARE(cut.finish_reason, std::string("stop"));
+    QCOMPARE(cut.text, full.text.substr(0, full.text.find(stop)));
+    QVERIFY(cut.text.find(stop) == std::string::npos);
+}
+
+void TestEngine::promptLongerThanContext() {
+    auto e = make_engine("dense"); // max_position_embeddings 4096
+    const outcome o = collect(e->submit(greedy_ids(std::vector<int32_t>(4096, 7), 4)));
+    QVERIFY2(o.error.find("context") != std::string::npos, o.error.c_str());
+    QVERIFY2(o.error.find("4096") != std::string::npos, o.error.c_str());
+}
+
+void TestEngine::cancelFreesBlocks() {
+    auto e = make_engine("moe-shared");
+    auto s = e->submit(greedy_ids(reference_ids("moe-shared", "prompt_ids"), 3000));
+    es::request_event ev;
+    int tokens = 0;
+    while (tokens < 3 && s->wait_pop(ev, 5000ms))
+        if (ev.kind == es::event_kind::token) ++tokens;
+    QCOMPARE(tokens, 3);
+    e->cancel(s->id());
+    const outcome o = collect(s);
+    QCOMPARE(o.finish_reason, std::string("cancelled"));
+    QVERIFY(wait_until([&] {
+        auto t = e->telemetry();
+        return t->n_running == 0 && t->memory.kv_blocks_used == 0;
+    }));
+}
+
+void TestEngine::destroyMidStream() {
+    std::vector<std::shared_ptr<es::request_stream>> streams;
+    {
+        auto e = make_engine("moe-odd");
+        for (int i = 0; i < 3; ++i) streams.push_back(e->submit(greedy_ids(reference_ids("moe-odd", "prompt_ids"), 3000)));
+        es::request_event ev;
+        QVERIFY(streams[0]->wait_pop(ev, 5000ms));
+    } // engine destroyed while generating
+    for (auto &s : streams) {
+        const outcome o = collect(s, 5s);
+        QVERIFY2(o.finish_reason == "cancelled" || !o.error.empty(), o.finish_reason.c_str());
+        QVERIFY(s->done());
+    }
+}
+
+QTEST_GUILESS_MAIN(TestEngine)
+#include "test_engine.moc"
