@@ -55,6 +55,19 @@ double decode_bytes_per_token(const model_config &c, size_t elem_bytes) {
 
 } // namespace
 
+result<model_config> bench_shape_config(const std::string &shape, int32_t layers) {
+    auto c = model_config_for_shape(shape);
+    if (!c) return c.err();
+    model_config cfg = *c;
+    if (layers > 0) {
+        cfg.n_layer = layers;
+        cfg.moe_layer_end = std::min(cfg.moe_layer_end, cfg.n_layer - 1);
+        if (cfg.moe_layer_start > cfg.moe_layer_end) cfg.moe_layer_start = cfg.moe_layer_end;
+    }
+    if (auto s = validate_model_config(cfg); !s) return s.err();
+    return cfg;
+}
+
 int cmd_bench(const bench_opts &o, const common_opts &common) {
     if (common.backend == "cuda") return fail("bench --backend cuda: the CUDA backend is not available in this build");
     model_config cfg;
@@ -65,15 +78,9 @@ int cmd_bench(const bench_opts &o, const common_opts &common) {
     cpu_backend_params cp;
     cp.n_threads = common.threads;
     if (!o.shape.empty()) {
-        auto c = model_config_for_shape(o.shape);
+        auto c = bench_shape_config(o.shape, o.layers);
         if (!c) return fail(c.message());
         cfg = *c;
-        if (o.layers > 0) {
-            cfg.n_layer = o.layers;
-            cfg.moe_layer_end = std::min(cfg.moe_layer_end, cfg.n_layer - 1);
-            if (cfg.moe_layer_start > cfg.moe_layer_end) cfg.moe_layer_start = cfg.moe_layer_end;
-        }
-        if (auto s = validate_model_config(cfg); !s) return fail(s.message());
         std::fprintf(stderr, "building random weights of %s (%lld layers)…\n", o.shape.c_str(), (long long)cfg.n_layer);
         auto b = make_cpu_backend_random(cfg, 42, cp);
         if (!b) return fail(b.message());

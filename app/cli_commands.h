@@ -2,6 +2,8 @@
 // on stderr naming the file, tensor or key and what was expected.
 #pragma once
 
+#include "model_config.h"
+
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -35,6 +37,20 @@ struct bench_opts {
     int32_t reps = 3;
 };
 int cmd_bench(const bench_opts &b, const common_opts &o);
+
+struct serve_bench_opts {
+    std::string shape, model_dir, out_json;
+    int32_t layers = 0;
+    int32_t requests = 32;
+    std::vector<int32_t> concurrency{1, 4, 16};
+    int32_t prompt_len = 128, output_len = 64, shared_prefix = 64;
+    int32_t max_batched_tokens = 512;
+    uint64_t seed = 0;
+};
+int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common);
+
+// A real benchmark shape with `layers` layers (0: its own depth), validated.
+result<model_config> bench_shape_config(const std::string &shape, int32_t layers);
 
 // Prints "error: <msg>" to stderr and returns 1.
 int fail(const std::string &msg);

@@ -62,6 +62,22 @@ int main(int argc, char **argv) {
     bench->add_option("--json", b.out_json, "also write results as JSON to this file");
     add_common(bench);
 
+    serve_bench_opts sb;
+    auto *sbench = app.add_subcommand("serve-bench", "N synthetic requests through the engine at several concurrencies "
+                                                     "(throughput, TTFT, ITL, prefix-cache hits, like vllm bench serve)");
+    auto *sb_shape = sbench->add_option("--shape", sb.shape, "ernie-4.5-0.3b | ernie-4.5-21b-a3b (random weights)");
+    sbench->add_option("--model", sb.model_dir, "model folder instead of a shape")->excludes(sb_shape);
+    sbench->add_option("--layers", sb.layers, "keep every width, change only the depth")->check(CLI::Range(0, 1024));
+    sbench->add_option("--requests", sb.requests, "requests per concurrency level")->check(CLI::Range(1, 100000));
+    sbench->add_option("--concurrency", sb.concurrency, "concurrency levels (default 1,4,16)")->delimiter(',')->check(CLI::Range(1, 4096));
+    sbench->add_option("--prompt-len", sb.prompt_len, "prompt tokens per request")->check(CLI::Range(1, 1 << 20));
+    sbench->add_option("--output-len", sb.output_len, "generated tokens per request")->check(CLI::Range(1, 1 << 20));
+    sbench->add_option("--shared-prefix", sb.shared_prefix, "leading prompt tokens shared by every request")->check(CLI::Range(0, 1 << 20));
+    sbench->add_option("--max-batched-tokens", sb.max_batched_tokens, "token budget per engine step")->check(CLI::Range(1, 1 << 20));
+    sbench->add_option("--seed", sb.seed, "seed of the synthetic prompts");
+    sbench->add_option("--json", sb.out_json, "also write results as JSON to this file");
+    add_common(sbench);
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
@@ -79,6 +95,11 @@ int main(int argc, char **argv) {
         if (*info) return cmd_info(model_dir, info_json);
         if (*logits) return cmd_logits(model_dir, ids, out, common);
         if (*gen) return cmd_generate(g, common);
+        if (*sbench) {
+            if (sb.shape.empty() && sb.model_dir.empty()) return fail("serve-bench needs --shape or --model");
+            if (sb.shared_prefix > sb.prompt_len) return fail("--shared-prefix is longer than --prompt-len");
+            return cmd_serve_bench(sb, common);
+        }
         if (*bench) {
             if (b.shape.empty() && b.model_dir.empty()) return fail("bench needs --shape or --model");
             return cmd_bench(b, common);

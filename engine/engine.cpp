@@ -79,7 +79,9 @@ struct cmd_cancel {
     request_id id;
 };
 struct cmd_load {
-    std::filesystem::path dir;
+    std::filesystem::path dir;       // empty: random weights of `random_cfg`
+    std::optional<model_config> random_cfg;
+    uint64_t seed = 0;
     std::function<void(const std::string &, float)> progress;
     std::shared_ptr<std::promise<status>> done;
 };
@@ -165,7 +167,18 @@ std::future<status> engine::load_model(const std::filesystem::path &dir,
     auto fut = done->get_future();
     {
         std::lock_guard lock(m_impl->mutex);
-        m_impl->commands.push_back(cmd_load{dir, std::move(on_progress), done});
+        m_impl->commands.push_back(cmd_load{dir, std::nullopt, 0, std::move(on_progress), done});
+    }
+    m_impl->cv.notify_all();
+    return fut;
+}
+
+std::future<status> engine::load_random_model(const model_config &cfg, uint64_t seed) {
+    auto done = std::make_shared<std::promise<status>>();
+    auto fut = done->get_future();
+    {
+        std::lock_guard lock(m_impl->mutex);
+        m_impl->commands.push_back(cmd_load{{}, cfg, seed, {}, done});
     }
     m_impl->cv.notify_all();
     return fut;
@@ -325,7 +338,7 @@ void engine::thread_main() {
         drop_model();
         model_load_params lp = m_params.load;
         lp.on_progress = c.progress;
-        auto m = es::load_model(c.dir, lp);
+        auto m = c.random_cfg ? es::make_random_model(*c.random_cfg, c.seed, lp) : es::load_model(c.dir, lp);
         if (!m) return c.done->set_value(m.err());
         auto &mdl = *m;
         const model_config &cfg = mdl->config;

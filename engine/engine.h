@@ -123,6 +123,8 @@ public:
     // Open requests of a replaced model are finished with "cancelled".
     std::future<status> load_model(const std::filesystem::path &dir,
                                    std::function<void(const std::string &, float)> on_progress = {});
+    // Random weights of a real shape, no tokenizer (serve-bench on real shapes).
+    std::future<status> load_random_model(const model_config &cfg, uint64_t seed);
     void unload_model();
     static result<memory_estimate> estimate_memory(const std::filesystem::path &dir, const engine_params &p);
 

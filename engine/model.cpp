@@ -100,4 +100,19 @@ result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, cons
     return m;
 }
 
+result<std::unique_ptr<model>> make_random_model(const model_config &cfg, uint64_t seed, const model_load_params &p) {
+    if (auto s = validate_model_config(cfg); !s) return s.err();
+    if (p.kind == backend_kind::cuda) return error{"the CUDA backend is not available in this build"};
+    auto m = std::make_unique<model>();
+    m->config = cfg;
+    cpu_backend_params cp;
+    cp.n_threads = p.n_threads;
+    if (p.on_progress) cp.on_progress = [&](float v) { p.on_progress("weights", v); };
+    auto be = make_cpu_backend_random(cfg, seed, cp);
+    if (!be) return be.err();
+    m->be = std::move(*be);
+    m->generation_defaults.stop_ids = cfg.eos_ids;
+    return m;
+}
+
 } // namespace es

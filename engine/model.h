@@ -35,6 +35,9 @@ struct model {
 
 result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, const model_load_params &p = {});
 
+// A model of the given shape with random weights and no tokenizer (benchmarks of real shapes).
+result<std::unique_ptr<model>> make_random_model(const model_config &cfg, uint64_t seed, const model_load_params &p = {});
+
 // generation_config.json → sampling defaults (temperature, top_p, top_k, repetition_penalty,
 // eos ids). Absent file: HF ERNIE defaults (0.8 / 0.8 / 1.0).
 result<sampling_params> load_generation_config(const std::filesystem::path &dir, const model_config &cfg);

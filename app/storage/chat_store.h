@@ -1,0 +1,196 @@
+// ChatStore: the app's SQLite database (conversations, the message tree, metrics, routing,
+// presets, benchmark runs) behind value-type calls; no SQL leaves this class.
+// Invariants: one QSqlDatabase connection per instance, used only on the thread that opened it
+// (GPT4All's cross-thread connection is the bug this avoids; asserted in debug builds); every
+// mutation is one transaction; schema changes only through schema_migrations.cpp.
+// Follows KDE Elisa: migrations keyed on PRAGMA user_version, tested from every old version.
+#pragma once
+
+#include "storage_types.h"
+
+#include <QObject>
+#include <QSqlDatabase>
+#include <QVariantMap>
+
+#include <functional>
+#include <optional>
+
+class QThread;
+
+namespace es {
+
+// What open() did, in words the GUI can show as they are.
+struct OpenResult {
+    enum class Status {
+        Created,                 // a new, empty database
+        Opened,                  // an existing database at the latest schema
+        Migrated,                // an existing database upgraded fromVersion → toVersion
+        RecoveredFromCorruption, // the file failed its integrity check: moved aside, started fresh
+        Failed,                  // not opened; message says why; the store stays closed
+    };
+    Status status = Status::Failed;
+    QString message;         // one or two sentences for the user; empty when nothing happened worth saying
+    QString corruptCopyPath; // RecoveredFromCorruption: where the broken file now is
+    QString backupPath;      // Migrated: the copy taken before migrating
+    int fromVersion = 0;
+    int toVersion = 0;
+    int recoveredReplies = 0; // replies left 'partial' by a crash, now marked interrupted
+    bool ok() const { return status != Status::Failed; }
+};
+
+struct PresetImportResult {
+    QList<qint64> importedIds; // appended after the existing presets, in file order
+    int skippedDuplicates = 0; // identical to an existing preset (name, prefix, prompt, sampling)
+};
+
+class ChatStore : public QObject {
+    Q_OBJECT
+public:
+    explicit ChatStore(QObject *parent = nullptr);
+    ~ChatStore() override;
+
+    // ---- Opening -----------------------------------------------------------------------------
+    // Opens (creating if needed) the database at path; ":memory:" gives a private in-memory one
+    // (tests). Steps: integrity check (on failure the file and its -wal are renamed to
+    // "<path>.corrupt-<yyyyMMdd-HHmmss>" and a fresh database is created: the user keeps the
+    // broken copy for `sqlite3 … .recover`, the app keeps working); WAL, foreign_keys=ON,
+    // synchronous=NORMAL (a killed process loses nothing committed; a power cut may lose the
+    // last transactions but never corrupts); migrations, each in its own transaction, after a
+    // backup "<path>.bak-v<N>" (VACUUM INTO) of a non-empty database at version N; built-in
+    // presets refreshed; replies left 'partial' by a crash marked interrupted.
+    // Assumes no other process is writing the same file (the app is single-instance): the
+    // partial-reply recovery would otherwise interrupt another instance's reply.
+    // Call on the thread that will use the store; the connection stays on that thread.
+    OpenResult open(const QString &path);
+    void close();
+    bool isOpen() const;
+    QString path() const { return m_path; }
+    // The last failure of any call, as a sentence with SQLite's own message appended.
+    QString lastError() const { return m_lastError; }
+    int schemaVersion() const;
+    static int latestSchemaVersion();
+    // journal_mode, foreign_keys, synchronous, sqlite_version, user_version: for an About box
+    // and for tests.
+    QVariantMap diagnostics() const;
+    // Tests only: the clock used for created_at/updated_at (ms since the epoch).
+    void setClockForTesting(std::function<qint64()> nowMs) { m_nowMs = std::move(nowMs); }
+
+    // ---- Conversations -----------------------------------------------------------------------
+    std::optional<qint64> createConversation(const QString &title, const ConversationSettings &settings = {});
+    bool renameConversation(qint64 id, const QString &title);
+    bool setPinned(qint64 id, bool pinned);
+    bool setConversationSettings(qint64 id, const ConversationSettings &settings);
+    std::optional<Conversation> conversation(qint64 id) const;
+    // Pinned first, then most recently updated first (ties: newer id first).
+    QList<Conversation> conversations() const;
+    // Deletes the conversation with its messages, metrics and routing, and returns all of it so
+    // restoreConversation() can undo the delete exactly (same ids, times, tree and leaf).
+    std::optional<ConversationSnapshot> deleteConversation(qint64 id);
+    bool restoreConversation(const ConversationSnapshot &snapshot);
+
+    // Conversations whose title or message text contains every whitespace-separated term
+    // (case-insensitive for Latin letters), best first. Substring semantics, so Chinese works
+    // without word segmentation; terms of one or two characters use a slower scan (LIKE), since
+    // the trigram index needs three. Messages still streaming are not searched.
+    QList<SearchHit> search(const QString &text, int limit = 50) const;
+
+    // ---- Messages (a tree per conversation) ----------------------------------------------------
+    // Adds a complete message under parentId (nullopt: a root) and makes it the current leaf.
+    // parentId must belong to the same conversation. Returns the new id.
+    std::optional<qint64> addMessage(qint64 conversationId, std::optional<qint64> parentId, MessageRole role,
+                                     const QString &content, const GenerationInfo &generation = {});
+    std::optional<Message> message(qint64 id) const;
+    bool setCurrentLeaf(qint64 conversationId, qint64 messageId);
+    // Makes the branch through messageId active: the leaf becomes the newest descendant reached
+    // by following the most recent child at each step (the `< 2/3 >` switcher calls this).
+    bool selectBranch(qint64 messageId);
+    // Root → current leaf of the conversation (the messages a pane shows and the prompt).
+    QList<Message> activePath(qint64 conversationId) const;
+    // Root → messageId.
+    QList<Message> pathTo(qint64 messageId) const;
+    QList<Message> children(qint64 messageId) const;
+    // The message and its siblings (same conversation and parent), oldest first.
+    SiblingInfo siblings(qint64 messageId) const;
+    // Edit-and-resend: a new user message beside userMessageId (same parent) holding the edited
+    // text, made current leaf. The original and its replies stay as a sibling branch.
+    std::optional<qint64> editAndResend(qint64 userMessageId, const QString &newContent);
+    // Regenerate: begins a new partial assistant reply beside assistantMessageId (same parent).
+    std::optional<qint64> regenerate(qint64 assistantMessageId, const GenerationInfo &generation);
+
+    // ---- Streaming replies -----------------------------------------------------------------------
+    // A new assistant message in state 'partial' under parentId, made current leaf.
+    std::optional<qint64> beginPartialReply(qint64 conversationId, qint64 parentId, const GenerationInfo &generation);
+    // Checkpoint: one UPDATE of the text (no index work: partial rows are not in the FTS index).
+    // The app calls it at most about once a second; a crash loses only what came after.
+    bool updatePartialReply(qint64 messageId, const QString &text);
+    // Ends a partial reply: text, state 'complete', finish reason, metrics and routing, in one
+    // transaction. Fails if the message is not partial (e.g. recovered after a crash).
+    bool finishReply(qint64 messageId, const QString &text, const QString &finishReason,
+                     const MessageMetrics &metrics = {}, const QList<LayerRouting> &routing = {});
+    // Ends a partial reply as failed (engine error), keeping the text produced so far.
+    bool failReply(qint64 messageId, const QString &text, const QString &reason);
+    // Marks every 'partial' message as failed with finish reason "interrupted", keeping the last
+    // checkpointed text. open() calls it; returns how many it marked.
+    int recoverPartialReplies();
+    std::optional<MessageMetrics> metrics(qint64 messageId) const;
+    QList<LayerRouting> routing(qint64 messageId) const;
+
+    // ---- Presets ---------------------------------------------------------------------------------
+    QList<Preset> presets() const; // by position
+    std::optional<Preset> preset(qint64 id) const;
+    // Adds a user preset at the end (preset.id, position and builtinKey are ignored).
+    std::optional<qint64> createPreset(const Preset &preset);
+    // Changes a user preset's name, prefix, prompt and sampling. Built-ins are read-only
+    // (duplicate one with createPreset to change it).
+    bool updatePreset(const Preset &preset);
+    bool deletePreset(qint64 id); // user presets only
+    // orderedIds must list every preset exactly once (built-ins included).
+    bool reorderPresets(const QList<qint64> &orderedIds);
+    // The format is documented in presets.h. ids empty: all presets, in order.
+    QByteArray exportPresets(const QList<qint64> &ids = {}) const;
+    std::optional<PresetImportResult> importPresets(const QByteArray &json);
+
+    // ---- Benchmarks --------------------------------------------------------------------------------
+    std::optional<qint64> addBenchRun(const QJsonObject &json);
+    QList<BenchRun> benchRuns() const; // newest first
+
+Q_SIGNALS:
+    // After any change to the conversation list: created, renamed, pinned, deleted, restored,
+    // or touched by a new or finished message (updated_at).
+    void conversationsChanged();
+    // After a change to a conversation's messages or current leaf (not emitted per checkpoint).
+    void messagesChanged(qint64 conversationId);
+    void presetsChanged();
+
+private:
+    class Transaction;
+
+    bool checkThread() const;
+    bool fail(const QString &what, const QString &sqliteError) const;
+    qint64 nowMs() const;
+    QString integrityProblem(bool *corrupt);
+    bool openConnection(const QString &path, QString *error);
+    void closeConnection();
+    bool applyConnectionPragmas(QString *error);
+    bool migrate(OpenResult *result);
+    bool refreshBuiltinPresets();
+    bool touchConversation(qint64 conversationId);
+    std::optional<qint64> insertMessage(qint64 conversationId, std::optional<qint64> parentId, MessageRole role,
+                                        const QString &content, MessageState state,
+                                        const GenerationInfo &generation);
+    bool endPartialReply(qint64 messageId, const QString &text, MessageState state, const QString &finishReason,
+                         const MessageMetrics *metrics, const QList<LayerRouting> *routing);
+    std::optional<qint64> conversationOf(qint64 messageId) const;
+    QList<Message> messagesOf(qint64 conversationId) const;
+    QList<SearchHit> searchFts(const QStringList &terms, int limit) const;
+    QList<SearchHit> searchLike(const QStringList &terms, int limit) const;
+
+    QString m_connectionName;
+    QSqlDatabase m_db;
+    QString m_path;
+    QThread *m_thread = nullptr; // the thread that opened m_db
+    mutable QString m_lastError;
+    std::function<qint64()> m_nowMs;
+};
+
+} // namespace es

@@ -1,0 +1,177 @@
+// Value types the storage layer hands out: conversations, messages of the message tree, their
+// metrics and routing summaries, presets, search hits, undo snapshots. Plain copyable structs
+// with defaulted ==, no Qt SQL types and no engine types, so ui/ can use them directly.
+// Times are UTC QDateTimes with millisecond precision (stored as ms since the epoch).
+#pragma once
+
+#include <QByteArray>
+#include <QDateTime>
+#include <QHash>
+#include <QJsonObject>
+#include <QList>
+#include <QString>
+#include <QStringList>
+
+#include <optional>
+
+namespace es {
+
+enum class MessageRole { System, User, Assistant };
+enum class MessageState {
+    Complete, // the reply ended (stop, length, cancelled by the user: see finishReason)
+    Partial,  // still streaming; checkpointed text only
+    Failed,   // the engine failed, or the app died mid-reply (finishReason "interrupted")
+};
+
+QString toString(MessageRole role);   // "system" | "user" | "assistant" (the stored spelling)
+QString toString(MessageState state); // "complete" | "partial" | "failed"
+std::optional<MessageRole> messageRoleFromString(const QString &s);
+std::optional<MessageState> messageStateFromString(const QString &s);
+
+// Sampling parameters as the user or a preset chose them. An unset field means "the model's
+// generation_config default", so a preset can set temperature alone. JSON keys are the engine's
+// and generation_config.json's snake_case names (temperature, top_p, top_k, min_p,
+// repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed, stop).
+struct SamplingParams {
+    std::optional<double> temperature;
+    std::optional<double> topP;
+    std::optional<int> topK;
+    std::optional<double> minP;
+    std::optional<double> repetitionPenalty;
+    std::optional<double> presencePenalty;
+    std::optional<double> frequencyPenalty;
+    std::optional<int> maxTokens;
+    std::optional<quint64> seed; // JSON: a number up to 2^53, a decimal string above (exact)
+    QStringList stopStrings;
+
+    QJsonObject toJson() const;
+    // Unknown keys are ignored; values of the wrong type are dropped (never a failure: the
+    // JSON comes from our own files or from an import that was already validated).
+    static SamplingParams fromJson(const QJsonObject &o);
+    bool operator==(const SamplingParams &) const = default;
+};
+
+// Per-conversation settings (conversations.settings JSON). Keys this version does not know are
+// kept in `extra` and written back, so an older build never drops a newer build's settings.
+struct ConversationSettings {
+    SamplingParams sampling;
+    std::optional<qint64> presetId;
+    QJsonObject extra;
+
+    QJsonObject toJson() const;
+    static ConversationSettings fromJson(const QJsonObject &o);
+    bool operator==(const ConversationSettings &) const = default;
+};
+
+struct Conversation {
+    qint64 id = 0;
+    QString title;
+    QDateTime createdAt;
+    QDateTime updatedAt;
+    bool pinned = false;
+    std::optional<qint64> currentLeafId; // the active branch ends here; none while empty
+    ConversationSettings settings;
+    bool operator==(const Conversation &) const = default;
+};
+
+// What produced an assistant message; empty for user and system messages.
+struct GenerationInfo {
+    QString modelName;
+    QString modelHash;
+    QString precision; // "bf16", "fp8-e4m3", "fp32", ...
+    SamplingParams sampling;
+    std::optional<quint64> seed; // the seed actually used (reproducible runs)
+    bool operator==(const GenerationInfo &) const = default;
+};
+
+struct Message {
+    qint64 id = 0;
+    qint64 conversationId = 0;
+    std::optional<qint64> parentId; // none: a root (the first message, or an edit of it)
+    MessageRole role = MessageRole::User;
+    QString content;
+    QDateTime createdAt;
+    MessageState state = MessageState::Complete;
+    QString finishReason; // "stop", "length", "cancelled", "error: …", "interrupted"
+    GenerationInfo generation;
+    bool operator==(const Message &) const = default;
+};
+
+// Per-message measurements; definitions as in docs/architecture.md ("Metric definitions").
+struct MessageMetrics {
+    std::optional<double> ttftMs;
+    std::optional<int> nPromptTokens;
+    std::optional<int> nOutputTokens;
+    std::optional<double> prefillTokS;
+    std::optional<double> decodeTokS;
+    QList<float> itlMs;        // one gap per output token after the first (ms)
+    QList<float> tokenTimesMs; // each output token's time since the request was submitted (ms)
+    QString stopReason;
+    std::optional<qint64> peakMemoryBytes;
+    bool operator==(const MessageMetrics &) const = default;
+};
+
+// Expert token-slot counts of one MoE layer over one reply (dense layers have no entry).
+struct LayerRouting {
+    int layer = 0;
+    QList<quint32> expertCounts; // [n_expert]
+    bool operator==(const LayerRouting &) const = default;
+};
+
+struct Preset {
+    qint64 id = 0;
+    QString name;
+    QString prefix;       // inserted at the start of the composer, e.g. "【技术解析模式】"
+    QString systemPrompt; // empty: none
+    SamplingParams sampling;
+    int position = 0;     // order in the preset bar, 0 first
+    QString builtinKey;   // non-empty for the built-in presets ("technical", "creative")
+    bool isBuiltin() const { return !builtinKey.isEmpty(); }
+    bool operator==(const Preset &) const = default;
+};
+
+// [start, start + length) in UTF-16 code units of the string it belongs to.
+struct TextRange {
+    int start = 0;
+    int length = 0;
+    bool operator==(const TextRange &) const = default;
+};
+
+struct SearchHit {
+    Conversation conversation;
+    std::optional<qint64> messageId; // the best-matching message, if message text matched
+    QString snippet;                 // plain text around the match in that message ("…" at cuts)
+    QList<TextRange> snippetHighlights;
+    QList<TextRange> titleHighlights; // matches inside conversation.title
+    double score = 0;                 // lower is better (FTS5 bm25 convention)
+};
+
+// Everything deleteConversation removed, enough for restoreConversation to put it back with the
+// same ids. Messages are in id order, which is parent-before-child.
+struct ConversationSnapshot {
+    Conversation conversation;
+    QList<Message> messages;
+    QHash<qint64, MessageMetrics> metrics;
+    QHash<qint64, QList<LayerRouting>> routing;
+    bool operator==(const ConversationSnapshot &) const = default;
+};
+
+struct SiblingInfo {
+    QList<qint64> ids; // oldest first; the `< index+1 / ids.size() >` switcher
+    int index = -1;    // this message's position in ids; -1 when the message does not exist
+};
+
+struct BenchRun {
+    qint64 id = 0;
+    QDateTime createdAt;
+    QJsonObject json;
+    bool operator==(const BenchRun &) const = default;
+};
+
+// BLOB encodings of the metric and routing columns: little-endian float32 / uint32 arrays.
+QByteArray encodeFloat32(const QList<float> &v);
+QList<float> decodeFloat32(const QByteArray &b);
+QByteArray encodeUInt32(const QList<quint32> &v);
+QList<quint32> decodeUInt32(const QByteArray &b);
+
+} // namespace es
