@@ -20,7 +20,7 @@
 
 #include <algorithm>
 
-Q_LOGGING_CATEGORY(lcStorage, "es.storage")
+Q_LOGGING_CATEGORY(lcStorage, "es.storage", QtInfoMsg)
 
 namespace es {
 
@@ -217,9 +217,16 @@ private:
 
 namespace {
 // Prepares sql, binds values in order and executes; on failure the query's lastError() tells.
+// A null QString binds as SQL NULL in Qt SQL; text columns are NOT NULL, so it becomes ''.
+// (Nullable columns are bound from std::optional through nullable(), never from a QString.)
 bool run(QSqlQuery &q, const QString &sql, const QVariantList &values = {}) {
     if (!q.prepare(sql)) return false;
-    for (const QVariant &v : values) q.addBindValue(v);
+    for (const QVariant &v : values) {
+        if (v.typeId() == QMetaType::QString && v.toString().isNull())
+            q.addBindValue(QStringLiteral(""));
+        else
+            q.addBindValue(v);
+    }
     return q.exec();
 }
 } // namespace
@@ -241,7 +248,7 @@ bool ChatStore::checkThread() const {
                "used from a thread other than the one that opened it");
     if (m_thread && QThread::currentThread() != m_thread) {
         m_lastError = tr("The chat store was used from the wrong thread.");
-        qCCritical(lcStorage) << m_lastError;
+        qCCritical(lcStorage).noquote() << m_lastError;
         return false;
     }
     if (!m_db.isOpen()) {
@@ -293,21 +300,27 @@ void ChatStore::close() {
     m_path.clear();
 }
 
-// Empty when the file is sound. *corrupt tells damage (move the file aside) from other failures
-// such as a lock or a permission problem (leave the file alone).
+// Empty when the file is sound, else the first problem in words (the full list goes to the
+// log). *corrupt tells damage (move the file aside) from other failures such as a lock or a
+// permission problem (leave the file alone). Runs the full check, not quick_check: it is the one
+// chance to notice damage before writing to the file, and chat databases are small.
 QString ChatStore::integrityProblem(bool *corrupt) {
     *corrupt = false;
     QSqlQuery q(m_db);
-    if (!q.exec(QStringLiteral("PRAGMA integrity_check"))) {
+    if (!q.exec(QStringLiteral("PRAGMA integrity_check(100)"))) {
         *corrupt = isCorruptionCode(q.lastError());
-        return q.lastError().text();
+        const QString why = q.lastError().databaseText();
+        return why.isEmpty() ? q.lastError().text() : why;
     }
     QStringList problems;
-    while (q.next()) problems.append(q.value(0).toString());
+    while (q.next())
+        for (const QString &line : q.value(0).toString().split(QLatin1Char('\n'), Qt::SkipEmptyParts))
+            if (!line.startsWith(QLatin1String("***"))) problems.append(line.trimmed());
     if (problems == QStringList{QStringLiteral("ok")}) return {};
     *corrupt = true;
-    QString first = problems.value(0, tr("integrity check returned nothing"));
-    if (problems.size() > 1) first += tr(" (and %n more problem(s))", nullptr, int(problems.size() - 1));
+    qCWarning(lcStorage).noquote() << "integrity check of" << m_path << "failed:" << problems.join(QLatin1String("; "));
+    QString first = problems.value(0, tr("the integrity check returned nothing"));
+    if (problems.size() > 1) first += tr(", and %n more problem(s)", nullptr, int(problems.size() - 1));
     return first;
 }
 
@@ -390,6 +403,8 @@ OpenResult ChatStore::open(const QString &path) {
         }
     }
 
+    // Refusals first: setting WAL mode below already rewrites the file header.
+    if (!checkSchemaVersion(&result)) return failed(result.message);
     if (!applyConnectionPragmas(&error))
         return failed(tr("Could not set up the chat database %1: %2").arg(path, error));
     if (!migrate(&result)) return failed(result.message);
@@ -410,11 +425,13 @@ OpenResult ChatStore::open(const QString &path) {
         result.message = tr("%n reply(ies) cut off when ExpertScope last closed were kept as they were.",
                             nullptr, interrupted);
     }
-    qCInfo(lcStorage).noquote() << "opened" << path << "schema" << result.toVersion;
+    qCDebug(lcStorage).noquote() << "opened" << path << "schema" << result.toVersion;
     return result;
 }
 
-bool ChatStore::migrate(OpenResult *result) {
+// Reads user_version and refuses, without writing anything, a database this build must not
+// touch: one from a newer build, or a foreign SQLite file.
+bool ChatStore::checkSchemaVersion(OpenResult *result) {
     QSqlQuery q(m_db);
     if (!q.exec(QStringLiteral("PRAGMA user_version")) || !q.next()) {
         result->message = tr("Could not read the schema version: %1").arg(q.lastError().text());
@@ -433,10 +450,6 @@ bool ChatStore::migrate(OpenResult *result) {
                               .arg(latest);
         return false;
     }
-    if (version == latest) {
-        if (result->status != OpenResult::Status::RecoveredFromCorruption) result->status = OpenResult::Status::Opened;
-        return true;
-    }
     if (version == 0) {
         if (!q.exec(QStringLiteral("SELECT count(*) FROM sqlite_schema WHERE name NOT LIKE 'sqlite_%'")) ||
             !q.next()) {
@@ -449,14 +462,24 @@ bool ChatStore::migrate(OpenResult *result) {
                                   .arg(m_path);
             return false;
         }
-        q.finish();
-    } else if (m_path != kMemoryPath) {
+    }
+    return true;
+}
+
+bool ChatStore::migrate(OpenResult *result) {
+    const int version = result->fromVersion;
+    if (version == schema::latestVersion()) {
+        if (result->status != OpenResult::Status::RecoveredFromCorruption) result->status = OpenResult::Status::Opened;
+        return true;
+    }
+    if (version > 0 && m_path != kMemoryPath) {
         // A consistent copy (VACUUM INTO reads one snapshot, WAL included) before any change.
+        QSqlQuery q(m_db);
         const QString backup = m_path + QStringLiteral(".bak-v") + QString::number(version);
         QFile::remove(backup);
         if (!run(q, QStringLiteral("VACUUM INTO ?"), {backup})) {
             result->message = tr("Could not back up the chat database to %1 before upgrading it: %2. "
-                                 "It was left untouched.")
+                                 "It was not upgraded.")
                                   .arg(backup, q.lastError().text());
             return false;
         }
@@ -503,9 +526,10 @@ bool ChatStore::migrate(OpenResult *result) {
             }
         }
         current = step.version;
-        qCInfo(lcStorage).noquote() << "migrated" << m_path << "to schema" << current;
+        qCDebug(lcStorage).noquote() << "migrated" << m_path << "to schema" << current;
     }
     result->toVersion = current;
+    if (version > 0) qCInfo(lcStorage).noquote() << "upgraded" << m_path << "from schema" << version << "to" << current;
     if (result->status != OpenResult::Status::RecoveredFromCorruption)
         result->status = version == 0 ? OpenResult::Status::Created : OpenResult::Status::Migrated;
     if (version > 0 && result->message.isEmpty())
@@ -698,8 +722,8 @@ bool ChatStore::restoreConversation(const ConversationSnapshot &snapshot) {
                      QStringLiteral("INSERT INTO messages (id, conversation_id, parent_id, role, content, created_at, "
                                     "state, finish_reason, model_name, model_hash, precision, sampling, seed) "
                                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                     {m.id, c.id, nullable(m.parentId), toString(m.role), m.content, m.createdAt.toMSecsSinceEpoch(),
-                      toString(m.state), m.finishReason, m.generation.modelName, m.generation.modelHash,
+                     {m.id, c.id, nullable(m.parentId), messageRoleName(m.role), m.content, m.createdAt.toMSecsSinceEpoch(),
+                      messageStateName(m.state), m.finishReason, m.generation.modelName, m.generation.modelHash,
                       m.generation.precision, jsonText(m.generation.sampling.toJson()), seedVariant(m.generation.seed)}))
                 return fail(tr("Could not restore message %1").arg(m.id), q.lastError().text());
         }
@@ -917,7 +941,7 @@ std::optional<qint64> ChatStore::insertMessage(qint64 conversationId, std::optio
                  QStringLiteral("INSERT INTO messages (conversation_id, parent_id, role, content, created_at, state, "
                                 "model_name, model_hash, precision, sampling, seed) "
                                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                 {conversationId, nullable(parentId), toString(role), content, nowMs(), toString(state),
+                 {conversationId, nullable(parentId), messageRoleName(role), content, nowMs(), messageStateName(state),
                   generation.modelName, generation.modelHash, generation.precision,
                   jsonText(generation.sampling.toJson()), seedVariant(generation.seed)})) {
             fail(tr("Could not add a message to conversation %1").arg(conversationId), q.lastError().text());
@@ -1094,7 +1118,7 @@ bool ChatStore::endPartialReply(qint64 messageId, const QString &text, MessageSt
         QSqlQuery q(m_db);
         if (!run(q, QStringLiteral("UPDATE messages SET content = ?, state = ?, finish_reason = ? "
                                    "WHERE id = ? AND state = 'partial'"),
-                 {text, toString(state), finishReason, messageId}))
+                 {text, messageStateName(state), finishReason, messageId}))
             return fail(tr("Could not save reply %1").arg(messageId), q.lastError().text());
         if (q.numRowsAffected() != 1) return fail(tr("Message %1 is not a reply in progress").arg(messageId), {});
         if (metrics) {

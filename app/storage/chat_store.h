@@ -172,6 +172,7 @@ private:
     bool openConnection(const QString &path, QString *error);
     void closeConnection();
     bool applyConnectionPragmas(QString *error);
+    bool checkSchemaVersion(OpenResult *result);
     bool migrate(OpenResult *result);
     bool refreshBuiltinPresets();
     bool touchConversation(qint64 conversationId);

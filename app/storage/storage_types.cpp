@@ -7,7 +7,7 @@
 
 namespace es {
 
-QString toString(MessageRole role) {
+QString messageRoleName(MessageRole role) {
     switch (role) {
     case MessageRole::System: return QStringLiteral("system");
     case MessageRole::User: return QStringLiteral("user");
@@ -16,7 +16,7 @@ QString toString(MessageRole role) {
     return {};
 }
 
-QString toString(MessageState state) {
+QString messageStateName(MessageState state) {
     switch (state) {
     case MessageState::Complete: return QStringLiteral("complete");
     case MessageState::Partial: return QStringLiteral("partial");

@@ -23,8 +23,8 @@ enum class MessageState {
     Failed,   // the engine failed, or the app died mid-reply (finishReason "interrupted")
 };
 
-QString toString(MessageRole role);   // "system" | "user" | "assistant" (the stored spelling)
-QString toString(MessageState state); // "complete" | "partial" | "failed"
+QString messageRoleName(MessageRole role);   // "system" | "user" | "assistant" (the stored spelling)
+QString messageStateName(MessageState state); // "complete" | "partial" | "failed"
 std::optional<MessageRole> messageRoleFromString(const QString &s);
 std::optional<MessageState> messageStateFromString(const QString &s);
 
