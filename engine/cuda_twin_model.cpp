@@ -1,0 +1,238 @@
+// twin_forward_logits (see cuda_twin_model.h): the layer sequence of cuda_backend.cpp's
+// enqueue(), each step a kernel twin on host buffers. Weights are laid out as the backend lays
+// them out (q|k|v and gate|up concatenated, experts stacked), FP8 through fp8_quantize_ref.
+#include "cuda_twin_model.h"
+
+#include "dtype.h"
+
+#include "attention.cuh"
+#include "embedding.cuh"
+#include "fp8_quantize.cuh"
+#include "gemv.cuh"
+#include "moe_down_gemv.cuh"
+#include "moe_gate_up_gemv.cuh"
+#include "moe_router.cuh"
+#include "rms_norm.cuh"
+#include "rope_kv.cuh"
+#include "silu_mul.cuh"
+
+#include <cmath>
+
+namespace es {
+namespace {
+
+// A weight matrix as the backend stores it: BF16, or FP8 codes + per-row scales.
+struct twin_lin {
+    std::vector<bf16_t> b;
+    std::vector<fp8_t> q;
+    std::vector<float> s;
+    int64_t n = 0, k = 0;
+    weight_format fmt = weight_format::bf16;
+    const void *w() const { return fmt == weight_format::bf16 ? static_cast<const void *>(b.data()) : q.data(); }
+    const float *scale() const { return fmt == weight_format::bf16 ? nullptr : s.data(); }
+};
+
+std::vector<bf16_t> to_bf16(const tensor_view &tv) {
+    const size_t n = static_cast<size_t>(tv.n_elements());
+    std::vector<float> f(n);
+    convert_to_f32(tv.type, tv.data, f.data(), n);
+    std::vector<bf16_t> b(n);
+    for (size_t i = 0; i < n; ++i) b[i] = float_to_bf16_bits(f[i]);
+    return b;
+}
+
+std::vector<float> to_f32(const tensor_view &tv) {
+    std::vector<float> f(static_cast<size_t>(tv.n_elements()));
+    convert_to_f32(tv.type, tv.data, f.data(), f.size());
+    return f;
+}
+
+// Rows of several tensors stacked in order, then quantized per row when fp8.
+twin_lin make_lin(const std::vector<const tensor_view *> &parts, int64_t k, weight_format fmt) {
+    twin_lin L;
+    L.k = k;
+    L.fmt = fmt;
+    for (const tensor_view *tv : parts) {
+        if (!tv) throw load_error("twin model: a tensor is missing");
+        auto b = to_bf16(*tv);
+        L.b.insert(L.b.end(), b.begin(), b.end());
+    }
+    L.n = int64_t(L.b.size()) / k;
+    if (fmt == weight_format::fp8_e4m3) {
+        L.q.resize(L.b.size());
+        L.s.resize(static_cast<size_t>(L.n));
+        fp8_quantize_params p{L.b.data(), L.q.data(), L.s.data(), L.n, k};
+        fp8_quantize_ref(p);
+    }
+    return L;
+}
+
+void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vector<float> &y, bool acc) {
+    if (!acc) y.assign(static_cast<size_t>(T * L.n), 0.0f);
+    gemv_params p;
+    p.x = x.data();
+    p.ldx = L.k;
+    p.w = L.w();
+    p.wfmt = L.fmt;
+    p.w_scale = L.scale();
+    p.y = y.data();
+    p.ldy = L.n;
+    p.n_tokens = T;
+    p.n = L.n;
+    p.k = L.k;
+    p.accumulate = acc;
+    gemv_ref(p);
+}
+
+} // namespace
+
+result<std::vector<float>> twin_forward_logits(const model_config &c, const model_tensors &t,
+                                               const std::vector<int32_t> &tokens, weight_precision precision) {
+    return catch_errors([&]() -> std::vector<float> {
+        const weight_format fmt = precision == weight_precision::fp8 ? weight_format::fp8_e4m3 : weight_format::bf16;
+        const int64_t T = int64_t(tokens.size()), H = c.n_embd, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
+        const int64_t bs = 16, n_blocks = (T + bs - 1) / bs, K = c.n_expert_used;
+        const float eps = float(c.rms_eps);
+
+        const auto tok_embd = to_bf16(*t.tok_embd);
+        const twin_lin head = make_lin({c.tie_word_embeddings ? t.tok_embd : t.output}, H, weight_format::bf16);
+        const auto out_norm = to_bf16(*t.output_norm);
+        std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
+        for (int64_t i = 0; i < hd / 2; ++i)
+            inv_freq[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(hd));
+        std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T), 0), bt(static_cast<size_t>(std::max<int64_t>(n_blocks, 1)));
+        for (int64_t i = 0; i < T; ++i) pos[i] = int32_t(i);
+        for (int64_t i = 0; i < int64_t(bt.size()); ++i) bt[i] = int32_t(i);
+        const std::vector<int32_t> tiles = attention_tiles(seq.data(), T, c.n_head / c.n_head_kv);
+
+        std::vector<float> x(static_cast<size_t>(T * H)), qkv, gu, y;
+        std::vector<bf16_t> xn(static_cast<size_t>(T * H)), q(static_cast<size_t>(T * qd)), attn(static_cast<size_t>(T * qd)), act;
+        std::vector<bf16_t> kc(static_cast<size_t>(n_blocks * bs * kvd)), vc(static_cast<size_t>(n_blocks * bs * kvd));
+        embedding_ref({tokens.data(), tok_embd.data(), x.data(), T, H});
+
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+            const layer_tensors &L = t.layers[il];
+            const auto attn_norm = to_bf16(*L.attn_norm), ffn_norm = to_bf16(*L.ffn_norm);
+            rms_norm_params nrm;
+            nrm.x = x.data();
+            nrm.weight = attn_norm.data();
+            nrm.out = xn.data();
+            nrm.n_rows = T;
+            nrm.n_embd = H;
+            nrm.eps = eps;
+            rms_norm_ref(nrm);
+            linear(make_lin({L.wq, L.wk, L.wv}, H, fmt), xn, T, qkv, false);
+            rope_kv_params rp;
+            rp.qkv = qkv.data();
+            rp.pos = pos.data();
+            rp.seq = seq.data();
+            rp.block_tables = bt.data();
+            rp.bt_stride = int64_t(bt.size());
+            rp.inv_freq = inv_freq.data();
+            rp.q_out = q.data();
+            rp.k_cache = kc.data();
+            rp.v_cache = vc.data();
+            rp.n_tokens = T;
+            rp.n_head = c.n_head;
+            rp.n_head_kv = c.n_head_kv;
+            rp.head_dim = hd;
+            rp.block_size = bs;
+            rope_kv_ref(rp);
+            attention_params ap;
+            ap.q = q.data();
+            ap.k_cache = kc.data();
+            ap.v_cache = vc.data();
+            ap.pos = pos.data();
+            ap.seq = seq.data();
+            ap.block_tables = bt.data();
+            ap.bt_stride = int64_t(bt.size());
+            ap.tiles = tiles.data();
+            ap.n_tiles = int64_t(tiles.size() / 2);
+            ap.out = attn.data();
+            ap.n_tokens = T;
+            ap.n_head = c.n_head;
+            ap.n_head_kv = c.n_head_kv;
+            ap.head_dim = hd;
+            ap.block_size = bs;
+            ap.scale = 1.0f / std::sqrt(float(hd));
+            attention_ref(ap);
+            linear(make_lin({L.wo}, qd, fmt), attn, T, x, true);
+
+            nrm.weight = ffn_norm.data();
+            rms_norm_ref(nrm);
+            auto swiglu = [&](const tensor_view *g, const tensor_view *u, const tensor_view *d, int64_t F) {
+                linear(make_lin({g, u}, H, fmt), xn, T, gu, false);
+                act.assign(static_cast<size_t>(T * F), 0);
+                silu_mul_ref({gu.data(), act.data(), T, F});
+                linear(make_lin({d}, F, fmt), act, T, x, true);
+            };
+            if (!L.is_moe) {
+                swiglu(L.ffn_gate, L.ffn_up, L.ffn_down, c.n_ff);
+                continue;
+            }
+            const auto router = to_f32(*L.ffn_gate_inp), bias = to_f32(*L.ffn_exp_probs_b);
+            std::vector<int32_t> ids(static_cast<size_t>(T * K));
+            std::vector<float> wts(static_cast<size_t>(T * K));
+            moe_router_params mr;
+            mr.x = xn.data();
+            mr.w = router.data();
+            mr.bias = bias.data();
+            mr.ids = ids.data();
+            mr.weights = wts.data();
+            mr.n_tokens = T;
+            mr.n_embd = H;
+            mr.n_expert = c.n_expert;
+            mr.n_expert_used = K;
+            mr.norm_min = float(c.moe_norm_min);
+            moe_router_ref(mr);
+            if (c.n_expert_shared > 0)
+                swiglu(L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, c.n_ff_exp * c.n_expert_shared);
+            std::vector<const tensor_view *> gu_parts, down_parts;
+            for (int64_t e = 0; e < c.n_expert; ++e) {
+                gu_parts.push_back(L.ffn_gate_exps[e]);
+                gu_parts.push_back(L.ffn_up_exps[e]);
+                down_parts.push_back(L.ffn_down_exps[e]);
+            }
+            const twin_lin egu = make_lin(gu_parts, H, fmt), edn = make_lin(down_parts, c.n_ff_exp, fmt);
+            std::vector<bf16_t> act_e(static_cast<size_t>(T * K * c.n_ff_exp));
+            moe_gate_up_gemv_params g;
+            g.x = xn.data();
+            g.ids = ids.data();
+            g.w = egu.w();
+            g.wfmt = fmt;
+            g.w_scale = egu.scale();
+            g.act = act_e.data();
+            g.n_tokens = T;
+            g.n_embd = H;
+            g.n_expert_used = K;
+            g.n_ff_exp = c.n_ff_exp;
+            moe_gate_up_gemv_ref(g);
+            moe_down_gemv_params d;
+            d.act = act_e.data();
+            d.ids = ids.data();
+            d.weights = wts.data();
+            d.w = edn.w();
+            d.wfmt = fmt;
+            d.w_scale = edn.scale();
+            d.y = x.data();
+            d.n_tokens = T;
+            d.n_embd = H;
+            d.n_expert_used = K;
+            d.n_ff_exp = c.n_ff_exp;
+            moe_down_gemv_ref(d);
+        }
+        rms_norm_params nrm;
+        nrm.x = x.data();
+        nrm.weight = out_norm.data();
+        nrm.out = xn.data();
+        nrm.n_rows = T;
+        nrm.n_embd = H;
+        nrm.eps = eps;
+        rms_norm_ref(nrm);
+        std::vector<float> logits;
+        linear(head, xn, T, logits, false);
+        return logits;
+    });
+}
+
+} // namespace es

@@ -1,0 +1,57 @@
+// CPU twin of attention and the host-side tile plan (see attention.cuh).
+#include "attention.cuh"
+
+#include <algorithm>
+
+namespace es {
+
+std::vector<int32_t> attention_tiles(const int32_t *seq, int64_t n_tokens, int64_t group) {
+    const int64_t max_tokens = attention_tile_tokens(group);
+    std::vector<int32_t> tiles;
+    int64_t t = 0;
+    while (t < n_tokens) {
+        int64_t n = 1;
+        while (t + n < n_tokens && n < max_tokens && seq[t + n] == seq[t]) ++n;
+        tiles.push_back(int32_t(t));
+        tiles.push_back(int32_t(n));
+        t += n;
+    }
+    return tiles;
+}
+
+void attention_ref(const attention_params &p) {
+    const int64_t hd = p.head_dim, qd = p.n_head * hd, kvd = p.n_head_kv * hd, group = p.n_head / p.n_head_kv;
+    std::vector<float> scores, o(static_cast<size_t>(hd));
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+        const int32_t *bt = p.block_tables + int64_t(p.seq[t]) * p.bt_stride;
+        const int64_t n_ctx = int64_t(p.pos[t]) + 1;
+        scores.resize(size_t(n_ctx));
+        for (int64_t h = 0; h < p.n_head; ++h) {
+            const int64_t kvh = h / group;
+            const bf16_t *q = p.q + t * qd + h * hd;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < n_ctx; ++j) {
+                const int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+                const bf16_t *k = p.k_cache + slot * kvd + kvh * hd;
+                float s = 0.0f;
+                for (int64_t d = 0; d < hd; ++d) s += bf16_bits_to_float(q[d]) * bf16_bits_to_float(k[d]);
+                scores[j] = s * p.scale;
+                mx = std::max(mx, scores[j]);
+            }
+            float sum = 0.0f;
+            for (int64_t j = 0; j < n_ctx; ++j) {
+                scores[j] = std::exp(scores[j] - mx);
+                sum += scores[j];
+            }
+            std::fill(o.begin(), o.end(), 0.0f);
+            for (int64_t j = 0; j < n_ctx; ++j) {
+                const int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
+                const bf16_t *v = p.v_cache + slot * kvd + kvh * hd;
+                for (int64_t d = 0; d < hd; ++d) o[d] += scores[j] * bf16_bits_to_float(v[d]);
+            }
+            for (int64_t d = 0; d < hd; ++d) p.out[t * qd + h * hd + d] = float_to_bf16_bits(o[d] / sum);
+        }
+    }
+}
+
+} // namespace es

@@ -1,0 +1,45 @@
+// attention: causal GQA attention of every batch token over its own sequence's paged KV cache
+// (BF16 pools, layout as rope_kv.cuh), fp32 scores and softmax, scale 1/sqrt(head_dim) given by
+// the caller. One code path for prefill chunks and decode: query token t attends to positions
+// [0, pos[t]] of sequence seq[t] through its block table.
+//
+// Work is cut into query tiles (plan on the host with attention_tiles): a tile is a run of
+// consecutive batch tokens of one sequence, at most attention_tile_tokens(group) of them, so that
+// a tile's (token, q-head) rows of one KV head number at most 32.
+#pragma once
+
+#include "kernel_common.h"
+
+#include <vector>
+
+namespace es {
+
+struct attention_params {
+    const bf16_t *q = nullptr;             // [n_tokens, n_head·head_dim] post-RoPE
+    const bf16_t *k_cache = nullptr;       // [n_blocks·block_size, n_head_kv·head_dim]
+    const bf16_t *v_cache = nullptr;
+    const int32_t *pos = nullptr;          // [n_tokens]
+    const int32_t *seq = nullptr;          // [n_tokens]
+    const int32_t *block_tables = nullptr; // [n_seqs, bt_stride]
+    int64_t bt_stride = 0;
+    const int32_t *tiles = nullptr;        // [n_tiles, 2]: first token, token count
+    int64_t n_tiles = 0;
+    bf16_t *out = nullptr;                 // [n_tokens, n_head·head_dim]
+    int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, block_size = 16;
+    float scale = 1.0f;
+};
+
+inline constexpr int64_t attention_max_head_dim = 256;
+
+// Query tokens per tile for a GQA group of `group` q heads per KV head.
+inline int64_t attention_tile_tokens(int64_t group) { return group >= 32 ? 1 : 32 / group; }
+
+// Tiles for a batch whose tokens of one sequence are contiguous: flat [first, count] pairs.
+std::vector<int32_t> attention_tiles(const int32_t *seq, int64_t n_tokens, int64_t group);
+
+void attention_ref(const attention_params &p);
+#ifdef ES_KERNELS_HAVE_LAUNCHERS
+cudaError_t launch_attention(const attention_params &p, cudaStream_t stream);
+#endif
+
+} // namespace es

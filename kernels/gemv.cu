@@ -1,0 +1,112 @@
+// gemv (see gemv.cuh). One warp per output row n, 4 rows per block; each warp streams its weight
+// row once (16-byte loads per lane, four in flight, evict-first) and multiplies it with up to MT
+// tokens' activations (MT = 1, 2, 4 or 8; more tokens run as more grid rows). Lanes keep MT fp32
+// partial sums, reduced by shuffles; lane 0 applies the FP8 scale and writes, adds, or (split-K)
+// atomically adds. Rows whose size or alignment does not allow 16-byte vectors take a scalar path.
+#include "gemv.cuh"
+#include "kernel_common.cuh"
+
+#include <algorithm>
+
+namespace es {
+namespace {
+
+constexpr int k_rows_per_block = 4;
+
+template <bool FP8, int MT, bool VEC>
+__global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n = int64_t(blockIdx.x) * k_rows_per_block + warp;
+    if (n >= p.n) return;
+    const int64_t m0 = int64_t(blockIdx.y) * MT;
+    const int mt = int(p.n_tokens - m0 < MT ? p.n_tokens - m0 : MT);
+    constexpr int E = VEC ? vec_elems<FP8> : 1;
+    const int splits = gridDim.z;
+    int64_t chunk = (p.k + splits - 1) / splits;
+    chunk = (chunk + 32 * E - 1) / (32 * E) * (32 * E);
+    const int64_t kb = int64_t(blockIdx.z) * chunk, ke = min(p.k, kb + chunk);
+    const unsigned char *w_row = static_cast<const unsigned char *>(p.w) + n * p.k * (FP8 ? 1 : 2);
+    const uint16_t *x = p.x + m0 * p.ldx;
+
+    float acc[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
+    if constexpr (VEC) {
+        const uint4 *wv = reinterpret_cast<const uint4 *>(w_row);
+        int64_t kk = kb + int64_t(lane) * E;
+        for (; kk + 32 * E < ke; kk += 2 * 32 * E) {
+            const uint4 a = __ldcs(wv + kk / E), b = __ldcs(wv + kk / E + 32);
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+                if (m < mt) acc[m] += dot_vec<FP8>(a, x + m * p.ldx + kk) + dot_vec<FP8>(b, x + m * p.ldx + kk + 32 * E);
+        }
+        for (; kk < ke; kk += 32 * E) {
+            const uint4 a = __ldcs(wv + kk / E);
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+                if (m < mt) acc[m] += dot_vec<FP8>(a, x + m * p.ldx + kk);
+        }
+    } else {
+        for (int64_t kk = kb + lane; kk < ke; kk += 32) {
+            const float wf = wval<FP8>(w_row, kk);
+#pragma unroll
+            for (int m = 0; m < MT; ++m)
+                if (m < mt) acc[m] += wf * bf16_to_f(x[m * p.ldx + kk]);
+        }
+    }
+    const float scale = FP8 ? p.w_scale[n] : 1.0f;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        const float v = warp_sum(acc[m]) * scale;
+        if (lane == 0 && m < mt) {
+            float *dst = p.y + (m0 + m) * p.ldy + n;
+            if (splits > 1) atomicAdd(dst, v);
+            else *dst = p.accumulate ? *dst + v : v;
+        }
+    }
+}
+
+template <bool FP8, int MT>
+cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t stream) {
+    if (vec) gemv_kernel<FP8, MT, true><<<grid, 128, 0, stream>>>(p);
+    else gemv_kernel<FP8, MT, false><<<grid, 128, 0, stream>>>(p);
+    return cudaGetLastError();
+}
+
+template <bool FP8>
+cudaError_t launch_fmt(const gemv_params &p, int mt, bool vec, dim3 grid, cudaStream_t stream) {
+    switch (mt) {
+    case 1: return launch_mt<FP8, 1>(p, vec, grid, stream);
+    case 2: return launch_mt<FP8, 2>(p, vec, grid, stream);
+    case 4: return launch_mt<FP8, 4>(p, vec, grid, stream);
+    default: return launch_mt<FP8, 8>(p, vec, grid, stream);
+    }
+}
+
+} // namespace
+
+cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
+    if (p.n_tokens <= 0 || p.n <= 0) return cudaSuccess;
+    if (p.k <= 0 || (p.wfmt == weight_format::fp8_e4m3 && !p.w_scale)) return cudaErrorInvalidValue;
+    const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
+    const int64_t E = fp8 ? 16 : 8;
+    const bool vec = p.k % E == 0 && p.ldx % 8 == 0 && aligned16(p.w) && aligned16(p.x);
+    const int mt = p.n_tokens >= 8 ? 8 : p.n_tokens >= 5 ? 8 : p.n_tokens >= 3 ? 4 : int(p.n_tokens);
+    const unsigned gx = ceil_div_u(p.n, k_rows_per_block), gy = ceil_div_u(p.n_tokens, mt);
+    int splits = p.k_splits;
+    if (splits <= 0) {
+        // Fill about 132 SMs × 48 warps; each split keeps ≥ 4 vector steps per lane.
+        const int64_t warps = int64_t(gx) * k_rows_per_block * gy, target = 132 * 48;
+        const int64_t max_splits = std::max<int64_t>(1, p.k / (32 * E * 4));
+        splits = warps * 2 >= target ? 1 : int(std::min<int64_t>(target / warps, max_splits));
+        splits = std::max(1, std::min(splits, 64));
+    }
+    if (splits > 1 && !p.accumulate) {
+        const cudaError_t e = cudaMemset2DAsync(p.y, size_t(p.ldy) * 4, 0, size_t(p.n) * 4, size_t(p.n_tokens), stream);
+        if (e != cudaSuccess) return e;
+    }
+    const dim3 grid(gx, gy, unsigned(splits));
+    return fp8 ? launch_fmt<true>(p, mt, vec, grid, stream) : launch_fmt<false>(p, mt, vec, grid, stream);
+}
+
+} // namespace es

@@ -1,0 +1,110 @@
+// Device helpers shared by the .cu files: BF16/FP8 widening from raw bits, warp reductions, and
+// the launch-check idiom. Included by device code only (never by plain C++).
+#pragma once
+
+#include "kernel_common.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+#include <cuda_runtime.h>
+
+namespace es {
+
+__device__ __forceinline__ float bf16_to_f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
+__device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ uint16_t f_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+
+__device__ __forceinline__ float fp8_to_f(uint8_t v) {
+    const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(v), __NV_E4M3);
+    return __half2float(__half(h));
+}
+// Two E4M3 values packed little-endian in 16 bits → (low, high) as floats (exact).
+__device__ __forceinline__ float2 fp8x2_to_f2(uint32_t v16) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v16 & 0xffffu), __NV_E4M3);
+    return __half22float2(__half2(h));
+}
+__device__ __forceinline__ uint8_t f_to_fp8(float f) {
+    return uint8_t(__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3));
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+__device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
+
+__host__ __device__ inline bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+inline unsigned ceil_div_u(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+
+} // namespace es
+
+namespace es {
+
+// ---- weight-row dot products shared by the GEMV-style kernels ----------------------------------
+// A "vector" step moves 16 bytes of weights per lane: 8 BF16 or 16 FP8 values.
+template <bool FP8>
+inline constexpr int vec_elems = FP8 ? 16 : 8;
+
+template <bool FP8>
+__device__ __forceinline__ float wval(const void *w_row, int64_t k) {
+    if constexpr (FP8) return fp8_to_f(static_cast<const uint8_t *>(w_row)[k]);
+    else return bf16_to_f(static_cast<const uint16_t *>(w_row)[k]);
+}
+
+// Σ over one 16-byte weight vector times the matching BF16 activations (x 16-byte aligned).
+template <bool FP8>
+__device__ __forceinline__ float dot_vec(const uint4 w, const uint16_t *x) {
+    const uint4 x0 = __ldg(reinterpret_cast<const uint4 *>(x));
+    if constexpr (!FP8) {
+        return bf16_lo(w.x) * bf16_lo(x0.x) + bf16_hi(w.x) * bf16_hi(x0.x) + bf16_lo(w.y) * bf16_lo(x0.y) +
+               bf16_hi(w.y) * bf16_hi(x0.y) + bf16_lo(w.z) * bf16_lo(x0.z) + bf16_hi(w.z) * bf16_hi(x0.z) +
+               bf16_lo(w.w) * bf16_lo(x0.w) + bf16_hi(w.w) * bf16_hi(x0.w);
+    } else {
+        const uint4 x1 = __ldg(reinterpret_cast<const uint4 *>(x) + 1);
+        const uint32_t wp[4] = {w.x, w.y, w.z, w.w};
+        const uint32_t xp[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 a = fp8x2_to_f2(wp[i] & 0xffffu), b = fp8x2_to_f2(wp[i] >> 16);
+            acc += a.x * bf16_lo(xp[2 * i]) + a.y * bf16_hi(xp[2 * i]) + b.x * bf16_lo(xp[2 * i + 1]) +
+                   b.y * bf16_hi(xp[2 * i + 1]);
+        }
+        return acc;
+    }
+}
+
+// This lane's share of dot(w_row[kb:ke], x[kb:ke]); the caller reduces across the warp.
+// VEC needs 16-byte aligned rows and kb, ke multiples of vec_elems<FP8>. Four weight vectors
+// are loaded before use so several 16-byte loads are in flight per lane.
+template <bool FP8, bool VEC>
+__device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, int64_t kb, int64_t ke, int lane) {
+    float acc = 0.0f;
+    if constexpr (VEC) {
+        constexpr int E = vec_elems<FP8>;
+        const uint4 *wv = static_cast<const uint4 *>(w_row);
+        int64_t kk = kb + int64_t(lane) * E;
+        for (; kk + 3 * 32 * E < ke; kk += 4 * 32 * E) {
+            const uint4 a = __ldcs(wv + kk / E), b = __ldcs(wv + kk / E + 32), c = __ldcs(wv + kk / E + 64),
+                        d = __ldcs(wv + kk / E + 96);
+            acc += dot_vec<FP8>(a, x + kk) + dot_vec<FP8>(b, x + kk + 32 * E) + dot_vec<FP8>(c, x + kk + 64 * E) +
+                   dot_vec<FP8>(d, x + kk + 96 * E);
+        }
+        for (; kk < ke; kk += 32 * E) acc += dot_vec<FP8>(__ldcs(wv + kk / E), x + kk);
+    } else {
+        for (int64_t kk = kb + lane; kk < ke; kk += 32) acc += wval<FP8>(w_row, kk) * bf16_to_f(x[kk]);
+    }
+    return acc;
+}
+
+} // namespace es

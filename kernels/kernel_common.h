@@ -1,0 +1,84 @@
+// Types shared by every kernel's params struct and CPU twin, and the host-side element
+// conversions the twins use (BF16 round-to-nearest-even, FP8 E4M3 with saturation to ±448, as
+// the device's __nv_cvt_float_to_fp8(…, __NV_SATFINITE, __NV_E4M3)). Plain C++: it compiles
+// without a CUDA toolkit, so the twins and their tests build everywhere. Launchers are declared
+// only where ES_KERNELS_WITH_CUDA is defined (targets that link es_kernels).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#if defined(__CUDACC__) || defined(ES_KERNELS_WITH_CUDA)
+#include <cuda_runtime_api.h>
+#define ES_KERNELS_HAVE_LAUNCHERS 1
+#endif
+
+namespace es {
+
+using bf16_t = uint16_t; // raw BF16 bits (device code reinterprets as __nv_bfloat16)
+using fp8_t = uint8_t;   // raw FP8 E4M3 bits
+
+enum class weight_format : uint8_t { bf16, fp8_e4m3 };
+
+inline constexpr float fp8_e4m3_max = 448.0f;
+
+inline float bf16_bits_to_float(bf16_t h) {
+    const uint32_t u = uint32_t(h) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return f;
+}
+
+// Round to nearest even; NaN stays a quiet NaN.
+inline bf16_t float_to_bf16_bits(float f) {
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return bf16_t((u >> 16) | 0x40);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return bf16_t(u >> 16);
+}
+
+inline float round_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(f)); }
+
+// E4M3 (bias 7, no infinities, S.1111.111 is NaN, max finite 448).
+inline float fp8_e4m3_to_float(fp8_t v) {
+    const int sign = v & 0x80, exp = (v >> 3) & 0xf, man = v & 7;
+    float r;
+    if (exp == 0xf && man == 7) r = NAN;
+    else if (exp == 0) r = std::ldexp(float(man), -9);
+    else r = std::ldexp(1.0f + float(man) / 8.0f, exp - 7);
+    return sign ? -r : r;
+}
+
+// Round to nearest even, finite values saturate to ±448, NaN → NaN.
+inline fp8_t float_to_fp8_e4m3(float f) {
+    const fp8_t sign = std::signbit(f) ? 0x80 : 0x00;
+    if (std::isnan(f)) return fp8_t(sign | 0x7f);
+    const float a = std::fabs(f);
+    if (a >= fp8_e4m3_max) return fp8_t(sign | 0x7e);
+    if (a < 0.015625f) { // below 2^-6: subnormal steps of 2^-9 (m == 8 is the smallest normal)
+        const int m = int(std::nearbyint(a * 512.0f));
+        return fp8_t(sign | m);
+    }
+    int e = 0;
+    std::frexp(a, &e);                                   // a = fr · 2^e, fr in [0.5, 1)
+    int exp = e - 1;                                     // a = 1.m · 2^exp, exp in [-6, 8]
+    int m = int(std::nearbyint((std::ldexp(a, -exp) - 1.0f) * 8.0f));
+    if (m == 8) {
+        m = 0;
+        ++exp;
+    }
+    if (exp > 8 || (exp == 8 && m == 7)) return fp8_t(sign | 0x7e);
+    return fp8_t(sign | ((exp + 7) << 3) | m);
+}
+
+// Element of a weight matrix in either format, widened to fp32 (no scale applied).
+inline float weight_at(const void *w, weight_format f, int64_t i) {
+    return f == weight_format::bf16 ? bf16_bits_to_float(static_cast<const bf16_t *>(w)[i])
+                                    : fp8_e4m3_to_float(static_cast<const fp8_t *>(w)[i]);
+}
+
+inline size_t weight_format_bytes(weight_format f) { return f == weight_format::bf16 ? 2 : 1; }
+
+} // namespace es

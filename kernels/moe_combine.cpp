@@ -1,0 +1,16 @@
+// CPU twin of moe_combine (see moe_combine.cuh).
+#include "moe_combine.cuh"
+
+namespace es {
+
+void moe_combine_ref(const moe_combine_params &p) {
+    const int64_t K = p.n_expert_used, H = p.n_embd;
+    for (int64_t t = 0; t < p.n_tokens; ++t)
+        for (int64_t i = 0; i < H; ++i) {
+            float acc = p.x[t * H + i];
+            for (int64_t j = 0; j < K; ++j) acc += p.weights[t * K + j] * p.y[(t * K + j) * H + i];
+            p.x[t * H + i] = acc;
+        }
+}
+
+} // namespace es

@@ -1,0 +1,22 @@
+// moe_combine: adds the routed experts' outputs into the residual stream after the grouped
+// (prefill) expert GEMMs: x[t, :] += Σ_j weights[t, j] · y[t·n_expert_used + j, :], fp32, in
+// choice order j = 0 … k−1 (deterministic: no atomics).
+#pragma once
+
+#include "kernel_common.h"
+
+namespace es {
+
+struct moe_combine_params {
+    const float *y = nullptr;       // [n_tokens·n_expert_used, n_embd] expert output per slot
+    const float *weights = nullptr; // [n_tokens, n_expert_used]
+    float *x = nullptr;             // [n_tokens, n_embd]
+    int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0;
+};
+
+void moe_combine_ref(const moe_combine_params &p);
+#ifdef ES_KERNELS_HAVE_LAUNCHERS
+cudaError_t launch_moe_combine(const moe_combine_params &p, cudaStream_t stream);
+#endif
+
+} // namespace es

@@ -1,0 +1,46 @@
+// moe_down_gemv (see moe_down_gemv.cuh): grid (n_embd / 4, n_tokens); one warp per (t, n) loops
+// over the token's k_used choices, each a row of that expert's down matrix dotted with the
+// slot's activations (lane_dot), weighted and summed in fp32; lane 0 adds the total into y.
+#include "moe_down_gemv.cuh"
+#include "kernel_common.cuh"
+
+namespace es {
+namespace {
+
+template <bool FP8, bool VEC>
+__global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n = int64_t(blockIdx.x) * 4 + warp, t = blockIdx.y;
+    if (n >= p.n_embd) return;
+    const int64_t K = p.n_expert_used, F = p.n_ff_exp, H = p.n_embd;
+    const unsigned char *w = static_cast<const unsigned char *>(p.w);
+    const int64_t row_bytes = F * (FP8 ? 1 : 2);
+    float total = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+        const int64_t e = p.ids[t * K + j], row = e * H + n;
+        float v = warp_sum(lane_dot<FP8, VEC>(w + row * row_bytes, p.act + (t * K + j) * F, 0, F, lane));
+        if (FP8) v *= p.w_scale[row];
+        total += p.weights[t * K + j] * v;
+    }
+    if (lane == 0) p.y[t * H + n] += total;
+}
+
+} // namespace
+
+cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t stream) {
+    if (p.n_tokens <= 0 || p.n_embd <= 0) return cudaSuccess;
+    const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
+    if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
+    const bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
+    const dim3 grid(ceil_div_u(p.n_embd, 4), unsigned(p.n_tokens));
+    if (fp8) {
+        if (vec) moe_down_gemv_kernel<true, true><<<grid, 128, 0, stream>>>(p);
+        else moe_down_gemv_kernel<true, false><<<grid, 128, 0, stream>>>(p);
+    } else {
+        if (vec) moe_down_gemv_kernel<false, true><<<grid, 128, 0, stream>>>(p);
+        else moe_down_gemv_kernel<false, false><<<grid, 128, 0, stream>>>(p);
+    }
+    return cudaGetLastError();
+}
+
+} // namespace es

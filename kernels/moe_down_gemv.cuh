@@ -1,0 +1,27 @@
+// moe_down_gemv: decode-sized routed-expert down-projection and weighted combine, added into the
+// residual stream:  y[t, n] += Σ_j weights[t, j] · scale · Wd_e[n] · act[t·k_used + j],  e = ids[t, j],
+// summed in choice order j (deterministic: one warp owns each (t, n), no atomics).
+// Weights: [n_expert, n_embd, n_ff_exp], BF16 or FP8 with scales [n_expert, n_embd].
+#pragma once
+
+#include "kernel_common.h"
+
+namespace es {
+
+struct moe_down_gemv_params {
+    const bf16_t *act = nullptr;    // [n_tokens·n_expert_used, n_ff_exp]
+    const int32_t *ids = nullptr;   // [n_tokens, n_expert_used]
+    const float *weights = nullptr; // [n_tokens, n_expert_used]
+    const void *w = nullptr;        // [n_expert, n_embd, n_ff_exp]
+    weight_format wfmt = weight_format::bf16;
+    const float *w_scale = nullptr; // [n_expert, n_embd], FP8 only
+    float *y = nullptr;             // [n_tokens, n_embd], accumulated into
+    int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
+};
+
+void moe_down_gemv_ref(const moe_down_gemv_params &p);
+#ifdef ES_KERNELS_HAVE_LAUNCHERS
+cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t stream);
+#endif
+
+} // namespace es

@@ -1,0 +1,28 @@
+// CPU twin of moe_gate_up_gemv (see moe_gate_up_gemv.cuh).
+#include "moe_gate_up_gemv.cuh"
+
+namespace es {
+
+void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
+    const int64_t F = p.n_ff_exp, H = p.n_embd, K = p.n_expert_used;
+    const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
+    for (int64_t s = 0; s < p.n_tokens * K; ++s) {
+        const int64_t t = s / K, e = p.ids[s];
+        for (int64_t f = 0; f < F; ++f) {
+            const int64_t gr = e * 2 * F + f, ur = gr + F;
+            float g = 0.0f, u = 0.0f;
+            for (int64_t i = 0; i < H; ++i) {
+                const float xv = bf16_bits_to_float(p.x[t * H + i]);
+                g += weight_at(p.w, p.wfmt, gr * H + i) * xv;
+                u += weight_at(p.w, p.wfmt, ur * H + i) * xv;
+            }
+            if (fp8) {
+                g *= p.w_scale[gr];
+                u *= p.w_scale[ur];
+            }
+            p.act[s * F + f] = float_to_bf16_bits(g / (1.0f + std::exp(-g)) * u);
+        }
+    }
+}
+
+} // namespace es

@@ -1,0 +1,27 @@
+// moe_gate_up_gemv: decode-sized routed-expert up-projection over the selected experts only.
+// For each slot s = t·k_used + j (token t, choice j) with expert e = ids[s]:
+//   act[s, f] = bf16(silu(g) · u),  g = scale_g · Wg_e[f] · x_t,  u = scale_u · Wu_e[f] · x_t
+// Weights of all experts are one stack [n_expert, 2·n_ff_exp, n_embd] (gate rows, then up rows),
+// BF16 or FP8 E4M3 with per-row scales [n_expert, 2·n_ff_exp].
+#pragma once
+
+#include "kernel_common.h"
+
+namespace es {
+
+struct moe_gate_up_gemv_params {
+    const bf16_t *x = nullptr;      // [n_tokens, n_embd] normalized hidden states
+    const int32_t *ids = nullptr;   // [n_tokens, n_expert_used]
+    const void *w = nullptr;        // [n_expert, 2·n_ff_exp, n_embd]
+    weight_format wfmt = weight_format::bf16;
+    const float *w_scale = nullptr; // [n_expert, 2·n_ff_exp], FP8 only
+    bf16_t *act = nullptr;          // [n_tokens·n_expert_used, n_ff_exp]
+    int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
+};
+
+void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p);
+#ifdef ES_KERNELS_HAVE_LAUNCHERS
+cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream_t stream);
+#endif
+
+} // namespace es

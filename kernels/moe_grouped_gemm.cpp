@@ -1,0 +1,30 @@
+// CPU twin of moe_grouped_gemm (see moe_grouped_gemm.cuh): walks the plan's groups slot by slot.
+#include "moe_grouped_gemm.cuh"
+
+namespace es {
+
+void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p) {
+    const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
+    const int64_t k = p.k, n = p.n, w_rows = p.glu ? 2 * n : n;
+    auto row_dot = [&](int64_t e, int64_t row, const bf16_t *a) {
+        const int64_t base = (e * w_rows + row) * k;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < k; ++i) acc += weight_at(p.w, p.wfmt, base + i) * bf16_bits_to_float(a[i]);
+        return fp8 ? acc * p.w_scale[e * w_rows + row] : acc;
+    };
+    for (int64_t e = 0; e < p.n_expert; ++e)
+        for (int64_t i = p.offsets[e]; i < p.offsets[e + 1]; ++i) {
+            const int64_t slot = p.sorted_slots[i];
+            const bf16_t *a = p.a + (slot / p.a_row_div) * p.lda;
+            for (int64_t c = 0; c < n; ++c) {
+                if (p.glu) {
+                    const float g = row_dot(e, c, a), u = row_dot(e, n + c, a);
+                    p.out_act[slot * p.ldo + c] = float_to_bf16_bits(g / (1.0f + std::exp(-g)) * u);
+                } else {
+                    p.out_f32[slot * p.ldo + c] = row_dot(e, c, a);
+                }
+            }
+        }
+}
+
+} // namespace es

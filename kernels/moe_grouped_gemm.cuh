@@ -1,0 +1,39 @@
+// moe_grouped_gemm: prefill-sized routed-expert GEMM over the selected experts only, all experts
+// in one launch, driven by moe_plan's grouping (so no copy back to the host). For every slot s in
+// expert e's group, with activation row a_s = a[s / a_row_div]:
+//   glu:   out_act[s, f] = bf16(silu(sg · Wg_e[f]·a_s) · su · Wu_e[f]·a_s)   (gate rows f, up rows n + f)
+//   plain: out_f32[s, c] = sc · W_e[c]·a_s
+// Weights: one stack [n_expert, w_rows, k] (w_rows = 2n for glu, else n), BF16 or FP8 E4M3 with
+// per-row scales [n_expert, w_rows]. Tensor cores (WMMA BF16, fp32 accumulate); FP8 weights are
+// widened to BF16 exactly when staged and scaled in the epilogue.
+#pragma once
+
+#include "kernel_common.h"
+
+namespace es {
+
+struct moe_grouped_gemm_params {
+    const bf16_t *a = nullptr;          // activation rows [*, lda]
+    int64_t lda = 0;
+    int64_t a_row_div = 1;              // n_expert_used when a holds token rows, 1 when slot rows
+    const int32_t *sorted_slots = nullptr, *offsets = nullptr, *tile_offsets = nullptr; // moe_plan
+    int64_t n_expert = 0;
+    int64_t max_tiles = 0;              // moe_plan_max_tiles(…, moe_grouped_gemm_tile_rows)
+    const void *w = nullptr;            // [n_expert, w_rows, k]
+    weight_format wfmt = weight_format::bf16;
+    const float *w_scale = nullptr;     // [n_expert, w_rows], FP8 only
+    int64_t k = 0, n = 0;
+    bool glu = false;
+    bf16_t *out_act = nullptr;          // glu: [slots, ldo]
+    float *out_f32 = nullptr;           // plain: [slots, ldo]
+    int64_t ldo = 0;
+};
+
+inline constexpr int64_t moe_grouped_gemm_tile_rows = 64;
+
+void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p);
+#ifdef ES_KERNELS_HAVE_LAUNCHERS
+cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream_t stream);
+#endif
+
+} // namespace es

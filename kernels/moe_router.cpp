@@ -1,0 +1,45 @@
+// CPU twin of moe_router (see moe_router.cuh); the same rules as the CPU backend's router.
+#include "moe_router.cuh"
+
+#include <algorithm>
+#include <numeric>
+#include <vector>
+
+namespace es {
+
+void moe_router_ref(const moe_router_params &p) {
+    const int64_t H = p.n_embd, E = p.n_expert, K = p.n_expert_used;
+    std::vector<float> prob(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+        for (int64_t e = 0; e < E; ++e) {
+            float acc = 0.0f;
+            for (int64_t i = 0; i < H; ++i) acc += p.w[e * H + i] * bf16_bits_to_float(p.x[t * H + i]);
+            prob[e] = acc;
+        }
+        const float mx = *std::max_element(prob.begin(), prob.end());
+        float sum = 0.0f;
+        for (auto &v : prob) {
+            v = std::exp(v - mx);
+            sum += v;
+        }
+        const float inv = 1.0f / sum;
+        for (int64_t e = 0; e < E; ++e) {
+            prob[e] *= inv;
+            biased[e] = prob[e] + p.bias[e];
+        }
+        std::iota(order.begin(), order.end(), 0);
+        std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+            return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+        });
+        float chosen = 0.0f;
+        for (int64_t j = 0; j < K; ++j) chosen += prob[order[j]];
+        const float denom = std::max(chosen, p.norm_min);
+        for (int64_t j = 0; j < K; ++j) {
+            p.ids[t * K + j] = order[j];
+            p.weights[t * K + j] = prob[order[j]] / denom;
+        }
+    }
+}
+
+} // namespace es

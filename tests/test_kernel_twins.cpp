@@ -1,0 +1,427 @@
+// The kernels' CPU twins (kernels/*.cpp), which the self-test uses as references for the GPU:
+// each against an independent computation or an invariant (FP8 codes round-trip, RoPE keeps
+// norms, attention over one key returns its value, router ties go to the lower id, the grouped
+// prefill expert path equals the per-token decode path), then the twin model (the CUDA backend's
+// numerics emulated on the CPU) against the CPU backend on every reference checkpoint. Plain C++:
+// runs without a GPU or a CUDA toolkit.
+#include "cuda_twin_model.h"
+#include "model.h"
+#include "npy.h"
+#include "safetensors.h"
+
+#include "argmax.cuh"
+#include "attention.cuh"
+#include "embedding.cuh"
+#include "fill_random.cuh"
+#include "fp8_dequantize.cuh"
+#include "fp8_quantize.cuh"
+#include "gemm_lt.cuh"
+#include "gemv.cuh"
+#include "moe_combine.cuh"
+#include "moe_down_gemv.cuh"
+#include "moe_gate_up_gemv.cuh"
+#include "moe_grouped_gemm.cuh"
+#include "moe_plan.cuh"
+#include "moe_router.cuh"
+#include "rms_norm.cuh"
+#include "rope_kv.cuh"
+#include "silu_mul.cuh"
+
+#include <QDir>
+#include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
+#include <QtTest>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+namespace {
+
+std::mt19937 g_rng(7);
+
+std::vector<es::bf16_t> rand_bf16(size_t n, float lo = -1.0f, float hi = 1.0f) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<es::bf16_t> v(n);
+    for (auto &x : v) x = es::float_to_bf16_bits(d(g_rng));
+    return v;
+}
+
+double nmse(const std::vector<float> &a, const std::vector<float> &b) {
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < a.size(); ++i) {
+        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+        den += double(b[i]) * b[i];
+    }
+    return den > 0 ? num / den : num;
+}
+
+} // namespace
+
+class TestKernelTwins : public QObject {
+    Q_OBJECT
+private slots:
+    void fp8RoundTrip();
+    void fp8Rounding_data();
+    void fp8Rounding();
+    void bf16Rounding();
+    void rmsNorm();
+    void ropeKeepsNorms();
+    void attentionOneKey();
+    void attentionTiles();
+    void routerTiesAndBias();
+    void gemvFp8Scale();
+    void moeGroupedEqualsDecodePath_data();
+    void moeGroupedEqualsDecodePath();
+    void planEdgeCases();
+    void argmaxTies();
+    void fillRandom();
+    void fp8QuantizeRows();
+    void twinModel_data();
+    void twinModel();
+};
+
+void TestKernelTwins::fp8RoundTrip() {
+    for (int c = 0; c < 256; ++c) {
+        if ((c & 0x7f) == 0x7f) continue; // NaN codes
+        const float v = es::fp8_e4m3_to_float(es::fp8_t(c));
+        QCOMPARE(int(es::float_to_fp8_e4m3(v)), c);
+    }
+    QCOMPARE(es::fp8_e4m3_to_float(0x7e), 448.0f);
+    QCOMPARE(es::fp8_e4m3_to_float(0x01), std::ldexp(1.0f, -9));
+    QVERIFY(std::isnan(es::fp8_e4m3_to_float(0x7f)));
+}
+
+void TestKernelTwins::fp8Rounding_data() {
+    QTest::addColumn<float>("in");
+    QTest::addColumn<int>("code");
+    QTest::newRow("saturate +") << 500.0f << 0x7e;
+    QTest::newRow("saturate -") << -1e9f << 0xfe;
+    QTest::newRow("just below 448") << 447.0f << 0x7e;
+    QTest::newRow("tie to even 1.0625") << 1.0625f << 0x38;        // between 1.0 (m=0) and 1.125 (m=1): even
+    QTest::newRow("tie to even 1.1875") << 1.1875f << 0x3a;        // between 1.125 (m=1) and 1.25 (m=2): even
+    QTest::newRow("subnormal 3·2^-9") << 3.0f * std::ldexp(1.0f, -9) << 0x03;
+    QTest::newRow("half smallest → 0") << std::ldexp(1.0f, -10) << 0x00;
+    QTest::newRow("rounds up to min normal") << 7.6f * std::ldexp(1.0f, -9) << 0x08;
+    QTest::newRow("NaN") << NAN << 0x7f;
+}
+
+void TestKernelTwins::fp8Rounding() {
+    QFETCH(float, in);
+    QFETCH(int, code);
+    QCOMPARE(int(es::float_to_fp8_e4m3(in)), code);
+}
+
+void TestKernelTwins::bf16Rounding() {
+    QCOMPARE(es::float_to_bf16_bits(1.0f), es::bf16_t(0x3f80));
+    // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
+    QCOMPARE(es::float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)), es::bf16_t(0x3f80));
+    QCOMPARE(es::float_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)), es::bf16_t(0x3f82));
+}
+
+void TestKernelTwins::rmsNorm() {
+    const int64_t H = 40;
+    std::vector<float> x(H), d(H);
+    for (int64_t i = 0; i < H; ++i) {
+        x[i] = float(i) * 0.1f - 2.0f;
+        d[i] = 0.5f;
+    }
+    const auto w = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+    std::vector<es::bf16_t> out(H);
+    std::vector<float> x2 = x;
+    es::rms_norm_params p;
+    p.x = x2.data();
+    p.delta = d.data();
+    p.weight = w.data();
+    p.out = out.data();
+    p.n_rows = 1;
+    p.n_embd = H;
+    p.eps = 1e-5f;
+    es::rms_norm_ref(p);
+    double ss = 0.0;
+    for (int64_t i = 0; i < H; ++i) ss += double(x[i] + 0.5f) * (x[i] + 0.5f);
+    const double scale = 1.0 / std::sqrt(ss / H + 1e-5);
+    for (int64_t i = 0; i < H; ++i) {
+        QCOMPARE(x2[i], x[i] + 0.5f);
+        const double want = double(es::bf16_bits_to_float(w[i])) * (x[i] + 0.5) * scale;
+        QVERIFY(std::fabs(es::bf16_bits_to_float(out[i]) - want) <= 0.01 * std::fabs(want) + 1e-6);
+    }
+}
+
+void TestKernelTwins::ropeKeepsNorms() {
+    const int64_t nh = 2, nkv = 1, hd = 16, T = 3, qd = nh * hd, kvd = nkv * hd;
+    std::vector<float> qkv(static_cast<size_t>(T * (qd + 2 * kvd)));
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (auto &v : qkv) v = u(g_rng);
+    std::vector<int32_t> pos = {0, 5, 1000}, seq = {0, 0, 0}, bt(64);
+    std::iota(bt.begin(), bt.end(), 0);
+    std::vector<float> inv(hd / 2);
+    for (int64_t i = 0; i < hd / 2; ++i) inv[i] = 1.0f / std::pow(500000.0f, float(2 * i) / float(hd));
+    std::vector<es::bf16_t> q(static_cast<size_t>(T * qd)), k(static_cast<size_t>(64 * 16 * kvd)), v(k.size());
+    es::rope_kv_params p{qkv.data(), pos.data(), seq.data(), bt.data(), 64, inv.data(), q.data(), k.data(), v.data(),
+                         T, nh, nkv, hd, 16};
+    es::rope_kv_ref(p);
+    for (int64_t t = 0; t < T; ++t)
+        for (int64_t h = 0; h < nh; ++h)
+            for (int64_t i = 0; i < hd / 2; ++i) {
+                const float a = qkv[t * (qd + 2 * kvd) + h * hd + 2 * i], b = qkv[t * (qd + 2 * kvd) + h * hd + 2 * i + 1];
+                const float x0 = es::bf16_bits_to_float(q[t * qd + h * hd + 2 * i]);
+                const float x1 = es::bf16_bits_to_float(q[t * qd + h * hd + 2 * i + 1]);
+                QVERIFY(std::fabs(std::hypot(x0, x1) - std::hypot(a, b)) <= 0.01f * std::hypot(a, b) + 1e-6f);
+                if (pos[t] == 0) QCOMPARE(x0, es::round_bf16(a)); // angle 0: identity
+            }
+    // K and V land in slot pos (block table is the identity here).
+    QCOMPARE(es::bf16_bits_to_float(v[static_cast<size_t>(1000) * kvd]), es::round_bf16(qkv[2 * (qd + 2 * kvd) + qd + kvd]));
+}
+
+void TestKernelTwins::attentionOneKey() {
+    // Position 0 sees only key 0: the output is V[0] whatever the scores.
+    const int64_t nh = 4, nkv = 2, hd = 8, kvd = nkv * hd;
+    auto q = rand_bf16(static_cast<size_t>(nh * hd)), k = rand_bf16(static_cast<size_t>(16 * kvd)), v = rand_bf16(static_cast<size_t>(16 * kvd));
+    std::vector<int32_t> pos = {0}, seq = {0}, bt = {0}, tiles = {0, 1};
+    std::vector<es::bf16_t> out(static_cast<size_t>(nh * hd));
+    es::attention_params p;
+    p.q = q.data();
+    p.k_cache = k.data();
+    p.v_cache = v.data();
+    p.pos = pos.data();
+    p.seq = seq.data();
+    p.block_tables = bt.data();
+    p.bt_stride = 1;
+    p.tiles = tiles.data();
+    p.n_tiles = 1;
+    p.out = out.data();
+    p.n_tokens = 1;
+    p.n_head = nh;
+    p.n_head_kv = nkv;
+    p.head_dim = hd;
+    p.block_size = 16;
+    p.scale = 0.3f;
+    es::attention_ref(p);
+    for (int64_t h = 0; h < nh; ++h)
+        for (int64_t d = 0; d < hd; ++d) QCOMPARE(out[h * hd + d], v[(h / 2) * hd + d]);
+}
+
+void TestKernelTwins::attentionTiles() {
+    // Group 8 → 4 tokens per tile; tiles never cross a sequence.
+    const std::vector<int32_t> seq = {0, 0, 0, 0, 0, 0, 1, 2, 2};
+    const auto tiles = es::attention_tiles(seq.data(), int64_t(seq.size()), 8);
+    QCOMPARE(tiles, (std::vector<int32_t>{0, 4, 4, 2, 6, 1, 7, 2}));
+    const auto one = es::attention_tiles(seq.data(), int64_t(seq.size()), 40); // group ≥ 32: one token each
+    QCOMPARE(int(one.size()), 2 * 9);
+}
+
+void TestKernelTwins::routerTiesAndBias() {
+    const int64_t H = 4, E = 6, K = 3;
+    std::vector<es::bf16_t> x = {es::float_to_bf16_bits(1.0f), 0, 0, 0};
+    std::vector<float> w(E * H, 0.0f), bias(E, 0.0f);
+    w[5 * H] = 2.0f; // expert 5 has the largest p
+    bias[3] = 1.0f;  // expert 3 is promoted by the bias only
+    std::vector<int32_t> ids(K);
+    std::vector<float> wts(K);
+    es::moe_router_params p{x.data(), w.data(), bias.data(), ids.data(), wts.data(), 1, H, E, K, 1e-12f};
+    es::moe_router_ref(p);
+    // 3 (biased), 5 (largest p), then the tie among 0,1,2,4 goes to the lowest id.
+    QCOMPARE(ids, (std::vector<int32_t>{3, 5, 0}));
+    const double e2 = std::exp(2.0), sum = 5.0 + e2;
+    const double p3 = 1.0 / sum, p5 = e2 / sum, p0 = 1.0 / sum, denom = p3 + p5 + p0;
+    QVERIFY(std::fabs(wts[0] - p3 / denom) < 1e-6); // weights use the unbiased p
+    QVERIFY(std::fabs(wts[1] - p5 / denom) < 1e-6);
+    QVERIFY(std::fabs(wts[0] + wts[1] + wts[2] - 1.0f) < 1e-6);
+}
+
+void TestKernelTwins::gemvFp8Scale() {
+    const int64_t N = 3, K = 20;
+    auto w = rand_bf16(static_cast<size_t>(N * K));
+    auto x = rand_bf16(static_cast<size_t>(K));
+    std::vector<es::fp8_t> q(w.size());
+    std::vector<float> s(N), y(N), yd(N);
+    es::fp8_quantize_params qp{w.data(), q.data(), s.data(), N, K};
+    es::fp8_quantize_ref(qp);
+    es::gemv_params p;
+    p.x = x.data();
+    p.ldx = K;
+    p.w = q.data();
+    p.wfmt = es::weight_format::fp8_e4m3;
+    p.w_scale = s.data();
+    p.y = y.data();
+    p.ldy = N;
+    p.n_tokens = 1;
+    p.n = N;
+    p.k = K;
+    es::gemv_ref(p);
+    for (int64_t n = 0; n < N; ++n) {
+        double want = 0.0;
+        for (int64_t k = 0; k < K; ++k)
+            want += double(es::fp8_e4m3_to_float(q[n * K + k])) * s[n] * es::bf16_bits_to_float(x[k]);
+        QVERIFY(std::fabs(y[n] - want) <= 1e-5 * (1.0 + std::fabs(want)));
+    }
+}
+
+void TestKernelTwins::moeGroupedEqualsDecodePath_data() {
+    QTest::addColumn<bool>("fp8");
+    QTest::newRow("bf16") << false;
+    QTest::newRow("fp8") << true;
+}
+
+// Prefill path (plan → grouped GLU → grouped down → combine) == decode path (gate/up GEMV → down GEMV).
+void TestKernelTwins::moeGroupedEqualsDecodePath() {
+    QFETCH(bool, fp8);
+    const auto fmt = fp8 ? es::weight_format::fp8_e4m3 : es::weight_format::bf16;
+    const int64_t T = 9, H = 24, E = 5, K = 2, F = 12, S = T * K;
+    auto x = rand_bf16(static_cast<size_t>(T * H));
+    auto wgu = rand_bf16(static_cast<size_t>(E * 2 * F * H), -0.2f, 0.2f), wdn = rand_bf16(static_cast<size_t>(E * H * F), -0.2f, 0.2f);
+    std::vector<es::fp8_t> qgu(wgu.size()), qdn(wdn.size());
+    std::vector<float> sgu(static_cast<size_t>(E * 2 * F)), sdn(static_cast<size_t>(E * H));
+    es::fp8_quantize_ref({wgu.data(), qgu.data(), sgu.data(), E * 2 * F, H});
+    es::fp8_quantize_ref({wdn.data(), qdn.data(), sdn.data(), E * H, F});
+    const void *pgu = fp8 ? static_cast<const void *>(qgu.data()) : wgu.data();
+    const void *pdn = fp8 ? static_cast<const void *>(qdn.data()) : wdn.data();
+    std::vector<int32_t> ids(static_cast<size_t>(S));
+    for (int64_t s = 0; s < S; ++s) ids[s] = int32_t((s * 3 + s / 2) % E);
+    for (int64_t t = 0; t < T; ++t)
+        if (ids[t * K] == ids[t * K + 1]) ids[t * K + 1] = (ids[t * K + 1] + 1) % E;
+    std::vector<float> wts(static_cast<size_t>(S));
+    for (auto &w : wts) w = std::uniform_real_distribution<float>(0, 1)(g_rng);
+
+    // Decode path.
+    std::vector<es::bf16_t> act(static_cast<size_t>(S * F));
+    std::vector<float> y_dec(static_cast<size_t>(T * H), 0.0f);
+    es::moe_gate_up_gemv_params g{x.data(), ids.data(), pgu, fmt, fp8 ? sgu.data() : nullptr, act.data(), T, H, K, F};
+    es::moe_gate_up_gemv_ref(g);
+    es::moe_down_gemv_params d{act.data(), ids.data(), wts.data(), pdn, fmt, fp8 ? sdn.data() : nullptr, y_dec.data(), T, H, K, F};
+    es::moe_down_gemv_ref(d);
+
+    // Prefill path.
+    std::vector<int32_t> counts(E), off(E + 1), toff(E + 1), sorted(S);
+    es::moe_plan_params pl{ids.data(), S, E, es::moe_grouped_gemm_tile_rows, counts.data(), off.data(), toff.data(), sorted.data()};
+    es::moe_plan_ref(pl);
+    std::vector<es::bf16_t> act2(static_cast<size_t>(S * F));
+    std::vector<float> ys(static_cast<size_t>(S * H)), y_pre(static_cast<size_t>(T * H), 0.0f);
+    es::moe_grouped_gemm_params gg;
+    gg.a = x.data();
+    gg.lda = H;
+    gg.a_row_div = K;
+    gg.sorted_slots = sorted.data();
+    gg.offsets = off.data();
+    gg.tile_offsets = toff.data();
+    gg.n_expert = E;
+    gg.max_tiles = es::moe_plan_max_tiles(S, E, 64);
+    gg.w = pgu;
+    gg.wfmt = fmt;
+    gg.w_scale = fp8 ? sgu.data() : nullptr;
+    gg.k = H;
+    gg.n = F;
+    gg.glu = true;
+    gg.out_act = act2.data();
+    gg.ldo = F;
+    es::moe_grouped_gemm_ref(gg);
+    QCOMPARE(act2, act); // same per-slot arithmetic
+    gg.a = act2.data();
+    gg.lda = F;
+    gg.a_row_div = 1;
+    gg.w = pdn;
+    gg.w_scale = fp8 ? sdn.data() : nullptr;
+    gg.k = F;
+    gg.n = H;
+    gg.glu = false;
+    gg.out_act = nullptr;
+    gg.out_f32 = ys.data();
+    gg.ldo = H;
+    es::moe_grouped_gemm_ref(gg);
+    es::moe_combine_ref({ys.data(), wts.data(), y_pre.data(), T, H, K});
+    QVERIFY2(nmse(y_pre, y_dec) < 1e-12, qPrintable(QString("NMSE %1").arg(nmse(y_pre, y_dec))));
+}
+
+void TestKernelTwins::planEdgeCases() {
+    const std::vector<int32_t> ids = {2, 0, 2, 2, 0, 3};
+    std::vector<int32_t> c(5), off(6), toff(6), sorted(6);
+    es::moe_plan_params p{ids.data(), 6, 5, 2, c.data(), off.data(), toff.data(), sorted.data()};
+    es::moe_plan_ref(p);
+    QCOMPARE(c, (std::vector<int32_t>{2, 0, 3, 1, 0}));
+    QCOMPARE(off, (std::vector<int32_t>{0, 2, 2, 5, 6, 6}));
+    QCOMPARE(toff, (std::vector<int32_t>{0, 1, 1, 3, 4, 4})); // tiles of 2 rows; empty experts take none
+    QCOMPARE(sorted, (std::vector<int32_t>{1, 4, 0, 2, 3, 5}));
+    QVERIFY(toff[5] <= es::moe_plan_max_tiles(6, 5, 2));
+}
+
+void TestKernelTwins::argmaxTies() {
+    std::vector<float> x = {1, 3, NAN, 3, -1, /* row 2 */ NAN, NAN, NAN, NAN, NAN};
+    std::vector<int32_t> out(2);
+    es::argmax_ref({x.data(), out.data(), 2, 5});
+    QCOMPARE(out[0], 1);
+    QCOMPARE(out[1], 0);
+}
+
+void TestKernelTwins::fillRandom() {
+    std::vector<es::bf16_t> a(1000), b(1000);
+    es::fill_random_ref({a.data(), 1000, 9, 1.0f, 0.5f});
+    es::fill_random_ref({b.data(), 1000, 9, 1.0f, 0.5f});
+    QCOMPARE(a, b);
+    double mean = 0;
+    for (auto h : a) {
+        const float v = es::bf16_bits_to_float(h);
+        QVERIFY(v >= 0.49f && v <= 1.51f);
+        mean += v;
+    }
+    QVERIFY(std::fabs(mean / 1000 - 1.0) < 0.05);
+}
+
+void TestKernelTwins::fp8QuantizeRows() {
+    const int64_t K = 8;
+    std::vector<es::bf16_t> w(3 * K, 0);
+    w[K + 2] = es::float_to_bf16_bits(-3.0f);
+    w[K + 3] = es::float_to_bf16_bits(1.5f);
+    for (int64_t i = 0; i < K; ++i) w[2 * K + i] = es::float_to_bf16_bits(float(i) - 3.5f);
+    std::vector<es::fp8_t> q(w.size());
+    std::vector<float> s(3);
+    es::fp8_quantize_ref({w.data(), q.data(), s.data(), 3, K});
+    QCOMPARE(s[0], 1.0f); // all-zero row
+    QCOMPARE(s[1], 3.0f / 448.0f);
+    QCOMPARE(int(q[K + 2]), 0xfe); // the row's amax maps to -448
+    std::vector<es::bf16_t> back(w.size());
+    es::fp8_dequantize_ref({q.data(), s.data(), back.data(), 3, K});
+    QCOMPARE(es::bf16_bits_to_float(back[K + 2]), -3.0f);
+    for (int64_t i = 0; i < K; ++i)
+        QVERIFY(std::fabs(es::bf16_bits_to_float(back[2 * K + i]) - (float(i) - 3.5f)) <= 0.07f * 3.5f);
+}
+
+void TestKernelTwins::twinModel_data() {
+    QTest::addColumn<QString>("dir");
+    QTest::addColumn<bool>("fp8");
+    const QDir data(ES_TEST_DATA_DIR);
+    for (const QString &name : data.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name)) {
+        if (!QFile::exists(data.filePath(name + "/ref_logits.npy"))) continue;
+        QTest::newRow(qPrintable(name + " bf16")) << data.filePath(name) << false;
+        QTest::newRow(qPrintable(name + " fp8")) << data.filePath(name) << true;
+    }
+}
+
+// The CUDA backend's numerics, emulated, stay close to HF float32: BF16 activations cost a little
+// (NMSE ≤ 5e-3), FP8 weights more (≤ 0.1); a wrong layer order or layout would cost everything.
+void TestKernelTwins::twinModel() {
+    QFETCH(QString, dir);
+    QFETCH(bool, fp8);
+    QFile f(dir + "/reference.json");
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    std::vector<int32_t> prompt;
+    for (const auto v : QJsonDocument::fromJson(f.readAll()).object()["prompt_ids"].toArray()) prompt.push_back(v.toInt());
+    auto golden = es::read_npy_f32((dir + "/ref_logits.npy").toStdString());
+    QVERIFY(golden.ok());
+    auto cfg = es::load_model_config(dir.toStdString());
+    QVERIFY(cfg.ok());
+    auto store = es::weight_store::open_dir(dir.toStdString());
+    QVERIFY(store.ok());
+    auto bound = es::bind_model_tensors(*cfg, **store);
+    QVERIFY(bound.ok());
+    auto logits = es::twin_forward_logits(*cfg, *bound, prompt, fp8 ? es::weight_precision::fp8 : es::weight_precision::bf16);
+    QVERIFY2(logits.ok(), logits.ok() ? "" : logits.message().c_str());
+    const double e = nmse(*logits, golden->data);
+    qInfo("%s %s: twin model NMSE vs HF %.3e", qPrintable(QDir(dir).dirName()), fp8 ? "fp8" : "bf16", e);
+    QVERIFY2(e <= (fp8 ? 0.1 : 5e-3), qPrintable(QString("NMSE %1").arg(e)));
+}
+
+QTEST_GUILESS_MAIN(TestKernelTwins)
+#include "test_kernel_twins.moc"
