@@ -69,7 +69,7 @@ result<model_config> bench_shape_config(const std::string &shape, int32_t layers
 }
 
 int cmd_bench(const bench_opts &o, const common_opts &common) {
-    if (common.backend == "cuda") return fail("bench --backend cuda: the CUDA backend is not available in this build");
+    if (common.backend == "cuda") return cmd_bench_cuda(o, common);
     model_config cfg;
     std::unique_ptr<model> loaded;
     std::unique_ptr<backend> random_be;

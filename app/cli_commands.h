@@ -14,6 +14,7 @@ namespace es::cli {
 struct common_opts {
     std::string backend = "cpu";   // cpu | cuda | auto
     int threads = 0;
+    std::string precision = "bf16"; // CUDA weights: bf16 | fp8
 };
 
 int cmd_info(const std::string &model_dir, bool json);
@@ -51,6 +52,16 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common);
 
 // A real benchmark shape with `layers` layers (0: its own depth), validated.
 result<model_config> bench_shape_config(const std::string &shape, int32_t layers);
+
+// bench --backend cuda (app/cli_bench_cuda.cpp): random weights built on the GPU, pp/tg, MBU.
+int cmd_bench_cuda(const bench_opts &b, const common_opts &o);
+
+// selftest (app/cli_selftest.cpp): kernels against CPU twins, reference checkpoints end to end.
+struct selftest_opts {
+    std::string data_dir = "tests/data";
+    bool kernels_only = false, models_only = false;
+};
+int cmd_selftest(const selftest_opts &o);
 
 // Prints "error: <msg>" to stderr and returns 1.
 int fail(const std::string &msg);

@@ -12,7 +12,11 @@ int main(int argc, char **argv) {
     CLI::App app{"ExpertScope command-line engine for ERNIE-4.5 models"};
     app.require_subcommand(1);
     app.set_version_flag("--version", std::string("expertscope-cli ") + ES_VERSION + " (" + ES_GIT_COMMIT +
-                                          ")\nbackends: cpu" + "\n");
+                                          ")\nbackends: cpu" +
+#if ES_HAVE_CUDA
+                                          ", cuda" +
+#endif
+                                          "\n");
 
     common_opts common;
     auto add_common = [&](CLI::App *sub) {
@@ -20,6 +24,9 @@ int main(int argc, char **argv) {
             ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
             ->default_val("cpu");
         sub->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+        sub->add_option("--precision", common.precision, "CUDA weights: bf16 | fp8 (E4M3, per-channel scales)")
+            ->check(CLI::IsMember({"bf16", "fp8"}))
+            ->default_val("bf16");
     };
 
     std::string model_dir;
@@ -78,6 +85,13 @@ int main(int argc, char **argv) {
     sbench->add_option("--json", sb.out_json, "also write results as JSON to this file");
     add_common(sbench);
 
+    selftest_opts st;
+    auto *selftest = app.add_subcommand("selftest", "GPU check: every CUDA kernel against its CPU twin, then the reference "
+                                                    "checkpoints end to end against the CPU backend and HF (skipped without a GPU)");
+    selftest->add_option("--data", st.data_dir, "folder of reference checkpoints (default tests/data)");
+    selftest->add_flag("--kernels-only", st.kernels_only, "skip the end-to-end model checks");
+    selftest->add_flag("--models-only", st.models_only, "skip the kernel checks");
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
@@ -93,6 +107,7 @@ int main(int argc, char **argv) {
     }
     try {
         if (*info) return cmd_info(model_dir, info_json);
+        if (*selftest) return cmd_selftest(st);
         if (*logits) return cmd_logits(model_dir, ids, out, common);
         if (*gen) return cmd_generate(g, common);
         if (*sbench) {

@@ -3,6 +3,9 @@
 #include "model.h"
 
 #include "cpu_backend.h"
+#if ES_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
 #include "model_tensors.h"
 #include "safetensors.h"
 
@@ -13,6 +16,34 @@
 #include <sstream>
 
 namespace es {
+
+namespace {
+
+// cpu → false; cuda → true, or an error saying why not; automatic → whether a usable GPU is here.
+result<bool> use_cuda_backend(const model_load_params &p) {
+    if (p.kind == backend_kind::cpu) return false;
+#if ES_HAVE_CUDA
+    auto dev = probe_cuda_device(0);
+    if (dev) return true;
+    if (p.kind == backend_kind::cuda) return error{"the CUDA backend cannot run here: " + dev.message()};
+    return false;
+#else
+    if (p.kind == backend_kind::cuda)
+        return error{"the CUDA backend is not available in this build (no CUDA toolkit was found when it was built)"};
+    return false;
+#endif
+}
+
+#if ES_HAVE_CUDA
+cuda_backend_params cuda_params_from(const model_load_params &p, const std::function<void(float)> &progress) {
+    cuda_backend_params cp;
+    cp.precision = p.precision;
+    cp.on_progress = progress;
+    return cp;
+}
+#endif
+
+} // namespace
 
 result<sampling_params> load_generation_config(const std::filesystem::path &dir, const model_config &cfg) {
     sampling_params sp;
@@ -71,13 +102,22 @@ result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, cons
     if (!bound) return bound.err();
     m->warnings = bound->warnings;
 
-    if (p.kind == backend_kind::cuda) return error{"the CUDA backend is not available in this build"};
-    cpu_backend_params cp;
-    cp.n_threads = p.n_threads;
-    cp.on_progress = [&](float v) { progress("weights", v); };
-    auto be = make_cpu_backend(m->config, *bound, cp);
-    if (!be) return be.err();
-    m->be = std::move(*be);
+    auto cuda = use_cuda_backend(p);
+    if (!cuda) return cuda.err();
+    if (*cuda) {
+#if ES_HAVE_CUDA
+        auto be = make_cuda_backend(m->config, *bound, cuda_params_from(p, [&](float v) { progress("weights", v); }));
+        if (!be) return be.err();
+        m->be = std::move(*be);
+#endif
+    } else {
+        cpu_backend_params cp;
+        cp.n_threads = p.n_threads;
+        cp.on_progress = [&](float v) { progress("weights", v); };
+        auto be = make_cpu_backend(m->config, *bound, cp);
+        if (!be) return be.err();
+        m->be = std::move(*be);
+    }
 
     auto gen = load_generation_config(dir, m->config);
     if (!gen) return gen.err();
@@ -102,15 +142,26 @@ result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, cons
 
 result<std::unique_ptr<model>> make_random_model(const model_config &cfg, uint64_t seed, const model_load_params &p) {
     if (auto s = validate_model_config(cfg); !s) return s.err();
-    if (p.kind == backend_kind::cuda) return error{"the CUDA backend is not available in this build"};
+    auto cuda = use_cuda_backend(p);
+    if (!cuda) return cuda.err();
     auto m = std::make_unique<model>();
     m->config = cfg;
-    cpu_backend_params cp;
-    cp.n_threads = p.n_threads;
-    if (p.on_progress) cp.on_progress = [&](float v) { p.on_progress("weights", v); };
-    auto be = make_cpu_backend_random(cfg, seed, cp);
-    if (!be) return be.err();
-    m->be = std::move(*be);
+    if (*cuda) {
+#if ES_HAVE_CUDA
+        auto be = make_cuda_backend_random(cfg, seed, cuda_params_from(p, [&](float v) {
+                                               if (p.on_progress) p.on_progress("weights", v);
+                                           }));
+        if (!be) return be.err();
+        m->be = std::move(*be);
+#endif
+    } else {
+        cpu_backend_params cp;
+        cp.n_threads = p.n_threads;
+        if (p.on_progress) cp.on_progress = [&](float v) { p.on_progress("weights", v); };
+        auto be = make_cpu_backend_random(cfg, seed, cp);
+        if (!be) return be.err();
+        m->be = std::move(*be);
+    }
     m->generation_defaults.stop_ids = cfg.eos_ids;
     return m;
 }

@@ -1,0 +1,154 @@
+// expertscope-cli bench --backend cuda: prefill (ppN) and decode (tgN) at batch 1 on the CUDA
+// backend, with random weights of a real shape built on the GPU (or a model folder), reported in
+// cli_bench.cpp's table format. MBU = tok/s × weight bytes a decode step reads ÷ 4.55 TB/s (the
+// H200's measured read-streaming bandwidth, ../shared/docs/gpu.md). Times are wall-clock around
+// forward(), which includes the input upload and the logits download.
+#include "cli_commands.h"
+
+#include "model.h"
+#if ES_HAVE_CUDA
+#include "cuda_backend.h"
+#endif
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+
+namespace es::cli {
+
+#if !ES_HAVE_CUDA
+int cmd_bench_cuda(const bench_opts &, const common_opts &) {
+    return fail("bench --backend cuda: this build has no CUDA backend (no CUDA toolkit was found when it was built)");
+}
+#else
+namespace {
+
+constexpr double k_h200_read_bw = 4.55e12; // bytes/s
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+} // namespace
+
+int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
+    const weight_precision prec = common.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
+    cuda_backend_params cp;
+    cp.precision = prec;
+    std::unique_ptr<model> loaded;
+    std::unique_ptr<backend> random_be;
+    backend *be = nullptr;
+    std::string what;
+    const auto t_load = std::chrono::steady_clock::now();
+    if (!o.shape.empty()) {
+        auto c = bench_shape_config(o.shape, o.layers);
+        if (!c) return fail(c.message());
+        std::fprintf(stderr, "building random %s weights of %s (%lld layers) on the GPU…\n", common.precision.c_str(),
+                     o.shape.c_str(), (long long)c->n_layer);
+        auto b = make_cuda_backend_random(*c, 42, cp);
+        if (!b) return fail(b.message());
+        random_be = std::move(*b);
+        be = random_be.get();
+        what = o.shape + (o.layers > 0 ? " (" + std::to_string(o.layers) + " layers)" : "");
+    } else {
+        model_load_params lp;
+        lp.kind = backend_kind::cuda;
+        lp.precision = prec;
+        lp.need_tokenizer = false;
+        auto m = load_model(o.model_dir, lp);
+        if (!m) return fail(m.message());
+        loaded = std::move(*m);
+        be = loaded->be.get();
+        what = o.model_dir;
+    }
+    const double load_s = seconds_since(t_load);
+    auto *cb = dynamic_cast<cuda_backend *>(be);
+    if (!cb) return fail("bench --backend cuda: the loaded backend is not the CUDA backend");
+    const model_config &cfg = be->config();
+
+    const int32_t max_pp = *std::max_element(o.pp.begin(), o.pp.end());
+    const int64_t n_ctx = std::min<int64_t>(cfg.n_ctx_train, std::max<int64_t>(max_pp, o.tg) + 1);
+    const int32_t n_blocks = int32_t((n_ctx + 15) / 16);
+    if (auto s = be->init_kv_cache({16, n_blocks}); !s) return fail(s.message());
+    batch b;
+    b.seqs.resize(1);
+    for (int32_t i = 0; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
+    forward_output out;
+    auto fill = [&](int32_t n, int32_t pos0) {
+        b.tokens.resize(size_t(n));
+        b.pos.resize(size_t(n));
+        b.seq.assign(size_t(n), 0);
+        for (int32_t i = 0; i < n; ++i) {
+            b.tokens[i] = int32_t((uint32_t(i + pos0) * 2654435761u) % uint32_t(cfg.n_vocab));
+            b.pos[i] = pos0 + i;
+        }
+        b.logits_rows = {n - 1};
+    };
+
+    nlohmann::json results = nlohmann::json::array();
+    std::printf("\n| model | backend | test | tok/s | ms/token | roofline tok/s | MBU |\n|---|---|---|---:|---:|---:|---:|\n");
+    for (int32_t pp : o.pp) {
+        if (pp <= 0 || pp > n_ctx) return fail("--pp " + std::to_string(pp) + " is outside the context");
+        std::vector<double> times;
+        fill(pp, 0);
+        if (auto s = be->forward(b, out); !s) return fail(s.message()); // warm-up (workspace, cuBLASLt plans)
+        for (int r = 0; r < o.reps; ++r) {
+            const auto t0 = std::chrono::steady_clock::now();
+            if (auto s = be->forward(b, out); !s) return fail(s.message());
+            times.push_back(seconds_since(t0));
+        }
+        const double t = median(times), tps = pp / t;
+        std::printf("| %s | %s | pp%d | %.1f | %.4f | | |\n", what.c_str(), be->name().c_str(), pp, tps, 1000.0 * t / pp);
+        std::fflush(stdout);
+        results.push_back({{"test", "pp" + std::to_string(pp)}, {"tokens_per_s", tps}, {"seconds", t}});
+    }
+
+    // Decode from an empty context, one token per step, as llama-bench's tg (warm-up run first:
+    // the first steps of a new shape run eagerly, then as a CUDA graph).
+    const double bytes = cb->decode_weight_bytes();
+    std::vector<double> runs;
+    for (int r = 0; r < o.reps + 1; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int32_t i = 0; i < o.tg; ++i) {
+            fill(1, i);
+            if (auto s = be->forward(b, out); !s) return fail(s.message());
+        }
+        if (r > 0) runs.push_back(seconds_since(t0));
+    }
+    const double t = median(runs), tps = o.tg / t, roof = k_h200_read_bw / bytes, mbu = tps * bytes / k_h200_read_bw;
+    std::printf("| %s | %s | tg%d | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), be->name().c_str(), o.tg, tps,
+                1000.0 * t / o.tg, roof, 100.0 * mbu);
+    const cuda_memory_report mem = cb->memory_report();
+    std::printf("\ndecode reads %.1f MB of weights per token; MBU against %.2f TB/s; weights built in %.1f s\n"
+                "GPU memory: %s\n",
+                bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str());
+    results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
+                       {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
+
+    if (!o.out_json.empty()) {
+        nlohmann::json j = {{"model", what},
+                            {"backend", be->name()},
+                            {"precision", common.precision},
+                            {"weights_bytes", be->weights_bytes()},
+                            {"read_bandwidth_bytes_per_s", k_h200_read_bw},
+                            {"decode_bytes_per_token", bytes},
+                            {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes},
+                            {"version", ES_VERSION},
+                            {"commit", ES_GIT_COMMIT},
+                            {"results", results}};
+        std::ofstream f(o.out_json);
+        f << j.dump(2) << "\n";
+        if (!f) return fail("cannot write " + o.out_json);
+    }
+    return 0;
+}
+#endif
+
+} // namespace es::cli

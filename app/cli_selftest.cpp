@@ -1,0 +1,58 @@
+// expertscope-cli selftest: "is my GPU set-up right?" Every CUDA kernel against its CPU twin,
+// then every reference checkpoint end to end through the CUDA backend against the CPU backend and
+// HF's logits. Prints a Markdown table as rows finish; exit 1 on any failure, 0 with "skipped"
+// where there is no usable GPU or the build has no CUDA.
+#include "cli_commands.h"
+
+#if ES_HAVE_CUDA
+#include "cuda_selftest.h"
+#endif
+
+#include <cmath>
+#include <cstdio>
+
+namespace es::cli {
+
+int cmd_selftest(const selftest_opts &o) {
+#if !ES_HAVE_CUDA
+    std::printf("selftest: skipped (this build has no CUDA backend: no CUDA toolkit was found when it was built)\n");
+    return 0;
+#else
+    selftest_options so;
+    so.data_dir = o.data_dir;
+    so.kernels = !o.models_only;
+    so.models = !o.kernels_only;
+    bool header = false;
+    so.on_row = [&](const selftest_row &r) {
+        if (!header) {
+            std::printf("| group | test | metric | value | limit | result |\n|---|---|---|---:|---:|---|\n");
+            header = true;
+        }
+        const char *res = r.note == "info" ? "info" : r.pass ? "pass" : "FAIL";
+        if (std::isnan(r.value))
+            std::printf("| %s | %s | %s | | | %s: %s |\n", r.group.c_str(), r.name.c_str(), r.metric.c_str(), res,
+                        r.note.c_str());
+        else if (r.note == "info")
+            std::printf("| %s | %s | %s | %.4g | | info |\n", r.group.c_str(), r.name.c_str(), r.metric.c_str(), r.value);
+        else
+            std::printf("| %s | %s | %s | %.4g | %.3g | %s |\n", r.group.c_str(), r.name.c_str(), r.metric.c_str(),
+                        r.value, r.limit, res);
+        std::fflush(stdout);
+    };
+    const selftest_report rep = [&] {
+        // The report's device line comes first; rows stream after it.
+        return run_cuda_selftest(so);
+    }();
+    if (rep.skipped) {
+        std::printf("selftest: skipped (no usable GPU: %s)\n", rep.skip_reason.c_str());
+        return 0;
+    }
+    int n_fail = 0, n_pass = 0;
+    for (const auto &r : rep.rows) (r.pass ? n_pass : n_fail)++;
+    std::printf("\nselftest on %s: %d checks, %d failed — %s\n", rep.device.c_str(), n_pass + n_fail, n_fail,
+                n_fail ? "FAIL" : "PASS");
+    return n_fail ? 1 : 0;
+#endif
+}
+
+} // namespace es::cli

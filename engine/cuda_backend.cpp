@@ -1,0 +1,1137 @@
+// CUDA backend (see cuda_backend.h): device memory arenas (weights, KV pools, workspace), the
+// forward pass as a sequence of kernels from kernels/, CUDA graphs for decode-sized steps, and
+// the translation of every CUDA failure into an es::error. Device memory comes from plain
+// cudaMalloc, one allocation per arena. Invariants: one stream; the host waits for the stream
+// only at the end of forward() (logits and the routing record come back then).
+#include "cuda_backend.h"
+
+#include "dtype.h"
+
+#include "argmax.cuh"
+#include "attention.cuh"
+#include "embedding.cuh"
+#include "fill_random.cuh"
+#include "fp8_dequantize.cuh"
+#include "fp8_quantize.cuh"
+#include "gemm_lt.cuh"
+#include "gemv.cuh"
+#include "moe_combine.cuh"
+#include "moe_down_gemv.cuh"
+#include "moe_gate_up_gemv.cuh"
+#include "moe_grouped_gemm.cuh"
+#include "moe_plan.cuh"
+#include "moe_router.cuh"
+#include "rms_norm.cuh"
+#include "rope_kv.cuh"
+#include "silu_mul.cuh"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <set>
+#include <tuple>
+
+namespace es {
+namespace {
+
+// Steps with at most this many tokens use the GEMV kernels (weights streamed once per step);
+// larger ones use cuBLASLt and the grouped expert GEMM.
+constexpr int64_t k_gemv_max_tokens = 8;
+// Routed experts: GEMV per (token, choice) up to this many tokens, then grouped by expert.
+constexpr int64_t k_moe_gemv_max_tokens = 4;
+// Steps with at most this many tokens are captured as CUDA graphs and replayed.
+constexpr int64_t k_graph_max_tokens = 8;
+constexpr size_t k_cublas_workspace_bytes = size_t(32) << 20;
+
+std::string mib(size_t b) { return std::to_string((b + (1u << 19)) >> 20) + " MiB"; }
+
+bool is_sticky(cudaError_t e) {
+    switch (e) {
+    case cudaErrorIllegalAddress:
+    case cudaErrorLaunchFailure:
+    case cudaErrorIllegalInstruction:
+    case cudaErrorMisalignedAddress:
+    case cudaErrorHardwareStackError:
+    case cudaErrorInvalidPc:
+    case cudaErrorAssert:
+    case cudaErrorECCUncorrectable:
+        return true;
+    default:
+        return false;
+    }
+}
+
+[[noreturn]] void throw_cuda(cudaError_t e, const std::string &what) {
+    std::string msg = "CUDA error in " + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+    if (is_sticky(e)) msg += "; the GPU context is no longer usable, restart the program";
+    throw load_error(msg);
+}
+
+void ck(cudaError_t e, const char *what) {
+    if (e != cudaSuccess) throw_cuda(e, what);
+}
+
+size_t align256(size_t b) { return (b + 255) & ~size_t(255); }
+
+// One cudaMalloc; out of memory becomes a message with the sizes involved.
+class device_buffer {
+public:
+    device_buffer() = default;
+    ~device_buffer() { reset(); }
+    device_buffer(const device_buffer &) = delete;
+    device_buffer &operator=(const device_buffer &) = delete;
+
+    void alloc(size_t bytes, const std::string &what) {
+        reset();
+        if (bytes == 0) return;
+        const cudaError_t e = cudaMalloc(&m_p, bytes);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError(); // not sticky: clear it
+            m_p = nullptr;
+            size_t free_b = 0, total_b = 0;
+            cudaMemGetInfo(&free_b, &total_b);
+            throw load_error("out of GPU memory: " + what + " needs " + mib(bytes) + " but only " + mib(free_b) +
+                             " of " + mib(total_b) + " are free");
+        }
+        ck(e, ("cudaMalloc for " + what).c_str());
+        m_bytes = bytes;
+    }
+    void reset() {
+        if (m_p) cudaFree(m_p);
+        m_p = nullptr;
+        m_bytes = 0;
+    }
+    template <typename T = unsigned char>
+    T *at(size_t offset = 0) const {
+        return reinterpret_cast<T *>(static_cast<unsigned char *>(m_p) + offset);
+    }
+    size_t bytes() const { return m_bytes; }
+
+private:
+    void *m_p = nullptr;
+    size_t m_bytes = 0;
+};
+
+class pinned_buffer {
+public:
+    pinned_buffer() = default;
+    ~pinned_buffer() { reset(); }
+    pinned_buffer(const pinned_buffer &) = delete;
+    pinned_buffer &operator=(const pinned_buffer &) = delete;
+    void alloc(size_t bytes, const char *what) {
+        reset();
+        if (bytes == 0) return;
+        ck(cudaMallocHost(&m_p, bytes), what);
+        m_bytes = bytes;
+    }
+    void reset() {
+        if (m_p) cudaFreeHost(m_p);
+        m_p = nullptr;
+        m_bytes = 0;
+    }
+    template <typename T = unsigned char>
+    T *at(size_t offset = 0) const {
+        return reinterpret_cast<T *>(static_cast<unsigned char *>(m_p) + offset);
+    }
+    size_t bytes() const { return m_bytes; }
+
+private:
+    void *m_p = nullptr;
+    size_t m_bytes = 0;
+};
+
+// A linear layer's weights in the weights arena: [n, k] in fmt, plus [n] fp32 scales for FP8.
+// Stacks of experts are one dlin with n = n_expert · rows per expert.
+struct dlin {
+    size_t w_off = 0, s_off = 0;
+    int64_t n = 0, k = 0;
+    weight_format fmt = weight_format::bf16;
+    const void *w = nullptr;
+    const float *scale = nullptr;
+    size_t bytes() const { return size_t(n * k) * weight_format_bytes(fmt) + (fmt == weight_format::fp8_e4m3 ? size_t(n) * 4 : 0); }
+};
+
+struct dlayer {
+    size_t attn_norm_off = 0, ffn_norm_off = 0;
+    const bf16_t *attn_norm = nullptr, *ffn_norm = nullptr; // [n_embd]
+    dlin wqkv, wo;                                          // [q+2kv, H], [H, q]
+    bool is_moe = false;
+    dlin gate_up, down;                                     // dense: [2F, H], [H, F]
+    size_t router_off = 0, bias_off = 0;
+    const float *router = nullptr, *bias = nullptr;         // [E, H], [E]
+    dlin exp_gate_up, exp_down;                             // [E·2Fe, H], [E·H, Fe]
+    dlin sh_gate_up, sh_down;                               // [2Fs, H], [H, Fs]
+};
+
+// Where the weights of a tensor come from: a checkpoint (host memory-mapped) or random on the GPU.
+class weight_source {
+public:
+    virtual ~weight_source() = default;
+    // Writes rows·cols BF16 values of tensor `name` to device memory dst (stream-ordered).
+    virtual void fill_bf16(const std::string &name, int64_t rows, int64_t cols, bf16_t *dst, cudaStream_t s) = 0;
+    // Writes n fp32 values (router, bias).
+    virtual void fill_f32(const std::string &name, int64_t n, float *dst, cudaStream_t s) = 0;
+};
+
+class checkpoint_source final : public weight_source {
+public:
+    explicit checkpoint_source(const model_tensors &t) {
+        auto add = [&](const tensor_view *tv) {
+            if (tv) m_by_name[tv->name] = tv;
+        };
+        add(t.tok_embd);
+        add(t.output_norm);
+        add(t.output);
+        for (const auto &L : t.layers) {
+            for (auto *tv : {L.attn_norm, L.ffn_norm, L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down,
+                             L.ffn_gate_inp, L.ffn_exp_probs_b, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp})
+                add(tv);
+            for (auto *tv : L.ffn_gate_exps) add(tv);
+            for (auto *tv : L.ffn_up_exps) add(tv);
+            for (auto *tv : L.ffn_down_exps) add(tv);
+        }
+    }
+    void fill_bf16(const std::string &name, int64_t rows, int64_t cols, bf16_t *dst, cudaStream_t s) override {
+        const tensor_view &tv = find(name, rows * cols);
+        const size_t n = size_t(rows * cols);
+        if (tv.type == dtype::bf16) {
+            ck(cudaMemcpyAsync(dst, tv.data, n * 2, cudaMemcpyHostToDevice, s), "upload of weights");
+            return;
+        }
+        std::vector<float> f(n);
+        convert_to_f32(tv.type, tv.data, f.data(), n);
+        std::vector<uint16_t> h(n);
+        for (size_t i = 0; i < n; ++i) h[i] = f32_to_bf16(f[i]);
+        ck(cudaMemcpyAsync(dst, h.data(), n * 2, cudaMemcpyHostToDevice, s), "upload of weights");
+        ck(cudaStreamSynchronize(s), "upload of weights"); // h is freed on return
+    }
+    void fill_f32(const std::string &name, int64_t n, float *dst, cudaStream_t s) override {
+        const tensor_view &tv = find(name, n);
+        std::vector<float> f(static_cast<size_t>(n));
+        convert_to_f32(tv.type, tv.data, f.data(), size_t(n));
+        ck(cudaMemcpyAsync(dst, f.data(), size_t(n) * 4, cudaMemcpyHostToDevice, s), "upload of weights");
+        ck(cudaStreamSynchronize(s), "upload of weights");
+    }
+
+private:
+    const tensor_view &find(const std::string &name, int64_t n) const {
+        auto it = m_by_name.find(name);
+        if (it == m_by_name.end()) throw load_error("missing tensor '" + name + "'");
+        const tensor_view &tv = *it->second;
+        if (tv.n_elements() != n)
+            throw load_error("tensor '" + name + "' in " + tv.file + " has shape " + tv.shape_str() + ", expected " +
+                             std::to_string(n) + " elements");
+        return tv;
+    }
+    std::map<std::string, const tensor_view *> m_by_name;
+};
+
+// Uniform values with the CPU random backend's spreads; BF16 tensors are generated on the GPU,
+// the small fp32 ones (router, bias) on the host.
+class random_source final : public weight_source {
+public:
+    explicit random_source(uint64_t seed) : m_seed(seed) {}
+    void fill_bf16(const std::string &name, int64_t rows, int64_t cols, bf16_t *dst, cudaStream_t s) override {
+        const bool is_norm = rows == 1 && name.find("norm") != std::string::npos;
+        const float stddev = is_norm ? 0.1f : 1.0f / std::sqrt(float(cols));
+        fill_random_params p;
+        p.out = dst;
+        p.n = rows * cols;
+        p.seed = m_seed ^ std::hash<std::string>{}(name);
+        p.mean = is_norm ? 1.0f : 0.0f;
+        p.half_range = stddev * 1.7320508f;
+        ck(launch_fill_random(p, s), "fill_random");
+    }
+    void fill_f32(const std::string &name, int64_t n, float *dst, cudaStream_t s) override {
+        const bool is_bias = name.find("correction_bias") != std::string::npos;
+        const float half = (is_bias ? 0.01f : 1.0f / std::sqrt(float(n_embd))) * 1.7320508f;
+        uint64_t state = m_seed ^ std::hash<std::string>{}(name);
+        std::vector<float> f(static_cast<size_t>(n));
+        for (auto &v : f) {
+            uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+            z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+            z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+            z ^= z >> 31;
+            v = (2.0f * float(z >> 40) * (1.0f / 16777216.0f) - 1.0f) * half;
+        }
+        ck(cudaMemcpyAsync(dst, f.data(), size_t(n) * 4, cudaMemcpyHostToDevice, s), "upload of router weights");
+        ck(cudaStreamSynchronize(s), "upload of router weights");
+    }
+    int64_t n_embd = 1; // the router's input width (its spread is 1/sqrt(n_embd))
+
+private:
+    uint64_t m_seed;
+};
+
+class cuda_backend_impl final : public cuda_backend {
+public:
+    cuda_backend_impl(const model_config &cfg, const cuda_backend_params &p, const cuda_device_info &dev)
+        : m_cfg(cfg), m_params(p), m_dev(dev) {
+        ck(cudaSetDevice(p.device), "cudaSetDevice");
+        ck(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        ck(create_gemm_lt_context(&m_lt, k_cublas_workspace_bytes), "cuBLASLt initialisation");
+    }
+    ~cuda_backend_impl() override {
+        if (m_stream) cudaStreamSynchronize(m_stream);
+        clear_graphs();
+        destroy_gemm_lt_context(m_lt);
+        if (m_stream) cudaStreamDestroy(m_stream);
+    }
+
+    std::string name() const override {
+        return "cuda:" + std::to_string(m_params.device) + " " + m_dev.name +
+               (m_params.precision == weight_precision::fp8 ? " (fp8)" : " (bf16)");
+    }
+    const model_config &config() const override { return m_cfg; }
+    size_t weights_bytes() const override { return m_weights.bytes(); }
+    const kv_cache_params &kv_params() const override { return m_kv; }
+    size_t kv_block_bytes() const override {
+        return size_t(m_kv.block_size) * size_t(m_cfg.kv_dim()) * 2 * 2 * size_t(m_cfg.n_layer);
+    }
+    weight_precision precision() const override { return m_params.precision; }
+    double decode_weight_bytes() const override { return m_decode_bytes; }
+
+    cuda_memory_report memory_report() const override {
+        cuda_memory_report r;
+        r.weights_bytes = m_weights.bytes();
+        r.kv_bytes = m_kv_pool.bytes();
+        r.workspace_bytes = m_work.bytes() + m_inputs.bytes() + m_deq.bytes() + m_staging.bytes();
+        r.library_bytes = k_cublas_workspace_bytes;
+        cudaMemGetInfo(&r.device_free_bytes, &r.device_total_bytes);
+        return r;
+    }
+    backend_memory memory() const override {
+        backend_memory m;
+        m.reserved = m_work.bytes() + m_inputs.bytes() + m_deq.bytes();
+        m.in_use = m.reserved;
+        size_t f = 0, t = 0;
+        cudaMemGetInfo(&f, &t);
+        m.device_free = f;
+        m.device_total = t;
+        m.largest_free = f;
+        return m;
+    }
+
+    status init_kv_cache(const kv_cache_params &p) override {
+        return catch_errors([&]() -> status {
+            check_usable();
+            if (p.block_size <= 0 || p.n_blocks <= 0)
+                throw load_error("KV cache: block_size and n_blocks must be positive");
+            ck(cudaStreamSynchronize(m_stream), "KV cache re-initialisation");
+            clear_graphs();
+            m_kv_pool.reset();
+            m_kv = kv_cache_params{};
+            const size_t per_layer = size_t(p.n_blocks) * size_t(p.block_size) * size_t(m_cfg.kv_dim());
+            m_kv_pool.alloc(per_layer * 2 * 2 * size_t(m_cfg.n_layer),
+                            "the KV cache (" + std::to_string(p.n_blocks) + " blocks of " + std::to_string(p.block_size) +
+                                " tokens, BF16)");
+            ck(cudaMemsetAsync(m_kv_pool.at(), 0, m_kv_pool.bytes(), m_stream), "KV cache clear");
+            m_kv_layer_elems = per_layer;
+            m_kv = p;
+            return ok_status();
+        });
+    }
+
+    status forward(const batch &b, forward_output &out) override {
+        return catch_errors([&]() -> status {
+            check_usable();
+            try {
+                const auto t0 = std::chrono::steady_clock::now();
+                check_batch(b);
+                run(b, out);
+                out.phases = phase_times{};
+                out.phases.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+            } catch (const load_error &e) {
+                const cudaError_t st = cudaGetLastError();
+                if (is_sticky(st) || std::string(e.what()).find("no longer usable") != std::string::npos)
+                    m_broken = e.what();
+                throw;
+            }
+            return ok_status();
+        });
+    }
+
+    // Builds every weight through `src` (plan offsets, one allocation, fill, quantize).
+    void build(weight_source &src) {
+        const auto &c = m_cfg;
+        const int64_t H = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim();
+        const bool fp8 = m_params.precision == weight_precision::fp8;
+        const weight_format lin_fmt = fp8 ? weight_format::fp8_e4m3 : weight_format::bf16;
+        size_t arena = 0;
+        auto take = [&](size_t bytes) {
+            const size_t off = arena;
+            arena += align256(bytes);
+            return off;
+        };
+        auto plan_lin = [&](dlin &L, int64_t n, int64_t k, weight_format f) {
+            L.n = n;
+            L.k = k;
+            L.fmt = f;
+            L.w_off = take(size_t(n * k) * weight_format_bytes(f));
+            if (f == weight_format::fp8_e4m3) L.s_off = take(size_t(n) * 4);
+        };
+        m_tok_embd_off = take(size_t(c.n_vocab * H) * 2);
+        m_output_norm_off = take(size_t(H) * 2);
+        if (!c.tie_word_embeddings) m_head_off = take(size_t(c.n_vocab * H) * 2);
+        m_layers.assign(size_t(c.n_layer), dlayer{});
+        int64_t max_piece = 0, max_dense_lin = 0;
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+            dlayer &L = m_layers[il];
+            L.is_moe = c.is_moe_layer(il);
+            L.attn_norm_off = take(size_t(H) * 2);
+            L.ffn_norm_off = take(size_t(H) * 2);
+            plan_lin(L.wqkv, qd + 2 * kvd, H, lin_fmt);
+            plan_lin(L.wo, H, qd, lin_fmt);
+            max_piece = std::max({max_piece, qd * H, H * qd});
+            max_dense_lin = std::max({max_dense_lin, (qd + 2 * kvd) * H, H * qd});
+            if (!L.is_moe) {
+                plan_lin(L.gate_up, 2 * c.n_ff, H, lin_fmt);
+                plan_lin(L.down, H, c.n_ff, lin_fmt);
+                max_piece = std::max(max_piece, c.n_ff * H);
+                max_dense_lin = std::max(max_dense_lin, 2 * c.n_ff * H);
+                continue;
+            }
+            L.router_off = take(size_t(c.n_expert * H) * 4);
+            L.bias_off = take(size_t(c.n_expert) * 4);
+            plan_lin(L.exp_gate_up, c.n_expert * 2 * c.n_ff_exp, H, lin_fmt);
+            plan_lin(L.exp_down, c.n_expert * H, c.n_ff_exp, lin_fmt);
+            max_piece = std::max(max_piece, c.n_ff_exp * H);
+            if (c.n_expert_shared > 0) {
+                const int64_t F = c.n_ff_exp * c.n_expert_shared;
+                plan_lin(L.sh_gate_up, 2 * F, H, lin_fmt);
+                plan_lin(L.sh_down, H, F, lin_fmt);
+                max_piece = std::max(max_piece, F * H);
+                max_dense_lin = std::max(max_dense_lin, 2 * F * H);
+            }
+        }
+        m_inv_freq_off = take(size_t(c.head_dim / 2) * 4);
+
+        m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
+        if (fp8) {
+            m_staging.alloc(size_t(max_piece) * 2, "the FP8 quantization staging buffer");
+            m_deq.alloc(size_t(max_dense_lin) * 2, "the FP8 prefill dequantization buffer");
+        }
+        resolve_pointers();
+
+        // Fill, with progress over elements.
+        size_t total = size_t(c.n_vocab * H) * (c.tie_word_embeddings ? 1 : 2), done = 0;
+        for (const auto &L : m_layers)
+            for (const dlin *d : {&L.wqkv, &L.wo, &L.gate_up, &L.down, &L.exp_gate_up, &L.exp_down, &L.sh_gate_up, &L.sh_down})
+                total += size_t(d->n * d->k);
+        auto progress = [&](int64_t n) {
+            done += size_t(n);
+            if (m_params.on_progress && total) m_params.on_progress(float(std::min(1.0, double(done) / double(total))));
+        };
+        // A piece of `rows` rows of a linear at row offset `row0`: straight in (BF16) or through
+        // the staging buffer and the quantize kernel (FP8).
+        auto piece = [&](dlin &L, int64_t row0, const std::string &name, int64_t rows) {
+            if (L.fmt == weight_format::bf16) {
+                src.fill_bf16(name, rows, L.k, m_weights.at<bf16_t>(L.w_off) + row0 * L.k, m_stream);
+            } else {
+                src.fill_bf16(name, rows, L.k, m_staging.at<bf16_t>(), m_stream);
+                fp8_quantize_params q;
+                q.w = m_staging.at<bf16_t>();
+                q.q = m_weights.at<fp8_t>(L.w_off) + row0 * L.k;
+                q.scale = m_weights.at<float>(L.s_off) + row0;
+                q.n = rows;
+                q.k = L.k;
+                ck(launch_fp8_quantize(q, m_stream), "fp8_quantize");
+            }
+            progress(rows * L.k);
+        };
+        src.fill_bf16("model.embed_tokens.weight", c.n_vocab, H, m_weights.at<bf16_t>(m_tok_embd_off), m_stream);
+        progress(c.n_vocab * H);
+        src.fill_bf16("model.norm.weight", 1, H, m_weights.at<bf16_t>(m_output_norm_off), m_stream);
+        if (!c.tie_word_embeddings) {
+            src.fill_bf16("lm_head.weight", c.n_vocab, H, m_weights.at<bf16_t>(m_head_off), m_stream);
+            progress(c.n_vocab * H);
+        }
+        if (auto *rs = dynamic_cast<random_source *>(&src)) rs->n_embd = H;
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+            dlayer &L = m_layers[il];
+            const std::string p = "model.layers." + std::to_string(il) + ".";
+            src.fill_bf16(p + "input_layernorm.weight", 1, H, m_weights.at<bf16_t>(L.attn_norm_off), m_stream);
+            src.fill_bf16(p + "post_attention_layernorm.weight", 1, H, m_weights.at<bf16_t>(L.ffn_norm_off), m_stream);
+            piece(L.wqkv, 0, p + "self_attn.q_proj.weight", qd);
+            piece(L.wqkv, qd, p + "self_attn.k_proj.weight", kvd);
+            piece(L.wqkv, qd + kvd, p + "self_attn.v_proj.weight", kvd);
+            piece(L.wo, 0, p + "self_attn.o_proj.weight", H);
+            if (!L.is_moe) {
+                piece(L.gate_up, 0, p + "mlp.gate_proj.weight", c.n_ff);
+                piece(L.gate_up, c.n_ff, p + "mlp.up_proj.weight", c.n_ff);
+                piece(L.down, 0, p + "mlp.down_proj.weight", H);
+                continue;
+            }
+            src.fill_f32(p + "mlp.gate.weight", c.n_expert * H, m_weights.at<float>(L.router_off), m_stream);
+            src.fill_f32(p + "mlp.moe_statics.e_score_correction_bias", c.n_expert, m_weights.at<float>(L.bias_off),
+                         m_stream);
+            const int64_t Fe = c.n_ff_exp;
+            for (int64_t e = 0; e < c.n_expert; ++e) {
+                const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+                piece(L.exp_gate_up, e * 2 * Fe, q + "gate_proj.weight", Fe);
+                piece(L.exp_gate_up, e * 2 * Fe + Fe, q + "up_proj.weight", Fe);
+                piece(L.exp_down, e * H, q + "down_proj.weight", H);
+            }
+            if (c.n_expert_shared > 0) {
+                const int64_t F = Fe * c.n_expert_shared;
+                piece(L.sh_gate_up, 0, p + "mlp.shared_experts.gate_proj.weight", F);
+                piece(L.sh_gate_up, F, p + "mlp.shared_experts.up_proj.weight", F);
+                piece(L.sh_down, 0, p + "mlp.shared_experts.down_proj.weight", H);
+            }
+        }
+        // RoPE frequencies exactly as the CPU backend computes them (fp32 pow on the host).
+        std::vector<float> inv_freq(size_t(c.head_dim / 2));
+        for (int64_t i = 0; i < c.head_dim / 2; ++i)
+            inv_freq[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(c.head_dim));
+        ck(cudaMemcpyAsync(m_weights.at<float>(m_inv_freq_off), inv_freq.data(), inv_freq.size() * 4,
+                           cudaMemcpyHostToDevice, m_stream),
+           "upload of RoPE frequencies");
+        ck(cudaStreamSynchronize(m_stream), "weight upload");
+        m_staging.reset(); // only needed while quantizing
+        compute_decode_bytes();
+    }
+
+private:
+    void resolve_pointers() {
+        auto res = [&](dlin &L) {
+            if (L.n == 0) return;
+            L.w = m_weights.at(L.w_off);
+            L.scale = L.fmt == weight_format::fp8_e4m3 ? m_weights.at<float>(L.s_off) : nullptr;
+        };
+        for (auto &L : m_layers) {
+            L.attn_norm = m_weights.at<bf16_t>(L.attn_norm_off);
+            L.ffn_norm = m_weights.at<bf16_t>(L.ffn_norm_off);
+            for (dlin *d : {&L.wqkv, &L.wo, &L.gate_up, &L.down, &L.exp_gate_up, &L.exp_down, &L.sh_gate_up, &L.sh_down})
+                res(*d);
+            if (L.is_moe) {
+                L.router = m_weights.at<float>(L.router_off);
+                L.bias = m_weights.at<float>(L.bias_off);
+            }
+        }
+        m_head.n = m_cfg.n_vocab;
+        m_head.k = m_cfg.n_embd;
+        m_head.fmt = weight_format::bf16; // the head stays BF16 at either precision
+        m_head.w = m_weights.at(m_cfg.tie_word_embeddings ? m_tok_embd_off : m_head_off);
+    }
+
+    void compute_decode_bytes() {
+        const auto &c = m_cfg;
+        double b = double(c.n_embd) * 2 * 2 + double(m_head.n * m_head.k) * 2; // one embedding row, final norm, head
+        for (const auto &L : m_layers) {
+            b += double(c.n_embd) * 2 * 2 + double(L.wqkv.bytes() + L.wo.bytes());
+            if (!L.is_moe) {
+                b += double(L.gate_up.bytes() + L.down.bytes());
+                continue;
+            }
+            b += double(c.n_expert * c.n_embd + c.n_expert) * 4;
+            b += double(L.exp_gate_up.bytes() + L.exp_down.bytes()) * double(c.n_expert_used) / double(c.n_expert);
+            b += double(L.sh_gate_up.bytes() + L.sh_down.bytes());
+        }
+        m_decode_bytes = b;
+    }
+
+    void check_usable() const {
+        if (!m_broken.empty()) throw load_error("the CUDA backend stopped after an earlier error: " + m_broken);
+    }
+
+    void check_batch(const batch &b) const {
+        const size_t T = b.tokens.size();
+        if (b.pos.size() != T || b.seq.size() != T) throw load_error("batch: tokens, pos and seq differ in length");
+        if (!m_kv_pool.bytes()) throw load_error("batch: the KV cache is not initialised");
+        for (size_t t = 0; t < T; ++t) {
+            if (b.tokens[t] < 0 || b.tokens[t] >= m_cfg.n_vocab)
+                throw load_error("batch: token id " + std::to_string(b.tokens[t]) + " is outside the vocabulary [0, " +
+                                 std::to_string(m_cfg.n_vocab) + ")");
+            if (b.seq[t] < 0 || size_t(b.seq[t]) >= b.seqs.size()) throw load_error("batch: bad sequence index");
+            const auto &bt = b.seqs[b.seq[t]].block_table;
+            const int64_t blk = b.pos[t] / m_kv.block_size;
+            if (b.pos[t] < 0 || blk >= int64_t(bt.size()))
+                throw load_error("batch: position " + std::to_string(b.pos[t]) + " has no KV block");
+            if (b.pos[t] >= m_cfg.n_ctx_train)
+                throw load_error("batch: position " + std::to_string(b.pos[t]) + " is past the model's context of " +
+                                 std::to_string(m_cfg.n_ctx_train));
+        }
+        for (const auto &s : b.seqs)
+            for (int32_t blk : s.block_table)
+                if (blk < 0 || blk >= m_kv.n_blocks) throw load_error("batch: KV block id out of range");
+        for (int32_t r : b.logits_rows)
+            if (r < 0 || size_t(r) >= T) throw load_error("batch: logits row out of range");
+    }
+
+    // ---- workspace ---------------------------------------------------------------------------
+    struct work_layout {
+        int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
+        size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
+        size_t total = 0;
+        // inputs (int32 region copied from the pinned mirror in one transfer)
+        size_t in_tokens, in_pos, in_seq, in_rows, in_tiles, in_bt, in_total;
+    };
+
+    int64_t max_ff() const {
+        int64_t f = 0;
+        for (const auto &L : m_layers) {
+            if (!L.is_moe) f = std::max(f, m_cfg.n_ff);
+            else if (m_cfg.n_expert_shared > 0) f = std::max(f, m_cfg.n_ff_exp * m_cfg.n_expert_shared);
+        }
+        return std::max<int64_t>(f, 1);
+    }
+
+    int64_t n_moe_layers() const {
+        int64_t n = 0;
+        for (const auto &L : m_layers) n += L.is_moe;
+        return n;
+    }
+
+    work_layout make_layout(int64_t T, int64_t R, int64_t bt) const {
+        const auto &c = m_cfg;
+        const int64_t H = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim(), F = max_ff();
+        const int64_t K = std::max<int64_t>(c.n_expert_used, 1), E = std::max<int64_t>(c.n_expert, 1);
+        const int64_t n_moe = n_moe_layers();
+        work_layout w;
+        w.T = T;
+        w.R = R;
+        w.bt = bt;
+        size_t o = 0;
+        auto take = [&](size_t bytes) {
+            const size_t r = o;
+            o += align256(bytes);
+            return r;
+        };
+        w.x = take(size_t(T * H) * 4);
+        w.xn = take(size_t(T * H) * 2);
+        w.qkv = take(size_t(T * (qd + 2 * kvd)) * 4);
+        w.q = take(size_t(T * qd) * 2);
+        w.attn = take(size_t(T * qd) * 2);
+        w.gu = take(size_t(T * 2 * F) * 4);
+        w.act = take(size_t(T * F) * 2);
+        w.ids = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 4);
+        w.wts = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 4);
+        if (n_moe > 0) {
+            w.act_e = take(size_t(T * K * c.n_ff_exp) * 2);
+            w.y_e = T > k_moe_gemv_max_tokens ? take(size_t(T * K * H) * 4) : 0;
+            w.counts = take(size_t(E) * 4);
+            w.offsets = take(size_t(E + 1) * 4);
+            w.tile_offsets = take(size_t(E + 1) * 4);
+            w.sorted = take(size_t(T * K) * 4);
+        } else {
+            w.act_e = w.y_e = w.counts = w.offsets = w.tile_offsets = w.sorted = 0;
+        }
+        w.xr = take(size_t(R * H) * 2);
+        w.logits = take(size_t(R * c.n_vocab) * 4);
+        w.total = o;
+        size_t i = 0;
+        auto in = [&](int64_t n) {
+            const size_t r = i;
+            i += size_t(n) * 4;
+            return r;
+        };
+        w.in_tokens = in(T);
+        w.in_pos = in(T);
+        w.in_seq = in(T);
+        w.in_rows = in(R);
+        w.in_tiles = in(2 * T);
+        w.in_bt = in(bt);
+        w.in_total = i;
+        return w;
+    }
+
+    static int64_t round_cap(int64_t need, int64_t at_least) {
+        int64_t c = at_least;
+        while (c < need) c *= 2;
+        return c;
+    }
+
+    void ensure_workspace(int64_t T, int64_t R, int64_t bt) {
+        if (m_work.bytes() && T <= m_lay.T && R <= m_lay.R && bt <= m_lay.bt) return;
+        ck(cudaStreamSynchronize(m_stream), "workspace resize");
+        clear_graphs();
+        const work_layout w = make_layout(round_cap(T, std::max<int64_t>(m_lay.T, 16)),
+                                          round_cap(std::max<int64_t>(R, 1), std::max<int64_t>(m_lay.R, 1)),
+                                          round_cap(std::max<int64_t>(bt, 1), std::max<int64_t>(m_lay.bt, 64)));
+        m_work.reset();
+        m_inputs.reset();
+        m_pinned.reset();
+        m_pinned_out.reset();
+        m_lay = work_layout{};
+        m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
+        m_inputs.alloc(w.in_total, "the batch inputs");
+        m_pinned.alloc(w.in_total, "pinned batch inputs");
+        m_pinned_out.alloc(size_t(std::max<int64_t>(n_moe_layers(), 1) * w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 8,
+                           "pinned routing record");
+        m_lay = w;
+    }
+
+    void clear_graphs() {
+        for (auto &kv : m_graphs) cudaGraphExecDestroy(kv.second);
+        m_graphs.clear();
+        m_seen_keys.clear();
+    }
+
+    // ---- the forward pass --------------------------------------------------------------------
+    void linear(const dlin &L, const bf16_t *x, int64_t ldx, float *y, int64_t ldy, int64_t M, bool acc) {
+        if (M <= 0) return;
+        if (M > k_gemv_max_tokens) {
+            gemm_lt_params g;
+            g.ctx = m_lt;
+            g.a = x;
+            g.lda = ldx;
+            g.w = L.fmt == weight_format::bf16 ? static_cast<const bf16_t *>(L.w) : m_deq.at<bf16_t>();
+            g.ldw = L.k;
+            g.y = y;
+            g.ldy = ldy;
+            g.m = M;
+            g.n = L.n;
+            g.k = L.k;
+            g.accumulate = acc;
+            const bool deq_ok = L.fmt == weight_format::bf16 || m_deq.bytes() >= size_t(L.n * L.k) * 2;
+            if (deq_ok && gemm_lt_shape_ok(g)) {
+                if (L.fmt == weight_format::fp8_e4m3) {
+                    fp8_dequantize_params d;
+                    d.q = static_cast<const fp8_t *>(L.w);
+                    d.scale = L.scale;
+                    d.out = m_deq.at<bf16_t>();
+                    d.n = L.n;
+                    d.k = L.k;
+                    ck(launch_fp8_dequantize(d, m_stream), "fp8_dequantize");
+                }
+                const cudaError_t e = launch_gemm_lt(g, m_stream);
+                if (e == cudaErrorUnknown) throw load_error(std::string("cuBLASLt: ") + gemm_lt_last_error(m_lt));
+                ck(e, "gemm_lt");
+                return;
+            }
+        }
+        gemv_params p;
+        p.x = x;
+        p.ldx = ldx;
+        p.w = L.w;
+        p.wfmt = L.fmt;
+        p.w_scale = L.scale;
+        p.y = y;
+        p.ldy = ldy;
+        p.n_tokens = M;
+        p.n = L.n;
+        p.k = L.k;
+        p.accumulate = acc;
+        ck(launch_gemv(p, m_stream), "gemv");
+    }
+
+    // Everything between the input upload and the output download; no host synchronization,
+    // so it can be captured into a CUDA graph.
+    void enqueue(int64_t T, int64_t R, int64_t n_tiles, int64_t bt_stride) {
+        const auto &c = m_cfg;
+        const work_layout &w = m_lay;
+        const int64_t H = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, K = c.n_expert_used;
+        unsigned char *base = m_work.at();
+        float *x = reinterpret_cast<float *>(base + w.x);
+        bf16_t *xn = reinterpret_cast<bf16_t *>(base + w.xn);
+        float *qkv = reinterpret_cast<float *>(base + w.qkv);
+        bf16_t *q = reinterpret_cast<bf16_t *>(base + w.q);
+        bf16_t *attn = reinterpret_cast<bf16_t *>(base + w.attn);
+        float *gu = reinterpret_cast<float *>(base + w.gu);
+        bf16_t *act = reinterpret_cast<bf16_t *>(base + w.act);
+        const int32_t *tokens = m_inputs.at<int32_t>(w.in_tokens), *pos = m_inputs.at<int32_t>(w.in_pos),
+                      *seq = m_inputs.at<int32_t>(w.in_seq), *rows = m_inputs.at<int32_t>(w.in_rows),
+                      *tiles = m_inputs.at<int32_t>(w.in_tiles), *bt = m_inputs.at<int32_t>(w.in_bt);
+
+        embedding_params ep;
+        ep.tokens = tokens;
+        ep.table = m_weights.at<bf16_t>(m_tok_embd_off);
+        ep.out = x;
+        ep.n_tokens = T;
+        ep.n_embd = H;
+        ck(launch_embedding(ep, m_stream), "embedding");
+
+        int64_t moe_slot = 0;
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+            const dlayer &L = m_layers[il];
+            rms_norm_params nrm;
+            nrm.x = x;
+            nrm.weight = L.attn_norm;
+            nrm.out = xn;
+            nrm.n_rows = T;
+            nrm.n_embd = H;
+            nrm.eps = float(c.rms_eps);
+            ck(launch_rms_norm(nrm, m_stream), "rms_norm");
+            linear(L.wqkv, xn, H, qkv, qd + 2 * kvd, T, false);
+
+            bf16_t *kc = m_kv_pool.at<bf16_t>() + size_t(il) * 2 * m_kv_layer_elems, *vc = kc + m_kv_layer_elems;
+            rope_kv_params rp;
+            rp.qkv = qkv;
+            rp.pos = pos;
+            rp.seq = seq;
+            rp.block_tables = bt;
+            rp.bt_stride = bt_stride;
+            rp.inv_freq = m_weights.at<float>(m_inv_freq_off);
+            rp.q_out = q;
+            rp.k_cache = kc;
+            rp.v_cache = vc;
+            rp.n_tokens = T;
+            rp.n_head = c.n_head;
+            rp.n_head_kv = c.n_head_kv;
+            rp.head_dim = hd;
+            rp.block_size = m_kv.block_size;
+            ck(launch_rope_kv(rp, m_stream), "rope_kv");
+
+            attention_params ap;
+            ap.q = q;
+            ap.k_cache = kc;
+            ap.v_cache = vc;
+            ap.pos = pos;
+            ap.seq = seq;
+            ap.block_tables = bt;
+            ap.bt_stride = bt_stride;
+            ap.tiles = tiles;
+            ap.n_tiles = n_tiles;
+            ap.out = attn;
+            ap.n_tokens = T;
+            ap.n_head = c.n_head;
+            ap.n_head_kv = c.n_head_kv;
+            ap.head_dim = hd;
+            ap.block_size = m_kv.block_size;
+            ap.scale = 1.0f / std::sqrt(float(hd));
+            ck(launch_attention(ap, m_stream), "attention");
+            linear(L.wo, attn, qd, x, H, T, true); // residual add fused (accumulate)
+
+            nrm.weight = L.ffn_norm;
+            ck(launch_rms_norm(nrm, m_stream), "rms_norm");
+            if (!L.is_moe) {
+                swiglu(L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
+                continue;
+            }
+            int32_t *ids = reinterpret_cast<int32_t *>(base + w.ids) + moe_slot * T * K;
+            float *wts = reinterpret_cast<float *>(base + w.wts) + moe_slot * T * K;
+            ++moe_slot;
+            moe_router_params mr;
+            mr.x = xn;
+            mr.w = L.router;
+            mr.bias = L.bias;
+            mr.ids = ids;
+            mr.weights = wts;
+            mr.n_tokens = T;
+            mr.n_embd = H;
+            mr.n_expert = c.n_expert;
+            mr.n_expert_used = K;
+            mr.norm_min = float(c.moe_norm_min);
+            ck(launch_moe_router(mr, m_stream), "moe_router");
+            if (c.n_expert_shared > 0) swiglu(L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared, xn, x, gu, act, T);
+            bf16_t *act_e = reinterpret_cast<bf16_t *>(base + w.act_e);
+            if (T <= k_moe_gemv_max_tokens) {
+                moe_gate_up_gemv_params g;
+                g.x = xn;
+                g.ids = ids;
+                g.w = L.exp_gate_up.w;
+                g.wfmt = L.exp_gate_up.fmt;
+                g.w_scale = L.exp_gate_up.scale;
+                g.act = act_e;
+                g.n_tokens = T;
+                g.n_embd = H;
+                g.n_expert_used = K;
+                g.n_ff_exp = c.n_ff_exp;
+                ck(launch_moe_gate_up_gemv(g, m_stream), "moe_gate_up_gemv");
+                moe_down_gemv_params d;
+                d.act = act_e;
+                d.ids = ids;
+                d.weights = wts;
+                d.w = L.exp_down.w;
+                d.wfmt = L.exp_down.fmt;
+                d.w_scale = L.exp_down.scale;
+                d.y = x;
+                d.n_tokens = T;
+                d.n_embd = H;
+                d.n_expert_used = K;
+                d.n_ff_exp = c.n_ff_exp;
+                ck(launch_moe_down_gemv(d, m_stream), "moe_down_gemv");
+            } else {
+                moe_plan_params pl;
+                pl.ids = ids;
+                pl.n_slots = T * K;
+                pl.n_expert = c.n_expert;
+                pl.tile_rows = moe_grouped_gemm_tile_rows;
+                pl.counts = reinterpret_cast<int32_t *>(base + w.counts);
+                pl.offsets = reinterpret_cast<int32_t *>(base + w.offsets);
+                pl.tile_offsets = reinterpret_cast<int32_t *>(base + w.tile_offsets);
+                pl.sorted_slots = reinterpret_cast<int32_t *>(base + w.sorted);
+                ck(launch_moe_plan(pl, m_stream), "moe_plan");
+                moe_grouped_gemm_params g;
+                g.a = xn;
+                g.lda = H;
+                g.a_row_div = K;
+                g.sorted_slots = pl.sorted_slots;
+                g.offsets = pl.offsets;
+                g.tile_offsets = pl.tile_offsets;
+                g.n_expert = c.n_expert;
+                g.max_tiles = moe_plan_max_tiles(T * K, c.n_expert, moe_grouped_gemm_tile_rows);
+                g.w = L.exp_gate_up.w;
+                g.wfmt = L.exp_gate_up.fmt;
+                g.w_scale = L.exp_gate_up.scale;
+                g.k = H;
+                g.n = c.n_ff_exp;
+                g.glu = true;
+                g.out_act = act_e;
+                g.ldo = c.n_ff_exp;
+                ck(launch_moe_grouped_gemm(g, m_stream), "moe_grouped_gemm (gate/up)");
+                float *y_e = reinterpret_cast<float *>(base + w.y_e);
+                g.a = act_e;
+                g.lda = c.n_ff_exp;
+                g.a_row_div = 1;
+                g.w = L.exp_down.w;
+                g.wfmt = L.exp_down.fmt;
+                g.w_scale = L.exp_down.scale;
+                g.k = c.n_ff_exp;
+                g.n = H;
+                g.glu = false;
+                g.out_act = nullptr;
+                g.out_f32 = y_e;
+                g.ldo = H;
+                ck(launch_moe_grouped_gemm(g, m_stream), "moe_grouped_gemm (down)");
+                moe_combine_params cb;
+                cb.y = y_e;
+                cb.weights = wts;
+                cb.x = x;
+                cb.n_tokens = T;
+                cb.n_embd = H;
+                cb.n_expert_used = K;
+                ck(launch_moe_combine(cb, m_stream), "moe_combine");
+            }
+        }
+
+        // Head: final norm of the requested rows only, then logits.
+        bf16_t *xr = reinterpret_cast<bf16_t *>(base + w.xr);
+        rms_norm_params nrm;
+        nrm.x = x;
+        nrm.rows = rows;
+        nrm.weight = m_weights.at<bf16_t>(m_output_norm_off);
+        nrm.out = xr;
+        nrm.n_rows = R;
+        nrm.n_embd = H;
+        nrm.eps = float(c.rms_eps);
+        ck(launch_rms_norm(nrm, m_stream), "rms_norm (head)");
+        linear(m_head, xr, H, reinterpret_cast<float *>(base + w.logits), c.n_vocab, R, false);
+    }
+
+    // y += down(silu(gate(x)) · up(x)) over T tokens (dense MLP and shared experts).
+    void swiglu(const dlin &gate_up, const dlin &down, int64_t F, const bf16_t *x, float *y, float *gu, bf16_t *act,
+                int64_t T) {
+        const int64_t H = m_cfg.n_embd;
+        linear(gate_up, x, H, gu, 2 * F, T, false);
+        silu_mul_params s;
+        s.gate_up = gu;
+        s.out = act;
+        s.n_tokens = T;
+        s.n_ff = F;
+        ck(launch_silu_mul(s, m_stream), "silu_mul");
+        linear(down, act, F, y, H, T, true);
+    }
+
+    void run(const batch &b, forward_output &out) {
+        const auto &c = m_cfg;
+        const int64_t T = b.n_tokens(), R = int64_t(b.logits_rows.size()), S = int64_t(b.seqs.size());
+        out.routing = routing_record{};
+        out.routing.n_expert_used = int32_t(c.n_expert_used);
+        out.logits.assign(size_t(R * c.n_vocab), 0.0f);
+        if (T == 0) return;
+        int64_t stride = 1;
+        for (const auto &s : b.seqs) stride = std::max<int64_t>(stride, int64_t(s.block_table.size()));
+        stride = round_cap(stride, 1);
+        const std::vector<int32_t> tiles = attention_tiles(b.seq.data(), T, c.n_head / c.n_head_kv);
+        const int64_t n_tiles = int64_t(tiles.size() / 2);
+        ensure_workspace(T, R, S * stride);
+        const work_layout &w = m_lay;
+
+        // Inputs → pinned mirror → one transfer.
+        std::memcpy(m_pinned.at(w.in_tokens), b.tokens.data(), size_t(T) * 4);
+        std::memcpy(m_pinned.at(w.in_pos), b.pos.data(), size_t(T) * 4);
+        std::memcpy(m_pinned.at(w.in_seq), b.seq.data(), size_t(T) * 4);
+        if (R) std::memcpy(m_pinned.at(w.in_rows), b.logits_rows.data(), size_t(R) * 4);
+        std::memcpy(m_pinned.at(w.in_tiles), tiles.data(), tiles.size() * 4);
+        int32_t *btp = m_pinned.at<int32_t>(w.in_bt);
+        for (int64_t s = 0; s < S; ++s) {
+            const auto &tbl = b.seqs[s].block_table;
+            std::copy(tbl.begin(), tbl.end(), btp + s * stride);
+            std::fill(btp + s * stride + int64_t(tbl.size()), btp + (s + 1) * stride, 0);
+        }
+        const size_t in_bytes = w.in_bt + size_t(S * stride) * 4;
+        ck(cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), in_bytes, cudaMemcpyHostToDevice, m_stream), "input upload");
+
+        const auto key = std::make_tuple(T, R, S, stride, n_tiles);
+        bool done = false;
+        if (m_params.use_graphs && m_graph_error.empty() && T <= k_graph_max_tokens) {
+            auto it = m_graphs.find(key);
+            if (it != m_graphs.end()) {
+                ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
+                done = true;
+            } else if (m_seen_keys.count(key)) {
+                done = capture_and_launch(key, T, R, n_tiles, stride);
+            } else {
+                m_seen_keys.insert(key); // run eagerly once first: lazy initialization stays out of the graph
+            }
+        }
+        if (!done) enqueue(T, R, n_tiles, stride);
+
+        // Outputs.
+        if (R)
+            ck(cudaMemcpyAsync(out.logits.data(), m_work.at(w.logits), size_t(R * c.n_vocab) * 4, cudaMemcpyDeviceToHost,
+                               m_stream),
+               "logits download");
+        const int64_t n_moe = n_moe_layers(), K = c.n_expert_used, nk = n_moe * T * K;
+        if (nk) {
+            ck(cudaMemcpyAsync(m_pinned_out.at(), m_work.at(w.ids), size_t(nk) * 4, cudaMemcpyDeviceToHost, m_stream),
+               "routing download");
+            ck(cudaMemcpyAsync(m_pinned_out.at(size_t(nk) * 4), m_work.at(w.wts), size_t(nk) * 4, cudaMemcpyDeviceToHost,
+                               m_stream),
+               "routing download");
+        }
+        ck(cudaStreamSynchronize(m_stream), "the forward pass");
+        ck(cudaGetLastError(), "the forward pass");
+        if (nk) {
+            const int32_t *ids = m_pinned_out.at<int32_t>();
+            const float *wts = m_pinned_out.at<float>(size_t(nk) * 4);
+            int64_t m = 0;
+            for (int64_t il = 0; il < c.n_layer; ++il) {
+                if (!m_layers[il].is_moe) continue;
+                out.routing.moe_layers.push_back(int32_t(il));
+                std::vector<int16_t> li(size_t(T * K));
+                for (int64_t i = 0; i < T * K; ++i) li[i] = int16_t(ids[m * T * K + i]);
+                out.routing.ids.push_back(std::move(li));
+                out.routing.weights.emplace_back(wts + m * T * K, wts + (m + 1) * T * K);
+                ++m;
+            }
+        }
+    }
+
+    using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+
+    bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride) {
+        cudaGraph_t graph = nullptr;
+        ck(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        try {
+            enqueue(T, R, n_tiles, stride);
+        } catch (const load_error &e) {
+            cudaStreamEndCapture(m_stream, &graph);
+            if (graph) cudaGraphDestroy(graph);
+            cudaGetLastError();
+            m_graph_error = e.what();
+            return false; // run eagerly; graphs stay off for this backend
+        }
+        cudaError_t e = cudaStreamEndCapture(m_stream, &graph);
+        if (e != cudaSuccess || !graph) {
+            cudaGetLastError();
+            m_graph_error = std::string("stream capture failed: ") + cudaGetErrorString(e);
+            return false;
+        }
+        cudaGraphExec_t exec = nullptr;
+        e = cudaGraphInstantiate(&exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            m_graph_error = std::string("graph instantiation failed: ") + cudaGetErrorString(e);
+            return false;
+        }
+        m_graphs.emplace(key, exec);
+        ck(cudaGraphLaunch(exec, m_stream), "cudaGraphLaunch");
+        return true;
+    }
+
+    model_config m_cfg;
+    cuda_backend_params m_params;
+    cuda_device_info m_dev;
+    cudaStream_t m_stream = nullptr;
+    gemm_lt_context *m_lt = nullptr;
+    std::string m_broken, m_graph_error;
+
+    device_buffer m_weights, m_staging, m_deq, m_kv_pool, m_work, m_inputs;
+    pinned_buffer m_pinned, m_pinned_out;
+    size_t m_tok_embd_off = 0, m_output_norm_off = 0, m_head_off = 0, m_inv_freq_off = 0;
+    std::vector<dlayer> m_layers;
+    dlin m_head;
+    double m_decode_bytes = 0.0;
+    kv_cache_params m_kv;
+    size_t m_kv_layer_elems = 0;
+    work_layout m_lay{};
+    std::map<graph_key, cudaGraphExec_t> m_graphs;
+    std::set<graph_key> m_seen_keys;
+};
+
+} // namespace
+
+std::string cuda_memory_report::to_string() const {
+    return "weights " + mib(weights_bytes) + ", KV " + mib(kv_bytes) + ", workspace " + mib(workspace_bytes) +
+           ", cuBLASLt " + mib(library_bytes) + "; device " + mib(device_total_bytes - device_free_bytes) + " used of " +
+           mib(device_total_bytes);
+}
+
+result<cuda_device_info> probe_cuda_device(int device) {
+    int count = 0;
+    cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return error{std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")"};
+    }
+    if (count <= device) return error{"no CUDA device " + std::to_string(device) + " (" + std::to_string(count) + " found)"};
+    cudaDeviceProp prop{};
+    if ((e = cudaGetDeviceProperties(&prop, device)) != cudaSuccess) {
+        cudaGetLastError();
+        return error{std::string("cannot query CUDA device: ") + cudaGetErrorString(e)};
+    }
+    cuda_device_info info;
+    info.device = device;
+    info.name = prop.name;
+    info.cc_major = prop.major;
+    info.cc_minor = prop.minor;
+    info.n_sm = prop.multiProcessorCount;
+    // Launch one tiny kernel: proves the driver, the context and that this build has code for
+    // the GPU's architecture (cudaErrorNoKernelImageForDevice otherwise).
+    if ((e = cudaSetDevice(device)) != cudaSuccess) {
+        cudaGetLastError();
+        return error{std::string("cannot use CUDA device: ") + cudaGetErrorString(e)};
+    }
+    void *buf = nullptr;
+    if ((e = cudaMalloc(&buf, 256)) != cudaSuccess) {
+        cudaGetLastError();
+        return error{std::string("cannot allocate on the CUDA device: ") + cudaGetErrorString(e)};
+    }
+    fill_random_params p;
+    p.out = static_cast<bf16_t *>(buf);
+    p.n = 16;
+    e = launch_fill_random(p, nullptr);
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
+    cudaFree(buf);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return error{info.name + " (compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                     ") cannot run this build's kernels: " + cudaGetErrorString(e) +
+                     " (rebuild with ES_CUDA_ARCHITECTURES naming this GPU)"};
+    }
+    cudaMemGetInfo(&info.free_bytes, &info.total_bytes);
+    return info;
+}
+
+result<std::unique_ptr<backend>> make_cuda_backend(const model_config &cfg, const model_tensors &t,
+                                                   const cuda_backend_params &p) {
+    auto dev = probe_cuda_device(p.device);
+    if (!dev) return dev.err();
+    return catch_errors([&]() -> result<std::unique_ptr<backend>> {
+        auto be = std::make_unique<cuda_backend_impl>(cfg, p, *dev);
+        checkpoint_source src(t);
+        be->build(src);
+        return std::unique_ptr<backend>(std::move(be));
+    });
+}
+
+result<std::unique_ptr<backend>> make_cuda_backend_random(const model_config &cfg, uint64_t seed,
+                                                          const cuda_backend_params &p) {
+    auto dev = probe_cuda_device(p.device);
+    if (!dev) return dev.err();
+    return catch_errors([&]() -> result<std::unique_ptr<backend>> {
+        auto be = std::make_unique<cuda_backend_impl>(cfg, p, *dev);
+        random_source src(seed);
+        be->build(src);
+        return std::unique_ptr<backend>(std::move(be));
+    });
+}
+
+} // namespace es

@@ -1,0 +1,64 @@
+// The CUDA backend's public face (host side; compiled only when CMake finds a CUDA toolkit, where
+// ES_HAVE_CUDA=1): an es::backend that keeps BF16 or FP8 E4M3 (+ per-channel fp32 scales)
+// weights, BF16 paged KV pools and a workspace in device memory (plain cudaMalloc, never managed
+// memory), runs the forward pass with the kernels of kernels/, and turns every CUDA failure,
+// out-of-memory included, into an es::error. Numerics: fp32 residual stream, BF16 activations
+// into every linear, fp32 accumulation, fp32 router and softmax (see ARCHITECTURE.md).
+#pragma once
+
+#include "backend.h"
+#include "model.h"
+#include "model_tensors.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+namespace es {
+
+struct cuda_device_info {
+    int device = 0;
+    std::string name;
+    int cc_major = 0, cc_minor = 0, n_sm = 0;
+    size_t total_bytes = 0, free_bytes = 0;
+};
+
+// Is there a usable GPU? An error in words when not (no driver, no device, too old a GPU).
+// Cheap; never aborts. Devices before compute capability 9.0 are refused by this build (sm_90a).
+result<cuda_device_info> probe_cuda_device(int device = 0);
+
+struct cuda_backend_params {
+    int device = 0;
+    weight_precision precision = weight_precision::bf16;
+    bool use_graphs = true;                            // decode-sized steps replayed as CUDA graphs
+    std::function<void(float progress)> on_progress;   // 0..1 while weights are uploaded
+};
+
+// Where device memory went, for reports and telemetry.
+struct cuda_memory_report {
+    size_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, library_bytes = 0; // ours, by arena
+    size_t device_free_bytes = 0, device_total_bytes = 0;                            // cudaMemGetInfo
+    std::string to_string() const;
+};
+
+// The extra calls of the CUDA backend (dynamic_cast a backend made below to reach them).
+class cuda_backend : public backend {
+public:
+    virtual cuda_memory_report memory_report() const = 0;
+    virtual weight_precision precision() const = 0;
+    // Weight bytes one batch-1 decode step must read (routed experts: only n_expert_used of
+    // n_expert; the embedding table: one row; the head: all of it). The MBU numerator.
+    virtual double decode_weight_bytes() const = 0;
+};
+
+// Uploads bound checkpoint tensors (BF16 as stored; FP8 quantized on the GPU at load).
+result<std::unique_ptr<backend>> make_cuda_backend(const model_config &cfg, const model_tensors &t,
+                                                   const cuda_backend_params &p = {});
+
+// Random weights of the given shape built on the GPU (benchmarks of real shapes): uniform with
+// the CPU backend's spreads (linears ±sqrt(3/in), norms 1 ± 0.17, bias ±0.017).
+result<std::unique_ptr<backend>> make_cuda_backend_random(const model_config &cfg, uint64_t seed,
+                                                          const cuda_backend_params &p = {});
+
+} // namespace es

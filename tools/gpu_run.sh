@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
+#   bash tools/gpu_run.sh full|selftest|bench
+# Writes everything it prints to $OUT (selftest.md, bench.md, gpu.txt, sanitizer.txt) as well.
+set -uo pipefail
+OUT=${OUT:-/tmp/es-out}
+mkdir -p "$OUT"
+CLI=.device/bin/expertscope-cli
+lt=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+export LD_LIBRARY_PATH="$PWD/.device/lib${lt:+:$(dirname "$lt")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+mode=${1:-full}
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
+echo "cuBLASLt: ${lt:-not found}" | tee -a "$OUT/gpu.txt"
+rc=0
+if [[ $mode == full || $mode == selftest ]]; then
+    timeout 300 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest.md"
+    rc=${PIPESTATUS[0]}
+    echo "selftest exit code: $rc" | tee -a "$OUT/selftest.md"
+    if [[ $rc -ne 0 ]] && command -v compute-sanitizer >/dev/null; then
+        timeout 150 compute-sanitizer --print-limit 12 "$CLI" selftest --kernels-only 2>&1 | tail -80 >"$OUT/sanitizer.txt"
+    fi
+fi
+if [[ $mode == full || $mode == bench ]]; then
+    bench() { # shape, precision, extra args
+        echo "### $*" | tee -a "$OUT/bench.md"
+        timeout 150 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --pp 512,2048 --tg 128 --reps 3 "${@:3}" \
+            2>&1 | tee -a "$OUT/bench.md"
+    }
+    bench ernie-4.5-0.3b bf16
+    bench ernie-4.5-0.3b fp8
+    bench ernie-4.5-21b-a3b fp8 --layers 4
+    bench ernie-4.5-21b-a3b bf16 --layers 4
+    bench ernie-4.5-21b-a3b fp8 --layers 12
+    bench ernie-4.5-21b-a3b fp8
+    bench ernie-4.5-21b-a3b bf16
+fi
+exit $rc
