@@ -60,7 +60,8 @@ void scheduler::preempt(sched_request &r) {
 
 // Prefix-cache lookup for a request being admitted: takes references on the cached leading
 // full blocks and returns how many tokens they cover. At least one token is always left to
-// compute, so the step produces logits to sample from.
+// compute, so the step produces logits to sample from. The caller counts the query only once the
+// admission succeeds (a request retried while blocks are short would be counted every step).
 int32_t scheduler::admit_prefix(sched_request &r) {
     if (!m_p.enable_prefix_caching) return 0;
     const int32_t bs = m_p.block_size;
@@ -78,7 +79,6 @@ int32_t scheduler::admit_prefix(sched_request &r) {
         parent = h;
         ++hits;
     }
-    m_pool.count_query(uint64_t(max_blocks), uint64_t(hits));
     return hits * bs;
 }
 
@@ -136,8 +136,8 @@ scheduler_output scheduler::schedule() {
     while (out.preempted.empty() && !m_waiting.empty() && budget > 0 &&
            int32_t(m_running.size()) < m_p.max_num_seqs) {
         sched_request *r = m_waiting.front().get();
-        if (r->n_computed == 0 && r->blocks.empty()) r->n_computed = admit_prefix(*r);
-        if (r->n_preemptions == 0 && r->n_cached_tokens == 0) r->n_cached_tokens = std::min(r->n_computed, r->n_prompt);
+        const bool lookup = r->n_computed == 0 && r->blocks.empty();
+        if (lookup) r->n_computed = admit_prefix(*r);
         const int32_t n_new = std::min(r->n_tokens() - r->n_computed, budget);
         if (!allocate_for(*r, n_new)) {
             // Not enough free blocks now: give the cache hits back and wait for running requests.
@@ -145,6 +145,12 @@ scheduler_output scheduler::schedule() {
             r->n_computed = 0;
             break;
         }
+        // Statistics of the admission that succeeded, not of attempts that found no blocks (their
+        // hits may since have been evicted, or more blocks cached).
+        if (lookup && m_p.enable_prefix_caching)
+            m_pool.count_query(uint64_t((r->n_tokens() - 1) / m_p.block_size),
+                               uint64_t(r->n_computed / m_p.block_size));
+        if (r->n_preemptions == 0) r->n_cached_tokens = std::min(r->n_computed, r->n_prompt);
         r->running = true;
         m_running.push_back(std::move(m_waiting.front()));
         m_waiting.pop_front();
