@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# README command 1: install the Debian packages, build the `default` preset, then chat with a
-# model in the terminal through `expertscope-cli generate --chat` (one prompt per line; each
-# answer is a fresh single-turn chat). The desktop app replaces this later (issue 5).
+# README command 1: install the Debian packages, build the `default` preset, then start the
+# desktop app `expertscope` with the model loaded. Without a display ($DISPLAY / $WAYLAND_DISPLAY
+# unset) it chats in the terminal through `expertscope-cli generate --chat` instead (one prompt
+# per line; each answer is a fresh single-turn chat).
 # The model folder: first argument, else $ES_MODEL, else the MoE reference checkpoint
 # tests/data/moe-shared (random weights: it runs the real code path but answers in noise) until
 # the embedded default model exists (issue 9). A second argument answers that prompt and exits.
@@ -41,6 +42,11 @@ fi
 case "$model" in
   tests/data/*) echo "run: using the reference checkpoint $model (random weights, answers are noise); pass a real model folder or set ES_MODEL" >&2 ;;
 esac
+
+app=build/default/app/gui/expertscope
+if [ $# -lt 2 ] && [ -x "$app" ] && { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }; then
+  exec "$app" --model "$model"
+fi
 
 gen=("$cli" generate --model "$model" --chat --max-tokens "${ES_MAX_TOKENS:-256}")
 if [ -n "${ES_SYSTEM:-}" ]; then gen+=(--system "$ES_SYSTEM"); fi

@@ -16,8 +16,8 @@ packages=(
   qt6-tools-dev qt6-tools-dev-tools qt6-l10n-tools
   # storage, JSON, command line, tokenizer (library and spm_* tools)
   libsqlite3-dev libqt6sql6-sqlite nlohmann-json3-dev libcli11-dev libsentencepiece-dev sentencepiece
-  # a virtual X server for GUI tests and screenshots
-  xvfb xauth
+  # a virtual X server for GUI tests and screenshots; a CJK font so Chinese text renders
+  xvfb xauth fonts-wqy-microhei
 )
 # Qt's SQLite driver (libqt6sql6-sqlite) is only a Recommends of libqt6sql6, so it is listed
 # explicitly: --no-install-recommends would not bring it.

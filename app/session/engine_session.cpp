@@ -1,0 +1,331 @@
+// EngineSession (see engine_session.h). The pump timer runs only while something is in flight
+// (a load or a reply), so an idle app costs nothing.
+#include "engine_session.h"
+
+#include "engine.h"
+
+#include <QDateTime>
+#include <QDir>
+#include <QFileInfo>
+
+#include <mutex>
+
+namespace es {
+
+struct EngineSession::LoadState {
+    std::future<status> done;
+    QString dir;
+    std::mutex mutex;          // progress is written on the engine thread
+    QString stage;
+    double fraction = 0;
+    bool changed = false;
+};
+
+namespace {
+
+engine_params make_params(const EngineSessionOptions &o) {
+    engine_params p;
+    p.load.kind = o.backend == "cuda" ? backend_kind::cuda : o.backend == "cpu" ? backend_kind::cpu : backend_kind::automatic;
+    p.load.precision = o.precision == "bf16" ? weight_precision::bf16 : weight_precision::fp8;
+    p.load.n_threads = o.threads;
+    p.load.need_tokenizer = true;
+    p.max_num_seqs = std::max(1, o.maxConcurrentReplies);
+    return p;
+}
+
+sampling_params merge(const SamplingParams &s, sampling_params d, int default_max_tokens) {
+    if (s.temperature) d.temperature = float(*s.temperature);
+    if (s.topP) d.top_p = float(*s.topP);
+    if (s.topK) d.top_k = *s.topK;
+    if (s.minP) d.min_p = float(*s.minP);
+    if (s.repetitionPenalty) d.repetition_penalty = float(*s.repetitionPenalty);
+    if (s.presencePenalty) d.presence_penalty = float(*s.presencePenalty);
+    if (s.frequencyPenalty) d.frequency_penalty = float(*s.frequencyPenalty);
+    d.max_tokens = s.maxTokens ? *s.maxTokens : default_max_tokens;
+    if (s.seed) d.seed = *s.seed;
+    for (const QString &stop : s.stopStrings)
+        if (!stop.isEmpty()) d.stop_strings.push_back(stop.toStdString());
+    return d;
+}
+
+SamplingParams to_view(const sampling_params &d) {
+    SamplingParams s;
+    s.temperature = d.temperature;
+    s.topP = d.top_p;
+    if (d.top_k > 0) s.topK = d.top_k;
+    s.repetitionPenalty = d.repetition_penalty;
+    return s;
+}
+
+MessageMetrics to_metrics(const request_metrics &m) {
+    MessageMetrics out;
+    const int n = int(m.token_times_us.size());
+    out.nPromptTokens = m.n_prompt_tokens;
+    out.nOutputTokens = n;
+    if (m.t_first_token_us >= 0) {
+        out.ttftMs = m.ttft_ms();
+        const double prefill_s = (m.t_first_token_us - m.t_submit_us) / 1e6;
+        const int computed = m.n_prompt_tokens - m.n_cached_prompt_tokens;
+        if (prefill_s > 0) out.prefillTokS = computed / prefill_s;
+    }
+    for (int i = 0; i < n; ++i) {
+        out.tokenTimesMs.push_back(float((m.token_times_us[i] - m.t_submit_us) / 1000.0));
+        if (i > 0) out.itlMs.push_back(float((m.token_times_us[i] - m.token_times_us[i - 1]) / 1000.0));
+    }
+    if (n > 1) {
+        const double span_s = (m.token_times_us.back() - m.token_times_us.front()) / 1e6;
+        if (span_s > 0) out.decodeTokS = (n - 1) / span_s;
+    }
+    return out;
+}
+
+// Expert token-slot counts per MoE layer over the positions this request computed.
+QList<LayerRouting> to_routing(const request_metrics &m, const QList<int> &moe_layers, int n_expert) {
+    QList<LayerRouting> out;
+    if (m.n_moe_layers <= 0 || m.k <= 0 || n_expert <= 0) return out;
+    for (int s = 0; s < m.n_moe_layers; ++s) {
+        LayerRouting r;
+        r.layer = s < moe_layers.size() ? moe_layers[s] : s;
+        r.expertCounts = QList<quint32>(n_expert, 0);
+        out.push_back(r);
+    }
+    const size_t per_pos = size_t(m.n_moe_layers) * size_t(m.k);
+    for (size_t i = 0; i < m.trace.size(); ++i) {
+        const int16_t e = m.trace[i];
+        if (e < 0 || e >= n_expert) continue;
+        out[int((i % per_pos) / size_t(m.k))].expertCounts[e] += 1;
+    }
+    return out;
+}
+
+} // namespace
+
+EngineSession::EngineSession(const EngineSessionOptions &options, QObject *parent)
+    : QObject(parent), m_options(options), m_engine(std::make_unique<engine>(make_params(options))) {
+    qRegisterMetaType<es::SessionModelInfo>();
+    qRegisterMetaType<es::SessionStats>();
+    qRegisterMetaType<es::MessageMetrics>();
+    m_timer.setInterval(options.pumpIntervalMs);
+    m_timer.setTimerType(Qt::PreciseTimer);
+    connect(&m_timer, &QTimer::timeout, this, &EngineSession::pump);
+}
+
+EngineSession::~EngineSession() {
+    m_timer.stop();
+    m_engine.reset(); // cancels every open request and joins the engine thread
+}
+
+MemoryEstimateView EngineSession::estimate(const QString &dir, const EngineSessionOptions &options) {
+    MemoryEstimateView v;
+    auto e = engine::estimate_memory(dir.toStdString(), make_params(options));
+    if (!e) {
+        v.message = QString::fromStdString(e.message());
+        return v;
+    }
+    v.ok = true;
+    v.fits = e->fits;
+    v.weightsBytes = qint64(e->weights_bytes);
+    v.kvBytes = qint64(e->kv_bytes);
+    v.availableBytes = qint64(e->available_bytes);
+    v.message = QString::fromStdString(e->summary);
+    return v;
+}
+
+void EngineSession::ensurePumping() {
+    if (!m_timer.isActive()) m_timer.start();
+}
+
+void EngineSession::loadModel(const QString &dir) {
+    cancelAll();
+    m_loaded = false;
+    m_loading = true;
+    m_info = {};
+    auto state = std::make_shared<LoadState>();
+    state->dir = dir;
+    std::weak_ptr<LoadState> weak = state;
+    state->done = m_engine->load_model(dir.toStdString(), [weak](const std::string &stage, float f) {
+        if (auto s = weak.lock()) {
+            std::lock_guard lock(s->mutex);
+            s->stage = QString::fromStdString(stage);
+            s->fraction = f;
+            s->changed = true;
+        }
+    });
+    m_load = state;
+    emit modelLoadStarted(dir);
+    ensurePumping();
+}
+
+void EngineSession::reconfigure(const EngineSessionOptions &options) {
+    const QString dir = m_loaded ? m_info.dir : m_load ? m_load->dir : QString();
+    cancelAll();
+    m_load.reset();
+    m_loading = m_loaded = false;
+    m_info = {};
+    m_options = options;
+    m_engine = std::make_unique<engine>(make_params(options));
+    m_timer.setInterval(options.pumpIntervalMs);
+    if (!dir.isEmpty()) loadModel(dir);
+}
+
+quint64 EngineSession::submit(const ChatRequest &request) {
+    request_params r;
+    for (const ChatTurn &t : request.messages) {
+        const chat_role role = t.role == MessageRole::System      ? chat_role::system
+                               : t.role == MessageRole::Assistant ? chat_role::assistant
+                                                                  : chat_role::user;
+        r.messages.push_back({role, t.content.toStdString()});
+    }
+    r.system_prompt = request.systemPrompt.toStdString();
+    r.preset_prefix = request.presetPrefix.toStdString();
+    r.sampling = merge(request.sampling, m_engine->model_defaults(), m_options.defaultMaxTokens);
+    auto stream = m_engine->submit(std::move(r));
+    const quint64 id = stream->id();
+    m_active.insert(id, Active{stream, {}, 0});
+    ensurePumping();
+    return id;
+}
+
+void EngineSession::finishRequest(quint64 id, const QString &reason) {
+    auto it = m_active.find(id);
+    if (it == m_active.end()) return;
+    Active a = it.value();
+    m_active.erase(it);
+    if (!a.pendingUtf8.isEmpty()) emit tokensGenerated(id, QString::fromUtf8(a.pendingUtf8), a.pendingTokens);
+    const request_metrics m = a.stream->metrics();
+    MessageMetrics metrics = to_metrics(m);
+    metrics.stopReason = reason;
+    emit replyFinished(id, reason, metrics, to_routing(m, m_info.moeLayers, m_info.nExperts), m.seed);
+}
+
+void EngineSession::cancel(quint64 requestId) {
+    if (!m_active.contains(requestId)) return;
+    m_engine->cancel(requestId);
+    finishRequest(requestId, QStringLiteral("cancelled"));
+}
+
+void EngineSession::cancelAll() {
+    const auto ids = m_active.keys();
+    for (quint64 id : ids) cancel(id);
+}
+
+void EngineSession::pump() {
+    // Loading.
+    if (m_load) {
+        {
+            std::lock_guard lock(m_load->mutex);
+            if (m_load->changed) {
+                m_load->changed = false;
+                emit modelLoadProgress(m_load->stage, m_load->fraction);
+            }
+        }
+        if (m_load->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+            const status st = m_load->done.get();
+            const QString dir = m_load->dir;
+            m_load.reset();
+            m_loading = false;
+            if (!st) {
+                emit modelLoadFailed(dir, QString::fromStdString(st.message()));
+            } else if (auto info = m_engine->info()) {
+                const model_config &c = info->config;
+                SessionModelInfo v;
+                v.dir = dir;
+                v.name = QFileInfo(dir).fileName();
+                v.architecture = QString::fromStdString(c.arch_name);
+                v.backend = QString::fromStdString(info->backend_name);
+                v.precision = v.backend.startsWith("cpu") ? QStringLiteral("fp32") : m_options.precision;
+                v.isMoe = c.arch == model_arch::moe;
+                v.nLayers = int(c.n_layer);
+                v.nExperts = int(c.n_expert);
+                v.nExpertsUsed = int(c.n_expert_used);
+                v.nSharedExperts = int(c.n_expert_shared);
+                for (int64_t il = 0; il < c.n_layer; ++il)
+                    if (c.is_moe_layer(il)) v.moeLayers.push_back(int(il));
+                v.nParams = c.n_params();
+                v.nParamsActive = c.n_params_active();
+                v.contextLength = int(c.n_ctx_train);
+                v.defaults = to_view(info->defaults);
+                if (auto t = m_engine->telemetry()) {
+                    v.weightsBytes = qint64(t->memory.weights_bytes);
+                    v.kvCacheBytes = qint64(t->memory.kv_block_bytes) * t->memory.kv_blocks_total;
+                }
+                m_info = v;
+                m_loaded = true;
+                emit modelLoaded(m_info);
+            }
+        }
+    }
+
+    // Replies: coalesce this tick's text per request.
+    const auto ids = m_active.keys();
+    for (quint64 id : ids) {
+        auto it = m_active.find(id);
+        if (it == m_active.end()) continue;
+        QString finished, failed;
+        bool ended = false;
+        for (request_event &ev : it->stream->drain()) {
+            if (ev.kind == event_kind::token) {
+                it->pendingUtf8 += QByteArray::fromStdString(ev.text);
+                it->pendingTokens += int(ev.token_ids.size());
+            } else if (ev.kind == event_kind::finished) {
+                finished = QString::fromStdString(ev.finish_reason);
+                ended = true;
+            } else {
+                failed = QString::fromStdString(ev.error);
+                ended = true;
+            }
+        }
+        if (!it->pendingUtf8.isEmpty() && !ended) {
+            emit tokensGenerated(id, QString::fromUtf8(it->pendingUtf8), it->pendingTokens);
+            it->pendingUtf8.clear();
+            it->pendingTokens = 0;
+        }
+        if (!ended) continue;
+        if (!failed.isEmpty()) {
+            Active a = it.value();
+            m_active.erase(it);
+            if (!a.pendingUtf8.isEmpty()) emit tokensGenerated(id, QString::fromUtf8(a.pendingUtf8), a.pendingTokens);
+            emit replyFailed(id, failed);
+        } else {
+            finishRequest(id, finished);
+        }
+    }
+
+    // Live figures, about once a second's worth of tokens.
+    if (auto t = m_engine->telemetry()) {
+        const qint64 now = QDateTime::currentMSecsSinceEpoch();
+        if (m_lastStatsMs == 0 || now - m_lastStatsMs >= 500) {
+            if (m_lastStatsMs != 0) {
+                const double dt = (now - m_lastStatsMs) / 1000.0;
+                m_tokPerSec = dt > 0 ? double(t->n_tokens_generated - m_lastTokensGenerated) / dt : 0.0;
+            }
+            m_lastTokensGenerated = t->n_tokens_generated;
+            m_lastStatsMs = now;
+            SessionStats s;
+            s.tokensPerSecond = m_active.isEmpty() ? 0.0 : m_tokPerSec;
+            s.running = t->n_running;
+            s.waiting = t->n_waiting;
+            s.memoryInUse = qint64(t->memory.weights_bytes + t->memory.kv_block_bytes * uint64_t(t->memory.kv_blocks_used) +
+                                   t->memory.alloc_in_use);
+            s.memoryTotal = qint64(t->memory.device_total);
+            s.kvBlocksUsed = t->memory.kv_blocks_used;
+            s.kvBlocksTotal = t->memory.kv_blocks_total;
+            emit statsUpdated(s);
+        }
+    }
+    if (!m_load && m_active.isEmpty()) {
+        // Idle: say so once (tok/s back to 0) and stop the pump until the next load or reply.
+        m_tokPerSec = 0;
+        m_lastStatsMs = 0;
+        if (auto t = m_engine->telemetry()) {
+            SessionStats s;
+            s.memoryInUse = qint64(t->memory.weights_bytes + t->memory.alloc_in_use);
+            s.memoryTotal = qint64(t->memory.device_total);
+            s.kvBlocksTotal = t->memory.kv_blocks_total;
+            emit statsUpdated(s);
+        }
+        m_timer.stop();
+    }
+}
+
+} // namespace es

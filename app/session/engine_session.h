@@ -1,0 +1,97 @@
+// EngineSession: the only door from the Qt app into the engine. It owns the es::engine (and so
+// its worker thread), turns engine events into Qt signals on the GUI thread at a bounded rate
+// (a 30 Hz pump; a reply's text is coalesced per tick), and never blocks the GUI thread: loading
+// runs on the engine thread and is polled, submit/cancel only queue commands.
+// Cancel is immediate for the app: replyFinished(id, "cancelled") is emitted at once and later
+// engine events of that request are dropped. Destroying the session cancels everything and
+// joins the engine thread.
+// Thread: create and use on the GUI thread (or any one thread with an event loop).
+#pragma once
+
+#include "session_types.h"
+
+#include <QHash>
+#include <QObject>
+#include <QTimer>
+
+#include <memory>
+
+namespace es {
+
+class engine;
+class request_stream;
+struct engine_params;
+
+struct EngineSessionOptions {
+    QString backend = QStringLiteral("auto"); // auto | cpu | cuda
+    QString precision = QStringLiteral("fp8"); // fp8 | bf16 (CUDA); the CPU computes in fp32
+    int threads = 0;                           // CPU threads, 0: all
+    int maxConcurrentReplies = 8;
+    int defaultMaxTokens = 1024;               // when neither the preset nor the conversation sets one
+    int pumpIntervalMs = 33;
+};
+
+class EngineSession : public QObject {
+    Q_OBJECT
+public:
+    explicit EngineSession(const EngineSessionOptions &options = {}, QObject *parent = nullptr);
+    ~EngineSession() override;
+
+    bool isModelLoaded() const { return m_loaded; }
+    bool isLoading() const { return m_loading; }
+    SessionModelInfo modelInfo() const { return m_info; }
+    int activeReplies() const { return int(m_active.size()); }
+    const EngineSessionOptions &options() const { return m_options; }
+
+    // Will the model in dir fit (weights + KV cache) with these options? Reads config.json only.
+    static MemoryEstimateView estimate(const QString &dir, const EngineSessionOptions &options);
+
+public slots:
+    // Asynchronous; modelLoaded or modelLoadFailed follows. Open replies are cancelled.
+    void loadModel(const QString &dir);
+    // New backend/precision/threads: cancels open replies, restarts the engine, and reloads the
+    // model that was loaded (if any) with the new options.
+    void reconfigure(const es::EngineSessionOptions &options);
+    // Returns the request id (never 0). Failures (no model, prompt too long…) arrive as replyFailed.
+    quint64 submit(const es::ChatRequest &request);
+    void cancel(quint64 requestId);
+    void cancelAll();
+
+signals:
+    void modelLoadStarted(const QString &dir);
+    void modelLoadProgress(const QString &stage, double fraction);
+    void modelLoaded(const es::SessionModelInfo &info);
+    void modelLoadFailed(const QString &dir, const QString &message);
+    // Text produced since the last signal for this request (whole UTF-8 characters).
+    void tokensGenerated(quint64 requestId, const QString &textDelta, int nTokens);
+    // finishReason: "stop" | "length" | "cancelled". seed: the seed actually used.
+    void replyFinished(quint64 requestId, const QString &finishReason, const es::MessageMetrics &metrics,
+                       const QList<es::LayerRouting> &routing, quint64 seed);
+    void replyFailed(quint64 requestId, const QString &message);
+    void statsUpdated(const es::SessionStats &stats);
+
+private:
+    void pump();
+    void ensurePumping();
+    void finishRequest(quint64 id, const QString &reason);
+
+    struct Active {
+        std::shared_ptr<request_stream> stream;
+        QByteArray pendingUtf8; // text not yet emitted
+        int pendingTokens = 0;
+    };
+    struct LoadState;
+
+    EngineSessionOptions m_options;
+    std::unique_ptr<engine> m_engine;
+    QHash<quint64, Active> m_active;
+    QTimer m_timer;
+    bool m_loaded = false, m_loading = false;
+    SessionModelInfo m_info;
+    std::shared_ptr<LoadState> m_load;
+    quint64 m_lastTokensGenerated = 0;
+    qint64 m_lastStatsMs = 0;
+    double m_tokPerSec = 0;
+};
+
+} // namespace es

@@ -1,0 +1,257 @@
+// Widget tests of the chat window against the real engine on a tiny model and an in-memory
+// store: send (Enter), stop (Esc), regenerate and edit-and-resend make sibling branches, the
+// branch switcher, preset apply, conversation search, delete + undo, checkpoints while streaming.
+#include "chat_pane.h"
+#include "chat_store.h"
+#include "composer.h"
+#include "conversation_list_model.h"
+#include "conversation_sidebar.h"
+#include "engine_session.h"
+#include "main_window.h"
+#include "message_widget.h"
+
+#include <QLineEdit>
+#include <QListView>
+#include <QMenuBar>
+#include <QPushButton>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QToolButton>
+#include <QtTest>
+
+using namespace es;
+
+namespace {
+
+QToolButton *button(QWidget *w, const QString &text) {
+    for (auto *b : w->findChildren<QToolButton *>())
+        if (b->text() == text) return b;
+    return nullptr;
+}
+
+} // namespace
+
+class TestMainWindow : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void init();
+    void cleanup();
+    void sendWithEnterStoresBothMessages();
+    void escStopsAndKeepsText();
+    void checkpointsWhileStreaming();
+    void regenerateMakesSiblingBranch();
+    void editAndResendMakesSiblingBranch();
+    void presetApplyReplacesPrefix();
+    void searchFindsMessageText();
+    void deleteAndUndo();
+    void sendToAllPanes();
+
+private:
+    void sendAndWait(const QString &text);
+    ChatPane *pane() const { return m_window->currentPane(); }
+
+    QTemporaryDir m_home;
+    std::unique_ptr<ChatStore> m_store;
+    std::unique_ptr<EngineSession> m_session;
+    std::unique_ptr<MainWindow> m_window;
+};
+
+void TestMainWindow::initTestCase() {
+    qputenv("HOME", m_home.path().toUtf8()); // QSettings of the test stay out of the real home
+    QCoreApplication::setOrganizationName("ExpertScopeTests");
+    QCoreApplication::setApplicationName("test_main_window");
+}
+
+void TestMainWindow::init() {
+    m_store = std::make_unique<ChatStore>();
+    QVERIFY(m_store->open(":memory:").ok());
+    m_session = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = 24});
+    QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
+    m_session->loadModel(QStringLiteral(ES_TEST_DATA_DIR) + "/moe-shared");
+    QVERIFY(loaded.wait(30000));
+    m_window = std::make_unique<MainWindow>(m_store.get(), m_session.get());
+    m_window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(m_window.get()));
+}
+
+void TestMainWindow::cleanup() {
+    m_window.reset();
+    m_session.reset();
+    m_store.reset();
+}
+
+void TestMainWindow::sendAndWait(const QString &text) {
+    QSignalSpy done(m_session.get(), &EngineSession::replyFinished);
+    pane()->composer()->setText(text);
+    pane()->composer()->editor()->setFocus();
+    QTest::keyClick(pane()->composer()->editor(), Qt::Key_Return);
+    QVERIFY(done.wait(30000));
+    QTRY_VERIFY(!pane()->isGenerating());
+}
+
+void TestMainWindow::sendWithEnterStoresBothMessages() {
+    // Shift+Enter is a newline, not a send.
+    pane()->composer()->editor()->setFocus();
+    QTest::keyClicks(pane()->composer()->editor(), "line one");
+    QTest::keyClick(pane()->composer()->editor(), Qt::Key_Return, Qt::ShiftModifier);
+    QVERIFY(!pane()->isGenerating());
+    QVERIFY(pane()->composer()->text().contains('\n'));
+    pane()->composer()->setText(QString());
+    sendAndWait("Hello there");
+    QVERIFY(pane()->conversationId().has_value());
+    const QList<Message> path = m_store->activePath(*pane()->conversationId());
+    QCOMPARE(path.size(), 2);
+    QCOMPARE(path[0].content, QString("Hello there"));
+    QCOMPARE(path[1].role, MessageRole::Assistant);
+    QCOMPARE(path[1].state, MessageState::Complete);
+    QVERIFY(!path[1].content.isEmpty());
+    QVERIFY(m_store->metrics(path[1].id).has_value());
+    QTRY_COMPARE(pane()->messageWidgets().size(), 2);
+    QCOMPARE(m_window->sidebar()->model()->rowCount(), 1);
+    QVERIFY(pane()->composer()->text().isEmpty());
+}
+
+void TestMainWindow::escStopsAndKeepsText() {
+    ConversationSettings s;
+    s.sampling.maxTokens = 3000;
+    const qint64 conv = *m_store->createConversation("long", s);
+    pane()->setConversation(conv);
+    QSignalSpy tokens(m_session.get(), &EngineSession::tokensGenerated);
+    pane()->composer()->setText("Go on and on");
+    QTest::keyClick(pane()->composer()->editor(), Qt::Key_Return);
+    QVERIFY(pane()->isGenerating());
+    QVERIFY(tokens.wait(10000));
+    QTest::keyClick(pane()->composer()->editor(), Qt::Key_Escape);
+    QVERIFY(!pane()->isGenerating()); // immediate
+    const QList<Message> path = m_store->activePath(conv);
+    QCOMPARE(path.size(), 2);
+    QCOMPARE(path[1].finishReason, QString("cancelled"));
+    QCOMPARE(path[1].state, MessageState::Complete);
+    QVERIFY(!path[1].content.isEmpty());
+}
+
+void TestMainWindow::checkpointsWhileStreaming() {
+    ConversationSettings s;
+    s.sampling.maxTokens = 4000;
+    const qint64 conv = *m_store->createConversation("stream", s);
+    pane()->setConversation(conv);
+    pane()->send("Write a lot");
+    QVERIFY(pane()->isGenerating());
+    QTest::qWait(1600); // past one checkpoint interval
+    const QList<Message> path = m_store->activePath(conv);
+    QCOMPARE(path.size(), 2);
+    QCOMPARE(path[1].state, MessageState::Partial);
+    QVERIFY2(!path[1].content.isEmpty(), "no checkpoint of the partial reply after 1.6 s");
+    pane()->stop();
+}
+
+void TestMainWindow::regenerateMakesSiblingBranch() {
+    sendAndWait("First question");
+    const qint64 conv = *pane()->conversationId();
+    const qint64 firstReply = m_store->activePath(conv).last().id;
+    QSignalSpy done(m_session.get(), &EngineSession::replyFinished);
+    pane()->regenerate(firstReply);
+    QVERIFY(done.wait(30000));
+    QTRY_VERIFY(!pane()->isGenerating());
+    const QList<Message> path = m_store->activePath(conv);
+    QCOMPARE(path.size(), 2);
+    QVERIFY(path.last().id != firstReply);
+    QCOMPARE(m_store->siblings(path.last().id).ids.size(), 2);
+    // The switcher shows 2/2 and goes back to 1/2.
+    QTRY_VERIFY(!pane()->messageWidgets().isEmpty());
+    MessageWidget *reply = nullptr;
+    for (auto *w : pane()->messageWidgets())
+        if (w->messageId() == path.last().id) reply = w;
+    QVERIFY(reply);
+    QToolButton *prev = button(reply, QStringLiteral("‹"));
+    QVERIFY(prev);
+    QTRY_VERIFY(prev->isVisible()); // new widgets are shown on the next event-loop turn
+    QVERIFY(prev->isEnabled());
+    prev->click();
+    QCOMPARE(m_store->activePath(conv).last().id, firstReply);
+}
+
+void TestMainWindow::editAndResendMakesSiblingBranch() {
+    sendAndWait("Original question");
+    const qint64 conv = *pane()->conversationId();
+    const qint64 original = m_store->activePath(conv).first().id;
+    MessageWidget *user = nullptr;
+    QTRY_VERIFY(!pane()->messageWidgets().isEmpty());
+    for (auto *w : pane()->messageWidgets())
+        if (w->messageId() == original) user = w;
+    QVERIFY(user);
+    QTRY_VERIFY(user->isVisible());
+    button(user, "Edit")->click();
+    auto *editor = user->findChild<QPlainTextEdit *>();
+    QVERIFY(editor);
+    QTRY_VERIFY(editor->isVisible());
+    editor->setPlainText("Edited question");
+    QSignalSpy done(m_session.get(), &EngineSession::replyFinished);
+    for (auto *b : user->findChildren<QPushButton *>())
+        if (b->text().startsWith("Save")) b->click();
+    QVERIFY(done.wait(30000));
+    QTRY_VERIFY(!pane()->isGenerating());
+    const QList<Message> path = m_store->activePath(conv);
+    QCOMPARE(path.first().content, QString("Edited question"));
+    QCOMPARE(m_store->siblings(path.first().id).ids.size(), 2);
+    QVERIFY(m_store->message(original).has_value()); // the original branch is kept
+}
+
+void TestMainWindow::presetApplyReplacesPrefix() {
+    const QList<Preset> presets = m_store->presets();
+    QVERIFY(presets.size() >= 2);
+    pane()->composer()->setText("Explain routing");
+    m_window->applyPresetToCurrentPane(presets[0]);
+    QCOMPARE(pane()->composer()->text(), presets[0].prefix + "Explain routing");
+    m_window->applyPresetToCurrentPane(presets[1]);
+    QCOMPARE(pane()->composer()->text(), presets[1].prefix + "Explain routing");
+    m_window->applyPresetToCurrentPane(std::nullopt);
+    QCOMPARE(pane()->composer()->text(), QString("Explain routing"));
+}
+
+void TestMainWindow::searchFindsMessageText() {
+    sendAndWait("Tell me about zebras");
+    m_window->sidebar()->newConversation();
+    sendAndWait("专家混合模型的路由器");
+    auto *model = m_window->sidebar()->model();
+    QCOMPARE(model->rowCount(), 2);
+    m_window->sidebar()->searchField()->setText("zebras");
+    QTRY_COMPARE(model->rowCount(), 1);
+    m_window->sidebar()->searchField()->setText("路由器");
+    QTRY_COMPARE(model->rowCount(), 1);
+    m_window->sidebar()->searchField()->clear();
+    QTRY_COMPARE(model->rowCount(), 2);
+}
+
+void TestMainWindow::deleteAndUndo() {
+    sendAndWait("Keep me");
+    const qint64 conv = *pane()->conversationId();
+    m_window->sidebar()->selectConversation(conv);
+    m_window->sidebar()->deleteCurrent();
+    QVERIFY(!m_store->conversation(conv).has_value());
+    QVERIFY(!pane()->conversationId().has_value());
+    QVERIFY(m_window->sidebar()->canUndoDelete());
+    m_window->sidebar()->undoDelete();
+    QVERIFY(m_store->conversation(conv).has_value());
+    QCOMPARE(m_store->activePath(conv).size(), 2);
+}
+
+void TestMainWindow::sendToAllPanes() {
+    const QList<Preset> presets = m_store->presets();
+    ChatPane *left = pane();
+    left->setActivePreset(presets[0]);
+    ChatPane *right = m_window->addPane();
+    right->setActivePreset(presets[1]);
+    m_window->sendToAllAction()->setChecked(true);
+    QSignalSpy done(m_session.get(), &EngineSession::replyFinished);
+    right->composer()->setText(presets[1].prefix + "Same question");
+    QTest::keyClick(right->composer()->editor(), Qt::Key_Return);
+    QTRY_COMPARE_WITH_TIMEOUT(done.count(), 2, 30000);
+    QTRY_VERIFY(!left->isGenerating() && !right->isGenerating());
+    QCOMPARE(m_store->activePath(*left->conversationId()).first().content, presets[0].prefix + "Same question");
+    QCOMPARE(m_store->activePath(*right->conversationId()).first().content, presets[1].prefix + "Same question");
+}
+
+QTEST_MAIN(TestMainWindow)
+#include "test_main_window.moc"

@@ -1,0 +1,272 @@
+// ChatPane (see chat_pane.h).
+#include "chat_pane.h"
+
+#include "chat_store.h"
+#include "composer.h"
+#include "engine_session.h"
+#include "message_widget.h"
+
+#include <QEvent>
+#include <QLabel>
+#include <QRandomGenerator>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QTimer>
+#include <QVBoxLayout>
+
+namespace es {
+
+ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
+    : QWidget(parent), m_store(store), m_session(session) {
+    auto *layout = new QVBoxLayout(this);
+    layout->setContentsMargins(4, 4, 4, 4);
+    m_title = new QLabel(this);
+    m_title->setStyleSheet("font-weight: bold; padding: 2px");
+    layout->addWidget(m_title);
+    m_scroll = new QScrollArea(this);
+    m_scroll->setWidgetResizable(true);
+    m_scroll->setFrameShape(QFrame::NoFrame);
+    m_list = new QWidget(m_scroll);
+    m_listLayout = new QVBoxLayout(m_list);
+    m_listLayout->setContentsMargins(2, 2, 2, 2);
+    m_listLayout->addStretch(1);
+    m_scroll->setWidget(m_list);
+    layout->addWidget(m_scroll, 1);
+    m_composer = new Composer(this);
+    layout->addWidget(m_composer);
+    m_composer->editor()->installEventFilter(this);
+
+    connect(m_composer, &Composer::sendRequested, this, &ChatPane::send);
+    connect(m_composer, &Composer::stopRequested, this, &ChatPane::stop);
+    connect(m_session, &EngineSession::tokensGenerated, this, &ChatPane::onTokens);
+    connect(m_session, &EngineSession::replyFinished, this, &ChatPane::onFinished);
+    connect(m_session, &EngineSession::replyFailed, this, &ChatPane::onFailed);
+    connect(m_session, &EngineSession::modelLoaded, this, &ChatPane::updateComposerState);
+    connect(m_session, &EngineSession::modelLoadStarted, this, &ChatPane::updateComposerState);
+    connect(m_session, &EngineSession::modelLoadFailed, this, &ChatPane::updateComposerState);
+    connect(m_store, &ChatStore::messagesChanged, this, [this](qint64 id) {
+        if (m_conversation == id && !isGenerating()) reload();
+    });
+    updateComposerState();
+    reload();
+}
+
+ChatPane::~ChatPane() {
+    // Closing mid-reply: keep what was produced, ended as stopped.
+    if (!m_request) return;
+    if (m_session) {
+        disconnect(m_session, nullptr, this, nullptr);
+        m_session->cancel(m_request);
+    }
+    if (m_store) m_store->finishReply(m_replyId, m_replyText, QStringLiteral("cancelled"));
+}
+
+bool ChatPane::eventFilter(QObject *watched, QEvent *event) {
+    if (event->type() == QEvent::FocusIn) emit activated();
+    return QWidget::eventFilter(watched, event);
+}
+
+QList<MessageWidget *> ChatPane::messageWidgets() const { return m_list->findChildren<MessageWidget *>(); }
+
+void ChatPane::setConversation(std::optional<qint64> id) {
+    if (m_conversation == id) return;
+    if (isGenerating()) stop();
+    m_conversation = id;
+    reload();
+}
+
+void ChatPane::setActivePreset(const std::optional<Preset> &preset) {
+    const QString oldPrefix = m_preset ? m_preset->prefix : QString();
+    m_preset = preset;
+    m_composer->applyPrefix(oldPrefix, preset ? preset->prefix : QString());
+}
+
+void ChatPane::updateComposerState() {
+    if (!m_session->isModelLoaded())
+        m_composer->setCanSend(false, m_session->isLoading() ? tr("Loading the model…")
+                                                             : tr("No model is loaded — File ▸ Open model… (Ctrl+O)"));
+    else m_composer->setCanSend(true);
+    m_composer->setGenerating(isGenerating());
+}
+
+void ChatPane::reload() {
+    // Rebuild the message list from the store's active branch.
+    // Detach first (a widget may be the sender of the signal that led here), delete later.
+    for (MessageWidget *w : messageWidgets()) {
+        w->hide();
+        w->setParent(nullptr);
+        w->deleteLater();
+    }
+    m_replyWidget = nullptr;
+    std::optional<Conversation> conv = m_conversation ? m_store->conversation(*m_conversation) : std::nullopt;
+    if (m_conversation && !conv) m_conversation.reset();
+    m_title->setText(conv ? (conv->title.isEmpty() ? tr("Untitled") : conv->title) : tr("New conversation"));
+    if (!conv) return;
+    const QList<Message> path = m_store->activePath(*m_conversation);
+    qint64 lastAssistant = 0;
+    for (const Message &m : path)
+        if (m.role == MessageRole::Assistant) lastAssistant = m.id;
+    for (const Message &m : path) {
+        if (m.role == MessageRole::System) continue;
+        auto *w = new MessageWidget(m, m_list);
+        w->setSiblings(m_store->siblings(m.id));
+        w->setRegenerateVisible(m.id == lastAssistant);
+        w->setActionsEnabled(!isGenerating());
+        connect(w, &MessageWidget::editSubmitted, this, &ChatPane::editAndResend);
+        connect(w, &MessageWidget::regenerateRequested, this, &ChatPane::regenerate);
+        connect(w, &MessageWidget::siblingRequested, this, &ChatPane::switchBranch);
+        m_listLayout->insertWidget(m_listLayout->count() - 1, w);
+        if (m.id == m_replyId && isGenerating()) m_replyWidget = w;
+    }
+    scrollToBottom();
+}
+
+void ChatPane::scrollToBottom() {
+    QTimer::singleShot(0, this, [this] { m_scroll->verticalScrollBar()->setValue(m_scroll->verticalScrollBar()->maximum()); });
+}
+
+SamplingParams ChatPane::effectiveSampling() const {
+    // Model defaults < the preset's choices < the conversation's own settings.
+    SamplingParams s = m_preset ? m_preset->sampling : SamplingParams{};
+    if (m_conversation)
+        if (auto c = m_store->conversation(*m_conversation)) {
+            const SamplingParams &o = c->settings.sampling;
+            if (o.temperature) s.temperature = o.temperature;
+            if (o.topP) s.topP = o.topP;
+            if (o.topK) s.topK = o.topK;
+            if (o.minP) s.minP = o.minP;
+            if (o.repetitionPenalty) s.repetitionPenalty = o.repetitionPenalty;
+            if (o.presencePenalty) s.presencePenalty = o.presencePenalty;
+            if (o.frequencyPenalty) s.frequencyPenalty = o.frequencyPenalty;
+            if (o.maxTokens) s.maxTokens = o.maxTokens;
+            if (o.seed) s.seed = o.seed;
+            if (!o.stopStrings.isEmpty()) s.stopStrings = o.stopStrings;
+        }
+    return s;
+}
+
+GenerationInfo ChatPane::generationInfo(quint64 seed) const {
+    GenerationInfo g;
+    const SessionModelInfo info = m_session->modelInfo();
+    g.modelName = info.name;
+    g.precision = info.precision;
+    g.sampling = effectiveSampling();
+    g.seed = seed;
+    return g;
+}
+
+void ChatPane::send(const QString &text) {
+    emit activated();
+    if (isGenerating() || !m_session->isModelLoaded() || text.trimmed().isEmpty()) return;
+    if (!m_conversation) {
+        QString title = text.simplified();
+        if (title.size() > 48) title = title.left(47) + QStringLiteral("…");
+        ConversationSettings settings;
+        if (m_preset) settings.presetId = m_preset->id;
+        auto id = m_store->createConversation(title, settings);
+        if (!id) return emit errorOccurred(tr("Could not create the conversation: %1").arg(m_store->lastError()));
+        m_conversation = *id;
+        emit conversationCreated(*id);
+    }
+    const auto conv = m_store->conversation(*m_conversation);
+    auto userId = m_store->addMessage(*m_conversation, conv ? conv->currentLeafId : std::nullopt, MessageRole::User, text);
+    if (!userId) return emit errorOccurred(tr("Could not save the message: %1").arg(m_store->lastError()));
+    const quint64 seed = effectiveSampling().seed.value_or(QRandomGenerator::global()->generate64() >> 11);
+    auto replyId = m_store->beginPartialReply(*m_conversation, *userId, generationInfo(seed));
+    if (!replyId) return emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
+    startReply(*m_conversation, *replyId);
+}
+
+void ChatPane::regenerate(qint64 assistantMessageId) {
+    if (isGenerating() || !m_session->isModelLoaded()) return;
+    const quint64 seed = QRandomGenerator::global()->generate64() >> 11; // a new draw, reproducible
+    SamplingParams s = effectiveSampling();
+    const quint64 use = s.seed ? *s.seed : seed;
+    auto replyId = m_store->regenerate(assistantMessageId, generationInfo(use));
+    if (!replyId) return emit errorOccurred(tr("Could not regenerate: %1").arg(m_store->lastError()));
+    startReply(*m_conversation, *replyId);
+}
+
+void ChatPane::editAndResend(qint64 userMessageId, const QString &text) {
+    if (isGenerating() || !m_session->isModelLoaded()) return;
+    auto userId = m_store->editAndResend(userMessageId, text);
+    if (!userId) return emit errorOccurred(tr("Could not save the edit: %1").arg(m_store->lastError()));
+    const quint64 seed = effectiveSampling().seed.value_or(QRandomGenerator::global()->generate64() >> 11);
+    auto replyId = m_store->beginPartialReply(*m_conversation, *userId, generationInfo(seed));
+    if (!replyId) return emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
+    startReply(*m_conversation, *replyId);
+}
+
+void ChatPane::switchBranch(qint64 messageId) {
+    if (isGenerating()) return;
+    if (!m_store->selectBranch(messageId)) emit errorOccurred(m_store->lastError());
+    reload();
+}
+
+void ChatPane::startReply(qint64 conversationId, qint64 replyId) {
+    // The prompt: the active path up to (not including) the new partial reply.
+    ChatRequest req;
+    const QList<Message> path = m_store->pathTo(replyId);
+    for (const Message &m : path) {
+        if (m.id == replyId) break;
+        if (m.role == MessageRole::System) continue;
+        req.messages.push_back({m.role, m.content});
+    }
+    if (m_preset) req.systemPrompt = m_preset->systemPrompt;
+    const auto reply = m_store->message(replyId);
+    req.sampling = effectiveSampling();
+    if (reply && reply->generation.seed) req.sampling.seed = reply->generation.seed;
+    m_replyId = replyId;
+    m_replyText.clear();
+    m_sinceCheckpoint.start();
+    m_request = m_session->submit(req);
+    reload();
+    for (MessageWidget *w : messageWidgets())
+        if (w->messageId() == replyId) m_replyWidget = w;
+    emit generatingChanged(true);
+    updateComposerState();
+    Q_UNUSED(conversationId);
+}
+
+void ChatPane::onTokens(quint64 requestId, const QString &delta, int) {
+    if (requestId != m_request) return;
+    m_replyText += delta;
+    if (m_replyWidget) m_replyWidget->setStreamingText(m_replyText);
+    if (m_sinceCheckpoint.elapsed() >= 1000) {
+        m_store->updatePartialReply(m_replyId, m_replyText);
+        m_sinceCheckpoint.restart();
+    }
+    const QScrollBar *bar = m_scroll->verticalScrollBar();
+    if (bar->value() >= bar->maximum() - 40) scrollToBottom(); // follow unless the user scrolled up
+}
+
+void ChatPane::onFinished(quint64 requestId, const QString &reason, const MessageMetrics &metrics,
+                          const QList<LayerRouting> &routing, quint64) {
+    if (requestId != m_request) return;
+    m_request = 0;
+    if (!m_store->finishReply(m_replyId, m_replyText, reason, metrics, routing))
+        emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
+    m_replyId = 0;
+    m_replyWidget = nullptr;
+    emit generatingChanged(false);
+    updateComposerState();
+    reload();
+}
+
+void ChatPane::onFailed(quint64 requestId, const QString &message) {
+    if (requestId != m_request) return;
+    m_request = 0;
+    m_store->failReply(m_replyId, m_replyText, message);
+    m_replyId = 0;
+    m_replyWidget = nullptr;
+    emit generatingChanged(false);
+    emit errorOccurred(message);
+    updateComposerState();
+    reload();
+}
+
+void ChatPane::stop() {
+    if (m_request && m_session) m_session->cancel(m_request); // replyFinished("cancelled") follows at once
+}
+
+} // namespace es

@@ -1,0 +1,85 @@
+// ChatPane: one conversation — its active branch as MessageWidgets, and a Composer. It turns
+// user actions into store mutations and engine requests: send, stop, regenerate and
+// edit-and-resend (both make sibling branches, never erase), branch switching. While a reply
+// streams it shows the text at the session's pump rate and checkpoints it into the store at
+// most once a second, so a crash loses at most a second of text and never a finished message.
+#pragma once
+
+#include "session_types.h"
+#include "storage_types.h"
+
+#include <QElapsedTimer>
+#include <QPointer>
+#include <QWidget>
+
+#include <optional>
+
+class QLabel;
+class QScrollArea;
+class QVBoxLayout;
+
+namespace es {
+
+class ChatStore;
+class Composer;
+class EngineSession;
+class MessageWidget;
+
+class ChatPane : public QWidget {
+    Q_OBJECT
+public:
+    ChatPane(ChatStore *store, EngineSession *session, QWidget *parent = nullptr);
+    ~ChatPane() override;
+
+    std::optional<qint64> conversationId() const { return m_conversation; }
+    bool isGenerating() const { return m_request != 0; }
+    Composer *composer() const { return m_composer; }
+    std::optional<Preset> activePreset() const { return m_preset; }
+    QList<MessageWidget *> messageWidgets() const;
+
+public slots:
+    void setConversation(std::optional<qint64> id); // nullopt: a new, empty conversation
+    void setActivePreset(const std::optional<es::Preset> &preset);
+    void send(const QString &text);
+    void stop();
+    void regenerate(qint64 assistantMessageId);
+    void editAndResend(qint64 userMessageId, const QString &text);
+    void switchBranch(qint64 messageId);
+    void reload();
+
+signals:
+    void conversationCreated(qint64 conversationId);
+    void generatingChanged(bool generating);
+    void activated(); // the user interacted with this pane (it becomes the current pane)
+    void errorOccurred(const QString &message);
+
+private:
+    void startReply(qint64 conversationId, qint64 replyId);
+    void onTokens(quint64 requestId, const QString &delta, int nTokens);
+    void onFinished(quint64 requestId, const QString &reason, const es::MessageMetrics &metrics,
+                    const QList<es::LayerRouting> &routing, quint64 seed);
+    void onFailed(quint64 requestId, const QString &message);
+    void updateComposerState();
+    SamplingParams effectiveSampling() const;
+    GenerationInfo generationInfo(quint64 seed) const;
+    void scrollToBottom();
+    bool eventFilter(QObject *watched, QEvent *event) override;
+
+    QPointer<ChatStore> m_store;
+    QPointer<EngineSession> m_session;
+    std::optional<qint64> m_conversation;
+    std::optional<Preset> m_preset;
+    QLabel *m_title = nullptr;
+    QScrollArea *m_scroll = nullptr;
+    QWidget *m_list = nullptr;
+    QVBoxLayout *m_listLayout = nullptr;
+    Composer *m_composer = nullptr;
+
+    quint64 m_request = 0;      // engine request in flight (0: none)
+    qint64 m_replyId = 0;       // its partial message in the store
+    QString m_replyText;
+    MessageWidget *m_replyWidget = nullptr;
+    QElapsedTimer m_sinceCheckpoint;
+};
+
+} // namespace es

@@ -1,0 +1,58 @@
+// Composer: the text box at the bottom of a chat pane. Enter sends, Shift+Enter inserts a
+// newline, Esc stops the reply in progress. Applying a preset puts its mode prefix at the start
+// of the text (replacing the previous preset's prefix) so the user sees exactly what is sent.
+#pragma once
+
+#include <QPlainTextEdit>
+#include <QWidget>
+
+class QPushButton;
+class QLabel;
+class QHBoxLayout;
+
+namespace es {
+
+class ComposerEdit : public QPlainTextEdit {
+    Q_OBJECT
+public:
+    using QPlainTextEdit::QPlainTextEdit;
+signals:
+    void sendRequested();
+    void stopRequested();
+
+protected:
+    void keyPressEvent(QKeyEvent *e) override;
+};
+
+class Composer : public QWidget {
+    Q_OBJECT
+public:
+    explicit Composer(QWidget *parent = nullptr);
+
+    QString text() const;
+    void setText(const QString &text);
+    ComposerEdit *editor() const { return m_edit; }
+    // Where the pane puts the preset bar (above the text box).
+    QHBoxLayout *topRow() const { return m_top; }
+
+public slots:
+    void setGenerating(bool generating);
+    void setCanSend(bool can, const QString &whyNot = {});
+    // Replaces a leading `oldPrefix` (if present) with `newPrefix`.
+    void applyPrefix(const QString &oldPrefix, const QString &newPrefix);
+
+signals:
+    void sendRequested(const QString &text);
+    void stopRequested();
+
+private:
+    void trySend();
+
+    ComposerEdit *m_edit = nullptr;
+    QPushButton *m_send = nullptr, *m_stop = nullptr;
+    QLabel *m_hint = nullptr;
+    QHBoxLayout *m_top = nullptr;
+    bool m_generating = false, m_canSend = true;
+};
+
+} // namespace es

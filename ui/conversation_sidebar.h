@@ -1,0 +1,58 @@
+// ConversationSidebar: the left pane — search over titles and message text (FTS5 through the
+// store), the conversation list (pinned first, newest first), new / rename / pin / delete.
+// Deleting shows an Undo bar for a few seconds; undo restores the conversation exactly.
+#pragma once
+
+#include "storage_types.h"
+
+#include <QWidget>
+
+#include <optional>
+
+class QLineEdit;
+class QListView;
+class QLabel;
+class QPushButton;
+class QTimer;
+
+namespace es {
+
+class ChatStore;
+class ConversationListModel;
+
+class ConversationSidebar : public QWidget {
+    Q_OBJECT
+public:
+    explicit ConversationSidebar(ChatStore *store, QWidget *parent = nullptr);
+
+    std::optional<qint64> currentConversation() const;
+    QLineEdit *searchField() const { return m_search; }
+    QListView *listView() const { return m_list; }
+    ConversationListModel *model() const { return m_model; }
+    bool canUndoDelete() const { return m_undo.has_value(); }
+
+public slots:
+    void selectConversation(std::optional<qint64> id);
+    void newConversation();
+    void renameCurrent();
+    void togglePinCurrent();
+    void deleteCurrent();
+    void undoDelete();
+    void focusSearch();
+
+signals:
+    void conversationSelected(std::optional<qint64> id); // nullopt: start a new one
+    void conversationDeleted(qint64 id);
+
+private:
+    ChatStore *m_store;
+    ConversationListModel *m_model;
+    QLineEdit *m_search;
+    QListView *m_list;
+    QWidget *m_undoBar;
+    QLabel *m_undoLabel;
+    QTimer *m_undoTimer;
+    std::optional<ConversationSnapshot> m_undo;
+};
+
+} // namespace es

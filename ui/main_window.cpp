@@ -1,0 +1,291 @@
+// MainWindow (see main_window.h).
+#include "main_window.h"
+
+#include "chat_pane.h"
+#include "chat_store.h"
+#include "composer.h"
+#include "conversation_sidebar.h"
+#include "engine_session.h"
+
+#include <QActionGroup>
+#include <QApplication>
+#include <QCloseEvent>
+#include <QFileDialog>
+#include <QLabel>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QProgressBar>
+#include <QSettings>
+#include <QSplitter>
+#include <QStatusBar>
+
+namespace es {
+
+namespace {
+
+QString human_bytes(qint64 b) {
+    if (b <= 0) return QStringLiteral("–");
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = double(b);
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        ++u;
+    }
+    return QStringLiteral("%1 %2").arg(v, 0, 'f', u == 0 ? 0 : 1).arg(units[u]);
+}
+
+} // namespace
+
+MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent)
+    : QMainWindow(parent), m_store(store), m_session(session) {
+    setWindowTitle(tr("ExpertScope"));
+    m_mainSplitter = new QSplitter(Qt::Horizontal, this);
+    m_sidebar = new ConversationSidebar(store, m_mainSplitter);
+    m_panesSplitter = new QSplitter(Qt::Horizontal, m_mainSplitter);
+    m_mainSplitter->addWidget(m_sidebar);
+    m_mainSplitter->addWidget(m_panesSplitter);
+    m_mainSplitter->setStretchFactor(1, 1);
+    m_mainSplitter->setSizes({260, 900});
+    setCentralWidget(m_mainSplitter);
+
+    m_modelLabel = new QLabel(tr("No model"), this);
+    m_backendLabel = new QLabel(this);
+    m_memoryLabel = new QLabel(this);
+    m_speedLabel = new QLabel(this);
+    m_loadLabel = new QLabel(this);
+    m_loadProgress = new QProgressBar(this);
+    m_loadProgress->setRange(0, 100);
+    m_loadProgress->setMaximumWidth(160);
+    m_loadProgress->setVisible(false);
+    m_loadLabel->setVisible(false);
+    m_memoryLabel->setToolTip(tr("Memory the engine uses: weights + KV cache blocks in use + workspace, of the device total"));
+    m_speedLabel->setToolTip(tr("Decode speed: generated tokens per second over the last half second"));
+    statusBar()->addWidget(m_modelLabel);
+    statusBar()->addWidget(m_loadLabel);
+    statusBar()->addWidget(m_loadProgress);
+    statusBar()->addPermanentWidget(m_backendLabel);
+    statusBar()->addPermanentWidget(m_memoryLabel);
+    statusBar()->addPermanentWidget(m_speedLabel);
+
+    buildMenus();
+    addPane();
+
+    connect(m_sidebar, &ConversationSidebar::conversationSelected, this, [this](std::optional<qint64> id) {
+        if (m_current) m_current->setConversation(id);
+    });
+    connect(m_sidebar, &ConversationSidebar::conversationDeleted, this, [this](qint64 id) {
+        for (ChatPane *p : m_panes)
+            if (p->conversationId() == id) p->setConversation(std::nullopt);
+    });
+    connect(m_session, &EngineSession::modelLoadStarted, this, [this](const QString &dir) {
+        m_loadLabel->setText(tr("Loading %1…").arg(dir));
+        m_loadLabel->setVisible(true);
+        m_loadProgress->setValue(0);
+        m_loadProgress->setVisible(true);
+    });
+    connect(m_session, &EngineSession::modelLoadProgress, this, [this](const QString &stage, double f) {
+        m_loadLabel->setText(tr("Loading the model: %1").arg(stage));
+        m_loadProgress->setValue(int(f * 100));
+    });
+    connect(m_session, &EngineSession::modelLoaded, this, &MainWindow::onModelLoaded);
+    connect(m_session, &EngineSession::modelLoadFailed, this, [this](const QString &dir, const QString &message) {
+        m_loadLabel->setVisible(false);
+        m_loadProgress->setVisible(false);
+        m_modelLabel->setText(tr("No model"));
+        QMessageBox::critical(this, tr("The model could not be loaded"),
+                              tr("<p>Loading <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
+    });
+    connect(m_session, &EngineSession::statsUpdated, this, &MainWindow::onStats);
+    connect(m_store, &ChatStore::presetsChanged, this, &MainWindow::rebuildPresetMenu);
+    rebuildPresetMenu();
+
+    QSettings settings;
+    restoreGeometry(settings.value("window/geometry").toByteArray());
+    m_mainSplitter->restoreState(settings.value("window/mainSplitter").toByteArray());
+    if (!settings.contains("window/geometry")) resize(1280, 800);
+}
+
+MainWindow::~MainWindow() = default;
+
+void MainWindow::buildMenus() {
+    QMenu *file = menuBar()->addMenu(tr("&File"));
+    file->addAction(tr("&Open model…"), QKeySequence::Open, this, &MainWindow::openModel);
+    file->addAction(tr("&New conversation"), QKeySequence::New, m_sidebar, &ConversationSidebar::newConversation);
+    file->addSeparator();
+    file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
+
+    QMenu *edit = menuBar()->addMenu(tr("&Edit"));
+    edit->addAction(tr("&Find conversations"), QKeySequence::Find, m_sidebar, &ConversationSidebar::focusSearch);
+    edit->addAction(tr("&Rename conversation…"), QKeySequence(Qt::Key_F2), m_sidebar, &ConversationSidebar::renameCurrent);
+    edit->addAction(tr("&Pin or unpin conversation"), this, [this] { m_sidebar->togglePinCurrent(); });
+    edit->addAction(tr("&Delete conversation"), QKeySequence(Qt::CTRL | Qt::Key_Delete), m_sidebar,
+                    &ConversationSidebar::deleteCurrent);
+    edit->addAction(tr("&Undo delete"), QKeySequence::Undo, m_sidebar, &ConversationSidebar::undoDelete);
+
+    QMenu *view = menuBar()->addMenu(tr("&View"));
+    view->addAction(tr("Add a &pane (compare)"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_N), this, [this] { addPane(); });
+    view->addAction(tr("&Close pane"), QKeySequence(Qt::CTRL | Qt::Key_W), this, &MainWindow::closeCurrentPane);
+    m_sendToAll = view->addAction(tr("&Send to all panes"));
+    m_sendToAll->setCheckable(true);
+    m_sendToAll->setToolTip(tr("A message sent in one pane is sent in every pane, each with its own preset"));
+
+    m_presetMenu = menuBar()->addMenu(tr("&Presets"));
+
+    QMenu *model = menuBar()->addMenu(tr("&Model"));
+    auto *backends = new QActionGroup(this);
+    QMenu *backendMenu = model->addMenu(tr("&Backend"));
+    const QString current = m_session->options().backend;
+    for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}}) {
+        QAction *a = backendMenu->addAction(label);
+        a->setCheckable(true);
+        a->setChecked(current == key);
+        backends->addAction(a);
+        connect(a, &QAction::triggered, this, [this, key = QString(key)] {
+            EngineSessionOptions o = m_session->options();
+            o.backend = key;
+            QSettings().setValue("engine/backend", key);
+            m_session->reconfigure(o);
+        });
+    }
+    auto *precisions = new QActionGroup(this);
+    QMenu *precisionMenu = model->addMenu(tr("&Precision (GPU)"));
+    for (auto [key, label] : {std::pair{"fp8", tr("FP8 (E4M3 weights)")}, {"bf16", tr("BF16")}}) {
+        QAction *a = precisionMenu->addAction(label);
+        a->setCheckable(true);
+        a->setChecked(m_session->options().precision == key);
+        precisions->addAction(a);
+        connect(a, &QAction::triggered, this, [this, key = QString(key)] {
+            EngineSessionOptions o = m_session->options();
+            o.precision = key;
+            QSettings().setValue("engine/precision", key);
+            m_session->reconfigure(o);
+        });
+    }
+
+    QMenu *help = menuBar()->addMenu(tr("&Help"));
+    help->addAction(tr("&About ExpertScope"), this, [this] {
+        QMessageBox::about(this, tr("About ExpertScope"),
+                           tr("<p><b>ExpertScope</b> %1</p><p>Chat with ERNIE-4.5 models and see inside them while they "
+                              "answer.</p><p>Licensed under the GNU GPL, version 3 or later.</p>")
+                               .arg(QApplication::applicationVersion()));
+    });
+}
+
+void MainWindow::rebuildPresetMenu() {
+    m_presetMenu->clear();
+    QAction *none = m_presetMenu->addAction(tr("No preset"), this, [this] { applyPresetToCurrentPane(std::nullopt); });
+    none->setShortcut(QKeySequence(Qt::ALT | Qt::Key_0));
+    m_presetMenu->addSeparator();
+    int n = 0;
+    for (const Preset &p : m_store->presets()) {
+        QAction *a = m_presetMenu->addAction(p.name, this, [this, p] { applyPresetToCurrentPane(p); });
+        if (++n <= 9) a->setShortcut(QKeySequence(Qt::ALT | (Qt::Key_0 + n)));
+        a->setToolTip(p.prefix);
+    }
+}
+
+void MainWindow::applyPresetToCurrentPane(const std::optional<Preset> &preset) {
+    if (m_current) m_current->setActivePreset(preset);
+}
+
+ChatPane *MainWindow::addPane() {
+    auto *pane = new ChatPane(m_store, m_session, m_panesSplitter);
+    m_panesSplitter->addWidget(pane);
+    m_panes.push_back(pane);
+    connect(pane, &ChatPane::activated, this, [this, pane] { setCurrentPane(pane); });
+    connect(pane, &ChatPane::conversationCreated, this, [this](qint64 id) { m_sidebar->selectConversation(id); });
+    connect(pane, &ChatPane::errorOccurred, this, [this](const QString &m) { statusBar()->showMessage(m, 10000); });
+    connect(pane->composer(), &Composer::sendRequested, this, [this, pane](const QString &text) { broadcast(pane, text); });
+    setCurrentPane(pane);
+    pane->composer()->editor()->setFocus();
+    return pane;
+}
+
+void MainWindow::closeCurrentPane() {
+    if (m_panes.size() <= 1 || !m_current) return;
+    ChatPane *pane = m_current;
+    m_panes.removeOne(pane);
+    pane->deleteLater();
+    setCurrentPane(m_panes.back());
+}
+
+void MainWindow::setCurrentPane(ChatPane *pane) {
+    if (m_current == pane) return;
+    m_current = pane;
+    for (ChatPane *p : m_panes) p->setStyleSheet(p == pane && m_panes.size() > 1 ? "es--ChatPane { border: 1px solid palette(highlight); }" : QString());
+    m_sidebar->selectConversation(pane ? pane->conversationId() : std::nullopt);
+}
+
+// "Send to all panes": the same question, without the sender's mode prefix, goes to every other
+// pane with that pane's own preset prefix.
+void MainWindow::broadcast(ChatPane *from, const QString &text) {
+    if (!m_sendToAll->isChecked() || m_broadcasting) return;
+    m_broadcasting = true;
+    QString question = text;
+    if (from->activePreset() && question.startsWith(from->activePreset()->prefix))
+        question.remove(0, from->activePreset()->prefix.size());
+    for (ChatPane *p : m_panes) {
+        if (p == from || p->isGenerating()) continue;
+        const QString prefix = p->activePreset() ? p->activePreset()->prefix : QString();
+        p->send(prefix + question);
+    }
+    m_broadcasting = false;
+}
+
+void MainWindow::openModel() {
+    const QString dir = QFileDialog::getExistingDirectory(this, tr("Open a model folder (config.json + safetensors)"),
+                                                          QSettings().value("model/lastDir").toString());
+    if (dir.isEmpty()) return;
+    emit modelFolderChosen(dir);
+    loadModelFolder(dir);
+}
+
+void MainWindow::loadModelFolder(const QString &dir, bool askWhenTooBig) {
+    const MemoryEstimateView e = EngineSession::estimate(dir, m_session->options());
+    if (!e.ok) {
+        QMessageBox::critical(this, tr("Not a model folder"), e.message);
+        return;
+    }
+    if (!e.fits && askWhenTooBig) {
+        const auto answer = QMessageBox::warning(
+            this, tr("The model may not fit"),
+            tr("<p>%1</p><p>Loading may fail or make the system swap. Load anyway?</p>").arg(e.message.toHtmlEscaped()),
+            QMessageBox::Yes | QMessageBox::No, QMessageBox::No);
+        if (answer != QMessageBox::Yes) return;
+    }
+    statusBar()->showMessage(e.message, 8000);
+    m_session->loadModel(dir);
+}
+
+void MainWindow::onModelLoaded(const SessionModelInfo &info) {
+    m_loadLabel->setVisible(false);
+    m_loadProgress->setVisible(false);
+    m_modelLabel->setText(info.isMoe ? tr("%1 — MoE, %2 experts (top-%3), %4 layers")
+                                           .arg(info.name)
+                                           .arg(info.nExperts)
+                                           .arg(info.nExpertsUsed)
+                                           .arg(info.nLayers)
+                                     : tr("%1 — dense, %2 layers").arg(info.name).arg(info.nLayers));
+    m_backendLabel->setText(QStringLiteral("%1 · %2").arg(info.backend, info.precision));
+    QSettings settings;
+    settings.setValue("model/lastDir", info.dir);
+}
+
+void MainWindow::onStats(const SessionStats &s) {
+    m_memoryLabel->setText(tr("Memory %1 / %2").arg(human_bytes(s.memoryInUse), human_bytes(s.memoryTotal)));
+    m_speedLabel->setText(s.tokensPerSecond > 0 ? tr("%1 tok/s").arg(s.tokensPerSecond, 0, 'f', 1) : tr("idle"));
+}
+
+QString MainWindow::statusText() const {
+    return QStringList{m_modelLabel->text(), m_backendLabel->text(), m_memoryLabel->text(), m_speedLabel->text()}.join(" | ");
+}
+
+void MainWindow::closeEvent(QCloseEvent *event) {
+    QSettings settings;
+    settings.setValue("window/geometry", saveGeometry());
+    settings.setValue("window/mainSplitter", m_mainSplitter->saveState());
+    QMainWindow::closeEvent(event);
+}
+
+} // namespace es

@@ -1,0 +1,72 @@
+// MainWindow: conversations on the left, one or more chat panes side by side in the centre
+// (each its own conversation; "send to all panes" compares presets on the same question), the
+// status bar (model, backend, precision, memory, live tok/s). It owns no model state: the
+// EngineSession and ChatStore it is given do. Window layout is kept in QSettings.
+#pragma once
+
+#include "session_types.h"
+
+#include <QMainWindow>
+#include <QPointer>
+
+class QAction;
+class QLabel;
+class QProgressBar;
+class QSplitter;
+
+namespace es {
+
+class ChatPane;
+class ChatStore;
+class ConversationSidebar;
+class EngineSession;
+
+class MainWindow : public QMainWindow {
+    Q_OBJECT
+public:
+    MainWindow(ChatStore *store, EngineSession *session, QWidget *parent = nullptr);
+    ~MainWindow() override;
+
+    QList<ChatPane *> panes() const { return m_panes; }
+    ChatPane *currentPane() const { return m_current; }
+    ConversationSidebar *sidebar() const { return m_sidebar; }
+    QAction *sendToAllAction() const { return m_sendToAll; }
+    QString statusText() const; // the status bar's figures, for tests and screenshots
+
+public slots:
+    void openModel();                  // folder dialog → will-it-fit → load
+    void loadModelFolder(const QString &dir, bool askWhenTooBig = true);
+    ChatPane *addPane();
+    void closeCurrentPane();
+    void applyPresetToCurrentPane(const std::optional<es::Preset> &preset);
+
+signals:
+    void modelFolderChosen(const QString &dir);
+
+protected:
+    void closeEvent(QCloseEvent *event) override;
+
+private:
+    void buildMenus();
+    void setCurrentPane(ChatPane *pane);
+    void onModelLoaded(const es::SessionModelInfo &info);
+    void onStats(const es::SessionStats &stats);
+    void broadcast(ChatPane *from, const QString &text);
+    void rebuildPresetMenu();
+
+    QPointer<ChatStore> m_store;
+    QPointer<EngineSession> m_session;
+    ConversationSidebar *m_sidebar = nullptr;
+    QSplitter *m_panesSplitter = nullptr;
+    QSplitter *m_mainSplitter = nullptr;
+    QList<ChatPane *> m_panes;
+    ChatPane *m_current = nullptr;
+    QAction *m_sendToAll = nullptr;
+    QMenu *m_presetMenu = nullptr;
+    QLabel *m_modelLabel = nullptr, *m_backendLabel = nullptr, *m_memoryLabel = nullptr, *m_speedLabel = nullptr;
+    QLabel *m_loadLabel = nullptr;
+    QProgressBar *m_loadProgress = nullptr;
+    bool m_broadcasting = false;
+};
+
+} // namespace es

@@ -1,0 +1,193 @@
+// MessageWidget (see message_widget.h). The body is a read-only QTextBrowser sized to its
+// document so the pane scrolls, not each message; Markdown via QTextDocument::setMarkdown
+// (CommonMark + GitHub tables and code fences).
+#include "message_widget.h"
+
+#include <QAbstractTextDocumentLayout>
+#include <cmath>
+#include <QApplication>
+#include <QClipboard>
+#include <QHBoxLayout>
+#include <QKeyEvent>
+#include <QLabel>
+#include <QPlainTextEdit>
+#include <QPushButton>
+#include <QStackedWidget>
+#include <QTextBrowser>
+#include <QToolButton>
+#include <QVBoxLayout>
+
+namespace es {
+
+namespace {
+
+// A QTextBrowser whose height follows its document (laid out at the viewport's width).
+class AutoHeightBrowser : public QTextBrowser {
+public:
+    explicit AutoHeightBrowser(QWidget *parent) : QTextBrowser(parent) {
+        setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+        setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+        setFrameShape(QFrame::NoFrame);
+        setOpenExternalLinks(true);
+        setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
+        connect(document()->documentLayout(), &QAbstractTextDocumentLayout::documentSizeChanged, this,
+                [this] { fitHeight(); });
+    }
+    void fitHeight() {
+        const int h = int(std::ceil(document()->size().height())) + frameWidth() * 2 + 2;
+        if (h != height()) setFixedHeight(std::max(h, 20));
+    }
+
+protected:
+    void resizeEvent(QResizeEvent *e) override {
+        QTextBrowser::resizeEvent(e);
+        if (document()->textWidth() != viewport()->width()) {
+            document()->setTextWidth(viewport()->width());
+            fitHeight();
+        }
+    }
+};
+
+QToolButton *small_button(const QString &text, const QString &tip, QWidget *parent) {
+    auto *b = new QToolButton(parent);
+    b->setText(text);
+    b->setToolTip(tip);
+    b->setAutoRaise(true);
+    return b;
+}
+
+} // namespace
+
+MessageWidget::MessageWidget(const Message &message, QWidget *parent)
+    : QFrame(parent), m_message(message), m_text(message.content) {
+    setObjectName(message.role == MessageRole::User ? "userMessage" : "assistantMessage");
+    setFrameShape(QFrame::StyledPanel);
+    auto *outer = new QVBoxLayout(this);
+    outer->setContentsMargins(10, 6, 10, 6);
+    outer->setSpacing(2);
+
+    auto *header = new QHBoxLayout;
+    m_who = new QLabel(this);
+    m_who->setStyleSheet("font-weight: bold");
+    m_status = new QLabel(this);
+    m_status->setStyleSheet("color: palette(mid)");
+    header->addWidget(m_who);
+    header->addWidget(m_status);
+    header->addStretch(1);
+    m_prev = small_button(QStringLiteral("‹"), tr("Previous version"), this);
+    m_branch = new QLabel(this);
+    m_next = small_button(QStringLiteral("›"), tr("Next version"), this);
+    m_copy = small_button(tr("Copy"), tr("Copy this message as Markdown"), this);
+    m_edit = small_button(tr("Edit"), tr("Edit this message and send it again (the original stays as a branch)"), this);
+    m_regen = small_button(tr("Regenerate"), tr("Generate another reply (the current one stays as a branch)"), this);
+    for (QWidget *w : {static_cast<QWidget *>(m_prev), static_cast<QWidget *>(m_branch), static_cast<QWidget *>(m_next),
+                       static_cast<QWidget *>(m_copy), static_cast<QWidget *>(m_edit), static_cast<QWidget *>(m_regen)})
+        header->addWidget(w);
+    outer->addLayout(header);
+
+    m_stack = new QStackedWidget(this);
+    m_body = new AutoHeightBrowser(m_stack);
+    m_stack->addWidget(m_body);
+    auto *editPage = new QWidget(m_stack);
+    auto *editLayout = new QVBoxLayout(editPage);
+    editLayout->setContentsMargins(0, 0, 0, 0);
+    m_editor = new QPlainTextEdit(editPage);
+    auto *editButtons = new QHBoxLayout;
+    auto *send = new QPushButton(tr("Save && send"), editPage);
+    auto *cancel = new QPushButton(tr("Cancel"), editPage);
+    editButtons->addStretch(1);
+    editButtons->addWidget(cancel);
+    editButtons->addWidget(send);
+    editLayout->addWidget(m_editor);
+    editLayout->addLayout(editButtons);
+    m_stack->addWidget(editPage);
+    outer->addWidget(m_stack);
+
+    connect(m_copy, &QToolButton::clicked, this, [this] {
+        QApplication::clipboard()->setText(m_text);
+        emit copyRequested(m_text);
+    });
+    connect(m_edit, &QToolButton::clicked, this, &MessageWidget::startEditing);
+    connect(cancel, &QPushButton::clicked, this, [this] { m_stack->setCurrentIndex(0); });
+    connect(send, &QPushButton::clicked, this, [this] {
+        const QString t = m_editor->toPlainText().trimmed();
+        if (t.isEmpty()) return;
+        m_stack->setCurrentIndex(0);
+        emit editSubmitted(m_message.id, t);
+    });
+    connect(m_regen, &QToolButton::clicked, this, [this] { emit regenerateRequested(m_message.id); });
+    connect(m_prev, &QToolButton::clicked, this, [this] {
+        if (m_siblings.index > 0) emit siblingRequested(m_siblings.ids[m_siblings.index - 1]);
+    });
+    connect(m_next, &QToolButton::clicked, this, [this] {
+        if (m_siblings.index + 1 < m_siblings.ids.size()) emit siblingRequested(m_siblings.ids[m_siblings.index + 1]);
+    });
+
+    m_edit->setVisible(message.role == MessageRole::User);
+    m_regen->setVisible(false);
+    setSiblings({});
+    m_streaming = message.state == MessageState::Partial;
+    render();
+}
+
+QString MessageWidget::statusLine() const {
+    if (m_streaming) return tr("generating…");
+    if (m_message.state == MessageState::Failed)
+        return m_message.finishReason == "interrupted" ? tr("interrupted (the app closed mid-reply)")
+                                                       : tr("failed: %1").arg(m_message.finishReason);
+    if (m_message.finishReason == "cancelled") return tr("stopped");
+    if (m_message.finishReason == "length") return tr("cut at the token limit");
+    return {};
+}
+
+void MessageWidget::render() {
+    m_who->setText(m_message.role == MessageRole::User        ? tr("You")
+                   : m_message.role == MessageRole::Assistant ? tr("Assistant")
+                                                              : tr("System"));
+    m_status->setText(statusLine());
+    if (m_message.role == MessageRole::User) m_body->setPlainText(m_text);
+    else m_body->setMarkdown(m_text);
+    static_cast<AutoHeightBrowser *>(m_body)->fitHeight();
+    m_copy->setEnabled(!m_text.isEmpty());
+}
+
+void MessageWidget::setStreamingText(const QString &text) {
+    m_text = text;
+    m_streaming = true;
+    render();
+}
+
+void MessageWidget::setFinished(const Message &message) {
+    m_message = message;
+    m_text = message.content;
+    m_streaming = false;
+    render();
+}
+
+void MessageWidget::setSiblings(const SiblingInfo &siblings) {
+    m_siblings = siblings;
+    const bool many = siblings.ids.size() > 1;
+    m_prev->setVisible(many);
+    m_next->setVisible(many);
+    m_branch->setVisible(many);
+    if (many) {
+        m_branch->setText(QStringLiteral("%1/%2").arg(siblings.index + 1).arg(siblings.ids.size()));
+        m_prev->setEnabled(siblings.index > 0);
+        m_next->setEnabled(siblings.index + 1 < siblings.ids.size());
+    }
+}
+
+void MessageWidget::setRegenerateVisible(bool visible) { m_regen->setVisible(visible && m_message.role == MessageRole::Assistant); }
+
+void MessageWidget::setActionsEnabled(bool enabled) {
+    for (QToolButton *b : {m_edit, m_regen, m_prev, m_next}) b->setEnabled(enabled);
+    if (enabled) setSiblings(m_siblings);
+}
+
+void MessageWidget::startEditing() {
+    m_editor->setPlainText(m_text);
+    m_stack->setCurrentIndex(1);
+    m_editor->setFocus();
+}
+
+} // namespace es

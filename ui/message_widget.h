@@ -1,0 +1,59 @@
+// MessageWidget: one message of a chat pane — speaker, Markdown body (re-rendered as text
+// streams in), and its actions: copy, edit-and-resend (user), regenerate (assistant), and the
+// `< 2/3 >` switcher between sibling branches. It only displays and asks; ChatPane decides.
+#pragma once
+
+#include "storage_types.h"
+
+#include <QFrame>
+
+class QLabel;
+class QTextBrowser;
+class QToolButton;
+class QPlainTextEdit;
+class QStackedWidget;
+
+namespace es {
+
+class MessageWidget : public QFrame {
+    Q_OBJECT
+public:
+    explicit MessageWidget(const Message &message, QWidget *parent = nullptr);
+
+    qint64 messageId() const { return m_message.id; }
+    MessageRole role() const { return m_message.role; }
+    QString text() const { return m_text; }
+
+    // Streaming: replaces the body text (Markdown) and marks the message as still generating.
+    void setStreamingText(const QString &text);
+    void setFinished(const Message &message);
+    void setSiblings(const SiblingInfo &siblings);
+    void setRegenerateVisible(bool visible);
+    void setActionsEnabled(bool enabled); // false while the pane generates
+
+signals:
+    void copyRequested(const QString &text);
+    void editSubmitted(qint64 messageId, const QString &newText);
+    void regenerateRequested(qint64 messageId);
+    void siblingRequested(qint64 messageId); // switch the branch to this sibling
+
+private:
+    void render();
+    void startEditing();
+    QString statusLine() const;
+
+    Message m_message;
+    QString m_text;
+    bool m_streaming = false;
+    SiblingInfo m_siblings;
+    QLabel *m_who = nullptr;
+    QLabel *m_status = nullptr;
+    QStackedWidget *m_stack = nullptr;
+    QTextBrowser *m_body = nullptr;
+    QPlainTextEdit *m_editor = nullptr;
+    QToolButton *m_copy = nullptr, *m_edit = nullptr, *m_regen = nullptr;
+    QToolButton *m_prev = nullptr, *m_next = nullptr;
+    QLabel *m_branch = nullptr;
+};
+
+} // namespace es
