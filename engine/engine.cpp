@@ -8,6 +8,7 @@
 #include "scheduler.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <unistd.h>
 #include <variant>
@@ -250,7 +251,18 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
     e.kv_bytes = uint64_t(pick_kv_blocks(p, *cfg, block_bytes)) * block_bytes;
     e.available_bytes = physical_memory();
     e.fits = e.weights_bytes + e.kv_bytes < e.available_bytes / 10 * 9;
-    auto gib = [](uint64_t b) { return std::to_string(double(b) / double(1ull << 30)).substr(0, 5) + " GiB"; };
+    auto gib = [](uint64_t b) {
+        const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+        double v = double(b);
+        int u = 0;
+        while (v >= 1024.0 && u < 4) {
+            v /= 1024.0;
+            ++u;
+        }
+        char buf[32];
+        std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+        return std::string(buf);
+    };
     e.summary = "CPU: weights " + gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + " of " +
                 gib(e.available_bytes) + " RAM — " + (e.fits ? "fits" : "does not fit");
     return e;

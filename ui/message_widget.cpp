@@ -12,7 +12,6 @@
 #include <QLabel>
 #include <QPlainTextEdit>
 #include <QPushButton>
-#include <QStackedWidget>
 #include <QTextBrowser>
 #include <QToolButton>
 #include <QVBoxLayout>
@@ -85,10 +84,11 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
         header->addWidget(w);
     outer->addLayout(header);
 
-    m_stack = new QStackedWidget(this);
-    m_body = new AutoHeightBrowser(m_stack);
-    m_stack->addWidget(m_body);
-    auto *editPage = new QWidget(m_stack);
+    // Body and editor: only one is visible (a QStackedWidget would reserve the editor's height).
+    m_body = new AutoHeightBrowser(this);
+    outer->addWidget(m_body);
+    auto *editPage = new QWidget(this);
+    m_editPage = editPage;
     auto *editLayout = new QVBoxLayout(editPage);
     editLayout->setContentsMargins(0, 0, 0, 0);
     m_editor = new QPlainTextEdit(editPage);
@@ -100,19 +100,19 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
     editButtons->addWidget(send);
     editLayout->addWidget(m_editor);
     editLayout->addLayout(editButtons);
-    m_stack->addWidget(editPage);
-    outer->addWidget(m_stack);
+    editPage->setVisible(false);
+    outer->addWidget(editPage);
 
     connect(m_copy, &QToolButton::clicked, this, [this] {
         QApplication::clipboard()->setText(m_text);
         emit copyRequested(m_text);
     });
     connect(m_edit, &QToolButton::clicked, this, &MessageWidget::startEditing);
-    connect(cancel, &QPushButton::clicked, this, [this] { m_stack->setCurrentIndex(0); });
+    connect(cancel, &QPushButton::clicked, this, [this] { showEditor(false); });
     connect(send, &QPushButton::clicked, this, [this] {
         const QString t = m_editor->toPlainText().trimmed();
         if (t.isEmpty()) return;
-        m_stack->setCurrentIndex(0);
+        showEditor(false);
         emit editSubmitted(m_message.id, t);
     });
     connect(m_regen, &QToolButton::clicked, this, [this] { emit regenerateRequested(m_message.id); });
@@ -186,8 +186,13 @@ void MessageWidget::setActionsEnabled(bool enabled) {
 
 void MessageWidget::startEditing() {
     m_editor->setPlainText(m_text);
-    m_stack->setCurrentIndex(1);
+    showEditor(true);
     m_editor->setFocus();
+}
+
+void MessageWidget::showEditor(bool editing) {
+    m_body->setVisible(!editing);
+    m_editPage->setVisible(editing);
 }
 
 } // namespace es

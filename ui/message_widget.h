@@ -11,7 +11,6 @@ class QLabel;
 class QTextBrowser;
 class QToolButton;
 class QPlainTextEdit;
-class QStackedWidget;
 
 namespace es {
 
@@ -40,6 +39,7 @@ signals:
 private:
     void render();
     void startEditing();
+    void showEditor(bool editing);
     QString statusLine() const;
 
     Message m_message;
@@ -48,7 +48,7 @@ private:
     SiblingInfo m_siblings;
     QLabel *m_who = nullptr;
     QLabel *m_status = nullptr;
-    QStackedWidget *m_stack = nullptr;
+    QWidget *m_editPage = nullptr;
     QTextBrowser *m_body = nullptr;
     QPlainTextEdit *m_editor = nullptr;
     QToolButton *m_copy = nullptr, *m_edit = nullptr, *m_regen = nullptr;
