@@ -250,10 +250,10 @@ private:
             const cpu_layer &L = m_layers[il];
             auto t0 = clk::now();
             // --- attention ---
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * H >= (1 << 16))
             for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&m_x[t * H], L.attn_norm.data(), &m_xn[t * H], H, eps);
             linear(m_xn.data(), L.wqkv.data(), m_qkv.data(), T, n_qkv, H);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * n_qkv >= (1 << 16))
             for (int64_t t = 0; t < T; ++t) {
                 float *row = &m_qkv[t * n_qkv];
                 const float *cs = &m_rope_cos[t * half], *sn = &m_rope_sin[t * half];
@@ -268,7 +268,7 @@ private:
             t0 = clk::now();
 
             // --- MLP ---
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (T * H >= (1 << 16))
             for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&m_x[t * H], L.ffn_norm.data(), &m_xn[t * H], H, eps);
             if (!L.is_moe) {
                 swiglu(m_xn.data(), T, L.w_gate_up.data(), L.w_down.data(), c.n_ff, m_x.data(), nullptr);
@@ -298,7 +298,11 @@ private:
         const int64_t n_qkv = qd + 2 * kvd, group = c.n_head / c.n_head_kv, bs = m_kv.block_size;
         const float scale = 1.0f / std::sqrt(float(hd));
         const fvec &K = m_k[il], &V = m_v[il];
-#pragma omp parallel
+        // Fork only when there is enough work: a fork/join costs microseconds, and far more
+        // when the machine is busy (threads wait for a time slice at every barrier).
+        int64_t attention_work = 0;
+        for (int64_t t = 0; t < T; ++t) attention_work += (int64_t(b.pos[t]) + 1) * hd * c.n_head;
+#pragma omp parallel if (attention_work >= (1 << 18))
         {
             fvec scores;
 #pragma omp for collapse(2) schedule(dynamic, 4)
@@ -332,7 +336,7 @@ private:
         m_gu.resize(size_t(M * 2 * F));
         m_act.resize(size_t(M * F));
         linear(x, w_gate_up, m_gu.data(), M, 2 * F, H);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (M * F >= (1 << 16))
         for (int64_t m = 0; m < M; ++m) cpu::silu_mul(&m_gu[m * 2 * F], &m_gu[m * 2 * F + F], &m_act[m * F], F);
         if (!rows) {
             linear(m_act.data(), w_down, y, M, H, F, true);
@@ -351,7 +355,7 @@ private:
 
         std::vector<int16_t> ids(size_t(T * K));
         std::vector<float> wts(size_t(T * K));
-#pragma omp parallel
+#pragma omp parallel if (T * E >= (1 << 14))
         {
             std::vector<int32_t> order(static_cast<size_t>(E));
             fvec biased(static_cast<size_t>(E));
