@@ -76,6 +76,7 @@ void TestEngineSession::tokensArrive() {
     auto s = loaded("moe-shared");
     QSignalSpy tokens(s.get(), &EngineSession::tokensGenerated);
     QSignalSpy done(s.get(), &EngineSession::replyFinished);
+    QSignalSpy profiled(s.get(), &EngineSession::replyProfiled);
     const quint64 id = s->submit(ask("Hello", 40));
     QVERIFY(done.wait(30000));
     QCOMPARE(done.at(0).at(0).toULongLong(), id);
@@ -95,6 +96,19 @@ void TestEngineSession::tokensArrive() {
     for (auto c : routing[0].expertCounts) n_slots += c;
     QVERIFY(n_slots > 0);
     QCOMPARE(s->activeReplies(), 0);
+    // The profile: every token's time and the routing of every computed position.
+    QCOMPARE(profiled.count(), 1);
+    const auto profile = profiled.at(0).at(1).value<ReplyProfile>();
+    QCOMPARE(profile.tokenTimesUs.size(), 40);
+    QCOMPARE(profile.moeLayers, (QList<int>{1, 2}));
+    const int positions = profile.nPromptTokens + 40 - 1; // the last token is sampled, never computed
+    QCOMPARE(profile.ids.size(), qsizetype(positions * 2 * profile.k));
+    // Telemetry agrees: the engine counted the same token slots.
+    const TelemetryView t = s->telemetry();
+    QVERIFY(t.valid);
+    quint64 total = 0;
+    for (quint64 c : t.expertTokens) total += c;
+    QCOMPARE(total, quint64(profile.ids.size()));
 }
 
 void TestEngineSession::cancelIsImmediate() {

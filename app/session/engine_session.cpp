@@ -98,13 +98,72 @@ QList<LayerRouting> to_routing(const request_metrics &m, const QList<int> &moe_l
     return out;
 }
 
+ReplyProfile to_profile(quint64 id, const request_metrics &m, const QList<int> &moe_layers, int n_expert) {
+    ReplyProfile p;
+    p.requestId = id;
+    p.tSubmitUs = m.t_submit_us;
+    p.tFirstTokenUs = m.t_first_token_us;
+    p.tFinishUs = m.t_finish_us;
+    p.tokenTimesUs = QList<qint64>(m.token_times_us.begin(), m.token_times_us.end());
+    p.nPromptTokens = m.n_prompt_tokens;
+    p.nCachedPromptTokens = m.n_cached_prompt_tokens;
+    p.nPreemptions = m.n_preemptions;
+    p.seed = m.seed;
+    p.moeLayers = moe_layers;
+    p.nExperts = n_expert;
+    p.k = m.k;
+    p.ids = QList<qint16>(m.trace.begin(), m.trace.end());
+    p.weights = QList<float>(m.trace_weights.begin(), m.trace_weights.end());
+    return p;
+}
+
 } // namespace
+
+TelemetryView EngineSession::telemetry() const {
+    TelemetryView v;
+    auto t = m_engine->telemetry();
+    if (!t) return v;
+    v.valid = true;
+    v.nSteps = t->n_steps;
+    v.tUs = t->t_us;
+    v.steps.reserve(qsizetype(t->recent_steps.size()));
+    for (const step_record &r : t->recent_steps)
+        v.steps.push_back({r.step, r.t_start_us, r.duration_ms, r.n_seqs, r.n_prefill_tokens, r.n_decode_tokens,
+                           r.n_preempted, r.schedule_ms, r.forward_ms, r.sample_ms, r.emit_ms, r.attention_ms, r.moe_ms,
+                           r.dense_ms, r.head_ms});
+    v.moeLayers = QList<int>(t->moe_layers.begin(), t->moe_layers.end());
+    v.nExperts = t->n_expert;
+    v.nExpertsUsed = t->n_expert_used;
+    v.expertTokens = QList<quint64>(t->expert_tokens.begin(), t->expert_tokens.end());
+    v.expertWeight = QList<double>(t->expert_weight.begin(), t->expert_weight.end());
+    v.expertTokensWindow = QList<quint64>(t->expert_tokens_window.begin(), t->expert_tokens_window.end());
+    v.windowSteps = t->window_steps;
+    const memory_stats &m = t->memory;
+    v.memory = {qint64(m.weights_bytes), qint64(m.kv_block_bytes), m.kv_blocks_total, m.kv_blocks_used, m.kv_blocks_free,
+                m.kv_blocks_cached, m.kv_tokens_stored, m.kv_waste, qint64(m.alloc_reserved), qint64(m.alloc_in_use),
+                qint64(m.alloc_largest_free), qint64(m.device_total), qint64(m.device_free), m.fragmentation};
+    v.running = t->n_running;
+    v.waiting = t->n_waiting;
+    v.prefixQueries = t->prefix_queries;
+    v.prefixHits = t->prefix_hits;
+    v.tokensGenerated = t->n_tokens_generated;
+    v.requestsFinished = t->n_requests_finished;
+    return v;
+}
+
+ReplyProfile EngineSession::replyProfile(quint64 requestId) const {
+    auto it = m_active.find(requestId);
+    if (it == m_active.end()) return {};
+    return to_profile(requestId, it->stream->metrics(), m_info.moeLayers, m_info.nExperts);
+}
 
 EngineSession::EngineSession(const EngineSessionOptions &options, QObject *parent)
     : QObject(parent), m_options(options), m_engine(std::make_unique<engine>(make_params(options))) {
     qRegisterMetaType<es::SessionModelInfo>();
     qRegisterMetaType<es::SessionStats>();
     qRegisterMetaType<es::MessageMetrics>();
+    qRegisterMetaType<es::TelemetryView>();
+    qRegisterMetaType<es::ReplyProfile>();
     m_timer.setInterval(options.pumpIntervalMs);
     m_timer.setTimerType(Qt::PreciseTimer);
     connect(&m_timer, &QTimer::timeout, this, &EngineSession::pump);
@@ -195,6 +254,7 @@ void EngineSession::finishRequest(quint64 id, const QString &reason) {
     const request_metrics m = a.stream->metrics();
     MessageMetrics metrics = to_metrics(m);
     metrics.stopReason = reason;
+    emit replyProfiled(id, to_profile(id, m, m_info.moeLayers, m_info.nExperts));
     emit replyFinished(id, reason, metrics, to_routing(m, m_info.moeLayers, m_info.nExperts), m.seed);
 }
 
@@ -285,6 +345,7 @@ void EngineSession::pump() {
             Active a = it.value();
             m_active.erase(it);
             if (!a.pendingUtf8.isEmpty()) emit tokensGenerated(id, QString::fromUtf8(a.pendingUtf8), a.pendingTokens);
+            emit replyProfiled(id, to_profile(id, a.stream->metrics(), m_info.moeLayers, m_info.nExperts));
             emit replyFailed(id, failed);
         } else {
             finishRequest(id, finished);

@@ -43,6 +43,11 @@ public:
     int activeReplies() const { return int(m_active.size()); }
     const EngineSessionOptions &options() const { return m_options; }
 
+    // The latest engine telemetry (a lock-free read; call from a 10–30 Hz timer, not per token).
+    TelemetryView telemetry() const;
+    // The profile so far of a reply in flight (for the live token strip); empty when unknown.
+    ReplyProfile replyProfile(quint64 requestId) const;
+
     // Will the model in dir fit (weights + KV cache) with these options? Reads config.json only.
     static MemoryEstimateView estimate(const QString &dir, const EngineSessionOptions &options);
 
@@ -68,6 +73,8 @@ signals:
     void replyFinished(quint64 requestId, const QString &finishReason, const es::MessageMetrics &metrics,
                        const QList<es::LayerRouting> &routing, quint64 seed);
     void replyFailed(quint64 requestId, const QString &message);
+    // Emitted right before replyFinished / replyFailed with the reply's complete profile.
+    void replyProfiled(quint64 requestId, const es::ReplyProfile &profile);
     void statsUpdated(const es::SessionStats &stats);
 
 private:

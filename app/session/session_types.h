@@ -52,8 +52,64 @@ struct SessionStats {
     int kvBlocksUsed = 0, kvBlocksTotal = 0;
 };
 
+// ---- Profiler feed (definitions: the metrics table of ARCHITECTURE.md) ----------------------
+
+// One engine step.
+struct StepView {
+    quint64 step = 0;
+    qint64 tUs = 0;              // engine clock, µs
+    double durationMs = 0;
+    int nSeqs = 0, nPrefillTokens = 0, nDecodeTokens = 0, nPreempted = 0;
+    double scheduleMs = 0, forwardMs = 0, sampleMs = 0, emitMs = 0;
+    double attentionMs = 0, moeMs = 0, denseMs = 0, headMs = 0; // inside forward
+};
+
+struct MemoryView {
+    qint64 weightsBytes = 0, kvBlockBytes = 0;
+    int kvBlocksTotal = 0, kvBlocksUsed = 0, kvBlocksFree = 0, kvBlocksCached = 0;
+    qint64 kvTokensStored = 0;
+    double kvWaste = 0;          // 1 − tokens stored / (blocks used × block size)
+    qint64 allocReserved = 0, allocInUse = 0, allocLargestFree = 0;
+    qint64 deviceTotal = 0, deviceFree = 0;
+    double fragmentation = 0;    // 1 − largest free / total free
+};
+
+// The latest engine telemetry, converted for the GUI. Cheap to copy (implicitly shared lists).
+struct TelemetryView {
+    bool valid = false;
+    quint64 nSteps = 0;
+    qint64 tUs = 0;
+    QList<StepView> steps;               // newest last
+    QList<int> moeLayers;                // layer index of each MoE slot
+    int nExperts = 0, nExpertsUsed = 0;
+    QList<quint64> expertTokens;         // [slot * nExperts + e], since the model was loaded
+    QList<double> expertWeight;          // gate-weight mass, same layout
+    QList<quint64> expertTokensWindow;   // the same over the last windowSteps steps (live)
+    int windowSteps = 0;
+    MemoryView memory;
+    int running = 0, waiting = 0;
+    quint64 prefixQueries = 0, prefixHits = 0, tokensGenerated = 0, requestsFinished = 0;
+};
+
+// Everything measured for one reply: timing of every token and its routing per MoE layer.
+struct ReplyProfile {
+    quint64 requestId = 0;
+    qint64 tSubmitUs = 0, tFirstTokenUs = -1, tFinishUs = -1; // engine clock
+    QList<qint64> tokenTimesUs;          // engine clock, one per generated token
+    int nPromptTokens = 0, nCachedPromptTokens = 0, nPreemptions = 0;
+    quint64 seed = 0;
+    // Routing trace over positions (prompt then generated): ids[(p * nMoe + m) * k + j],
+    // -1 where the position came from the prefix cache.
+    QList<int> moeLayers;
+    int nExperts = 0, k = 0;
+    QList<qint16> ids;
+    QList<float> weights;
+};
+
 } // namespace es
 
+Q_DECLARE_METATYPE(es::TelemetryView)
+Q_DECLARE_METATYPE(es::ReplyProfile)
 Q_DECLARE_METATYPE(es::SessionModelInfo)
 Q_DECLARE_METATYPE(es::SessionStats)
 Q_DECLARE_METATYPE(es::MessageMetrics)
