@@ -127,8 +127,38 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                 1000.0 * t / o.tg, roof, 100.0 * mbu);
     const cuda_memory_report mem = cb->memory_report();
     std::printf("\ndecode reads %.1f MB of weights per token; MBU against %.2f TB/s; weights built in %.1f s\n"
-                "GPU memory: %s\n",
-                bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str());
+                "GPU memory: %s\nCUDA graphs: %s\n",
+                bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str(), cb->graph_status().c_str());
+    if (o.profile) {
+        // Device time per launch name (events around each launch; graphs off meanwhile).
+        auto print_profile = [&](const char *what, double steps, double wall_s) {
+            const auto rows = cb->profile();
+            double total = 0.0;
+            for (const auto &r : rows) total += r.total_ms;
+            std::printf("\nprofile, %s: kernels %.1f µs per step, wall %.1f µs per step (eager launches)\n"
+                        "| kernel | µs per step | launches per step | share |\n|---|---:|---:|---:|\n",
+                        what, 1000.0 * total / steps, 1e6 * wall_s / steps);
+            for (const auto &r : rows)
+                std::printf("| %s | %.1f | %.0f | %.1f%% |\n", r.name.c_str(), 1000.0 * r.total_ms / steps,
+                            double(r.calls) / steps, 100.0 * r.total_ms / std::max(total, 1e-9));
+        };
+        const int32_t pp = o.pp.front();
+        fill(pp, 0);
+        cb->set_profiling(true);
+        auto t0 = std::chrono::steady_clock::now();
+        if (auto s = be->forward(b, out); !s) return fail(s.message());
+        print_profile(("pp" + std::to_string(pp)).c_str(), 1.0, seconds_since(t0));
+        const int32_t steps = std::min<int32_t>(32, o.tg);
+        cb->set_profiling(true);
+        t0 = std::chrono::steady_clock::now();
+        for (int32_t i = 0; i < steps; ++i) {
+            fill(1, i);
+            if (auto s = be->forward(b, out); !s) return fail(s.message());
+        }
+        print_profile(("decode, " + std::to_string(steps) + " steps from position 0").c_str(), double(steps),
+                      seconds_since(t0));
+        cb->set_profiling(false);
+    }
     results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
                        {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
 

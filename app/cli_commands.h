@@ -36,6 +36,7 @@ struct bench_opts {
     std::vector<int32_t> pp{512};  // prefill lengths
     int32_t tg = 128;              // decode tokens
     int32_t reps = 3;
+    bool profile = false;          // CUDA: device time per kernel for one prefill and 32 decode steps
 };
 int cmd_bench(const bench_opts &b, const common_opts &o);
 

@@ -67,6 +67,7 @@ int main(int argc, char **argv) {
     bench->add_option("--tg", b.tg, "decode tokens (default 128)")->check(CLI::Range(1, 1 << 20));
     bench->add_option("--reps", b.reps, "repetitions, median reported")->check(CLI::Range(1, 100));
     bench->add_option("--json", b.out_json, "also write results as JSON to this file");
+    bench->add_flag("--profile", b.profile, "CUDA: also print device time per kernel (prefill and decode)");
     add_common(bench);
 
     serve_bench_opts sb;

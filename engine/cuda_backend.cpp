@@ -45,6 +45,15 @@ constexpr int64_t k_gemv_max_tokens = 8;
 constexpr int64_t k_moe_gemv_max_tokens = 4;
 // Steps with at most this many tokens are captured as CUDA graphs and replayed.
 constexpr int64_t k_graph_max_tokens = 8;
+// Attention of decode-sized steps splits each sequence's KV range over up to this many blocks
+// (flash-decoding: a step has only n_head_kv tiles of work otherwise), one split per 32-position
+// chunk of the longest context in the step. Measured on the H200 (0.3B, tg128): always 16 splits
+// 847 tok/s, one split per 256 positions (so none below 256) 696 tok/s. The split count is part
+// of the CUDA graph key, so a long generation captures at most 16 graphs.
+constexpr int64_t k_decode_kv_splits = 16;
+int64_t decode_kv_splits(int64_t max_pos) {
+    return std::min<int64_t>(k_decode_kv_splits, max_pos / 32 + 1);
+}
 constexpr size_t k_cublas_workspace_bytes = size_t(32) << 20;
 
 std::string mib(size_t b) { return std::to_string((b + (1u << 19)) >> 20) + " MiB"; }
@@ -278,6 +287,7 @@ public:
     ~cuda_backend_impl() override {
         if (m_stream) cudaStreamSynchronize(m_stream);
         clear_graphs();
+        for (cudaEvent_t e : m_events) cudaEventDestroy(e);
         destroy_gemm_lt_context(m_lt);
         if (m_stream) cudaStreamDestroy(m_stream);
     }
@@ -294,6 +304,22 @@ public:
     }
     weight_precision precision() const override { return m_params.precision; }
     double decode_weight_bytes() const override { return m_decode_bytes; }
+
+    void set_profiling(bool on) override {
+        m_profiling = on;
+        m_prof.clear();
+    }
+    std::vector<kernel_profile_row> profile() const override {
+        std::vector<kernel_profile_row> rows;
+        for (const auto &[name, v] : m_prof) rows.push_back({name, v.first, v.second});
+        std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.total_ms > b.total_ms; });
+        return rows;
+    }
+    std::string graph_status() const override {
+        if (!m_params.use_graphs) return "off";
+        if (!m_graph_error.empty()) return "failed: " + m_graph_error;
+        return "on, " + std::to_string(m_graphs.size()) + " captured";
+    }
 
     cuda_memory_report memory_report() const override {
         cuda_memory_report r;
@@ -439,7 +465,7 @@ public:
                 q.scale = m_weights.at<float>(L.s_off) + row0;
                 q.n = rows;
                 q.k = L.k;
-                ck(launch_fp8_quantize(q, m_stream), "fp8_quantize");
+                op("fp8_quantize", [&] { return launch_fp8_quantize(q, m_stream); });
             }
             progress(rows * L.k);
         };
@@ -566,6 +592,7 @@ private:
     struct work_layout {
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
         size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
+        size_t router_logits, router_counters, attn_partial, zero_ids;
         size_t total = 0;
         // inputs (int32 region copied from the pinned mirror in one transfer)
         size_t in_tokens, in_pos, in_seq, in_rows, in_tiles, in_bt, in_total;
@@ -622,6 +649,11 @@ private:
         }
         w.xr = take(size_t(R * H) * 2);
         w.logits = take(size_t(R * c.n_vocab) * 4);
+        w.router_logits = take(size_t(T * E) * 4);
+        w.router_counters = take(size_t(T) * 4); // zeroed at allocation; the router leaves it zero
+        w.zero_ids = take(size_t(T) * 4);        // zeroed at allocation: "expert 0" for fused dense gate/up
+        w.attn_partial = take(size_t(attention_partial_floats(std::min<int64_t>(T, k_graph_max_tokens), c.n_head,
+                                                              c.n_head_kv, c.head_dim, k_decode_kv_splits)) * 4);
         w.total = o;
         size_t i = 0;
         auto in = [&](int64_t n) {
@@ -658,6 +690,8 @@ private:
         m_pinned_out.reset();
         m_lay = work_layout{};
         m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
+        ck(cudaMemsetAsync(m_work.at(w.router_counters), 0, size_t(w.T) * 4, m_stream), "workspace clear");
+        ck(cudaMemsetAsync(m_work.at(w.zero_ids), 0, size_t(w.T) * 4, m_stream), "workspace clear");
         m_inputs.alloc(w.in_total, "the batch inputs");
         m_pinned.alloc(w.in_total, "pinned batch inputs");
         m_pinned_out.alloc(size_t(std::max<int64_t>(n_moe_layers(), 1) * w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 8,
@@ -672,7 +706,44 @@ private:
     }
 
     // ---- the forward pass --------------------------------------------------------------------
-    void linear(const dlin &L, const bf16_t *x, int64_t ldx, float *y, int64_t ldy, int64_t M, bool acc) {
+    // Every launch goes through here: checked, and timed with events while profiling.
+    template <typename F>
+    void op(const std::string &name, F &&launch) {
+        if (!m_profiling) {
+            const cudaError_t e = launch();
+            if (e == cudaErrorUnknown && name.find("gemm_lt") != std::string::npos)
+                throw load_error(std::string("cuBLASLt: ") + gemm_lt_last_error(m_lt));
+            ck(e, name.c_str());
+            return;
+        }
+        while (m_events.size() < m_event_next + 2) {
+            cudaEvent_t e = nullptr;
+            ck(cudaEventCreate(&e), "cudaEventCreate");
+            m_events.push_back(e);
+        }
+        cudaEvent_t a = m_events[m_event_next++], b = m_events[m_event_next++];
+        ck(cudaEventRecord(a, m_stream), "cudaEventRecord");
+        const cudaError_t e = launch();
+        if (e == cudaErrorUnknown && name.find("gemm_lt") != std::string::npos)
+            throw load_error(std::string("cuBLASLt: ") + gemm_lt_last_error(m_lt));
+        ck(e, name.c_str());
+        ck(cudaEventRecord(b, m_stream), "cudaEventRecord");
+        m_pending.push_back({name, m_event_next - 2});
+    }
+
+    void collect_profile() {
+        for (const auto &[name, i] : m_pending) {
+            float ms = 0.0f;
+            ck(cudaEventElapsedTime(&ms, m_events[i], m_events[i + 1]), "cudaEventElapsedTime");
+            auto &v = m_prof[name];
+            v.first += ms;
+            v.second += 1;
+        }
+        m_pending.clear();
+        m_event_next = 0;
+    }
+
+    void linear(const char *role, const dlin &L, const bf16_t *x, int64_t ldx, float *y, int64_t ldy, int64_t M, bool acc) {
         if (M <= 0) return;
         if (M > k_gemv_max_tokens) {
             gemm_lt_params g;
@@ -696,11 +767,9 @@ private:
                     d.out = m_deq.at<bf16_t>();
                     d.n = L.n;
                     d.k = L.k;
-                    ck(launch_fp8_dequantize(d, m_stream), "fp8_dequantize");
+                    op(std::string(role) + " fp8_dequantize", [&] { return launch_fp8_dequantize(d, m_stream); });
                 }
-                const cudaError_t e = launch_gemm_lt(g, m_stream);
-                if (e == cudaErrorUnknown) throw load_error(std::string("cuBLASLt: ") + gemm_lt_last_error(m_lt));
-                ck(e, "gemm_lt");
+                op(std::string(role) + " gemm_lt", [&] { return launch_gemm_lt(g, m_stream); });
                 return;
             }
         }
@@ -716,12 +785,12 @@ private:
         p.n = L.n;
         p.k = L.k;
         p.accumulate = acc;
-        ck(launch_gemv(p, m_stream), "gemv");
+        op(std::string(role) + " gemv", [&] { return launch_gemv(p, m_stream); });
     }
 
     // Everything between the input upload and the output download; no host synchronization,
     // so it can be captured into a CUDA graph.
-    void enqueue(int64_t T, int64_t R, int64_t n_tiles, int64_t bt_stride) {
+    void enqueue(int64_t T, int64_t R, int64_t n_tiles, int64_t bt_stride, int64_t kv_splits) {
         const auto &c = m_cfg;
         const work_layout &w = m_lay;
         const int64_t H = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, K = c.n_expert_used;
@@ -743,7 +812,7 @@ private:
         ep.out = x;
         ep.n_tokens = T;
         ep.n_embd = H;
-        ck(launch_embedding(ep, m_stream), "embedding");
+        op("embedding", [&] { return launch_embedding(ep, m_stream); });
 
         int64_t moe_slot = 0;
         for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -755,8 +824,8 @@ private:
             nrm.n_rows = T;
             nrm.n_embd = H;
             nrm.eps = float(c.rms_eps);
-            ck(launch_rms_norm(nrm, m_stream), "rms_norm");
-            linear(L.wqkv, xn, H, qkv, qd + 2 * kvd, T, false);
+            op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
+            linear("qkv", L.wqkv, xn, H, qkv, qd + 2 * kvd, T, false);
 
             bf16_t *kc = m_kv_pool.at<bf16_t>() + size_t(il) * 2 * m_kv_layer_elems, *vc = kc + m_kv_layer_elems;
             rope_kv_params rp;
@@ -774,7 +843,7 @@ private:
             rp.n_head_kv = c.n_head_kv;
             rp.head_dim = hd;
             rp.block_size = m_kv.block_size;
-            ck(launch_rope_kv(rp, m_stream), "rope_kv");
+            op("rope_kv", [&] { return launch_rope_kv(rp, m_stream); });
 
             attention_params ap;
             ap.q = q;
@@ -793,13 +862,17 @@ private:
             ap.head_dim = hd;
             ap.block_size = m_kv.block_size;
             ap.scale = 1.0f / std::sqrt(float(hd));
-            ck(launch_attention(ap, m_stream), "attention");
-            linear(L.wo, attn, qd, x, H, T, true); // residual add fused (accumulate)
+            if (T <= k_graph_max_tokens && kv_splits > 1) {
+                ap.kv_splits = kv_splits;
+                ap.partial = reinterpret_cast<float *>(base + w.attn_partial);
+            }
+            op("attention", [&] { return launch_attention(ap, m_stream); });
+            linear("o_proj", L.wo, attn, qd, x, H, T, true); // residual add fused (accumulate)
 
             nrm.weight = L.ffn_norm;
-            ck(launch_rms_norm(nrm, m_stream), "rms_norm");
+            op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
             if (!L.is_moe) {
-                swiglu(L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
+                swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
                 continue;
             }
             int32_t *ids = reinterpret_cast<int32_t *>(base + w.ids) + moe_slot * T * K;
@@ -816,8 +889,10 @@ private:
             mr.n_expert = c.n_expert;
             mr.n_expert_used = K;
             mr.norm_min = float(c.moe_norm_min);
-            ck(launch_moe_router(mr, m_stream), "moe_router");
-            if (c.n_expert_shared > 0) swiglu(L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared, xn, x, gu, act, T);
+            mr.logits = reinterpret_cast<float *>(base + w.router_logits);
+            mr.counters = reinterpret_cast<unsigned *>(base + w.router_counters);
+            op("moe_router", [&] { return launch_moe_router(mr, m_stream); });
+            if (c.n_expert_shared > 0) swiglu("shared", L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared, xn, x, gu, act, T);
             bf16_t *act_e = reinterpret_cast<bf16_t *>(base + w.act_e);
             if (T <= k_moe_gemv_max_tokens) {
                 moe_gate_up_gemv_params g;
@@ -831,7 +906,7 @@ private:
                 g.n_embd = H;
                 g.n_expert_used = K;
                 g.n_ff_exp = c.n_ff_exp;
-                ck(launch_moe_gate_up_gemv(g, m_stream), "moe_gate_up_gemv");
+                op("moe_gate_up_gemv", [&] { return launch_moe_gate_up_gemv(g, m_stream); });
                 moe_down_gemv_params d;
                 d.act = act_e;
                 d.ids = ids;
@@ -844,7 +919,7 @@ private:
                 d.n_embd = H;
                 d.n_expert_used = K;
                 d.n_ff_exp = c.n_ff_exp;
-                ck(launch_moe_down_gemv(d, m_stream), "moe_down_gemv");
+                op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
             } else {
                 moe_plan_params pl;
                 pl.ids = ids;
@@ -855,7 +930,7 @@ private:
                 pl.offsets = reinterpret_cast<int32_t *>(base + w.offsets);
                 pl.tile_offsets = reinterpret_cast<int32_t *>(base + w.tile_offsets);
                 pl.sorted_slots = reinterpret_cast<int32_t *>(base + w.sorted);
-                ck(launch_moe_plan(pl, m_stream), "moe_plan");
+                op("moe_plan", [&] { return launch_moe_plan(pl, m_stream); });
                 moe_grouped_gemm_params g;
                 g.a = xn;
                 g.lda = H;
@@ -873,7 +948,7 @@ private:
                 g.glu = true;
                 g.out_act = act_e;
                 g.ldo = c.n_ff_exp;
-                ck(launch_moe_grouped_gemm(g, m_stream), "moe_grouped_gemm (gate/up)");
+                op("moe_grouped_gemm (gate/up)", [&] { return launch_moe_grouped_gemm(g, m_stream); });
                 float *y_e = reinterpret_cast<float *>(base + w.y_e);
                 g.a = act_e;
                 g.lda = c.n_ff_exp;
@@ -887,7 +962,7 @@ private:
                 g.out_act = nullptr;
                 g.out_f32 = y_e;
                 g.ldo = H;
-                ck(launch_moe_grouped_gemm(g, m_stream), "moe_grouped_gemm (down)");
+                op("moe_grouped_gemm (down)", [&] { return launch_moe_grouped_gemm(g, m_stream); });
                 moe_combine_params cb;
                 cb.y = y_e;
                 cb.weights = wts;
@@ -895,7 +970,7 @@ private:
                 cb.n_tokens = T;
                 cb.n_embd = H;
                 cb.n_expert_used = K;
-                ck(launch_moe_combine(cb, m_stream), "moe_combine");
+                op("moe_combine", [&] { return launch_moe_combine(cb, m_stream); });
             }
         }
 
@@ -909,22 +984,40 @@ private:
         nrm.n_rows = R;
         nrm.n_embd = H;
         nrm.eps = float(c.rms_eps);
-        ck(launch_rms_norm(nrm, m_stream), "rms_norm (head)");
-        linear(m_head, xr, H, reinterpret_cast<float *>(base + w.logits), c.n_vocab, R, false);
+        op("rms_norm (head)", [&] { return launch_rms_norm(nrm, m_stream); });
+        linear("head", m_head, xr, H, reinterpret_cast<float *>(base + w.logits), c.n_vocab, R, false);
     }
 
     // y += down(silu(gate(x)) · up(x)) over T tokens (dense MLP and shared experts).
-    void swiglu(const dlin &gate_up, const dlin &down, int64_t F, const bf16_t *x, float *y, float *gu, bf16_t *act,
-                int64_t T) {
+    void swiglu(const char *role, const dlin &gate_up, const dlin &down, int64_t F, const bf16_t *x, float *y, float *gu,
+                bf16_t *act, int64_t T) {
         const int64_t H = m_cfg.n_embd;
-        linear(gate_up, x, H, gu, 2 * F, T, false);
+        if (T <= 2) {
+            // Decode: gate/up GEMV with SiLU·up in its epilogue (the MoE kernel with one "expert"),
+            // one launch fewer per MLP.
+            moe_gate_up_gemv_params g;
+            g.x = x;
+            g.ids = reinterpret_cast<const int32_t *>(m_work.at(m_lay.zero_ids));
+            g.w = gate_up.w;
+            g.wfmt = gate_up.fmt;
+            g.w_scale = gate_up.scale;
+            g.act = act;
+            g.n_tokens = T;
+            g.n_embd = H;
+            g.n_expert_used = 1;
+            g.n_ff_exp = F;
+            op(std::string(role) + " gate_up+silu gemv", [&] { return launch_moe_gate_up_gemv(g, m_stream); });
+            linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true);
+            return;
+        }
+        linear((std::string(role) + " gate_up").c_str(), gate_up, x, H, gu, 2 * F, T, false);
         silu_mul_params s;
         s.gate_up = gu;
         s.out = act;
         s.n_tokens = T;
         s.n_ff = F;
-        ck(launch_silu_mul(s, m_stream), "silu_mul");
-        linear(down, act, F, y, H, T, true);
+        op("silu_mul", [&] { return launch_silu_mul(s, m_stream); });
+        linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true);
     }
 
     void run(const batch &b, forward_output &out) {
@@ -957,20 +1050,22 @@ private:
         const size_t in_bytes = w.in_bt + size_t(S * stride) * 4;
         ck(cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), in_bytes, cudaMemcpyHostToDevice, m_stream), "input upload");
 
-        const auto key = std::make_tuple(T, R, S, stride, n_tiles);
+        const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
+        const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos) : 1;
+        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits);
         bool done = false;
-        if (m_params.use_graphs && m_graph_error.empty() && T <= k_graph_max_tokens) {
+        if (m_params.use_graphs && !m_profiling && m_graph_error.empty() && T <= k_graph_max_tokens) {
             auto it = m_graphs.find(key);
             if (it != m_graphs.end()) {
                 ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
                 done = true;
             } else if (m_seen_keys.count(key)) {
-                done = capture_and_launch(key, T, R, n_tiles, stride);
+                done = capture_and_launch(key, T, R, n_tiles, stride, kv_splits);
             } else {
                 m_seen_keys.insert(key); // run eagerly once first: lazy initialization stays out of the graph
             }
         }
-        if (!done) enqueue(T, R, n_tiles, stride);
+        if (!done) enqueue(T, R, n_tiles, stride, kv_splits);
 
         // Outputs.
         if (R)
@@ -987,6 +1082,7 @@ private:
         }
         ck(cudaStreamSynchronize(m_stream), "the forward pass");
         ck(cudaGetLastError(), "the forward pass");
+        if (m_profiling) collect_profile();
         if (nk) {
             const int32_t *ids = m_pinned_out.at<int32_t>();
             const float *wts = m_pinned_out.at<float>(size_t(nk) * 4);
@@ -1003,13 +1099,13 @@ private:
         }
     }
 
-    using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t>;
+    using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-    bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride) {
+    bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride, int64_t kv_splits) {
         cudaGraph_t graph = nullptr;
         ck(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         try {
-            enqueue(T, R, n_tiles, stride);
+            enqueue(T, R, n_tiles, stride, kv_splits);
         } catch (const load_error &e) {
             cudaStreamEndCapture(m_stream, &graph);
             if (graph) cudaGraphDestroy(graph);
@@ -1054,6 +1150,11 @@ private:
     work_layout m_lay{};
     std::map<graph_key, cudaGraphExec_t> m_graphs;
     std::set<graph_key> m_seen_keys;
+    bool m_profiling = false;
+    std::vector<cudaEvent_t> m_events;
+    size_t m_event_next = 0;
+    std::vector<std::pair<std::string, size_t>> m_pending;
+    std::map<std::string, std::pair<double, int64_t>> m_prof;
 };
 
 } // namespace

@@ -42,10 +42,23 @@ struct cuda_memory_report {
     std::string to_string() const;
 };
 
+// Device time per kernel (by launch name) while profiling is on.
+struct kernel_profile_row {
+    std::string name;   // "qkv gemv", "attention", "moe_router", …
+    double total_ms = 0.0;
+    int64_t calls = 0;
+};
+
 // The extra calls of the CUDA backend (dynamic_cast a backend made below to reach them).
 class cuda_backend : public backend {
 public:
     virtual cuda_memory_report memory_report() const = 0;
+    // Profiling: every launch bracketed by CUDA events (graphs off meanwhile, so launches run
+    // eagerly); profile() sums device time per launch name since profiling was switched on.
+    virtual void set_profiling(bool on) = 0;
+    virtual std::vector<kernel_profile_row> profile() const = 0;
+    // "on, N graphs" / "off" / why capture failed.
+    virtual std::string graph_status() const = 0;
     virtual weight_precision precision() const = 0;
     // Weight bytes one batch-1 decode step must read (routed experts: only n_expert_used of
     // n_expert; the embedding table: one row; the head: all of it). The MBU numerator.

@@ -301,8 +301,9 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd) {
 
 // seqs: (first position, token count) per sequence; tokens of a sequence are contiguous.
 void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                    const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label) {
-    const std::string name = shape_name("attention", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}}, label);
+                    const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label, int64_t splits = 1) {
+    const std::string name = shape_name("attention", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
+                                        label + (splits > 1 ? " kv_splits=" + std::to_string(splits) : ""));
     R.run("kernel", name, [&] {
         const int64_t bs = 16, qd = n_head * hd, kvd = n_head_kv * hd;
         std::vector<int32_t> pos, seq;
@@ -344,6 +345,9 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         p.head_dim = hd;
         p.block_size = bs;
         p.scale = 1.0f / std::sqrt(float(hd));
+        dvec<float> dpart(static_cast<size_t>(attention_partial_floats(p.n_tiles, n_head, n_head_kv, hd, splits)));
+        p.kv_splits = splits;
+        p.partial = splits > 1 ? dpart.get() : nullptr;
         ck(launch_attention(p, nullptr), "launch");
         sync(name);
         std::vector<bf16_t> out(static_cast<size_t>(T * qd));
@@ -383,8 +387,9 @@ void test_moe_router(runner &R, int64_t T, int64_t H, int64_t E, int64_t K, bool
         auto w = all_tied ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : rand_f(static_cast<size_t>(E * H), -0.1f, 0.1f);
         auto bias = all_tied ? std::vector<float>(static_cast<size_t>(E), 0.25f) : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
         dvec<bf16_t> dx(x);
-        dvec<float> dw(w), db(bias), dwt(static_cast<size_t>(T * K));
+        dvec<float> dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E));
         dvec<int32_t> dids(static_cast<size_t>(T * K));
+        dvec<unsigned> dcount(static_cast<size_t>(T));
         moe_router_params p;
         p.x = dx.get();
         p.w = dw.get();
@@ -395,7 +400,11 @@ void test_moe_router(runner &R, int64_t T, int64_t H, int64_t E, int64_t K, bool
         p.n_embd = H;
         p.n_expert = E;
         p.n_expert_used = K;
+        p.logits = dlogits.get();
+        p.counters = dcount.get();
         ck(launch_moe_router(p, nullptr), "launch");
+        sync(name);
+        ck(launch_moe_router(p, nullptr), "second launch"); // the counters were left at zero
         sync(name);
         std::vector<int32_t> ids(static_cast<size_t>(T * K));
         std::vector<float> wts(static_cast<size_t>(T * K));
@@ -834,6 +843,10 @@ void run_kernel_tests(runner &R) {
     test_attention(R, 20, 4, 128, {{0, 1}}, "decode pos 0");
     test_attention(R, 40, 1, 64, {{10, 5}}, "group 40");
     test_attention(R, 8, 8, 256, {{0, 2}, {33, 1}}, "hd 256");
+    test_attention(R, 20, 4, 128, {{300, 1}}, "decode pos 300", 16);
+    test_attention(R, 16, 2, 128, {{2047, 1}}, "decode pos 2047", 16);
+    test_attention(R, 6, 2, 12, {{50, 3}, {0, 20}}, "2 seqs", 4);
+    test_attention(R, 40, 1, 64, {{10, 5}}, "group 40", 3);
     test_silu_mul(R, 3, 100);
     test_silu_mul(R, 1, 1536);
     test_moe_router(R, 5, 2560, 64, 6, false);
@@ -980,7 +993,9 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             // Against the twin model (the same numerics on the CPU) the GPU must agree closely;
             // against HF the limit is what BF16 activations / FP8 weights cost on these tiny
             // random models (the twin model measures the same figures without a GPU).
-            const double hf_limit = fp8 ? 0.1 : 5e-3, twin_limit = 1e-4;
+            // FP8 prefill dequantizes weights to BF16 for cuBLASLt (one more rounding than the
+            // twin model's exact e4m3 × scale), hence its looser twin limit.
+            const double hf_limit = fp8 ? 0.1 : 5e-3, twin_limit = 1e-4, twin_limit_prefill = fp8 ? 2e-3 : 1e-4;
             R.run("model", pn, [&] {
                 std::vector<float> twin;
                 {
@@ -1002,7 +1017,7 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 backend &be = *(*m)->be;
                 routing_record rr;
                 const auto pre = logits_prefill(be, prompt, &rr);
-                R.add("model", pn + " prefill", "NMSE vs twin model", nmse(pre, twin), twin_limit);
+                R.add("model", pn + " prefill", "NMSE vs twin model", nmse(pre, twin), twin_limit_prefill);
                 R.add("model", pn + " prefill", "NMSE vs HF", nmse(pre, golden), hf_limit);
                 R.info("model", pn + " prefill", "NMSE vs CPU backend", nmse(pre, cpu));
                 R.info("model", pn + " prefill", "top-1 agreement with HF", top1_agreement(pre, golden, V));

@@ -1,11 +1,15 @@
 // attention (see attention.cuh), flash-style over KV chunks of 32 positions.
-// Grid: (query tile, KV head × head chunk of ≤ 32 q heads); block: 4 warps. A tile's rows
-// ((token, q head) pairs, ≤ 32) are dealt round-robin to the warps (≤ 8 rows each). The block
-// stages q (fp32) and a chunk of K (row stride head_dim+2 so lane j reading key j hits distinct
-// banks) and V (BF16) in shared memory. Per row and chunk: lane j scores key j (fp32 dot, masked
-// beyond the row's position), online softmax (running max m and sum l, fp32, rescale by
-// exp(m_old − m_new)), then o[d] += p_j · v_j[d] with lane owning d = lane + 32·i, p_j broadcast
-// by shuffle. Output o / l rounded to BF16.
+// Grid: (query tile, KV head × head chunk of ≤ 32 q heads, KV split); block: 4 warps. A tile's
+// rows ((token, q head) pairs, ≤ 32) are dealt round-robin to the warps, ≤ 8 each, and a warp
+// works on all its rows at once (register blocking: one K or V element read from shared memory
+// serves every row, and the rows' sums are independent, so the FMAs pipeline). The block stages q
+// (fp32) and a chunk of K (row stride head_dim+2 so lane j reading key j hits distinct banks) and
+// V (BF16) in shared memory. Per chunk and row: lane j scores key j (fp32 dot, masked beyond the
+// row's position), online softmax (running max m and sum l, fp32, rescale by e^(m_old − m_new)),
+// then o[d] += p_j · v_j[d] with lane owning d = lane + 32·i, p_j broadcast by shuffle. Without
+// KV splits the block writes o / l in BF16; with splits it writes (o, m, l) and
+// attention_combine_kernel merges the splits: m = max m_s, l = Σ l_s·e^(m_s − m),
+// o = Σ o_s·e^(m_s − m) / l.
 #include "attention.cuh"
 #include "kernel_common.cuh"
 
@@ -37,6 +41,7 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
     const int32_t *bt = p.block_tables + int64_t(p.seq[t0]) * p.bt_stride;
     const int bs = int(p.block_size);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int split = blockIdx.z, n_splits = gridDim.z;
 
     for (int idx = tid; idx < n_rows * hd; idx += blockDim.x) {
         const int r = idx / hd, d = idx % hd;
@@ -51,6 +56,8 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
     }
     __syncthreads();
     const int kv_len = tile_max_pos + 1;
+    // This warp's rows: warp, warp + 4, … (n_mine of them; uniform across the warp).
+    const int n_mine = n_rows > warp ? (n_rows - warp + k_warps - 1) / k_warps : 0;
 
     float m[k_rows_per_warp], l[k_rows_per_warp], o[k_rows_per_warp][DPL];
     int my_pos[k_rows_per_warp];
@@ -58,13 +65,12 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
     for (int rr = 0; rr < k_rows_per_warp; ++rr) {
         m[rr] = -INFINITY;
         l[rr] = 0.0f;
-        const int r = warp + rr * k_warps;
-        my_pos[rr] = r < n_rows ? row_pos[r] : -1;
+        my_pos[rr] = rr < n_mine ? row_pos[warp + rr * k_warps] : -1;
 #pragma unroll
         for (int i = 0; i < DPL; ++i) o[rr][i] = 0.0f;
     }
 
-    for (int c0 = 0; c0 < kv_len; c0 += k_chunk) {
+    for (int c0 = split * k_chunk; c0 < kv_len; c0 += k_chunk * n_splits) {
         __syncthreads(); // the previous chunk is no longer read
         for (int idx = tid; idx < k_chunk * half; idx += blockDim.x) {
             const int j = idx / half, d2 = idx % half, key = c0 + j;
@@ -79,48 +85,75 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
             *reinterpret_cast<uint32_t *>(vs + j * hd + 2 * d2) = vw;
         }
         __syncthreads();
+        if (n_mine == 0) continue;
+
+        // Scores of key c0 + lane against all of this warp's rows.
+        float s[k_rows_per_warp];
+#pragma unroll
+        for (int rr = 0; rr < k_rows_per_warp; ++rr) s[rr] = 0.0f;
+        const uint32_t *kr = reinterpret_cast<const uint32_t *>(ks + lane * (hd + 2));
+#pragma unroll 2
+        for (int d2 = 0; d2 < half; ++d2) {
+            const uint32_t w = kr[d2];
+            const float k0 = bf16_lo(w), k1 = bf16_hi(w);
+#pragma unroll
+            for (int rr = 0; rr < k_rows_per_warp; ++rr)
+                if (rr < n_mine) {
+                    const float2 qv = *reinterpret_cast<const float2 *>(qs + (warp + rr * k_warps) * hd + 2 * d2);
+                    s[rr] += qv.x * k0 + qv.y * k1;
+                }
+        }
+        float pj[k_rows_per_warp];
 #pragma unroll
         for (int rr = 0; rr < k_rows_per_warp; ++rr) {
-            const int r = warp + rr * k_warps;
-            if (r >= n_rows) continue; // uniform across the warp
-            const bool valid = c0 + lane <= my_pos[rr];
-            float s = -INFINITY;
-            if (valid) {
-                const float *qr = qs + r * hd;
-                const uint32_t *kr = reinterpret_cast<const uint32_t *>(ks + lane * (hd + 2));
-                float acc = 0.0f;
-#pragma unroll 4
-                for (int d2 = 0; d2 < half; ++d2) {
-                    const uint32_t w = kr[d2];
-                    acc += qr[2 * d2] * bf16_lo(w) + qr[2 * d2 + 1] * bf16_hi(w);
-                }
-                s = acc * p.scale;
-            }
-            const float cmax = warp_max(s);
-            if (cmax == -INFINITY) continue; // no key of this chunk is visible to this row
-            const float m_new = fmaxf(m[rr], cmax);
-            const float pj = valid ? expf(s - m_new) : 0.0f;
+            pj[rr] = 0.0f;
+            if (rr >= n_mine) continue;
+            const float sv = c0 + lane <= my_pos[rr] ? s[rr] * p.scale : -INFINITY;
+            const float m_new = fmaxf(m[rr], warp_max(sv));
+            if (m_new == -INFINITY) continue; // no key of this chunk is visible to this row yet
+            pj[rr] = sv == -INFINITY ? 0.0f : expf(sv - m_new);
             const float corr = expf(m[rr] - m_new);
-            l[rr] = l[rr] * corr + warp_sum(pj);
+            l[rr] = l[rr] * corr + warp_sum(pj[rr]);
 #pragma unroll
             for (int i = 0; i < DPL; ++i) o[rr][i] *= corr;
-#pragma unroll 4
-            for (int j = 0; j < k_chunk; ++j) {
-                const float pv = __shfl_sync(0xffffffffu, pj, j);
-                const uint16_t *vr = vs + j * hd;
-#pragma unroll
-                for (int i = 0; i < DPL; ++i) {
-                    const int d = lane + 32 * i;
-                    if (d < hd) o[rr][i] += pv * bf16_to_f(vr[d]);
-                }
-            }
             m[rr] = m_new;
         }
+        const int j_end = min(k_chunk, kv_len - c0);
+        for (int j = 0; j < j_end; ++j) {
+            float v[DPL];
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int d = lane + 32 * i;
+                v[i] = d < hd ? bf16_to_f(vs[j * hd + d]) : 0.0f;
+            }
+#pragma unroll
+            for (int rr = 0; rr < k_rows_per_warp; ++rr)
+                if (rr < n_mine) {
+                    const float pv = __shfl_sync(0xffffffffu, pj[rr], j);
+#pragma unroll
+                    for (int i = 0; i < DPL; ++i) o[rr][i] += pv * v[i];
+                }
+        }
     }
+
+    const int64_t slot_base = (int64_t(blockIdx.x) * gridDim.y + blockIdx.y) * n_splits + split;
 #pragma unroll
     for (int rr = 0; rr < k_rows_per_warp; ++rr) {
+        if (rr >= n_mine) continue;
         const int r = warp + rr * k_warps;
-        if (r >= n_rows) continue;
+        if (n_splits > 1) {
+            float *part = p.partial + (slot_base * k_rows + r) * (hd + 2);
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int d = lane + 32 * i;
+                if (d < hd) part[d] = o[rr][i];
+            }
+            if (lane == 0) {
+                part[hd] = m[rr];
+                part[hd + 1] = l[rr];
+            }
+            continue;
+        }
         const int64_t t = t0 + r / n_heads, h = h_begin + r % n_heads;
         const float inv = 1.0f / l[rr];
 #pragma unroll
@@ -128,6 +161,44 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
             const int d = lane + 32 * i;
             if (d < hd) p.out[t * qd + h * hd + d] = f_to_bf16(o[rr][i] * inv);
         }
+    }
+}
+
+// One warp per row of a tile: merges the kv_splits partial states (splits that saw no key have
+// l = 0 and m = −inf and drop out).
+__global__ void __launch_bounds__(256) attention_combine_kernel(attention_params p, int blocks_y) {
+    const int hd = int(p.head_dim), group = int(p.n_head / p.n_head_kv), n_hchunks = (group + 31) / 32;
+    const int kvh = blockIdx.y / n_hchunks, hc = blockIdx.y % n_hchunks;
+    const int h_begin = kvh * group + hc * 32, n_heads = min(32, group - hc * 32);
+    const int t0 = p.tiles[2 * blockIdx.x], nt = p.tiles[2 * blockIdx.x + 1];
+    const int n_rows = nt * n_heads, S = int(p.kv_splits);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t qd = p.n_head * hd;
+    __shared__ float coef_sm[8][32]; // per warp: the splits' weights (lanes ≥ hd must not shuffle)
+    for (int r = warp; r < n_rows; r += blockDim.x / 32) {
+        const int64_t base = (int64_t(blockIdx.x) * blocks_y + blockIdx.y) * S;
+        float ms = -INFINITY, ls = 0.0f;
+        // S ≤ 32 (the launcher checks): lane s holds split s.
+        if (lane < S) {
+            const float *part = p.partial + ((base + lane) * k_rows + r) * (hd + 2);
+            ms = part[hd];
+            ls = part[hd + 1];
+        }
+        const float M = warp_max(ls > 0.0f ? ms : -INFINITY);
+        const float coef = ls > 0.0f ? expf(ms - M) : 0.0f;
+        const float L = warp_sum(ls * coef);
+        coef_sm[warp][lane] = coef;
+        __syncwarp();
+        const int64_t t = t0 + r / n_heads, h = h_begin + r % n_heads;
+        for (int d = lane; d < hd; d += 32) {
+            float acc = 0.0f;
+            for (int s = 0; s < S; ++s) {
+                const float c = coef_sm[warp][s];
+                if (c != 0.0f) acc += c * p.partial[((base + s) * k_rows + r) * (hd + 2) + d];
+            }
+            p.out[t * qd + h * hd + d] = f_to_bf16(acc / L);
+        }
+        __syncwarp(); // coef_sm is rewritten for the next row
     }
 }
 
@@ -140,8 +211,13 @@ cudaError_t launch_dpl(const attention_params &p, cudaStream_t stream) {
         if (e != cudaSuccess) return e;
     }
     const int64_t group = p.n_head / p.n_head_kv;
-    const dim3 grid(unsigned(p.n_tiles), unsigned(p.n_head_kv * ((group + 31) / 32)));
+    const unsigned blocks_y = unsigned(p.n_head_kv * ((group + 31) / 32));
+    const dim3 grid(unsigned(p.n_tiles), blocks_y, unsigned(p.kv_splits));
     attention_kernel<DPL><<<grid, 128, smem, stream>>>(p);
+    if (p.kv_splits > 1) {
+        if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+        attention_combine_kernel<<<dim3(unsigned(p.n_tiles), blocks_y), 256, 0, stream>>>(p, int(blocks_y));
+    }
     return cudaGetLastError();
 }
 
@@ -150,7 +226,7 @@ cudaError_t launch_dpl(const attention_params &p, cudaStream_t stream) {
 cudaError_t launch_attention(const attention_params &p, cudaStream_t stream) {
     if (p.n_tiles <= 0) return cudaSuccess;
     if (p.head_dim % 2 != 0 || p.head_dim > attention_max_head_dim || p.n_head_kv <= 0 ||
-        p.n_head % p.n_head_kv != 0)
+        p.n_head % p.n_head_kv != 0 || p.kv_splits < 1 || p.kv_splits > 32 || (p.kv_splits > 1 && !p.partial))
         return cudaErrorInvalidValue;
     if (p.head_dim <= 32) return launch_dpl<1>(p, stream);
     if (p.head_dim <= 64) return launch_dpl<2>(p, stream);

@@ -27,12 +27,24 @@ struct attention_params {
     bf16_t *out = nullptr;                 // [n_tokens, n_head·head_dim]
     int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, block_size = 16;
     float scale = 1.0f;
+    // Split-KV (flash-decoding): kv_splits blocks share a tile's KV range (chunk c goes to split
+    // c mod kv_splits) and a second kernel merges their partial softmax states. For decode, where
+    // a step has only n_head_kv tiles of work. partial: attention_partial_floats(…) floats.
+    int64_t kv_splits = 1;
+    float *partial = nullptr;
 };
 
 inline constexpr int64_t attention_max_head_dim = 256;
 
 // Query tokens per tile for a GQA group of `group` q heads per KV head.
 inline int64_t attention_tile_tokens(int64_t group) { return group >= 32 ? 1 : 32 / group; }
+
+// Scratch floats the split-KV path needs for n_tiles tiles.
+inline int64_t attention_partial_floats(int64_t n_tiles, int64_t n_head, int64_t n_head_kv, int64_t head_dim,
+                                        int64_t kv_splits) {
+    const int64_t group = n_head / n_head_kv, blocks_y = n_head_kv * ((group + 31) / 32);
+    return n_tiles * blocks_y * kv_splits * 32 * (head_dim + 2);
+}
 
 // Tiles for a batch whose tokens of one sequence are contiguous: flat [first, count] pairs.
 std::vector<int32_t> attention_tiles(const int32_t *seq, int64_t n_tokens, int64_t group);

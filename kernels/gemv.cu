@@ -1,5 +1,5 @@
 // gemv (see gemv.cuh). One warp per output row n, 4 rows per block; each warp streams its weight
-// row once (16-byte loads per lane, four in flight, evict-first) and multiplies it with up to MT
+// row once (16-byte loads per lane, up to four in flight, evict-first) and multiplies it with up to MT
 // tokens' activations (MT = 1, 2, 4 or 8; more tokens run as more grid rows). Lanes keep MT fp32
 // partial sums, reduced by shuffles; lane 0 applies the FP8 scale and writes, adds, or (split-K)
 // atomically adds. Rows whose size or alignment does not allow 16-byte vectors take a scalar path.
@@ -34,11 +34,17 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     if constexpr (VEC) {
         const uint4 *wv = reinterpret_cast<const uint4 *>(w_row);
         int64_t kk = kb + int64_t(lane) * E;
-        for (; kk + 32 * E < ke; kk += 2 * 32 * E) {
-            const uint4 a = __ldcs(wv + kk / E), b = __ldcs(wv + kk / E + 32);
+        // U weight vectors in flight per lane (more for few tokens, where registers are free).
+        constexpr int U = MT <= 2 ? 4 : 2;
+        for (; kk + (U - 1) * 32 * E < ke; kk += U * 32 * E) {
+            uint4 wq[U];
 #pragma unroll
-            for (int m = 0; m < MT; ++m)
-                if (m < mt) acc[m] += dot_vec<FP8>(a, x + m * p.ldx + kk) + dot_vec<FP8>(b, x + m * p.ldx + kk + 32 * E);
+            for (int u = 0; u < U; ++u) wq[u] = __ldcs(wv + kk / E + u * 32);
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+#pragma unroll
+                for (int m = 0; m < MT; ++m)
+                    if (m < mt) acc[m] += dot_vec<FP8>(wq[u], x + m * p.ldx + kk + u * 32 * E);
         }
         for (; kk < ke; kk += 32 * E) {
             const uint4 a = __ldcs(wv + kk / E);

@@ -108,3 +108,38 @@ __device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, 
 }
 
 } // namespace es
+
+namespace es {
+
+// lane_dot for two weight rows against the same activations, their loads interleaved (twice the
+// bytes in flight per lane): the gate and up rows of one expert.
+template <bool FP8, bool VEC>
+__device__ __forceinline__ float2 lane_dot2(const void *w0, const void *w1, const uint16_t *x, int64_t kb, int64_t ke,
+                                            int lane) {
+    float a0 = 0.0f, a1 = 0.0f;
+    if constexpr (VEC) {
+        constexpr int E = vec_elems<FP8>;
+        const uint4 *v0 = static_cast<const uint4 *>(w0), *v1 = static_cast<const uint4 *>(w1);
+        int64_t kk = kb + int64_t(lane) * E;
+        for (; kk + 32 * E < ke; kk += 2 * 32 * E) {
+            const uint4 a = __ldcs(v0 + kk / E), b = __ldcs(v0 + kk / E + 32), c = __ldcs(v1 + kk / E),
+                        d = __ldcs(v1 + kk / E + 32);
+            a0 += dot_vec<FP8>(a, x + kk) + dot_vec<FP8>(b, x + kk + 32 * E);
+            a1 += dot_vec<FP8>(c, x + kk) + dot_vec<FP8>(d, x + kk + 32 * E);
+        }
+        for (; kk < ke; kk += 32 * E) {
+            const uint4 a = __ldcs(v0 + kk / E), c = __ldcs(v1 + kk / E);
+            a0 += dot_vec<FP8>(a, x + kk);
+            a1 += dot_vec<FP8>(c, x + kk);
+        }
+    } else {
+        for (int64_t kk = kb + lane; kk < ke; kk += 32) {
+            const float xv = bf16_to_f(x[kk]);
+            a0 += wval<FP8>(w0, kk) * xv;
+            a1 += wval<FP8>(w1, kk) * xv;
+        }
+    }
+    return make_float2(a0, a1);
+}
+
+} // namespace es

@@ -1,11 +1,14 @@
-// moe_down_gemv (see moe_down_gemv.cuh): grid (n_embd / 4, n_tokens); one warp per (t, n) loops
-// over the token's k_used choices, each a row of that expert's down matrix dotted with the
-// slot's activations (lane_dot), weighted and summed in fp32; lane 0 adds the total into y.
+// moe_down_gemv (see moe_down_gemv.cuh): grid (n_embd / 4, n_tokens); one warp per (t, n) reads
+// row n of each chosen expert's down matrix (up to 8 choices with their 16-byte loads issued
+// together), dots it with that slot's activations, then weights and sums in choice order (fp32);
+// lane 0 adds the total into y.
 #include "moe_down_gemv.cuh"
 #include "kernel_common.cuh"
 
 namespace es {
 namespace {
+
+constexpr int k_max_used = 8; // choices handled with interleaved loads; more fall back to a loop
 
 template <bool FP8, bool VEC>
 __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params p) {
@@ -16,11 +19,49 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
     const unsigned char *w = static_cast<const unsigned char *>(p.w);
     const int64_t row_bytes = F * (FP8 ? 1 : 2);
     float total = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-        const int64_t e = p.ids[t * K + j], row = e * H + n;
-        float v = warp_sum(lane_dot<FP8, VEC>(w + row * row_bytes, p.act + (t * K + j) * F, 0, F, lane));
-        if (FP8) v *= p.w_scale[row];
-        total += p.weights[t * K + j] * v;
+    if (K <= k_max_used) {
+        // All choices at once: their weight rows' loads are independent, so they overlap.
+        const unsigned char *rows[k_max_used];
+        const uint16_t *acts[k_max_used];
+        float acc[k_max_used];
+#pragma unroll
+        for (int j = 0; j < k_max_used; ++j) {
+            const int64_t jj = j < K ? j : 0;
+            rows[j] = w + (int64_t(p.ids[t * K + jj]) * H + n) * row_bytes;
+            acts[j] = p.act + (t * K + jj) * F;
+            acc[j] = 0.0f;
+        }
+        if constexpr (VEC) {
+            constexpr int E = vec_elems<FP8>;
+            for (int64_t kk = int64_t(lane) * E; kk < F; kk += 32 * E) {
+                uint4 wq[k_max_used];
+#pragma unroll
+                for (int j = 0; j < k_max_used; ++j)
+                    if (j < K) wq[j] = __ldcs(reinterpret_cast<const uint4 *>(rows[j]) + kk / E);
+#pragma unroll
+                for (int j = 0; j < k_max_used; ++j)
+                    if (j < K) acc[j] += dot_vec<FP8>(wq[j], acts[j] + kk);
+            }
+        } else {
+            for (int64_t kk = lane; kk < F; kk += 32)
+#pragma unroll
+                for (int j = 0; j < k_max_used; ++j)
+                    if (j < K) acc[j] += wval<FP8>(rows[j], kk) * bf16_to_f(acts[j][kk]);
+        }
+#pragma unroll
+        for (int j = 0; j < k_max_used; ++j)
+            if (j < K) {
+                float v = warp_sum(acc[j]);
+                if (FP8) v *= p.w_scale[int64_t(p.ids[t * K + j]) * H + n];
+                total += p.weights[t * K + j] * v;
+            }
+    } else {
+        for (int64_t j = 0; j < K; ++j) {
+            const int64_t e = p.ids[t * K + j], row = e * H + n;
+            float v = warp_sum(lane_dot<FP8, VEC>(w + row * row_bytes, p.act + (t * K + j) * F, 0, F, lane));
+            if (FP8) v *= p.w_scale[row];
+            total += p.weights[t * K + j] * v;
+        }
     }
     if (lane == 0) p.y[t * H + n] += total;
 }

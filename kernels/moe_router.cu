@@ -1,34 +1,64 @@
-// moe_router (see moe_router.cuh): one block of 256 threads per token. The token's row is staged
-// in shared memory as fp32; warp w computes the logits of experts w, w+8, … (lanes stride over
-// n_embd, shuffle reduction). Softmax: block max, then sum of exp (as the CPU: p = e^(l−max) ·
-// (1/sum)). Selection: warp 0 runs k rounds of a warp arg-max over p + bias with the tie rule
-// "greater, or equal and lower id", marking chosen experts; lane 0 renormalizes.
+// moe_router (see moe_router.cuh). Grid (expert groups of 8, tokens), 256 threads: warp w of
+// block b computes the logit of expert 8b + w (lanes stride over n_embd with float4 loads, four
+// in flight, shuffle reduction) into the logits scratch, so the 655 KB router of a 21B-A3B layer
+// is read by many SMs at once (one block per token was latency-bound at ~15 µs). The last block
+// of a token to finish (a counter bumped after a fence) then does the rest for that token:
+// softmax (block max, then e^(l−max) · (1/sum), as the CPU), k rounds of a warp arg-max over
+// p + bias with the tie rule "greater, or equal and lower id", and the renormalized weights.
 #include "moe_router.cuh"
 #include "kernel_common.cuh"
 
 namespace es {
 
-__global__ void moe_router_kernel(moe_router_params p) {
-    extern __shared__ float sm[];
-    float *xs = sm;                   // [n_embd]
-    float *prob = xs + p.n_embd;      // [n_expert]
-    float *score = prob + p.n_expert; // [n_expert] biased score, −inf once chosen
+namespace {
+constexpr int k_experts_per_block = 8;
+}
+
+__global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
+    extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
     __shared__ float s_max, s_inv;
-    const int64_t t = blockIdx.x, H = p.n_embd, E = p.n_expert, K = p.n_expert_used;
+    __shared__ bool s_last;
+    const int64_t t = blockIdx.y, H = p.n_embd, E = p.n_expert, K = p.n_expert_used;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, n_warps = blockDim.x / 32;
-    for (int64_t i = tid; i < H; i += blockDim.x) xs[i] = bf16_to_f(p.x[t * H + i]);
-    __syncthreads();
-    for (int64_t e = warp; e < E; e += n_warps) {
+
+    const int64_t e = int64_t(blockIdx.x) * k_experts_per_block + warp;
+    if (e < E) {
         const float *w = p.w + e * H;
+        const uint16_t *x = p.x + t * H;
         float acc = 0.0f;
-        for (int64_t i = lane; i < H; i += 32) acc += w[i] * xs[i];
+        if ((H % 4) == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15u) == 0 && (reinterpret_cast<uintptr_t>(p.x) & 7u) == 0) {
+            const float4 *w4 = reinterpret_cast<const float4 *>(w);
+            const uint2 *x4 = reinterpret_cast<const uint2 *>(x);
+#pragma unroll 4
+            for (int64_t i = lane; i < H / 4; i += 32) {
+                const float4 a = __ldg(w4 + i);
+                const uint2 b = __ldg(x4 + i);
+                acc += a.x * bf16_lo(b.x) + a.y * bf16_hi(b.x) + a.z * bf16_lo(b.y) + a.w * bf16_hi(b.y);
+            }
+        } else {
+            for (int64_t i = lane; i < H; i += 32) acc += w[i] * bf16_to_f(x[i]);
+        }
         acc = warp_sum(acc);
-        if (lane == 0) prob[e] = acc;
+        if (lane == 0) p.logits[t * E + e] = acc;
     }
     __syncthreads();
+    if (tid == 0) {
+        __threadfence(); // this block's logits are visible before the counter says so
+        const unsigned done = atomicAdd(&p.counters[t], 1u);
+        s_last = done == gridDim.x - 1;
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+
+    float *prob = sm;          // [n_expert]
+    float *score = sm + E;     // [n_expert] biased score, −inf once chosen
+    for (int64_t i = tid; i < E; i += blockDim.x) prob[i] = __ldcg(p.logits + t * E + i);
+    if (tid == 0) p.counters[t] = 0; // ready for the next launch
+    __syncthreads();
     float mx = -INFINITY;
-    for (int64_t e = tid; e < E; e += blockDim.x) mx = fmaxf(mx, prob[e]);
+    for (int64_t i = tid; i < E; i += blockDim.x) mx = fmaxf(mx, prob[i]);
     mx = warp_max(mx);
     if (lane == 0) red[warp] = mx;
     __syncthreads();
@@ -39,9 +69,9 @@ __global__ void moe_router_kernel(moe_router_params p) {
     }
     __syncthreads();
     float sum = 0.0f;
-    for (int64_t e = tid; e < E; e += blockDim.x) {
-        const float v = expf(prob[e] - s_max);
-        prob[e] = v;
+    for (int64_t i = tid; i < E; i += blockDim.x) {
+        const float v = expf(prob[i] - s_max);
+        prob[i] = v;
         sum += v;
     }
     sum = warp_sum(sum);
@@ -54,9 +84,9 @@ __global__ void moe_router_kernel(moe_router_params p) {
         if (lane == 0) s_inv = 1.0f / v;
     }
     __syncthreads();
-    for (int64_t e = tid; e < E; e += blockDim.x) {
-        prob[e] *= s_inv;
-        score[e] = prob[e] + p.bias[e];
+    for (int64_t i = tid; i < E; i += blockDim.x) {
+        prob[i] *= s_inv;
+        score[i] = prob[i] + p.bias[i];
     }
     __syncthreads();
     if (warp != 0) return;
@@ -64,11 +94,11 @@ __global__ void moe_router_kernel(moe_router_params p) {
     for (int64_t j = 0; j < K; ++j) {
         float best = -INFINITY;
         int bi = -1;
-        for (int64_t e = lane; e < E; e += 32) {
-            const float s = score[e];
-            if (bi < 0 || s > best) { // strictly greater: the lane's lowest id wins ties
-                best = s;
-                bi = int(e);
+        for (int64_t i = lane; i < E; i += 32) {
+            const float sc = score[i];
+            if (bi < 0 || sc > best) { // strictly greater: the lane's lowest id wins ties
+                best = sc;
+                bi = int(i);
             }
         }
 #pragma unroll
@@ -95,14 +125,12 @@ __global__ void moe_router_kernel(moe_router_params p) {
 
 cudaError_t launch_moe_router(const moe_router_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0) return cudaSuccess;
-    if (p.n_expert <= 0 || p.n_expert > moe_router_max_experts || p.n_expert_used <= 0 || p.n_expert_used > p.n_expert)
+    if (p.n_expert <= 0 || p.n_expert > moe_router_max_experts || p.n_expert_used <= 0 ||
+        p.n_expert_used > p.n_expert || !p.logits || !p.counters)
         return cudaErrorInvalidValue;
-    const size_t smem = size_t(p.n_embd + 2 * p.n_expert) * sizeof(float);
-    if (smem > 48 * 1024) {
-        const cudaError_t e = cudaFuncSetAttribute(moe_router_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        if (e != cudaSuccess) return e;
-    }
-    moe_router_kernel<<<unsigned(p.n_tokens), 256, smem, stream>>>(p);
+    const size_t smem = size_t(2 * p.n_expert) * sizeof(float);
+    const dim3 grid(unsigned((p.n_expert + k_experts_per_block - 1) / k_experts_per_block), unsigned(p.n_tokens));
+    moe_router_kernel<<<grid, 256, smem, stream>>>(p);
     return cudaGetLastError();
 }
 

@@ -16,6 +16,10 @@ struct moe_router_params {
     float *weights = nullptr;     // [n_tokens, n_expert_used]
     int64_t n_tokens = 0, n_embd = 0, n_expert = 0, n_expert_used = 0;
     float norm_min = 1e-12f;
+    // GPU scratch: the logits and, per token, a counter of finished blocks that must be zero
+    // before the first launch (the kernel leaves it zero again).
+    float *logits = nullptr;        // [n_tokens, n_expert]
+    unsigned *counters = nullptr;   // [n_tokens]
 };
 
 inline constexpr int64_t moe_router_max_experts = 4096;

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench
+#   bash tools/gpu_run.sh full|selftest|bench     (BENCH_ARGS="--profile" adds per-kernel tables)
 # Writes everything it prints to $OUT (selftest.md, bench.md, gpu.txt, sanitizer.txt) as well.
 set -uo pipefail
 OUT=${OUT:-/tmp/es-out}
@@ -23,7 +23,7 @@ fi
 if [[ $mode == full || $mode == bench ]]; then
     bench() { # shape, precision, extra args
         echo "### $*" | tee -a "$OUT/bench.md"
-        timeout 150 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --pp 512,2048 --tg 128 --reps 3 "${@:3}" \
+        timeout 150 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --pp 512,2048 --tg 128 --reps 3 ${BENCH_ARGS:-} "${@:3}" \
             2>&1 | tee -a "$OUT/bench.md"
     }
     bench ernie-4.5-0.3b bf16
