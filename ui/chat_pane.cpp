@@ -5,8 +5,14 @@
 #include "composer.h"
 #include "engine_session.h"
 #include "message_widget.h"
+#include "preset_bar.h"
+#include "sampling_controls.h"
 
+#include <QDialog>
+#include <QDialogButtonBox>
 #include <QEvent>
+#include <QHBoxLayout>
+#include <QToolButton>
 #include <QLabel>
 #include <QRandomGenerator>
 #include <QScrollArea>
@@ -35,6 +41,28 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     m_composer = new Composer(this);
     layout->addWidget(m_composer);
     m_composer->editor()->installEventFilter(this);
+
+    // Mode-prefix presets above the text box, and this conversation's sampling settings.
+    m_presetBar = new PresetBar(m_composer);
+    m_presetBar->setShortcutScope(this);
+    m_presetBar->setPresets(m_store->presets());
+    m_composer->topRow()->addWidget(m_presetBar, 1);
+    auto *settings = new QToolButton(m_composer);
+    settings->setText(tr("Sampling…"));
+    settings->setToolTip(tr("Temperature, top-p, seed and the other sampling settings of this conversation"));
+    m_composer->topRow()->addWidget(settings);
+    connect(settings, &QToolButton::clicked, this, &ChatPane::editConversationSettings);
+    connect(m_presetBar, &PresetBar::presetApplied, this, [this](const Preset &p) { setActivePreset(p); });
+    connect(m_presetBar, &PresetBar::presetCleared, this, [this] { setActivePreset(std::nullopt); });
+    connect(m_presetBar, &PresetBar::managePresetsRequested, this, &ChatPane::managePresetsRequested);
+    connect(m_store, &ChatStore::presetsChanged, this, [this] {
+        m_presetBar->setPresets(m_store->presets());
+        if (m_preset) { // keep the active preset's latest text, or drop it if deleted
+            std::optional<Preset> fresh = m_store->preset(m_preset->id);
+            if (fresh) m_preset = fresh;
+            else setActivePreset(std::nullopt);
+        }
+    });
 
     connect(m_composer, &Composer::sendRequested, this, &ChatPane::send);
     connect(m_composer, &Composer::stopRequested, this, &ChatPane::stop);
@@ -72,13 +100,53 @@ void ChatPane::setConversation(std::optional<qint64> id) {
     if (m_conversation == id) return;
     if (isGenerating()) stop();
     m_conversation = id;
+    // The conversation's preset becomes the active one (its prefix is not re-inserted).
+    std::optional<Preset> preset;
+    if (id)
+        if (auto c = m_store->conversation(*id); c && c->settings.presetId) preset = m_store->preset(*c->settings.presetId);
+    const QString oldPrefix = m_preset ? m_preset->prefix : QString();
+    m_preset = preset;
+    m_presetBar->setActivePreset(preset ? std::optional<qint64>(preset->id) : std::nullopt);
+    m_composer->applyPrefix(oldPrefix, QString());
     reload();
 }
 
 void ChatPane::setActivePreset(const std::optional<Preset> &preset) {
     const QString oldPrefix = m_preset ? m_preset->prefix : QString();
     m_preset = preset;
+    m_presetBar->setActivePreset(preset ? std::optional<qint64>(preset->id) : std::nullopt);
     m_composer->applyPrefix(oldPrefix, preset ? preset->prefix : QString());
+    // Remember the choice with the conversation.
+    if (m_conversation)
+        if (auto c = m_store->conversation(*m_conversation)) {
+            ConversationSettings st = c->settings;
+            st.presetId = preset ? std::optional<qint64>(preset->id) : std::nullopt;
+            m_store->setConversationSettings(*m_conversation, st);
+        }
+}
+
+void ChatPane::editConversationSettings() {
+    ConversationSettings current = m_pendingSettings;
+    if (m_conversation)
+        if (auto c = m_store->conversation(*m_conversation)) current = c->settings;
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("Sampling settings of this conversation"));
+    auto *layout = new QVBoxLayout(&dialog);
+    auto *controls = new SamplingControls(&dialog);
+    controls->setModelDefaults(m_session->modelInfo().defaults);
+    controls->setParams(current.sampling);
+    layout->addWidget(controls);
+    auto *buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
+    layout->addWidget(buttons);
+    connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    if (dialog.exec() != QDialog::Accepted) return;
+    current.sampling = controls->params();
+    if (m_conversation) {
+        if (!m_store->setConversationSettings(*m_conversation, current)) emit errorOccurred(m_store->lastError());
+    } else {
+        m_pendingSettings = current;
+    }
 }
 
 void ChatPane::updateComposerState() {
@@ -128,9 +196,15 @@ void ChatPane::scrollToBottom() {
 SamplingParams ChatPane::effectiveSampling() const {
     // Model defaults < the preset's choices < the conversation's own settings.
     SamplingParams s = m_preset ? m_preset->sampling : SamplingParams{};
-    if (m_conversation)
-        if (auto c = m_store->conversation(*m_conversation)) {
-            const SamplingParams &o = c->settings.sampling;
+    std::optional<ConversationSettings> cs;
+    if (m_conversation) {
+        if (auto c = m_store->conversation(*m_conversation)) cs = c->settings;
+    } else {
+        cs = m_pendingSettings;
+    }
+    if (cs) {
+        {
+            const SamplingParams &o = cs->sampling;
             if (o.temperature) s.temperature = o.temperature;
             if (o.topP) s.topP = o.topP;
             if (o.topK) s.topK = o.topK;
@@ -142,6 +216,7 @@ SamplingParams ChatPane::effectiveSampling() const {
             if (o.seed) s.seed = o.seed;
             if (!o.stopStrings.isEmpty()) s.stopStrings = o.stopStrings;
         }
+    }
     return s;
 }
 
@@ -161,9 +236,10 @@ void ChatPane::send(const QString &text) {
     if (!m_conversation) {
         QString title = text.simplified();
         if (title.size() > 48) title = title.left(47) + QStringLiteral("…");
-        ConversationSettings settings;
+        ConversationSettings settings = m_pendingSettings;
         if (m_preset) settings.presetId = m_preset->id;
         auto id = m_store->createConversation(title, settings);
+        m_pendingSettings = {};
         if (!id) return emit errorOccurred(tr("Could not create the conversation: %1").arg(m_store->lastError()));
         m_conversation = *id;
         emit conversationCreated(*id);

@@ -22,6 +22,7 @@ namespace es {
 
 class ChatStore;
 class Composer;
+class PresetBar;
 class EngineSession;
 class MessageWidget;
 
@@ -34,6 +35,7 @@ public:
     std::optional<qint64> conversationId() const { return m_conversation; }
     bool isGenerating() const { return m_request != 0; }
     Composer *composer() const { return m_composer; }
+    PresetBar *presetBar() const { return m_presetBar; }
     std::optional<Preset> activePreset() const { return m_preset; }
     QList<MessageWidget *> messageWidgets() const;
 
@@ -46,8 +48,11 @@ public slots:
     void editAndResend(qint64 userMessageId, const QString &text);
     void switchBranch(qint64 messageId);
     void reload();
+    // Sampling parameters of this conversation (a dialog over SamplingControls).
+    void editConversationSettings();
 
 signals:
+    void managePresetsRequested();
     void conversationCreated(qint64 conversationId);
     void generatingChanged(bool generating);
     void activated(); // the user interacted with this pane (it becomes the current pane)
@@ -74,6 +79,8 @@ private:
     QWidget *m_list = nullptr;
     QVBoxLayout *m_listLayout = nullptr;
     Composer *m_composer = nullptr;
+    PresetBar *m_presetBar = nullptr;
+    ConversationSettings m_pendingSettings; // for a conversation not created yet
 
     quint64 m_request = 0;      // engine request in flight (0: none)
     qint64 m_replyId = 0;       // its partial message in the store

@@ -6,6 +6,7 @@
 #include "composer.h"
 #include "conversation_sidebar.h"
 #include "engine_session.h"
+#include "preset_editor_dialog.h"
 
 #include <QActionGroup>
 #include <QApplication>
@@ -172,15 +173,27 @@ void MainWindow::buildMenus() {
     });
 }
 
+void MainWindow::managePresets() {
+    PresetEditorDialog dialog(m_store, this);
+    dialog.setModelDefaults(m_session->modelInfo().defaults);
+    if (m_current && m_current->activePreset()) dialog.selectPreset(m_current->activePreset()->id);
+    dialog.exec();
+}
+
 void MainWindow::rebuildPresetMenu() {
     m_presetMenu->clear();
+    m_presetMenu->addAction(tr("&Manage presets…"), this, &MainWindow::managePresets);
+    m_presetMenu->addAction(tr("&Sampling settings of this conversation…"), this, [this] {
+        if (m_current) m_current->editConversationSettings();
+    });
+    m_presetMenu->addSeparator();
     QAction *none = m_presetMenu->addAction(tr("No preset"), this, [this] { applyPresetToCurrentPane(std::nullopt); });
-    none->setShortcut(QKeySequence(Qt::ALT | Qt::Key_0));
     m_presetMenu->addSeparator();
     int n = 0;
     for (const Preset &p : m_store->presets()) {
         QAction *a = m_presetMenu->addAction(p.name, this, [this, p] { applyPresetToCurrentPane(p); });
-        if (++n <= 9) a->setShortcut(QKeySequence(Qt::ALT | (Qt::Key_0 + n)));
+        // Alt+1…9 belong to the focused pane's preset bar; the menu only shows them.
+        if (++n <= 9) a->setText(QStringLiteral("%1\tAlt+%2").arg(p.name).arg(n));
         a->setToolTip(p.prefix);
     }
 }
@@ -195,6 +208,7 @@ ChatPane *MainWindow::addPane() {
     m_panes.push_back(pane);
     connect(pane, &ChatPane::activated, this, [this, pane] { setCurrentPane(pane); });
     connect(pane, &ChatPane::conversationCreated, this, [this](qint64 id) { m_sidebar->selectConversation(id); });
+    connect(pane, &ChatPane::managePresetsRequested, this, &MainWindow::managePresets);
     connect(pane, &ChatPane::errorOccurred, this, [this](const QString &m) { statusBar()->showMessage(m, 10000); });
     connect(pane->composer(), &Composer::sendRequested, this, [this, pane](const QString &text) { broadcast(pane, text); });
     setCurrentPane(pane);

@@ -39,6 +39,7 @@ public slots:
     ChatPane *addPane();
     void closeCurrentPane();
     void applyPresetToCurrentPane(const std::optional<es::Preset> &preset);
+    void managePresets();
 
 signals:
     void modelFolderChosen(const QString &dir);
