@@ -48,8 +48,23 @@ struct serve_bench_opts {
     int32_t prompt_len = 128, output_len = 64, shared_prefix = 64;
     int32_t max_batched_tokens = 512;
     uint64_t seed = 0;
+    std::string url;               // http://HOST:PORT: act as an HTTP client of `serve` instead
+    std::string api_key;           // with --url
 };
 int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common);
+
+// serve-bench --url (app/cli_serve_bench_http.cpp): streaming clients of an OpenAI server.
+int cmd_serve_bench_http(const serve_bench_opts &o);
+
+// serve (app/cli_serve.cpp): the OpenAI-compatible HTTP server (app/server).
+struct serve_opts {
+    std::string model_dir, host = "127.0.0.1", api_key, served_model_name;
+    int port = 8000;
+    size_t max_body_bytes = 1 << 20;
+    int64_t max_prompt_tokens = 0;
+    int32_t max_num_seqs = 16;
+};
+int cmd_serve(const serve_opts &o, const common_opts &common);
 
 // A real benchmark shape with `layers` layers (0: its own depth), validated.
 result<model_config> bench_shape_config(const std::string &shape, int32_t layers);

@@ -84,7 +84,23 @@ int main(int argc, char **argv) {
     sbench->add_option("--max-batched-tokens", sb.max_batched_tokens, "token budget per engine step")->check(CLI::Range(1, 1 << 20));
     sbench->add_option("--seed", sb.seed, "seed of the synthetic prompts");
     sbench->add_option("--json", sb.out_json, "also write results as JSON to this file");
+    sbench->add_option("--url", sb.url, "http://HOST:PORT of a running `serve`: streaming HTTP clients instead of the in-process engine");
+    sbench->add_option("--api-key", sb.api_key, "with --url: Bearer key (default: env EXPERTSCOPE_API_KEY)")->envname("EXPERTSCOPE_API_KEY");
     add_common(sbench);
+
+    serve_opts sv;
+    auto *serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
+                                              "/v1/models, /metrics, /health) with continuous batching across clients");
+    serve->add_option("--model", sv.model_dir, "model folder")->required();
+    serve->add_option("--host", sv.host, "address to bind (default 127.0.0.1: this machine only)");
+    serve->add_option("--port", sv.port, "TCP port (default 8000; 0: any free port, printed on stdout)")->check(CLI::Range(0, 65535));
+    serve->add_option("--api-key", sv.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env EXPERTSCOPE_API_KEY)")
+        ->envname("EXPERTSCOPE_API_KEY");
+    serve->add_option("--served-model-name", sv.served_model_name, "model id clients send (default: the folder's name)");
+    serve->add_option("--max-body-bytes", sv.max_body_bytes, "larger request bodies get 413 (default 1048576)")->check(CLI::Range(size_t(64), size_t(1) << 32));
+    serve->add_option("--max-prompt-tokens", sv.max_prompt_tokens, "longer prompts get 400 (default: the context)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
+    serve->add_option("--max-num-seqs", sv.max_num_seqs, "sequences batched per engine step (default 16)")->check(CLI::Range(1, 4096));
+    add_common(serve);
 
     selftest_opts st;
     auto *selftest = app.add_subcommand("selftest", "GPU check: every CUDA kernel against its CPU twin, then the reference "
@@ -111,7 +127,9 @@ int main(int argc, char **argv) {
         if (*selftest) return cmd_selftest(st);
         if (*logits) return cmd_logits(model_dir, ids, out, common);
         if (*gen) return cmd_generate(g, common);
+        if (*serve) return cmd_serve(sv, common);
         if (*sbench) {
+            if (!sb.url.empty()) return cmd_serve_bench_http(sb);
             if (sb.shape.empty() && sb.model_dir.empty()) return fail("serve-bench needs --shape or --model");
             if (sb.shared_prefix > sb.prompt_len) return fail("--shared-prefix is longer than --prompt-len");
             return cmd_serve_bench(sb, common);

@@ -16,6 +16,8 @@ packages=(
   qt6-tools-dev qt6-tools-dev-tools qt6-l10n-tools
   # storage, JSON, command line, tokenizer (library and spm_* tools)
   libsqlite3-dev libqt6sql6-sqlite nlohmann-json3-dev libcli11-dev libsentencepiece-dev sentencepiece
+  # HTTP server and client (expertscope-cli serve, serve-bench --url)
+  libcpp-httplib-dev
   # a virtual X server for GUI tests and screenshots; a CJK font so Chinese text renders
   xvfb xauth fonts-wqy-microhei
 )

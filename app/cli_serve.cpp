@@ -1,0 +1,57 @@
+// expertscope-cli serve: the OpenAI-compatible server (app/server) in the foreground.
+// SIGINT/SIGTERM are taken by a dedicated thread (sigwait), which stops the server gracefully:
+// open requests are cancelled, listen() returns, the engine is shut down.
+#include "cli_commands.h"
+
+#include "api_server.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <pthread.h>
+#include <thread>
+
+namespace es::cli {
+
+int cmd_serve(const serve_opts &o, const common_opts &common) {
+    // Block the signals in every thread started from here on (engine, OpenMP, HTTP pool).
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+
+    server::server_options so;
+    so.model_dir = o.model_dir;
+    so.host = o.host;
+    so.port = o.port;
+    so.api_key = o.api_key;
+    so.served_model_name = o.served_model_name;
+    so.max_body_bytes = o.max_body_bytes;
+    so.max_prompt_tokens = o.max_prompt_tokens;
+    so.max_num_seqs = o.max_num_seqs;
+    so.threads = common.threads;
+    so.backend = common.backend;
+    server::api_server srv(so);
+    if (std::string err = srv.load(); !err.empty()) return fail(err);
+
+    std::atomic<bool> signalled{false};
+    std::thread sig([&srv, &signalled, set] {
+        int signo = 0;
+        sigwait(&set, &signo);
+        signalled = true;
+        if (signo == SIGINT || signo == SIGTERM) {
+            std::fprintf(stderr, "serve: %s, shutting down\n", signo == SIGINT ? "SIGINT" : "SIGTERM");
+            srv.stop();
+        }
+    });
+    const std::string err = srv.listen();
+    if (!signalled) pthread_kill(sig.native_handle(), SIGTERM);  // wake the signal thread
+    sig.join();
+    if (!err.empty()) return fail(err);
+    std::fprintf(stderr, "serve: stopped\n");
+    return 0;
+}
+
+} // namespace es::cli

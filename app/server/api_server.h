@@ -1,0 +1,46 @@
+// api_server: the OpenAI-compatible HTTP front of one shared es::engine. cpp-httplib's thread
+// pool runs the handlers; every handler submits to the same engine, whose scheduler batches the
+// requests of all clients (continuous batching). Routes: GET /v1/models, POST
+// /v1/chat/completions, POST /v1/completions, GET /metrics, GET /health.
+// Threads: listen() blocks the caller; stop() may be called from any thread (a signal thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace es::server {
+
+struct server_options {
+    std::string model_dir;
+    std::string host = "127.0.0.1";
+    int port = 8000;                    // 0: any free port (printed by listen)
+    std::string api_key;                // empty: no authentication
+    std::string served_model_name;      // empty: the model folder's name
+    size_t max_body_bytes = 1 << 20;
+    int64_t max_prompt_tokens = 0;      // 0: only the context bounds the prompt
+    int32_t max_num_seqs = 16;
+    int threads = 0;                    // CPU threads of the engine (0: all cores)
+    std::string backend = "cpu";        // cpu | cuda | auto
+    int http_threads = 0;               // 0: enough for max_num_seqs streams and a few more
+};
+
+class api_server {
+public:
+    explicit api_server(server_options o);
+    ~api_server();
+
+    // Loads the model; an error message on failure (empty on success).
+    std::string load();
+    // Binds, prints "listening on http://HOST:PORT" on stdout, serves until stop().
+    // Returns an error message when it cannot bind (empty after a clean stop).
+    std::string listen();
+    // Cancels every open request and stops accepting; listen() returns. Any thread.
+    void stop();
+
+private:
+    struct impl;
+    std::unique_ptr<impl> m;
+};
+
+} // namespace es::server
