@@ -37,8 +37,8 @@ namespace {
 const char *const kCrashChildFlag = "--crash-child";
 
 // ---- Frozen schemas ------------------------------------------------------------------------------
-// Copies of every released schema step, as shipped. Never edit these; when a v4 is added, add
-// kSchemaV3 (a copy of v3's statements) and a "from v3" row to migrate_data().
+// Copies of every released schema step, as shipped. Never edit these; when a v5 is added, add
+// kSchemaV4Additions (a copy of v4's statements) and a "from v4" row to migrate_data().
 
 const QStringList kSchemaV1 = {
     R"(CREATE TABLE conversations (
@@ -103,6 +103,39 @@ const QStringList kSchemaV2Additions = {
          created_at INTEGER NOT NULL,
          json TEXT NOT NULL CHECK (json_valid(json))))",
     "PRAGMA user_version = 2",
+};
+
+const QStringList kSchemaV3Additions = {
+    R"(CREATE VIRTUAL TABLE messages_fts USING fts5 (
+         content, content = 'messages', content_rowid = 'id', tokenize = 'trigram'))",
+    R"(CREATE VIRTUAL TABLE conversations_fts USING fts5 (
+         title, content = 'conversations', content_rowid = 'id', tokenize = 'trigram'))",
+    R"(CREATE TRIGGER messages_fts_ai AFTER INSERT ON messages WHEN new.state <> 'partial' BEGIN
+         INSERT INTO messages_fts (rowid, content) VALUES (new.id, new.content);
+       END)",
+    R"(CREATE TRIGGER messages_fts_ad AFTER DELETE ON messages WHEN old.state <> 'partial' BEGIN
+         INSERT INTO messages_fts (messages_fts, rowid, content) VALUES ('delete', old.id, old.content);
+       END)",
+    R"(CREATE TRIGGER messages_fts_au AFTER UPDATE OF content, state ON messages
+       WHEN old.state <> 'partial' OR new.state <> 'partial' BEGIN
+         INSERT INTO messages_fts (messages_fts, rowid, content)
+           SELECT 'delete', old.id, old.content WHERE old.state <> 'partial';
+         INSERT INTO messages_fts (rowid, content)
+           SELECT new.id, new.content WHERE new.state <> 'partial';
+       END)",
+    R"(CREATE TRIGGER conversations_fts_ai AFTER INSERT ON conversations BEGIN
+         INSERT INTO conversations_fts (rowid, title) VALUES (new.id, new.title);
+       END)",
+    R"(CREATE TRIGGER conversations_fts_ad AFTER DELETE ON conversations BEGIN
+         INSERT INTO conversations_fts (conversations_fts, rowid, title) VALUES ('delete', old.id, old.title);
+       END)",
+    R"(CREATE TRIGGER conversations_fts_au AFTER UPDATE OF title ON conversations BEGIN
+         INSERT INTO conversations_fts (conversations_fts, rowid, title) VALUES ('delete', old.id, old.title);
+         INSERT INTO conversations_fts (rowid, title) VALUES (new.id, new.title);
+       END)",
+    "INSERT INTO messages_fts (rowid, content) SELECT id, content FROM messages WHERE state <> 'partial'",
+    "INSERT INTO conversations_fts (rowid, title) SELECT id, title FROM conversations",
+    "PRAGMA user_version = 3",
 };
 
 // Data as an app at schema v1 would have written it: a pinned conversation whose first answer
@@ -223,6 +256,34 @@ MessageMetrics sampleMetrics() {
 }
 
 QList<LayerRouting> sampleRouting() { return {{1, {3, 0, 1, 0}}, {3, {0, 2, 2, 0}}}; }
+
+// A profile as ProfileRecorder makes one: two MoE layers (1 and 3) of a 4-layer model with four
+// routed experts, top-2, one shared expert; three positions (two prompt, one reply), the first
+// from the prefix cache (ids −1); weights already float16-exact.
+MessageProfile sampleProfile() {
+    MessageProfile p;
+    p.ttftUs = 31250;
+    p.durationUs = 95000;
+    p.tokenTimesUs = {31250, 51750, 72750, 92500};
+    p.nPromptTokens = 2;
+    p.nCachedPromptTokens = 1;
+    p.nPreemptions = 1;
+    p.phases = {12.5, 40.25, 7.125, 1.5, 3.0625};
+    p.nSteps = 6;
+    p.nStepsMissed = 0;
+    p.maxBatchSeqs = 2;
+    p.memoryPeakBytes = (qint64(5) << 32) + 12345;
+    p.kvBlocksPeak = 3;
+    p.nLayers = 4;
+    p.nExperts = 4;
+    p.nSharedExperts = 1;
+    p.k = 2;
+    p.moeLayers = {1, 3};
+    p.traceIds = {-1, -1, -1, -1, 0, 2, 1, 2, 0, 3, 2, 1};
+    p.traceWeights = {0, 0, 0, 0, 0.75f, 0.25f, 0.5f, 0.5f, 0.625f, 0.375f, 0.875f, 0.125f};
+    p.routing = {{1, {2, 0, 1, 1}}, {3, {0, 2, 2, 0}}};
+    return p;
+}
 
 GenerationInfo sampleGeneration() {
     GenerationInfo g;
@@ -366,6 +427,7 @@ private Q_SLOTS:
         QTest::newRow("from v0 (new file)") << 0;
         QTest::newRow("from v1") << 1;
         QTest::newRow("from v2") << 2;
+        QTest::newRow("from v3") << 3;
     }
 
     void migrate() {
@@ -383,6 +445,7 @@ private Q_SLOTS:
                 QVERIFY2(execAll(raw, kSchemaV2Additions, &error), qPrintable(error));
                 QVERIFY2(execAll(raw, kDataV2Additions, &error), qPrintable(error));
             }
+            if (fromVersion >= 3) QVERIFY2(execAll(raw, kSchemaV3Additions, &error), qPrintable(error));
             QCOMPARE(raw.scalar(QStringLiteral("PRAGMA user_version")).toInt(), fromVersion);
         }
 
@@ -470,11 +533,21 @@ private Q_SLOTS:
             QCOMPARE(store.benchRuns().first().json.value(QStringLiteral("decode_tok_s")).toInt(), 99);
         }
 
+        // v4: messages from before have no profile; a reply finished now stores one.
+        QVERIFY(!store.profile(2));
+        QVERIFY(!store.profile(3));
+
         // New writes work on the migrated file (foreign keys on: a bad parent is refused).
         const auto next = store.addMessage(1, 3, MessageRole::User, QStringLiteral("follow-up"));
         QVERIFY(next);
         QVERIFY(*next > 4);
         QVERIFY(!store.addMessage(2, 3, MessageRole::User, QStringLiteral("wrong tree")));
+        const auto reply = store.beginPartialReply(1, *next, sampleGeneration());
+        QVERIFY(reply);
+        QVERIFY2(store.finishReply(*reply, QStringLiteral("profiled"), QStringLiteral("stop"), sampleMetrics(), {},
+                                   sampleProfile()),
+                 qPrintable(store.lastError()));
+        QCOMPARE(*store.profile(*reply), sampleProfile());
         store.close();
 
         // A migrated database has exactly the schema of a new one: the frozen copies above match
@@ -757,6 +830,115 @@ private Q_SLOTS:
         QCOMPARE(s->message(f)->state, MessageState::Failed);
         QCOMPARE(s->message(f)->finishReason, QStringLiteral("error: out of memory"));
         QVERIFY(!s->metrics(f));
+    }
+
+    // ---- Profiles (schema v4) ----------------------------------------------------------------------
+
+    void profileCodecs_data() {
+        QTest::addColumn<QList<qint64>>("times");
+        QTest::newRow("none") << QList<qint64>{};
+        QTest::newRow("one") << QList<qint64>{0};
+        QTest::newRow("decode") << QList<qint64>{31250, 51750, 72750, 92500};
+        QTest::newRow("clock step back") << QList<qint64>{100, 90, 5'000'000'000LL, 5'000'000'001LL};
+    }
+    void profileCodecs() {
+        QFETCH(QList<qint64>, times);
+        const QByteArray b = encodeTokenTimes(times);
+        QCOMPARE(decodeTokenTimes(b), std::optional<QList<qint64>>(times));
+        QVERIFY(!decodeTokenTimes(QByteArray()));
+        QVERIFY(!decodeTokenTimes(QByteArray("\x02", 1)));        // unknown format
+        QVERIFY(!decodeTokenTimes(QByteArray("\x01\x80", 2)));    // varint cut off
+
+        // Traces: one byte per id up to 255 experts (−1 kept), two above; float16 weights exact.
+        for (int nExperts : {4, 255, 300}) {
+            const QList<qint16> ids = {-1, 0, 3, qint16(nExperts - 1)};
+            const QList<float> w = {0.f, 0.5f, 0.2998046875f, 1.f};
+            const QByteArray blob = encodeRoutingTrace(ids, w, nExperts);
+            QList<qint16> ids2;
+            QList<float> w2;
+            QVERIFY(decodeRoutingTrace(blob, &ids2, &w2));
+            QCOMPARE(ids2, ids);
+            QCOMPARE(w2, w);
+            QCOMPARE(blob.at(5), char(nExperts <= 255 ? 1 : 2));
+            QByteArray damaged = blob;
+            damaged.chop(3);
+            QVERIFY(!decodeRoutingTrace(damaged, &ids2, &w2));
+        }
+        QList<qint16> ids;
+        QList<float> w;
+        QVERIFY(decodeRoutingTrace(QByteArray(), &ids, &w)); // no trace: a dense model
+        QVERIFY(ids.isEmpty());
+        QVERIFY(!decodeRoutingTrace(QByteArray("XXXX\x01\x01\0\0\0\0\0\0", 12), &ids, &w));
+    }
+
+    void profileStoredWithReply() {
+        auto s = memoryStore();
+        const qint64 c = *s->createConversation(QStringLiteral("profiled"));
+        const qint64 u = *s->addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("【技术解析模式】MoE?"));
+        const qint64 a = *s->beginPartialReply(c, u, sampleGeneration());
+        QVERIFY(!s->profile(a));
+        // Routing passed beside the profile wins for message_routing (ChatPane passes both, equal).
+        QVERIFY(s->finishReply(a, QStringLiteral("answer"), QStringLiteral("stop"), sampleMetrics(), {}, sampleProfile()));
+        QCOMPARE(*s->profile(a), sampleProfile());
+        QCOMPARE(s->routing(a), sampleProfile().routing);
+        QCOMPARE(*s->metrics(a), sampleMetrics());
+
+        // One transaction: a finish that fails (not partial any more) leaves no profile behind.
+        const qint64 b = *s->regenerate(a, sampleGeneration());
+        QVERIFY(s->finishReply(b, QStringLiteral("plain"), QStringLiteral("stop")));
+        MessageProfile other = sampleProfile();
+        other.ttftUs = 1;
+        QVERIFY(!s->finishReply(b, QStringLiteral("again"), QStringLiteral("stop"), sampleMetrics(), {}, other));
+        QVERIFY(!s->profile(b));
+
+        // saveProfile replaces, routing included; a dense model's profile has no trace.
+        MessageProfile dense;
+        dense.ttftUs = 5;
+        dense.tokenTimesUs = {5, 9};
+        dense.nLayers = 2;
+        QVERIFY(s->saveProfile(b, dense));
+        QCOMPARE(*s->profile(b), dense);
+        QVERIFY(s->routing(b).isEmpty());
+        QVERIFY(!s->saveProfile(424242, dense)); // no such message
+    }
+
+    void profileSurvivesDeleteAndUndo() {
+        auto s = memoryStore();
+        const qint64 c = *s->createConversation(QStringLiteral("undo keeps profiles"));
+        const qint64 u = *s->addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("q"));
+        const qint64 a = *s->beginPartialReply(c, u, sampleGeneration());
+        QVERIFY(s->finishReply(a, QStringLiteral("answer"), QStringLiteral("stop"), sampleMetrics(), sampleRouting(),
+                               sampleProfile()));
+        const std::optional<ConversationSnapshot> snap = s->deleteConversation(c);
+        QVERIFY(snap);
+        QVERIFY(!s->profile(a));
+        QCOMPARE(snap->profiles.size(), 1);
+        QVERIFY(s->restoreConversation(*snap));
+        MessageProfile expected = sampleProfile();
+        expected.routing = sampleRouting(); // the routing argument was stored
+        QCOMPARE(*s->profile(a), expected);
+    }
+
+    void damagedProfileReadsAsNone() {
+        const QString path = freshPath();
+        qint64 a = 0;
+        {
+            ChatStore s;
+            QVERIFY(s.open(path).ok());
+            const qint64 c = *s.createConversation(QStringLiteral("damaged"));
+            const qint64 u = *s.addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("q"));
+            a = *s.beginPartialReply(c, u, {});
+            QVERIFY(s.finishReply(a, QStringLiteral("x"), QStringLiteral("stop"), {}, {}, sampleProfile()));
+        }
+        {
+            RawDb raw(path);
+            QVERIFY(raw.exec(QStringLiteral("UPDATE message_profiles SET routing_trace = X'00112233'")));
+        }
+        ChatStore s;
+        QVERIFY(s.open(path).ok());
+        QVERIFY(!s.profile(a));
+        QVERIFY2(s.lastError().contains(QLatin1String("damaged")), qPrintable(s.lastError()));
+        QCOMPARE(s.message(a)->content, QStringLiteral("x")); // the message itself is fine
     }
 
     void recoversPartialRepliesOnOpen() {

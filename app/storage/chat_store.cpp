@@ -688,6 +688,7 @@ std::optional<ConversationSnapshot> ChatStore::deleteConversation(qint64 id) {
             if (std::optional<MessageMetrics> mm = metrics(m.id)) snapshot.metrics.insert(m.id, *mm);
             const QList<LayerRouting> r = routing(m.id);
             if (!r.isEmpty()) snapshot.routing.insert(m.id, r);
+            if (std::optional<MessageProfile> p = profile(m.id)) snapshot.profiles.insert(m.id, *p);
         }
         QSqlQuery q(m_db);
         // Messages, metrics and routing go with it (ON DELETE CASCADE); the FTS triggers fire.
@@ -748,6 +749,8 @@ bool ChatStore::restoreConversation(const ConversationSnapshot &snapshot) {
                                 q.lastError().text());
             }
         }
+        for (auto it = snapshot.profiles.cbegin(); it != snapshot.profiles.cend(); ++it)
+            if (!writeProfile(it.key(), it.value(), false)) return false; // routing restored above
         if (!run(q, QStringLiteral("UPDATE conversations SET current_leaf_id = ? WHERE id = ?"),
                  {nullable(c.currentLeafId), c.id}))
             return fail(tr("Could not restore conversation %1").arg(c.id), q.lastError().text());
@@ -1106,7 +1109,8 @@ bool ChatStore::updatePartialReply(qint64 messageId, const QString &text) {
 }
 
 bool ChatStore::endPartialReply(qint64 messageId, const QString &text, MessageState state, const QString &finishReason,
-                                const MessageMetrics *metrics, const QList<LayerRouting> *routing) {
+                                const MessageMetrics *metrics, const QList<LayerRouting> *routing,
+                                const MessageProfile *profile) {
     if (!checkThread()) return false;
     qint64 conversationId = 0;
     {
@@ -1142,6 +1146,7 @@ bool ChatStore::endPartialReply(qint64 messageId, const QString &text, MessageSt
                     return fail(tr("Could not save the routing of reply %1").arg(messageId), q.lastError().text());
             }
         }
+        if (profile && !writeProfile(messageId, *profile, !routing || routing->isEmpty())) return false;
         if (!touchConversation(conversationId)) return false;
         if (!t.commit()) return false;
     }
@@ -1153,6 +1158,12 @@ bool ChatStore::endPartialReply(qint64 messageId, const QString &text, MessageSt
 bool ChatStore::finishReply(qint64 messageId, const QString &text, const QString &finishReason,
                             const MessageMetrics &metrics, const QList<LayerRouting> &routing) {
     return endPartialReply(messageId, text, MessageState::Complete, finishReason, &metrics, &routing);
+}
+
+bool ChatStore::finishReply(qint64 messageId, const QString &text, const QString &finishReason,
+                            const MessageMetrics &metrics, const QList<LayerRouting> &routing,
+                            const MessageProfile &profile) {
+    return endPartialReply(messageId, text, MessageState::Complete, finishReason, &metrics, &routing, &profile);
 }
 
 bool ChatStore::failReply(qint64 messageId, const QString &text, const QString &reason) {
@@ -1221,6 +1232,98 @@ QList<LayerRouting> ChatStore::routing(qint64 messageId) const {
     }
     while (q.next()) out.append({q.value(0).toInt(), decodeUInt32(q.value(1).toByteArray())});
     return out;
+}
+
+// ---- Profiles (schema v4) --------------------------------------------------------------------------------------
+
+namespace {
+const QLatin1String kProfileColumns("ttft_us, duration_us, token_times, n_prompt_tokens, n_cached_prompt_tokens, "
+                                    "n_preemptions, attention_ms, moe_ms, dense_ms, sampling_ms, other_ms, n_steps, "
+                                    "n_steps_missed, max_batch_seqs, memory_peak_bytes, kv_blocks_peak, n_layers, "
+                                    "n_experts, n_shared_experts, top_k, moe_layers, routing_trace");
+
+QByteArray encodeLayers(const QList<int> &layers) {
+    if (layers.isEmpty()) return QByteArray(""); // a zero-length BLOB, not NULL (dense models)
+    QList<quint32> v;
+    for (int l : layers) v.append(quint32(l));
+    return encodeUInt32(v);
+}
+} // namespace
+
+bool ChatStore::writeProfile(qint64 messageId, const MessageProfile &p, bool writeRouting) {
+    QSqlQuery q(m_db);
+    const QByteArray trace = encodeRoutingTrace(p.traceIds, p.traceWeights, p.nExperts);
+    if (!run(q,
+             QStringLiteral("INSERT OR REPLACE INTO message_profiles (message_id, %1) "
+                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                 .arg(kProfileColumns),
+             {messageId, nullable(p.ttftUs), p.durationUs, encodeTokenTimes(p.tokenTimesUs), p.nPromptTokens,
+              p.nCachedPromptTokens, p.nPreemptions, p.phases.attentionMs, p.phases.moeMs, p.phases.denseMs,
+              p.phases.samplingMs, p.phases.otherMs, p.nSteps, p.nStepsMissed, p.maxBatchSeqs, p.memoryPeakBytes,
+              p.kvBlocksPeak, p.nLayers, p.nExperts, p.nSharedExperts, p.k, encodeLayers(p.moeLayers),
+              trace.isEmpty() ? QVariant(QMetaType(QMetaType::QByteArray)) : QVariant(trace)}))
+        return fail(tr("Could not save the profile of message %1").arg(messageId), q.lastError().text());
+    if (!writeRouting) return true;
+    if (!run(q, QStringLiteral("DELETE FROM message_routing WHERE message_id = ?"), {messageId}))
+        return fail(tr("Could not save the routing of message %1").arg(messageId), q.lastError().text());
+    for (const LayerRouting &r : p.routing)
+        if (!run(q, QStringLiteral("INSERT INTO message_routing (message_id, layer, expert_counts) VALUES (?, ?, ?)"),
+                 {messageId, r.layer, encodeUInt32(r.expertCounts)}))
+            return fail(tr("Could not save the routing of message %1").arg(messageId), q.lastError().text());
+    return true;
+}
+
+bool ChatStore::saveProfile(qint64 messageId, const MessageProfile &profile) {
+    if (!checkThread()) return false;
+    std::optional<qint64> conversationId;
+    {
+        Transaction t(*this);
+        if (!t.ok()) return false;
+        conversationId = conversationOf(messageId);
+        if (!conversationId) return false;
+        if (!writeProfile(messageId, profile, true)) return false;
+        if (!t.commit()) return false;
+    }
+    emit messagesChanged(*conversationId);
+    return true;
+}
+
+std::optional<MessageProfile> ChatStore::profile(qint64 messageId) const {
+    if (!checkThread()) return std::nullopt;
+    QSqlQuery q(m_db);
+    if (!run(q, QStringLiteral("SELECT %1 FROM message_profiles WHERE message_id = ?").arg(kProfileColumns),
+             {messageId})) {
+        fail(tr("Could not read the profile of message %1").arg(messageId), q.lastError().text());
+        return std::nullopt;
+    }
+    if (!q.next()) return std::nullopt;
+    MessageProfile p;
+    p.ttftUs = optionalValue<qint64>(q.value(0));
+    p.durationUs = q.value(1).toLongLong();
+    const std::optional<QList<qint64>> times = decodeTokenTimes(q.value(2).toByteArray());
+    p.nPromptTokens = q.value(3).toInt();
+    p.nCachedPromptTokens = q.value(4).toInt();
+    p.nPreemptions = q.value(5).toInt();
+    p.phases = {q.value(6).toDouble(), q.value(7).toDouble(), q.value(8).toDouble(), q.value(9).toDouble(),
+                q.value(10).toDouble()};
+    p.nSteps = q.value(11).toInt();
+    p.nStepsMissed = q.value(12).toInt();
+    p.maxBatchSeqs = q.value(13).toInt();
+    p.memoryPeakBytes = q.value(14).toLongLong();
+    p.kvBlocksPeak = q.value(15).toInt();
+    p.nLayers = q.value(16).toInt();
+    p.nExperts = q.value(17).toInt();
+    p.nSharedExperts = q.value(18).toInt();
+    p.k = q.value(19).toInt();
+    for (quint32 l : decodeUInt32(q.value(20).toByteArray())) p.moeLayers.append(int(l));
+    const bool traceOk = decodeRoutingTrace(q.value(21).toByteArray(), &p.traceIds, &p.traceWeights);
+    if (!times || !traceOk) {
+        fail(tr("The stored profile of message %1 is damaged").arg(messageId), {});
+        return std::nullopt;
+    }
+    p.tokenTimesUs = *times;
+    p.routing = routing(messageId);
+    return p;
 }
 
 // ---- Presets ------------------------------------------------------------------------------------------------

@@ -127,6 +127,10 @@ public:
     // transaction. Fails if the message is not partial (e.g. recovered after a crash).
     bool finishReply(qint64 messageId, const QString &text, const QString &finishReason,
                      const MessageMetrics &metrics = {}, const QList<LayerRouting> &routing = {});
+    // The same, storing the reply's profile (message_profiles) in the same transaction. Its
+    // routing counts go to message_routing when `routing` is empty.
+    bool finishReply(qint64 messageId, const QString &text, const QString &finishReason,
+                     const MessageMetrics &metrics, const QList<LayerRouting> &routing, const MessageProfile &profile);
     // Ends a partial reply as failed (engine error), keeping the text produced so far.
     bool failReply(qint64 messageId, const QString &text, const QString &reason);
     // Marks every 'partial' message as failed with finish reason "interrupted", keeping the last
@@ -134,6 +138,11 @@ public:
     int recoverPartialReplies();
     std::optional<MessageMetrics> metrics(qint64 messageId) const;
     QList<LayerRouting> routing(qint64 messageId) const;
+    // Stores (replacing) a message's profile and its routing counts, in one transaction.
+    bool saveProfile(qint64 messageId, const MessageProfile &profile);
+    // The stored profile, routing counts included; nullopt when the message has none (a user
+    // message, one from before schema v4) or its row cannot be decoded (lastError says so).
+    std::optional<MessageProfile> profile(qint64 messageId) const;
 
     // ---- Presets ---------------------------------------------------------------------------------
     QList<Preset> presets() const; // by position
@@ -180,7 +189,9 @@ private:
                                         const QString &content, MessageState state,
                                         const GenerationInfo &generation);
     bool endPartialReply(qint64 messageId, const QString &text, MessageState state, const QString &finishReason,
-                         const MessageMetrics *metrics, const QList<LayerRouting> *routing);
+                         const MessageMetrics *metrics, const QList<LayerRouting> *routing,
+                         const MessageProfile *profile = nullptr);
+    bool writeProfile(qint64 messageId, const MessageProfile &profile, bool writeRouting); // inside a transaction
     std::optional<qint64> conversationOf(qint64 messageId) const;
     QList<Message> messagesOf(qint64 conversationId) const;
     QList<SearchHit> searchFts(const QStringList &terms, int limit) const;

@@ -1,7 +1,8 @@
 // Schema steps of the chat database. The first release builds its schema in three steps (core
 // tables; measurements; full-text search) so that the upgrade path, backups and per-step
-// transactions are exercised by the tests from day one. Frozen once released: add v4, never
-// edit v1..v3. Times are INTEGER ms since the epoch (UTC); JSON columns are checked valid.
+// transactions are exercised by the tests from day one; v4 adds the profiler's per-message
+// profiles. Frozen once released: add v5, never edit v1..v4. Times are INTEGER ms since the
+// epoch (UTC); JSON columns are checked valid.
 #include "schema_migrations.h"
 
 #include <QSqlError>
@@ -149,6 +150,41 @@ bool migrateToV3(QSqlDatabase &db, QString *error) {
         error);
 }
 
+// v4: per-message profiles for the profiler (TTFT, every token's time, engine phase times over
+// the reply, memory peak, the model's shape and the compact routing trace). The per-layer routing
+// counts stay in message_routing. One row per assistant message, deleted with it. BLOB formats:
+// message_profile_codec.cpp. No backfill: messages from before v4 have no profile.
+bool migrateToV4(QSqlDatabase &db, QString *error) {
+    return execAll(db,
+                   {
+                       R"(CREATE TABLE message_profiles (
+                            message_id INTEGER PRIMARY KEY REFERENCES messages (id) ON DELETE CASCADE,
+                            ttft_us INTEGER,
+                            duration_us INTEGER NOT NULL DEFAULT 0,
+                            token_times BLOB NOT NULL,
+                            n_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+                            n_cached_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+                            n_preemptions INTEGER NOT NULL DEFAULT 0,
+                            attention_ms REAL NOT NULL DEFAULT 0,
+                            moe_ms REAL NOT NULL DEFAULT 0,
+                            dense_ms REAL NOT NULL DEFAULT 0,
+                            sampling_ms REAL NOT NULL DEFAULT 0,
+                            other_ms REAL NOT NULL DEFAULT 0,
+                            n_steps INTEGER NOT NULL DEFAULT 0,
+                            n_steps_missed INTEGER NOT NULL DEFAULT 0,
+                            max_batch_seqs INTEGER NOT NULL DEFAULT 0,
+                            memory_peak_bytes INTEGER NOT NULL DEFAULT 0,
+                            kv_blocks_peak INTEGER NOT NULL DEFAULT 0,
+                            n_layers INTEGER NOT NULL DEFAULT 0,
+                            n_experts INTEGER NOT NULL DEFAULT 0,
+                            n_shared_experts INTEGER NOT NULL DEFAULT 0,
+                            top_k INTEGER NOT NULL DEFAULT 0,
+                            moe_layers BLOB NOT NULL,
+                            routing_trace BLOB))",
+                   },
+                   error);
+}
+
 } // namespace
 
 const QList<Migration> &migrations() {
@@ -156,6 +192,7 @@ const QList<Migration> &migrations() {
         {1, "conversations, message tree, presets", &migrateToV1},
         {2, "message metrics, routing summaries, benchmark runs", &migrateToV2},
         {3, "full-text search (FTS5, trigram) over messages and titles", &migrateToV3},
+        {4, "per-message profiles (token times, phase times, memory peak, routing trace)", &migrateToV4},
     };
     return steps;
 }

@@ -118,6 +118,49 @@ struct LayerRouting {
     bool operator==(const LayerRouting &) const = default;
 };
 
+// Engine time spent while a reply was in flight, by phase (the profiler's Latency chart).
+// attention: norms, q/k/v, RoPE, KV write, attention, output projection; moe: router, routed and
+// shared experts; dense: dense MLP layers and the LM head (the dense GEMMs); sampling: the
+// sampler; other: the rest of each step (scheduling, embedding, emitting text).
+struct PhaseTimes {
+    double attentionMs = 0, moeMs = 0, denseMs = 0, samplingMs = 0, otherMs = 0;
+    double totalMs() const { return attentionMs + moeMs + denseMs + samplingMs + otherMs; }
+    bool operator==(const PhaseTimes &) const = default;
+};
+
+// What the profiler measured for one assistant reply, stored with it (message_profiles, schema
+// v4, plus its routing counts in message_routing) so a selected old message shows exactly what
+// was shown live. Times are µs since the request was submitted (engine clock, exact integers).
+struct MessageProfile {
+    std::optional<qint64> ttftUs;     // submit → first generated token
+    qint64 durationUs = 0;            // submit → finish
+    QList<qint64> tokenTimesUs;       // every generated token
+    int nPromptTokens = 0, nCachedPromptTokens = 0, nPreemptions = 0;
+    // Engine steps that ran while the reply was in flight (shared with replies running at the
+    // same time); nStepsMissed counts steps the recorder could not see (telemetry ring overrun).
+    PhaseTimes phases;
+    int nSteps = 0, nStepsMissed = 0, maxBatchSeqs = 0;
+    // Peak over the reply of weights + KV blocks in use + workspace in use, and KV blocks in use.
+    qint64 memoryPeakBytes = 0;
+    int kvBlocksPeak = 0;
+    // The model's shape, so dense layers and shared experts can be drawn for an old message.
+    int nLayers = 0, nExperts = 0, nSharedExperts = 0, k = 0;
+    QList<int> moeLayers;
+    // Routing trace over positions (prompt, then generated): [(p * moeLayers.size() + m) * k + j];
+    // id -1 where the position came from the prefix cache. Weights are rounded to float16 when
+    // the profile is made, so the compact stored form is exact.
+    QList<qint16> traceIds;
+    QList<float> traceWeights;
+    QList<LayerRouting> routing;      // token-slot counts per MoE layer (the routing summary)
+
+    int tracePositions() const {
+        const qsizetype per = qsizetype(moeLayers.size()) * k;
+        return per > 0 ? int(traceIds.size() / per) : 0;
+    }
+    bool isEmpty() const { return tokenTimesUs.isEmpty() && traceIds.isEmpty() && !ttftUs; }
+    bool operator==(const MessageProfile &) const = default;
+};
+
 struct Preset {
     qint64 id = 0;
     QString name;
@@ -153,6 +196,7 @@ struct ConversationSnapshot {
     QList<Message> messages;
     QHash<qint64, MessageMetrics> metrics;
     QHash<qint64, QList<LayerRouting>> routing;
+    QHash<qint64, MessageProfile> profiles;
     bool operator==(const ConversationSnapshot &) const = default;
 };
 
@@ -173,5 +217,12 @@ QByteArray encodeFloat32(const QList<float> &v);
 QList<float> decodeFloat32(const QByteArray &b);
 QByteArray encodeUInt32(const QList<quint32> &v);
 QList<quint32> decodeUInt32(const QByteArray &b);
+
+// Compact BLOBs of message_profiles (formats documented in message_profile_codec.cpp). Decoders
+// return nullopt for a BLOB that is not in the format (never a crash on a damaged row).
+QByteArray encodeTokenTimes(const QList<qint64> &timesUs);
+std::optional<QList<qint64>> decodeTokenTimes(const QByteArray &b);
+QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weights, int nExperts);
+bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *weights);
 
 } // namespace es

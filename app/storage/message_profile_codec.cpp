@@ -1,0 +1,128 @@
+// Compact BLOB formats of message_profiles (schema v4). Both are versioned by a leading byte so
+// a later format can be added without a migration; decoders refuse anything malformed instead
+// of guessing (a damaged row shows as "no profile", never as wrong numbers).
+//
+// token_times: byte 0 = 1 (format), then one zigzag LEB128 varint per token: the difference to
+//   the previous token's time in µs (the first one: its time since submit). About 2 bytes a
+//   token at decode speeds, exact.
+// routing_trace: "ESRT", byte 4 = 1 (format), byte 5 = bytes per expert id (1: uint8 with 0xFF
+//   for -1, used when the model has at most 255 experts; 2: int16 LE), bytes 6-7 = 0, bytes 8-11 =
+//   slot count n (uint32 LE), then qCompress() of n ids followed by n float16 LE weights.
+#include "storage_types.h"
+
+#include <QtEndian>
+#include <QtGlobal>
+#include <qfloat16.h>
+
+#include <cstring>
+
+namespace es {
+
+namespace {
+
+constexpr char kTraceMagic[4] = {'E', 'S', 'R', 'T'};
+constexpr int kTraceHeader = 12;
+
+void putVarint(QByteArray &out, quint64 v) {
+    while (v >= 0x80) {
+        out.append(char(0x80 | (v & 0x7f)));
+        v >>= 7;
+    }
+    out.append(char(v));
+}
+
+bool getVarint(const QByteArray &in, qsizetype &at, quint64 *v) {
+    quint64 r = 0;
+    for (int shift = 0; shift < 64 && at < in.size(); shift += 7) {
+        const quint8 b = quint8(in[at++]);
+        r |= quint64(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *v = r;
+            return true;
+        }
+    }
+    return false;
+}
+
+} // namespace
+
+QByteArray encodeTokenTimes(const QList<qint64> &timesUs) {
+    QByteArray out;
+    out.reserve(1 + timesUs.size() * 2);
+    out.append(char(1));
+    qint64 prev = 0;
+    for (qint64 t : timesUs) {
+        const qint64 d = t - prev;
+        prev = t;
+        putVarint(out, (quint64(d) << 1) ^ quint64(d >> 63)); // zigzag: small negatives stay small
+    }
+    return out;
+}
+
+std::optional<QList<qint64>> decodeTokenTimes(const QByteArray &b) {
+    if (b.isEmpty() || b[0] != char(1)) return std::nullopt;
+    QList<qint64> out;
+    qint64 prev = 0;
+    for (qsizetype at = 1; at < b.size();) {
+        quint64 z = 0;
+        if (!getVarint(b, at, &z)) return std::nullopt;
+        prev += qint64(z >> 1) ^ -qint64(z & 1);
+        out.append(prev);
+    }
+    return out;
+}
+
+QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weights, int nExperts) {
+    if (ids.isEmpty() || ids.size() != weights.size()) return {};
+    const int idBytes = nExperts <= 255 ? 1 : 2;
+    const qsizetype n = ids.size();
+    QByteArray payload(n * idBytes + n * 2, Qt::Uninitialized);
+    char *p = payload.data();
+    for (qsizetype i = 0; i < n; ++i) {
+        if (idBytes == 1) p[i] = char(ids[i] < 0 ? 0xff : quint8(ids[i]));
+        else qToLittleEndian<qint16>(ids[i], p + i * 2);
+    }
+    char *w = p + n * idBytes;
+    for (qsizetype i = 0; i < n; ++i) {
+        const qfloat16 h(weights[i]);
+        quint16 bits;
+        std::memcpy(&bits, &h, sizeof bits);
+        qToLittleEndian<quint16>(bits, w + i * 2);
+    }
+    QByteArray out(kTraceHeader, '\0');
+    std::memcpy(out.data(), kTraceMagic, 4);
+    out[4] = char(1);
+    out[5] = char(idBytes);
+    qToLittleEndian<quint32>(quint32(n), out.data() + 8);
+    out.append(qCompress(payload, 6));
+    return out;
+}
+
+bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *weights) {
+    ids->clear();
+    weights->clear();
+    if (b.isEmpty()) return true; // no trace (a dense model, or nothing computed)
+    if (b.size() < kTraceHeader || std::memcmp(b.constData(), kTraceMagic, 4) != 0 || b[4] != char(1)) return false;
+    const int idBytes = b[5];
+    if (idBytes != 1 && idBytes != 2) return false;
+    const qsizetype n = qFromLittleEndian<quint32>(b.constData() + 8);
+    const QByteArray payload = qUncompress(b.mid(kTraceHeader));
+    if (payload.size() != n * idBytes + n * 2) return false;
+    const char *p = payload.constData();
+    ids->resize(n);
+    weights->resize(n);
+    for (qsizetype i = 0; i < n; ++i) {
+        if (idBytes == 1) (*ids)[i] = quint8(p[i]) == 0xff ? qint16(-1) : qint16(quint8(p[i]));
+        else (*ids)[i] = qFromLittleEndian<qint16>(p + i * 2);
+    }
+    const char *w = p + n * idBytes;
+    for (qsizetype i = 0; i < n; ++i) {
+        const quint16 bits = qFromLittleEndian<quint16>(w + i * 2);
+        qfloat16 h;
+        std::memcpy(&h, &bits, sizeof bits);
+        (*weights)[i] = float(h);
+    }
+    return true;
+}
+
+} // namespace es
