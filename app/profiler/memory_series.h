@@ -1,0 +1,44 @@
+// Memory aggregations for the profiler: one sample of the stacked memory chart from the
+// engine's accounting, the fragmentation and KV-waste definitions, and the KV block map.
+// Definitions as in the metrics table of docs/architecture.md:
+//   fragmentation = 1 − largest free block / total free (0 when nothing is free);
+//   KV waste = 1 − tokens stored / (blocks used × block size).
+#pragma once
+
+#include "session_types.h"
+
+#include <QList>
+
+namespace es {
+
+// One point of the stacked area (bytes). kvCache is the whole KV pool (allocated at load,
+// blocks × block bytes), workspace the backend allocator's reservation, free the device's free
+// memory (GPU: cudaMemGetInfo; CPU backend: the machine's available RAM).
+struct MemorySample {
+    double tS = 0;
+    qint64 weights = 0, kvCache = 0, workspace = 0, free = 0, deviceTotal = 0;
+    qint64 kvInUse = 0;          // blocks in use × block bytes
+    double fragmentation = 0, kvWaste = 0;
+};
+MemorySample memorySample(const MemoryView &m, double tS);
+
+// Weights + KV blocks in use + workspace in use: the figure a reply's memory peak is taken of.
+qint64 memoryInUse(const MemoryView &m);
+
+double fragmentation(qint64 largestFree, qint64 totalFree);
+double kvWaste(qint64 tokensStored, qint64 blocksUsed, int blockSize);
+
+// The KV block map: one state per cell, cells in pool order as used (ref > 0), cached (free but
+// holding a reusable prefix) and free. The engine publishes counts, not each block's state, so
+// the map is drawn in that order; "cached" is max(0, cached − used), which is exact when nothing
+// runs and a lower bound while replies hold hashed blocks. At most maxCells cells: with more
+// blocks, each cell stands for ⌈blocks / maxCells⌉ blocks and shows their majority state.
+enum class KvBlockState : int { Used = 0, Cached = 1, Free = 2 };
+struct KvBlockMap {
+    int blocksPerCell = 1;
+    int used = 0, cached = 0, free = 0; // block counts
+    QList<KvBlockState> cells;
+};
+KvBlockMap kvBlockMap(const MemoryView &m, int maxCells = 4096);
+
+} // namespace es

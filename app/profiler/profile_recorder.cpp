@@ -1,0 +1,157 @@
+// ProfileRecorder (see profile_recorder.h). A reply's engine statistics are the steps that
+// started in [submit, finish]: those still in the history are summed when asked (so a step that
+// began after the finish is never counted, whatever order the pump delivered things in), and a
+// step leaving the history is folded into the sums of the replies it belongs to.
+#include "profile_recorder.h"
+
+#include "engine_session.h"
+#include "latency_stats.h"
+#include "memory_series.h"
+#include "routing_stats.h"
+
+#include <qfloat16.h>
+
+#include <algorithm>
+
+namespace es {
+
+namespace {
+constexpr size_t kHistory = 4096;
+constexpr int kFinishedKept = 64;
+
+bool inReply(const StepView &s, qint64 tSubmitUs, qint64 tFinishUs) {
+    return s.tUs >= tSubmitUs && (tFinishUs < 0 || s.tUs <= tFinishUs);
+}
+
+void count(ReplyEngineStats &st, const StepView &s) {
+    accumulate(st.phases, stepPhases(s));
+    ++st.nSteps;
+    st.maxBatchSeqs = std::max(st.maxBatchSeqs, s.nSeqs);
+}
+} // namespace
+
+MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo &model, const ReplyEngineStats &st) {
+    MessageProfile p;
+    if (r.tFirstTokenUs >= 0) p.ttftUs = r.tFirstTokenUs - r.tSubmitUs;
+    p.tokenTimesUs.reserve(r.tokenTimesUs.size());
+    for (qint64 t : r.tokenTimesUs) p.tokenTimesUs.append(t - r.tSubmitUs);
+    p.durationUs = r.tFinishUs >= 0 ? r.tFinishUs - r.tSubmitUs : (p.tokenTimesUs.isEmpty() ? 0 : p.tokenTimesUs.last());
+    p.nPromptTokens = r.nPromptTokens;
+    p.nCachedPromptTokens = r.nCachedPromptTokens;
+    p.nPreemptions = r.nPreemptions;
+    p.phases = st.phases;
+    p.nSteps = st.nSteps;
+    p.nStepsMissed = st.nStepsMissed;
+    p.maxBatchSeqs = st.maxBatchSeqs;
+    p.memoryPeakBytes = st.memoryPeakBytes;
+    p.kvBlocksPeak = st.kvBlocksPeak;
+    p.nLayers = model.nLayers;
+    p.nExperts = r.nExperts > 0 ? r.nExperts : model.nExperts;
+    p.nSharedExperts = model.nSharedExperts;
+    p.k = r.k;
+    p.moeLayers = r.moeLayers;
+    p.traceIds = r.ids;
+    p.traceWeights.reserve(r.weights.size());
+    // float16 is what the stored trace keeps; rounding here makes live and stored identical.
+    for (float w : r.weights) p.traceWeights.append(float(qfloat16(w)));
+    p.routing = routingFromTrace(p.traceIds, p.moeLayers, p.k, p.nExperts);
+    return p;
+}
+
+ProfileRecorder::ProfileRecorder(EngineSession *session, QObject *parent) : QObject(parent), m_session(session) {
+    connect(session, &EngineSession::tokensGenerated, this, [this](quint64 id) {
+        poll();
+        if (!m_active.contains(id) && !m_finished.contains(id) && m_session)
+            track(id, m_session->replyProfile(id).tSubmitUs);
+    });
+    connect(session, &EngineSession::replyProfiled, this, &ProfileRecorder::onReplyProfiled);
+}
+
+ProfileRecorder *ProfileRecorder::forSession(EngineSession *session) {
+    if (!session) return nullptr;
+    if (auto *r = session->findChild<ProfileRecorder *>(QString(), Qt::FindDirectChildrenOnly)) return r;
+    return new ProfileRecorder(session, session);
+}
+
+ProfileRecorder::Accum &ProfileRecorder::track(quint64 id, qint64 tSubmitUs) {
+    auto it = m_active.find(id);
+    if (it != m_active.end()) return *it;
+    Accum a;
+    a.tSubmitUs = tSubmitUs;
+    m_latest = id;
+    return *m_active.insert(id, a);
+}
+
+void ProfileRecorder::poll() {
+    if (!m_session) return;
+    const TelemetryView t = m_session->telemetry();
+    if (!t.valid) return;
+    bool first = true;
+    for (const StepView &s : t.steps) {
+        if (m_haveStep && s.step <= m_lastStep) continue;
+        if (first && m_haveStep && s.step > m_lastStep + 1) {
+            // The ring moved on further than we read: those steps are lost to every open reply.
+            const int missed = int(s.step - m_lastStep - 1);
+            for (Accum &a : m_active) a.stats.nStepsMissed += missed;
+        }
+        first = false;
+        m_history.push_back(s);
+        m_lastStep = s.step;
+        m_haveStep = true;
+    }
+    while (m_history.size() > kHistory) {
+        const StepView &old = m_history.front();
+        for (Accum &a : m_active)
+            if (old.tUs >= a.tSubmitUs) count(a.stats, old);
+        m_history.pop_front();
+    }
+    const qint64 inUse = memoryInUse(t.memory);
+    for (Accum &a : m_active) {
+        a.stats.memoryPeakBytes = std::max(a.stats.memoryPeakBytes, inUse);
+        a.stats.kvBlocksPeak = std::max(a.stats.kvBlocksPeak, t.memory.kvBlocksUsed);
+    }
+}
+
+void ProfileRecorder::onReplyProfiled(quint64 id, const ReplyProfile &reply) {
+    poll();
+    Accum a = track(id, reply.tSubmitUs);
+    m_active.remove(id);
+    ReplyEngineStats st = a.stats;
+    for (const StepView &s : m_history)
+        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s);
+    const MessageProfile p = makeMessageProfile(reply, m_session ? m_session->modelInfo() : SessionModelInfo{}, st);
+    m_finished.insert(id, p);
+    m_finishedOrder.append(id);
+    while (m_finishedOrder.size() > kFinishedKept) m_finished.remove(m_finishedOrder.takeFirst());
+    emit replyRecorded(id, p);
+}
+
+std::optional<MessageProfile> ProfileRecorder::takeProfile(quint64 id) {
+    auto it = m_finished.find(id);
+    if (it == m_finished.end()) return std::nullopt;
+    MessageProfile p = it.value();
+    m_finished.erase(it);
+    m_finishedOrder.removeOne(id);
+    return p;
+}
+
+std::optional<MessageProfile> ProfileRecorder::finishedProfile(quint64 id) const {
+    auto it = m_finished.find(id);
+    if (it == m_finished.end()) return std::nullopt;
+    return it.value();
+}
+
+MessageProfile ProfileRecorder::liveProfile(quint64 id) const {
+    auto it = m_active.find(id);
+    if (it == m_active.end() || !m_session) return {};
+    const ReplyProfile reply = m_session->replyProfile(id);
+    if (reply.requestId == 0) return {};
+    ReplyEngineStats st = it->stats;
+    for (const StepView &s : m_history)
+        if (inReply(s, it->tSubmitUs, -1)) count(st, s);
+    return makeMessageProfile(reply, m_session->modelInfo(), st);
+}
+
+QList<quint64> ProfileRecorder::activeRequests() const { return m_active.keys(); }
+
+} // namespace es

@@ -1,0 +1,82 @@
+// ProfileRecorder: follows every reply of one EngineSession and adds to the session's
+// ReplyProfile what only the engine-wide telemetry knows — the time per phase of the engine steps
+// that ran while the reply was in flight, and its memory peak — giving the MessageProfile that
+// ChatPane stores with the message and the profiler shows. It reads telemetry once per pump tick
+// that brought tokens (≈30 Hz at most, never per token) and keeps the last 4096 steps so the
+// prefill steps before a reply's first tokens are still attributed. Phase times of steps shared
+// by concurrent replies count for each of them. GUI thread only.
+#pragma once
+
+#include "session_types.h"
+#include "storage_types.h"
+
+#include <QHash>
+#include <QObject>
+#include <QPointer>
+
+#include <deque>
+#include <optional>
+
+namespace es {
+
+class EngineSession;
+
+// What the recorder measured for one reply, beside the session's ReplyProfile.
+struct ReplyEngineStats {
+    PhaseTimes phases;
+    int nSteps = 0, nStepsMissed = 0, maxBatchSeqs = 0;
+    qint64 memoryPeakBytes = 0;
+    int kvBlocksPeak = 0;
+};
+
+// The profile of a reply: times relative to submit, weights rounded to float16, routing counts
+// from the trace (the same counts EngineSession reports with replyFinished).
+MessageProfile makeMessageProfile(const ReplyProfile &reply, const SessionModelInfo &model,
+                                  const ReplyEngineStats &stats);
+
+class ProfileRecorder : public QObject {
+    Q_OBJECT
+public:
+    explicit ProfileRecorder(EngineSession *session, QObject *parent = nullptr);
+    // The session's recorder, made on first use as the session's child (so every pane and the
+    // profiler panel share one and it lives exactly as long as the session).
+    static ProfileRecorder *forSession(EngineSession *session);
+
+    // A finished reply's profile, removed from the recorder (ChatPane stores it). The recorder
+    // keeps the last 64 finished profiles until taken.
+    std::optional<MessageProfile> takeProfile(quint64 requestId);
+    std::optional<MessageProfile> finishedProfile(quint64 requestId) const;
+    // The profile so far of a reply in flight; empty when the recorder does not know it.
+    MessageProfile liveProfile(quint64 requestId) const;
+    QList<quint64> activeRequests() const;
+    // The reply most recently started (in flight or finished); 0 when none yet.
+    quint64 latestRequest() const { return m_latest; }
+
+public slots:
+    // Reads the latest telemetry and attributes new steps. Called on each pump tick with tokens
+    // and before a reply is finalized; cheap when nothing changed.
+    void poll();
+
+signals:
+    // A reply ended (finished, cancelled or failed) and its profile is final.
+    void replyRecorded(quint64 requestId, const es::MessageProfile &profile);
+
+private:
+    struct Accum {
+        qint64 tSubmitUs = 0;
+        ReplyEngineStats stats; // steps that left the history, memory peaks, missed steps
+    };
+    Accum &track(quint64 requestId, qint64 tSubmitUs);
+    void onReplyProfiled(quint64 requestId, const ReplyProfile &reply);
+
+    QPointer<EngineSession> m_session;
+    QHash<quint64, Accum> m_active;
+    QHash<quint64, MessageProfile> m_finished;
+    QList<quint64> m_finishedOrder;
+    std::deque<StepView> m_history; // steps seen, oldest first, at most kHistory
+    quint64 m_lastStep = 0;
+    bool m_haveStep = false;
+    quint64 m_latest = 0;
+};
+
+} // namespace es

@@ -1,0 +1,178 @@
+// Routing aggregations (see routing_stats.h). Natural logarithms throughout, so the entropy is
+// divided by ln E and the Jensen–Shannon divergence is bounded by ln 2.
+#include "routing_stats.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace es {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+double klTerm(double p, double m) { return p > 0 ? p * std::log(p / m) : 0.0; } // 0·ln 0 = 0
+} // namespace
+
+quint64 RoutingMatrix::total() const { return std::accumulate(counts.begin(), counts.end(), quint64(0)); }
+
+void RoutingMatrix::add(const RoutingMatrix &other) {
+    if (other.isEmpty()) return;
+    if (isEmpty()) {
+        *this = other;
+        return;
+    }
+    if (other.nExperts != nExperts) return; // a different model: not addable
+    for (int r = 0; r < other.rows(); ++r) {
+        int mine = rowOfLayer(other.layers[r]);
+        if (mine < 0) {
+            layers.append(other.layers[r]);
+            counts.append(QList<quint64>(nExperts, 0));
+            mine = rows() - 1;
+        }
+        for (int e = 0; e < nExperts; ++e)
+            counts[qsizetype(mine) * nExperts + e] += other.counts[qsizetype(r) * nExperts + e];
+    }
+}
+
+RoutingMatrix RoutingMatrix::fromTelemetry(const TelemetryView &t, bool window) {
+    RoutingMatrix m;
+    const QList<quint64> &src = window ? t.expertTokensWindow : t.expertTokens;
+    if (t.nExperts <= 0 || src.size() != t.moeLayers.size() * t.nExperts) return m;
+    m.layers = t.moeLayers;
+    m.nExperts = t.nExperts;
+    m.counts = src;
+    return m;
+}
+
+RoutingMatrix RoutingMatrix::fromLayerRouting(const QList<LayerRouting> &routing, int nExperts) {
+    RoutingMatrix m;
+    if (nExperts <= 0)
+        for (const LayerRouting &r : routing) nExperts = std::max(nExperts, int(r.expertCounts.size()));
+    if (nExperts <= 0) return m;
+    m.nExperts = nExperts;
+    for (const LayerRouting &r : routing) {
+        m.layers.append(r.layer);
+        for (int e = 0; e < nExperts; ++e) m.counts.append(e < r.expertCounts.size() ? r.expertCounts[e] : 0);
+    }
+    return m;
+}
+
+QList<double> expertShares(const QList<quint64> &counts) {
+    const quint64 total = std::accumulate(counts.begin(), counts.end(), quint64(0));
+    QList<double> s(counts.size(), 0.0);
+    if (total == 0) return s;
+    for (qsizetype e = 0; e < counts.size(); ++e) s[e] = double(counts[e]) / double(total);
+    return s;
+}
+
+LayerBalance layerBalance(const QList<quint64> &counts) {
+    LayerBalance b;
+    const qsizetype n = counts.size();
+    b.total = std::accumulate(counts.begin(), counts.end(), quint64(0));
+    b.deadExperts = int(std::count(counts.begin(), counts.end(), quint64(0)));
+    if (n == 0 || b.total == 0) {
+        b.imbalance = b.balancedness = b.entropy = kNaN;
+        return b;
+    }
+    const double mean = double(b.total) / double(n);
+    const double max = double(*std::max_element(counts.begin(), counts.end()));
+    b.imbalance = max / mean;
+    b.balancedness = mean / max;
+    double h = 0;
+    for (quint64 c : counts)
+        if (c > 0) {
+            const double s = double(c) / double(b.total);
+            h -= s * std::log(s);
+        }
+    b.entropy = n > 1 ? h / std::log(double(n)) : 0.0; // one expert: nothing to spread over
+    return b;
+}
+
+double jensenShannon(const QList<double> &p, const QList<double> &q) {
+    if (p.size() != q.size() || p.isEmpty()) return kNaN;
+    const double sp = std::accumulate(p.begin(), p.end(), 0.0);
+    const double sq = std::accumulate(q.begin(), q.end(), 0.0);
+    if (!(sp > 0) || !(sq > 0)) return kNaN;
+    double js = 0;
+    for (qsizetype i = 0; i < p.size(); ++i) {
+        const double a = p[i] / sp, b = q[i] / sq, m = 0.5 * (a + b);
+        js += 0.5 * klTerm(a, m) + 0.5 * klTerm(b, m);
+    }
+    return std::clamp(js, 0.0, kJensenShannonMax); // rounding can step a hair outside
+}
+
+QList<LayerDivergence> jensenShannonPerLayer(const RoutingMatrix &a, const RoutingMatrix &b) {
+    QList<LayerDivergence> out;
+    if (a.nExperts != b.nExperts) return out;
+    for (int r = 0; r < a.rows(); ++r) {
+        const int rb = b.rowOfLayer(a.layers[r]);
+        if (rb < 0) continue;
+        QList<double> p, q;
+        for (quint64 c : a.row(r)) p.append(double(c));
+        for (quint64 c : b.row(rb)) q.append(double(c));
+        out.append({a.layers[r], jensenShannon(p, q)});
+    }
+    return out;
+}
+
+QList<LayerRouting> routingFromTrace(const QList<qint16> &ids, const QList<int> &moeLayers, int k, int nExperts) {
+    QList<LayerRouting> out;
+    const int nMoe = int(moeLayers.size());
+    if (nMoe <= 0 || k <= 0 || nExperts <= 0) return out;
+    for (int m = 0; m < nMoe; ++m) out.append({moeLayers[m], QList<quint32>(nExperts, 0)});
+    const qsizetype perPos = qsizetype(nMoe) * k;
+    for (qsizetype i = 0; i < ids.size(); ++i) {
+        const int e = ids[i];
+        if (e < 0 || e >= nExperts) continue;
+        out[int((i % perPos) / k)].expertCounts[e] += 1;
+    }
+    return out;
+}
+
+RoutingStrip routingStrip(const MessageProfile &p) {
+    RoutingStrip s;
+    const int nMoe = int(p.moeLayers.size());
+    s.layers = p.moeLayers;
+    s.nPositions = p.tracePositions();
+    s.nPromptPositions = std::min(p.nPromptTokens, s.nPositions);
+    s.top1.resize(qsizetype(s.nPositions) * nMoe, -1);
+    for (int pos = 0; pos < s.nPositions; ++pos)
+        for (int m = 0; m < nMoe; ++m) {
+            const qsizetype base = (qsizetype(pos) * nMoe + m) * p.k;
+            int best = -1;
+            float bestW = -1;
+            for (int j = 0; j < p.k; ++j) {
+                const int e = p.traceIds[base + j];
+                const float w = base + j < p.traceWeights.size() ? p.traceWeights[base + j] : 0.f;
+                if (e < 0) continue;
+                if (w > bestW || (w == bestW && e < best)) {
+                    best = e;
+                    bestW = w;
+                }
+            }
+            s.top1[qsizetype(pos) * nMoe + m] = best;
+        }
+    return s;
+}
+
+QList<QList<ExpertChoice>> tokenRouting(const MessageProfile &p, int position) {
+    QList<QList<ExpertChoice>> out;
+    const int nMoe = int(p.moeLayers.size());
+    if (position < 0 || position >= p.tracePositions()) return out;
+    for (int m = 0; m < nMoe; ++m) {
+        QList<ExpertChoice> row;
+        const qsizetype base = (qsizetype(position) * nMoe + m) * p.k;
+        for (int j = 0; j < p.k; ++j)
+            if (p.traceIds[base + j] >= 0)
+                row.append({p.traceIds[base + j], base + j < p.traceWeights.size() ? p.traceWeights[base + j] : 0.f});
+        std::stable_sort(row.begin(), row.end(), [](const ExpertChoice &a, const ExpertChoice &b) {
+            return a.weight > b.weight || (a.weight == b.weight && a.expert < b.expert);
+        });
+        out.append(row);
+    }
+    return out;
+}
+
+} // namespace es
