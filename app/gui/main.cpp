@@ -5,12 +5,14 @@
 //   --version          version, commit, Qt version, backends
 //   --demo-prompt T, --screenshot FILE, --screenshot-after-ms N   send T once the model is loaded,
 //                      grab the window N ms after the first tokens, save FILE and quit (docs).
+//   --lang L           interface language, zh_CN | en (default: the system's; LANGUAGE honored)
 #include "app_startup.h"
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
 #include "engine_session.h"
 #include "main_window.h"
+#include "translations.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
@@ -38,7 +40,10 @@ int main(int argc, char **argv) {
     QCommandLineOption screenshot("screenshot", "Save a screenshot of the window to this PNG and quit.", "file");
     QCommandLineOption shotDelay("screenshot-after-ms", "Delay after the first tokens (default 1500).", "ms", "1500");
     cli.addOptions({version, model, backend, demoPrompt, screenshot, shotDelay});
+    QCommandLineOption lang("lang", "Interface language: zh_CN | en (default: the system's).", "code");
+    cli.addOption(lang);
     cli.process(app);
+    es::installTranslations(app, cli.value(lang));
     if (cli.isSet(version)) {
         std::printf("expertscope %s (%s)\nQt %s\nbackends: cpu%s\n", ES_VERSION, ES_GIT_COMMIT, qVersion(),
 #if ES_HAVE_CUDA

@@ -7,6 +7,7 @@
 #include <QDateTime>
 #include <QDir>
 #include <QFileInfo>
+#include <QLocale>
 
 #include <mutex>
 
@@ -186,7 +187,12 @@ MemoryEstimateView EngineSession::estimate(const QString &dir, const EngineSessi
     v.weightsBytes = qint64(e->weights_bytes);
     v.kvBytes = qint64(e->kv_bytes);
     v.availableBytes = qint64(e->available_bytes);
-    v.message = QString::fromStdString(e->summary);
+    // engine::estimate_memory's one-line summary, in the interface language (the engine is Qt-free
+    // and its text English).
+    const auto size = [](qint64 b) { return QLocale().formattedDataSize(b, 1); };
+    v.message = (v.fits ? tr("CPU: weights %1 + KV cache %2 of %3 RAM — fits")
+                        : tr("CPU: weights %1 + KV cache %2 of %3 RAM — does not fit"))
+                    .arg(size(v.weightsBytes), size(v.kvBytes), size(v.availableBytes));
     return v;
 }
 

@@ -1,0 +1,21 @@
+<?xml version="1.0" encoding="utf-8"?>
+<!DOCTYPE TS>
+<TS version="2.1" language="en" sourcelanguage="en">
+<context>
+    <name>es::ChatStore</name>
+    <message numerus="yes">
+        <source>, and %n more problem(s)</source>
+        <translation>
+            <numerusform>, and %n more problem</numerusform>
+            <numerusform>, and %n more problems</numerusform>
+        </translation>
+    </message>
+    <message numerus="yes">
+        <source>%n reply(ies) cut off when ExpertScope last closed were kept as they were.</source>
+        <translation>
+            <numerusform>%n reply cut off when ExpertScope last closed was kept as it was.</numerusform>
+            <numerusform>%n replies cut off when ExpertScope last closed were kept as they were.</numerusform>
+        </translation>
+    </message>
+</context>
+</TS>

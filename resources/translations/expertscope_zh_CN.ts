@@ -1,0 +1,1785 @@
+<?xml version="1.0" encoding="utf-8"?>
+<!DOCTYPE TS>
+<TS version="2.1" language="zh_CN" sourcelanguage="en">
+<context>
+    <name>ProfilerDefinitions</name>
+    <message>
+        <source>TTFT: request submitted → first generated token available (ms).</source>
+        <translation>TTFT：从提交请求到第一个生成的 token 可用的时间（ms）。</translation>
+    </message>
+    <message>
+        <source>ITL: gap between consecutive generated tokens of one request (ms); reported as p50/p90/p99.</source>
+        <translation>ITL：同一请求中相邻两个生成 token 之间的间隔（ms），以 p50/p90/p99 显示。</translation>
+    </message>
+    <message>
+        <source>decode tok/s: (n_out − 1) / (t_last − t_first) per request; over time: tokens after the first in each bin / bin length.</source>
+        <translation>decode tok/s：每个请求为 (n_out − 1) / (t_last − t_first)；随时间的曲线为：每个时间段内各请求首个 token 之后的 token 数 / 时间段长度。</translation>
+    </message>
+    <message>
+        <source>expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.</source>
+        <translation>专家负载：c[l][e] = 在一个窗口内第 l 层路由到专家 e 的 token 槽位数；占比 = c / Σc。</translation>
+    </message>
+    <message>
+        <source>imbalance: max(c)/mean(c) per layer; balancedness = mean/max; entropy H(share)/ln E; dead experts = #{c = 0}.</source>
+        <translation>不均衡度：每层的 max(c)/mean(c)；均衡度 = mean/max；熵 H(share)/ln E；闲置专家 = #{c = 0}。</translation>
+    </message>
+    <message>
+        <source>VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device total/free. With the CPU backend: the engine&apos;s own accounting and the machine&apos;s RAM.</source>
+        <translation>显存：权重、KV（块数 × 每块字节数）、工作区、分配器已预留 / 使用中 / 空闲、设备总量/空闲。使用 CPU 后端时：引擎自身的统计和本机内存。</translation>
+    </message>
+    <message>
+        <source>fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − tokens stored / (blocks used × block size).</source>
+        <translation>碎片率：1 − 最大空闲块 / 空闲总量（无空闲时为 0）；KV 浪费 = 1 − 已存 token 数 / (已用块数 × 块大小)。</translation>
+    </message>
+    <message>
+        <source>Jensen–Shannon divergence of the two messages&apos; expert shares per layer: JS = ½ KL(P‖M) + ½ KL(Q‖M), M = ½(P + Q), natural log, so 0 (same routing) … ln 2 ≈ 0.693 (disjoint experts).</source>
+        <translation>两条消息每层专家占比的 Jensen–Shannon 散度：JS = ½ KL(P‖M) + ½ KL(Q‖M)，M = ½(P + Q)，取自然对数，因此取值从 0（路由相同）到 ln 2 ≈ 0.693（专家完全不重叠）。</translation>
+    </message>
+    <message>
+        <source>Percentiles by linear interpolation between closest ranks: rank (n − 1)·q (numpy&apos;s default).</source>
+        <translation>百分位数在相邻秩之间线性插值：秩为 (n − 1)·q（numpy 的默认方式）。</translation>
+    </message>
+    <message>
+        <source>Engine time per phase over the steps that ran during the reply (shared with replies running at the same time): attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other (scheduling, embedding, emitting text).</source>
+        <translation>回复期间运行的各步中，引擎在各阶段所用的时间（与同时运行的其他回复共享）：注意力（归一化、q/k/v、RoPE、KV 写入、注意力、输出投影）、MoE（路由器、路由专家和共享专家）、稠密 GEMM（稠密 MLP 层和 LM head）、采样、其他（调度、嵌入、输出文本）。</translation>
+    </message>
+    <message>
+        <source>KV block map: the paged KV cache&apos;s blocks (16 tokens each) in use, cached (free, holding a reusable prefix) and free. The engine reports counts, so blocks are drawn grouped by state.</source>
+        <translation>KV 块图：分页 KV 缓存中使用中、已缓存（空闲但保存着可复用的前缀）和空闲的块（每块 16 个 token）。引擎只报告数量，所以按状态分组绘制。</translation>
+    </message>
+    <message>
+        <source>Grey rows are dense layers (no router); grey columns on the right are shared experts, which see every token and are not part of the routed share.</source>
+        <translation>灰色的行是稠密层（没有路由器）；右侧灰色的列是共享专家，它们处理每个 token，不计入路由占比。</translation>
+    </message>
+</context>
+<context>
+    <name>QObject</name>
+    <message>
+        <source>ExpertScope</source>
+        <translation>ExpertScope</translation>
+    </message>
+    <message>
+        <source>ExpertScope is already running (the lock %1 is held).</source>
+        <translation>ExpertScope 已在运行（锁文件 %1 已被占用）。</translation>
+    </message>
+    <message>
+        <source>The conversation database could not be opened:
+%1</source>
+        <translation>无法打开对话数据库：
+%1</translation>
+    </message>
+    <message>
+        <source>Database recovered</source>
+        <translation>数据库已恢复</translation>
+    </message>
+</context>
+<context>
+    <name>Startup</name>
+    <message>
+        <source>The last session ended unexpectedly, so %1 was not reopened automatically. Open it from File ▸ Open model.</source>
+        <translation>上次会话意外结束，因此没有自动重新打开 %1。请通过“文件 ▸ 打开模型”打开。</translation>
+    </message>
+</context>
+<context>
+    <name>es::ChatPane</name>
+    <message>
+        <source>Sampling…</source>
+        <translation>采样…</translation>
+    </message>
+    <message>
+        <source>Temperature, top-p, seed and the other sampling settings of this conversation</source>
+        <translation>本对话的温度、top-p、种子及其他采样设置</translation>
+    </message>
+    <message>
+        <source>Sampling settings of this conversation</source>
+        <translation>本对话的采样设置</translation>
+    </message>
+    <message>
+        <source>Loading the model…</source>
+        <translation>正在加载模型…</translation>
+    </message>
+    <message>
+        <source>No model is loaded — File ▸ Open model… (Ctrl+O)</source>
+        <translation>尚未加载模型 — 文件 ▸ 打开模型…（Ctrl+O）</translation>
+    </message>
+    <message>
+        <source>Untitled</source>
+        <translation>无标题</translation>
+    </message>
+    <message>
+        <source>New conversation</source>
+        <translation>新对话</translation>
+    </message>
+    <message>
+        <source>Could not create the conversation: %1</source>
+        <translation>无法创建对话：%1</translation>
+    </message>
+    <message>
+        <source>Could not save the message: %1</source>
+        <translation>无法保存消息：%1</translation>
+    </message>
+    <message>
+        <source>Could not save the reply: %1</source>
+        <translation>无法保存回复：%1</translation>
+    </message>
+    <message>
+        <source>Could not regenerate: %1</source>
+        <translation>无法重新生成：%1</translation>
+    </message>
+    <message>
+        <source>Could not save the edit: %1</source>
+        <translation>无法保存编辑：%1</translation>
+    </message>
+</context>
+<context>
+    <name>es::ChatStore</name>
+    <message>
+        <source>Could not start a transaction</source>
+        <translation>无法开始事务</translation>
+    </message>
+    <message>
+        <source>Could not commit a transaction</source>
+        <translation>无法提交事务</translation>
+    </message>
+    <message>
+        <source>The chat store was used from the wrong thread.</source>
+        <translation>在错误的线程中使用了对话存储。</translation>
+    </message>
+    <message>
+        <source>The chat database is not open.</source>
+        <translation>对话数据库未打开。</translation>
+    </message>
+    <message>
+        <source>Qt&apos;s SQLite driver (QSQLITE) is not installed.</source>
+        <translation>未安装 Qt 的 SQLite 驱动（QSQLITE）。</translation>
+    </message>
+    <message>
+        <source>the integrity check returned nothing</source>
+        <translation>完整性检查没有返回任何结果</translation>
+    </message>
+    <message numerus="yes">
+        <source>, and %n more problem(s)</source>
+        <translation>
+            <numerusform>，以及另外 %n 个问题</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>could not switch to WAL mode (journal_mode is %1)</source>
+        <translation>无法切换到 WAL 模式（journal_mode 为 %1）</translation>
+    </message>
+    <message>
+        <source>Could not open the chat database %1: %2</source>
+        <translation>无法打开对话数据库 %1：%2</translation>
+    </message>
+    <message>
+        <source>Could not read the chat database %1: %2</source>
+        <translation>无法读取对话数据库 %1：%2</translation>
+    </message>
+    <message>
+        <source>The chat database %1 is damaged (%2) and could not be moved aside; it was left as it is.</source>
+        <translation>对话数据库 %1 已损坏（%2），且无法移到一旁；已保持原样。</translation>
+    </message>
+    <message>
+        <source>Could not create a new chat database %1: %2</source>
+        <translation>无法创建新的对话数据库 %1：%2</translation>
+    </message>
+    <message>
+        <source>The chat database was damaged (%1). It was moved to %2 and a new, empty database was started. Conversations may be recoverable from the damaged copy with “sqlite3 &lt;copy&gt; .recover”.</source>
+        <translation>对话数据库已损坏（%1）。它已被移到 %2，并新建了一个空数据库。也许可以用“sqlite3 &lt;副本&gt; .recover”从损坏的副本中恢复对话。</translation>
+    </message>
+    <message>
+        <source>Could not set up the chat database %1: %2</source>
+        <translation>无法初始化对话数据库 %1：%2</translation>
+    </message>
+    <message>
+        <source>Could not enable foreign keys: %1</source>
+        <translation>无法启用外键：%1</translation>
+    </message>
+    <message>
+        <source>Could not set up the built-in presets: %1</source>
+        <translation>无法设置内置预设：%1</translation>
+    </message>
+    <message>
+        <source>Could not recover interrupted replies: %1</source>
+        <translation>无法恢复中断的回复：%1</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n reply(ies) cut off when ExpertScope last closed were kept as they were.</source>
+        <translation>
+            <numerusform>ExpertScope 上次关闭时被中断的 %n 条回复已按原样保留。</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Could not read the schema version: %1</source>
+        <translation>无法读取架构版本：%1</translation>
+    </message>
+    <message>
+        <source>The chat database %1 was written by a newer ExpertScope (schema v%2; this version reads up to v%3). It was left untouched.</source>
+        <translation>对话数据库 %1 由更新版本的 ExpertScope 写入（架构 v%2；此版本最高只能读取 v%3）。已保持原样，未作改动。</translation>
+    </message>
+    <message>
+        <source>Could not read the database schema: %1</source>
+        <translation>无法读取数据库架构：%1</translation>
+    </message>
+    <message>
+        <source>%1 is not an ExpertScope chat database (it has tables but no schema version). It was left untouched.</source>
+        <translation>%1 不是 ExpertScope 对话数据库（有数据表但没有架构版本）。已保持原样，未作改动。</translation>
+    </message>
+    <message>
+        <source>Could not back up the chat database to %1 before upgrading it: %2. It was not upgraded.</source>
+        <translation>升级前无法将对话数据库备份到 %1：%2。数据库未升级。</translation>
+    </message>
+    <message>
+        <source>foreign key check failed in table %1</source>
+        <translation>表 %1 的外键检查失败</translation>
+    </message>
+    <message>
+        <source>Upgrading the chat database to schema v%1 (%2) failed: %3. The database was left at schema v%4.</source>
+        <translation>将对话数据库升级到架构 v%1（%2）失败：%3。数据库仍为架构 v%4。</translation>
+    </message>
+    <message>
+        <source>A backup is at %1.</source>
+        <translation>备份位于 %1。</translation>
+    </message>
+    <message>
+        <source>The chat database was upgraded from schema v%1 to v%2; the previous version was saved as %3.</source>
+        <translation>对话数据库已从架构 v%1 升级到 v%2；旧版本已保存为 %3。</translation>
+    </message>
+    <message>
+        <source>(no copy: in memory)</source>
+        <translation>（无副本：位于内存中）</translation>
+    </message>
+    <message>
+        <source>Could not update a built-in preset</source>
+        <translation>无法更新内置预设</translation>
+    </message>
+    <message>
+        <source>Could not add a built-in preset</source>
+        <translation>无法添加内置预设</translation>
+    </message>
+    <message>
+        <source>Could not create a conversation</source>
+        <translation>无法创建对话</translation>
+    </message>
+    <message>
+        <source>Could not rename conversation %1</source>
+        <translation>无法重命名对话 %1</translation>
+    </message>
+    <message>
+        <source>There is no conversation %1</source>
+        <translation>不存在对话 %1</translation>
+    </message>
+    <message>
+        <source>Could not pin conversation %1</source>
+        <translation>无法置顶对话 %1</translation>
+    </message>
+    <message>
+        <source>Could not save the settings of conversation %1</source>
+        <translation>无法保存对话 %1 的设置</translation>
+    </message>
+    <message>
+        <source>Could not read conversation %1</source>
+        <translation>无法读取对话 %1</translation>
+    </message>
+    <message>
+        <source>Could not list conversations</source>
+        <translation>无法列出对话</translation>
+    </message>
+    <message>
+        <source>Could not read the messages of conversation %1</source>
+        <translation>无法读取对话 %1 的消息</translation>
+    </message>
+    <message>
+        <source>Could not delete conversation %1</source>
+        <translation>无法删除对话 %1</translation>
+    </message>
+    <message>
+        <source>Could not restore conversation %1</source>
+        <translation>无法恢复对话 %1</translation>
+    </message>
+    <message>
+        <source>Could not restore message %1</source>
+        <translation>无法恢复消息 %1</translation>
+    </message>
+    <message>
+        <source>Could not restore the metrics of message %1</source>
+        <translation>无法恢复消息 %1 的指标</translation>
+    </message>
+    <message>
+        <source>Could not restore the routing of message %1</source>
+        <translation>无法恢复消息 %1 的路由</translation>
+    </message>
+    <message>
+        <source>Could not update conversation %1</source>
+        <translation>无法更新对话 %1</translation>
+    </message>
+    <message>
+        <source>Search failed</source>
+        <translation>搜索失败</translation>
+    </message>
+    <message>
+        <source>There is no message %1</source>
+        <translation>不存在消息 %1</translation>
+    </message>
+    <message>
+        <source>Message %1 belongs to another conversation</source>
+        <translation>消息 %1 属于另一个对话</translation>
+    </message>
+    <message>
+        <source>Could not add a message to conversation %1</source>
+        <translation>无法向对话 %1 添加消息</translation>
+    </message>
+    <message>
+        <source>Could not read message %1</source>
+        <translation>无法读取消息 %1</translation>
+    </message>
+    <message>
+        <source>Could not select message %1</source>
+        <translation>无法选择消息 %1</translation>
+    </message>
+    <message>
+        <source>Message %1 is not in conversation %2</source>
+        <translation>消息 %1 不在对话 %2 中</translation>
+    </message>
+    <message>
+        <source>Could not follow the branch of message %1</source>
+        <translation>无法跟随消息 %1 的分支</translation>
+    </message>
+    <message>
+        <source>Could not read the path to message %1</source>
+        <translation>无法读取到消息 %1 的路径</translation>
+    </message>
+    <message>
+        <source>Could not read the replies to message %1</source>
+        <translation>无法读取对消息 %1 的回复</translation>
+    </message>
+    <message>
+        <source>Could not read the siblings of message %1</source>
+        <translation>无法读取消息 %1 的同级消息</translation>
+    </message>
+    <message>
+        <source>Message %1 is not a user message</source>
+        <translation>消息 %1 不是用户消息</translation>
+    </message>
+    <message>
+        <source>Message %1 is not an assistant reply</source>
+        <translation>消息 %1 不是助手回复</translation>
+    </message>
+    <message>
+        <source>Could not save the reply so far</source>
+        <translation>无法保存当前已生成的回复</translation>
+    </message>
+    <message>
+        <source>Message %1 is not a reply in progress</source>
+        <translation>消息 %1 不是正在生成的回复</translation>
+    </message>
+    <message>
+        <source>Could not save reply %1</source>
+        <translation>无法保存回复 %1</translation>
+    </message>
+    <message>
+        <source>Could not save the metrics of reply %1</source>
+        <translation>无法保存回复 %1 的指标</translation>
+    </message>
+    <message>
+        <source>Could not save the routing of reply %1</source>
+        <translation>无法保存回复 %1 的路由</translation>
+    </message>
+    <message>
+        <source>Could not look for interrupted replies</source>
+        <translation>无法查找中断的回复</translation>
+    </message>
+    <message>
+        <source>Could not mark interrupted replies</source>
+        <translation>无法标记中断的回复</translation>
+    </message>
+    <message>
+        <source>Could not read the metrics of message %1</source>
+        <translation>无法读取消息 %1 的指标</translation>
+    </message>
+    <message>
+        <source>Could not read the routing of message %1</source>
+        <translation>无法读取消息 %1 的路由</translation>
+    </message>
+    <message>
+        <source>Could not save the profile of message %1</source>
+        <translation>无法保存消息 %1 的性能剖析数据</translation>
+    </message>
+    <message>
+        <source>Could not save the routing of message %1</source>
+        <translation>无法保存消息 %1 的路由</translation>
+    </message>
+    <message>
+        <source>Could not read the profile of message %1</source>
+        <translation>无法读取消息 %1 的性能剖析数据</translation>
+    </message>
+    <message>
+        <source>The stored profile of message %1 is damaged</source>
+        <translation>消息 %1 已保存的性能剖析数据已损坏</translation>
+    </message>
+    <message>
+        <source>Could not read the presets</source>
+        <translation>无法读取预设</translation>
+    </message>
+    <message>
+        <source>There is no preset %1</source>
+        <translation>不存在预设 %1</translation>
+    </message>
+    <message>
+        <source>A preset needs a name</source>
+        <translation>预设需要一个名称</translation>
+    </message>
+    <message>
+        <source>Could not add preset %1</source>
+        <translation>无法添加预设 %1</translation>
+    </message>
+    <message>
+        <source>Could not save preset %1</source>
+        <translation>无法保存预设 %1</translation>
+    </message>
+    <message>
+        <source>Preset %1 does not exist or is built in (built-in presets cannot be changed; duplicate one instead)</source>
+        <translation>预设 %1 不存在或为内置预设（内置预设不能修改；请复制一份再改）</translation>
+    </message>
+    <message>
+        <source>Could not delete preset %1</source>
+        <translation>无法删除预设 %1</translation>
+    </message>
+    <message>
+        <source>Preset %1 does not exist or is built in (built-in presets cannot be deleted)</source>
+        <translation>预设 %1 不存在或为内置预设（内置预设不能删除）</translation>
+    </message>
+    <message>
+        <source>The new preset order must list every preset exactly once</source>
+        <translation>新的预设顺序必须恰好列出每个预设一次</translation>
+    </message>
+    <message>
+        <source>Could not reorder the presets</source>
+        <translation>无法重新排列预设</translation>
+    </message>
+    <message>
+        <source>Could not import presets</source>
+        <translation>无法导入预设</translation>
+    </message>
+    <message>
+        <source>Could not import preset %1</source>
+        <translation>无法导入预设 %1</translation>
+    </message>
+    <message>
+        <source>Could not save the benchmark run</source>
+        <translation>无法保存基准测试结果</translation>
+    </message>
+    <message>
+        <source>Could not read the benchmark runs</source>
+        <translation>无法读取基准测试结果</translation>
+    </message>
+</context>
+<context>
+    <name>es::CompareView</name>
+    <message>
+        <source>Selected → A</source>
+        <translation>所选 → A</translation>
+    </message>
+    <message>
+        <source>Selected → B</source>
+        <translation>所选 → B</translation>
+    </message>
+    <message>
+        <source>Swap</source>
+        <translation>交换</translation>
+    </message>
+    <message>
+        <source>Compare the message selected in the chat (click a message&apos;s header) as A</source>
+        <translation>将对话中选中的消息（点击消息标题栏）作为 A 进行比较</translation>
+    </message>
+    <message>
+        <source>Compare the message selected in the chat as B</source>
+        <translation>将对话中选中的消息作为 B 进行比较</translation>
+    </message>
+    <message>
+        <source>A: none — select a message</source>
+        <translation>A：无 — 请选择一条消息</translation>
+    </message>
+    <message>
+        <source>B: none — select a message</source>
+        <translation>B：无 — 请选择一条消息</translation>
+    </message>
+    <message>
+        <source>layer</source>
+        <translation>层</translation>
+    </message>
+    <message>
+        <source>expert</source>
+        <translation>专家</translation>
+    </message>
+    <message>
+        <source>JS divergence (nats)</source>
+        <translation>JS 散度（nat）</translation>
+    </message>
+    <message>
+        <source>ln 2 (disjoint)</source>
+        <translation>ln 2（不重叠）</translation>
+    </message>
+    <message>
+        <source>L%1</source>
+        <translation>L%1</translation>
+    </message>
+    <message>
+        <source>L%1 dense</source>
+        <translation>L%1 稠密</translation>
+    </message>
+    <message>
+        <source>S%1</source>
+        <translation>S%1</translation>
+    </message>
+    <message>
+        <source>A: none — select a message and press “Selected → A”</source>
+        <translation>A：无 — 请选择一条消息，然后点击“所选 → A”</translation>
+    </message>
+    <message>
+        <source>A: %1</source>
+        <translation>A：%1</translation>
+    </message>
+    <message>
+        <source>B: none — select a message and press “Selected → B”</source>
+        <translation>B：无 — 请选择一条消息，然后点击“所选 → B”</translation>
+    </message>
+    <message>
+        <source>B: %1</source>
+        <translation>B：%1</translation>
+    </message>
+    <message>
+        <source>L%1
+dense</source>
+        <translation>L%1
+稠密</translation>
+    </message>
+    <message>
+        <source>Pick two messages to compare their routing.</source>
+        <translation>选择两条消息来比较它们的路由。</translation>
+    </message>
+    <message>
+        <source>Mean JS divergence over %1 MoE layers: %2 nats (%3% of ln 2)</source>
+        <translation>%1 个 MoE 层的平均 JS 散度：%2 nat（为 ln 2 的 %3%）</translation>
+    </message>
+</context>
+<context>
+    <name>es::Composer</name>
+    <message>
+        <source>Message the model — Enter to send, Shift+Enter for a new line, Esc to stop</source>
+        <translation>给模型发消息 — Enter 发送，Shift+Enter 换行，Esc 停止</translation>
+    </message>
+    <message>
+        <source>Send</source>
+        <translation>发送</translation>
+    </message>
+    <message>
+        <source>Send (Enter)</source>
+        <translation>发送（Enter）</translation>
+    </message>
+    <message>
+        <source>Stop</source>
+        <translation>停止</translation>
+    </message>
+    <message>
+        <source>Stop generating (Esc)</source>
+        <translation>停止生成（Esc）</translation>
+    </message>
+</context>
+<context>
+    <name>es::ConversationListModel</name>
+    <message>
+        <source>New conversation</source>
+        <translation>新对话</translation>
+    </message>
+</context>
+<context>
+    <name>es::ConversationSidebar</name>
+    <message>
+        <source>Search conversations (Ctrl+F)</source>
+        <translation>搜索对话（Ctrl+F）</translation>
+    </message>
+    <message>
+        <source>New conversation (Ctrl+N)</source>
+        <translation>新建对话（Ctrl+N）</translation>
+    </message>
+    <message>
+        <source>Undo</source>
+        <translation>撤销</translation>
+    </message>
+    <message>
+        <source>Rename…</source>
+        <translation>重命名…</translation>
+    </message>
+    <message>
+        <source>Pin / unpin</source>
+        <translation>置顶 / 取消置顶</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Rename conversation</source>
+        <translation>重命名对话</translation>
+    </message>
+    <message>
+        <source>Title:</source>
+        <translation>标题：</translation>
+    </message>
+    <message>
+        <source>Deleted “%1”</source>
+        <translation>已删除“%1”</translation>
+    </message>
+</context>
+<context>
+    <name>es::EngineSession</name>
+    <message>
+        <source>CPU: weights %1 + KV cache %2 of %3 RAM — fits</source>
+        <translation>CPU：权重 %1 + KV 缓存 %2，内存共 %3 — 放得下</translation>
+    </message>
+    <message>
+        <source>CPU: weights %1 + KV cache %2 of %3 RAM — does not fit</source>
+        <translation>CPU：权重 %1 + KV 缓存 %2，内存共 %3 — 放不下</translation>
+    </message>
+</context>
+<context>
+    <name>es::LatencyView</name>
+    <message>
+        <source>No reply yet.</source>
+        <translation>还没有回复。</translation>
+    </message>
+    <message>
+        <source>token of the reply</source>
+        <translation>回复中的 token</translation>
+    </message>
+    <message>
+        <source>ITL (ms)</source>
+        <translation>ITL（ms）</translation>
+    </message>
+    <message>
+        <source>seconds since the first token</source>
+        <translation>距首个 token 的秒数</translation>
+    </message>
+    <message>
+        <source>tok/s</source>
+        <translation>tok/s</translation>
+    </message>
+    <message>
+        <source>reply in the conversation</source>
+        <translation>对话中的回复</translation>
+    </message>
+    <message>
+        <source>TTFT (ms)</source>
+        <translation>TTFT（ms）</translation>
+    </message>
+    <message>
+        <source>Orange: the reply shown above.</source>
+        <translation>橙色：上方显示的回复。</translation>
+    </message>
+    <message>
+        <source>ms</source>
+        <translation>ms</translation>
+    </message>
+    <message>
+        <source>attention</source>
+        <translation>注意力</translation>
+    </message>
+    <message>
+        <source>MoE</source>
+        <translation>MoE</translation>
+    </message>
+    <message>
+        <source>dense
+GEMM</source>
+        <translation>稠密
+GEMM</translation>
+    </message>
+    <message>
+        <source>sampling</source>
+        <translation>采样</translation>
+    </message>
+    <message>
+        <source>other</source>
+        <translation>其他</translation>
+    </message>
+    <message>
+        <source>%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · phases: attention %8%, MoE %9%, dense %10%, sampling %11%, other %12% of %13 ms over %14 steps</source>
+        <translation>%1 %2 个 token · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · 各阶段：注意力 %8%，MoE %9%，稠密 %10%，采样 %11%，其他 %12%，共 %13 ms，%14 步</translation>
+    </message>
+    <message>
+        <source>Streaming:</source>
+        <translation>生成中：</translation>
+    </message>
+    <message>
+        <source>Reply:</source>
+        <translation>回复：</translation>
+    </message>
+</context>
+<context>
+    <name>es::MainWindow</name>
+    <message>
+        <source>ExpertScope</source>
+        <translation>ExpertScope</translation>
+    </message>
+    <message>
+        <source>No model</source>
+        <translation>未加载模型</translation>
+    </message>
+    <message>
+        <source>Memory the engine uses: weights + KV cache blocks in use + workspace, of the device total</source>
+        <translation>引擎使用的内存：权重 + 使用中的 KV 缓存块 + 工作区，占设备总量的比例</translation>
+    </message>
+    <message>
+        <source>Decode speed: generated tokens per second over the last half second</source>
+        <translation>解码速度：最近半秒内每秒生成的 token 数</translation>
+    </message>
+    <message>
+        <source>Profiler</source>
+        <translation>性能分析</translation>
+    </message>
+    <message>
+        <source>Loading %1…</source>
+        <translation>正在加载 %1…</translation>
+    </message>
+    <message>
+        <source>Loading the model: %1</source>
+        <translation>正在加载模型：%1</translation>
+    </message>
+    <message>
+        <source>The model could not be loaded</source>
+        <translation>无法加载模型</translation>
+    </message>
+    <message>
+        <source>&lt;p&gt;Loading &lt;b&gt;%1&lt;/b&gt; failed:&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</source>
+        <translation>&lt;p&gt;加载 &lt;b&gt;%1&lt;/b&gt; 失败：&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</translation>
+    </message>
+    <message>
+        <source>&amp;File</source>
+        <translation>文件(&amp;F)</translation>
+    </message>
+    <message>
+        <source>&amp;Open model…</source>
+        <translation>打开模型(&amp;O)…</translation>
+    </message>
+    <message>
+        <source>&amp;New conversation</source>
+        <translation>新建对话(&amp;N)</translation>
+    </message>
+    <message>
+        <source>&amp;Quit</source>
+        <translation>退出(&amp;Q)</translation>
+    </message>
+    <message>
+        <source>&amp;Edit</source>
+        <translation>编辑(&amp;E)</translation>
+    </message>
+    <message>
+        <source>&amp;Find conversations</source>
+        <translation>查找对话(&amp;F)</translation>
+    </message>
+    <message>
+        <source>&amp;Rename conversation…</source>
+        <translation>重命名对话(&amp;R)…</translation>
+    </message>
+    <message>
+        <source>&amp;Pin or unpin conversation</source>
+        <translation>置顶或取消置顶对话(&amp;P)</translation>
+    </message>
+    <message>
+        <source>&amp;Delete conversation</source>
+        <translation>删除对话(&amp;D)</translation>
+    </message>
+    <message>
+        <source>&amp;Undo delete</source>
+        <translation>撤销删除(&amp;U)</translation>
+    </message>
+    <message>
+        <source>&amp;View</source>
+        <translation>视图(&amp;V)</translation>
+    </message>
+    <message>
+        <source>Add a &amp;pane (compare)</source>
+        <translation>添加窗格（对比）(&amp;P)</translation>
+    </message>
+    <message>
+        <source>&amp;Close pane</source>
+        <translation>关闭窗格(&amp;C)</translation>
+    </message>
+    <message>
+        <source>&amp;Send to all panes</source>
+        <translation>发送到所有窗格(&amp;S)</translation>
+    </message>
+    <message>
+        <source>A message sent in one pane is sent in every pane, each with its own preset</source>
+        <translation>在一个窗格中发送的消息会发送到每个窗格，各窗格使用各自的预设</translation>
+    </message>
+    <message>
+        <source>&amp;Profiler</source>
+        <translation>性能分析(&amp;P)</translation>
+    </message>
+    <message>
+        <source>&amp;Presets</source>
+        <translation>预设(&amp;P)</translation>
+    </message>
+    <message>
+        <source>&amp;Model</source>
+        <translation>模型(&amp;M)</translation>
+    </message>
+    <message>
+        <source>&amp;Backend</source>
+        <translation>后端(&amp;B)</translation>
+    </message>
+    <message>
+        <source>Automatic (GPU when usable)</source>
+        <translation>自动（可用时使用 GPU）</translation>
+    </message>
+    <message>
+        <source>CUDA GPU</source>
+        <translation>CUDA GPU</translation>
+    </message>
+    <message>
+        <source>CPU</source>
+        <translation>CPU</translation>
+    </message>
+    <message>
+        <source>&amp;Precision (GPU)</source>
+        <translation>精度（GPU）(&amp;P)</translation>
+    </message>
+    <message>
+        <source>FP8 (E4M3 weights)</source>
+        <translation>FP8（E4M3 权重）</translation>
+    </message>
+    <message>
+        <source>BF16</source>
+        <translation>BF16</translation>
+    </message>
+    <message>
+        <source>&amp;Help</source>
+        <translation>帮助(&amp;H)</translation>
+    </message>
+    <message>
+        <source>&amp;About ExpertScope</source>
+        <translation>关于 ExpertScope(&amp;A)</translation>
+    </message>
+    <message>
+        <source>About ExpertScope</source>
+        <translation>关于 ExpertScope</translation>
+    </message>
+    <message>
+        <source>&lt;p&gt;&lt;b&gt;ExpertScope&lt;/b&gt; %1&lt;/p&gt;&lt;p&gt;Chat with ERNIE-4.5 models and see inside them while they answer.&lt;/p&gt;&lt;p&gt;Licensed under the GNU GPL, version 3 or later.&lt;/p&gt;</source>
+        <translation>&lt;p&gt;&lt;b&gt;ExpertScope&lt;/b&gt; %1&lt;/p&gt;&lt;p&gt;与 ERNIE-4.5 模型对话，并在它回答时观察其内部。&lt;/p&gt;&lt;p&gt;依据 GNU GPL 第 3 版或更高版本授权。&lt;/p&gt;</translation>
+    </message>
+    <message>
+        <source>&amp;Manage presets…</source>
+        <translation>管理预设(&amp;M)…</translation>
+    </message>
+    <message>
+        <source>&amp;Sampling settings of this conversation…</source>
+        <translation>本对话的采样设置(&amp;S)…</translation>
+    </message>
+    <message>
+        <source>No preset</source>
+        <translation>无预设</translation>
+    </message>
+    <message>
+        <source>Open a model folder (config.json + safetensors)</source>
+        <translation>打开模型文件夹（config.json + safetensors）</translation>
+    </message>
+    <message>
+        <source>Not a model folder</source>
+        <translation>不是模型文件夹</translation>
+    </message>
+    <message>
+        <source>The model may not fit</source>
+        <translation>模型可能放不下</translation>
+    </message>
+    <message>
+        <source>&lt;p&gt;%1&lt;/p&gt;&lt;p&gt;Loading may fail or make the system swap. Load anyway?&lt;/p&gt;</source>
+        <translation>&lt;p&gt;%1&lt;/p&gt;&lt;p&gt;加载可能会失败，或导致系统使用交换空间。仍要加载吗？&lt;/p&gt;</translation>
+    </message>
+    <message>
+        <source>%1 — MoE, %2 experts (top-%3), %4 layers</source>
+        <translation>%1 — MoE，%2 个专家（top-%3），%4 层</translation>
+    </message>
+    <message>
+        <source>%1 — dense, %2 layers</source>
+        <translation>%1 — 稠密，%2 层</translation>
+    </message>
+    <message>
+        <source>Memory %1 / %2</source>
+        <translation>内存 %1 / %2</translation>
+    </message>
+    <message>
+        <source>%1 tok/s</source>
+        <translation>%1 tok/s</translation>
+    </message>
+    <message>
+        <source>idle</source>
+        <translation>空闲</translation>
+    </message>
+</context>
+<context>
+    <name>es::MemoryUsageView</name>
+    <message>
+        <source>No model loaded.</source>
+        <translation>未加载模型。</translation>
+    </message>
+    <message>
+        <source>seconds</source>
+        <translation>秒</translation>
+    </message>
+    <message>
+        <source>GiB</source>
+        <translation>GiB</translation>
+    </message>
+    <message>
+        <source>weights</source>
+        <translation>权重</translation>
+    </message>
+    <message>
+        <source>KV cache</source>
+        <translation>KV 缓存</translation>
+    </message>
+    <message>
+        <source>workspace</source>
+        <translation>工作区</translation>
+    </message>
+    <message>
+        <source>free</source>
+        <translation>空闲</translation>
+    </message>
+    <message>
+        <source>Stack free memory on top</source>
+        <translation>将空闲内存堆叠在最上方</translation>
+    </message>
+    <message>
+        <source>With the CPU backend, free is the machine&apos;s available RAM and can dwarf the rest</source>
+        <translation>使用 CPU 后端时，空闲量是本机的可用内存，可能远大于其他各项</translation>
+    </message>
+    <message>
+        <source>ratio</source>
+        <translation>比率</translation>
+    </message>
+    <message>
+        <source>fragmentation</source>
+        <translation>碎片率</translation>
+    </message>
+    <message>
+        <source>KV waste</source>
+        <translation>KV 浪费</translation>
+    </message>
+    <message>
+        <source>In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device %6 total, %7 free · allocator reserved %8, in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 used / %14 cached / %15 free (%16 per cell)</source>
+        <translation>使用中 %1（权重 %2，KV %3 / 池 %4，工作区 %5）· 设备总量 %6，空闲 %7 · 分配器已预留 %8，使用中 %9，最大空闲块 %10 · 碎片率 %11 · KV 浪费 %12 · KV 块：已用 %13 / 已缓存 %14 / 空闲 %15（每格 %16）</translation>
+    </message>
+</context>
+<context>
+    <name>es::MessageWidget</name>
+    <message>
+        <source>Click to show this message&apos;s profile in the profiler</source>
+        <translation>点击以在性能分析器中显示此消息的性能数据</translation>
+    </message>
+    <message>
+        <source>Previous version</source>
+        <translation>上一版本</translation>
+    </message>
+    <message>
+        <source>Next version</source>
+        <translation>下一版本</translation>
+    </message>
+    <message>
+        <source>Copy</source>
+        <translation>复制</translation>
+    </message>
+    <message>
+        <source>Copy this message as Markdown</source>
+        <translation>以 Markdown 格式复制此消息</translation>
+    </message>
+    <message>
+        <source>Edit</source>
+        <translation>编辑</translation>
+    </message>
+    <message>
+        <source>Edit this message and send it again (the original stays as a branch)</source>
+        <translation>编辑此消息并重新发送（原消息保留为一个分支）</translation>
+    </message>
+    <message>
+        <source>Regenerate</source>
+        <translation>重新生成</translation>
+    </message>
+    <message>
+        <source>Generate another reply (the current one stays as a branch)</source>
+        <translation>生成另一个回复（当前回复保留为一个分支）</translation>
+    </message>
+    <message>
+        <source>Save &amp;&amp; send</source>
+        <translation>保存并发送</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
+    </message>
+    <message>
+        <source>generating…</source>
+        <translation>生成中…</translation>
+    </message>
+    <message>
+        <source>interrupted (the app closed mid-reply)</source>
+        <translation>已中断（应用在回复中途关闭）</translation>
+    </message>
+    <message>
+        <source>failed: %1</source>
+        <translation>失败：%1</translation>
+    </message>
+    <message>
+        <source>stopped</source>
+        <translation>已停止</translation>
+    </message>
+    <message>
+        <source>cut at the token limit</source>
+        <translation>已达到 token 上限而截断</translation>
+    </message>
+    <message>
+        <source>You</source>
+        <translation>你</translation>
+    </message>
+    <message>
+        <source>Assistant</source>
+        <translation>助手</translation>
+    </message>
+    <message>
+        <source>System</source>
+        <translation>系统</translation>
+    </message>
+</context>
+<context>
+    <name>es::PresetBar</name>
+    <message>
+        <source>Manage presets…</source>
+        <translation>管理预设…</translation>
+    </message>
+    <message>
+        <source>Create, edit, reorder, import and export presets</source>
+        <translation>创建、编辑、排序、导入和导出预设</translation>
+    </message>
+    <message>
+        <source>Preset. Applies the prefix %1</source>
+        <translation>预设。应用前缀 %1</translation>
+    </message>
+    <message>
+        <source>Prefix:</source>
+        <translation>前缀：</translation>
+    </message>
+    <message>
+        <source>(none)</source>
+        <translation>（无）</translation>
+    </message>
+    <message>
+        <source>System prompt:</source>
+        <translation>系统提示词：</translation>
+    </message>
+    <message>
+        <source>Sampling:</source>
+        <translation>采样：</translation>
+    </message>
+    <message>
+        <source>Shortcut:</source>
+        <translation>快捷键：</translation>
+    </message>
+    <message>
+        <source>Built-in preset.</source>
+        <translation>内置预设。</translation>
+    </message>
+</context>
+<context>
+    <name>es::PresetEditorDialog</name>
+    <message>
+        <source>Presets[*]</source>
+        <translation>预设[*]</translation>
+    </message>
+    <message>
+        <source>&amp;Presets (in preset-bar order):</source>
+        <translation>预设（按预设栏中的顺序）(&amp;P)：</translation>
+    </message>
+    <message>
+        <source>&amp;Add</source>
+        <translation>添加(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Add a new preset (%1)</source>
+        <translation>添加新预设（%1）</translation>
+    </message>
+    <message>
+        <source>D&amp;uplicate</source>
+        <translation>复制(&amp;U)</translation>
+    </message>
+    <message>
+        <source>Copy the selected preset as a new preset of yours (built-ins too)</source>
+        <translation>将所选预设复制为你自己的新预设（内置预设也可以）</translation>
+    </message>
+    <message>
+        <source>&amp;Delete</source>
+        <translation>删除(&amp;D)</translation>
+    </message>
+    <message>
+        <source>Delete the selected preset (built-in presets cannot be deleted)</source>
+        <translation>删除所选预设（内置预设不能删除）</translation>
+    </message>
+    <message>
+        <source>Move up in the preset bar (Alt+Up)</source>
+        <translation>在预设栏中上移（Alt+Up）</translation>
+    </message>
+    <message>
+        <source>Move up</source>
+        <translation>上移</translation>
+    </message>
+    <message>
+        <source>Move down in the preset bar (Alt+Down)</source>
+        <translation>在预设栏中下移（Alt+Down）</translation>
+    </message>
+    <message>
+        <source>Move down</source>
+        <translation>下移</translation>
+    </message>
+    <message>
+        <source>&amp;Import…</source>
+        <translation>导入(&amp;I)…</translation>
+    </message>
+    <message>
+        <source>Add the presets of an ExpertScope preset file (JSON)</source>
+        <translation>添加 ExpertScope 预设文件（JSON）中的预设</translation>
+    </message>
+    <message>
+        <source>E&amp;xport…</source>
+        <translation>导出(&amp;X)…</translation>
+    </message>
+    <message>
+        <source>Save every preset, in this order, to a JSON file</source>
+        <translation>按当前顺序将所有预设保存到 JSON 文件</translation>
+    </message>
+    <message>
+        <source>Built-in preset: read-only. Use Duplicate to make an editable copy.</source>
+        <translation>内置预设：只读。使用“复制”可得到一份可编辑的副本。</translation>
+    </message>
+    <message>
+        <source>The chip&apos;s label in the preset bar</source>
+        <translation>该预设在预设栏中显示的标签</translation>
+    </message>
+    <message>
+        <source>e.g. 【技术解析模式】</source>
+        <translation>例如 【技术解析模式】</translation>
+    </message>
+    <message>
+        <source>Put at the start of your message when the preset is applied</source>
+        <translation>应用预设时放在消息开头</translation>
+    </message>
+    <message>
+        <source>Optional: instructions the model reads before the conversation</source>
+        <translation>可选：模型在对话开始前读取的指令</translation>
+    </message>
+    <message>
+        <source>The system prompt; empty for none</source>
+        <translation>系统提示词；留空表示不使用</translation>
+    </message>
+    <message>
+        <source>&amp;Name:</source>
+        <translation>名称(&amp;N)：</translation>
+    </message>
+    <message>
+        <source>P&amp;refix:</source>
+        <translation>前缀(&amp;R)：</translation>
+    </message>
+    <message>
+        <source>S&amp;ystem prompt:</source>
+        <translation>系统提示词(&amp;Y)：</translation>
+    </message>
+    <message>
+        <source>Sampling (unchecked: the model&apos;s default)</source>
+        <translation>采样（未勾选：使用模型默认值）</translation>
+    </message>
+    <message>
+        <source>Re&amp;vert</source>
+        <translation>还原(&amp;V)</translation>
+    </message>
+    <message>
+        <source>Discard the unsaved changes to this preset</source>
+        <translation>放弃对此预设的未保存修改</translation>
+    </message>
+    <message>
+        <source>&amp;Save</source>
+        <translation>保存(&amp;S)</translation>
+    </message>
+    <message>
+        <source>Save the changes to this preset (%1)</source>
+        <translation>保存对此预设的修改（%1）</translation>
+    </message>
+    <message>
+        <source>Built-in presets are read-only: duplicate this one to change it</source>
+        <translation>内置预设是只读的：请复制一份再修改</translation>
+    </message>
+    <message>
+        <source>New preset</source>
+        <translation>新预设</translation>
+    </message>
+    <message>
+        <source>Add preset</source>
+        <translation>添加预设</translation>
+    </message>
+    <message>
+        <source>Could not add a preset.</source>
+        <translation>无法添加预设。</translation>
+    </message>
+    <message>
+        <source>Added “%1”.</source>
+        <translation>已添加“%1”。</translation>
+    </message>
+    <message>
+        <source>%1 (copy)</source>
+        <translation>%1（副本）</translation>
+    </message>
+    <message>
+        <source>Duplicate preset</source>
+        <translation>复制预设</translation>
+    </message>
+    <message>
+        <source>Could not duplicate “%1”.</source>
+        <translation>无法复制“%1”。</translation>
+    </message>
+    <message>
+        <source>The copy was added at the end: %1</source>
+        <translation>副本已添加到末尾：%1</translation>
+    </message>
+    <message>
+        <source>Duplicated “%1”.</source>
+        <translation>已复制“%1”。</translation>
+    </message>
+    <message>
+        <source>Delete preset</source>
+        <translation>删除预设</translation>
+    </message>
+    <message>
+        <source>Could not delete “%1”.</source>
+        <translation>无法删除“%1”。</translation>
+    </message>
+    <message>
+        <source>Deleted “%1”.</source>
+        <translation>已删除“%1”。</translation>
+    </message>
+    <message>
+        <source>Move preset</source>
+        <translation>移动预设</translation>
+    </message>
+    <message>
+        <source>Could not change the order.</source>
+        <translation>无法更改顺序。</translation>
+    </message>
+    <message>
+        <source>Save preset</source>
+        <translation>保存预设</translation>
+    </message>
+    <message>
+        <source>A preset needs a name.</source>
+        <translation>预设需要一个名称。</translation>
+    </message>
+    <message>
+        <source>Could not save “%1”.</source>
+        <translation>无法保存“%1”。</translation>
+    </message>
+    <message>
+        <source>Saved “%1”.</source>
+        <translation>已保存“%1”。</translation>
+    </message>
+    <message>
+        <source>Import presets</source>
+        <translation>导入预设</translation>
+    </message>
+    <message>
+        <source>Could not read “%1”: %2</source>
+        <translation>无法读取“%1”：%2</translation>
+    </message>
+    <message>
+        <source>“%1” is too large to be a preset file (%2 MB).</source>
+        <translation>“%1”太大，不可能是预设文件（%2 MB）。</translation>
+    </message>
+    <message>
+        <source>Could not import presets from “%1”: %2</source>
+        <translation>无法从“%1”导入预设：%2</translation>
+    </message>
+    <message>
+        <source>“%1” holds no presets.</source>
+        <translation>“%1”中没有预设。</translation>
+    </message>
+    <message>
+        <source>Nothing imported from “%1”: all its presets (%2) are already here.</source>
+        <translation>没有从“%1”导入任何内容：其中的预设（%2 个）已全部存在。</translation>
+    </message>
+    <message>
+        <source>Presets imported from “%1”: %2 added, %3 already here.</source>
+        <translation>已从“%1”导入预设：新增 %2 个，%3 个已存在。</translation>
+    </message>
+    <message>
+        <source>Export presets</source>
+        <translation>导出预设</translation>
+    </message>
+    <message>
+        <source>Could not write “%1”: %2</source>
+        <translation>无法写入“%1”：%2</translation>
+    </message>
+    <message>
+        <source>Exported all presets (%1) to “%2”.</source>
+        <translation>已将全部预设（%1 个）导出到“%2”。</translation>
+    </message>
+    <message>
+        <source>ExpertScope presets (*.json);;All files (*)</source>
+        <translation>ExpertScope 预设 (*.json);;所有文件 (*)</translation>
+    </message>
+    <message>
+        <source>ExpertScope presets (*.json)</source>
+        <translation>ExpertScope 预设 (*.json)</translation>
+    </message>
+    <message>
+        <source>Delete the preset “%1”? This cannot be undone.</source>
+        <translation>删除预设“%1”？此操作无法撤销。</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>Unsaved changes</source>
+        <translation>未保存的修改</translation>
+    </message>
+    <message>
+        <source>The preset “%1” has unsaved changes.</source>
+        <translation>预设“%1”有未保存的修改。</translation>
+    </message>
+    <message>
+        <source>Save them before leaving it?</source>
+        <translation>离开前要保存吗？</translation>
+    </message>
+</context>
+<context>
+    <name>es::PresetListModel</name>
+    <message>
+        <source>(unnamed)</source>
+        <translation>（未命名）</translation>
+    </message>
+    <message>
+        <source>Built-in preset (read-only): duplicate it to make your own version.</source>
+        <translation>内置预设（只读）：复制它即可得到你自己的版本。</translation>
+    </message>
+    <message>
+        <source>Your preset.</source>
+        <translation>你的预设。</translation>
+    </message>
+    <message>
+        <source>Prefix: %1</source>
+        <translation>前缀：%1</translation>
+    </message>
+    <message>
+        <source>Sampling: %1</source>
+        <translation>采样：%1</translation>
+    </message>
+    <message>
+        <source>Built-in, read-only</source>
+        <translation>内置，只读</translation>
+    </message>
+</context>
+<context>
+    <name>es::Presets</name>
+    <message>
+        <source>Not a JSON file: %1 at byte %2.</source>
+        <translation>不是 JSON 文件：%1，位于第 %2 字节。</translation>
+    </message>
+    <message>
+        <source>Not a preset file: expected a JSON object.</source>
+        <translation>不是预设文件：应为 JSON 对象。</translation>
+    </message>
+    <message>
+        <source>Not a preset file: &quot;format&quot; should be &quot;%1&quot;.</source>
+        <translation>不是预设文件：&quot;format&quot; 应为 &quot;%1&quot;。</translation>
+    </message>
+    <message>
+        <source>Preset file: &quot;version&quot; should be a positive integer.</source>
+        <translation>预设文件：&quot;version&quot; 应为正整数。</translation>
+    </message>
+    <message>
+        <source>The preset file was made by a newer ExpertScope (format version %1; this version reads up to %2).</source>
+        <translation>该预设文件由更新版本的 ExpertScope 创建（格式版本 %1；此版本最高只能读取 %2）。</translation>
+    </message>
+    <message>
+        <source>Preset file: &quot;presets&quot; should be an array.</source>
+        <translation>预设文件：&quot;presets&quot; 应为数组。</translation>
+    </message>
+    <message>
+        <source>Preset %1: &quot;name&quot; should be a non-empty string.</source>
+        <translation>预设 %1：&quot;name&quot; 应为非空字符串。</translation>
+    </message>
+    <message>
+        <source>Preset %1: &quot;%2&quot; should be a string.</source>
+        <translation>预设 %1：&quot;%2&quot; 应为字符串。</translation>
+    </message>
+    <message>
+        <source>Preset %1: &quot;sampling&quot; should be an object.</source>
+        <translation>预设 %1：&quot;sampling&quot; 应为对象。</translation>
+    </message>
+</context>
+<context>
+    <name>es::ProfilerPanel</name>
+    <message>
+        <source>Routing</source>
+        <translation>路由</translation>
+    </message>
+    <message>
+        <source>Compare</source>
+        <translation>对比</translation>
+    </message>
+    <message>
+        <source>Latency</source>
+        <translation>延迟</translation>
+    </message>
+    <message>
+        <source>Memory</source>
+        <translation>内存</translation>
+    </message>
+    <message>
+        <source>Which experts each layer routes tokens to</source>
+        <translation>每层把 token 路由到哪些专家</translation>
+    </message>
+    <message>
+        <source>Two messages&apos; routing side by side, with the per-layer Jensen–Shannon divergence</source>
+        <translation>两条消息的路由并排对比，以及每层的 Jensen–Shannon 散度</translation>
+    </message>
+    <message>
+        <source>TTFT, inter-token latency, tok/s and engine time per phase</source>
+        <translation>TTFT、token 间延迟、tok/s 以及引擎各阶段耗时</translation>
+    </message>
+    <message>
+        <source>Weights, KV cache, workspace and free memory; fragmentation; the KV block map</source>
+        <translation>权重、KV 缓存、工作区和空闲内存；碎片率；KV 块图</translation>
+    </message>
+    <message>
+        <source>Live: the engine&apos;s last %1 steps, %2 token-slots</source>
+        <translation>实时：引擎最近 %1 步，%2 个 token 槽位</translation>
+    </message>
+    <message>
+        <source>Message #%1</source>
+        <translation>消息 #%1</translation>
+    </message>
+    <message>
+        <source>The reply streaming now</source>
+        <translation>正在生成的回复</translation>
+    </message>
+    <message>
+        <source>The last reply</source>
+        <translation>最近一条回复</translation>
+    </message>
+    <message>
+        <source>No message selected (click a message&apos;s header)</source>
+        <translation>未选择消息（点击消息的标题栏）</translation>
+    </message>
+    <message>
+        <source>%1: %2 token-slots</source>
+        <translation>%1：%2 个 token 槽位</translation>
+    </message>
+    <message>
+        <source>Conversation: %1 finished replies on the active branch, %2 token-slots</source>
+        <translation>对话：当前分支上 %1 条已完成的回复，%2 个 token 槽位</translation>
+    </message>
+    <message>
+        <source>No conversation</source>
+        <translation>无对话</translation>
+    </message>
+    <message>
+        <source>#%1 “%2”</source>
+        <translation>#%1“%2”</translation>
+    </message>
+</context>
+<context>
+    <name>es::RoutingView</name>
+    <message>
+        <source>Live (recent engine steps)</source>
+        <translation>实时（最近的引擎步）</translation>
+    </message>
+    <message>
+        <source>Selected message</source>
+        <translation>所选消息</translation>
+    </message>
+    <message>
+        <source>Whole conversation</source>
+        <translation>整个对话</translation>
+    </message>
+    <message>
+        <source>What the heatmap counts: the engine&apos;s sliding window of recent steps, the selected (or latest) reply, or every finished reply of the current conversation&apos;s active branch</source>
+        <translation>热力图统计的内容：引擎最近若干步的滑动窗口、所选（或最新的）回复，或当前对话活动分支上的所有已完成回复</translation>
+    </message>
+    <message>
+        <source>expert</source>
+        <translation>专家</translation>
+    </message>
+    <message>
+        <source>layer</source>
+        <translation>层</translation>
+    </message>
+    <message>
+        <source>token share</source>
+        <translation>token 占比</translation>
+    </message>
+    <message>
+        <source>shared</source>
+        <translation>共享</translation>
+    </message>
+    <message>
+        <source>imbal.</source>
+        <translation>失衡</translation>
+    </message>
+    <message>
+        <source>entropy</source>
+        <translation>熵</translation>
+    </message>
+    <message>
+        <source>dead</source>
+        <translation>闲置</translation>
+    </message>
+    <message>
+        <source>imbalance = max(c)/mean(c); 1 is even</source>
+        <translation>不均衡度 = max(c)/mean(c)；1 表示均匀</translation>
+    </message>
+    <message>
+        <source>normalized entropy H(share)/ln E; 1 is even</source>
+        <translation>归一化熵 H(share)/ln E；1 表示均匀</translation>
+    </message>
+    <message>
+        <source>dead experts = #{c = 0}</source>
+        <translation>闲置专家 = #{c = 0}</translation>
+    </message>
+    <message>
+        <source>token position (prompt | reply)</source>
+        <translation>token 位置（提示词 | 回复）</translation>
+    </message>
+    <message>
+        <source>MoE layer</source>
+        <translation>MoE 层</translation>
+    </message>
+    <message>
+        <source>Each cell: the expert with the largest gate weight for that token in that layer (colour = expert id). Hover a token for its top-k experts and weights per layer.</source>
+        <translation>每个单元格：该 token 在该层门控权重最大的专家（颜色 = 专家编号）。将鼠标悬停在 token 上可查看它在每层的 top-k 专家及权重。</translation>
+    </message>
+    <message>
+        <source>Hover a token to see its experts.</source>
+        <translation>将鼠标悬停在 token 上以查看其专家。</translation>
+    </message>
+    <message>
+        <source>L%1 dense</source>
+        <translation>L%1 稠密</translation>
+    </message>
+    <message>
+        <source>L%1</source>
+        <translation>L%1</translation>
+    </message>
+    <message>
+        <source>S%1</source>
+        <translation>S%1</translation>
+    </message>
+    <message>
+        <source>dense</source>
+        <translation>稠密</translation>
+    </message>
+    <message>
+        <source>Prompt token %1</source>
+        <translation>提示词 token %1</translation>
+    </message>
+    <message>
+        <source>Reply token %1 (position %2)</source>
+        <translation>回复 token %1（位置 %2）</translation>
+    </message>
+    <message>
+        <source>e%1 %2</source>
+        <translation>e%1 %2</translation>
+    </message>
+    <message>
+        <source>L%1: %2</source>
+        <translation>L%1：%2</translation>
+    </message>
+    <message>
+        <source>prefix cache</source>
+        <translation>前缀缓存</translation>
+    </message>
+</context>
+<context>
+    <name>es::SamplingControls</name>
+    <message>
+        <source>temperature %1</source>
+        <translation>温度 %1</translation>
+    </message>
+    <message>
+        <source>top-p %1</source>
+        <translation>top-p %1</translation>
+    </message>
+    <message>
+        <source>top-k %1</source>
+        <translation>top-k %1</translation>
+    </message>
+    <message>
+        <source>min-p %1</source>
+        <translation>min-p %1</translation>
+    </message>
+    <message>
+        <source>repetition penalty %1</source>
+        <translation>重复惩罚 %1</translation>
+    </message>
+    <message>
+        <source>presence penalty %1</source>
+        <translation>存在惩罚 %1</translation>
+    </message>
+    <message>
+        <source>frequency penalty %1</source>
+        <translation>频率惩罚 %1</translation>
+    </message>
+    <message>
+        <source>max tokens %1</source>
+        <translation>最大 token 数 %1</translation>
+    </message>
+    <message>
+        <source>seed %1</source>
+        <translation>种子 %1</translation>
+    </message>
+    <message>
+        <source>stop strings: %1</source>
+        <translation>停止字符串：%1</translation>
+    </message>
+    <message>
+        <source>model defaults</source>
+        <translation>模型默认值</translation>
+    </message>
+    <message>
+        <source>, </source>
+        <translation>，</translation>
+    </message>
+    <message>
+        <source>&amp;Temperature</source>
+        <translation>温度(&amp;T)</translation>
+    </message>
+    <message>
+        <source>How random the reply is: the logits are divided by the temperature before sampling. Lower is more focused and repeatable, higher more varied; 0 always picks the most likely token (greedy).</source>
+        <translation>回复的随机程度：采样前将 logits 除以温度。越低越集中、越可重复，越高越多样；0 表示总是选择可能性最大的 token（贪心）。</translation>
+    </message>
+    <message>
+        <source>greedy</source>
+        <translation>贪心</translation>
+    </message>
+    <message>
+        <source>T&amp;op-p</source>
+        <translation>Top-p(&amp;O)</translation>
+    </message>
+    <message>
+        <source>Nucleus sampling: sample only among the most likely tokens whose probabilities add up to p. Lower is more conservative; 1 turns it off.</source>
+        <translation>核采样：只在概率累加达到 p 的最可能 token 中采样。越低越保守；1 表示关闭。</translation>
+    </message>
+    <message>
+        <source>Top-&amp;k</source>
+        <translation>Top-k(&amp;K)</translation>
+    </message>
+    <message>
+        <source>Sample only among the k most likely tokens. 0 turns it off.</source>
+        <translation>只在最可能的 k 个 token 中采样。0 表示关闭。</translation>
+    </message>
+    <message>
+        <source>off</source>
+        <translation>关闭</translation>
+    </message>
+    <message>
+        <source>&amp;Min-p</source>
+        <translation>Min-p(&amp;M)</translation>
+    </message>
+    <message>
+        <source>Drop tokens whose probability is below min-p times that of the most likely token. Keeps the reply coherent at higher temperatures; 0 turns it off.</source>
+        <translation>丢弃概率低于「min-p × 最可能 token 概率」的 token。在较高温度下保持回复连贯；0 表示关闭。</translation>
+    </message>
+    <message>
+        <source>Repetition pena&amp;lty</source>
+        <translation>重复惩罚(&amp;L)</translation>
+    </message>
+    <message>
+        <source>Makes tokens already in the prompt or the reply less likely (positive logits divided by the penalty, negative ones multiplied). 1 turns it off; 1.05 to 1.2 is usual.</source>
+        <translation>降低提示词或回复中已出现 token 的概率（正 logit 除以惩罚系数，负 logit 乘以惩罚系数）。1 表示关闭；通常取 1.05 到 1.2。</translation>
+    </message>
+    <message>
+        <source>Pr&amp;esence penalty</source>
+        <translation>存在惩罚(&amp;E)</translation>
+    </message>
+    <message>
+        <source>Subtracted once from the logit of every token already in the reply: nudges the model towards new words and topics. 0 turns it off; negative values encourage repetition.</source>
+        <translation>回复中已出现的每个 token，其 logit 减去一次该值：促使模型使用新的词语和话题。0 表示关闭；负值会鼓励重复。</translation>
+    </message>
+    <message>
+        <source>&amp;Frequency penalty</source>
+        <translation>频率惩罚(&amp;F)</translation>
+    </message>
+    <message>
+        <source>Subtracted from a token&apos;s logit once for every time it is already in the reply: discourages repeating the same words verbatim. 0 turns it off.</source>
+        <translation>token 在回复中每出现一次，其 logit 就减去一次该值：避免逐字重复相同的词。0 表示关闭。</translation>
+    </message>
+    <message>
+        <source>Max tokens</source>
+        <translation>最大 token 数</translation>
+    </message>
+    <message>
+        <source>The most tokens the reply may have. Generation stops there (finish reason &quot;length&quot;) or earlier at the end of the context.</source>
+        <translation>回复最多可包含的 token 数。生成会在此处停止（结束原因为 &quot;length&quot;），或在上下文用完时提前停止。</translation>
+    </message>
+    <message>
+        <source>The random seed for sampling. A fixed seed with the same model, precision, prompt and parameters gives the same reply again. Unchecked: a new random seed for every reply (the one used is saved with the reply).</source>
+        <translation>采样用的随机种子。相同的模型、精度、提示词和参数配上固定的种子，会再次得到相同的回复。未勾选：每次回复使用新的随机种子（所用的种子会随回复保存）。</translation>
+    </message>
+    <message>
+        <source>Seed</source>
+        <translation>种子</translation>
+    </message>
+    <message>
+        <source>New</source>
+        <translation>新建</translation>
+    </message>
+    <message>
+        <source>Pick a new random fixed seed</source>
+        <translation>选择一个新的随机固定种子</translation>
+    </message>
+    <message>
+        <source>New random seed</source>
+        <translation>新的随机种子</translation>
+    </message>
+    <message>
+        <source>Stop strin&amp;gs (one per line):</source>
+        <translation>停止字符串（每行一个）(&amp;G)：</translation>
+    </message>
+    <message>
+        <source>None: the model&apos;s end-of-turn token ends the reply</source>
+        <translation>无：由模型的回合结束 token 结束回复</translation>
+    </message>
+    <message>
+        <source>Stop strings</source>
+        <translation>停止字符串</translation>
+    </message>
+    <message>
+        <source>The reply ends when it produces one of these strings. One per line; write \n for a line break, \t for a tab and \\ for a backslash.</source>
+        <translation>回复生成其中任一字符串时结束。每行一个；用 \n 表示换行，\t 表示制表符，\\ 表示反斜杠。</translation>
+    </message>
+    <message>
+        <source>Reset to model defaults</source>
+        <translation>重置为模型默认值</translation>
+    </message>
+    <message>
+        <source>Unset every field: the reply uses the model&apos;s generation_config values</source>
+        <translation>清除所有字段：回复使用模型 generation_config 中的值</translation>
+    </message>
+    <message>
+        <source>random</source>
+        <translation>随机</translation>
+    </message>
+    <message>
+        <source>Unchecked: the model&apos;s default, %1.</source>
+        <translation>未勾选：使用模型默认值 %1。</translation>
+    </message>
+</context>
+</TS>
