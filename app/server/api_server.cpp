@@ -50,6 +50,7 @@ struct stream_state {
     int64_t created = 0;
     int64_t n_prompt = 0;
     bool sent_role = false, finished = false, sent_done = false;
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
 } // namespace
@@ -244,7 +245,14 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
                 out += "data: [DONE]\n\n";
                 s.sent_done = true;
             }
-            if (!out.empty() && !sink.write(out.data(), out.size())) return false;  // client gone
+            // While a request waits in the queue nothing is written, and a client that hung up
+            // would go unnoticed: an SSE comment (ignored by clients) every second probes it.
+            const auto now = std::chrono::steady_clock::now();
+            if (out.empty() && now - s.last_write > std::chrono::seconds(1)) out = ": keep-alive\n\n";
+            if (!out.empty()) {
+                if (!sink.write(out.data(), out.size())) return false;  // client gone
+                s.last_write = now;
+            }
             if (s.sent_done) sink.done();
             if (stopping && !s.finished) eng->cancel(s.stream->id());
             return true;
