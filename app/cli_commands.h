@@ -79,6 +79,15 @@ struct selftest_opts {
 };
 int cmd_selftest(const selftest_opts &o);
 
+// routing (app/cli_routing.cpp): per-layer Jensen–Shannon divergence between the expert
+// shares of two prompt sets (e.g. the two mode prefixes), from the engine's routing traces.
+struct routing_opts {
+    std::string model_dir, prompts_a, prompts_b, out_json, system_a, system_b;
+    int32_t max_tokens = 1;        // greedy tokens generated per prompt (their positions count too)
+    bool generated_only = false;   // count only generated positions, not the prompt's
+};
+int cmd_routing(const routing_opts &o, const common_opts &common);
+
 // Prints "error: <msg>" to stderr and returns 1.
 int fail(const std::string &msg);
 

@@ -102,6 +102,19 @@ int main(int argc, char **argv) {
     serve->add_option("--max-num-seqs", sv.max_num_seqs, "sequences batched per engine step (default 16)")->check(CLI::Range(1, 4096));
     add_common(serve);
 
+    routing_opts ro;
+    auto *routing = app.add_subcommand("routing", "Per-layer Jensen-Shannon divergence between the expert shares of "
+                                                  "two prompt sets (one user message per line)");
+    routing->add_option("--model", ro.model_dir, "model folder (MoE)")->required();
+    routing->add_option("--prompts", ro.prompts_a, "prompt set A: one user message per line")->required();
+    routing->add_option("--prompts-b", ro.prompts_b, "prompt set B: one user message per line")->required();
+    routing->add_option("--system", ro.system_a, "system prompt for set A");
+    routing->add_option("--system-b", ro.system_b, "system prompt for set B");
+    routing->add_option("--max-tokens", ro.max_tokens, "greedy tokens generated per prompt (default 1)")->check(CLI::Range(1, 1 << 16));
+    routing->add_flag("--generated-only", ro.generated_only, "count only the generated positions");
+    routing->add_option("--json", ro.out_json, "also write counts and divergences as JSON");
+    add_common(routing);
+
     selftest_opts st;
     auto *selftest = app.add_subcommand("selftest", "GPU check: every CUDA kernel against its CPU twin, then the reference "
                                                     "checkpoints end to end against the CPU backend and HF (skipped without a GPU)");
@@ -128,6 +141,7 @@ int main(int argc, char **argv) {
         if (*logits) return cmd_logits(model_dir, ids, out, common);
         if (*gen) return cmd_generate(g, common);
         if (*serve) return cmd_serve(sv, common);
+        if (*routing) return cmd_routing(ro, common);
         if (*sbench) {
             if (!sb.url.empty()) return cmd_serve_bench_http(sb);
             if (sb.shape.empty() && sb.model_dir.empty()) return fail("serve-bench needs --shape or --model");

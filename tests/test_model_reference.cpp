@@ -1,4 +1,5 @@
-// The CPU backend against HF transformers (float32) on every reference checkpoint in tests/data:
+// The CPU backend against HF transformers (float32) on every reference checkpoint in tests/data
+// and on the embedded default model (resources/models/default):
 // teacher-forced logits (NMSE <= 1e-6 and the same argmax at every position) and the greedy
 // continuation (identical ids). References come from tests/reference/make_reference.py, run on
 // the GPU machine. Also checks the CLI's `logits` command end to end on one checkpoint.
@@ -67,6 +68,9 @@ void TestModelReference::logits_data() {
         ++n;
     }
     QVERIFY2(n >= 5, "expected at least five reference checkpoints in tests/data");
+    // The embedded default model (resources/models/default) carries its own HF reference.
+    const QString def = QString(ES_TEST_DATA_DIR) + "/../../resources/models/default";
+    if (QFile::exists(def + "/ref_logits.npy")) QTest::newRow("default-model") << QDir::cleanPath(def);
 }
 
 void TestModelReference::logits() {
