@@ -9,6 +9,16 @@
 
 namespace es {
 
+QString defaultModelDir() {
+    QStringList candidates{QDir(QCoreApplication::applicationDirPath()).filePath("../share/expertscope/models/default")};
+#ifdef ES_SOURCE_MODELS_DIR
+    candidates << QStringLiteral(ES_SOURCE_MODELS_DIR "/default");
+#endif
+    for (const QString &c : candidates)
+        if (QFileInfo::exists(c + "/config.json")) return QDir(c).canonicalPath();
+    return {};
+}
+
 StartupPlan planStartup(const QString &explicitModel) {
     StartupPlan plan;
     QSettings settings;
@@ -26,6 +36,8 @@ StartupPlan planStartup(const QString &explicitModel) {
                               .arg(QFileInfo(last).fileName());
         } else if (!last.isEmpty() && QFileInfo(last + "/config.json").exists()) {
             plan.modelToOpen = last;
+        } else {
+            plan.modelToOpen = defaultModelDir(); // first run: the embedded default model
         }
     }
     return plan;

@@ -14,8 +14,12 @@ struct StartupPlan {
     QString notice;          // one sentence for the status bar, or empty
 };
 
-// explicitModel: from --model (wins); otherwise the last model unless the last session crashed.
+// explicitModel: from --model (wins); otherwise the last model unless the last session crashed;
+// otherwise (first run, or the last model is gone) the embedded default model.
 StartupPlan planStartup(const QString &explicitModel);
+// The embedded default model's folder: <prefix>/share/expertscope/models/default next to an
+// installed binary, else the source tree's resources/models/default; empty when neither exists.
+QString defaultModelDir();
 // Marks this session as running (cleared by markCleanExit); a later planStartup that finds the
 // mark set knows this session crashed.
 void markSessionRunning();
