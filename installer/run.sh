@@ -3,9 +3,8 @@
 # desktop app `expertscope` with the model loaded. Without a display ($DISPLAY / $WAYLAND_DISPLAY
 # unset) it chats in the terminal through `expertscope-cli generate --chat` instead (one prompt
 # per line; each answer is a fresh single-turn chat).
-# The model folder: first argument, else $ES_MODEL, else the MoE reference checkpoint
-# tests/data/moe-shared (random weights: it runs the real code path but answers in noise) until
-# the embedded default model exists (issue 9). A second argument answers that prompt and exits.
+# The model folder: first argument, else $ES_MODEL, else the embedded default model
+# resources/models/default. A second argument answers that prompt in the terminal and exits.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -d /usr/local/cuda/bin ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
@@ -22,7 +21,6 @@ fi
 
 model=${1:-${ES_MODEL:-}}
 if [ -z "$model" ]; then
-  # No embedded default model yet: issue 9 trains one and ships it under resources/models/.
   for candidate in resources/models/default tests/data/moe-shared; do
     if [ -f "$candidate/config.json" ]; then model=$candidate; break; fi
   done
@@ -30,8 +28,7 @@ fi
 if [ -z "$model" ]; then
   cat >&2 <<'MSG'
 run: no model folder. Pass one (bash installer/run.sh /path/to/ERNIE-4.5-0.3B-PT) or set ES_MODEL.
-     The embedded default model comes with issue 9 (resources/models/); until then the fallback
-     is the reference checkpoint tests/data/moe-shared, which is not in this checkout.
+     The embedded default model resources/models/default is missing from this checkout.
 MSG
   exit 2
 fi
