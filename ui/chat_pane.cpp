@@ -5,6 +5,7 @@
 #include "composer.h"
 #include "engine_session.h"
 #include "message_widget.h"
+#include "profile_recorder.h"
 #include "preset_bar.h"
 #include "sampling_controls.h"
 
@@ -75,6 +76,7 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     connect(m_store, &ChatStore::messagesChanged, this, [this](qint64 id) {
         if (m_conversation == id && !isGenerating()) reload();
     });
+    ProfileRecorder::forSession(m_session); // follows every reply, so a finished one has a profile to store
     updateComposerState();
     reload();
 }
@@ -183,6 +185,12 @@ void ChatPane::reload() {
         connect(w, &MessageWidget::editSubmitted, this, &ChatPane::editAndResend);
         connect(w, &MessageWidget::regenerateRequested, this, &ChatPane::regenerate);
         connect(w, &MessageWidget::siblingRequested, this, &ChatPane::switchBranch);
+        connect(w, &MessageWidget::selected, this, [this](qint64 id) {
+            m_selectedMessage = id;
+            for (MessageWidget *other : messageWidgets()) other->setSelected(other->messageId() == id);
+            emit messageSelected(id);
+        });
+        w->setSelected(m.id == m_selectedMessage);
         m_listLayout->insertWidget(m_listLayout->count() - 1, w);
         if (m.id == m_replyId && isGenerating()) m_replyWidget = w;
     }
@@ -320,7 +328,12 @@ void ChatPane::onFinished(quint64 requestId, const QString &reason, const Messag
                           const QList<LayerRouting> &routing, quint64) {
     if (requestId != m_request) return;
     m_request = 0;
-    if (!m_store->finishReply(m_replyId, m_replyText, reason, metrics, routing))
+    // The reply's profile (what the profiler showed live) is stored in the same transaction.
+    const std::optional<MessageProfile> profile = ProfileRecorder::forSession(m_session)->takeProfile(requestId);
+    MessageMetrics stored = metrics;
+    if (profile && profile->memoryPeakBytes > 0) stored.peakMemoryBytes = profile->memoryPeakBytes;
+    if (!(profile ? m_store->finishReply(m_replyId, m_replyText, reason, stored, routing, *profile)
+                  : m_store->finishReply(m_replyId, m_replyText, reason, stored, routing)))
         emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
     m_replyId = 0;
     m_replyWidget = nullptr;

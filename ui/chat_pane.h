@@ -57,6 +57,7 @@ signals:
     void generatingChanged(bool generating);
     void activated(); // the user interacted with this pane (it becomes the current pane)
     void errorOccurred(const QString &message);
+    void messageSelected(qint64 messageId); // the user clicked a message's header (the profiler shows it)
 
 private:
     void startReply(qint64 conversationId, qint64 replyId);
@@ -87,6 +88,7 @@ private:
     QString m_replyText;
     MessageWidget *m_replyWidget = nullptr;
     QElapsedTimer m_sinceCheckpoint;
+    qint64 m_selectedMessage = 0; // highlighted; its profile is in the profiler
 };
 
 } // namespace es

@@ -6,11 +6,13 @@
 #include "composer.h"
 #include "conversation_sidebar.h"
 #include "engine_session.h"
+#include "profiler_panel.h"
 #include "preset_editor_dialog.h"
 
 #include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDockWidget>
 #include <QFileDialog>
 #include <QLabel>
 #include <QMenuBar>
@@ -69,6 +71,15 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     statusBar()->addPermanentWidget(m_memoryLabel);
     statusBar()->addPermanentWidget(m_speedLabel);
 
+    // The profiler: a right-hand dock fed by the session; while hidden it reads and draws nothing.
+    m_profiler = new ProfilerPanel(store, session, this);
+    m_profiler->setConversationProvider(
+        [this]() -> std::optional<qint64> { return m_current ? m_current->conversationId() : std::nullopt; });
+    m_profilerDock = new QDockWidget(tr("Profiler"), this);
+    m_profilerDock->setObjectName(QStringLiteral("profilerDock"));
+    m_profilerDock->setWidget(m_profiler);
+    addDockWidget(Qt::RightDockWidgetArea, m_profilerDock);
+
     buildMenus();
     addPane();
 
@@ -104,6 +115,8 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     QSettings settings;
     restoreGeometry(settings.value("window/geometry").toByteArray());
     m_mainSplitter->restoreState(settings.value("window/mainSplitter").toByteArray());
+    if (!restoreState(settings.value("window/state").toByteArray())) // docks (the profiler)
+        resizeDocks({m_profilerDock}, {480}, Qt::Horizontal);
     if (!settings.contains("window/geometry")) resize(1280, 800);
 }
 
@@ -130,6 +143,10 @@ void MainWindow::buildMenus() {
     m_sendToAll = view->addAction(tr("&Send to all panes"));
     m_sendToAll->setCheckable(true);
     m_sendToAll->setToolTip(tr("A message sent in one pane is sent in every pane, each with its own preset"));
+    QAction *profiler = m_profilerDock->toggleViewAction();
+    profiler->setText(tr("&Profiler"));
+    profiler->setShortcut(QKeySequence(Qt::CTRL | Qt::Key_P));
+    view->addAction(profiler);
 
     m_presetMenu = menuBar()->addMenu(tr("&Presets"));
 
@@ -207,6 +224,7 @@ ChatPane *MainWindow::addPane() {
     m_panesSplitter->addWidget(pane);
     m_panes.push_back(pane);
     connect(pane, &ChatPane::activated, this, [this, pane] { setCurrentPane(pane); });
+    connect(pane, &ChatPane::messageSelected, m_profiler, &ProfilerPanel::selectMessage);
     connect(pane, &ChatPane::conversationCreated, this, [this](qint64 id) { m_sidebar->selectConversation(id); });
     connect(pane, &ChatPane::managePresetsRequested, this, &MainWindow::managePresets);
     connect(pane, &ChatPane::errorOccurred, this, [this](const QString &m) { statusBar()->showMessage(m, 10000); });
@@ -299,6 +317,7 @@ void MainWindow::closeEvent(QCloseEvent *event) {
     QSettings settings;
     settings.setValue("window/geometry", saveGeometry());
     settings.setValue("window/mainSplitter", m_mainSplitter->saveState());
+    settings.setValue("window/state", saveState());
     QMainWindow::closeEvent(event);
 }
 

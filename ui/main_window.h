@@ -10,6 +10,7 @@
 #include <QPointer>
 
 class QAction;
+class QDockWidget;
 class QLabel;
 class QProgressBar;
 class QSplitter;
@@ -20,6 +21,7 @@ class ChatPane;
 class ChatStore;
 class ConversationSidebar;
 class EngineSession;
+class ProfilerPanel;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -32,6 +34,8 @@ public:
     ConversationSidebar *sidebar() const { return m_sidebar; }
     QAction *sendToAllAction() const { return m_sendToAll; }
     QString statusText() const; // the status bar's figures, for tests and screenshots
+    ProfilerPanel *profilerPanel() const { return m_profiler; }
+    QDockWidget *profilerDock() const { return m_profilerDock; }
 
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
@@ -68,6 +72,8 @@ private:
     QLabel *m_loadLabel = nullptr;
     QProgressBar *m_loadProgress = nullptr;
     bool m_broadcasting = false;
+    ProfilerPanel *m_profiler = nullptr;
+    QDockWidget *m_profilerDock = nullptr;
 };
 
 } // namespace es

@@ -70,6 +70,8 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
     m_who->setStyleSheet("font-weight: bold");
     m_status = new QLabel(this);
     m_status->setStyleSheet("color: palette(mid)");
+    m_who->setToolTip(tr("Click to show this message's profile in the profiler"));
+    m_who->setCursor(Qt::PointingHandCursor);
     header->addWidget(m_who);
     header->addWidget(m_status);
     header->addStretch(1);
@@ -128,6 +130,18 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
     setSiblings({});
     m_streaming = message.state == MessageState::Partial;
     render();
+}
+
+void MessageWidget::mousePressEvent(QMouseEvent *event) {
+    // The body and the buttons take their own clicks; what reaches here is the header and margins.
+    if (event->button() == Qt::LeftButton) emit selected(m_message.id);
+    QFrame::mousePressEvent(event);
+}
+
+void MessageWidget::setSelected(bool selected) {
+    if (m_selected == selected) return;
+    m_selected = selected;
+    setStyleSheet(selected ? QStringLiteral("es--MessageWidget { border: 2px solid palette(highlight); }") : QString());
 }
 
 QString MessageWidget::statusLine() const {

@@ -29,12 +29,19 @@ public:
     void setSiblings(const SiblingInfo &siblings);
     void setRegenerateVisible(bool visible);
     void setActionsEnabled(bool enabled); // false while the pane generates
+    // Selection (the profiler shows the selected message's profile): a click on the header.
+    void setSelected(bool selected);
+    bool isSelected() const { return m_selected; }
 
 signals:
     void copyRequested(const QString &text);
     void editSubmitted(qint64 messageId, const QString &newText);
     void regenerateRequested(qint64 messageId);
     void siblingRequested(qint64 messageId); // switch the branch to this sibling
+    void selected(qint64 messageId);          // the user clicked the message's header
+
+protected:
+    void mousePressEvent(QMouseEvent *event) override;
 
 private:
     void render();
@@ -54,6 +61,7 @@ private:
     QToolButton *m_copy = nullptr, *m_edit = nullptr, *m_regen = nullptr;
     QToolButton *m_prev = nullptr, *m_next = nullptr;
     QLabel *m_branch = nullptr;
+    bool m_selected = false;
 };
 
 } // namespace es

@@ -5,6 +5,9 @@
 //   --version          version, commit, Qt version, backends
 //   --demo-prompt T, --screenshot FILE, --screenshot-after-ms N   send T once the model is loaded,
 //                      grab the window N ms after the first tokens, save FILE and quit (docs).
+//                      --demo-prompt may be repeated: the prompts go one after another and the
+//                      screenshot waits for the last one's tokens.
+//   --profiler-tab P   show the profiler dock on page P: routing | compare | latency | memory
 //   --lang L           interface language, zh_CN | en (default: the system's; LANGUAGE honored)
 #include "app_startup.h"
 #include "chat_pane.h"
@@ -12,10 +15,12 @@
 #include "composer.h"
 #include "engine_session.h"
 #include "main_window.h"
+#include "profiler_panel.h"
 #include "translations.h"
 
 #include <QApplication>
 #include <QCommandLineParser>
+#include <QDockWidget>
 #include <QLockFile>
 #include <QMessageBox>
 #include <QSettings>
@@ -40,6 +45,9 @@ int main(int argc, char **argv) {
     QCommandLineOption screenshot("screenshot", "Save a screenshot of the window to this PNG and quit.", "file");
     QCommandLineOption shotDelay("screenshot-after-ms", "Delay after the first tokens (default 1500).", "ms", "1500");
     cli.addOptions({version, model, backend, demoPrompt, screenshot, shotDelay});
+    QCommandLineOption profilerTab("profiler-tab", "Show the profiler on this page: routing | compare | latency | memory.",
+                                   "page");
+    cli.addOption(profilerTab);
     QCommandLineOption lang("lang", "Interface language: zh_CN | en (default: the system's).", "code");
     cli.addOption(lang);
     cli.process(app);
@@ -89,10 +97,25 @@ int main(int argc, char **argv) {
     if (!plan.modelToOpen.isEmpty()) window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
 
     // Documentation screenshots: send a prompt, grab the window mid-reply, quit.
+    if (cli.isSet(profilerTab)) {
+        const std::optional<es::ProfilerPanel::Tab> tab = es::ProfilerPanel::tabFromName(cli.value(profilerTab));
+        if (!tab) {
+            std::fprintf(stderr, "expertscope: --profiler-tab: expected routing, compare, latency or memory, got \"%s\"\n",
+                         qPrintable(cli.value(profilerTab)));
+            return 2;
+        }
+        window.profilerDock()->show();
+        window.profilerPanel()->setCurrentTab(*tab);
+    }
+    // Prompts still to send (several --demo-prompt: one after another, each when the last ended).
+    auto pendingPrompts = std::make_shared<QStringList>(cli.values(demoPrompt));
     if (cli.isSet(demoPrompt)) {
-        QObject::connect(&session, &es::EngineSession::modelLoaded, &window, [&] {
-            window.currentPane()->send(cli.value(demoPrompt));
-        });
+        auto sendNext = [&window, pendingPrompts] {
+            if (!pendingPrompts->isEmpty()) window.currentPane()->send(pendingPrompts->takeFirst());
+        };
+        QObject::connect(&session, &es::EngineSession::modelLoaded, &window, sendNext);
+        QObject::connect(&session, &es::EngineSession::replyFinished, &window,
+                         [sendNext] { QTimer::singleShot(0, sendNext); });
     }
     if (cli.isSet(screenshot)) {
         const QString file = cli.value(screenshot);
@@ -103,8 +126,8 @@ int main(int argc, char **argv) {
             window.grab().save(file);
             window.close();
         });
-        QObject::connect(&session, &es::EngineSession::tokensGenerated, shot, [shot, delay] {
-            if (!shot->isActive()) shot->start(delay);
+        QObject::connect(&session, &es::EngineSession::tokensGenerated, shot, [shot, delay, pendingPrompts] {
+            if (!shot->isActive() && pendingPrompts->isEmpty()) shot->start(delay);
         });
         QObject::connect(&session, &es::EngineSession::modelLoadFailed, &window, [&window] { window.close(); });
     }

@@ -1,0 +1,140 @@
+// Shared chart set-up and metric definitions (see profiler_charts.h).
+#include "profiler_charts.h"
+
+#include <QLabel>
+
+#include <qcustomplot.h>
+
+namespace es {
+
+QString ProfilerDefinitions::ttft() { return tr("TTFT: request submitted → first generated token available (ms)."); }
+QString ProfilerDefinitions::itl() {
+    return tr("ITL: gap between consecutive generated tokens of one request (ms); reported as p50/p90/p99.");
+}
+QString ProfilerDefinitions::decodeTokS() {
+    return tr("decode tok/s: (n_out − 1) / (t_last − t_first) per request; over time: tokens after the first in "
+              "each bin / bin length.");
+}
+QString ProfilerDefinitions::expertLoad() {
+    return tr("expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.");
+}
+QString ProfilerDefinitions::imbalance() {
+    return tr("imbalance: max(c)/mean(c) per layer; balancedness = mean/max; entropy H(share)/ln E; "
+              "dead experts = #{c = 0}.");
+}
+QString ProfilerDefinitions::vram() {
+    return tr("VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device "
+              "total/free. With the CPU backend: the engine's own accounting and the machine's RAM.");
+}
+QString ProfilerDefinitions::fragmentation() {
+    return tr("fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − tokens "
+              "stored / (blocks used × block size).");
+}
+QString ProfilerDefinitions::jensenShannon() {
+    return tr("Jensen–Shannon divergence of the two messages' expert shares per layer: JS = ½ KL(P‖M) + ½ KL(Q‖M), "
+              "M = ½(P + Q), natural log, so 0 (same routing) … ln 2 ≈ 0.693 (disjoint experts).");
+}
+QString ProfilerDefinitions::percentiles() {
+    return tr("Percentiles by linear interpolation between closest ranks: rank (n − 1)·q (numpy's default).");
+}
+QString ProfilerDefinitions::phases() {
+    return tr("Engine time per phase over the steps that ran during the reply (shared with replies running at the "
+              "same time): attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, "
+              "routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other "
+              "(scheduling, embedding, emitting text).");
+}
+QString ProfilerDefinitions::kvBlockMap() {
+    return tr("KV block map: the paged KV cache's blocks (16 tokens each) in use, cached (free, holding a reusable "
+              "prefix) and free. The engine reports counts, so blocks are drawn grouped by state.");
+}
+QString ProfilerDefinitions::sharedAndDense() {
+    return tr("Grey rows are dense layers (no router); grey columns on the right are shared experts, which see "
+              "every token and are not part of the routed share.");
+}
+
+namespace charts {
+
+QCustomPlot *makePlot(QWidget *parent) {
+    auto *p = new QCustomPlot(parent);
+    QFont f = p->font();
+    f.setPointSizeF(std::max(6.0, f.pointSizeF() - 1.0));
+    for (QCPAxis *a : {p->xAxis, p->yAxis, p->xAxis2, p->yAxis2}) {
+        a->setTickLabelFont(f);
+        a->setLabelFont(f);
+    }
+    // Antialiasing roughly doubles a replot's cost and buys little on bars, cells and step lines;
+    // the panel replots up to 20 times a second while the engine wants the CPU.
+    p->setNotAntialiasedElements(QCP::aeAll);
+    p->setPlottingHint(QCP::phFastPolylines, true);
+    p->setNoAntialiasingOnDrag(true);
+    p->setInteractions({});
+    p->setMinimumHeight(120);
+    p->setMouseTracking(true);
+    return p;
+}
+
+QCPColorGradient shareGradient() {
+    QCPColorGradient g;
+    g.clearColorStops();
+    g.setColorStopAt(0.0, QColor(250, 250, 240));
+    g.setColorStopAt(0.35, QColor(253, 174, 97));
+    g.setColorStopAt(0.7, QColor(215, 48, 39));
+    g.setColorStopAt(1.0, QColor(90, 10, 40));
+    g.setNanHandling(QCPColorGradient::nhNanColor);
+    g.setNanColor(QColor(200, 200, 200));
+    return g;
+}
+
+QCPColorGradient categoricalGradient(int n) {
+    QCPColorGradient g;
+    g.clearColorStops();
+    n = std::max(n, 2);
+    for (int i = 0; i < n; ++i) {
+        // Golden-angle hues: neighbouring ids get distant colours.
+        const int hue = int(std::fmod(i * 137.508, 360.0));
+        g.setColorStopAt(double(i) / double(n - 1), QColor::fromHsv(hue, 170 + (i % 3) * 30, 230 - (i % 2) * 50));
+    }
+    g.setLevelCount(n);
+    g.setNanHandling(QCPColorGradient::nhNanColor);
+    g.setNanColor(QColor(225, 225, 225));
+    return g;
+}
+
+void queueReplot(QCustomPlot *plot) {
+    if (plot->isVisible()) {
+        plot->setProperty("esStale", false);
+        plot->replot(QCustomPlot::rpQueuedReplot);
+    } else {
+        plot->setProperty("esStale", true);
+    }
+}
+
+void fixLines(QLabel *label, int lines) {
+    label->setWordWrap(true);
+    label->setAlignment(Qt::AlignLeft | Qt::AlignTop);
+    label->setFixedHeight(label->fontMetrics().lineSpacing() * lines + 2 * label->margin() + 4);
+    label->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Fixed);
+}
+
+void replotStale(QWidget *root) {
+    for (QCustomPlot *p : root->findChildren<QCustomPlot *>())
+        if (p->property("esStale").toBool() && p->isVisible()) {
+            p->setProperty("esStale", false);
+            p->replot(QCustomPlot::rpQueuedReplot);
+        }
+}
+
+QString bytes(qint64 b) {
+    if (b <= 0) return QStringLiteral("0");
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = double(b);
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        ++u;
+    }
+    return QStringLiteral("%1 %2").arg(v, 0, 'f', u == 0 ? 0 : 1).arg(QLatin1String(units[u]));
+}
+
+} // namespace charts
+} // namespace es

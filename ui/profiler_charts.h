@@ -1,0 +1,49 @@
+// Shared pieces of the profiler's QCustomPlot charts: a plot set up the same way everywhere
+// (small fonts, no interaction that would fight the refresh timer), the colour gradients, and
+// the metric definitions shown in tooltips — worded exactly as the metrics table of
+// docs/architecture.md, the one source of truth for tooltips, reports and docs.
+#pragma once
+
+#include <QCoreApplication>
+#include <QString>
+
+class QCustomPlot;
+class QCPColorGradient;
+class QLabel;
+class QWidget;
+
+namespace es {
+
+class ProfilerDefinitions {
+    Q_DECLARE_TR_FUNCTIONS(ProfilerDefinitions)
+public:
+    static QString ttft();
+    static QString itl();
+    static QString decodeTokS();
+    static QString expertLoad();
+    static QString imbalance();
+    static QString vram();
+    static QString fragmentation();
+    static QString jensenShannon();
+    static QString percentiles();
+    static QString phases();
+    static QString kvBlockMap();
+    static QString sharedAndDense();
+};
+
+namespace charts {
+
+QCustomPlot *makePlot(QWidget *parent);
+QCPColorGradient shareGradient();          // token share, 0 → light, high → dark; NaN grey
+QCPColorGradient categoricalGradient(int n); // n distinct hues for expert ids; NaN grey
+QString bytes(qint64 b);                   // "1.5 GiB"
+// replot(rpQueuedReplot) when the plot is on screen; a hidden plot is left stale (QCustomPlot
+// would still render its buffers) and replotStale() catches up when its page is shown.
+void queueReplot(QCustomPlot *plot);
+// A word-wrapped label whose text changes every tick, kept at a fixed height of `lines` lines so
+// a new text never re-lays out the page around it.
+void fixLines(QLabel *label, int lines);
+void replotStale(QWidget *root);
+
+} // namespace charts
+} // namespace es
