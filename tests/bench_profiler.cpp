@@ -4,8 +4,9 @@
 // machine's load hits every condition alike; reports decode tok/s per condition and its ratio
 // to hidden, and the GUI event loop's latency while generating: the lateness of a chain of 1 ms
 // single-shot timers. ES_BENCH_ROUNDS (default 4) and ES_BENCH_TOKENS (default 256) size the
-// run, ES_BENCH_THREADS sets the engine's threads, ES_BENCH_STRICT=1 fails when a visible panel
-// costs 5% or more, ES_BENCH_OUT writes the Markdown table to a file.
+// run, ES_BENCH_THREADS sets the engine's threads, ES_BENCH_MODEL another model folder,
+// ES_BENCH_STRICT=1 fails when a visible panel costs 5% or more, ES_BENCH_OUT writes the Markdown
+// table to a file.
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "engine_session.h"
@@ -106,7 +107,8 @@ void BenchProfiler::decodeWithPanelVisibleVsHidden() {
     EngineSession session(EngineSessionOptions{
         .backend = "cpu", .threads = envInt("ES_BENCH_THREADS", 0), .defaultMaxTokens = maxTokens});
     QSignalSpy loaded(&session, &EngineSession::modelLoaded);
-    session.loadModel(QStringLiteral(ES_TEST_DATA_DIR) + "/moe-shared");
+    const QString modelDir = qEnvironmentVariable("ES_BENCH_MODEL", QStringLiteral(ES_TEST_DATA_DIR "/moe-shared"));
+    session.loadModel(modelDir);
     QVERIFY(loaded.wait(30000));
     MainWindow window(&store, &session);
     window.resize(1280, 800);

@@ -193,6 +193,7 @@ void TestProfilerPanel::memoryChartsFromTelemetry() {
     QCOMPARE(m->stackGraph(1)->data()->constBegin()->value, 2000.0); // + KV pool (10 × 100)
     QCOMPARE(m->stackGraph(2)->data()->constBegin()->value, 2080.0); // + workspace reserved
     QCOMPARE(m->stackGraph(3)->data()->constBegin()->value, 6080.0); // + device free
+    QCOMPARE(m->kvInUseGraph()->data()->constBegin()->value, 1300.0); // weights + 3 blocks in use
     QCOMPARE(m->fragmentationGraph()->data()->constBegin()->value, 0.25);
     QCOMPARE(m->kvWasteGraph()->data()->constBegin()->value, 0.125);
     // Block map: 3 used, 5 − 3 = 2 cached (free with a prefix), 5 free.

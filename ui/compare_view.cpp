@@ -73,7 +73,7 @@ CompareView::CompareView(QWidget *parent) : QWidget(parent) {
     m_jsPlot = charts::makePlot(this);
     m_jsPlot->xAxis->setLabel(tr("layer"));
     m_jsPlot->yAxis->setLabel(tr("JS divergence (nats)"));
-    m_jsPlot->yAxis->setRange(0, kJensenShannonMax * 1.05);
+    m_jsPlot->yAxis->setRange(0, kJensenShannonMax * 1.12);
     m_bars = new QCPBars(m_jsPlot->xAxis, m_jsPlot->yAxis);
     m_bars->setWidth(0.7);
     m_bars->setBrush(QColor(70, 110, 190));

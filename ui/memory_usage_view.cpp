@@ -50,6 +50,10 @@ MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
         m_stack[i]->setBrush(fill);
         if (i > 0) m_stack[i]->setChannelFillGraph(m_stack[i - 1]);
     }
+    // KV blocks actually in use, as a line inside the KV pool's band.
+    m_kvUsed = m_stackPlot->addGraph();
+    m_kvUsed->setName(tr("KV in use"));
+    m_kvUsed->setPen(QPen(QColor(160, 60, 0), 1.5, Qt::DashLine));
     m_stackPlot->legend->setVisible(true);
     m_stackPlot->legend->setFont(m_stackPlot->xAxis->tickLabelFont());
     m_stackPlot->axisRect()->insetLayout()->setInsetAlignment(0, Qt::AlignLeft | Qt::AlignTop);
@@ -119,6 +123,7 @@ QString MemoryUsageView::summary() const { return m_summary->text(); }
 
 void MemoryUsageView::clear() {
     for (QCPGraph *g : m_stack) g->data()->clear();
+    m_kvUsed->data()->clear();
     m_frag->data()->clear();
     m_waste->data()->clear();
     m_maxBytes = 0;
@@ -132,6 +137,8 @@ void MemoryUsageView::addSample(const MemoryView &m, double tS) {
         m_stack[i]->data()->add(QCPGraphData(tS, v[i]));
         m_stack[i]->data()->removeBefore(tS - kWindowS);
     }
+    m_kvUsed->data()->add(QCPGraphData(tS, double(s.weights + s.kvInUse)));
+    m_kvUsed->data()->removeBefore(tS - kWindowS);
     m_frag->data()->add(QCPGraphData(tS, s.fragmentation));
     m_waste->data()->add(QCPGraphData(tS, s.kvWaste));
     m_frag->data()->removeBefore(tS - kWindowS);

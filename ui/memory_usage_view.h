@@ -31,6 +31,7 @@ public:
 
     // For tests: graph 0 weights, 1 weights+KV, 2 +workspace, 3 +free (cumulative, stacked).
     QCPGraph *stackGraph(int i) const { return m_stack[i]; }
+    QCPGraph *kvInUseGraph() const { return m_kvUsed; } // weights + KV blocks in use (a line)
     QCPGraph *fragmentationGraph() const { return m_frag; }
     QCPGraph *kvWasteGraph() const { return m_waste; }
     QCPColorMap *blockMap() const { return m_blocks; }
@@ -42,7 +43,7 @@ private:
     QCheckBox *m_includeFree = nullptr;
     QCustomPlot *m_stackPlot = nullptr, *m_ratioPlot = nullptr, *m_blockPlot = nullptr;
     QCPGraph *m_stack[4] = {};
-    QCPGraph *m_frag = nullptr, *m_waste = nullptr;
+    QCPGraph *m_frag = nullptr, *m_waste = nullptr, *m_kvUsed = nullptr;
     QCPColorMap *m_blocks = nullptr;
     KvBlockMap m_lastMap;
     double m_maxBytes = 0;
