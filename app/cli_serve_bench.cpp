@@ -41,8 +41,14 @@ struct level_result {
 } // namespace
 
 int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
-    if (common.backend == "cuda") return fail("serve-bench --backend cuda: the CUDA backend is not available in this build");
+    if (!o.shape.empty() && common.backend == "cuda")
+        return fail("serve-bench --shape builds random weights on the CPU; on the GPU use --model DIR, "
+                    "or bench --backend cuda --shape for random weights of a real shape");
     engine_params ep;
+    ep.load.kind = common.backend == "cuda" ? backend_kind::cuda
+                   : common.backend == "auto" ? backend_kind::automatic
+                                              : backend_kind::cpu;
+    ep.load.precision = common.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
     ep.load.n_threads = common.threads;
     ep.load.need_tokenizer = false;
     ep.max_num_seqs = *std::max_element(o.concurrency.begin(), o.concurrency.end());

@@ -18,7 +18,8 @@ rm -rf .device
 mkdir -p .device/bin .device/lib
 cp "$BIN" .device/bin/
 # Non-system libraries the binary links (cuBLASLt excepted: the device has it).
-for lib in libsentencepiece.so.0 libprotobuf-lite.so.32 libgomp.so.1 libcudart.so.13; do
+for lib in libsentencepiece.so.0 libprotobuf-lite.so.32 libgomp.so.1 libcudart.so.13 libcpp-httplib.so.0.11 \
+           libssl.so.3 libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
     path=$(ldd "$BIN" | awk -v l="$lib" '$1 == l { print $3 }')
     [[ -n "$path" ]] && cp -L "$path" .device/lib/
 done
