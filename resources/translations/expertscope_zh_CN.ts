@@ -690,12 +690,6 @@ dense</source>
         <translation>MoE</translation>
     </message>
     <message>
-        <source>dense
-GEMM</source>
-        <translation>稠密
-GEMM</translation>
-    </message>
-    <message>
         <source>sampling</source>
         <translation>采样</translation>
     </message>
@@ -714,6 +708,10 @@ GEMM</translation>
     <message>
         <source>Reply:</source>
         <translation>回复：</translation>
+    </message>
+    <message>
+        <source>dense GEMM</source>
+        <translation>稠密 GEMM</translation>
     </message>
 </context>
 <context>
@@ -930,10 +928,6 @@ GEMM</translation>
         <translation>秒</translation>
     </message>
     <message>
-        <source>GiB</source>
-        <translation>GiB</translation>
-    </message>
-    <message>
         <source>weights</source>
         <translation>权重</translation>
     </message>
@@ -954,10 +948,6 @@ GEMM</translation>
         <translation>将空闲内存堆叠在最上方</translation>
     </message>
     <message>
-        <source>With the CPU backend, free is the machine&apos;s available RAM and can dwarf the rest</source>
-        <translation>使用 CPU 后端时，空闲量是本机的可用内存，可能远大于其他各项</translation>
-    </message>
-    <message>
         <source>ratio</source>
         <translation>比率</translation>
     </message>
@@ -972,6 +962,18 @@ GEMM</translation>
     <message>
         <source>In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device %6 total, %7 free · allocator reserved %8, in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 used / %14 cached / %15 free (%16 per cell)</source>
         <translation>使用中 %1（权重 %2，KV %3 / 池 %4，工作区 %5）· 设备总量 %6，空闲 %7 · 分配器已预留 %8，使用中 %9，最大空闲块 %10 · 碎片率 %11 · KV 浪费 %12 · KV 块：已用 %13 / 已缓存 %14 / 空闲 %15（每格 %16）</translation>
+    </message>
+    <message>
+        <source>KV in use</source>
+        <translation>使用中的 KV</translation>
+    </message>
+    <message>
+        <source>Free device memory as the top band. With the CPU backend it is the machine&apos;s available RAM, which would flatten everything else, so it starts unticked there.</source>
+        <translation>将设备空闲内存显示为最上方的一层。使用 CPU 后端时它是本机的可用内存，会把其他各项压得几乎看不见，因此默认不勾选。</translation>
+    </message>
+    <message>
+        <source>KV block map: &lt;span style=&apos;color:#dc5028&apos;&gt;■&lt;/span&gt; in use &lt;span style=&apos;color:#4678c8&apos;&gt;■&lt;/span&gt; cached (free, reusable prefix) &lt;span style=&apos;color:#b4b4b4&apos;&gt;■&lt;/span&gt; free</source>
+        <translation>KV 块图：&lt;span style=&apos;color:#dc5028&apos;&gt;■&lt;/span&gt; 使用中 &lt;span style=&apos;color:#4678c8&apos;&gt;■&lt;/span&gt; 已缓存（空闲，可复用的前缀） &lt;span style=&apos;color:#b4b4b4&apos;&gt;■&lt;/span&gt; 空闲</translation>
     </message>
 </context>
 <context>
@@ -1531,14 +1533,6 @@ GEMM</translation>
         <translation>共享</translation>
     </message>
     <message>
-        <source>imbal.</source>
-        <translation>失衡</translation>
-    </message>
-    <message>
-        <source>entropy</source>
-        <translation>熵</translation>
-    </message>
-    <message>
         <source>dead</source>
         <translation>闲置</translation>
     </message>
@@ -1605,6 +1599,14 @@ GEMM</translation>
     <message>
         <source>prefix cache</source>
         <translation>前缀缓存</translation>
+    </message>
+    <message>
+        <source>max/mean</source>
+        <translation>max/mean</translation>
+    </message>
+    <message>
+        <source>H/ln E</source>
+        <translation>H/ln E</translation>
     </message>
 </context>
 <context>
