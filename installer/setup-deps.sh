@@ -13,7 +13,7 @@ packages=(
   # QCustomPlot for Qt 6 (profiler charts); Debian's -dev package also pulls in qtbase5-dev
   libqcustomplot-dev libqcustomplot2.1-qt6
   # Qt Linguist tools (lupdate/lrelease) for the English and Simplified Chinese translations
-  qt6-tools-dev qt6-tools-dev-tools qt6-l10n-tools
+  qt6-tools-dev qt6-tools-dev-tools qt6-l10n-tools qt6-translations-l10n
   # storage, JSON, command line, tokenizer (library and spm_* tools)
   libsqlite3-dev libqt6sql6-sqlite nlohmann-json3-dev libcli11-dev libsentencepiece-dev sentencepiece
   # HTTP server and client (expertscope-cli serve, serve-bench --url)
