@@ -17,11 +17,12 @@ if [ "${ES_SKIP_SANITIZE:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1 ctest --preset sanitize --label-exclude 'gpu|bench' || sanitize_rc=$?
 fi
 
-# 2. The full build (CUDA code too when a toolkit is found) and every suite except `gpu`.
+# 2. The full build (CUDA code too when a toolkit is found) and every suite except `gpu` and
+#    `bench` (benchmarks, e.g. bench_profiler, are run by hand: docs/benchmarks.md).
 cmake --preset default
 cmake --build --preset default -j "${ES_JOBS:-2}"
 rc=0
-ctest --preset default --label-exclude gpu || rc=$?
+ctest --preset default --label-exclude 'gpu|bench' || rc=$?
 if [ "$sanitize_rc" != 0 ]; then
   echo "test.sh: the sanitizer pass failed (exit $sanitize_rc); see above" >&2
   [ "$rc" != 0 ] || rc=$sanitize_rc

@@ -12,8 +12,8 @@ QString ProfilerDefinitions::itl() {
     return tr("ITL: gap between consecutive generated tokens of one request (ms); reported as p50/p90/p99.");
 }
 QString ProfilerDefinitions::decodeTokS() {
-    return tr("decode tok/s: (n_out − 1) / (t_last − t_first) per request; over time: tokens after the first in "
-              "each bin / bin length.");
+    return tr("decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. "
+              "Over time: the tokens after the first in each quarter-second bin / the bin's length.");
 }
 QString ProfilerDefinitions::expertLoad() {
     return tr("expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.");

@@ -17,7 +17,7 @@ namespace es {
 
 namespace {
 constexpr size_t kHistory = 4096;
-constexpr int kFinishedKept = 64;
+constexpr int kFinishedKept = 16; // untaken: a pane closed mid-reply, a failed reply
 
 bool inReply(const StepView &s, qint64 tSubmitUs, qint64 tFinishUs) {
     return s.tUs >= tSubmitUs && (tFinishUs < 0 || s.tUs <= tFinishUs);

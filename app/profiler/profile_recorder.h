@@ -43,7 +43,7 @@ public:
     static ProfileRecorder *forSession(EngineSession *session);
 
     // A finished reply's profile, removed from the recorder (ChatPane stores it). The recorder
-    // keeps the last 64 finished profiles until taken.
+    // keeps the last 16 finished profiles until taken.
     std::optional<MessageProfile> takeProfile(quint64 requestId);
     std::optional<MessageProfile> finishedProfile(quint64 requestId) const;
     // The profile so far of a reply in flight; empty when the recorder does not know it.
