@@ -119,7 +119,7 @@ bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *w
     for (qsizetype i = 0; i < n; ++i) {
         const quint16 bits = qFromLittleEndian<quint16>(w + i * 2);
         qfloat16 h;
-        std::memcpy(&h, &bits, sizeof bits);
+        std::memcpy(static_cast<void *>(&h), &bits, sizeof bits); // qfloat16 is its 16 bits
         (*weights)[i] = float(h);
     }
     return true;
