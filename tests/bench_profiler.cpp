@@ -62,9 +62,9 @@ struct Condition {
     ProfilerPanel::Tab tab = ProfilerPanel::Tab::Routing;
     QList<double> tokS;
     QList<double> lateMs;
-    QList<double> guiCpu; // GUI thread CPU time / wall time while generating
-    QList<double> replot; // time inside QCustomPlot::replot / wall time
-    QList<double> ticks;  // time inside ProfilerPanel::refresh / wall time
+    QList<double> guiCpu;     // GUI thread CPU time / wall time while generating
+    QList<double> replot;     // time inside QCustomPlot::replot / wall time
+    QList<double> ticks;      // time inside ProfilerPanel::refresh / wall time
     QList<double> intervalMs; // the panel's refresh interval at the end of each reply
     int tokens = 0;
 };
@@ -108,7 +108,8 @@ void BenchProfiler::decodeWithPanelVisibleVsHidden() {
     EngineSession session(EngineSessionOptions{
         .backend = "cpu", .threads = envInt("ES_BENCH_THREADS", 0), .defaultMaxTokens = maxTokens});
     QSignalSpy loaded(&session, &EngineSession::modelLoaded);
-    const QString modelDir = qEnvironmentVariable("ES_BENCH_MODEL", QStringLiteral(ES_TEST_DATA_DIR "/moe-shared"));
+    const QString modelDir =
+        qEnvironmentVariable("ES_BENCH_MODEL", QStringLiteral(ES_TEST_DATA_DIR "/moe-shared"));
     session.loadModel(modelDir);
     QVERIFY(loaded.wait(30000));
     MainWindow window(&store, &session);
@@ -118,15 +119,17 @@ void BenchProfiler::decodeWithPanelVisibleVsHidden() {
     ProfilerPanel *panel = window.profilerPanel();
     ChatPane *pane = window.currentPane();
 
-    QList<Condition> conditions = {{"hidden", false},
-                                   {"visible: Routing (live heatmap + strip)", true, ProfilerPanel::Tab::Routing},
-                                   {"visible: Latency", true, ProfilerPanel::Tab::Latency},
-                                   {"visible: Memory", true, ProfilerPanel::Tab::Memory}};
+    QList<Condition> conditions = {
+        {"hidden", false},
+        {"visible: Routing (live heatmap + strip)", true, ProfilerPanel::Tab::Routing},
+        {"visible: Latency", true, ProfilerPanel::Tab::Latency},
+        {"visible: Memory", true, ProfilerPanel::Tab::Memory}};
     // ES_BENCH_ONLY=routing (etc.): hidden and that page only (for profiling the panel).
     if (const QString only = qEnvironmentVariable("ES_BENCH_ONLY"); !only.isEmpty())
-        conditions.erase(std::remove_if(conditions.begin() + 1, conditions.end(),
-                                        [&](const Condition &c) { return !c.name.contains(only, Qt::CaseInsensitive); }),
-                         conditions.end());
+        conditions.erase(
+            std::remove_if(conditions.begin() + 1, conditions.end(),
+                           [&](const Condition &c) { return !c.name.contains(only, Qt::CaseInsensitive); }),
+            conditions.end());
     LoopProbe probe;
     // Time spent replotting (all the panel's plots), from QCustomPlot's before/after signals.
     double replotMs = 0;
@@ -135,7 +138,8 @@ void BenchProfiler::decodeWithPanelVisibleVsHidden() {
         connect(plot, &QCustomPlot::beforeReplot, this, [&replotClock] { replotClock.start(); });
         connect(plot, &QCustomPlot::afterReplot, this, [&] { replotMs += replotClock.nsecsElapsed() / 1e6; });
     }
-    const QString prompt = QStringLiteral("【技术解析模式】Explain how a mixture-of-experts router balances its experts.");
+    const QString prompt =
+        QStringLiteral("【技术解析模式】Explain how a mixture-of-experts router balances its experts.");
     for (int round = -1; round < rounds; ++round) { // round −1 warms caches and is not counted
         for (int i = 0; i < conditions.size(); ++i) {
             // Rotate the order each round so no condition always follows the same one.
@@ -178,9 +182,10 @@ void BenchProfiler::decodeWithPanelVisibleVsHidden() {
     // "vs hidden" pairs each visible reply with the hidden reply of the same round (the rounds
     // rotate the order), so slow drift in the machine's load cancels; median and quartiles.
     QStringList lines;
-    lines << QStringLiteral("| panel | decode tok/s, median [p25–p75] of %1 | vs hidden (paired per round), median "
-                            "[p25–p75] | GUI thread CPU (panel ticks + replots) | refresh interval (ms) | event-loop "
-                            "lateness p50 / p90 / p99 / max (ms) |")
+    lines << QStringLiteral(
+                 "| panel | decode tok/s, median [p25–p75] of %1 | vs hidden (paired per round), median "
+                 "[p25–p75] | GUI thread CPU (panel ticks + replots) | refresh interval (ms) | event-loop "
+                 "lateness p50 / p90 / p99 / max (ms) |")
                  .arg(rounds)
           << QStringLiteral("|---|---|---|---|---|---|");
     double worst = 1.0;
@@ -195,7 +200,8 @@ void BenchProfiler::decodeWithPanelVisibleVsHidden() {
         const Percentiles late = percentiles(c.lateMs);
         const double maxLate = c.lateMs.isEmpty() ? 0 : *std::max_element(c.lateMs.begin(), c.lateMs.end());
         if (c.visible) worst = std::min(worst, ratioMedian);
-        lines << QStringLiteral("| %1 | %2 [%3–%4] | %5 [%6–%7] | %8% (%9% + %10%) | %11 | %12 / %13 / %14 / %15 |")
+        lines << QStringLiteral(
+                     "| %1 | %2 [%3–%4] | %5 [%6–%7] | %8% (%9% + %10%) | %11 | %12 / %13 / %14 / %15 |")
                      .arg(c.name)
                      .arg(percentileSorted(sortedTok, 0.5), 0, 'f', 0)
                      .arg(percentileSorted(sortedTok, 0.25), 0, 'f', 0)
@@ -212,12 +218,13 @@ void BenchProfiler::decodeWithPanelVisibleVsHidden() {
                      .arg(late.p99, 0, 'f', 2)
                      .arg(maxLate, 0, 'f', 1);
     }
-    lines << QStringLiteral("") << QStringLiteral("%1 tokens per reply, %2 rounds; worst visible/hidden median ratio %3 "
-                                                  "(cost %4%).")
-                                     .arg(conditions[0].tokens)
-                                     .arg(rounds)
-                                     .arg(worst, 0, 'f', 3)
-                                     .arg(100.0 * (1.0 - worst), 0, 'f', 1);
+    lines << QStringLiteral("")
+          << QStringLiteral("%1 tokens per reply, %2 rounds; worst visible/hidden median ratio %3 "
+                            "(cost %4%).")
+                 .arg(conditions[0].tokens)
+                 .arg(rounds)
+                 .arg(worst, 0, 'f', 3)
+                 .arg(100.0 * (1.0 - worst), 0, 'f', 1);
     const QString table = lines.join(QLatin1Char('\n'));
     std::printf("\n%s\n\n", qPrintable(table));
     if (const QByteArray out = qgetenv("ES_BENCH_OUT"); !out.isEmpty()) {
@@ -225,7 +232,9 @@ void BenchProfiler::decodeWithPanelVisibleVsHidden() {
         if (f.open(QIODevice::WriteOnly | QIODevice::Truncate)) f.write(table.toUtf8() + '\n');
     }
     if (qEnvironmentVariableIntValue("ES_BENCH_STRICT") == 1)
-        QVERIFY2(worst >= 0.95, qPrintable(QStringLiteral("the visible panel costs %1%").arg(100.0 * (1.0 - worst), 0, 'f', 1)));
+        QVERIFY2(
+            worst >= 0.95,
+            qPrintable(QStringLiteral("the visible panel costs %1%").arg(100.0 * (1.0 - worst), 0, 'f', 1)));
 }
 
 QTEST_MAIN(BenchProfiler)

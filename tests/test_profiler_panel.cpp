@@ -30,7 +30,9 @@ using namespace es;
 
 namespace {
 
-bool near(double a, double b, double tol = 1e-9) { return std::abs(a - b) <= tol * std::max(1.0, std::abs(b)); }
+bool near(double a, double b, double tol = 1e-9) {
+    return std::abs(a - b) <= tol * std::max(1.0, std::abs(b));
+}
 
 // Layers 1 and 2 of a 3-layer model are MoE with 4 experts (layer 0 dense).
 TelemetryView sampleTelemetry() {
@@ -125,7 +127,8 @@ void TestProfilerPanel::cleanup() {
 std::unique_ptr<ProfilerPanel> TestProfilerPanel::makePanel() {
     m_store = std::make_unique<ChatStore>();
     if (!m_store->open(":memory:").ok()) return nullptr;
-    m_session = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu"}); // no model: fed data only
+    m_session =
+        std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu"}); // no model: fed data only
     auto panel = std::make_unique<ProfilerPanel>(m_store.get(), m_session.get());
     panel->resize(520, 800);
     return panel;
@@ -189,10 +192,10 @@ void TestProfilerPanel::memoryChartsFromTelemetry() {
     // One sample per quarter second at most.
     QTRY_VERIFY(m->stackGraph(0)->data()->size() >= 2);
     const auto first = m->stackGraph(0)->data()->constBegin();
-    QCOMPARE(first->value, 1000.0);                          // weights
-    QCOMPARE(m->stackGraph(1)->data()->constBegin()->value, 2000.0); // + KV pool (10 × 100)
-    QCOMPARE(m->stackGraph(2)->data()->constBegin()->value, 2080.0); // + workspace reserved
-    QCOMPARE(m->stackGraph(3)->data()->constBegin()->value, 6080.0); // + device free
+    QCOMPARE(first->value, 1000.0);                                   // weights
+    QCOMPARE(m->stackGraph(1)->data()->constBegin()->value, 2000.0);  // + KV pool (10 × 100)
+    QCOMPARE(m->stackGraph(2)->data()->constBegin()->value, 2080.0);  // + workspace reserved
+    QCOMPARE(m->stackGraph(3)->data()->constBegin()->value, 6080.0);  // + device free
     QCOMPARE(m->kvInUseGraph()->data()->constBegin()->value, 1300.0); // weights + 3 blocks in use
     QCOMPARE(m->fragmentationGraph()->data()->constBegin()->value, 0.25);
     QCOMPARE(m->kvWasteGraph()->data()->constBegin()->value, 0.125);
@@ -257,7 +260,7 @@ void TestProfilerPanel::selectedMessageLatencyAndStrip() {
     QVERIFY(near(l->itlPercentiles().p99, 1.98));
     QCOMPARE(l->phaseBars()->data()->size(), 5);
     QCOMPARE(l->phaseBars()->data()->at(2)->value, 3.0); // dense GEMM
-    QCOMPARE(l->ttftBars()->data()->size() + 0, 0);        // the selected reply is the highlighted bar
+    QCOMPARE(l->ttftBars()->data()->size() + 0, 0);      // the selected reply is the highlighted bar
     QVERIFY(l->rateGraph()->data()->size() >= 2);
     QVERIFY(l->summary().contains(QLatin1String("TTFT 4.0 ms")));
 
@@ -286,7 +289,8 @@ void TestProfilerPanel::compareShowsPerLayerDivergence() {
     m_panel = makePanel();
     QVERIFY(m_panel);
     const qint64 c = *m_store->createConversation("compare");
-    const qint64 u1 = *m_store->addMessage(c, std::nullopt, MessageRole::User, "【技术解析模式】same question");
+    const qint64 u1 =
+        *m_store->addMessage(c, std::nullopt, MessageRole::User, "【技术解析模式】same question");
     const qint64 a1 = *m_store->beginPartialReply(c, u1, {});
     QVERIFY(m_store->finishReply(a1, "x", "stop", {}, {}, sampleProfile(0)));
     const qint64 u2 = *m_store->addMessage(c, a1, MessageRole::User, "【创意写作模式】same question");
@@ -317,7 +321,8 @@ void TestProfilerPanel::compareShowsPerLayerDivergence() {
 void TestProfilerPanel::storedProfileEqualsLive() {
     m_store = std::make_unique<ChatStore>();
     QVERIFY(m_store->open(":memory:").ok());
-    m_session = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = 200});
+    m_session =
+        std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = 200});
     QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
     m_session->loadModel(QStringLiteral(ES_TEST_DATA_DIR) + "/moe-shared");
     QVERIFY(loaded.wait(30000));
@@ -404,8 +409,8 @@ void TestProfilerPanel::storedProfileEqualsLive() {
     panel->routingView()->setSource(RoutingView::Source::SelectedMessage);
     panel->refresh();
     QCOMPARE(panel->routingView()->stripPositions(), stored->tracePositions());
-    const QList<double> share = expertShares(QList<quint64>(stored->routing[0].expertCounts.begin(),
-                                                            stored->routing[0].expertCounts.end()));
+    const QList<double> share = expertShares(
+        QList<quint64>(stored->routing[0].expertCounts.begin(), stored->routing[0].expertCounts.end()));
     for (int e = 0; e < 8; ++e) QVERIFY(near(cell(panel->routingView()->heatmap(), e, 1), share[e]));
 
     // Hiding the dock stops the panel's timer.

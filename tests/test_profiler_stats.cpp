@@ -15,10 +15,13 @@
 using namespace es;
 
 namespace {
-bool near(double a, double b, double tol = 1e-9) { return std::abs(a - b) <= tol * std::max(1.0, std::abs(b)); }
+bool near(double a, double b, double tol = 1e-9) {
+    return std::abs(a - b) <= tol * std::max(1.0, std::abs(b));
+}
 } // namespace
 
-#define QNEAR(a, b) QVERIFY2(near((a), (b)), qPrintable(QStringLiteral("%1 vs %2").arg((a), 0, 'g', 17).arg((b), 0, 'g', 17)))
+#define QNEAR(a, b)                                                                                          \
+    QVERIFY2(near((a), (b)), qPrintable(QStringLiteral("%1 vs %2").arg((a), 0, 'g', 17).arg((b), 0, 'g', 17)))
 
 class TestProfilerStats : public QObject {
     Q_OBJECT
@@ -39,16 +42,19 @@ private slots:
         QTest::addColumn<int>("dead");
         // mean 2.5, max 6 → 2.4 and 1/2.4; H = −(2·0.2 ln 0.2 + 0.6 ln 0.6)
         //   = 2·0.3218875825 + 0.3064953744 = 0.9502705394; / ln 4 (1.3862943611) = 0.6854752972.
-        QTest::newRow("skewed, one dead") << QList<quint64>{2, 6, 0, 2} << 2.4 << 1.0 / 2.4 << 0.68547529722 << 1;
+        QTest::newRow("skewed, one dead")
+            << QList<quint64>{2, 6, 0, 2} << 2.4 << 1.0 / 2.4 << 0.68547529722 << 1;
         QTest::newRow("even") << QList<quint64>{3, 3, 3, 3} << 1.0 << 1.0 << 1.0 << 0;
         // One expert takes all: max/mean = 5/1.25 = 4 = E; entropy 0; three dead.
         QTest::newRow("one expert takes all") << QList<quint64>{0, 5, 0, 0} << 4.0 << 0.25 << 0.0 << 3;
         // Two experts of eight, 1:1 (top-2 always the same pair): H = ln 2, / ln 8 = 1/3.
-        QTest::newRow("top-2 pair of 8") << QList<quint64>{7, 7, 0, 0, 0, 0, 0, 0} << 4.0 << 0.25 << 1.0 / 3.0 << 6;
+        QTest::newRow("top-2 pair of 8")
+            << QList<quint64>{7, 7, 0, 0, 0, 0, 0, 0} << 4.0 << 0.25 << 1.0 / 3.0 << 6;
         // Six experts (not a power of two): {1, 2, 3, 0, 0, 0}, Σ 6, mean 1, max 3;
         //   H = −(1/6 ln 1/6 + 1/3 ln 1/3 + 1/2 ln 1/2) = 0.2986265782 + 0.3662040962 + 0.3465735903
         //     = 1.0114042647; / ln 6 (1.7917594692) = 0.5644754679.
-        QTest::newRow("six experts") << QList<quint64>{1, 2, 3, 0, 0, 0} << 3.0 << 1.0 / 3.0 << 0.56447546787 << 3;
+        QTest::newRow("six experts") << QList<quint64>{1, 2, 3, 0, 0, 0} << 3.0 << 1.0 / 3.0 << 0.56447546787
+                                     << 3;
     }
     void balance() {
         QFETCH(QList<quint64>, counts);
@@ -83,13 +89,15 @@ private slots:
         // Counts as they come from routing (normalized inside): (3,1,0,0) vs (0,1,3,0):
         //   P = (¾,¼,0,0), Q = (0,¼,¾,0), M = (⅜,¼,⅜,0):
         //   KL(P‖M) = ¾ ln 2 + ¼ ln 1 = 0.5198603854 = KL(Q‖M); JS = 0.5198603854.
-        QTest::newRow("routing counts") << QList<double>{3, 1, 0, 0} << QList<double>{0, 1, 3, 0} << 0.75 * std::log(2.0);
+        QTest::newRow("routing counts")
+            << QList<double>{3, 1, 0, 0} << QList<double>{0, 1, 3, 0} << 0.75 * std::log(2.0);
     }
     void jensenShannon() {
         QFETCH(QList<double>, p);
         QFETCH(QList<double>, q);
         QFETCH(double, js);
-        QVERIFY2(near(es::jensenShannon(p, q), js, 1e-10), qPrintable(QString::number(es::jensenShannon(p, q), 'g', 17)));
+        QVERIFY2(near(es::jensenShannon(p, q), js, 1e-10),
+                 qPrintable(QString::number(es::jensenShannon(p, q), 'g', 17)));
         QVERIFY2(near(es::jensenShannon(q, p), js, 1e-10), "symmetric");
         QVERIFY(es::jensenShannon(p, q) <= kJensenShannonMax);
     }
@@ -139,7 +147,8 @@ private slots:
         p.traceIds = {-1, -1, -1, -1, /*p1*/ 0, 1, 2, 3, /*p2*/ 2, 0, 3, 1};
         p.traceWeights = {0, 0, 0, 0, 0.3f, 0.7f, 0.5f, 0.5f, 0.1f, 0.9f, 0.25f, 0.75f};
         QCOMPARE(p.tracePositions(), 3);
-        // Layer 1 counts: p1 {0,1}, p2 {2,0} → e0 2, e1 1, e2 1. Layer 2: p1 {2,3}, p2 {3,1} → e1 1, e2 1, e3 2.
+        // Layer 1 counts: p1 {0,1}, p2 {2,0} → e0 2, e1 1, e2 1. Layer 2: p1 {2,3}, p2 {3,1} → e1 1, e2 1,
+        // e3 2.
         const QList<LayerRouting> r = routingFromTrace(p.traceIds, p.moeLayers, p.k, p.nExperts);
         QCOMPARE(r, (QList<LayerRouting>{{1, {2, 1, 1, 0}}, {2, {0, 1, 1, 2}}}));
         const RoutingStrip s = routingStrip(p);
@@ -264,8 +273,8 @@ private slots:
         QCOMPARE(map.cached, 2);
         QCOMPARE(map.free, 5);
         using S = KvBlockState;
-        QCOMPARE(map.cells, (QList<S>{S::Used, S::Used, S::Used, S::Cached, S::Cached, S::Free, S::Free, S::Free, S::Free,
-                                      S::Free}));
+        QCOMPARE(map.cells, (QList<S>{S::Used, S::Used, S::Used, S::Cached, S::Cached, S::Free, S::Free,
+                                      S::Free, S::Free, S::Free}));
         // 4 cells for 10 blocks: 3 per cell; [3, 6) holds 2 cached + 1 free → cached.
         const KvBlockMap coarse = kvBlockMap(m, 4);
         QCOMPARE(coarse.blocksPerCell, 3);
@@ -301,8 +310,10 @@ private slots:
         QCOMPARE(p.nSharedExperts, 1);
         QCOMPARE(p.nSteps, 4);
         QCOMPARE(p.memoryPeakBytes, qint64(99));
-        // float16 rounding: 0.7 → 0.7001953125, 0.3 → 0.300048828125, 0.6 → 0.60009765625, 0.4 → 0.39990234375.
-        QCOMPARE(p.traceWeights, (QList<float>{0.7001953125f, 0.300048828125f, 0.60009765625f, 0.39990234375f}));
+        // float16 rounding: 0.7 → 0.7001953125, 0.3 → 0.300048828125, 0.6 → 0.60009765625, 0.4 →
+        // 0.39990234375.
+        QCOMPARE(p.traceWeights,
+                 (QList<float>{0.7001953125f, 0.300048828125f, 0.60009765625f, 0.39990234375f}));
         QCOMPARE(p.routing, (QList<LayerRouting>{{1, {1, 1, 0, 2}}}));
     }
 };

@@ -61,7 +61,8 @@ CompareView::CompareView(QWidget *parent) : QWidget(parent) {
     m_plotB->xAxis->setLabel(tr("expert"));
     m_mapA = addMap(m_plotA);
     m_mapB = addMap(m_plotB);
-    const QString tip = ProfilerDefinitions::expertLoad() + QLatin1Char('\n') + ProfilerDefinitions::sharedAndDense();
+    const QString tip =
+        ProfilerDefinitions::expertLoad() + QLatin1Char('\n') + ProfilerDefinitions::sharedAndDense();
     m_plotA->setToolTip(tip);
     m_plotB->setToolTip(tip);
     grid->addWidget(m_titleA, 0, 0);
@@ -131,8 +132,10 @@ void CompareView::fillMap(QCustomPlot *plot, QCPColorMap *map, const Side &side,
 }
 
 void CompareView::showPair(const Side &a, const Side &b) {
-    m_titleA->setText(a.isEmpty() ? tr("A: none — select a message and press “Selected → A”") : tr("A: %1").arg(a.title));
-    m_titleB->setText(b.isEmpty() ? tr("B: none — select a message and press “Selected → B”") : tr("B: %1").arg(b.title));
+    m_titleA->setText(a.isEmpty() ? tr("A: none — select a message and press “Selected → A”")
+                                  : tr("A: %1").arg(a.title));
+    m_titleB->setText(b.isEmpty() ? tr("B: none — select a message and press “Selected → B”")
+                                  : tr("B: %1").arg(b.title));
     double maxShare = 0;
     for (const Side *s : {&a, &b})
         for (int r = 0; r < s->matrix.rows(); ++r)
@@ -142,7 +145,8 @@ void CompareView::showPair(const Side &a, const Side &b) {
     fillMap(m_plotA, m_mapA, a, maxShare);
     fillMap(m_plotB, m_mapB, b, maxShare);
 
-    m_divergences = (a.isEmpty() || b.isEmpty()) ? QList<LayerDivergence>{} : jensenShannonPerLayer(a.matrix, b.matrix);
+    m_divergences =
+        (a.isEmpty() || b.isEmpty()) ? QList<LayerDivergence>{} : jensenShannonPerLayer(a.matrix, b.matrix);
     QList<double> keys, values;
     double sum = 0;
     int n = 0;
@@ -157,11 +161,13 @@ void CompareView::showPair(const Side &a, const Side &b) {
     const int nLayers = std::max({a.nLayers, b.nLayers, keys.isEmpty() ? 0 : int(keys.last()) + 1});
     QSharedPointer<QCPAxisTickerText> xt(new QCPAxisTickerText);
     for (int l = 0; l < nLayers; ++l)
-        xt->addTick(l, a.matrix.layers.contains(l) || b.matrix.layers.contains(l) ? tr("L%1").arg(l) : tr("L%1\ndense").arg(l));
+        xt->addTick(l, a.matrix.layers.contains(l) || b.matrix.layers.contains(l) ? tr("L%1").arg(l)
+                                                                                  : tr("L%1\ndense").arg(l));
     m_jsPlot->xAxis->setTicker(xt);
     m_jsPlot->xAxis->setRange(-0.6, std::max(1, nLayers) - 0.4);
     charts::queueReplot(m_jsPlot);
-    if (n == 0) m_summary->setText(tr("Pick two messages to compare their routing."));
+    if (n == 0)
+        m_summary->setText(tr("Pick two messages to compare their routing."));
     else
         m_summary->setText(tr("Mean JS divergence over %1 MoE layers: %2 nats (%3% of ln 2)")
                                .arg(n)

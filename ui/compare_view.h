@@ -21,7 +21,7 @@ class CompareView : public QWidget {
     Q_OBJECT
 public:
     struct Side {
-        QString title;           // e.g. "#12 【技术解析模式】 What is…"
+        QString title; // e.g. "#12 【技术解析模式】 What is…"
         RoutingMatrix matrix;
         int nLayers = 0, nSharedExperts = 0;
         bool isEmpty() const { return matrix.isEmpty(); }

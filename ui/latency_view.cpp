@@ -46,7 +46,8 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
         m_pTexts[i]->setText(QLatin1String(pNames[i]));
         m_pTexts[i]->setVisible(false);
     }
-    m_itlPlot->setToolTip(ProfilerDefinitions::itl() + QLatin1Char('\n') + ProfilerDefinitions::percentiles());
+    m_itlPlot->setToolTip(ProfilerDefinitions::itl() + QLatin1Char('\n') +
+                          ProfilerDefinitions::percentiles());
     layout->addWidget(m_itlPlot, 3);
 
     m_ratePlot = charts::makePlot(this);
@@ -72,7 +73,8 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
     replyTicks->setTickStep(1);
     replyTicks->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
     m_ttftPlot->xAxis->setTicker(replyTicks);
-    m_ttftPlot->setToolTip(ProfilerDefinitions::ttft() + QLatin1Char('\n') + tr("Orange: the reply shown above."));
+    m_ttftPlot->setToolTip(ProfilerDefinitions::ttft() + QLatin1Char('\n') +
+                           tr("Orange: the reply shown above."));
     m_phasePlot = charts::makePlot(this);
     m_phasePlot->yAxis->setLabel(tr("ms"));
     m_phaseBars = new QCPBars(m_phasePlot->xAxis, m_phasePlot->yAxis);
@@ -156,12 +158,14 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
     m_ratePlot->yAxis->setRange(0, maxRate * 1.15);
 
     const PhaseTimes &ph = p.phases;
-    m_phaseBars->data()->set({{0, ph.attentionMs}, {1, ph.moeMs}, {2, ph.denseMs}, {3, ph.samplingMs}, {4, ph.otherMs}},
-                             true);
-    m_phasePlot->yAxis->setRange(0, std::max({1.0, ph.attentionMs, ph.moeMs, ph.denseMs, ph.samplingMs, ph.otherMs}) * 1.15);
+    m_phaseBars->data()->set(
+        {{0, ph.attentionMs}, {1, ph.moeMs}, {2, ph.denseMs}, {3, ph.samplingMs}, {4, ph.otherMs}}, true);
+    m_phasePlot->yAxis->setRange(
+        0, std::max({1.0, ph.attentionMs, ph.moeMs, ph.denseMs, ph.samplingMs, ph.otherMs}) * 1.15);
     // The phase bars grow slowly while a reply streams: redraw them when the total moved by 5%
     // (or the reply changed or ended), not on every tick.
-    const bool phasesMoved = key != m_phaseKey || !live || std::abs(ph.totalMs() - m_phaseDrawnMs) > 0.05 * m_phaseDrawnMs;
+    const bool phasesMoved =
+        key != m_phaseKey || !live || std::abs(ph.totalMs() - m_phaseDrawnMs) > 0.05 * m_phaseDrawnMs;
     if (phasesMoved) {
         m_phaseKey = key;
         m_phaseDrawnMs = ph.totalMs();
@@ -171,7 +175,8 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
     const double total = ph.totalMs();
     auto pct = [total](double v) { return total > 0 ? 100.0 * v / total : 0.0; };
     m_summary->setText(
-        tr("%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · phases: attention %8%, MoE %9%, "
+        tr("%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · phases: attention %8%, "
+           "MoE %9%, "
            "dense %10%, sampling %11%, other %12% of %13 ms over %14 steps")
             .arg(live ? tr("Streaming:") : tr("Reply:"))
             .arg(t.size())

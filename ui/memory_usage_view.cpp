@@ -24,7 +24,9 @@ protected:
         while (range.size() / unit >= 2048) unit *= 1024;
         return cleanMantissa(range.size() / unit / (mTickCount + 1e-10)) * unit;
     }
-    QString getTickLabel(double tick, const QLocale &, QChar, int) override { return charts::bytes(qint64(tick)); }
+    QString getTickLabel(double tick, const QLocale &, QChar, int) override {
+        return charts::bytes(qint64(tick));
+    }
 };
 } // namespace
 
@@ -33,13 +35,15 @@ MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
     layout->setContentsMargins(2, 2, 2, 2);
     m_summary = new QLabel(tr("No model loaded."), this);
     charts::fixLines(m_summary, 4);
-    m_summary->setToolTip(ProfilerDefinitions::vram() + QLatin1Char('\n') + ProfilerDefinitions::fragmentation());
+    m_summary->setToolTip(ProfilerDefinitions::vram() + QLatin1Char('\n') +
+                          ProfilerDefinitions::fragmentation());
     layout->addWidget(m_summary);
 
     m_stackPlot = charts::makePlot(this);
     m_stackPlot->xAxis->setLabel(tr("seconds"));
     m_stackPlot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new BytesTicker));
-    const QColor colors[4] = {QColor(70, 110, 190), QColor(230, 120, 40), QColor(150, 90, 170), QColor(190, 220, 190)};
+    const QColor colors[4] = {QColor(70, 110, 190), QColor(230, 120, 40), QColor(150, 90, 170),
+                              QColor(190, 220, 190)};
     const QString names[4] = {tr("weights"), tr("KV cache"), tr("workspace"), tr("free")};
     for (int i = 0; i < 4; ++i) {
         m_stack[i] = m_stackPlot->addGraph();
@@ -61,8 +65,9 @@ MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
     layout->addWidget(m_stackPlot, 3);
     m_includeFree = new QCheckBox(tr("Stack free memory on top"), this);
     m_includeFree->setChecked(true);
-    m_includeFree->setToolTip(tr("Free device memory as the top band. With the CPU backend it is the machine's "
-                                 "available RAM, which would flatten everything else, so it starts unticked there."));
+    m_includeFree->setToolTip(
+        tr("Free device memory as the top band. With the CPU backend it is the machine's "
+           "available RAM, which would flatten everything else, so it starts unticked there."));
     connect(m_includeFree, &QCheckBox::toggled, this, [this](bool on) {
         m_stack[3]->setVisible(on);
         m_stack[3]->removeFromLegend();
@@ -131,7 +136,8 @@ void MemoryUsageView::clear() {
 
 void MemoryUsageView::addSample(const MemoryView &m, double tS) {
     const MemorySample s = memorySample(m, tS);
-    const double v[4] = {double(s.weights), double(s.weights + s.kvCache), double(s.weights + s.kvCache + s.workspace),
+    const double v[4] = {double(s.weights), double(s.weights + s.kvCache),
+                         double(s.weights + s.kvCache + s.workspace),
                          double(s.weights + s.kvCache + s.workspace + s.free)};
     for (int i = 0; i < 4; ++i) {
         m_stack[i]->data()->add(QCPGraphData(tS, v[i]));
@@ -162,23 +168,26 @@ void MemoryUsageView::addSample(const MemoryView &m, double tS) {
     }
     for (int c = 0; c < cols * rows; ++c)
         m_blocks->data()->setCell(c % cols, c / cols,
-                                  c < cells ? double(int(m_lastMap.cells[c])) : std::numeric_limits<double>::quiet_NaN());
+                                  c < cells ? double(int(m_lastMap.cells[c]))
+                                            : std::numeric_limits<double>::quiet_NaN());
 
     const qint64 used = memoryInUse(m);
-    m_summary->setText(
-        tr("In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device %6 total, %7 free · allocator reserved %8, "
-           "in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 used / %14 cached / %15 free "
-           "(%16 per cell)")
-            .arg(charts::bytes(used), charts::bytes(s.weights), charts::bytes(s.kvInUse), charts::bytes(s.kvCache),
-                 charts::bytes(m.allocInUse), charts::bytes(m.deviceTotal), charts::bytes(m.deviceFree),
-                 charts::bytes(m.allocReserved), charts::bytes(m.allocInUse))
-            .arg(charts::bytes(m.allocLargestFree))
-            .arg(m.fragmentation, 0, 'f', 3)
-            .arg(m.kvWaste, 0, 'f', 3)
-            .arg(m_lastMap.used)
-            .arg(m_lastMap.cached)
-            .arg(m_lastMap.free)
-            .arg(m_lastMap.blocksPerCell));
+    m_summary->setText(tr("In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device %6 total, %7 free "
+                          "· allocator reserved %8, "
+                          "in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 "
+                          "used / %14 cached / %15 free "
+                          "(%16 per cell)")
+                           .arg(charts::bytes(used), charts::bytes(s.weights), charts::bytes(s.kvInUse),
+                                charts::bytes(s.kvCache), charts::bytes(m.allocInUse),
+                                charts::bytes(m.deviceTotal), charts::bytes(m.deviceFree),
+                                charts::bytes(m.allocReserved), charts::bytes(m.allocInUse))
+                           .arg(charts::bytes(m.allocLargestFree))
+                           .arg(m.fragmentation, 0, 'f', 3)
+                           .arg(m.kvWaste, 0, 'f', 3)
+                           .arg(m_lastMap.used)
+                           .arg(m_lastMap.cached)
+                           .arg(m_lastMap.free)
+                           .arg(m_lastMap.blocksPerCell));
     for (QCustomPlot *p : {m_stackPlot, m_ratioPlot, m_blockPlot}) charts::queueReplot(p);
 }
 

@@ -7,49 +7,59 @@
 
 namespace es {
 
-QString ProfilerDefinitions::ttft() { return tr("TTFT: request submitted → first generated token available (ms)."); }
+QString ProfilerDefinitions::ttft() {
+    return tr("TTFT: request submitted → first generated token available (ms).");
+}
 QString ProfilerDefinitions::itl() {
     return tr("ITL: gap between consecutive generated tokens of one request (ms); reported as p50/p90/p99.");
 }
 QString ProfilerDefinitions::decodeTokS() {
-    return tr("decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. "
-              "Over time: the tokens after the first in each quarter-second bin / the bin's length.");
+    return tr(
+        "decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. "
+        "Over time: the tokens after the first in each quarter-second bin / the bin's length.");
 }
 QString ProfilerDefinitions::expertLoad() {
-    return tr("expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.");
+    return tr(
+        "expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.");
 }
 QString ProfilerDefinitions::imbalance() {
     return tr("imbalance: max(c)/mean(c) per layer; balancedness = mean/max; entropy H(share)/ln E; "
               "dead experts = #{c = 0}.");
 }
 QString ProfilerDefinitions::vram() {
-    return tr("VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device "
-              "total/free. With the CPU backend: the engine's own accounting and the machine's RAM.");
+    return tr(
+        "VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device "
+        "total/free. With the CPU backend: the engine's own accounting and the machine's RAM.");
 }
 QString ProfilerDefinitions::fragmentation() {
-    return tr("fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − tokens "
-              "stored / (blocks used × block size).");
+    return tr(
+        "fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − tokens "
+        "stored / (blocks used × block size).");
 }
 QString ProfilerDefinitions::jensenShannon() {
-    return tr("Jensen–Shannon divergence of the two messages' expert shares per layer: JS = ½ KL(P‖M) + ½ KL(Q‖M), "
-              "M = ½(P + Q), natural log, so 0 (same routing) … ln 2 ≈ 0.693 (disjoint experts).");
+    return tr(
+        "Jensen–Shannon divergence of the two messages' expert shares per layer: JS = ½ KL(P‖M) + ½ KL(Q‖M), "
+        "M = ½(P + Q), natural log, so 0 (same routing) … ln 2 ≈ 0.693 (disjoint experts).");
 }
 QString ProfilerDefinitions::percentiles() {
     return tr("Percentiles by linear interpolation between closest ranks: rank (n − 1)·q (numpy's default).");
 }
 QString ProfilerDefinitions::phases() {
-    return tr("Engine time per phase over the steps that ran during the reply (shared with replies running at the "
-              "same time): attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, "
-              "routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other "
-              "(scheduling, embedding, emitting text).");
+    return tr(
+        "Engine time per phase over the steps that ran during the reply (shared with replies running at the "
+        "same time): attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, "
+        "routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other "
+        "(scheduling, embedding, emitting text).");
 }
 QString ProfilerDefinitions::kvBlockMap() {
-    return tr("KV block map: the paged KV cache's blocks (16 tokens each) in use, cached (free, holding a reusable "
-              "prefix) and free. The engine reports counts, so blocks are drawn grouped by state.");
+    return tr(
+        "KV block map: the paged KV cache's blocks (16 tokens each) in use, cached (free, holding a reusable "
+        "prefix) and free. The engine reports counts, so blocks are drawn grouped by state.");
 }
 QString ProfilerDefinitions::sharedAndDense() {
-    return tr("Grey rows are dense layers (no router); grey columns on the right are shared experts, which see "
-              "every token and are not part of the routed share.");
+    return tr(
+        "Grey rows are dense layers (no router); grey columns on the right are shared experts, which see "
+        "every token and are not part of the routed share.");
 }
 
 namespace charts {
@@ -92,7 +102,8 @@ QCPColorGradient categoricalGradient(int n) {
     for (int i = 0; i < n; ++i) {
         // Golden-angle hues: neighbouring ids get distant colours.
         const int hue = int(std::fmod(i * 137.508, 360.0));
-        g.setColorStopAt(double(i) / double(n - 1), QColor::fromHsv(hue, 170 + (i % 3) * 30, 230 - (i % 2) * 50));
+        g.setColorStopAt(double(i) / double(n - 1),
+                         QColor::fromHsv(hue, 170 + (i % 3) * 30, 230 - (i % 2) * 50));
     }
     g.setLevelCount(n);
     g.setNanHandling(QCPColorGradient::nhNanColor);

@@ -34,9 +34,9 @@ public:
 namespace charts {
 
 QCustomPlot *makePlot(QWidget *parent);
-QCPColorGradient shareGradient();          // token share, 0 → light, high → dark; NaN grey
+QCPColorGradient shareGradient();            // token share, 0 → light, high → dark; NaN grey
 QCPColorGradient categoricalGradient(int n); // n distinct hues for expert ids; NaN grey
-QString bytes(qint64 b);                   // "1.5 GiB"
+QString bytes(qint64 b);                     // "1.5 GiB"
 // replot(rpQueuedReplot) when the plot is on screen; a hidden plot is left stale (QCustomPlot
 // would still render its buffers) and replotStale() catches up when its page is shown.
 void queueReplot(QCustomPlot *plot);

@@ -43,16 +43,19 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
     m_tabs->addTab(m_latency, tr("Latency"));
     m_tabs->addTab(m_memory, tr("Memory"));
     m_tabs->setTabToolTip(0, tr("Which experts each layer routes tokens to"));
-    m_tabs->setTabToolTip(1, tr("Two messages' routing side by side, with the per-layer Jensen–Shannon divergence"));
+    m_tabs->setTabToolTip(
+        1, tr("Two messages' routing side by side, with the per-layer Jensen–Shannon divergence"));
     m_tabs->setTabToolTip(2, tr("TTFT, inter-token latency, tok/s and engine time per phase"));
-    m_tabs->setTabToolTip(3, tr("Weights, KV cache, workspace and free memory; fragmentation; the KV block map"));
+    m_tabs->setTabToolTip(
+        3, tr("Weights, KV cache, workspace and free memory; fragmentation; the KV block map"));
     layout->addWidget(m_tabs);
 
     m_timer.setInterval(kFastMs);
     // Replot cost, measured, drives the refresh rate (adaptInterval).
     m_replotClock.start();
     for (QCustomPlot *plot : findChildren<QCustomPlot *>()) {
-        connect(plot, &QCustomPlot::beforeReplot, this, [this] { m_replotStartNs = m_replotClock.nsecsElapsed(); });
+        connect(plot, &QCustomPlot::beforeReplot, this,
+                [this] { m_replotStartNs = m_replotClock.nsecsElapsed(); });
         connect(plot, &QCustomPlot::afterReplot, this,
                 [this] { m_costSinceTickMs += (m_replotClock.nsecsElapsed() - m_replotStartNs) / 1e6; });
     }
@@ -61,7 +64,8 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
         charts::replotStale(m_tabs->currentWidget());
         refresh();
     });
-    if (m_recorder) connect(m_recorder, &ProfileRecorder::replyRecorded, this, &ProfilerPanel::onReplyRecorded);
+    if (m_recorder)
+        connect(m_recorder, &ProfileRecorder::replyRecorded, this, &ProfilerPanel::onReplyRecorded);
     if (m_store) {
         connect(m_store, &ChatStore::messagesChanged, this, [this] {
             m_conversationDirty = true;
@@ -89,7 +93,8 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
     connect(m_compare, &CompareView::useSelectedAsB, this, [this] {
         if (m_selected) setCompareMessages(m_compareA, m_selected);
     });
-    connect(m_compare, &CompareView::swapRequested, this, [this] { setCompareMessages(m_compareB, m_compareA); });
+    connect(m_compare, &CompareView::swapRequested, this,
+            [this] { setCompareMessages(m_compareB, m_compareA); });
     m_clock.start();
 }
 
@@ -149,7 +154,8 @@ void ProfilerPanel::selectMessage(qint64 messageId) {
     if (!m_store) return;
     m_selected = messageId;
     m_selectedProfile = m_store->profile(messageId).value_or(MessageProfile{});
-    if (m_selectedProfile.routing.isEmpty()) m_selectedProfile.routing = m_store->routing(messageId); // pre-v4 message
+    if (m_selectedProfile.routing.isEmpty())
+        m_selectedProfile.routing = m_store->routing(messageId); // pre-v4 message
     ++m_shownVersion;
     emit shownProfileChanged();
     refresh();
@@ -210,10 +216,17 @@ void ProfilerPanel::refresh() {
 
     const int before = m_drawCount;
     switch (tab) {
-    case Tab::Routing: refreshRouting(t, engineChanged); break;
-    case Tab::Compare: refreshCompare(); break;
-    case Tab::Latency: refreshLatency(); break;
-    case Tab::Memory: break;
+    case Tab::Routing:
+        refreshRouting(t, engineChanged);
+        break;
+    case Tab::Compare:
+        refreshCompare();
+        break;
+    case Tab::Latency:
+        refreshLatency();
+        break;
+    case Tab::Memory:
+        break;
     }
     // Memory history is kept whichever page is on screen (a few samples a second).
     const double now = m_clock.elapsed() / 1000.0;
@@ -264,8 +277,9 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
     case RoutingView::Source::LiveWindow:
         if (engineChanged || m_routingDirty || sourceChanged) {
             const RoutingMatrix m = RoutingMatrix::fromTelemetry(t, true);
-            m_routing->showMatrix(m, info.nLayers, info.nSharedExperts,
-                                  tr("Live: the engine's last %1 steps, %2 token-slots").arg(t.windowSteps).arg(m.total()));
+            m_routing->showMatrix(
+                m, info.nLayers, info.nSharedExperts,
+                tr("Live: the engine's last %1 steps, %2 token-slots").arg(t.windowSteps).arg(m.total()));
             ++m_drawCount;
         }
         break;
@@ -276,7 +290,8 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
                                  : s.live   ? tr("The reply streaming now")
                                  : s.key    ? tr("The last reply")
                                             : tr("No message selected (click a message's header)");
-            const RoutingMatrix m = RoutingMatrix::fromLayerRouting(p.routing, p.nExperts ? p.nExperts : info.nExperts);
+            const RoutingMatrix m =
+                RoutingMatrix::fromLayerRouting(p.routing, p.nExperts ? p.nExperts : info.nExperts);
             m_routing->showMatrix(m, p.nLayers ? p.nLayers : info.nLayers,
                                   p.nLayers ? p.nSharedExperts : info.nSharedExperts,
                                   tr("%1: %2 token-slots").arg(what).arg(m.total()));
@@ -288,11 +303,12 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
         if (m_conversationDirty) reloadConversation();
         if (m_routingDirty || sourceChanged || m_drawnConversationVersion != m_conversationVersion) {
             m_routing->showMatrix(m_conversationMatrix, info.nLayers, info.nSharedExperts,
-                                  m_conversation ? tr("Conversation: %1 finished replies on the active branch, %2 "
-                                                      "token-slots")
-                                                       .arg(m_ttftIds.size())
-                                                       .arg(m_conversationMatrix.total())
-                                                 : tr("No conversation"));
+                                  m_conversation
+                                      ? tr("Conversation: %1 finished replies on the active branch, %2 "
+                                           "token-slots")
+                                            .arg(m_ttftIds.size())
+                                            .arg(m_conversationMatrix.total())
+                                      : tr("No conversation"));
             m_drawnConversationVersion = m_conversationVersion;
             ++m_drawCount;
         }
@@ -301,8 +317,10 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
     m_drawnRoutingSource = int(source);
     m_routingDirty = false;
     if (s.key != m_drawnStripKey || m_drawnStripVersion != m_shownVersion) {
-        if (s.key == 0) m_routing->clearStrip();
-        else m_routing->showStrip(s.profile, s.key);
+        if (s.key == 0)
+            m_routing->clearStrip();
+        else
+            m_routing->showStrip(s.profile, s.key);
         m_drawnStripKey = s.key;
         m_drawnStripVersion = m_shownVersion;
         ++m_drawCount;
@@ -312,8 +330,10 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
 void ProfilerPanel::refreshLatency() {
     const Shown s = shown();
     if (s.key != m_drawnLatencyKey || m_drawnLatencyVersion != m_shownVersion) {
-        if (s.key == 0) m_latency->clearReply();
-        else m_latency->showReply(s.profile, s.key, s.live);
+        if (s.key == 0)
+            m_latency->clearReply();
+        else
+            m_latency->showReply(s.profile, s.key, s.live);
         m_drawnLatencyKey = s.key;
         m_drawnLatencyVersion = m_shownVersion;
         ++m_drawCount;
@@ -322,11 +342,13 @@ void ProfilerPanel::refreshLatency() {
     // TTFT per reply of the conversation; the one streaming (still 'partial' in the store, so no
     // metrics yet) takes its live TTFT.
     const int liveTtft = s.live && s.profile.ttftUs ? int(*s.profile.ttftUs) : -1;
-    if (m_drawnTtftVersion != m_conversationVersion || m_drawnTtftSelection != s.key || m_drawnLiveTtft != liveTtft) {
+    if (m_drawnTtftVersion != m_conversationVersion || m_drawnTtftSelection != s.key ||
+        m_drawnLiveTtft != liveTtft) {
         QList<double> ttft = m_ttft;
         int current = int(ttft.size()) - 1;
         if (m_selected) current = int(m_ttftIds.indexOf(*m_selected));
-        if (s.live && !ttft.isEmpty() && std::isnan(ttft.last()) && liveTtft >= 0) ttft.last() = liveTtft / 1000.0;
+        if (s.live && !ttft.isEmpty() && std::isnan(ttft.last()) && liveTtft >= 0)
+            ttft.last() = liveTtft / 1000.0;
         m_latency->showTtft(ttft, current);
         m_drawnTtftVersion = m_conversationVersion;
         m_drawnTtftSelection = s.key;
@@ -348,7 +370,8 @@ CompareView::Side ProfilerPanel::compareSide(qint64 messageId) const {
     side.matrix = RoutingMatrix::fromLayerRouting(p ? p->routing : m_store->routing(messageId), nExperts);
     QString question;
     if (msg->parentId)
-        if (const std::optional<Message> parent = m_store->message(*msg->parentId)) question = parent->content.simplified();
+        if (const std::optional<Message> parent = m_store->message(*msg->parentId))
+            question = parent->content.simplified();
     if (question.size() > 60) question = question.left(59) + QStringLiteral("…");
     side.title = tr("#%1 “%2”").arg(messageId).arg(question);
     if (!msg->generation.precision.isEmpty()) side.title += QStringLiteral(" · ") + msg->generation.precision;
@@ -373,7 +396,8 @@ void ProfilerPanel::pickLatestPair() {
         if (i == 0) firstPath = done;
         if (!done.isEmpty()) picked << done.last();
     }
-    if (picked.size() < 2 && firstPath.size() >= 2) picked = {firstPath.last(), firstPath[firstPath.size() - 2]};
+    if (picked.size() < 2 && firstPath.size() >= 2)
+        picked = {firstPath.last(), firstPath[firstPath.size() - 2]};
     if (picked.size() >= 1) m_compareB = picked[0];
     if (picked.size() >= 2) m_compareA = picked[1];
 }

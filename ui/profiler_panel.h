@@ -52,7 +52,7 @@ public:
     static constexpr double kCpuBudget = 0.03;
     int refreshIntervalMs() const { return m_timer.interval(); }
     bool isRefreshing() const { return m_timer.isActive(); }
-    int refreshCount() const { return m_refreshCount; } // ticks that did work (tests, bench)
+    int refreshCount() const { return m_refreshCount; }     // ticks that did work (tests, bench)
     double refreshBusyMs() const { return m_busyNs / 1e6; } // time spent inside refresh() (bench)
 
     MessageProfile shownProfile() const;
@@ -116,19 +116,20 @@ private:
     // What is shown.
     std::optional<qint64> m_selected;
     MessageProfile m_selectedProfile;
-    quint64 m_liveKey = 0;           // the request streaming now (0: none)
+    quint64 m_liveKey = 0; // the request streaming now (0: none)
     MessageProfile m_liveProfile;
-    bool m_liveStale = false;        // the engine moved on since m_liveProfile was read
-    quint64 m_finishedKey = 0;       // the reply that finished last
+    bool m_liveStale = false;  // the engine moved on since m_liveProfile was read
+    quint64 m_finishedKey = 0; // the reply that finished last
     MessageProfile m_finishedProfile;
     std::optional<qint64> m_compareA, m_compareB;
-    bool m_compareAuto = true;       // A/B follow the latest two replies until the user picks
+    bool m_compareAuto = true; // A/B follow the latest two replies until the user picks
 
     // Versions of the inputs and what each page drew, so idle ticks draw nothing.
     int m_shownVersion = 0, m_conversationVersion = 0;
     int m_drawnRoutingVersion = -1, m_drawnConversationVersion = -1, m_drawnStripVersion = -1;
     int m_drawnLatencyVersion = -1, m_drawnTtftVersion = -1, m_drawnLiveTtft = -2;
-    quint64 m_drawnStripKey = ~quint64(0), m_drawnLatencyKey = ~quint64(0), m_drawnTtftSelection = ~quint64(0);
+    quint64 m_drawnStripKey = ~quint64(0), m_drawnLatencyKey = ~quint64(0),
+            m_drawnTtftSelection = ~quint64(0);
     int m_drawnRoutingSource = -1;
     quint64 m_lastSteps = ~quint64(0);
     bool m_compareDirty = true, m_conversationDirty = true, m_routingDirty = true;
@@ -139,8 +140,8 @@ private:
     double m_lastMemoryS = -1;
     int m_drawCount = 0, m_refreshCount = 0;
     qint64 m_busyNs = 0;
-    double m_tickCostMs = 0;          // moving average of one tick's refresh + replot time
-    double m_costSinceTickMs = 0;     // refresh + replots since the last tick began
+    double m_tickCostMs = 0;      // moving average of one tick's refresh + replot time
+    double m_costSinceTickMs = 0; // refresh + replots since the last tick began
     qint64 m_replotStartNs = 0;
     QElapsedTimer m_replotClock;
     void adaptInterval();

@@ -23,7 +23,9 @@ namespace es {
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-QString fmt(double v, int decimals) { return std::isnan(v) ? QStringLiteral("–") : QString::number(v, 'f', decimals); }
+QString fmt(double v, int decimals) {
+    return std::isnan(v) ? QStringLiteral("–") : QString::number(v, 'f', decimals);
+}
 } // namespace
 
 RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
@@ -34,8 +36,9 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
     m_source->addItem(tr("Live (recent engine steps)"), int(Source::LiveWindow));
     m_source->addItem(tr("Selected message"), int(Source::SelectedMessage));
     m_source->addItem(tr("Whole conversation"), int(Source::Conversation));
-    m_source->setToolTip(tr("What the heatmap counts: the engine's sliding window of recent steps, the selected (or "
-                            "latest) reply, or every finished reply of the current conversation's active branch"));
+    m_source->setToolTip(
+        tr("What the heatmap counts: the engine's sliding window of recent steps, the selected (or "
+           "latest) reply, or every finished reply of the current conversation's active branch"));
     m_caption = new QLabel(this);
     charts::fixLines(m_caption, 2);
     top->addWidget(m_source);
@@ -72,7 +75,8 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
     m_sharedLabel->setFont(m_plot->xAxis->tickLabelFont());
     m_sharedLabel->setClipToAxisRect(false);
     m_sharedLabel->setVisible(false);
-    m_plot->setToolTip(ProfilerDefinitions::expertLoad() + QLatin1Char('\n') + ProfilerDefinitions::sharedAndDense());
+    m_plot->setToolTip(ProfilerDefinitions::expertLoad() + QLatin1Char('\n') +
+                       ProfilerDefinitions::sharedAndDense());
     upperLayout->addWidget(m_plot, 3);
 
     m_table = new QTableWidget(0, 3, upper);
@@ -94,7 +98,8 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
     const QFontMetrics fm(small);
     for (int c = 0; c < 3; ++c)
         m_table->setColumnWidth(c, std::max(fm.horizontalAdvance(m_table->horizontalHeaderItem(c)->text()),
-                                            fm.horizontalAdvance(QStringLiteral("00.000"))) + 10);
+                                            fm.horizontalAdvance(QStringLiteral("00.000"))) +
+                                       10);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Fixed);
     m_table->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
     m_table->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
@@ -114,8 +119,9 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
     m_promptEnd = new QCPItemStraightLine(m_stripPlot);
     m_promptEnd->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
     m_promptEnd->setVisible(false);
-    m_stripPlot->setToolTip(tr("Each cell: the expert with the largest gate weight for that token in that layer "
-                               "(colour = expert id). Hover a token for its top-k experts and weights per layer."));
+    m_stripPlot->setToolTip(
+        tr("Each cell: the expert with the largest gate weight for that token in that layer "
+           "(colour = expert id). Hover a token for its top-k experts and weights per layer."));
     connect(m_stripPlot, &QCustomPlot::mouseMove, this, &RoutingView::onStripHover);
     m_tokenLabel = new QLabel(tr("Hover a token to see its experts."), lower);
     m_tokenLabel->setWordWrap(true);
@@ -142,8 +148,10 @@ void RoutingView::setLayerTicks(int nLayers, const QList<int> &moeLayers) {
     const int every = nLayers > 32 ? 4 : nLayers > 16 ? 2 : 1;
     for (int l = 0; l < nLayers; ++l) {
         const bool dense = !moeLayers.contains(l);
-        if (dense) ticks->addTick(l, tr("L%1 dense").arg(l));
-        else if (l % every == 0) ticks->addTick(l, tr("L%1").arg(l));
+        if (dense)
+            ticks->addTick(l, tr("L%1 dense").arg(l));
+        else if (l % every == 0)
+            ticks->addTick(l, tr("L%1").arg(l));
     }
     m_plot->yAxis->setTicker(ticks);
 }
@@ -156,7 +164,8 @@ void RoutingView::showMatrix(const RoutingMatrix &m, int nLayers, int nShared, c
     nShared = std::max(0, nShared);
     const int nExperts = std::max(0, m.nExperts);
     const int nx = std::max(1, nExperts + nShared), ny = std::max(1, nLayers);
-    if (nExperts != m_shapeExperts || nShared != m_shapeShared || nLayers != m_shapeLayers || m.layers != m_shapeMoe) {
+    if (nExperts != m_shapeExperts || nShared != m_shapeShared || nLayers != m_shapeLayers ||
+        m.layers != m_shapeMoe) {
         // Shape changed (another model): resize once; otherwise every update is in place.
         m_shapeExperts = nExperts;
         m_shapeShared = nShared;
@@ -260,7 +269,8 @@ void RoutingView::showStrip(const MessageProfile &p, quint64 key) {
     // A long conversation's prompt would squeeze the reply into a sliver: show the reply with a
     // little of the prompt before it (the whole strip is still there, and hover works anywhere).
     const int reply = s.nPositions - s.nPromptPositions;
-    const int firstShown = s.nPromptPositions > 2 * std::max(reply, 32) ? s.nPromptPositions - std::max(16, reply / 4) : 0;
+    const int firstShown =
+        s.nPromptPositions > 2 * std::max(reply, 32) ? s.nPromptPositions - std::max(16, reply / 4) : 0;
     m_stripPlot->xAxis->setRange(firstShown - 0.5, s.nPositions - 0.5);
     m_stripPlot->yAxis->setRange(-0.5, rows - 0.5);
     m_stripPlot->yAxis->setRangeReversed(true);
@@ -275,13 +285,15 @@ QString RoutingView::tokenDetails(int position) const {
     if (choices.isEmpty()) return {};
     const int nPrompt = std::min(m_stripProfile.nPromptTokens, m_stripPositions);
     QStringList lines;
-    lines << (position < nPrompt ? tr("Prompt token %1").arg(position)
-                                 : tr("Reply token %1 (position %2)").arg(position - nPrompt + 1).arg(position));
+    lines << (position < nPrompt
+                  ? tr("Prompt token %1").arg(position)
+                  : tr("Reply token %1 (position %2)").arg(position - nPrompt + 1).arg(position));
     for (int r = 0; r < choices.size(); ++r) {
         QStringList parts;
         for (const ExpertChoice &c : choices[r]) parts << tr("e%1 %2").arg(c.expert).arg(c.weight, 0, 'f', 3);
-        lines << tr("L%1: %2").arg(m_stripProfile.moeLayers.value(r)).arg(parts.isEmpty() ? tr("prefix cache")
-                                                                                           : parts.join(QStringLiteral(" · ")));
+        lines << tr("L%1: %2")
+                     .arg(m_stripProfile.moeLayers.value(r))
+                     .arg(parts.isEmpty() ? tr("prefix cache") : parts.join(QStringLiteral(" · ")));
     }
     return lines.join(QLatin1Char('\n'));
 }

@@ -49,7 +49,9 @@ KvBlockMap kvBlockMap(const MemoryView &m, int maxCells) {
         auto overlap = [&](int lo, int hi) { return std::max(0, std::min(b1, hi) - std::max(b0, lo)); };
         const int u = overlap(0, map.used), k = overlap(map.used, map.used + map.cached),
                   f = overlap(map.used + map.cached, total);
-        map.cells.append(u >= k && u >= f ? KvBlockState::Used : k >= f ? KvBlockState::Cached : KvBlockState::Free);
+        map.cells.append(u >= k && u >= f ? KvBlockState::Used
+                         : k >= f         ? KvBlockState::Cached
+                                          : KvBlockState::Free);
     }
     return map;
 }

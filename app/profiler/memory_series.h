@@ -17,7 +17,7 @@ namespace es {
 struct MemorySample {
     double tS = 0;
     qint64 weights = 0, kvCache = 0, workspace = 0, free = 0, deviceTotal = 0;
-    qint64 kvInUse = 0;          // blocks in use × block bytes
+    qint64 kvInUse = 0; // blocks in use × block bytes
     double fragmentation = 0, kvWaste = 0;
 };
 MemorySample memorySample(const MemoryView &m, double tS);

@@ -30,12 +30,14 @@ void count(ReplyEngineStats &st, const StepView &s) {
 }
 } // namespace
 
-MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo &model, const ReplyEngineStats &st) {
+MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo &model,
+                                  const ReplyEngineStats &st) {
     MessageProfile p;
     if (r.tFirstTokenUs >= 0) p.ttftUs = r.tFirstTokenUs - r.tSubmitUs;
     p.tokenTimesUs.reserve(r.tokenTimesUs.size());
     for (qint64 t : r.tokenTimesUs) p.tokenTimesUs.append(t - r.tSubmitUs);
-    p.durationUs = r.tFinishUs >= 0 ? r.tFinishUs - r.tSubmitUs : (p.tokenTimesUs.isEmpty() ? 0 : p.tokenTimesUs.last());
+    p.durationUs =
+        r.tFinishUs >= 0 ? r.tFinishUs - r.tSubmitUs : (p.tokenTimesUs.isEmpty() ? 0 : p.tokenTimesUs.last());
     p.nPromptTokens = r.nPromptTokens;
     p.nCachedPromptTokens = r.nCachedPromptTokens;
     p.nPreemptions = r.nPreemptions;
@@ -58,7 +60,8 @@ MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo 
     return p;
 }
 
-ProfileRecorder::ProfileRecorder(EngineSession *session, QObject *parent) : QObject(parent), m_session(session) {
+ProfileRecorder::ProfileRecorder(EngineSession *session, QObject *parent)
+    : QObject(parent), m_session(session) {
     connect(session, &EngineSession::tokensGenerated, this, [this](quint64 id) {
         poll();
         if (!m_active.contains(id) && !m_finished.contains(id) && m_session)
@@ -119,7 +122,8 @@ void ProfileRecorder::onReplyProfiled(quint64 id, const ReplyProfile &reply) {
     ReplyEngineStats st = a.stats;
     for (const StepView &s : m_history)
         if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s);
-    const MessageProfile p = makeMessageProfile(reply, m_session ? m_session->modelInfo() : SessionModelInfo{}, st);
+    const MessageProfile p =
+        makeMessageProfile(reply, m_session ? m_session->modelInfo() : SessionModelInfo{}, st);
     m_finished.insert(id, p);
     m_finishedOrder.append(id);
     while (m_finishedOrder.size() > kFinishedKept) m_finished.remove(m_finishedOrder.takeFirst());

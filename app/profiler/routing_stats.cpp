@@ -117,7 +117,8 @@ QList<LayerDivergence> jensenShannonPerLayer(const RoutingMatrix &a, const Routi
     return out;
 }
 
-QList<LayerRouting> routingFromTrace(const QList<qint16> &ids, const QList<int> &moeLayers, int k, int nExperts) {
+QList<LayerRouting> routingFromTrace(const QList<qint16> &ids, const QList<int> &moeLayers, int k,
+                                     int nExperts) {
     QList<LayerRouting> out;
     const int nMoe = int(moeLayers.size());
     if (nMoe <= 0 || k <= 0 || nExperts <= 0) return out;
@@ -166,7 +167,8 @@ QList<QList<ExpertChoice>> tokenRouting(const MessageProfile &p, int position) {
         const qsizetype base = (qsizetype(position) * nMoe + m) * p.k;
         for (int j = 0; j < p.k; ++j)
             if (p.traceIds[base + j] >= 0)
-                row.append({p.traceIds[base + j], base + j < p.traceWeights.size() ? p.traceWeights[base + j] : 0.f});
+                row.append({p.traceIds[base + j],
+                            base + j < p.traceWeights.size() ? p.traceWeights[base + j] : 0.f});
         std::stable_sort(row.begin(), row.end(), [](const ExpertChoice &a, const ExpertChoice &b) {
             return a.weight > b.weight || (a.weight == b.weight && a.expert < b.expert);
         });

@@ -16,9 +16,9 @@ namespace es {
 
 // Expert token-slot counts c[l][e] of the MoE layers. Dense layers have no row.
 struct RoutingMatrix {
-    QList<int> layers;           // model layer index of each row
-    int nExperts = 0;            // routed experts (shared experts see every token: not counted)
-    QList<quint64> counts;       // [row * nExperts + e]
+    QList<int> layers;     // model layer index of each row
+    int nExperts = 0;      // routed experts (shared experts see every token: not counted)
+    QList<quint64> counts; // [row * nExperts + e]
 
     int rows() const { return int(layers.size()); }
     bool isEmpty() const { return layers.isEmpty() || nExperts <= 0; }
@@ -29,17 +29,18 @@ struct RoutingMatrix {
     void add(const RoutingMatrix &other);
     bool operator==(const RoutingMatrix &) const = default;
 
-    static RoutingMatrix fromTelemetry(const TelemetryView &t, bool window); // window: the live sliding window
+    static RoutingMatrix fromTelemetry(const TelemetryView &t,
+                                       bool window); // window: the live sliding window
     static RoutingMatrix fromLayerRouting(const QList<LayerRouting> &routing, int nExperts);
 };
 
 // Balance of one layer's counts. Undefined figures (no tokens) are NaN.
 struct LayerBalance {
     quint64 total = 0;
-    double imbalance = 0;        // max(c) / mean(c), 1 = perfectly even, E = one expert takes all
-    double balancedness = 0;     // mean(c) / max(c), in (0, 1]
-    double entropy = 0;          // H(share) / ln E, in [0, 1]
-    int deadExperts = 0;         // #{c = 0}
+    double imbalance = 0;    // max(c) / mean(c), 1 = perfectly even, E = one expert takes all
+    double balancedness = 0; // mean(c) / max(c), in (0, 1]
+    double entropy = 0;      // H(share) / ln E, in [0, 1]
+    int deadExperts = 0;     // #{c = 0}
 };
 
 QList<double> expertShares(const QList<quint64> &counts); // c / Σc; all 0 when Σc = 0
@@ -60,15 +61,16 @@ QList<LayerDivergence> jensenShannonPerLayer(const RoutingMatrix &a, const Routi
 
 // Routing counts per MoE layer from a reply's trace (positions the reply computed; prefix-cached
 // positions, id −1, are not counted): what EngineSession reports as the reply's routing.
-QList<LayerRouting> routingFromTrace(const QList<qint16> &ids, const QList<int> &moeLayers, int k, int nExperts);
+QList<LayerRouting> routingFromTrace(const QList<qint16> &ids, const QList<int> &moeLayers, int k,
+                                     int nExperts);
 
 // The token × MoE-layer strip of a reply: for each trace position and MoE layer, the expert with
 // the largest gate weight (ties: lower id), or −1 for a prefix-cached position.
 struct RoutingStrip {
-    int nPositions = 0;          // prompt + generated positions in the trace
-    int nPromptPositions = 0;    // the first nPromptPositions are the prompt
-    QList<int> layers;           // model layer of each strip row
-    QList<int> top1;             // [position * layers.size() + row]
+    int nPositions = 0;       // prompt + generated positions in the trace
+    int nPromptPositions = 0; // the first nPromptPositions are the prompt
+    QList<int> layers;        // model layer of each strip row
+    QList<int> top1;          // [position * layers.size() + row]
     int at(int position, int row) const { return top1[qsizetype(position) * layers.size() + row]; }
 };
 RoutingStrip routingStrip(const MessageProfile &profile);

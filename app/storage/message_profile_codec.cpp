@@ -79,8 +79,10 @@ QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weig
     QByteArray payload(n * idBytes + n * 2, Qt::Uninitialized);
     char *p = payload.data();
     for (qsizetype i = 0; i < n; ++i) {
-        if (idBytes == 1) p[i] = char(ids[i] < 0 ? 0xff : quint8(ids[i]));
-        else qToLittleEndian<qint16>(ids[i], p + i * 2);
+        if (idBytes == 1)
+            p[i] = char(ids[i] < 0 ? 0xff : quint8(ids[i]));
+        else
+            qToLittleEndian<qint16>(ids[i], p + i * 2);
     }
     char *w = p + n * idBytes;
     for (qsizetype i = 0; i < n; ++i) {
@@ -102,7 +104,8 @@ bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *w
     ids->clear();
     weights->clear();
     if (b.isEmpty()) return true; // no trace (a dense model, or nothing computed)
-    if (b.size() < kTraceHeader || std::memcmp(b.constData(), kTraceMagic, 4) != 0 || b[4] != char(1)) return false;
+    if (b.size() < kTraceHeader || std::memcmp(b.constData(), kTraceMagic, 4) != 0 || b[4] != char(1))
+        return false;
     const int idBytes = b[5];
     if (idBytes != 1 && idBytes != 2) return false;
     const qsizetype n = qFromLittleEndian<quint32>(b.constData() + 8);
@@ -112,8 +115,10 @@ bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *w
     ids->resize(n);
     weights->resize(n);
     for (qsizetype i = 0; i < n; ++i) {
-        if (idBytes == 1) (*ids)[i] = quint8(p[i]) == 0xff ? qint16(-1) : qint16(quint8(p[i]));
-        else (*ids)[i] = qFromLittleEndian<qint16>(p + i * 2);
+        if (idBytes == 1)
+            (*ids)[i] = quint8(p[i]) == 0xff ? qint16(-1) : qint16(quint8(p[i]));
+        else
+            (*ids)[i] = qFromLittleEndian<qint16>(p + i * 2);
     }
     const char *w = p + n * idBytes;
     for (qsizetype i = 0; i < n; ++i) {
