@@ -68,6 +68,12 @@ struct backend_memory {
     uint64_t device_total = 0, device_free = 0;          // GPU: cudaMemGetInfo; CPU: RAM
 };
 
+// Checks a batch against the model and the KV pool before a backend touches memory: lengths
+// agree, token ids inside the vocabulary, positions covered by the sequence's block table and
+// inside the context, block ids inside the pool, logits rows inside the batch. Throws
+// es::load_error naming what is wrong (backends call it inside catch_errors).
+void check_batch(const batch &b, const model_config &cfg, const kv_cache_params &kv);
+
 class backend {
 public:
     virtual ~backend() = default;

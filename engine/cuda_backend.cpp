@@ -565,27 +565,8 @@ private:
     }
 
     void check_batch(const batch &b) const {
-        const size_t T = b.tokens.size();
-        if (b.pos.size() != T || b.seq.size() != T) throw load_error("batch: tokens, pos and seq differ in length");
         if (!m_kv_pool.bytes()) throw load_error("batch: the KV cache is not initialised");
-        for (size_t t = 0; t < T; ++t) {
-            if (b.tokens[t] < 0 || b.tokens[t] >= m_cfg.n_vocab)
-                throw load_error("batch: token id " + std::to_string(b.tokens[t]) + " is outside the vocabulary [0, " +
-                                 std::to_string(m_cfg.n_vocab) + ")");
-            if (b.seq[t] < 0 || size_t(b.seq[t]) >= b.seqs.size()) throw load_error("batch: bad sequence index");
-            const auto &bt = b.seqs[b.seq[t]].block_table;
-            const int64_t blk = b.pos[t] / m_kv.block_size;
-            if (b.pos[t] < 0 || blk >= int64_t(bt.size()))
-                throw load_error("batch: position " + std::to_string(b.pos[t]) + " has no KV block");
-            if (b.pos[t] >= m_cfg.n_ctx_train)
-                throw load_error("batch: position " + std::to_string(b.pos[t]) + " is past the model's context of " +
-                                 std::to_string(m_cfg.n_ctx_train));
-        }
-        for (const auto &s : b.seqs)
-            for (int32_t blk : s.block_table)
-                if (blk < 0 || blk >= m_kv.n_blocks) throw load_error("batch: KV block id out of range");
-        for (int32_t r : b.logits_rows)
-            if (r < 0 || size_t(r) >= T) throw load_error("batch: logits row out of range");
+        es::check_batch(b, m_cfg, m_kv);
     }
 
     // ---- workspace ---------------------------------------------------------------------------

@@ -204,7 +204,7 @@ void MainWindow::rebuildPresetMenu() {
         if (m_current) m_current->editConversationSettings();
     });
     m_presetMenu->addSeparator();
-    QAction *none = m_presetMenu->addAction(tr("No preset"), this, [this] { applyPresetToCurrentPane(std::nullopt); });
+    m_presetMenu->addAction(tr("No preset"), this, [this] { applyPresetToCurrentPane(std::nullopt); });
     m_presetMenu->addSeparator();
     int n = 0;
     for (const Preset &p : m_store->presets()) {
