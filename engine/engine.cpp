@@ -568,6 +568,9 @@ void engine::thread_main() {
             m.kv_blocks_used = pool.n_used();
             m.kv_blocks_free = pool.n_free();
             m.kv_blocks_cached = pool.n_cached();
+            pool.states(m.kv_block_states);
+            m.kv_blocks_cached_free = int32_t(
+                std::count(m.kv_block_states.begin(), m.kv_block_states.end(), uint8_t(kv_block_state::cached)));
             m.kv_tokens_stored = I.sched->kv_tokens_stored();
             const int64_t cap = int64_t(m.kv_blocks_used) * pool.block_size();
             m.kv_waste = cap > 0 ? 1.0 - double(m.kv_tokens_stored) / double(cap) : 0.0;

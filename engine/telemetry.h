@@ -23,11 +23,16 @@ struct step_record {
     double attention_ms = 0.0, moe_ms = 0.0, dense_ms = 0.0, head_ms = 0.0; // inside forward
 };
 
+enum class kv_block_state : uint8_t { used = 0, cached = 1, free = 2 }; // cached: free, hashed
+
 struct memory_stats {
     uint64_t weights_bytes = 0;
     uint64_t kv_block_bytes = 0;           // bytes of one block, all layers, K and V
     int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+    int32_t kv_blocks_cached_free = 0;     // free blocks still holding a reusable prefix
     int64_t kv_tokens_stored = 0;
+    // Every block's state in pool order (kv_block_state values): the KV block map.
+    std::vector<uint8_t> kv_block_states;
     double kv_waste = 0.0;                 // 1 − tokens stored / (blocks used × block size)
     // Backend allocator (workspace) and device, where the backend has them (0 otherwise).
     uint64_t alloc_reserved = 0, alloc_in_use = 0, alloc_largest_free = 0;

@@ -142,7 +142,8 @@ TelemetryView EngineSession::telemetry() const {
     const memory_stats &m = t->memory;
     v.memory = {qint64(m.weights_bytes), qint64(m.kv_block_bytes), m.kv_blocks_total, m.kv_blocks_used, m.kv_blocks_free,
                 m.kv_blocks_cached, m.kv_tokens_stored, m.kv_waste, qint64(m.alloc_reserved), qint64(m.alloc_in_use),
-                qint64(m.alloc_largest_free), qint64(m.device_total), qint64(m.device_free), m.fragmentation};
+                qint64(m.alloc_largest_free), qint64(m.device_total), qint64(m.device_free), m.fragmentation,
+                QByteArray(reinterpret_cast<const char *>(m.kv_block_states.data()), qsizetype(m.kv_block_states.size()))};
     v.running = t->n_running;
     v.waiting = t->n_waiting;
     v.prefixQueries = t->prefix_queries;

@@ -4,6 +4,7 @@
 
 #include "storage_types.h"
 
+#include <QByteArray>
 #include <QList>
 #include <QMetaType>
 #include <QString>
@@ -72,6 +73,9 @@ struct MemoryView {
     qint64 allocReserved = 0, allocInUse = 0, allocLargestFree = 0;
     qint64 deviceTotal = 0, deviceFree = 0;
     double fragmentation = 0;    // 1 − largest free / total free
+    // Each KV block's state in pool order (es::kv_block_state: 0 used, 1 cached, 2 free); empty
+    // when the source has no per-block view (a remote server).
+    QByteArray kvBlockStates;
 };
 
 // The latest engine telemetry, converted for the GUI. Cheap to copy (implicitly shared lists).
