@@ -415,6 +415,8 @@ void engine::thread_main() {
         const auto t1 = clk::now();
         rec.n_preempted = int32_t(so.preempted.size());
         if (so.chunks.empty()) return;
+        rec.seq_tokens.reserve(so.chunks.size());
+        for (const scheduled_chunk &c : so.chunks) rec.seq_tokens.emplace_back(c.req->id, c.n_new);
 
         batch b;
         for (size_t i = 0; i < so.chunks.size(); ++i) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace es {
@@ -21,6 +22,9 @@ struct step_record {
     int32_t n_preempted = 0;
     double schedule_ms = 0.0, forward_ms = 0.0, sample_ms = 0.0, emit_ms = 0.0;
     double attention_ms = 0.0, moe_ms = 0.0, dense_ms = 0.0, head_ms = 0.0; // inside forward
+    // The requests computed in this step and how many tokens each (so a step shared by
+    // concurrent replies can be apportioned among them).
+    std::vector<std::pair<uint64_t, int32_t>> seq_tokens;
 };
 
 enum class kv_block_state : uint8_t { used = 0, cached = 1, free = 2 }; // cached: free, hashed

@@ -8,6 +8,7 @@
 #include "compare_view.h"
 #include "composer.h"
 #include "engine_session.h"
+#include "latency_stats.h"
 #include "latency_view.h"
 #include "main_window.h"
 #include "memory_usage_view.h"
@@ -101,6 +102,7 @@ private slots:
     void selectedMessageLatencyAndStrip();
     void compareShowsPerLayerDivergence();
     void storedProfileEqualsLive();
+    void concurrentRepliesShareSteps();
 
 private:
     std::unique_ptr<ProfilerPanel> makePanel();
@@ -316,6 +318,50 @@ void TestProfilerPanel::compareShowsPerLayerDivergence() {
     // Comparing a message with itself: 0 everywhere.
     m_panel->setCompareMessages(a1, a1);
     for (const LayerDivergence &d : cv->divergences()) QCOMPARE(d.js, 0.0);
+}
+
+// Two replies computed together: every shared step is apportioned by tokens, so their phase
+// times add up to the engine's time for those steps (whole-step attribution would count each
+// shared step twice), and each reply counts exactly the steps that computed it.
+void TestProfilerPanel::concurrentRepliesShareSteps() {
+    m_session = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = 24});
+    QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
+    m_session->loadModel(QStringLiteral(ES_TEST_DATA_DIR) + "/moe-shared");
+    QVERIFY(loaded.wait(30000));
+    ProfileRecorder *rec = ProfileRecorder::forSession(m_session.get());
+    QSignalSpy recorded(rec, &ProfileRecorder::replyRecorded);
+    auto request = [](const QString &text) {
+        ChatRequest r;
+        r.messages = {{MessageRole::User, text}};
+        r.sampling.temperature = 0.0;
+        r.sampling.maxTokens = 24;
+        return r;
+    };
+    const quint64 a = m_session->submit(request(QStringLiteral("first question, rather long so prefill takes a while")));
+    const quint64 b = m_session->submit(request(QStringLiteral("second")));
+    QTRY_COMPARE_WITH_TIMEOUT(recorded.count(), 2, 60000);
+    const std::optional<MessageProfile> pa = rec->takeProfile(a), pb = rec->takeProfile(b);
+    QVERIFY(pa && pb);
+    // The telemetry ring still holds every step of both (a few dozen steps).
+    const TelemetryView t = m_session->telemetry();
+    double engineMs = 0;
+    int stepsA = 0, stepsB = 0, shared = 0;
+    for (const StepView &s : t.steps) {
+        const bool inA = s.seqIds.contains(a), inB = s.seqIds.contains(b);
+        if (!inA && !inB) continue;
+        QCOMPARE(s.seqIds.size(), s.seqTokens.size());
+        engineMs += stepPhases(s).totalMs();
+        stepsA += inA;
+        stepsB += inB;
+        shared += inA && inB;
+    }
+    QVERIFY2(shared > 0, "the two replies never shared a step");
+    QCOMPARE(pa->nSteps, stepsA);
+    QCOMPARE(pb->nSteps, stepsB);
+    QCOMPARE(pa->nStepsMissed + pb->nStepsMissed, 0);
+    const double sum = pa->phases.totalMs() + pb->phases.totalMs();
+    QVERIFY2(std::abs(sum - engineMs) <= 1e-6 * std::max(1.0, engineMs),
+             qPrintable(QString("replies %1 ms, engine %2 ms").arg(sum).arg(engineMs)));
 }
 
 void TestProfilerPanel::storedProfileEqualsLive() {

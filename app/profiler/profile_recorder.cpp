@@ -23,8 +23,24 @@ bool inReply(const StepView &s, qint64 tSubmitUs, qint64 tFinishUs) {
     return s.tUs >= tSubmitUs && (tFinishUs < 0 || s.tUs <= tFinishUs);
 }
 
-void count(ReplyEngineStats &st, const StepView &s) {
-    accumulate(st.phases, stepPhases(s));
+// This reply's share of a step: its tokens over the step's tokens when the step lists its
+// sequences (0 when the reply was not in it), else 1 (the step counts for every reply in flight).
+double shareOf(const StepView &s, quint64 id) {
+    if (s.seqIds.isEmpty()) return 1.0;
+    qint64 mine = 0, all = 0;
+    for (qsizetype i = 0; i < s.seqIds.size() && i < s.seqTokens.size(); ++i) {
+        all += s.seqTokens[i];
+        if (s.seqIds[i] == id) mine += s.seqTokens[i];
+    }
+    return all > 0 ? double(mine) / double(all) : 0.0;
+}
+
+void count(ReplyEngineStats &st, const StepView &s, quint64 id) {
+    const double share = shareOf(s, id);
+    if (share <= 0.0) return;
+    PhaseTimes ph = stepPhases(s);
+    for (double *v : {&ph.attentionMs, &ph.moeMs, &ph.denseMs, &ph.samplingMs, &ph.otherMs}) *v *= share;
+    accumulate(st.phases, ph);
     ++st.nSteps;
     st.maxBatchSeqs = std::max(st.maxBatchSeqs, s.nSeqs);
 }
@@ -104,8 +120,8 @@ void ProfileRecorder::poll() {
     }
     while (m_history.size() > kHistory) {
         const StepView &old = m_history.front();
-        for (Accum &a : m_active)
-            if (old.tUs >= a.tSubmitUs) count(a.stats, old);
+        for (auto it = m_active.begin(); it != m_active.end(); ++it)
+            if (old.tUs >= it->tSubmitUs) count(it->stats, old, it.key());
         m_history.pop_front();
     }
     const qint64 inUse = memoryInUse(t.memory);
@@ -121,7 +137,7 @@ void ProfileRecorder::onReplyProfiled(quint64 id, const ReplyProfile &reply) {
     m_active.remove(id);
     ReplyEngineStats st = a.stats;
     for (const StepView &s : m_history)
-        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s);
+        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s, id);
     const MessageProfile p =
         makeMessageProfile(reply, m_session ? m_session->modelInfo() : SessionModelInfo{}, st);
     m_finished.insert(id, p);
@@ -152,7 +168,7 @@ MessageProfile ProfileRecorder::liveProfile(quint64 id) const {
     if (reply.requestId == 0) return {};
     ReplyEngineStats st = it->stats;
     for (const StepView &s : m_history)
-        if (inReply(s, it->tSubmitUs, -1)) count(st, s);
+        if (inReply(s, it->tSubmitUs, -1)) count(st, s, id);
     return makeMessageProfile(reply, m_session->modelInfo(), st);
 }
 

@@ -3,8 +3,12 @@
 // that ran while the reply was in flight, and its memory peak — giving the MessageProfile that
 // ChatPane stores with the message and the profiler shows. It reads telemetry once per pump tick
 // that brought tokens (≈30 Hz at most, never per token) and keeps the last 4096 steps so the
-// prefill steps before a reply's first tokens are still attributed. Phase times of steps shared
-// by concurrent replies count for each of them. GUI thread only.
+// prefill steps before a reply's first tokens are still attributed. A step shared by concurrent
+// replies is apportioned by tokens: each reply gets (its tokens in the step / the step's tokens)
+// of every phase time, so the phase times of replies that ran together add up to the engine's
+// time, not a multiple of it; nSteps counts the steps that computed the reply. (A source that
+// does not list a step's sequences falls back to whole steps for every reply in flight.) GUI
+// thread only.
 #pragma once
 
 #include "session_types.h"

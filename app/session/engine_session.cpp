@@ -128,10 +128,18 @@ TelemetryView EngineSession::telemetry() const {
     v.nSteps = t->n_steps;
     v.tUs = t->t_us;
     v.steps.reserve(qsizetype(t->recent_steps.size()));
-    for (const step_record &r : t->recent_steps)
-        v.steps.push_back({r.step, r.t_start_us, r.duration_ms, r.n_seqs, r.n_prefill_tokens, r.n_decode_tokens,
-                           r.n_preempted, r.schedule_ms, r.forward_ms, r.sample_ms, r.emit_ms, r.attention_ms, r.moe_ms,
-                           r.dense_ms, r.head_ms});
+    for (const step_record &r : t->recent_steps) {
+        StepView s{r.step,      r.t_start_us,  r.duration_ms, r.n_seqs,       r.n_prefill_tokens,
+                   r.n_decode_tokens, r.n_preempted, r.schedule_ms, r.forward_ms, r.sample_ms,
+                   r.emit_ms,   r.attention_ms, r.moe_ms,     r.dense_ms,     r.head_ms};
+        s.seqIds.reserve(qsizetype(r.seq_tokens.size()));
+        s.seqTokens.reserve(qsizetype(r.seq_tokens.size()));
+        for (const auto &[id, n] : r.seq_tokens) {
+            s.seqIds.push_back(id);
+            s.seqTokens.push_back(n);
+        }
+        v.steps.push_back(std::move(s));
+    }
     v.moeLayers = QList<int>(t->moe_layers.begin(), t->moe_layers.end());
     v.nExperts = t->n_expert;
     v.nExpertsUsed = t->n_expert_used;

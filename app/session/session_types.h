@@ -63,6 +63,10 @@ struct StepView {
     int nSeqs = 0, nPrefillTokens = 0, nDecodeTokens = 0, nPreempted = 0;
     double scheduleMs = 0, forwardMs = 0, sampleMs = 0, emitMs = 0;
     double attentionMs = 0, moeMs = 0, denseMs = 0, headMs = 0; // inside forward
+    // The requests computed in the step and their token counts (same order); empty when the
+    // source does not say (then a step is attributed to every reply in flight).
+    QList<quint64> seqIds;
+    QList<int> seqTokens;
 };
 
 struct MemoryView {
