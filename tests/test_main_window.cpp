@@ -46,6 +46,7 @@ private slots:
     void searchFindsMessageText();
     void deleteAndUndo();
     void sendToAllPanes();
+    void failedReplyKeepsItsProfile();
 
 private:
     void sendAndWait(const QString &text);
@@ -251,6 +252,29 @@ void TestMainWindow::sendToAllPanes() {
     QTRY_VERIFY(!left->isGenerating() && !right->isGenerating());
     QCOMPARE(m_store->activePath(*left->conversationId()).first().content, presets[0].prefix + "Same question");
     QCOMPARE(m_store->activePath(*right->conversationId()).first().content, presets[1].prefix + "Same question");
+}
+
+// A reply that fails (here: a prompt longer than the context) is stored as failed with what was
+// measured until then: metrics (stop reason "error") and its profile.
+void TestMainWindow::failedReplyKeepsItsProfile() {
+    QSignalSpy failed(m_session.get(), &EngineSession::replyFailed);
+    pane()->composer()->setText(QString("word ").repeated(5000));
+    pane()->composer()->editor()->setFocus();
+    QTest::keyClick(pane()->composer()->editor(), Qt::Key_Return);
+    QVERIFY(failed.wait(30000));
+    QTRY_VERIFY(!pane()->isGenerating());
+    const qint64 conv = *pane()->conversationId();
+    const Message reply = m_store->activePath(conv).last();
+    QCOMPARE(reply.role, MessageRole::Assistant);
+    QCOMPARE(reply.state, MessageState::Failed);
+    QVERIFY2(reply.finishReason.contains("context"), qPrintable(reply.finishReason));
+    const std::optional<MessageProfile> profile = m_store->profile(reply.id);
+    QVERIFY2(profile, qPrintable(m_store->lastError()));
+    QVERIFY(profile->durationUs >= 0);
+    const std::optional<MessageMetrics> metrics = m_store->metrics(reply.id);
+    QVERIFY(metrics);
+    QCOMPARE(metrics->stopReason, QString("error"));
+    QCOMPARE(metrics->nOutputTokens, std::optional<int>(0));
 }
 
 QTEST_MAIN(TestMainWindow)

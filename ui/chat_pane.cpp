@@ -345,7 +345,11 @@ void ChatPane::onFinished(quint64 requestId, const QString &reason, const Messag
 void ChatPane::onFailed(quint64 requestId, const QString &message) {
     if (requestId != m_request) return;
     m_request = 0;
-    m_store->failReply(m_replyId, m_replyText, message);
+    // What was measured until the failure is kept with the message, like a finished reply's.
+    const std::optional<MessageProfile> profile = ProfileRecorder::forSession(m_session)->takeProfile(requestId);
+    if (!(profile ? m_store->failReply(m_replyId, m_replyText, message, metricsFromProfile(*profile), *profile)
+                  : m_store->failReply(m_replyId, m_replyText, message)))
+        emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
     m_replyId = 0;
     m_replyWidget = nullptr;
     emit generatingChanged(false);

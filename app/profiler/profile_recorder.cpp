@@ -76,6 +76,27 @@ MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo 
     return p;
 }
 
+MessageMetrics metricsFromProfile(const MessageProfile &p) {
+    MessageMetrics m;
+    const int n = int(p.tokenTimesUs.size());
+    m.nPromptTokens = p.nPromptTokens;
+    m.nOutputTokens = n;
+    if (p.ttftUs) {
+        m.ttftMs = *p.ttftUs / 1000.0;
+        const int computed = p.nPromptTokens - p.nCachedPromptTokens;
+        if (*p.ttftUs > 0) m.prefillTokS = computed / (*p.ttftUs / 1e6);
+    }
+    for (int i = 0; i < n; ++i) {
+        m.tokenTimesMs.push_back(float(p.tokenTimesUs[i] / 1000.0));
+        if (i > 0) m.itlMs.push_back(float((p.tokenTimesUs[i] - p.tokenTimesUs[i - 1]) / 1000.0));
+    }
+    if (n > 1 && p.tokenTimesUs.last() > p.tokenTimesUs.first())
+        m.decodeTokS = (n - 1) / ((p.tokenTimesUs.last() - p.tokenTimesUs.first()) / 1e6);
+    m.stopReason = QStringLiteral("error");
+    if (p.memoryPeakBytes > 0) m.peakMemoryBytes = p.memoryPeakBytes;
+    return m;
+}
+
 ProfileRecorder::ProfileRecorder(EngineSession *session, QObject *parent)
     : QObject(parent), m_session(session) {
     connect(session, &EngineSession::tokensGenerated, this, [this](quint64 id) {

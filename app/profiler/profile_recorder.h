@@ -38,6 +38,10 @@ struct ReplyEngineStats {
 MessageProfile makeMessageProfile(const ReplyProfile &reply, const SessionModelInfo &model,
                                   const ReplyEngineStats &stats);
 
+// A reply's metrics from its profile (what the session reports with replyFinished, for a reply
+// that ended without it: a failure). Stop reason "error".
+MessageMetrics metricsFromProfile(const MessageProfile &profile);
+
 class ProfileRecorder : public QObject {
     Q_OBJECT
 public:
