@@ -79,8 +79,11 @@ MessageProfile sampleProfile(int variant) {
     if (variant == 0) {
         p.traceIds = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
         p.traceWeights = {0.75f, 0.25f, 0.5f, 0.5f, 0.25f, 0.75f, 0.5f, 0.5f, 0.625f, 0.375f, 0.875f, 0.125f};
-    } else {
+    } else if (variant == 1) {
         p.traceIds = {2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1};
+        p.traceWeights = QList<float>(12, 0.5f);
+    } else { // the prompt routed like variant 1, the reply (position 2) like variant 0
+        p.traceIds = {2, 3, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3};
         p.traceWeights = QList<float>(12, 0.5f);
     }
     p.routing = routingFromTrace(p.traceIds, p.moeLayers, p.k, p.nExperts);
@@ -318,6 +321,23 @@ void TestProfilerPanel::compareShowsPerLayerDivergence() {
     // Comparing a message with itself: 0 everywhere.
     m_panel->setCompareMessages(a1, a1);
     for (const LayerDivergence &d : cv->divergences()) QCOMPARE(d.js, 0.0);
+
+    // "Reply tokens only": a3's prompt was routed like a2's, its reply like a1's.
+    const qint64 u3 = *m_store->addMessage(c, a2, MessageRole::User, "third");
+    const qint64 a3 = *m_store->beginPartialReply(c, u3, {});
+    QVERIFY(m_store->finishReply(a3, "z", "stop", {}, {}, sampleProfile(2)));
+    QCOMPARE(replyRouting(sampleProfile(2)), replyRouting(sampleProfile(0)));
+    QCOMPARE(replyRouting(sampleProfile(0)).at(0).expertCounts, (QList<quint32>{1, 1, 0, 0}));
+    m_panel->setCompareMessages(a1, a3);
+    for (const LayerDivergence &d : cv->divergences()) QVERIFY(d.js > 0.1);
+    QVERIFY(cv->summary().contains(QLatin1String("prompt and reply")));
+    cv->setReplyTokensOnly(true);
+    QCOMPARE(cv->divergences().size(), 2);
+    for (const LayerDivergence &d : cv->divergences()) QVERIFY(near(d.js, 0.0));
+    QVERIFY(cv->summary().contains(QLatin1String("reply tokens only")));
+    QVERIFY(near(cell(cv->heatmapB(), 0, 1), 0.5)); // a3's reply: experts {0, 1} in layer 1
+    cv->setReplyTokensOnly(false);
+    for (const LayerDivergence &d : cv->divergences()) QVERIFY(d.js > 0.1);
 }
 
 // Two replies computed together: every shared step is apportioned by tokens, so their phase
