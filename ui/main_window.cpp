@@ -167,11 +167,17 @@ void MainWindow::buildMenus() {
         });
     }
     auto *precisions = new QActionGroup(this);
-    QMenu *precisionMenu = model->addMenu(tr("&Precision (GPU)"));
-    for (auto [key, label] : {std::pair{"fp8", tr("FP8 (E4M3 weights)")}, {"bf16", tr("BF16")}}) {
+    QMenu *precisionMenu = model->addMenu(tr("&Precision"));
+    precisionMenu->setToolTipsVisible(true);
+    for (auto [key, label] : {std::pair{"auto", tr("Automatic (FP8 on the GPU, exact on the CPU)")},
+                              {"fp8", tr("FP8 (E4M3 weights)")},
+                              {"bf16", tr("BF16 weights")}}) {
         QAction *a = precisionMenu->addAction(label);
         a->setCheckable(true);
         a->setChecked(m_session->options().precision == key);
+        if (QString(key) != "auto")
+            a->setToolTip(tr("On the CPU the weights are rounded the same way and computed in fp32, so the "
+                             "effect of the precision on answers and routing can be compared anywhere."));
         precisions->addAction(a);
         connect(a, &QAction::triggered, this, [this, key = QString(key)] {
             EngineSessionOptions o = m_session->options();

@@ -28,10 +28,20 @@ engine_params make_params(const EngineSessionOptions &o) {
     engine_params p;
     p.load.kind = o.backend == "cuda" ? backend_kind::cuda : o.backend == "cpu" ? backend_kind::cpu : backend_kind::automatic;
     p.load.precision = o.precision == "bf16" ? weight_precision::bf16 : weight_precision::fp8;
+    p.load.emulate_precision_on_cpu = o.precision == "bf16" || o.precision == "fp8";
     p.load.n_threads = o.threads;
     p.load.need_tokenizer = true;
     p.max_num_seqs = std::max(1, o.maxConcurrentReplies);
     return p;
+}
+
+// What the weights are, as the status bar and each reply's generation info say it.
+QString precisionLabel(bool cpu, const QString &option) {
+    if (cpu)
+        return option == "fp8"    ? QStringLiteral("fp8-e4m3 (emulated)")
+               : option == "bf16" ? QStringLiteral("bf16 (emulated)")
+                                  : QStringLiteral("fp32");
+    return option == "bf16" ? QStringLiteral("bf16") : QStringLiteral("fp8-e4m3");
 }
 
 sampling_params merge(const SamplingParams &s, sampling_params d, int default_max_tokens) {
@@ -308,7 +318,7 @@ void EngineSession::pump() {
                 v.name = QFileInfo(dir).fileName();
                 v.architecture = QString::fromStdString(c.arch_name);
                 v.backend = QString::fromStdString(info->backend_name);
-                v.precision = v.backend.startsWith("cpu") ? QStringLiteral("fp32") : m_options.precision;
+                v.precision = precisionLabel(v.backend.startsWith("cpu"), m_options.precision);
                 v.isMoe = c.arch == model_arch::moe;
                 v.nLayers = int(c.n_layer);
                 v.nExperts = int(c.n_expert);
