@@ -66,6 +66,16 @@ struct serve_opts {
 };
 int cmd_serve(const serve_opts &o, const common_opts &common);
 
+// eval (app/cli_eval.cpp): a weight precision against a baseline on the same tokens — KL, top-1
+// agreement, logits NMSE, router expert-set overlap per MoE layer.
+struct eval_opts {
+    std::string model_dir, text_file, out_json;
+    std::string precision = "fp8", baseline = "exact"; // exact (CPU reference) | bf16 | fp8
+    int64_t ctx = 256, windows = 4;
+    uint64_t seed = 0;
+};
+int cmd_eval(const eval_opts &e, const common_opts &o);
+
 // A real benchmark shape with `layers` layers (0: its own depth), validated.
 result<model_config> bench_shape_config(const std::string &shape, int32_t layers);
 

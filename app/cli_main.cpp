@@ -116,6 +116,23 @@ int main(int argc, char **argv) {
     add_common(routing);
 
     selftest_opts st;
+    eval_opts ev;
+    auto *eval = app.add_subcommand("eval", "What a weight precision costs: KL, top-1 agreement and router overlap "
+                                            "against a baseline on the same tokens");
+    eval->add_option("--model", ev.model_dir, "model folder")->required();
+    eval->add_option("--precision", ev.precision, "weights under test: fp8 | bf16 (on the CPU: emulated)")
+        ->check(CLI::IsMember({"fp8", "bf16"}));
+    eval->add_option("--baseline", ev.baseline, "exact (the checkpoint on the CPU, fp32) | bf16 | fp8")
+        ->check(CLI::IsMember({"exact", "bf16", "fp8"}));
+    eval->add_option("--backend", common.backend, "backend of the tested precision: cpu | cuda | auto")
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    eval->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+    eval->add_option("--text", ev.text_file, "UTF-8 text to evaluate on (default: seeded random token ids)");
+    eval->add_option("--ctx", ev.ctx, "tokens per window (default 256)")->check(CLI::Range(2, 1 << 20));
+    eval->add_option("--windows", ev.windows, "windows (default 4)")->check(CLI::Range(1, 100000));
+    eval->add_option("--seed", ev.seed, "seed of the random ids");
+    eval->add_option("--json", ev.out_json, "also write the figures as JSON");
+
     auto *selftest = app.add_subcommand("selftest", "GPU check: every CUDA kernel against its CPU twin, then the reference "
                                                     "checkpoints end to end against the CPU backend and HF (skipped without a GPU)");
     selftest->add_option("--data", st.data_dir, "folder of reference checkpoints (default tests/data)");
@@ -142,6 +159,7 @@ int main(int argc, char **argv) {
         if (*gen) return cmd_generate(g, common);
         if (*serve) return cmd_serve(sv, common);
         if (*routing) return cmd_routing(ro, common);
+        if (*eval) return cmd_eval(ev, common);
         if (*sbench) {
             if (!sb.url.empty()) return cmd_serve_bench_http(sb);
             if (sb.shape.empty() && sb.model_dir.empty()) return fail("serve-bench needs --shape or --model");
