@@ -2,6 +2,7 @@
 // on stderr naming the file, tensor or key and what was expected.
 #pragma once
 
+#include "backend.h"
 #include "model_config.h"
 
 #include <cstdint>
@@ -75,6 +76,10 @@ struct eval_opts {
     uint64_t seed = 0;
 };
 int cmd_eval(const eval_opts &e, const common_opts &o);
+
+// Teacher-forced logits of one sequence from position 0 through a fresh KV cache sized to it
+// (logits and eval): every position's logits and the router's decisions.
+status forward_sequence(backend &be, const std::vector<int32_t> &ids, forward_output &out);
 
 // A real benchmark shape with `layers` layers (0: its own depth), validated.
 result<model_config> bench_shape_config(const std::string &shape, int32_t layers);

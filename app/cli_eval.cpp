@@ -48,22 +48,6 @@ result<side> load_side(const std::string &dir, const std::string &precision, con
     return s;
 }
 
-// Logits [n, vocab] and router ids per MoE slot [n * k] of one sequence from position 0.
-status forward_all(backend &be, const std::vector<int32_t> &ids, forward_output &out) {
-    const int32_t bs = 16, n = int32_t(ids.size()), n_blocks = (n + bs - 1) / bs;
-    if (auto s = be.init_kv_cache({bs, n_blocks}); !s) return s;
-    batch b;
-    b.tokens = ids;
-    b.seqs.resize(1);
-    for (int32_t i = 0; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
-    for (int32_t i = 0; i < n; ++i) {
-        b.pos.push_back(i);
-        b.seq.push_back(0);
-        b.logits_rows.push_back(i);
-    }
-    return be.forward(b, out);
-}
-
 // log-softmax in double.
 void log_softmax(const float *x, int64_t n, std::vector<double> &out) {
     out.resize(size_t(n));
@@ -125,8 +109,8 @@ int cmd_eval(const eval_opts &e, const common_opts &o) {
     std::vector<double> lp, lq;
     for (const auto &ids : windows) {
         forward_output fb, ft;
-        if (auto s = forward_all(*base->m->be, ids, fb); !s) return fail("eval: baseline: " + s.message());
-        if (auto s = forward_all(*test->m->be, ids, ft); !s) return fail("eval: " + e.precision + ": " + s.message());
+        if (auto s = forward_sequence(*base->m->be, ids, fb); !s) return fail("eval: baseline: " + s.message());
+        if (auto s = forward_sequence(*test->m->be, ids, ft); !s) return fail("eval: " + e.precision + ": " + s.message());
         const int64_t V = c.n_vocab, n = int64_t(ids.size());
         for (int64_t t = 0; t < n; ++t) {
             const float *a = &fb.logits[size_t(t * V)], *b = &ft.logits[size_t(t * V)];
