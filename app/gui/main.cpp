@@ -9,10 +9,14 @@
 //                      screenshot waits for the last one's tokens.
 //   --profiler-tab P   show the profiler dock on page P: routing | compare | latency | memory
 //   --lang L           interface language, zh_CN | en (default: the system's; LANGUAGE honored)
+//   --smoke-test       once the model is loaded, send one message in a new conversation, wait for
+//                      the reply, print one line and exit: 0 with a reply, 1 otherwise (the
+//                      package test runs it offscreen in a fresh Debian root)
 #include "app_startup.h"
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
+#include "conversation_sidebar.h"
 #include "engine_session.h"
 #include "main_window.h"
 #include "profiler_panel.h"
@@ -28,6 +32,65 @@
 #include <QTimer>
 
 #include <cstdio>
+
+namespace {
+
+constexpr int smokeTestTimeoutMs = 300000;
+
+// --smoke-test, part 1, before the window exists: a failed load ends the run (app.exit ends every
+// event loop, so the window's error dialog, connected after this, returns at once).
+void armSmokeTestFailure(QApplication &app, es::EngineSession &session) {
+    QObject::connect(&session, &es::EngineSession::modelLoadFailed, &app,
+                     [&app](const QString &dir, const QString &message) {
+                         std::fprintf(stderr,
+                                      "expertscope: smoke test failed: the model %s did not load: %s\n",
+                                      qPrintable(dir), qPrintable(message));
+                         app.exit(1);
+                     });
+}
+
+// --smoke-test, part 2: one message in a new conversation once the model is loaded, one reply,
+// one line on stdout, a clean exit (0), or a line on stderr and 1.
+void armSmokeTest(QApplication &app, es::EngineSession &session, es::MainWindow &window) {
+    QObject::connect(&session, &es::EngineSession::modelLoaded, &window,
+                     [&window](const es::SessionModelInfo &) {
+                         window.currentPane()->setConversation(std::nullopt);
+                         window.currentPane()->send(QStringLiteral("【技术解析模式】What does ls do?"));
+                     });
+    auto text = std::make_shared<QString>();
+    QObject::connect(&session, &es::EngineSession::tokensGenerated, &app,
+                     [text](quint64, const QString &delta, int) { *text += delta; });
+    QObject::connect(
+        &session, &es::EngineSession::replyFinished, &app,
+        [&app, &session, &window, text](quint64, const QString &reason, const es::MessageMetrics &metrics) {
+            if (text->trimmed().isEmpty() || reason == QLatin1String("cancelled")) {
+                std::fprintf(stderr,
+                             "expertscope: smoke test failed: the reply was empty (finish reason %s)\n",
+                             qPrintable(reason));
+                app.exit(1);
+                return;
+            }
+            std::printf("expertscope: smoke test passed: %s on %s, %d tokens (%s): %s\n",
+                        qPrintable(session.modelInfo().name), qPrintable(session.modelInfo().backend),
+                        metrics.nOutputTokens.value_or(0), qPrintable(reason),
+                        qPrintable(text->simplified().left(80)));
+            std::fflush(stdout);
+            window.close();
+            app.exit(0);
+        });
+    QObject::connect(&session, &es::EngineSession::replyFailed, &app,
+                     [&app](quint64, const QString &message) {
+                         std::fprintf(stderr, "expertscope: smoke test failed: %s\n", qPrintable(message));
+                         app.exit(1);
+                     });
+    QTimer::singleShot(smokeTestTimeoutMs, &app, [&app] {
+        std::fprintf(stderr, "expertscope: smoke test failed: no reply within %d s\n",
+                     smokeTestTimeoutMs / 1000);
+        app.exit(1);
+    });
+}
+
+} // namespace
 
 int main(int argc, char **argv) {
     QApplication app(argc, argv);
@@ -50,6 +113,10 @@ int main(int argc, char **argv) {
     cli.addOption(profilerTab);
     QCommandLineOption lang("lang", "Interface language: zh_CN | en (default: the system's).", "code");
     cli.addOption(lang);
+    QCommandLineOption smokeTest("smoke-test",
+                                 "Send one message once the model is loaded, wait for the reply, exit "
+                                 "0 when one came, 1 otherwise.");
+    cli.addOption(smokeTest);
     cli.process(app);
     es::installTranslations(app, cli.value(lang));
     if (cli.isSet(version)) {
@@ -88,7 +155,24 @@ int main(int argc, char **argv) {
     options.backend = cli.isSet(backend) ? cli.value(backend) : settings.value("engine/backend", "auto").toString();
     options.precision = settings.value("engine/precision", "fp8").toString();
     es::EngineSession session(options);
+    if (cli.isSet(smokeTest)) {
+        if (plan.modelToOpen.isEmpty()) {
+            std::fprintf(
+                stderr,
+                "expertscope: smoke test failed: no model to open (no --model, no default model "
+                "under %s)\n",
+                qPrintable(QCoreApplication::applicationDirPath() + "/../share/expertscope/models/default"));
+            return 1;
+        }
+        armSmokeTestFailure(app, session);
+    }
+    const std::optional<qint64> welcome = es::createWelcomeConversation(store); // first run only
     es::MainWindow window(&store, &session);
+    if (cli.isSet(smokeTest)) armSmokeTest(app, session, window);
+    if (welcome) {
+        window.sidebar()->selectConversation(*welcome);
+        window.currentPane()->setConversation(*welcome);
+    }
     window.show();
     if (!opened.message.isEmpty()) window.statusBar()->showMessage(opened.message, 15000);
     if (!plan.notice.isEmpty()) window.statusBar()->showMessage(plan.notice, 15000);

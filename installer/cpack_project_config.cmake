@@ -1,0 +1,6 @@
+# Per-generator CPack settings (CPACK_PROJECT_CONFIG_FILE, read by cpack for each generator).
+# DEB: everything under /usr. TGZ: relative paths under one top folder, so the unpacked tree runs
+# from anywhere (the app finds share/expertscope next to bin/).
+if(CPACK_GENERATOR STREQUAL "DEB")
+  set(CPACK_PACKAGING_INSTALL_PREFIX "/usr")
+endif()
