@@ -44,10 +44,11 @@ dpkg-deb --info "$main_deb" | sed -n '/Package:/,$p'
 
 step="lintian"
 # Tags accepted (installer/README.md says why each is acceptable); errors always fail.
-lintian_out=$(lintian --allow-root --no-tag-display-limit --display-info "${debs[@]}" 2>&1) || true
+lintian_rc=0
+lintian_out=$(lintian --fail-on error --tag-display-limit 0 --display-info "${debs[@]}" 2>&1) || lintian_rc=$?
 echo "$lintian_out"
-if grep -q '^E: ' <<<"$lintian_out"; then
-  die "lintian reported errors (E: lines above)"
+if grep -q '^E: ' <<<"$lintian_out" || [ $lintian_rc -ne 0 ]; then
+  die "lintian reported errors or could not run (exit $lintian_rc; output above)"
 fi
 say "lintian: no errors ($(grep -c '^W: ' <<<"$lintian_out" || true) warnings)"
 

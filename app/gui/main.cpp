@@ -37,14 +37,16 @@ namespace {
 
 constexpr int smokeTestTimeoutMs = 300000;
 
-// --smoke-test, part 1, before the window exists: a failed load ends the run (app.exit ends every
-// event loop, so the window's error dialog, connected after this, returns at once).
-void armSmokeTestFailure(QApplication &app, es::EngineSession &session) {
+// --smoke-test, part 1, before the window exists: a failed load ends the run. app.exit ends every
+// running event loop, so the window's error dialog, connected after this, returns at once; a
+// load that fails before app.exec() (a missing folder) sets *failed, which main checks.
+void armSmokeTestFailure(QApplication &app, es::EngineSession &session, std::shared_ptr<bool> failed) {
     QObject::connect(&session, &es::EngineSession::modelLoadFailed, &app,
-                     [&app](const QString &dir, const QString &message) {
+                     [&app, failed](const QString &dir, const QString &message) {
                          std::fprintf(stderr,
                                       "expertscope: smoke test failed: the model %s did not load: %s\n",
                                       qPrintable(dir), qPrintable(message));
+                         *failed = true;
                          app.exit(1);
                      });
 }
@@ -136,6 +138,11 @@ int main(int argc, char **argv) {
     QLockFile lock(plan.databasePath + ".lock");
     lock.setStaleLockTime(0);
     if (!lock.tryLock(200)) {
+        if (cli.isSet(smokeTest)) {
+            std::fprintf(stderr, "expertscope: smoke test failed: another instance holds %s\n",
+                         qPrintable(plan.databasePath + ".lock"));
+            return 1;
+        }
         QMessageBox::information(nullptr, QObject::tr("ExpertScope"),
                                  QObject::tr("ExpertScope is already running (the lock %1 is held).")
                                      .arg(plan.databasePath + ".lock"));
@@ -155,6 +162,7 @@ int main(int argc, char **argv) {
     options.backend = cli.isSet(backend) ? cli.value(backend) : settings.value("engine/backend", "auto").toString();
     options.precision = settings.value("engine/precision", "fp8").toString();
     es::EngineSession session(options);
+    const auto smokeFailed = std::make_shared<bool>(false);
     if (cli.isSet(smokeTest)) {
         if (plan.modelToOpen.isEmpty()) {
             std::fprintf(
@@ -164,7 +172,15 @@ int main(int argc, char **argv) {
                 qPrintable(QCoreApplication::applicationDirPath() + "/../share/expertscope/models/default"));
             return 1;
         }
-        armSmokeTestFailure(app, session);
+        // The window reports a folder that is not a model in a dialog; the smoke test says it and stops.
+        const es::MemoryEstimateView estimate = es::EngineSession::estimate(plan.modelToOpen, options);
+        if (!estimate.ok) {
+            std::fprintf(stderr, "expertscope: smoke test failed: %s: %s\n", qPrintable(plan.modelToOpen),
+                         qPrintable(estimate.message));
+            es::markCleanExit();
+            return 1;
+        }
+        armSmokeTestFailure(app, session, smokeFailed);
     }
     const std::optional<qint64> welcome = es::createWelcomeConversation(store); // first run only
     es::MainWindow window(&store, &session);
@@ -216,6 +232,10 @@ int main(int argc, char **argv) {
         QObject::connect(&session, &es::EngineSession::modelLoadFailed, &window, [&window] { window.close(); });
     }
 
+    if (*smokeFailed) { // failed before the event loop ran
+        es::markCleanExit();
+        return 1;
+    }
     const int rc = app.exec();
     es::markCleanExit();
     return rc;
