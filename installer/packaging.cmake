@@ -81,7 +81,11 @@ set(CPACK_PACKAGE_NAME expertscope)
 set(CPACK_PACKAGE_VENDOR "The ExpertScope contributors")
 set(CPACK_PACKAGE_CONTACT "The ExpertScope contributors <expertscope@example.invalid>")
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
-set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "chat with ERNIE-4.5 models and see inside them while they answer")
+# Each package's synopsis is the first line of its CPACK_DEBIAN_<COMP>_DESCRIPTION. CPackDeb
+# prepends CPACK_PACKAGE_DESCRIPTION_SUMMARY to every component's description unless it equals
+# CPack's default ("<project> built using CMake"), so the default is kept on purpose (lintian:
+# description-synopsis-is-duplicated otherwise, and expertscope-cuda would get the app's synopsis).
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "${CMAKE_PROJECT_NAME} built using CMake")
 set(CPACK_PACKAGE_HOMEPAGE_URL ${PROJECT_HOMEPAGE_URL})
 set(CPACK_RESOURCE_FILE_LICENSE ${CMAKE_SOURCE_DIR}/LICENSE)
 set(CPACK_STRIP_FILES ON)
@@ -117,7 +121,7 @@ set(CPACK_DEBIAN_APP_PACKAGE_DEPENDS "libqt6sql6-sqlite")
 set(CPACK_DEBIAN_APP_PACKAGE_RECOMMENDS "qt6-translations-l10n, fonts-wqy-microhei | fonts-noto-cjk")
 set(CPACK_DEBIAN_APP_PACKAGE_SUGGESTS "expertscope-cuda")
 set(CPACK_DEBIAN_APP_PACKAGE_SECTION science)
-set(CPACK_COMPONENT_APP_DESCRIPTION
+set(CPACK_DEBIAN_APP_DESCRIPTION
     "chat with ERNIE-4.5 models and see inside them while they answer
 ExpertScope runs Baidu's ERNIE-4.5 text models (dense and mixture-of-experts,
 in the Hugging Face hub layout) on this machine and shows, while a reply
@@ -144,7 +148,7 @@ if(TARGET es_cuda_module)
       "expertscope (= ${ES_DEB_VERSION}), libcublas-${ES_CUDA_PKG_SUFFIX}, libc6 (>= 2.34), libstdc++6 (>= 12), libgcc-s1")
   set(CPACK_DEBIAN_CUDA_PACKAGE_RECOMMENDS "cuda-drivers | nvidia-driver")
   set(CPACK_DEBIAN_CUDA_PACKAGE_SECTION contrib/science)
-  set(CPACK_COMPONENT_CUDA_DESCRIPTION
+  set(CPACK_DEBIAN_CUDA_DESCRIPTION
       "NVIDIA GPU backend of ExpertScope
 The CUDA backend of ExpertScope (BF16 and FP8 weights, CUDA graphs), loaded at
 run time by expertscope and expertscope-cli when present. Needs an NVIDIA GPU

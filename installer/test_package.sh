@@ -10,7 +10,8 @@
 #     expertscope may remain outside the user's own data.
 # Needs root (debootstrap, chroot, mount) and the network to deb.debian.org on the first run;
 # fails, saying which step, when it cannot do any of it.
-# Usage: installer/test_package.sh [BUILD_DIR]   (default build/default)
+# Usage: installer/test_package.sh [BUILD_DIR]   (default build/default, already built: test.sh
+# builds it first; cpack installs what the build made)
 # Environment: ES_CI_CACHE (default /var/cache/expertscope-ci), ES_DEBIAN_MIRROR
 # (default http://deb.debian.org/debian), ES_KEEP_ROOT=1 keeps the test root for inspection.
 set -euo pipefail
@@ -33,7 +34,6 @@ done
 step="cpack"
 start=$(date +%s)
 rm -rf "$build/packages"
-cmake --build "$build" -j "${ES_JOBS:-2}" >/dev/null || die "the build in $build failed"
 (cd "$build" && cpack -G DEB) || die "cpack -G DEB failed in $build"
 mapfile -t debs < <(find "$build/packages" -maxdepth 1 -name '*.deb' | sort)
 [ ${#debs[@]} -gt 0 ] || die "cpack wrote no .deb under $build/packages"
