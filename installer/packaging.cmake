@@ -73,6 +73,13 @@ es_gzip_file(${CMAKE_SOURCE_DIR}/installer/debian/changelog changelog.Debian ${E
 install(FILES ${ES_PKG_STAGE}/changelog.Debian.gz DESTINATION ${ES_DOC_DIR} COMPONENT app)
 install(FILES ${CMAKE_SOURCE_DIR}/installer/debian/copyright ${CMAKE_SOURCE_DIR}/THIRD_PARTY_NOTICES.md
         DESTINATION ${ES_DOC_DIR} COMPONENT app)
+if(TARGET es_cuda_module)
+  # expertscope-cuda carries its own copyright (the statically linked CUDA runtime) and changelog.
+  install(FILES ${ES_PKG_STAGE}/changelog.Debian.gz DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/expertscope-cuda
+          COMPONENT cuda)
+  install(FILES ${CMAKE_SOURCE_DIR}/installer/debian/copyright-cuda DESTINATION ${CMAKE_INSTALL_DATADIR}/doc/expertscope-cuda
+          RENAME copyright COMPONENT cuda)
+endif()
 # Rendered icons and compressed pages are built with `all`, so `cpack` after a build finds them.
 add_custom_target(es_package_files ALL DEPENDS ${ES_GZ_FILES} ${ES_ICON_PNGS})
 
