@@ -170,6 +170,7 @@ int main(int argc, char **argv) {
                 "expertscope: smoke test failed: no model to open (no --model, no default model "
                 "under %s)\n",
                 qPrintable(QCoreApplication::applicationDirPath() + "/../share/expertscope/models/default"));
+            es::markCleanExit();
             return 1;
         }
         // The window reports a folder that is not a model in a dialog; the smoke test says it and stops.
