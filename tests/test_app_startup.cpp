@@ -70,7 +70,8 @@ void TestAppStartup::firstRunCreatesWelcome() {
     QCOMPARE(path[0].role, MessageRole::User);
     QCOMPARE(path[1].role, MessageRole::Assistant);
     QCOMPARE(path[1].state, MessageState::Complete);
-    for (const char *topic : {"Chat pane", "Presets", "Profiler", "Models", "【技术解析模式】", "File ▸ Open model"})
+    for (const char *topic :
+         {"Chat pane", "Presets", "Profiler", "Models", "【技术解析模式】", "File ▸ Open model"})
         QVERIFY2(path[1].content.contains(QString::fromUtf8(topic)), topic);
     QVERIFY(QSettings().value("welcome/created").toBool());
     // A second start with the welcome still there adds nothing.

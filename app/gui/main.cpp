@@ -151,6 +151,11 @@ int main(int argc, char **argv) {
     es::ChatStore store;
     const es::OpenResult opened = store.open(plan.databasePath);
     if (!opened.ok()) {
+        if (cli.isSet(smokeTest)) { // no dialog that would wait for a click
+            std::fprintf(stderr, "expertscope: smoke test failed: the database %s could not be opened: %s\n",
+                         qPrintable(plan.databasePath), qPrintable(opened.message));
+            return 1;
+        }
         QMessageBox::critical(nullptr, QObject::tr("ExpertScope"),
                               QObject::tr("The conversation database could not be opened:\n%1").arg(opened.message));
         return 1;
@@ -193,7 +198,7 @@ int main(int argc, char **argv) {
     window.show();
     if (!opened.message.isEmpty()) window.statusBar()->showMessage(opened.message, 15000);
     if (!plan.notice.isEmpty()) window.statusBar()->showMessage(plan.notice, 15000);
-    if (opened.status == es::OpenResult::Status::RecoveredFromCorruption)
+    if (opened.status == es::OpenResult::Status::RecoveredFromCorruption && !cli.isSet(smokeTest))
         QMessageBox::warning(&window, QObject::tr("Database recovered"), opened.message);
     if (!plan.modelToOpen.isEmpty()) window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
 
