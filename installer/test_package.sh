@@ -68,14 +68,15 @@ fi
 root=$(mktemp -d "$cache/root.XXXXXX")
 mounted=()
 cleanup() {
-  local m
   for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do umount -l "${mounted[i]}" 2>/dev/null || true; done
   if [ "${ES_KEEP_ROOT:-0}" = 1 ]; then echo "test_package: the test root stays in $root"; else rm -rf "$root"; fi
 }
 trap 'rc=$?; cleanup; [ $rc -eq 0 ] || echo "test_package: FAILED at '"'"'$step'"'"' (exit $rc)" >&2' EXIT
-tar -C "$root" -xf "$base"
-mount -t proc proc "$root/proc" && mounted+=("$root/proc")
-mount --bind "$cache/apt-archives" "$root/var/cache/apt/archives" && mounted+=("$root/var/cache/apt/archives")
+tar -C "$root" -xf "$base" || die "cannot unpack $base (remove it to make a new one)"
+mount -t proc proc "$root/proc" || die "cannot mount /proc in the test root (a container without CAP_SYS_ADMIN?)"
+mounted+=("$root/proc")
+mount --bind "$cache/apt-archives" "$root/var/cache/apt/archives" || die "cannot bind-mount the apt cache into the test root"
+mounted+=("$root/var/cache/apt/archives")
 cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
 echo "deb $mirror bookworm main" >"$root/etc/apt/sources.list"
 in_root() { chroot "$root" /usr/bin/env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8 "$@"; }
