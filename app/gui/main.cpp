@@ -99,6 +99,8 @@ int main(int argc, char **argv) {
     QApplication::setOrganizationName("ExpertScope");
     QApplication::setApplicationName("ExpertScope");
     QApplication::setApplicationVersion(ES_VERSION);
+    // Wayland app id and the desktop entry's name (icon and grouping in docks and task bars).
+    QGuiApplication::setDesktopFileName(QStringLiteral("invalid.example.expertscope"));
 
     QCommandLineParser cli;
     cli.setApplicationDescription("Chat with ERNIE-4.5 models and see inside them while they answer.");
