@@ -20,6 +20,10 @@ packages=(
   libcpp-httplib-dev
   # a virtual X server for GUI tests and screenshots; a CJK font so Chinese text renders
   xvfb xauth fonts-wqy-microhei
+  # packaging (installer/packaging.cmake, test_package.sh, validate_metadata.sh): the icon's PNG
+  # sizes (rsvg-convert), CPack's dependency scan (dpkg-shlibdeps, file), lintian, a fresh
+  # Debian root for the install test, AppStream / desktop-entry / man-page validators
+  librsvg2-bin dpkg-dev file lintian debootstrap appstream desktop-file-utils man-db
 )
 # Qt's SQLite driver (libqt6sql6-sqlite) is only a Recommends of libqt6sql6, so it is listed
 # explicitly: --no-install-recommends would not bring it.

@@ -81,6 +81,41 @@
     </message>
 </context>
 <context>
+    <name>Welcome</name>
+    <message>
+        <source>Welcome to ExpertScope</source>
+        <translation>欢迎使用 ExpertScope</translation>
+    </message>
+    <message>
+        <source>Welcome! ExpertScope runs language models on this computer and shows what happens inside them while they answer. This conversation was written by the app, not by the model.
+
+**Chat pane.** Type below and press Enter to send, Esc to stop. Regenerate or edit a message to try another answer: the old one is kept, and ‹ 1/2 › switches between them. View ▸ Add a pane puts conversations side by side, and View ▸ Send to all panes asks them all the same question.
+
+**Presets.** The preset buttons by the message box start a message in a mode: 【技术解析模式】 for technical explanations, 【创意写作模式】 for creative writing. Each preset brings its own system prompt and sampling; Manage presets… edits them and adds your own.
+
+**Profiler.** View ▸ Profiler (Ctrl+P) opens the panels on the right: *Routing* shows which experts each layer chooses for every token, *Compare* sets two replies side by side, *Latency* shows the time to the first token and between tokens, *Memory* shows weights, KV cache and free memory. Click a message&apos;s header to see its stored profile again.
+
+**Models.** The model loaded now is the small default model that comes with the app (answers are short and often odd: it is a demonstration). File ▸ Open model… opens an ERNIE-4.5 model folder in the Hugging Face layout, for example ERNIE-4.5-0.3B-PT or ERNIE-4.5-21B-A3B-PT downloaded from huggingface.co. The status bar shows the model, whether it runs on the GPU or the CPU, memory and speed.
+
+Delete this conversation from the list on the left when you no longer need it; it will not come back.</source>
+        <translation>欢迎！ExpertScope 在这台计算机上运行语言模型，并在模型回答时展示其内部发生的事情。这段对话由应用编写，而不是由模型生成。
+
+**对话窗格。** 在下方输入，按 Enter 发送，按 Esc 停止。重新生成或编辑一条消息可以得到另一个回答：旧的回答会保留，用 ‹ 1/2 › 在它们之间切换。“视图 ▸ 添加窗格”把对话并排显示，“视图 ▸ 发送到所有窗格”向所有窗格提出同一个问题。
+
+**预设。** 消息框旁的预设按钮让消息以某种模式开始：【技术解析模式】用于技术讲解，【创意写作模式】用于创意写作。每个预设带有自己的系统提示词和采样设置；“管理预设…”可以编辑它们并添加你自己的预设。
+
+**性能分析。** “视图 ▸ 性能分析”（Ctrl+P）打开右侧的面板：*路由* 显示每一层为每个 token 选择了哪些专家，*对比* 把两条回复并排比较，*延迟* 显示首 token 时间和 token 之间的间隔，*内存* 显示权重、KV 缓存和空闲内存。点击消息的标题可以再次查看它保存的剖析数据。
+
+**模型。** 现在加载的是应用自带的小型默认模型（回答简短，而且常常古怪：它只是用于演示）。“文件 ▸ 打开模型…”可以打开 Hugging Face 格式的 ERNIE-4.5 模型文件夹，例如从 huggingface.co 下载的 ERNIE-4.5-0.3B-PT 或 ERNIE-4.5-21B-A3B-PT。状态栏显示模型、它运行在 GPU 还是 CPU 上、内存和速度。
+
+不再需要这段对话时，可以在左侧列表中删除它；它不会再出现。</translation>
+    </message>
+    <message>
+        <source>What can I do here?</source>
+        <translation>我在这里可以做什么？</translation>
+    </message>
+</context>
+<context>
     <name>es::ChatPane</name>
     <message>
         <source>Sampling…</source>
