@@ -110,6 +110,7 @@ private slots:
     void metricsParseAndMove();
     void concurrentClientsAreBatched();
     void disconnectFreesRequest();
+    void nonStreamingDisconnectFreesRequest();
     void malformed_data();
     void malformed();
 
@@ -484,6 +485,48 @@ void TestServer::disconnectFreesRequest() {
                  before.get("vllm:request_success_total", "finished_reason=\"abort\""), 1.0);
     // It stopped long before 4000 tokens.
     QVERIFY(p.get("vllm:generation_tokens_total") - before.get("vllm:generation_tokens_total") < 3000);
+    QCOMPARE(request("GET", "/health", "", "").status, 200);
+}
+
+// A non-streaming request still running after a second is answered with chunked encoding and
+// a newline every second: the client that hangs up at the first one is noticed and its request
+// cancelled, as for streams.
+void TestServer::nonStreamingDisconnectFreesRequest() {
+    const prom before = scrape();
+    std::string first;
+    {
+        httplib::Client cli("127.0.0.1", m_port);
+        cli.set_read_timeout(60, 0);
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.set_header("Authorization", "Bearer " + api_key);
+        req.set_header("Content-Type", "application/json");
+        req.body = json{{"model", "moe-shared"}, {"prompt", "Once upon a time"}, {"max_tokens", 4000},
+                        {"ignore_eos", true}, {"temperature", 0}}
+                       .dump();
+        req.content_receiver = [&](const char *data, size_t n, uint64_t, uint64_t) {
+            first.assign(data, n);
+            return false;  // hang up at the first bytes
+        };
+        auto res = cli.send(req);
+        QVERIFY(!res || res.error() == httplib::Error::Canceled);
+    }
+    QVERIFY2(!first.empty() && first.find_first_not_of('\n') == std::string::npos,
+             ("the first bytes were not a newline probe (the request ended within a second?): " + first.substr(0, 80)).c_str());
+    prom p;
+    for (int i = 0; i < 100; ++i) {
+        p = scrape();
+        if (p.get("vllm:num_requests_running") == 0 && p.get("vllm:kv_cache_usage_perc") == 0 &&
+            p.get("vllm:request_success_total", "finished_reason=\"abort\"") > before.get("vllm:request_success_total", "finished_reason=\"abort\""))
+            break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    QCOMPARE(p.get("vllm:num_requests_running"), 0.0);
+    QCOMPARE(p.get("vllm:kv_cache_usage_perc"), 0.0);
+    QCOMPARE(p.get("vllm:request_success_total", "finished_reason=\"abort\"") -
+                 before.get("vllm:request_success_total", "finished_reason=\"abort\""), 1.0);
+    QVERIFY(p.get("vllm:generation_tokens_total") - before.get("vllm:generation_tokens_total") < 3900);
     QCOMPARE(request("GET", "/health", "", "").status, 200);
 }
 

@@ -4,6 +4,7 @@
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
+#include "connect_server_dialog.h"
 #include "conversation_sidebar.h"
 #include "engine_session.h"
 #include "profiler_panel.h"
@@ -91,7 +92,7 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
             if (p->conversationId() == id) p->setConversation(std::nullopt);
     });
     connect(m_session, &EngineSession::modelLoadStarted, this, [this](const QString &dir) {
-        m_loadLabel->setText(tr("Loading %1…").arg(dir));
+        m_loadLabel->setText(m_connectingTo == dir ? tr("Connecting to %1…").arg(dir) : tr("Loading %1…").arg(dir));
         m_loadLabel->setVisible(true);
         m_loadProgress->setValue(0);
         m_loadProgress->setVisible(true);
@@ -105,6 +106,12 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
         m_loadLabel->setVisible(false);
         m_loadProgress->setVisible(false);
         m_modelLabel->setText(tr("No model"));
+        if (m_connectingTo == dir) {
+            m_connectingTo.clear();
+            QMessageBox::critical(this, tr("Could not connect to the server"),
+                                  tr("<p>Connecting to <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
+            return;
+        }
         QMessageBox::critical(this, tr("The model could not be loaded"),
                               tr("<p>Loading <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
     });
@@ -151,6 +158,8 @@ void MainWindow::buildMenus() {
     m_presetMenu = menuBar()->addMenu(tr("&Presets"));
 
     QMenu *model = menuBar()->addMenu(tr("&Model"));
+    model->addAction(tr("&Connect to server…"), this, &MainWindow::connectToServer);
+    model->addSeparator();
     auto *backends = new QActionGroup(this);
     QMenu *backendMenu = model->addMenu(tr("&Backend"));
     const QString current = m_session->options().backend;
@@ -290,9 +299,27 @@ void MainWindow::loadModelFolder(const QString &dir, bool askWhenTooBig) {
     m_session->loadModel(dir);
 }
 
+void MainWindow::connectToServer() {
+    ConnectServerDialog dialog(this);
+    if (dialog.exec() != QDialog::Accepted) return;
+    const RemoteEndpoint ep = dialog.endpoint();
+    m_connectingTo = ep.baseUrl.toString();
+    m_session->connectRemote(ep);
+}
+
 void MainWindow::onModelLoaded(const SessionModelInfo &info) {
     m_loadLabel->setVisible(false);
     m_loadProgress->setVisible(false);
+    m_connectingTo.clear();
+    if (!info.remoteUrl.isEmpty()) {
+        m_modelLabel->setText(tr("remote: %1 · %2").arg(info.remoteUrl, info.name));
+        m_backendLabel->setText(info.isMoe ? tr("%1 experts on %2 MoE layers (server metrics)")
+                                                 .arg(info.nExperts)
+                                                 .arg(info.moeLayers.size())
+                                           : tr("no expert metrics from the server"));
+        QSettings().setValue("remote/model", info.name);
+        return;
+    }
     m_modelLabel->setText(info.isMoe ? tr("%1 — MoE, %2 experts (top-%3), %4 layers")
                                            .arg(info.name)
                                            .arg(info.nExperts)

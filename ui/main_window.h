@@ -39,6 +39,7 @@ public:
 
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
+    void connectToServer();            // ConnectServerDialog → EngineSession::connectRemote
     void loadModelFolder(const QString &dir, bool askWhenTooBig = true);
     ChatPane *addPane();
     void closeCurrentPane();
@@ -72,6 +73,7 @@ private:
     QLabel *m_loadLabel = nullptr;
     QProgressBar *m_loadProgress = nullptr;
     bool m_broadcasting = false;
+    QString m_connectingTo; // the server being connected to (its failure is not a model load's)
     ProfilerPanel *m_profiler = nullptr;
     QDockWidget *m_profilerDock = nullptr;
 };
