@@ -43,7 +43,6 @@ QString parseSample(const QByteArray &s, PromSample &out) {
     const QByteArray name = readName(s, i, true);
     if (name.isEmpty()) return QStringLiteral("expected a metric name");
     out.name = QString::fromLatin1(name);
-    skipBlanks(s, i);
     if (i < s.size() && s[i] == '{') {
         ++i;
         for (;;) {
