@@ -29,7 +29,8 @@ int cmd_serve(const serve_opts &o, const common_opts &common) {
         if (!cfg) return fail(cfg.message());
         so.random_shape = *cfg;
         so.model_dir = o.shape + (o.layers > 0 ? "-" + std::to_string(o.layers) + "l" : "");
-        std::fprintf(stderr, "serve: building random weights of %s on %s…\n", so.model_dir.c_str(), common.backend.c_str());
+        std::fprintf(stderr, "serve: building random weights of %s on %s…\n", so.model_dir.c_str(),
+                     common.backend.c_str());
     }
     so.precision = common.precision;
     so.kv_cache_bytes = o.kv_cache_mib << 20;

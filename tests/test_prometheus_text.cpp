@@ -26,20 +26,36 @@ void TestPrometheusText::samples_data() {
     QTest::addColumn<QString>("labelKey");
     QTest::addColumn<QString>("labelValue");
     QTest::addColumn<double>("value");
-    QTest::newRow("plain") << QByteArray("up 1\n") << "up" << "" << "" << 1.0;
-    QTest::newRow("colon name, labels") << QByteArray("vllm:num_requests_running{model_name=\"m\"} 3\n")
-                                        << "vllm:num_requests_running" << "model_name" << "m" << 3.0;
-    QTest::newRow("exponent") << QByteArray("x_total 1.5e+03\n") << "x_total" << "" << "" << 1500.0;
-    QTest::newRow("negative") << QByteArray("g -2.25") << "g" << "" << "" << -2.25;
-    QTest::newRow("+Inf le") << QByteArray("h_bucket{le=\"+Inf\"} 7\n") << "h_bucket" << "le" << "+Inf" << 7.0;
-    QTest::newRow("escaped quote, backslash, newline")
-        << QByteArray("m{path=\"a\\\"b\\\\c\\nd\"} 1\n") << "m" << "path" << "a\"b\\c\nd" << 1.0;
-    QTest::newRow("trailing comma, spaces, tabs") << QByteArray("m{ a=\"1\" , b=\"2\", }\t 4\n") << "m" << "b" << "2" << 4.0;
-    QTest::newRow("timestamp") << QByteArray("m 5 1700000000000\n") << "m" << "" << "" << 5.0;
-    QTest::newRow("CRLF and blank lines") << QByteArray("\r\n\n# HELP m help text\r\nm{k=\"v\"} 9\r\n") << "m" << "k"
+    QTest::newRow("plain") << QByteArray("up 1\n") << "up"
+                           << ""
+                           << "" << 1.0;
+    QTest::newRow("colon name, labels")
+        << QByteArray("vllm:num_requests_running{model_name=\"m\"} 3\n") << "vllm:num_requests_running"
+        << "model_name"
+        << "m" << 3.0;
+    QTest::newRow("exponent") << QByteArray("x_total 1.5e+03\n") << "x_total"
+                              << ""
+                              << "" << 1500.0;
+    QTest::newRow("negative") << QByteArray("g -2.25") << "g"
+                              << ""
+                              << "" << -2.25;
+    QTest::newRow("+Inf le") << QByteArray("h_bucket{le=\"+Inf\"} 7\n") << "h_bucket"
+                             << "le"
+                             << "+Inf" << 7.0;
+    QTest::newRow("escaped quote, backslash, newline") << QByteArray("m{path=\"a\\\"b\\\\c\\nd\"} 1\n") << "m"
+                                                       << "path"
+                                                       << "a\"b\\c\nd" << 1.0;
+    QTest::newRow("trailing comma, spaces, tabs") << QByteArray("m{ a=\"1\" , b=\"2\", }\t 4\n") << "m"
+                                                  << "b"
+                                                  << "2" << 4.0;
+    QTest::newRow("timestamp") << QByteArray("m 5 1700000000000\n") << "m"
+                               << ""
+                               << "" << 5.0;
+    QTest::newRow("CRLF and blank lines") << QByteArray("\r\n\n# HELP m help text\r\nm{k=\"v\"} 9\r\n") << "m"
+                                          << "k"
                                           << "v" << 9.0;
-    QTest::newRow("utf-8 label value") << QByteArray("m{name=\"\xe4\xbd\xa0\xe5\xa5\xbd\"} 2\n") << "m" << "name"
-                                       << QString::fromUtf8("你好") << 2.0;
+    QTest::newRow("utf-8 label value") << QByteArray("m{name=\"\xe4\xbd\xa0\xe5\xa5\xbd\"} 2\n") << "m"
+                                       << "name" << QString::fromUtf8("你好") << 2.0;
 }
 
 void TestPrometheusText::samples() {
@@ -61,11 +77,14 @@ void TestPrometheusText::malformed_data() {
     QTest::addColumn<QString>("error");
     QTest::newRow("no value") << QByteArray("ok 1\nbroken\n") << "line 2: expected a space before the value";
     QTest::newRow("not a number") << QByteArray("m abc\n") << "line 1: 'abc' is not a number";
-    QTest::newRow("unterminated label") << QByteArray("m{a=\"x} 1\n") << "line 1: unterminated value of label a";
-    QTest::newRow("unquoted label") << QByteArray("m{a=1} 1\n") << "line 1: expected a quoted value for label a";
+    QTest::newRow("unterminated label")
+        << QByteArray("m{a=\"x} 1\n") << "line 1: unterminated value of label a";
+    QTest::newRow("unquoted label") << QByteArray("m{a=1} 1\n")
+                                    << "line 1: expected a quoted value for label a";
     QTest::newRow("bad name") << QByteArray("9m 1\n") << "line 1: expected a metric name";
     QTest::newRow("bad type") << QByteArray("# TYPE m widget\nm 1\n") << "line 1: malformed # TYPE line";
-    QTest::newRow("junk after timestamp") << QByteArray("m 1 2 3\n") << "line 1: unexpected text after the timestamp";
+    QTest::newRow("junk after timestamp")
+        << QByteArray("m 1 2 3\n") << "line 1: unexpected text after the timestamp";
 }
 
 void TestPrometheusText::malformed() {

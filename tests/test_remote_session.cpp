@@ -91,8 +91,9 @@ public:
                 connect(s, &QTcpSocket::readyRead, s, [this, s] {
                     const QByteArray req = s->readAll();
                     const QByteArray path = req.split(' ').value(1);
-                    s->write(routes.value(QString::fromLatin1(path),
-                                          "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"));
+                    s->write(routes.value(
+                        QString::fromLatin1(path),
+                        "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"));
                     s->disconnectFromHost();
                 });
                 connect(s, &QTcpSocket::disconnected, s, &QObject::deleteLater);
@@ -100,8 +101,9 @@ public:
         });
     }
     static QByteArray ok(const QByteArray &type, const QByteArray &body) {
-        return "HTTP/1.1 200 OK\r\nContent-Type: " + type + "\r\nContent-Length: " + QByteArray::number(body.size()) +
-               "\r\nConnection: close\r\n\r\n" + body;
+        return "HTTP/1.1 200 OK\r\nContent-Type: " + type +
+               "\r\nContent-Length: " + QByteArray::number(body.size()) + "\r\nConnection: close\r\n\r\n" +
+               body;
     }
 };
 
@@ -138,7 +140,8 @@ void TestRemoteSession::initTestCase() {
     QCoreApplication::setOrganizationName("ExpertScopeTests");
     QCoreApplication::setApplicationName("test_remote_session");
     m_server.setProgram(ES_CLI_PATH);
-    m_server.setArguments({"serve", "--model", default_model, "--port", "0", "--api-key", api_key, "--threads", "2"});
+    m_server.setArguments(
+        {"serve", "--model", default_model, "--port", "0", "--api-key", api_key, "--threads", "2"});
     m_server.setProcessChannelMode(QProcess::SeparateChannels);
     m_server.start();
     QVERIFY2(m_server.waitForStarted(10000), "the server did not start");
@@ -148,7 +151,8 @@ void TestRemoteSession::initTestCase() {
         m_server.waitForReadyRead(100);
         out += QString::fromUtf8(m_server.readAllStandardOutput());
         if (auto m = re.match(out); m.hasMatch()) m_port = m.captured(1).toInt();
-        QVERIFY2(m_server.state() == QProcess::Running, qPrintable("the server exited: " + m_server.readAllStandardError()));
+        QVERIFY2(m_server.state() == QProcess::Running,
+                 qPrintable("the server exited: " + m_server.readAllStandardError()));
     }
     QVERIFY2(m_port > 0, "the server did not print its port within 30 s");
 
@@ -171,12 +175,14 @@ void TestRemoteSession::cleanupTestCase() {
 }
 
 std::unique_ptr<EngineSession> TestRemoteSession::connected(int defaultMaxTokens) {
-    auto s = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = defaultMaxTokens});
+    auto s = std::make_unique<EngineSession>(
+        EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = defaultMaxTokens});
     QSignalSpy ok(s.get(), &EngineSession::modelLoaded);
     QSignalSpy failed(s.get(), &EngineSession::modelLoadFailed);
     s->connectRemote({baseUrl(), api_key, QString()});
     if (!ok.wait(15000))
-        qFatal("could not connect: %s", failed.isEmpty() ? "timeout" : qPrintable(failed.first().at(1).toString()));
+        qFatal("could not connect: %s",
+               failed.isEmpty() ? "timeout" : qPrintable(failed.first().at(1).toString()));
     return s;
 }
 
@@ -217,14 +223,23 @@ void TestRemoteSession::connectErrorsAreNamed_data() {
     const int deadPort = closed.serverPort();
     closed.close();
     const QString url = QStringLiteral("http://127.0.0.1:%1").arg(m_port);
-    QTest::newRow("wrong key") << url << "nope" << "" << "The server refused the API key (HTTP 401): Incorrect API key provided";
-    QTest::newRow("no key") << url << "" << ""
-                            << "The server refused the API key (HTTP 401): Missing API key: send 'Authorization: Bearer <key>'";
-    QTest::newRow("unreachable") << QStringLiteral("http://127.0.0.1:%1").arg(deadPort) << "" << ""
-                                 << QStringLiteral("Cannot reach http://127.0.0.1:%1/v1/models").arg(deadPort);
-    QTest::newRow("model not served") << url << api_key << "ernie-4.5-300b"
-                                      << QStringLiteral("%1 does not serve the model 'ernie-4.5-300b' (it serves: default)").arg(url);
-    QTest::newRow("not a URL") << "ftp://x" << "" << "" << "Not a server address: give http://host:port";
+    QTest::newRow("wrong key") << url << "nope"
+                               << ""
+                               << "The server refused the API key (HTTP 401): Incorrect API key provided";
+    QTest::newRow("no key")
+        << url << ""
+        << ""
+        << "The server refused the API key (HTTP 401): Missing API key: send 'Authorization: Bearer <key>'";
+    QTest::newRow("unreachable")
+        << QStringLiteral("http://127.0.0.1:%1").arg(deadPort) << ""
+        << "" << QStringLiteral("Cannot reach http://127.0.0.1:%1/v1/models").arg(deadPort);
+    QTest::newRow("model not served")
+        << url << api_key << "ernie-4.5-300b"
+        << QStringLiteral("%1 does not serve the model 'ernie-4.5-300b' (it serves: default)").arg(url);
+    QTest::newRow("not a URL") << "ftp://x"
+                               << ""
+                               << ""
+                               << "Not a server address: give http://host:port";
 }
 
 void TestRemoteSession::connectErrorsAreNamed() {
@@ -251,7 +266,8 @@ void TestRemoteSession::notAnOpenAiServer() {
     QVERIFY(fake.listen(QHostAddress::LocalHost));
     EngineSession s(EngineSessionOptions{.backend = "cpu"});
     QSignalSpy failed(&s, &EngineSession::modelLoadFailed);
-    s.connectRemote({QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
+    s.connectRemote(
+        {QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
     QVERIFY(failed.wait(15000));
     QVERIFY2(failed.first().at(1).toString().contains("not with an OpenAI model list"),
              qPrintable(failed.first().at(1).toString()));
@@ -263,11 +279,18 @@ void TestRemoteSession::streamedReplyEqualsLocalEngine_data() {
     QTest::addColumn<QString>("prefix");
     QTest::addColumn<double>("temperature");
     QTest::addColumn<int>("maxTokens");
-    QTest::newRow("greedy 24") << "Hello" << "" << "" << 0.0 << 24;
-    QTest::newRow("greedy, system prompt and preset prefix") << "What are experts?" << "You are terse." << "【技术解析模式】"
-                                                             << 0.0 << 32;
-    QTest::newRow("sampled seed 7, 40") << "Tell me a story." << "" << "" << 0.9 << 40;
-    QTest::newRow("one token") << "你好" << "" << "" << 0.0 << 1;
+    QTest::newRow("greedy 24") << "Hello"
+                               << ""
+                               << "" << 0.0 << 24;
+    QTest::newRow("greedy, system prompt and preset prefix") << "What are experts?"
+                                                             << "You are terse."
+                                                             << "【技术解析模式】" << 0.0 << 32;
+    QTest::newRow("sampled seed 7, 40") << "Tell me a story."
+                                        << ""
+                                        << "" << 0.9 << 40;
+    QTest::newRow("one token") << "你好"
+                               << ""
+                               << "" << 0.0 << 1;
 }
 
 void TestRemoteSession::streamedReplyEqualsLocalEngine() {
@@ -419,7 +442,8 @@ void TestRemoteSession::chatWindowStoresRemoteReplies() {
     panel->setCurrentTab(ProfilerPanel::Tab::Routing);
     panel->findChild<RoutingView *>()->setSource(RoutingView::Source::LiveWindow);
     panel->refresh();
-    QTRY_VERIFY_WITH_TIMEOUT(panel->findChild<RoutingView *>()->caption().startsWith("Live: the server's last"), 5000);
+    QTRY_VERIFY_WITH_TIMEOUT(
+        panel->findChild<RoutingView *>()->caption().startsWith("Live: the server's last"), 5000);
 }
 
 void TestRemoteSession::dialogFetchesModels() {
@@ -430,7 +454,8 @@ void TestRemoteSession::dialogFetchesModels() {
     dialog.fetchModels();
     QVERIFY(fetched.wait(10000));
     QCOMPARE(fetched.first().at(0).toBool(), false);
-    QVERIFY2(dialog.messageLabel()->text().contains("refused the API key"), qPrintable(dialog.messageLabel()->text()));
+    QVERIFY2(dialog.messageLabel()->text().contains("refused the API key"),
+             qPrintable(dialog.messageLabel()->text()));
     QCOMPARE(dialog.modelBox()->count(), 0);
     dialog.keyEdit()->setText(api_key);
     fetched.clear();
@@ -452,16 +477,19 @@ void TestRemoteSession::dialogFetchesModels() {
 // only fake in this suite, since the real one always has expert metrics.)
 void TestRemoteSession::serverWithoutExpertMetricsIsSaidPlainly() {
     CannedServer fake;
-    fake.routes["/v1/models"] =
-        CannedServer::ok("application/json", R"({"object":"list","data":[{"id":"baidu/ERNIE-4.5-21B-A3B-PT","object":"model"}]})");
+    fake.routes["/v1/models"] = CannedServer::ok(
+        "application/json",
+        R"({"object":"list","data":[{"id":"baidu/ERNIE-4.5-21B-A3B-PT","object":"model"}]})");
     fake.routes["/metrics"] = CannedServer::ok(
-        "text/plain", "vllm:num_requests_running{model_name=\"m\"} 2\nvllm:num_requests_waiting{model_name=\"m\"} 5\n"
-                      "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\n"
-                      "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"400\"} 1\n");
+        "text/plain",
+        "vllm:num_requests_running{model_name=\"m\"} 2\nvllm:num_requests_waiting{model_name=\"m\"} 5\n"
+        "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.5\n"
+        "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"400\"} 1\n");
     QVERIFY(fake.listen(QHostAddress::LocalHost));
     EngineSession s(EngineSessionOptions{.backend = "cpu"});
     QSignalSpy ok(&s, &EngineSession::modelLoaded);
-    s.connectRemote({QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
+    s.connectRemote(
+        {QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
     QVERIFY(ok.wait(15000));
     QVERIFY(!s.modelInfo().isMoe);
     const TelemetryView t = s.telemetry();

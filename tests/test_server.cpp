@@ -504,8 +504,9 @@ void TestServer::nonStreamingDisconnectFreesRequest() {
         req.path = "/v1/completions";
         req.set_header("Authorization", "Bearer " + api_key);
         req.set_header("Content-Type", "application/json");
-        req.body = json{{"model", "moe-shared"}, {"prompt", "Once upon a time"}, {"max_tokens", 4000},
-                        {"ignore_eos", true}, {"temperature", 0}, {"stream", stream}}
+        req.body = json{{"model", "moe-shared"}, {"prompt", "Once upon a time"},
+                        {"max_tokens", 4000},    {"ignore_eos", true},
+                        {"temperature", 0},      {"stream", stream}}
                        .dump();
         return req;
     };
@@ -516,7 +517,9 @@ void TestServer::nonStreamingDisconnectFreesRequest() {
             httplib::Client cli("127.0.0.1", port);
             cli.set_read_timeout(60, 0);
             httplib::Request req = make(true);
-            req.content_receiver = [&](const char *, size_t, uint64_t, uint64_t) { return !stop_background.load(); };
+            req.content_receiver = [&](const char *, size_t, uint64_t, uint64_t) {
+                return !stop_background.load();
+            };
             cli.send(req);
         });
     const auto wait_for = [&](auto pred) {
@@ -538,7 +541,7 @@ void TestServer::nonStreamingDisconnectFreesRequest() {
         httplib::Request req = make(false);
         req.content_receiver = [&](const char *data, size_t n, uint64_t, uint64_t) {
             first.assign(data, n);
-            return false;  // hang up at the first bytes
+            return false; // hang up at the first bytes
         };
         auto res = cli.send(req);
         QVERIFY(!res || res.error() == httplib::Error::Canceled);
@@ -548,9 +551,11 @@ void TestServer::nonStreamingDisconnectFreesRequest() {
     stop_background = true;
     for (auto &t : background) t.join();
     QVERIFY2(probe, ("the first bytes were not a newline probe: " + first.substr(0, 80)).c_str());
-    QCOMPARE(p.get("vllm:num_requests_running"), 4.0);  // only the background streams
+    QCOMPARE(p.get("vllm:num_requests_running"), 4.0); // only the background streams
     QCOMPARE(aborts(p), 1.0);
-    p = wait_for([](const prom &p) { return p.get("vllm:num_requests_running") == 0 && p.get("vllm:kv_cache_usage_perc") == 0; });
+    p = wait_for([](const prom &p) {
+        return p.get("vllm:num_requests_running") == 0 && p.get("vllm:kv_cache_usage_perc") == 0;
+    });
     QCOMPARE(p.get("vllm:num_requests_running"), 0.0);
     QCOMPARE(p.get("vllm:kv_cache_usage_perc"), 0.0);
     QCOMPARE(aborts(p), 5.0);

@@ -17,9 +17,11 @@ ConnectServerDialog::ConnectServerDialog(QWidget *parent)
     : QDialog(parent), m_query(new RemoteModelQuery(this)) {
     setWindowTitle(tr("Connect to a server"));
     QSettings settings;
-    m_url = new QLineEdit(settings.value("remote/url", QStringLiteral("http://127.0.0.1:8000")).toString(), this);
+    m_url =
+        new QLineEdit(settings.value("remote/url", QStringLiteral("http://127.0.0.1:8000")).toString(), this);
     m_url->setPlaceholderText(QStringLiteral("http://host:8000"));
-    m_url->setToolTip(tr("Base URL of an OpenAI-compatible server: expertscope-cli serve, vLLM, SGLang, FastDeploy…"));
+    m_url->setToolTip(
+        tr("Base URL of an OpenAI-compatible server: expertscope-cli serve, vLLM, SGLang, FastDeploy…"));
     m_key = new QLineEdit(settings.value("remote/apiKey").toString(), this);
     m_key->setEchoMode(QLineEdit::Password);
     m_key->setPlaceholderText(tr("none"));
@@ -62,21 +64,22 @@ ConnectServerDialog::ConnectServerDialog(QWidget *parent)
             m_models->setEnabled(false);
             updateOk();
         });
-    connect(m_query, &RemoteModelQuery::finished, this, [this](const QStringList &models, const QString &error) {
-        m_fetch->setEnabled(true);
-        m_models->clear();
-        m_models->addItems(models);
-        m_models->setEnabled(!models.isEmpty());
-        if (!error.isEmpty()) {
-            m_message->setStyleSheet(QStringLiteral("color: #b00020"));
-            m_message->setText(error);
-        } else {
-            m_message->setStyleSheet(QString());
-            m_message->setText(tr("%n model(s) served.", nullptr, int(models.size())));
-        }
-        updateOk();
-        emit modelsFetched(error.isEmpty());
-    });
+    connect(m_query, &RemoteModelQuery::finished, this,
+            [this](const QStringList &models, const QString &error) {
+                m_fetch->setEnabled(true);
+                m_models->clear();
+                m_models->addItems(models);
+                m_models->setEnabled(!models.isEmpty());
+                if (!error.isEmpty()) {
+                    m_message->setStyleSheet(QStringLiteral("color: #b00020"));
+                    m_message->setText(error);
+                } else {
+                    m_message->setStyleSheet(QString());
+                    m_message->setText(tr("%n model(s) served.", nullptr, int(models.size())));
+                }
+                updateOk();
+                emit modelsFetched(error.isEmpty());
+            });
     updateOk();
 }
 

@@ -7,8 +7,8 @@
 #include "connect_server_dialog.h"
 #include "conversation_sidebar.h"
 #include "engine_session.h"
-#include "profiler_panel.h"
 #include "preset_editor_dialog.h"
+#include "profiler_panel.h"
 
 #include <QActionGroup>
 #include <QApplication>
@@ -92,7 +92,8 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
             if (p->conversationId() == id) p->setConversation(std::nullopt);
     });
     connect(m_session, &EngineSession::modelLoadStarted, this, [this](const QString &dir) {
-        m_loadLabel->setText(m_connectingTo == dir ? tr("Connecting to %1…").arg(dir) : tr("Loading %1…").arg(dir));
+        m_loadLabel->setText(m_connectingTo == dir ? tr("Connecting to %1…").arg(dir)
+                                                   : tr("Loading %1…").arg(dir));
         m_loadLabel->setVisible(true);
         m_loadProgress->setValue(0);
         m_loadProgress->setVisible(true);
@@ -109,7 +110,8 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
         if (m_connectingTo == dir) {
             m_connectingTo.clear();
             QMessageBox::critical(this, tr("Could not connect to the server"),
-                                  tr("<p>Connecting to <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
+                                  tr("<p>Connecting to <b>%1</b> failed:</p><p>%2</p>")
+                                      .arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
             return;
         }
         QMessageBox::critical(this, tr("The model could not be loaded"),

@@ -50,7 +50,7 @@ struct stream_state {
     int64_t created = 0;
     int64_t n_prompt = 0;
     bool sent_role = false, finished = false, sent_done = false;
-    std::string text, finish, error;  // a non-streaming request's answer so far
+    std::string text, finish, error; // a non-streaming request's answer so far
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
@@ -110,9 +110,12 @@ struct api_server::impl {
         request_event ev;
         bool got = s.stream->wait_pop(ev, wait);
         while (got) {
-            if (ev.kind == event_kind::token) s.text += token_text(ev);
-            else if (ev.kind == event_kind::finished) s.finish = ev.finish_reason;
-            else s.error = ev.error.empty() ? "the request failed" : ev.error;
+            if (ev.kind == event_kind::token)
+                s.text += token_text(ev);
+            else if (ev.kind == event_kind::finished)
+                s.finish = ev.finish_reason;
+            else
+                s.error = ev.error.empty() ? "the request failed" : ev.error;
             if (!s.finish.empty() || !s.error.empty()) {
                 s.finished = true;
                 ended(s.stream, s.error.empty() ? s.finish : "cancelled");
@@ -129,7 +132,8 @@ struct api_server::impl {
     // The answer of an ended non-streaming request: the completion, or an OpenAI error body.
     api_error_or_body final_body(const stream_state &s) {
         api_error e;
-        if (!s.error.empty()) e = api_error{400, s.error, "invalid_request_error", "", ""};
+        if (!s.error.empty())
+            e = api_error{400, s.error, "invalid_request_error", "", ""};
         else if (s.finish == "cancelled")
             e = api_error{503, "the request was cancelled (server shutting down)", "server_error", "", ""};
         else {
@@ -194,10 +198,12 @@ std::string api_server::load() {
     m->limits.defaults = m->eng->model_defaults();
     m->block_size = info.block_size;
     m->metrics = std::make_unique<server_metrics>(name);
-    std::fprintf(stderr, "serve: %s as '%s' on %s, context %lld, %d KV blocks of %d tokens, max %d sequences%s\n",
-                 m->opt.random_shape ? ("random weights of " + m->opt.model_dir).c_str() : m->opt.model_dir.c_str(),
-                 name.c_str(), info.backend_name.c_str(), (long long)m->limits.n_ctx, info.n_kv_blocks, info.block_size,
-                 m->opt.max_num_seqs, m->tok ? "" : " (no tokenizer: token-id prompts, tokens written as [id])");
+    std::fprintf(
+        stderr, "serve: %s as '%s' on %s, context %lld, %d KV blocks of %d tokens, max %d sequences%s\n",
+        m->opt.random_shape ? ("random weights of " + m->opt.model_dir).c_str() : m->opt.model_dir.c_str(),
+        name.c_str(), info.backend_name.c_str(), (long long)m->limits.n_ctx, info.n_kv_blocks,
+        info.block_size, m->opt.max_num_seqs,
+        m->tok ? "" : " (no tokenizer: token-id prompts, tokens written as [id])");
     return {};
 }
 
@@ -223,10 +229,11 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
 
     request_params rp;
     if (!tok && (kind == api_kind::chat || !r.prompt_is_ids))
-        return send_error(res, api_error{400,
-                                         "this server runs random weights of a model shape and has no tokenizer: send "
-                                         "a token-id prompt to /v1/completions",
-                                         "invalid_request_error", kind == api_kind::chat ? "messages" : "prompt", ""});
+        return send_error(
+            res, api_error{400,
+                           "this server runs random weights of a model shape and has no tokenizer: send "
+                           "a token-id prompt to /v1/completions",
+                           "invalid_request_error", kind == api_kind::chat ? "messages" : "prompt", ""});
     if (kind == api_kind::chat) rp.prompt_ids = tok->encode(render_chat(r.messages, true));
     else if (r.prompt_is_ids) rp.prompt_ids = r.prompt_ids;
     else rp.prompt_ids = tok->encode(r.prompt_text);
@@ -276,7 +283,7 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
                     out = "\n";
                 }
                 if (!out.empty()) {
-                    if (!sink.write(out.data(), out.size())) return false;  // client gone
+                    if (!sink.write(out.data(), out.size())) return false; // client gone
                     s.last_write = now;
                 }
                 if (s.sent_done) sink.done();
@@ -312,7 +319,8 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
             bool got = s.stream->wait_pop(ev, std::chrono::milliseconds(50));
             std::string text, finish, error;
             while (got) {
-                if (ev.kind == event_kind::token) text += token_text(ev);
+                if (ev.kind == event_kind::token)
+                    text += token_text(ev);
                 else if (ev.kind == event_kind::finished) finish = ev.finish_reason;
                 else error = ev.error.empty() ? "the request failed" : ev.error;
                 if (!finish.empty() || !error.empty()) break;

@@ -120,7 +120,9 @@ ReplyProfile to_profile(quint64 id, const request_metrics &m, const QList<int> &
 
 } // namespace
 
-int EngineSession::activeReplies() const { return m_remote ? m_remote->activeReplies() : int(m_active.size()); }
+int EngineSession::activeReplies() const {
+    return m_remote ? m_remote->activeReplies() : int(m_active.size());
+}
 
 TelemetryView EngineSession::telemetry() const {
     if (m_remote) return m_remote->telemetry();

@@ -54,10 +54,12 @@ QString parseSample(const QByteArray &s, PromSample &out) {
             const QByteArray key = readName(s, i, false);
             if (key.isEmpty()) return QStringLiteral("expected a label name");
             skipBlanks(s, i);
-            if (i >= s.size() || s[i] != '=') return QStringLiteral("expected '=' after label %1").arg(QString::fromLatin1(key));
+            if (i >= s.size() || s[i] != '=')
+                return QStringLiteral("expected '=' after label %1").arg(QString::fromLatin1(key));
             ++i;
             skipBlanks(s, i);
-            if (i >= s.size() || s[i] != '"') return QStringLiteral("expected a quoted value for label %1").arg(QString::fromLatin1(key));
+            if (i >= s.size() || s[i] != '"')
+                return QStringLiteral("expected a quoted value for label %1").arg(QString::fromLatin1(key));
             ++i;
             QByteArray value;
             bool closed = false;
@@ -74,7 +76,8 @@ QString parseSample(const QByteArray &s, PromSample &out) {
                     value += c;
                 }
             }
-            if (!closed) return QStringLiteral("unterminated value of label %1").arg(QString::fromLatin1(key));
+            if (!closed)
+                return QStringLiteral("unterminated value of label %1").arg(QString::fromLatin1(key));
             out.labels.append({QString::fromLatin1(key), QString::fromUtf8(value)});
             skipBlanks(s, i);
             if (i < s.size() && s[i] == ',') {
@@ -101,7 +104,9 @@ QString parseSample(const QByteArray &s, PromSample &out) {
         while (i < s.size() && !isBlank(s[i])) ++i;
         bool ok = false;
         const qint64 ts = s.mid(start, i - start).toLongLong(&ok);
-        if (!ok) return QStringLiteral("'%1' is not a timestamp").arg(QString::fromLatin1(s.mid(start, i - start)));
+        if (!ok)
+            return QStringLiteral("'%1' is not a timestamp")
+                .arg(QString::fromLatin1(s.mid(start, i - start)));
         out.timestampMs = ts;
         skipBlanks(s, i);
         if (i < s.size()) return QStringLiteral("unexpected text after the timestamp");
@@ -123,7 +128,8 @@ bool PromExposition::has(const QString &name) const {
     return false;
 }
 
-std::optional<double> PromExposition::sum(const QString &name, const QList<QPair<QString, QString>> &match) const {
+std::optional<double> PromExposition::sum(const QString &name,
+                                          const QList<QPair<QString, QString>> &match) const {
     std::optional<double> total;
     for (const PromSample &s : samples) {
         if (s.name != name) continue;
@@ -162,7 +168,8 @@ PromExposition parsePrometheusText(const QByteArray &text) {
         if (line.startsWith('#')) {
             const QList<QByteArray> parts = line.simplified().split(' ');
             if (parts.size() >= 2 && parts[1] == "TYPE") {
-                static const QList<QByteArray> kinds = {"counter", "gauge", "histogram", "summary", "untyped"};
+                static const QList<QByteArray> kinds = {"counter", "gauge", "histogram", "summary",
+                                                        "untyped"};
                 if (parts.size() != 4 || !kinds.contains(parts[3]))
                     error = QStringLiteral("malformed # TYPE line");
                 else
@@ -175,7 +182,8 @@ PromExposition parsePrometheusText(const QByteArray &text) {
         }
         if (!error.isEmpty()) {
             ++out.malformedLines;
-            if (out.firstError.isEmpty()) out.firstError = QStringLiteral("line %1: %2").arg(lineNo).arg(error);
+            if (out.firstError.isEmpty())
+                out.firstError = QStringLiteral("line %1: %2").arg(lineNo).arg(error);
         }
     }
     return out;

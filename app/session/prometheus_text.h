@@ -17,18 +17,18 @@
 namespace es {
 
 struct PromSample {
-    QString name;                             // e.g. "vllm:num_requests_running"
-    QList<QPair<QString, QString>> labels;    // as written, escapes resolved
+    QString name;                          // e.g. "vllm:num_requests_running"
+    QList<QPair<QString, QString>> labels; // as written, escapes resolved
     double value = 0;
     std::optional<qint64> timestampMs;
-    QString label(const QString &key) const;  // empty when absent
+    QString label(const QString &key) const; // empty when absent
 };
 
 struct PromExposition {
-    QList<PromSample> samples;                // in the order exposed
-    QHash<QString, QString> types;            // family → counter | gauge | histogram | summary | untyped
+    QList<PromSample> samples;     // in the order exposed
+    QHash<QString, QString> types; // family → counter | gauge | histogram | summary | untyped
     int malformedLines = 0;
-    QString firstError;                       // "line N: what was wrong", empty when none
+    QString firstError; // "line N: what was wrong", empty when none
 
     bool has(const QString &name) const;
     // The sum over every sample of `name` whose labels include all of `match` (e.g. the

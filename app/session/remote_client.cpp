@@ -22,8 +22,6 @@ constexpr int kPumpMs = 33;
 constexpr int kScrapeMs = 1000;
 constexpr size_t kWindowScrapes = 10; // the live routing window: the last ~10 s
 
-QString tr(const char *s) { return QCoreApplication::translate("RemoteClient", s); }
-
 QString serverErrorMessage(const QByteArray &body) {
     const QJsonDocument doc = QJsonDocument::fromJson(body);
     if (!doc.isObject()) return {};
@@ -58,21 +56,30 @@ QString describeNetworkError(QNetworkReply *reply, const QByteArray &body) {
     const QString where = reply->url().toString(QUrl::RemoveUserInfo);
     const QString server = serverErrorMessage(body);
     if (status == 0)
-        return tr("Cannot reach %1: %2").arg(where, reply->errorString());
+        return QCoreApplication::translate("RemoteClient", "Cannot reach %1: %2")
+            .arg(where, reply->errorString());
     if (status == 401 || status == 403)
-        return tr("The server refused the API key (HTTP %1)%2")
+        return QCoreApplication::translate("RemoteClient", "The server refused the API key (HTTP %1)%2")
             .arg(status)
             .arg(server.isEmpty() ? QString() : QStringLiteral(": ") + server);
     if (status == 404 && server.isEmpty())
-        return tr("HTTP 404 at %1: no such route — is this an OpenAI-compatible server?").arg(where);
-    if (!server.isEmpty()) return tr("HTTP %1 from the server: %2").arg(status).arg(server);
+        return QCoreApplication::translate(
+                   "RemoteClient", "HTTP 404 at %1: no such route — is this an OpenAI-compatible server?")
+            .arg(where);
+    if (!server.isEmpty())
+        return QCoreApplication::translate("RemoteClient", "HTTP %1 from the server: %2")
+            .arg(status)
+            .arg(server);
     QString text = QString::fromUtf8(body.left(200)).simplified();
-    return tr("HTTP %1 from %2%3").arg(status).arg(where, text.isEmpty() ? QString() : QStringLiteral(": ") + text);
+    return QCoreApplication::translate("RemoteClient", "HTTP %1 from %2%3")
+        .arg(status)
+        .arg(where, text.isEmpty() ? QString() : QStringLiteral(": ") + text);
 }
 
 // ---- RemoteModelQuery -------------------------------------------------------------------------
 
-RemoteModelQuery::RemoteModelQuery(QObject *parent) : QObject(parent), m_net(new QNetworkAccessManager(this)) {}
+RemoteModelQuery::RemoteModelQuery(QObject *parent)
+    : QObject(parent), m_net(new QNetworkAccessManager(this)) {}
 
 namespace {
 // The ids of an OpenAI model list, or an error text.
@@ -85,9 +92,13 @@ QStringList parseModelList(const QByteArray &body, const QString &where, QString
             if (!id.isEmpty()) ids << id;
         }
     if (ids.isEmpty())
-        error = doc.isObject() && doc.object().value(QLatin1String("data")).isArray()
-                    ? tr("%1 lists no models").arg(where)
-                    : tr("%1 answered, but not with an OpenAI model list — is it an OpenAI-compatible server?").arg(where);
+        error =
+            doc.isObject() && doc.object().value(QLatin1String("data")).isArray()
+                ? QCoreApplication::translate("RemoteClient", "%1 lists no models").arg(where)
+                : QCoreApplication::translate(
+                      "RemoteClient",
+                      "%1 answered, but not with an OpenAI model list — is it an OpenAI-compatible server?")
+                      .arg(where);
     return ids;
 }
 
@@ -106,7 +117,8 @@ void RemoteModelQuery::fetch(const QUrl &baseUrl, const QString &apiKey, int tim
         m_reply->deleteLater();
     }
     if (!baseUrl.isValid() || baseUrl.isEmpty()) {
-        emit finished({}, tr("Not a server address: give http://host:port"));
+        emit finished(
+            {}, QCoreApplication::translate("RemoteClient", "Not a server address: give http://host:port"));
         return;
     }
     QUrl url = baseUrl;
@@ -165,7 +177,8 @@ void RemoteClient::connectToServer() {
     const QString where = m_endpoint.baseUrl.toString();
     if (!m_endpoint.baseUrl.isValid() || m_endpoint.baseUrl.isEmpty()) {
         m_connecting = false;
-        emit connectFailed(tr("Not a server address: give http://host:port"));
+        emit connectFailed(
+            QCoreApplication::translate("RemoteClient", "Not a server address: give http://host:port"));
         return;
     }
     QNetworkRequest r = makeRequest(QStringLiteral("/v1/models"));
@@ -190,7 +203,8 @@ void RemoteClient::connectToServer() {
         if (m_endpoint.model.isEmpty()) m_endpoint.model = ids.first();
         if (!ids.contains(m_endpoint.model)) {
             m_connecting = false;
-            emit connectFailed(tr("%1 does not serve the model '%2' (it serves: %3)")
+            emit connectFailed(QCoreApplication::translate("RemoteClient",
+                                                           "%1 does not serve the model '%2' (it serves: %3)")
                                    .arg(where, m_endpoint.model, ids.join(QStringLiteral(", "))));
             return;
         }
@@ -198,9 +212,10 @@ void RemoteClient::connectToServer() {
         v.dir = v.remoteUrl = where;
         v.name = m_endpoint.model;
         v.architecture = QStringLiteral("remote");
-        v.backend = tr("remote: %1").arg(where);
+        v.backend = QCoreApplication::translate("RemoteClient", "remote: %1").arg(where);
         v.precision = QStringLiteral("remote");
-        for (const QJsonValue &m : QJsonDocument::fromJson(body).object().value(QLatin1String("data")).toArray()) {
+        for (const QJsonValue &m :
+             QJsonDocument::fromJson(body).object().value(QLatin1String("data")).toArray()) {
             const QJsonObject o = m.toObject();
             if (o.value(QLatin1String("id")).toString() == m_endpoint.model)
                 v.contextLength = o.value(QLatin1String("max_model_len")).toInt();
@@ -262,7 +277,8 @@ void RemoteClient::onScraped(QNetworkReply *reply) {
     s.waiting = m_telemetry.waiting;
     const MemoryView &m = m_telemetry.memory;
     s.memoryInUse = m.weightsBytes + m.kvBlockBytes * m.kvBlocksUsed + m.allocInUse;
-    s.memoryTotal = m.deviceTotal > 0 ? m.deviceTotal : m.weightsBytes + m.kvBlockBytes * m.kvBlocksTotal + m.allocInUse;
+    s.memoryTotal =
+        m.deviceTotal > 0 ? m.deviceTotal : m.weightsBytes + m.kvBlockBytes * m.kvBlocksTotal + m.allocInUse;
     s.kvBlocksUsed = m.kvBlocksUsed;
     s.kvBlocksTotal = m.kvBlocksTotal;
     emit statsUpdated(s);
@@ -299,7 +315,7 @@ void RemoteClient::applyMetrics(const PromExposition &p) {
         m.fragmentation = val("expertscope:memory_fragmentation").value_or(0);
         m.kvWaste = val("expertscope:kv_cache_waste").value_or(0);
     } else if (auto perc = val("vllm:kv_cache_usage_perc") ? val("vllm:kv_cache_usage_perc")
-                                                          : val("vllm:gpu_cache_usage_perc")) {
+                                                           : val("vllm:gpu_cache_usage_perc")) {
         // vLLM / SGLang-style: a usage fraction, and the block count in cache_config_info's labels.
         int total = 0;
         for (const PromSample &s : p.family(QStringLiteral("vllm:cache_config_info")))
@@ -341,7 +357,8 @@ void RemoteClient::applyMetrics(const PromExposition &p) {
         }
         const QList<quint64> &oldest = m_expertHistory.front();
         QList<quint64> window(counts.size(), 0);
-        for (qsizetype i = 0; i < counts.size(); ++i) window[i] = counts[i] >= oldest[i] ? counts[i] - oldest[i] : 0;
+        for (qsizetype i = 0; i < counts.size(); ++i)
+            window[i] = counts[i] >= oldest[i] ? counts[i] - oldest[i] : 0;
         t.moeLayers = layers;
         t.nExperts = nExperts;
         t.expertTokens = counts;
@@ -371,9 +388,10 @@ quint64 RemoteClient::submit(const ChatRequest &request) {
         const char *role = t.role == MessageRole::System      ? "system"
                            : t.role == MessageRole::Assistant ? "assistant"
                                                               : "user";
-        messages.append(QJsonObject{
-            {"role", QLatin1String(role)},
-            {"content", i == lastUser && !request.presetPrefix.isEmpty() ? request.presetPrefix + t.content : t.content}});
+        messages.append(QJsonObject{{"role", QLatin1String(role)},
+                                    {"content", i == lastUser && !request.presetPrefix.isEmpty()
+                                                    ? request.presetPrefix + t.content
+                                                    : t.content}});
     }
     const SamplingParams &s = request.sampling;
     QJsonObject body{{"model", m_endpoint.model},
@@ -445,13 +463,18 @@ void RemoteClient::handleEvent(Active &a, const QByteArray &data) {
     }
     const QJsonDocument doc = QJsonDocument::fromJson(data);
     if (!doc.isObject()) {
-        if (a.error.isEmpty()) a.error = tr("The server sent a stream event that is not JSON: %1").arg(QString::fromUtf8(data.left(120)));
+        if (a.error.isEmpty())
+            a.error = QCoreApplication::translate("RemoteClient",
+                                                  "The server sent a stream event that is not JSON: %1")
+                          .arg(QString::fromUtf8(data.left(120)));
         return;
     }
     const QJsonObject o = doc.object();
     if (o.contains(QLatin1String("error"))) {
         a.error = serverErrorMessage(data);
-        if (a.error.isEmpty()) a.error = tr("The server reported an error in the stream");
+        if (a.error.isEmpty())
+            a.error =
+                QCoreApplication::translate("RemoteClient", "The server reported an error in the stream");
         return;
     }
     const QJsonArray choices = o.value(QLatin1String("choices")).toArray();
@@ -496,9 +519,11 @@ void RemoteClient::onFinished(quint64 id) {
         return failReply(id, describeNetworkError(reply, a.errorBody));
     if (!a.error.isEmpty()) return failReply(id, a.error);
     if (a.finishReason.isEmpty())
-        return failReply(id, tr("The server closed the stream before the reply ended"));
+        return failReply(id, QCoreApplication::translate(
+                                 "RemoteClient", "The server closed the stream before the reply ended"));
     // OpenAI's finish reasons; vLLM says "abort" for a request it cancelled.
-    const QString reason = a.finishReason == QLatin1String("abort") ? QStringLiteral("cancelled") : a.finishReason;
+    const QString reason =
+        a.finishReason == QLatin1String("abort") ? QStringLiteral("cancelled") : a.finishReason;
     finishReply(id, reason);
 }
 

@@ -29,9 +29,9 @@ class QNetworkReply;
 namespace es {
 
 struct RemoteEndpoint {
-    QUrl baseUrl;       // http://host:port (a trailing /v1 is accepted and dropped)
-    QString apiKey;     // empty: no Authorization header
-    QString model;      // the id sent in requests (from /v1/models)
+    QUrl baseUrl;   // http://host:port (a trailing /v1 is accepted and dropped)
+    QString apiKey; // empty: no Authorization header
+    QString model;  // the id sent in requests (from /v1/models)
 };
 
 // "host:8000", "http://host:8000/", "http://host:8000/v1" → http://host:8000. Invalid: empty.
@@ -102,7 +102,7 @@ private:
         QList<qint64> chunkTimesUs; // arrival of each chunk that carried text
         QString finishReason, error;
         int promptTokens = -1, completionTokens = -1;
-        bool done = false;      // [DONE] seen
+        bool done = false; // [DONE] seen
     };
 
     qint64 nowUs() const { return m_clock.nsecsElapsed() / 1000; }
