@@ -304,9 +304,12 @@ void MainWindow::loadModelFolder(const QString &dir, bool askWhenTooBig) {
 void MainWindow::connectToServer() {
     ConnectServerDialog dialog(this);
     if (dialog.exec() != QDialog::Accepted) return;
-    const RemoteEndpoint ep = dialog.endpoint();
-    m_connectingTo = ep.baseUrl.toString();
-    m_session->connectRemote(ep);
+    connectToEndpoint(dialog.endpoint());
+}
+
+void MainWindow::connectToEndpoint(const RemoteEndpoint &endpoint) {
+    m_connectingTo = normalizeBaseUrl(endpoint.baseUrl.toString()).toString();
+    m_session->connectRemote(endpoint);
 }
 
 void MainWindow::onModelLoaded(const SessionModelInfo &info) {

@@ -4,6 +4,7 @@
 // EngineSession and ChatStore it is given do. Window layout is kept in QSettings.
 #pragma once
 
+#include "remote_client.h"
 #include "session_types.h"
 
 #include <QMainWindow>
@@ -39,7 +40,8 @@ public:
 
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
-    void connectToServer();            // ConnectServerDialog → EngineSession::connectRemote
+    void connectToServer();            // ConnectServerDialog → connectToEndpoint
+    void connectToEndpoint(const es::RemoteEndpoint &endpoint); // EngineSession::connectRemote
     void loadModelFolder(const QString &dir, bool askWhenTooBig = true);
     ChatPane *addPane();
     void closeCurrentPane();

@@ -9,6 +9,8 @@
 //                      screenshot waits for the last one's tokens.
 //   --profiler-tab P   show the profiler dock on page P: routing | compare | latency | memory
 //   --lang L           interface language, zh_CN | en (default: the system's; LANGUAGE honored)
+//   --connect URL      chat with the OpenAI-compatible server at URL instead of a local model
+//                      (its first model, or --served-model NAME; key from EXPERTSCOPE_API_KEY)
 #include "app_startup.h"
 #include "chat_pane.h"
 #include "chat_store.h"
@@ -50,6 +52,10 @@ int main(int argc, char **argv) {
     cli.addOption(profilerTab);
     QCommandLineOption lang("lang", "Interface language: zh_CN | en (default: the system's).", "code");
     cli.addOption(lang);
+    QCommandLineOption connectUrl("connect", "Chat with the OpenAI-compatible server at this URL (API key from "
+                                             "EXPERTSCOPE_API_KEY).", "url");
+    QCommandLineOption servedModel("served-model", "With --connect: the model id (default: the server's first).", "name");
+    cli.addOptions({connectUrl, servedModel});
     cli.process(app);
     es::installTranslations(app, cli.value(lang));
     if (cli.isSet(version)) {
@@ -94,7 +100,11 @@ int main(int argc, char **argv) {
     if (!plan.notice.isEmpty()) window.statusBar()->showMessage(plan.notice, 15000);
     if (opened.status == es::OpenResult::Status::RecoveredFromCorruption)
         QMessageBox::warning(&window, QObject::tr("Database recovered"), opened.message);
-    if (!plan.modelToOpen.isEmpty()) window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
+    if (cli.isSet(connectUrl))
+        window.connectToEndpoint({es::normalizeBaseUrl(cli.value(connectUrl)),
+                                  qEnvironmentVariable("EXPERTSCOPE_API_KEY"), cli.value(servedModel)});
+    else if (!plan.modelToOpen.isEmpty())
+        window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
 
     // Documentation screenshots: send a prompt, grab the window mid-reply, quit.
     if (cli.isSet(profilerTab)) {
