@@ -125,6 +125,7 @@ private slots:
     void chatWindowStoresRemoteReplies();
     void dialogFetchesModels();
     void serverWithoutExpertMetricsIsSaidPlainly();
+    void streamCutShortFails();
 
 private:
     QUrl baseUrl() const { return QUrl(QStringLiteral("http://127.0.0.1:%1").arg(m_port)); }
@@ -508,6 +509,27 @@ void TestRemoteSession::serverWithoutExpertMetricsIsSaidPlainly() {
     panel.refresh();
     const QString caption = panel.findChild<RoutingView *>()->caption();
     QVERIFY2(caption.contains("does not expose expert metrics"), qPrintable(caption));
+}
+
+// A stream that ends without a finish reason (the server died or closed early) fails the reply
+// with a message; the text that came is kept.
+void TestRemoteSession::streamCutShortFails() {
+    CannedServer fake;
+    fake.routes["/v1/models"] =
+        CannedServer::ok("application/json", R"({"object":"list","data":[{"id":"m"}]})");
+    fake.routes["/v1/chat/completions"] =
+        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+    QVERIFY(fake.listen(QHostAddress::LocalHost));
+    EngineSession s(EngineSessionOptions{.backend = "cpu"});
+    QSignalSpy ok(&s, &EngineSession::modelLoaded);
+    s.connectRemote(
+        {QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
+    QVERIFY(ok.wait(15000));
+    QVERIFY(s.telemetry().noExpertMetrics); // no /metrics at all
+    const Reply r = run(s, ask("Hello", 8, 0.0, 1), 15000);
+    QCOMPARE(r.text, QString("Hi"));
+    QCOMPARE(r.error, QString("The server closed the stream before the reply ended"));
 }
 
 QTEST_MAIN(TestRemoteSession)

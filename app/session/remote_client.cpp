@@ -55,6 +55,11 @@ QString describeNetworkError(QNetworkReply *reply, const QByteArray &body) {
     const int status = reply->attribute(QNetworkRequest::HttpStatusCodeAttribute).toInt();
     const QString where = reply->url().toString(QUrl::RemoveUserInfo);
     const QString server = serverErrorMessage(body);
+    // Transport failures (codes below 100): before any answer, or in the middle of a stream.
+    const bool transport = reply->error() > QNetworkReply::NoError && reply->error() < 100;
+    if (transport && status != 0)
+        return QCoreApplication::translate("RemoteClient", "The connection to %1 was lost: %2")
+            .arg(where, reply->errorString());
     if (status == 0)
         return QCoreApplication::translate("RemoteClient", "Cannot reach %1: %2")
             .arg(where, reply->errorString());

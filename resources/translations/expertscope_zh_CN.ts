@@ -127,6 +127,10 @@
         <source>The server closed the stream before the reply ended</source>
         <translation>回复结束前服务器关闭了流</translation>
     </message>
+    <message>
+        <source>The connection to %1 was lost: %2</source>
+        <translation>与 %1 的连接中断：%2</translation>
+    </message>
 </context>
 <context>
     <name>Startup</name>
