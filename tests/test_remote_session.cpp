@@ -126,6 +126,7 @@ private slots:
     void dialogFetchesModels();
     void serverWithoutExpertMetricsIsSaidPlainly();
     void streamCutShortFails();
+    void backToTheLocalEngine();
 
 private:
     QUrl baseUrl() const { return QUrl(QStringLiteral("http://127.0.0.1:%1").arg(m_port)); }
@@ -530,6 +531,26 @@ void TestRemoteSession::streamCutShortFails() {
     const Reply r = run(s, ask("Hello", 8, 0.0, 1), 15000);
     QCOMPARE(r.text, QString("Hi"));
     QCOMPARE(r.error, QString("The server closed the stream before the reply ended"));
+}
+
+// Opening a model folder after a connection goes back to the local engine (and its ids).
+void TestRemoteSession::backToTheLocalEngine() {
+    auto s = connected();
+    QVERIFY(s->isRemote());
+    const ChatRequest r = ask("Hello", 12, 0.0, 5);
+    const Reply remote = run(*s, r);
+    QVERIFY(remote.error.isEmpty());
+    QSignalSpy loaded(s.get(), &EngineSession::modelLoaded);
+    s->loadModel(default_model);
+    QVERIFY(!s->isRemote());
+    QVERIFY(loaded.wait(30000));
+    QVERIFY(s->modelInfo().remoteUrl.isEmpty());
+    QCOMPARE(s->modelInfo().precision, QString("fp32"));
+    const Reply local = run(*s, r);
+    QVERIFY(local.error.isEmpty());
+    QCOMPARE(local.text, remote.text);
+    QVERIFY(local.profile.k > 0); // the local engine's routing trace is back
+    QVERIFY(s->telemetry().remoteUrl.isEmpty());
 }
 
 QTEST_MAIN(TestRemoteSession)
