@@ -437,6 +437,8 @@ void TestRemoteSession::chatWindowStoresRemoteReplies() {
     const std::optional<MessageProfile> p = store.profile(reply.id);
     QVERIFY(p && p->ttftUs && !p->tokenTimesUs.isEmpty());
     QVERIFY(p->routing.isEmpty()); // the OpenAI API carries no per-request routing
+    // The server's queue in the status bar, from the next scrape (the reply has ended).
+    QTRY_VERIFY_WITH_TIMEOUT(window.statusText().contains("0 running · 0 waiting"), 5000);
 
     // The profiler's live routing reads the server's expert metrics.
     window.profilerDock()->show();

@@ -57,6 +57,10 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     m_backendLabel = new QLabel(this);
     m_memoryLabel = new QLabel(this);
     m_speedLabel = new QLabel(this);
+    m_queueLabel = new QLabel(this);
+    m_queueLabel->setVisible(false);
+    m_queueLabel->setToolTip(tr("Requests in the running batch and waiting in the queue (a remote server's own, "
+                                "from its /metrics: vllm:num_requests_running / _waiting)"));
     m_loadLabel = new QLabel(this);
     m_loadProgress = new QProgressBar(this);
     m_loadProgress->setRange(0, 100);
@@ -70,6 +74,7 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     statusBar()->addWidget(m_loadProgress);
     statusBar()->addPermanentWidget(m_backendLabel);
     statusBar()->addPermanentWidget(m_memoryLabel);
+    statusBar()->addPermanentWidget(m_queueLabel);
     statusBar()->addPermanentWidget(m_speedLabel);
 
     // The profiler: a right-hand dock fed by the session; while hidden it reads and draws nothing.
@@ -339,10 +344,16 @@ void MainWindow::onModelLoaded(const SessionModelInfo &info) {
 void MainWindow::onStats(const SessionStats &s) {
     m_memoryLabel->setText(tr("Memory %1 / %2").arg(human_bytes(s.memoryInUse), human_bytes(s.memoryTotal)));
     m_speedLabel->setText(s.tokensPerSecond > 0 ? tr("%1 tok/s").arg(s.tokensPerSecond, 0, 'f', 1) : tr("idle"));
+    // A remote server's queue is shown always (other clients load it); the local one when in use.
+    m_queueLabel->setText(tr("%1 running · %2 waiting").arg(s.running).arg(s.waiting));
+    m_queueLabel->setVisible(m_session->isRemote() || s.running > 0 || s.waiting > 0);
 }
 
 QString MainWindow::statusText() const {
-    return QStringList{m_modelLabel->text(), m_backendLabel->text(), m_memoryLabel->text(), m_speedLabel->text()}.join(" | ");
+    QStringList parts{m_modelLabel->text(), m_backendLabel->text(), m_memoryLabel->text()};
+    if (!m_queueLabel->isHidden()) parts << m_queueLabel->text();
+    parts << m_speedLabel->text();
+    return parts.join(" | ");
 }
 
 void MainWindow::closeEvent(QCloseEvent *event) {

@@ -72,6 +72,7 @@ private:
     QAction *m_sendToAll = nullptr;
     QMenu *m_presetMenu = nullptr;
     QLabel *m_modelLabel = nullptr, *m_backendLabel = nullptr, *m_memoryLabel = nullptr, *m_speedLabel = nullptr;
+    QLabel *m_queueLabel = nullptr; // the server's queue (remote) or the engine's, when not empty
     QLabel *m_loadLabel = nullptr;
     QProgressBar *m_loadProgress = nullptr;
     bool m_broadcasting = false;

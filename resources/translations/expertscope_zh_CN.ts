@@ -1060,6 +1060,14 @@ dense</source>
         <source>no expert metrics from the server</source>
         <translation>服务器未提供专家指标</translation>
     </message>
+    <message>
+        <source>Requests in the running batch and waiting in the queue (a remote server&apos;s own, from its /metrics: vllm:num_requests_running / _waiting)</source>
+        <translation>正在批处理中运行的请求和在队列中等待的请求（远程服务器的数据来自其 /metrics：vllm:num_requests_running / _waiting）</translation>
+    </message>
+    <message>
+        <source>%1 running · %2 waiting</source>
+        <translation>%1 个运行中 · %2 个等待中</translation>
+    </message>
 </context>
 <context>
     <name>es::MemoryUsageView</name>
