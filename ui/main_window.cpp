@@ -59,8 +59,9 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     m_speedLabel = new QLabel(this);
     m_queueLabel = new QLabel(this);
     m_queueLabel->setVisible(false);
-    m_queueLabel->setToolTip(tr("Requests in the running batch and waiting in the queue (a remote server's own, "
-                                "from its /metrics: vllm:num_requests_running / _waiting)"));
+    m_queueLabel->setToolTip(
+        tr("Requests in the running batch and waiting in the queue (a remote server's own, "
+           "from its /metrics: vllm:num_requests_running / _waiting)"));
     m_loadLabel = new QLabel(this);
     m_loadProgress = new QProgressBar(this);
     m_loadProgress->setRange(0, 100);
