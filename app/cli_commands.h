@@ -60,6 +60,9 @@ int cmd_serve_bench_http(const serve_bench_opts &o);
 // serve (app/cli_serve.cpp): the OpenAI-compatible HTTP server (app/server).
 struct serve_opts {
     std::string model_dir, host = "127.0.0.1", api_key, served_model_name;
+    std::string shape;         // random weights of a real shape instead of --model
+    int32_t layers = 0;        // with --shape: 0, the shape's own depth
+    uint64_t kv_cache_mib = 0; // 0: the engine's default
     int port = 8000;
     size_t max_body_bytes = 1 << 20;
     int64_t max_prompt_tokens = 0;

@@ -91,7 +91,19 @@ int main(int argc, char **argv) {
     serve_opts sv;
     auto *serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
                                               "/v1/models, /metrics, /health) with continuous batching across clients");
-    serve->add_option("--model", sv.model_dir, "model folder")->required();
+    auto *sv_model = serve->add_option("--model", sv.model_dir, "model folder");
+    serve
+        ->add_option("--shape", sv.shape,
+                     "random weights of ernie-4.5-0.3b | ernie-4.5-21b-a3b instead of --model "
+                     "(no tokenizer: token-id prompts on /v1/completions, tokens written as [id])")
+        ->excludes(sv_model);
+    serve->add_option("--layers", sv.layers, "with --shape: keep every width, change only the depth")
+        ->check(CLI::Range(0, 1024));
+    serve
+        ->add_option("--kv-cache-mib", sv.kv_cache_mib,
+                     "KV cache size (default: min(1 GiB, RAM/4), capped at what "
+                     "--max-num-seqs full contexts need)")
+        ->check(CLI::Range(uint64_t(1), uint64_t(1) << 30));
     serve->add_option("--host", sv.host, "address to bind (default 127.0.0.1: this machine only)");
     serve->add_option("--port", sv.port, "TCP port (default 8000; 0: any free port, printed on stdout)")->check(CLI::Range(0, 65535));
     serve->add_option("--api-key", sv.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env EXPERTSCOPE_API_KEY)")
@@ -157,7 +169,11 @@ int main(int argc, char **argv) {
         if (*selftest) return cmd_selftest(st);
         if (*logits) return cmd_logits(model_dir, ids, out, common);
         if (*gen) return cmd_generate(g, common);
-        if (*serve) return cmd_serve(sv, common);
+        if (*serve) {
+            if (sv.shape.empty() && sv.model_dir.empty())
+                return fail("serve needs --model DIR or --shape NAME");
+            return cmd_serve(sv, common);
+        }
         if (*routing) return cmd_routing(ro, common);
         if (*eval) return cmd_eval(ev, common);
         if (*sbench) {

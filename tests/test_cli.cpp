@@ -79,6 +79,9 @@ void TestCli::failures_data() {
     QTest::newRow("eval same precisions") << "" << QStringList{"eval", "--model", "@DIR", "--precision", "fp8", "--baseline", "fp8"} << "the same";
     QTest::newRow("eval text without tokenizer") << "rm tokenizer.model" << QStringList{"eval", "--model", "@DIR", "--text", "@DIR/config.json"} << "tokenizer.model";
     QTest::newRow("bad temperature") << "" << QStringList{"generate", "--model", "@DIR", "--prompt", "hi", "--temperature", "-1"} << "temperature";
+    QTest::newRow("serve without a model") << "" << QStringList{"serve", "--port", "0"} << "serve needs --model DIR or --shape NAME";
+    QTest::newRow("serve unknown shape") << "" << QStringList{"serve", "--shape", "ernie-9", "--port", "0"} << "ernie-9";
+    QTest::newRow("serve model and shape") << "" << QStringList{"serve", "--model", "@DIR", "--shape", "ernie-4.5-0.3b"} << "excludes";
 }
 
 void TestCli::failures() {

@@ -12,6 +12,8 @@
 //   --smoke-test       once the model is loaded, send one message in a new conversation, wait for
 //                      the reply, print one line and exit: 0 with a reply, 1 otherwise (the
 //                      package test runs it offscreen in a fresh Debian root)
+//   --connect URL      chat with the OpenAI-compatible server at URL instead of a local model
+//                      (its first model, or --served-model NAME; key from EXPERTSCOPE_API_KEY)
 #include "app_startup.h"
 #include "chat_pane.h"
 #include "chat_store.h"
@@ -121,6 +123,10 @@ int main(int argc, char **argv) {
                                  "Send one message once the model is loaded, wait for the reply, exit "
                                  "0 when one came, 1 otherwise.");
     cli.addOption(smokeTest);
+    QCommandLineOption connectUrl("connect", "Chat with the OpenAI-compatible server at this URL (API key from "
+                                             "EXPERTSCOPE_API_KEY).", "url");
+    QCommandLineOption servedModel("served-model", "With --connect: the model id (default: the server's first).", "name");
+    cli.addOptions({connectUrl, servedModel});
     cli.process(app);
     es::installTranslations(app, cli.value(lang));
     if (cli.isSet(version)) {
@@ -202,7 +208,11 @@ int main(int argc, char **argv) {
     if (!plan.notice.isEmpty()) window.statusBar()->showMessage(plan.notice, 15000);
     if (opened.status == es::OpenResult::Status::RecoveredFromCorruption && !cli.isSet(smokeTest))
         QMessageBox::warning(&window, QObject::tr("Database recovered"), opened.message);
-    if (!plan.modelToOpen.isEmpty()) window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
+    if (cli.isSet(connectUrl))
+        window.connectToEndpoint({es::normalizeBaseUrl(cli.value(connectUrl)),
+                                  qEnvironmentVariable("EXPERTSCOPE_API_KEY"), cli.value(servedModel)});
+    else if (!plan.modelToOpen.isEmpty())
+        window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
 
     // Documentation screenshots: send a prompt, grab the window mid-reply, quit.
     if (cli.isSet(profilerTab)) {

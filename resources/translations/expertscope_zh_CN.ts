@@ -12,10 +12,6 @@
         <translation>ITL：同一请求中相邻两个生成 token 之间的间隔（ms），以 p50/p90/p99 显示。</translation>
     </message>
     <message>
-        <source>decode tok/s: (n_out − 1) / (t_last − t_first) per request; over time: tokens after the first in each bin / bin length.</source>
-        <translation>decode tok/s：每个请求为 (n_out − 1) / (t_last − t_first)；随时间的曲线为：每个时间段内各请求首个 token 之后的 token 数 / 时间段长度。</translation>
-    </message>
-    <message>
         <source>expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.</source>
         <translation>专家负载：c[l][e] = 在一个窗口内第 l 层路由到专家 e 的 token 槽位数；占比 = c / Σc。</translation>
     </message>
@@ -51,6 +47,10 @@
         <source>Grey rows are dense layers (no router); grey columns on the right are shared experts, which see every token and are not part of the routed share.</source>
         <translation>灰色的行是稠密层（没有路由器）；右侧灰色的列是共享专家，它们处理每个 token，不计入路由占比。</translation>
     </message>
+    <message>
+        <source>decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. Over time: the tokens after the first in each quarter-second bin / the bin&apos;s length.</source>
+        <translation>decode tok/s：每个请求为 (n_out − 1) / (t_last − t_first)；每步为：解码的 token 数 / 步耗时。随时间的曲线为：每个四分之一秒时间段内首个 token 之后的 token 数 / 时间段长度。</translation>
+    </message>
 </context>
 <context>
     <name>QObject</name>
@@ -71,6 +71,65 @@
     <message>
         <source>Database recovered</source>
         <translation>数据库已恢复</translation>
+    </message>
+</context>
+<context>
+    <name>RemoteClient</name>
+    <message>
+        <source>Cannot reach %1: %2</source>
+        <translation>无法连接 %1：%2</translation>
+    </message>
+    <message>
+        <source>The server refused the API key (HTTP %1)%2</source>
+        <translation>服务器拒绝了 API 密钥（HTTP %1）%2</translation>
+    </message>
+    <message>
+        <source>HTTP 404 at %1: no such route — is this an OpenAI-compatible server?</source>
+        <translation>%1 返回 HTTP 404：没有这个路由——这是 OpenAI 兼容的服务器吗？</translation>
+    </message>
+    <message>
+        <source>HTTP %1 from the server: %2</source>
+        <translation>服务器返回 HTTP %1：%2</translation>
+    </message>
+    <message>
+        <source>HTTP %1 from %2%3</source>
+        <translation>%2 返回 HTTP %1%3</translation>
+    </message>
+    <message>
+        <source>%1 lists no models</source>
+        <translation>%1 没有列出任何模型</translation>
+    </message>
+    <message>
+        <source>%1 answered, but not with an OpenAI model list — is it an OpenAI-compatible server?</source>
+        <translation>%1 有应答，但不是 OpenAI 模型列表——它是 OpenAI 兼容的服务器吗？</translation>
+    </message>
+    <message>
+        <source>Not a server address: give http://host:port</source>
+        <translation>不是服务器地址：请输入 http://主机:端口</translation>
+    </message>
+    <message>
+        <source>%1 does not serve the model &apos;%2&apos; (it serves: %3)</source>
+        <translation>%1 不提供模型“%2”（它提供：%3）</translation>
+    </message>
+    <message>
+        <source>remote: %1</source>
+        <translation>远程：%1</translation>
+    </message>
+    <message>
+        <source>The server sent a stream event that is not JSON: %1</source>
+        <translation>服务器发送的流事件不是 JSON：%1</translation>
+    </message>
+    <message>
+        <source>The server reported an error in the stream</source>
+        <translation>服务器在流中报告了错误</translation>
+    </message>
+    <message>
+        <source>The server closed the stream before the reply ended</source>
+        <translation>回复结束前服务器关闭了流</translation>
+    </message>
+    <message>
+        <source>The connection to %1 was lost: %2</source>
+        <translation>与 %1 的连接中断：%2</translation>
     </message>
 </context>
 <context>
@@ -622,6 +681,63 @@ dense</source>
     </message>
 </context>
 <context>
+    <name>es::ConnectServerDialog</name>
+    <message>
+        <source>Connect to a server</source>
+        <translation>连接到服务器</translation>
+    </message>
+    <message>
+        <source>Base URL of an OpenAI-compatible server: expertscope-cli serve, vLLM, SGLang, FastDeploy…</source>
+        <translation>OpenAI 兼容服务器的基础 URL：expertscope-cli serve、vLLM、SGLang、FastDeploy…</translation>
+    </message>
+    <message>
+        <source>none</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>Remember key</source>
+        <translation>记住密钥</translation>
+    </message>
+    <message>
+        <source>Stores the key in ExpertScope&apos;s settings file, unencrypted</source>
+        <translation>将密钥以未加密的形式保存在 ExpertScope 的设置文件中</translation>
+    </message>
+    <message>
+        <source>Fetch models</source>
+        <translation>获取模型列表</translation>
+    </message>
+    <message>
+        <source>Server URL</source>
+        <translation>服务器 URL</translation>
+    </message>
+    <message>
+        <source>API key (optional)</source>
+        <translation>API 密钥（可选）</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Connect</source>
+        <translation>连接</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n model(s) served.</source>
+        <translation>
+            <numerusform>提供 %n 个模型。</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Not a server address: give http://host:port</source>
+        <translation>不是服务器地址：请输入 http://主机:端口</translation>
+    </message>
+    <message>
+        <source>Asking %1 for its models…</source>
+        <translation>正在向 %1 查询模型…</translation>
+    </message>
+</context>
+<context>
     <name>es::ConversationListModel</name>
     <message>
         <source>New conversation</source>
@@ -950,6 +1066,42 @@ dense</source>
     <message>
         <source>idle</source>
         <translation>空闲</translation>
+    </message>
+    <message>
+        <source>Connecting to %1…</source>
+        <translation>正在连接 %1…</translation>
+    </message>
+    <message>
+        <source>Could not connect to the server</source>
+        <translation>无法连接到服务器</translation>
+    </message>
+    <message>
+        <source>&lt;p&gt;Connecting to &lt;b&gt;%1&lt;/b&gt; failed:&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</source>
+        <translation>&lt;p&gt;连接 &lt;b&gt;%1&lt;/b&gt; 失败：&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</translation>
+    </message>
+    <message>
+        <source>&amp;Connect to server…</source>
+        <translation>连接到服务器(&amp;C)…</translation>
+    </message>
+    <message>
+        <source>remote: %1 · %2</source>
+        <translation>远程：%1 · %2</translation>
+    </message>
+    <message>
+        <source>%1 experts on %2 MoE layers (server metrics)</source>
+        <translation>%2 个 MoE 层，每层 %1 个专家（服务器指标）</translation>
+    </message>
+    <message>
+        <source>no expert metrics from the server</source>
+        <translation>服务器未提供专家指标</translation>
+    </message>
+    <message>
+        <source>Requests in the running batch and waiting in the queue (a remote server&apos;s own, from its /metrics: vllm:num_requests_running / _waiting)</source>
+        <translation>正在批处理中运行的请求和在队列中等待的请求（远程服务器的数据来自其 /metrics：vllm:num_requests_running / _waiting）</translation>
+    </message>
+    <message>
+        <source>%1 running · %2 waiting</source>
+        <translation>%1 个运行中 · %2 个等待中</translation>
     </message>
 </context>
 <context>
@@ -1531,6 +1683,18 @@ dense</source>
     <message>
         <source>#%1 “%2”</source>
         <translation>#%1“%2”</translation>
+    </message>
+    <message>
+        <source>The server %1 does not expose expert metrics (expertscope:expert_tokens_total), so its routing cannot be shown. ExpertScope&apos;s own server does; vLLM and SGLang do not.</source>
+        <translation>服务器 %1 未公开专家指标（expertscope:expert_tokens_total），因此无法显示其路由。ExpertScope 自己的服务器提供该指标；vLLM 和 SGLang 不提供。</translation>
+    </message>
+    <message>
+        <source>Live: the server&apos;s last %1 s (%2 steps), %3 token-slots from all its clients</source>
+        <translation>实时：服务器最近 %1 秒（%2 步），来自其所有客户端的 %3 个 token 槽位</translation>
+    </message>
+    <message>
+        <source>%1: no routing recorded — a remote server&apos;s replies carry none (see Live for the server&apos;s expert metrics)</source>
+        <translation>%1：未记录路由——远程服务器的回复不携带路由信息（服务器的专家指标请见“实时”）</translation>
     </message>
 </context>
 <context>
