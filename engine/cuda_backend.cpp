@@ -1140,12 +1140,6 @@ private:
 
 } // namespace
 
-std::string cuda_memory_report::to_string() const {
-    return "weights " + mib(weights_bytes) + ", KV " + mib(kv_bytes) + ", workspace " + mib(workspace_bytes) +
-           ", cuBLASLt " + mib(library_bytes) + "; device " + mib(device_total_bytes - device_free_bytes) + " used of " +
-           mib(device_total_bytes);
-}
-
 result<cuda_device_info> probe_cuda_device(int device) {
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
@@ -1165,6 +1159,12 @@ result<cuda_device_info> probe_cuda_device(int device) {
     info.cc_major = prop.major;
     info.cc_minor = prop.minor;
     info.n_sm = prop.multiProcessorCount;
+#ifdef ES_CUDA_MIN_CC
+    if (prop.major * 10 + prop.minor < ES_CUDA_MIN_CC)
+        return error{info.name + " has compute capability " + std::to_string(prop.major) + "." +
+                     std::to_string(prop.minor) + "; this build's kernels need " + std::to_string(ES_CUDA_MIN_CC / 10) +
+                     "." + std::to_string(ES_CUDA_MIN_CC % 10) + " or newer (rebuild with ES_CUDA_ARCHITECTURES naming this GPU)"};
+#endif
     // Launch one tiny kernel: proves the driver, the context and that this build has code for
     // the GPU's architecture (cudaErrorNoKernelImageForDevice otherwise).
     if ((e = cudaSetDevice(device)) != cudaSuccess) {

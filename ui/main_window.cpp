@@ -299,7 +299,14 @@ void MainWindow::onModelLoaded(const SessionModelInfo &info) {
                                            .arg(info.nExpertsUsed)
                                            .arg(info.nLayers)
                                      : tr("%1 — dense, %2 layers").arg(info.name).arg(info.nLayers));
-    m_backendLabel->setText(QStringLiteral("%1 · %2").arg(info.backend, info.precision));
+    // On the CPU because CUDA cannot be used here: say so, and why (the reason in the tooltip).
+    if (info.backendNote.isEmpty()) {
+        m_backendLabel->setText(QStringLiteral("%1 · %2").arg(info.backend, info.precision));
+        m_backendLabel->setToolTip(QString());
+    } else {
+        m_backendLabel->setText(tr("%1 · %2 · GPU not used").arg(info.backend, info.precision));
+        m_backendLabel->setToolTip(info.backendNote);
+    }
     QSettings settings;
     settings.setValue("model/lastDir", info.dir);
 }
