@@ -22,7 +22,8 @@ int cmd_selftest(const selftest_opts &o) {
     auto mod = cuda_module();
     if (!mod) return fail(mod.message());
     std::printf("CUDA module %s (runtime %s, driver %s)\n\n", st.module_path.c_str(),
-                cuda_version_string(st.runtime_version).c_str(), cuda_version_string(st.driver_version).c_str());
+                cuda_version_string(st.runtime_version).c_str(),
+                cuda_version_string(st.driver_version).c_str());
     selftest_options so;
     so.data_dir = o.data_dir;
     so.kernels = !o.models_only;

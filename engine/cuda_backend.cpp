@@ -1162,8 +1162,9 @@ result<cuda_device_info> probe_cuda_device(int device) {
 #ifdef ES_CUDA_MIN_CC
     if (prop.major * 10 + prop.minor < ES_CUDA_MIN_CC)
         return error{info.name + " has compute capability " + std::to_string(prop.major) + "." +
-                     std::to_string(prop.minor) + "; this build's kernels need " + std::to_string(ES_CUDA_MIN_CC / 10) +
-                     "." + std::to_string(ES_CUDA_MIN_CC % 10) + " or newer (rebuild with ES_CUDA_ARCHITECTURES naming this GPU)"};
+                     std::to_string(prop.minor) + "; this build's kernels need " +
+                     std::to_string(ES_CUDA_MIN_CC / 10) + "." + std::to_string(ES_CUDA_MIN_CC % 10) +
+                     " or newer (rebuild with ES_CUDA_ARCHITECTURES naming this GPU)"};
 #endif
     // Launch one tiny kernel: proves the driver, the context and that this build has code for
     // the GPU's architecture (cudaErrorNoKernelImageForDevice otherwise).

@@ -1,7 +1,7 @@
 // The CUDA backend's public face (host side; compiled only when CMake finds a CUDA toolkit, into
 // es_cuda_backend and the run-time module libexpertscope-cuda.so; the app reaches it through
-// cuda_loader.h and the module's table, cuda_module_abi.h): an es::backend that keeps BF16 or FP8 E4M3 (+ per-channel fp32 scales)
-// weights, BF16 paged KV pools and a workspace in device memory (plain cudaMalloc, never managed
+// cuda_loader.h and the module's table, cuda_module_abi.h): an es::backend that keeps BF16 or FP8
+// E4M3 (+ per-channel fp32 scales) weights, BF16 paged KV pools and a workspace in device memory (plain cudaMalloc, never managed
 // memory), runs the forward pass with the kernels of kernels/, and turns every CUDA failure,
 // out-of-memory included, into an es::error. Numerics: fp32 residual stream, BF16 activations
 // into every linear, fp32 accumulation, fp32 router and softmax (see ARCHITECTURE.md).

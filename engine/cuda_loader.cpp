@@ -54,15 +54,17 @@ std::string check_table(const es_cuda_module_v1 *t, const std::string &path) {
     if (!t) return path + ": its entry point returned no table";
     if (t->abi_version != ES_CUDA_MODULE_ABI_VERSION)
         return path + " has module ABI " + std::to_string(t->abi_version) + ", this program needs " +
-               std::to_string(ES_CUDA_MODULE_ABI_VERSION) + " (they come from different builds: install them together)";
+               std::to_string(ES_CUDA_MODULE_ABI_VERSION) +
+               " (they come from different builds: install them together)";
     if (t->table_size != sizeof(es_cuda_module_v1))
         return path + " has a " + std::to_string(t->table_size) + "-byte table, this program expects " +
-               std::to_string(sizeof(es_cuda_module_v1)) + " (they come from different builds: install them together)";
+               std::to_string(sizeof(es_cuda_module_v1)) +
+               " (they come from different builds: install them together)";
     if (!t->build_id || std::strcmp(t->build_id, ES_CUDA_MODULE_BUILD_ID) != 0)
-        return path + " was built as " + (t->build_id ? std::string(t->build_id) : "?") + ", this program as " +
-               ES_CUDA_MODULE_BUILD_ID + " (install the module of the same build)";
-    if (!t->driver_version || !t->probe || !t->make_backend || !t->make_backend_random || !t->as_cuda_backend ||
-        !t->run_selftest)
+        return path + " was built as " + (t->build_id ? std::string(t->build_id) : "?") +
+               ", this program as " + ES_CUDA_MODULE_BUILD_ID + " (install the module of the same build)";
+    if (!t->driver_version || !t->probe || !t->make_backend || !t->make_backend_random ||
+        !t->as_cuda_backend || !t->run_selftest)
         return path + ": its table has empty entries";
     return {};
 }
@@ -95,9 +97,10 @@ void load_module() {
             return;
         }
         std::string where;
-        for (const auto &c : candidates) where += (where.empty() ? "" : ", ") + fs::path(c).parent_path().string();
-        s.error = std::string("the CUDA module ") + ES_CUDA_MODULE_FILE + " was not found (looked in " + where +
-                  "; set EXPERTSCOPE_CUDA_MODULE to its path)";
+        for (const auto &c : candidates)
+            where += (where.empty() ? "" : ", ") + fs::path(c).parent_path().string();
+        s.error = std::string("the CUDA module ") + ES_CUDA_MODULE_FILE + " was not found (looked in " +
+                  where + "; set EXPERTSCOPE_CUDA_MODULE to its path)";
         return;
     }
     s.path = found;
@@ -107,14 +110,16 @@ void load_module() {
         std::string e = dl_error();
         s.error = "cannot load the CUDA module " + found + ": " + e;
         if (e.find("libcublas") != std::string::npos || e.find("libcudart") != std::string::npos)
-            s.error += " (install the CUDA runtime libraries, e.g. NVIDIA's cuBLAS package, or add their folder to "
-                       "LD_LIBRARY_PATH)";
+            s.error +=
+                " (install the CUDA runtime libraries, e.g. NVIDIA's cuBLAS package, or add their folder to "
+                "LD_LIBRARY_PATH)";
         return;
     }
     dlerror();
     auto entry = reinterpret_cast<es_cuda_module_entry_fn>(dlsym(h, ES_CUDA_MODULE_ENTRY));
     if (!entry) {
-        s.error = found + " is not an ExpertScope CUDA module (no " ES_CUDA_MODULE_ENTRY ": " + dl_error() + ")";
+        s.error =
+            found + " is not an ExpertScope CUDA module (no " ES_CUDA_MODULE_ENTRY ": " + dl_error() + ")";
         dlclose(h);
         return;
     }
@@ -163,8 +168,8 @@ void probe() {
 std::string cuda_memory_report::to_string() const {
     auto mib = [](size_t b) { return std::to_string((b + (1u << 19)) >> 20) + " MiB"; };
     return "weights " + mib(weights_bytes) + ", KV " + mib(kv_bytes) + ", workspace " + mib(workspace_bytes) +
-           ", cuBLASLt " + mib(library_bytes) + "; device " + mib(device_total_bytes - device_free_bytes) + " used of " +
-           mib(device_total_bytes);
+           ", cuBLASLt " + mib(library_bytes) + "; device " + mib(device_total_bytes - device_free_bytes) +
+           " used of " + mib(device_total_bytes);
 }
 
 std::string cuda_version_string(int v) {
@@ -213,7 +218,8 @@ std::string cuda_status_info::summary() const {
     if (!available) return "unavailable: " + reason;
     char buf[256];
     std::snprintf(buf, sizeof buf, "%s, compute capability %d.%d, %.1f GiB, %d SMs", device.name.c_str(),
-                  device.cc_major, device.cc_minor, double(device.total_bytes) / double(1ull << 30), device.n_sm);
+                  device.cc_major, device.cc_minor, double(device.total_bytes) / double(1ull << 30),
+                  device.n_sm);
     return buf;
 }
 
@@ -232,15 +238,15 @@ std::string cuda_version_lines() {
         if (s.module_loaded) out += "CUDA module: " + s.module_path + "\n";
     }
     out += "backends: cpu";
-    if (s.available) out += ", cuda (" + s.summary() + ")\n";
-    else out += "; cuda unavailable: " + s.reason + "\n";
+    if (s.available)
+        out += ", cuda (" + s.summary() + ")\n";
+    else
+        out += "; cuda unavailable: " + s.reason + "\n";
     return out;
 }
 
 namespace detail {
-void use_linked_cuda_module(const es_cuda_module_v1 *table) {
-    state().linked = table;
-}
+void use_linked_cuda_module(const es_cuda_module_v1 *table) { state().linked = table; }
 } // namespace detail
 
 } // namespace es

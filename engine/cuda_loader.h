@@ -21,16 +21,16 @@ struct es_cuda_module_v1;
 namespace es {
 
 struct cuda_status_info {
-    bool built = false;             // this build has a CUDA module (a toolkit was found when it was built)
-    bool module_loaded = false;     // the module was found, loaded and matches this program
-    bool available = false;         // … and a usable GPU is present: backend_kind::automatic uses it
-    std::string reason;             // !available: why not, in words
-    std::string module_path;        // the module loaded (or the one that failed to load)
-    std::string toolkit_version;    // CUDA toolkit of the build ("13.0.48"); empty without CUDA
-    int runtime_version = 0;        // CUDA runtime in the module (13000: 13.0)
-    int driver_version = 0;         // CUDA version the driver supports; 0: none or unknown
-    std::string architectures;      // kernels built for ("90a")
-    cuda_device_info device;        // available only
+    bool built = false;          // this build has a CUDA module (a toolkit was found when it was built)
+    bool module_loaded = false;  // the module was found, loaded and matches this program
+    bool available = false;      // … and a usable GPU is present: backend_kind::automatic uses it
+    std::string reason;          // !available: why not, in words
+    std::string module_path;     // the module loaded (or the one that failed to load)
+    std::string toolkit_version; // CUDA toolkit of the build ("13.0.48"); empty without CUDA
+    int runtime_version = 0;     // CUDA runtime in the module (13000: 13.0)
+    int driver_version = 0;      // CUDA version the driver supports; 0: none or unknown
+    std::string architectures;   // kernels built for ("90a")
+    cuda_device_info device;     // available only
     // "NVIDIA H200, compute capability 9.0, 139.8 GiB, 132 SMs" or "unavailable: <reason>".
     std::string summary() const;
 };

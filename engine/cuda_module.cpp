@@ -27,7 +27,8 @@ int module_driver_version(std::string *why) {
     int v = 0;
     if (void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); !h) {
         const char *e = dlerror();
-        reason = std::string("no NVIDIA driver is installed (libcuda.so.1 cannot be loaded: ") + (e ? e : "?") + ")";
+        reason = std::string("no NVIDIA driver is installed (libcuda.so.1 cannot be loaded: ") +
+                 (e ? e : "?") + ")";
     } else {
         dlclose(h);
         const cudaError_t e = cudaDriverGetVersion(&v);
@@ -37,24 +38,23 @@ int module_driver_version(std::string *why) {
             v = 0;
         } else if (v / 1000 < CUDART_VERSION / 1000) {
             // CUDA's minor-version compatibility: any driver of the runtime's major version works.
-            reason = "the NVIDIA driver is too old: it supports CUDA " + cuda_version_string(v) + ", this build needs " +
-                     std::to_string(CUDART_VERSION / 1000) + ".x (update the driver)";
+            reason = "the NVIDIA driver is too old: it supports CUDA " + cuda_version_string(v) +
+                     ", this build needs " + std::to_string(CUDART_VERSION / 1000) + ".x (update the driver)";
         }
     }
     if (why) *why = reason;
     return v;
 }
 
-cuda_backend *module_as_cuda_backend(backend *be) {
-    return dynamic_cast<cuda_backend *>(be);
-}
+cuda_backend *module_as_cuda_backend(backend *be) { return dynamic_cast<cuda_backend *>(be); }
 
 selftest_report module_run_selftest(const selftest_options &o) {
     try {
         return run_cuda_selftest(o);
     } catch (const std::exception &e) {
         selftest_report r;
-        r.rows.push_back({"selftest", "run", "", 0.0, 0.0, false, std::string("internal error: ") + e.what()});
+        r.rows.push_back(
+            {"selftest", "run", "", 0.0, 0.0, false, std::string("internal error: ") + e.what()});
         return r;
     }
 }
@@ -90,8 +90,6 @@ const es_cuda_module_v1 k_table{
 
 } // namespace
 
-const es_cuda_module_v1 &linked_cuda_module() {
-    return k_table;
-}
+const es_cuda_module_v1 &linked_cuda_module() { return k_table; }
 
 } // namespace es

@@ -24,12 +24,12 @@
 #define ES_CUDA_MODULE_BUILD_ID ES_VERSION "+" ES_GIT_COMMIT " (" __VERSION__ ")"
 
 struct es_cuda_module_v1 {
-    uint32_t abi_version;        // ES_CUDA_MODULE_ABI_VERSION
-    uint32_t table_size;         // sizeof(es_cuda_module_v1)
-    const char *build_id;        // ES_CUDA_MODULE_BUILD_ID of the module's build
-    int runtime_version;         // CUDART_VERSION the module was built with (13000: 13.0; linked statically)
-    int min_compute_capability;  // the oldest GPU the kernels were built for (90: 9.0)
-    const char *architectures;   // ES_CUDA_ARCHITECTURES, e.g. "90a"
+    uint32_t abi_version;       // ES_CUDA_MODULE_ABI_VERSION
+    uint32_t table_size;        // sizeof(es_cuda_module_v1)
+    const char *build_id;       // ES_CUDA_MODULE_BUILD_ID of the module's build
+    int runtime_version;        // CUDART_VERSION the module was built with (13000: 13.0; linked statically)
+    int min_compute_capability; // the oldest GPU the kernels were built for (90: 9.0)
+    const char *architectures;  // ES_CUDA_ARCHITECTURES, e.g. "90a"
 
     // CUDA version the installed driver supports (13000: 13.0); 0 with the reason in *why when
     // there is no usable driver (libcuda.so.1 missing, too old, …).
@@ -37,10 +37,12 @@ struct es_cuda_module_v1 {
     // Device `device` usable by this build's kernels, or why not (no device, compute capability
     // too low, out of memory, …). Creates the CUDA context.
     es::result<es::cuda_device_info> (*probe)(int device);
-    es::result<std::unique_ptr<es::backend>> (*make_backend)(const es::model_config &cfg, const es::model_tensors &t,
-                                                            const es::cuda_backend_params &p);
-    es::result<std::unique_ptr<es::backend>> (*make_backend_random)(const es::model_config &cfg, uint64_t seed,
-                                                                   const es::cuda_backend_params &p);
+    es::result<std::unique_ptr<es::backend>> (*make_backend)(const es::model_config &cfg,
+                                                             const es::model_tensors &t,
+                                                             const es::cuda_backend_params &p);
+    es::result<std::unique_ptr<es::backend>> (*make_backend_random)(const es::model_config &cfg,
+                                                                    uint64_t seed,
+                                                                    const es::cuda_backend_params &p);
     // The CUDA backend's extra calls (memory report, profiling) of a backend the module made;
     // null for any other backend. The cast happens inside the module, where the type lives.
     es::cuda_backend *(*as_cuda_backend)(es::backend *be);

@@ -54,6 +54,7 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
 
     m_modelLabel = new QLabel(tr("No model"), this);
     m_backendLabel = new QLabel(this);
+    m_backendLabel->setObjectName(QStringLiteral("backendLabel"));
     m_memoryLabel = new QLabel(this);
     m_speedLabel = new QLabel(this);
     m_loadLabel = new QLabel(this);

@@ -47,8 +47,8 @@ bool wantsVersion(int argc, char **argv) {
 
 int main(int argc, char **argv) {
     if (wantsVersion(argc, argv)) {
-        std::printf("expertscope %s (commit %s)\nQt %s (built with %s)\n%s", ES_VERSION, ES_GIT_COMMIT, qVersion(),
-                    QT_VERSION_STR, es::cuda_version_lines().c_str());
+        std::printf("expertscope %s (commit %s)\nQt %s (built with %s)\n%s", ES_VERSION, ES_GIT_COMMIT,
+                    qVersion(), QT_VERSION_STR, es::cuda_version_lines().c_str());
         return 0;
     }
     QApplication app(argc, argv);
