@@ -25,7 +25,13 @@ struct cuda_device_info {
     size_t total_bytes = 0, free_bytes = 0;
 };
 
-// Is there a usable GPU? An error in words when not (no driver, no device, too old a GPU).
+// The CUDA version the NVIDIA driver supports (13000: 13.0), or 0; *why (when given) is empty when
+// the driver can run this build, else says why not in words: no driver at all (libcuda.so.1
+// missing, which the runtime would only call "insufficient driver"), or one older than the CUDA
+// runtime's major version (minor-version compatibility covers the rest).
+int cuda_driver_version(std::string *why);
+
+// Is there a usable GPU? Checks the driver first (cuda_driver_version). An error in words when not (no driver, no device, too old a GPU).
 // Cheap; never aborts. Devices below the oldest architecture of ES_CUDA_ARCHITECTURES are refused
 // (9.0 for the default sm_90a), and a tiny kernel launch proves the build has code for the GPU.
 result<cuda_device_info> probe_cuda_device(int device = 0);

@@ -8,8 +8,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <dlfcn.h>
-
 #ifndef ES_CUDA_MIN_CC
 #define ES_CUDA_MIN_CC 0
 #endif
@@ -19,32 +17,6 @@
 
 namespace es {
 namespace {
-
-// The driver first, in words: no libcuda.so.1 means no NVIDIA driver at all, which the runtime
-// would only call "insufficient driver".
-int module_driver_version(std::string *why) {
-    std::string reason;
-    int v = 0;
-    if (void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); !h) {
-        const char *e = dlerror();
-        reason = std::string("no NVIDIA driver is installed (libcuda.so.1 cannot be loaded: ") +
-                 (e ? e : "?") + ")";
-    } else {
-        dlclose(h);
-        const cudaError_t e = cudaDriverGetVersion(&v);
-        if (e != cudaSuccess || v == 0) {
-            cudaGetLastError();
-            reason = std::string("the NVIDIA driver cannot be used (") + cudaGetErrorString(e) + ")";
-            v = 0;
-        } else if (v / 1000 < CUDART_VERSION / 1000) {
-            // CUDA's minor-version compatibility: any driver of the runtime's major version works.
-            reason = "the NVIDIA driver is too old: it supports CUDA " + cuda_version_string(v) +
-                     ", this build needs " + std::to_string(CUDART_VERSION / 1000) + ".x (update the driver)";
-        }
-    }
-    if (why) *why = reason;
-    return v;
-}
 
 cuda_backend *module_as_cuda_backend(backend *be) { return dynamic_cast<cuda_backend *>(be); }
 
@@ -80,7 +52,7 @@ const es_cuda_module_v1 k_table{
     CUDART_VERSION,
     ES_CUDA_MIN_CC,
     ES_CUDA_ARCHITECTURES,
-    &module_driver_version,
+    &cuda_driver_version,
     &module_probe,
     &module_make_backend,
     &module_make_backend_random,
