@@ -146,6 +146,7 @@ std::string api_server::load() {
     std::fprintf(stderr, "serve: %s as '%s' on %s, context %lld, %d KV blocks of %d tokens, max %d sequences\n",
                  m->opt.model_dir.c_str(), name.c_str(), info.backend_name.c_str(), (long long)m->limits.n_ctx,
                  info.n_kv_blocks, info.block_size, m->opt.max_num_seqs);
+    if (!info.backend_note.empty()) std::fprintf(stderr, "serve: note: %s\n", info.backend_note.c_str());
     return {};
 }
 
