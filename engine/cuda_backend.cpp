@@ -1155,8 +1155,9 @@ int cuda_driver_version(std::string *why) {
         const cudaError_t e = cudaDriverGetVersion(&v);
         if (e != cudaSuccess || v == 0) {
             cudaGetLastError();
-            reason = e != cudaSuccess ? std::string("the NVIDIA driver cannot be used (") + cudaGetErrorString(e) + ")"
-                                      : std::string("no NVIDIA driver is loaded (libcuda.so.1 reports no version)");
+            reason = e != cudaSuccess
+                         ? std::string("the NVIDIA driver cannot be used (") + cudaGetErrorString(e) + ")"
+                         : std::string("no NVIDIA driver is loaded (libcuda.so.1 reports no version)");
             v = 0;
         } else if (v / 1000 < CUDART_VERSION / 1000) {
             // CUDA's minor-version compatibility: any driver of the runtime's major version works.
