@@ -6,6 +6,8 @@
 #include "cuda_selftest.h"
 
 #include "cuda_backend.h"
+#include "cuda_loader.h"
+#include "cuda_module_abi.h"
 #include "cuda_twin_model.h"
 #include "model.h"
 #include "npy.h"
@@ -1046,6 +1048,8 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
 } // namespace
 
 selftest_report run_cuda_selftest(const selftest_options &o) {
+    // load_model(backend_kind::cuda) below uses the CUDA code linked here, not a module file.
+    detail::use_linked_cuda_module(&linked_cuda_module());
     selftest_report rep;
     auto dev = probe_cuda_device(0);
     if (!dev) {

@@ -376,7 +376,8 @@ void engine::thread_main() {
         I.mdl = std::move(mdl);
         {
             std::lock_guard lock(I.info_mutex);
-            I.info = model_info{c.dir, cfg, I.mdl->be->name(), I.mdl->generation_defaults, n_blocks, m_params.block_size};
+            I.info = model_info{c.dir, cfg, I.mdl->be->name(), I.mdl->backend_note, I.mdl->generation_defaults,
+                                n_blocks, m_params.block_size};
         }
         c.done->set_value(ok_status());
     };

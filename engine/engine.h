@@ -108,6 +108,7 @@ struct model_info {
     std::filesystem::path dir;
     model_config config;
     std::string backend_name;
+    std::string backend_note;           // model::backend_note: why CUDA is not used, when it is not
     sampling_params defaults;
     int32_t n_kv_blocks = 0, block_size = 0;
 };

@@ -4,6 +4,8 @@
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # Writes everything it prints to $OUT (selftest.md, bench.md, gpu.txt, sanitizer.txt) as well.
+# The CLI loads the CUDA module from .device/lib/expertscope/ (its --version, in gpu.txt, says
+# which file and whether CUDA is usable; the run stops there when it is not).
 set -uo pipefail
 OUT=${OUT:-/tmp/es-out}
 mkdir -p "$OUT"
@@ -13,6 +15,11 @@ export LD_LIBRARY_PATH="$PWD/.device/lib${lt:+:$(dirname "$lt")}${LD_LIBRARY_PAT
 mode=${1:-full}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
 echo "cuBLASLt: ${lt:-not found}" | tee -a "$OUT/gpu.txt"
+"$CLI" --version 2>&1 | tee -a "$OUT/gpu.txt"
+if ! grep -q '^backends: cpu, cuda (' "$OUT/gpu.txt"; then
+    echo "gpu_run: the CUDA backend is not usable here (see the backends line above)" | tee -a "$OUT/gpu.txt"
+    exit 2
+fi
 rc=0
 if [[ $mode == full || $mode == selftest ]]; then
     timeout 300 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest.md"

@@ -378,6 +378,7 @@ void EngineSession::pump() {
                 v.name = QFileInfo(dir).fileName();
                 v.architecture = QString::fromStdString(c.arch_name);
                 v.backend = QString::fromStdString(info->backend_name);
+                v.backendNote = QString::fromStdString(info->backend_note);
                 v.precision = precisionLabel(v.backend.startsWith("cpu"), m_options.precision);
                 v.isMoe = c.arch == model_arch::moe;
                 v.nLayers = int(c.n_layer);
