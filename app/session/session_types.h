@@ -43,7 +43,8 @@ struct SessionModelInfo {
 struct MemoryEstimateView {
     bool ok = false;            // false: the folder could not be read (message says why)
     bool fits = false;
-    qint64 weightsBytes = 0, kvBytes = 0, availableBytes = 0;
+    bool gpu = false;           // the estimate is for the GPU (else the CPU's RAM)
+    qint64 weightsBytes = 0, kvBytes = 0, workspaceBytes = 0, availableBytes = 0;
     QString message;
 };
 
