@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench     (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|eval|serve     (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # Writes everything it prints to $OUT (selftest.md, bench.md, gpu.txt, sanitizer.txt) as well.
@@ -42,6 +42,16 @@ if [[ $mode == full || $mode == bench ]]; then
     bench ernie-4.5-21b-a3b fp8 --layers 12
     bench ernie-4.5-21b-a3b fp8
     bench ernie-4.5-21b-a3b bf16
+fi
+if [[ $mode == full || $mode == eval ]]; then
+    # What FP8 / BF16 weights cost on the GPU against the exact checkpoint on the CPU (same tokens).
+    ev() { # label, eval args
+        echo "### eval $1" | tee -a "$OUT/eval.md"
+        timeout 120 "$CLI" eval "${@:2}" --json "$OUT/eval-$1.json" 2>&1 | tee -a "$OUT/eval.md" || rc=1
+    }
+    ev default-fp8 --model resources/models/default --backend cuda --precision fp8 --text README.md --windows 4 --ctx 256
+    ev default-bf16 --model resources/models/default --backend cuda --precision bf16 --text README.md --windows 4 --ctx 256
+    ev moe-shared-fp8 --model tests/data/moe-shared --backend cuda --precision fp8 --windows 4 --ctx 64
 fi
 if [[ $mode == serve ]]; then
     # tools/serve_load_run.sh per shape: server in the background, serve-bench --url, /metrics, SIGTERM.
