@@ -46,15 +46,17 @@ QString ProfilerDefinitions::percentiles() {
 }
 QString ProfilerDefinitions::phases() {
     return tr(
-        "Engine time per phase over the steps that ran during the reply (shared with replies running at the "
-        "same time): attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, "
+        "Engine time per phase over the steps that computed the reply; a step shared with other replies counts "
+        "in proportion to this reply's tokens in it: attention (norms, q/k/v, RoPE, KV write, attention, "
+        "output projection), MoE (router, "
         "routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other "
         "(scheduling, embedding, emitting text).");
 }
 QString ProfilerDefinitions::kvBlockMap() {
     return tr(
         "KV block map: the paged KV cache's blocks (16 tokens each) in use, cached (free, holding a reusable "
-        "prefix) and free. The engine reports counts, so blocks are drawn grouped by state.");
+        "prefix) and free, one cell per block in pool order (where they lie, not only how many). A source that "
+        "reports only counts (a remote server) is drawn grouped by state.");
 }
 QString ProfilerDefinitions::sharedAndDense() {
     return tr(

@@ -36,20 +36,20 @@
         <translation>百分位数在相邻秩之间线性插值：秩为 (n − 1)·q（numpy 的默认方式）。</translation>
     </message>
     <message>
-        <source>Engine time per phase over the steps that ran during the reply (shared with replies running at the same time): attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other (scheduling, embedding, emitting text).</source>
-        <translation>回复期间运行的各步中，引擎在各阶段所用的时间（与同时运行的其他回复共享）：注意力（归一化、q/k/v、RoPE、KV 写入、注意力、输出投影）、MoE（路由器、路由专家和共享专家）、稠密 GEMM（稠密 MLP 层和 LM head）、采样、其他（调度、嵌入、输出文本）。</translation>
-    </message>
-    <message>
-        <source>KV block map: the paged KV cache&apos;s blocks (16 tokens each) in use, cached (free, holding a reusable prefix) and free. The engine reports counts, so blocks are drawn grouped by state.</source>
-        <translation>KV 块图：分页 KV 缓存中使用中、已缓存（空闲但保存着可复用的前缀）和空闲的块（每块 16 个 token）。引擎只报告数量，所以按状态分组绘制。</translation>
-    </message>
-    <message>
         <source>Grey rows are dense layers (no router); grey columns on the right are shared experts, which see every token and are not part of the routed share.</source>
         <translation>灰色的行是稠密层（没有路由器）；右侧灰色的列是共享专家，它们处理每个 token，不计入路由占比。</translation>
     </message>
     <message>
         <source>decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. Over time: the tokens after the first in each quarter-second bin / the bin&apos;s length.</source>
         <translation>decode tok/s：每个请求为 (n_out − 1) / (t_last − t_first)；每步为：解码的 token 数 / 步耗时。随时间的曲线为：每个四分之一秒时间段内首个 token 之后的 token 数 / 时间段长度。</translation>
+    </message>
+    <message>
+        <source>Engine time per phase over the steps that computed the reply; a step shared with other replies counts in proportion to this reply&apos;s tokens in it: attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other (scheduling, embedding, emitting text).</source>
+        <translation>引擎在计算这条回复的各步中各阶段所用的时间；与其他回复共享的一步按本回复在该步中的 token 占比计入：注意力（归一化、q/k/v、RoPE、KV 写入、注意力、输出投影）、MoE（路由器、路由专家和共享专家）、稠密 GEMM（稠密 MLP 层和 LM head）、采样、其他（调度、嵌入、输出文本）。</translation>
+    </message>
+    <message>
+        <source>KV block map: the paged KV cache&apos;s blocks (16 tokens each) in use, cached (free, holding a reusable prefix) and free, one cell per block in pool order (where they lie, not only how many). A source that reports only counts (a remote server) is drawn grouped by state.</source>
+        <translation>KV 块图：分页 KV 缓存中使用中、已缓存（空闲但保存着可复用的前缀）和空闲的块（每块 16 个 token），按池中顺序每块一格（显示它们的位置，而不只是数量）。只报告数量的来源（远程服务器）按状态分组绘制。</translation>
     </message>
 </context>
 <context>
@@ -223,6 +223,10 @@ Delete this conversation from the list on the left when you no longer need it; i
     <message>
         <source>Could not save the edit: %1</source>
         <translation>无法保存编辑：%1</translation>
+    </message>
+    <message>
+        <source>Where this pane&apos;s replies are computed: backend and weight precision</source>
+        <translation>此窗格的回复在哪里计算：后端和权重精度</translation>
     </message>
 </context>
 <context>
@@ -653,8 +657,24 @@ dense</source>
         <translation>选择两条消息来比较它们的路由。</translation>
     </message>
     <message>
-        <source>Mean JS divergence over %1 MoE layers: %2 nats (%3% of ln 2)</source>
-        <translation>%1 个 MoE 层的平均 JS 散度：%2 nat（为 ln 2 的 %3%）</translation>
+        <source>Reply tokens only</source>
+        <translation>仅回复 token</translation>
+    </message>
+    <message>
+        <source>Count only the positions the model generated, not the prompt. A mode prefix changes the prompt itself; this shows whether it also steers the experts of the answer.</source>
+        <translation>只统计模型生成的位置，不含提示词。模式前缀本身就改变了提示词；这里显示它是否也引导了回答所用的专家。</translation>
+    </message>
+    <message>
+        <source>Mean JS divergence over %1 MoE layers: %2 nats (%3% of ln 2), %4</source>
+        <translation>%1 个 MoE 层的平均 JS 散度：%2 nat（ln 2 的 %3%），%4</translation>
+    </message>
+    <message>
+        <source>reply tokens only</source>
+        <translation>仅回复 token</translation>
+    </message>
+    <message>
+        <source>prompt and reply</source>
+        <translation>提示词和回复</translation>
     </message>
 </context>
 <context>
@@ -792,6 +812,14 @@ dense</source>
     <message>
         <source>CPU: weights %1 + KV cache %2 of %3 RAM — does not fit</source>
         <translation>CPU：权重 %1 + KV 缓存 %2，内存共 %3 — 放不下</translation>
+    </message>
+    <message>
+        <source>%1 (%2): weights %3 + KV cache %4 + workspace %5 of %6 free — fits</source>
+        <translation>%1（%2）：权重 %3 + KV 缓存 %4 + 工作区 %5，空闲 %6 — 放得下</translation>
+    </message>
+    <message>
+        <source>%1 (%2): weights %3 + KV cache %4 + workspace %5 of %6 free — does not fit</source>
+        <translation>%1（%2）：权重 %3 + KV 缓存 %4 + 工作区 %5，空闲 %6 — 放不下</translation>
     </message>
 </context>
 <context>
@@ -992,16 +1020,8 @@ dense</source>
         <translation>CPU</translation>
     </message>
     <message>
-        <source>&amp;Precision (GPU)</source>
-        <translation>精度（GPU）(&amp;P)</translation>
-    </message>
-    <message>
         <source>FP8 (E4M3 weights)</source>
         <translation>FP8（E4M3 权重）</translation>
-    </message>
-    <message>
-        <source>BF16</source>
-        <translation>BF16</translation>
     </message>
     <message>
         <source>&amp;Help</source>
@@ -1106,6 +1126,46 @@ dense</source>
     <message>
         <source>%1 running · %2 waiting</source>
         <translation>%1 个运行中 · %2 个等待中</translation>
+    </message>
+    <message>
+        <source>Add a pane at another p&amp;recision</source>
+        <translation>添加另一精度的窗格(&amp;R)</translation>
+    </message>
+    <message>
+        <source>BF16 weights</source>
+        <translation>BF16 权重</translation>
+    </message>
+    <message>
+        <source>Automatic (FP8 on the GPU, exact on the CPU)</source>
+        <translation>自动（GPU 上为 FP8，CPU 上为精确值）</translation>
+    </message>
+    <message>
+        <source>The same model loaded a second time at this precision, in a new pane; with “Send to all panes” both answer the same question</source>
+        <translation>以此精度再加载一次同一个模型，放在新窗格中；配合“发送到所有窗格”，两者回答同一个问题</translation>
+    </message>
+    <message>
+        <source>&amp;Precision</source>
+        <translation>精度(&amp;P)</translation>
+    </message>
+    <message>
+        <source>On the CPU the weights are rounded the same way and computed in fp32, so the effect of the precision on answers and routing can be compared anywhere.</source>
+        <translation>在 CPU 上权重按同样的方式舍入并以 fp32 计算，因此在任何机器上都能比较精度对回答和路由的影响。</translation>
+    </message>
+    <message>
+        <source>Load a model first: the new pane uses the same model at another precision</source>
+        <translation>请先加载模型：新窗格以另一种精度使用同一个模型</translation>
+    </message>
+    <message>
+        <source>A server&apos;s precision is the server&apos;s: open a local model to compare precisions</source>
+        <translation>服务器的精度由服务器决定：请打开本地模型来比较精度</translation>
+    </message>
+    <message>
+        <source>A second copy may not fit</source>
+        <translation>第二份副本可能放不下</translation>
+    </message>
+    <message>
+        <source>&lt;p&gt;This loads the model a second time.&lt;/p&gt;&lt;p&gt;%1&lt;/p&gt;&lt;p&gt;Load anyway?&lt;/p&gt;</source>
+        <translation>&lt;p&gt;这会再加载一次模型。&lt;/p&gt;&lt;p&gt;%1&lt;/p&gt;&lt;p&gt;仍然加载吗？&lt;/p&gt;</translation>
     </message>
 </context>
 <context>
@@ -1244,6 +1304,14 @@ dense</source>
     <message>
         <source>System</source>
         <translation>系统</translation>
+    </message>
+    <message>
+        <source>⧉ Copy code</source>
+        <translation>⧉ 复制代码</translation>
+    </message>
+    <message>
+        <source>⧉ Copy code · %1</source>
+        <translation>⧉ 复制代码 · %1</translation>
     </message>
 </context>
 <context>
