@@ -18,15 +18,21 @@ namespace es {
 namespace {
 constexpr size_t kHistory = 4096;
 constexpr int kFinishedKept = 16; // untaken: a pane closed mid-reply, a failed reply
+constexpr qsizetype kMemorySamplesKept = 8192; // ≈ 4.5 minutes at 30 Hz of changing figures
 
 bool inReply(const StepView &s, qint64 tSubmitUs, qint64 tFinishUs) {
     return s.tUs >= tSubmitUs && (tFinishUs < 0 || s.tUs <= tFinishUs);
 }
 
-void count(ReplyEngineStats &st, const StepView &s) {
-    accumulate(st.phases, stepPhases(s));
+qint64 us(double ms) { return qRound64(ms * 1000.0); }
+
+void count(ReplyEngineStats &st, const StepView &s, qint64 tSubmitUs) {
+    const PhaseTimes ph = stepPhases(s);
+    accumulate(st.phases, ph);
     ++st.nSteps;
     st.maxBatchSeqs = std::max(st.maxBatchSeqs, s.nSeqs);
+    st.steps.append({s.tUs - tSubmitUs, us(s.durationMs), s.nSeqs, s.nPrefillTokens, s.nDecodeTokens,
+                     us(ph.attentionMs), us(ph.moeMs), us(ph.denseMs), us(ph.samplingMs)});
 }
 } // namespace
 
@@ -47,6 +53,8 @@ MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo 
     p.maxBatchSeqs = st.maxBatchSeqs;
     p.memoryPeakBytes = st.memoryPeakBytes;
     p.kvBlocksPeak = st.kvBlocksPeak;
+    p.steps = st.steps;
+    p.memory = st.memory;
     p.nLayers = model.nLayers;
     p.nExperts = r.nExperts > 0 ? r.nExperts : model.nExperts;
     p.nSharedExperts = model.nSharedExperts;
@@ -105,13 +113,18 @@ void ProfileRecorder::poll() {
     while (m_history.size() > kHistory) {
         const StepView &old = m_history.front();
         for (Accum &a : m_active)
-            if (old.tUs >= a.tSubmitUs) count(a.stats, old);
+            if (old.tUs >= a.tSubmitUs) count(a.stats, old, a.tSubmitUs);
         m_history.pop_front();
     }
     const qint64 inUse = memoryInUse(t.memory);
     for (Accum &a : m_active) {
         a.stats.memoryPeakBytes = std::max(a.stats.memoryPeakBytes, inUse);
         a.stats.kvBlocksPeak = std::max(a.stats.kvBlocksPeak, t.memory.kvBlocksUsed);
+        QList<ProfileMemorySample> &mem = a.stats.memory;
+        const bool changed = mem.isEmpty() || mem.constLast().inUseBytes != inUse ||
+                             mem.constLast().kvBlocksUsed != t.memory.kvBlocksUsed;
+        if (changed && mem.size() < kMemorySamplesKept && t.tUs >= a.tSubmitUs)
+            mem.append({t.tUs - a.tSubmitUs, inUse, t.memory.kvBlocksUsed});
     }
 }
 
@@ -121,7 +134,7 @@ void ProfileRecorder::onReplyProfiled(quint64 id, const ReplyProfile &reply) {
     m_active.remove(id);
     ReplyEngineStats st = a.stats;
     for (const StepView &s : m_history)
-        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s);
+        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s, reply.tSubmitUs);
     const MessageProfile p =
         makeMessageProfile(reply, m_session ? m_session->modelInfo() : SessionModelInfo{}, st);
     m_finished.insert(id, p);
@@ -152,7 +165,7 @@ MessageProfile ProfileRecorder::liveProfile(quint64 id) const {
     if (reply.requestId == 0) return {};
     ReplyEngineStats st = it->stats;
     for (const StepView &s : m_history)
-        if (inReply(s, it->tSubmitUs, -1)) count(st, s);
+        if (inReply(s, it->tSubmitUs, -1)) count(st, s, it->tSubmitUs);
     return makeMessageProfile(reply, m_session->modelInfo(), st);
 }
 
