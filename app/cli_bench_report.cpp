@@ -134,8 +134,9 @@ result<nlohmann::json> bench_request_profile(backend &be, int32_t pp, int32_t tg
         times.push_back(end);
         if (prefill) ttft = end;
         const int64_t blocks = (int64_t(pos0) + n + 15) / 16;
-        memory.push_back({{"t_us", end}, {"in_use_bytes", weights + blocks * int64_t(block_bytes)},
-                          {"kv_blocks_used", blocks}});
+        if (memory.back()["kv_blocks_used"].get<int64_t>() != blocks) // a sample when the figure changes
+            memory.push_back({{"t_us", end}, {"in_use_bytes", weights + blocks * int64_t(block_bytes)},
+                              {"kv_blocks_used", blocks}});
         const routing_record &r = out.routing;
         if (moe_layers.empty()) {
             moe_layers = r.moe_layers;

@@ -1,7 +1,7 @@
 // MainWindow: conversations on the left, one or more chat panes side by side in the centre
 // (each its own conversation; "send to all panes" compares presets on the same question), the
 // status bar (model, backend, precision, memory, live tok/s). It owns no model state: the
-// EngineSession and ChatStore it is given do. Window layout is kept in QSettings.
+// EngineSession and ChatStore it is given do. File ▸ Export/Import: ExportMenu (es_report). Window layout is kept in QSettings.
 #pragma once
 
 #include "session_types.h"
@@ -21,6 +21,7 @@ class ChatPane;
 class ChatStore;
 class ConversationSidebar;
 class EngineSession;
+class ExportMenu;
 class ProfilerPanel;
 
 class MainWindow : public QMainWindow {
@@ -36,6 +37,7 @@ public:
     QString statusText() const; // the status bar's figures, for tests and screenshots
     ProfilerPanel *profilerPanel() const { return m_profiler; }
     QDockWidget *profilerDock() const { return m_profilerDock; }
+    ExportMenu *exportMenu() const { return m_exportMenu; }
 
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
@@ -74,6 +76,7 @@ private:
     bool m_broadcasting = false;
     ProfilerPanel *m_profiler = nullptr;
     QDockWidget *m_profilerDock = nullptr;
+    ExportMenu *m_exportMenu = nullptr;
 };
 
 } // namespace es

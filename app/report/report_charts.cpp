@@ -39,7 +39,9 @@ QString tickLabel(double v) {
     if (v == 0) return QStringLiteral("0");
     const double a = std::fabs(v);
     if (a >= 1e6 || a < 1e-3) return QString::number(v, 'g', 3);
-    return QString::number(v, 'f', a >= 100 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3).remove(QRegularExpression(QStringLiteral("\\.?0+$")));
+    QString t = QString::number(v, 'f', a >= 100 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3);
+    if (t.contains(QLatin1Char('.'))) t.remove(QRegularExpression(QStringLiteral("\\.?0+$"))); // 2.50 → 2.5, never 100 → 1
+    return t;
 }
 
 // A plot area with axes, ticks and labels; maps data to pixels.
@@ -234,7 +236,44 @@ void drawMemory(QPainter &p, const QRectF &r, const Report &rep) {
     p.restore();
 }
 
+// One request with its steps: a stacked column per step (ms). Decode steps set the scale; taller
+// steps (a prefill) are cut at the top edge and labelled with their length.
+void drawStepPhases(QPainter &p, const QRectF &r, const MessageProfile &prof) {
+    const QList<ProfileStep> &steps = prof.steps;
+    QList<double> durations;
+    for (const ProfileStep &s : steps) durations.append(s.durationUs / 1000.0);
+    const Percentiles pc = percentiles(durations);
+    double maxMs = 0;
+    for (double d : durations) maxMs = std::max(maxMs, d);
+    const double cap = std::min(maxMs, std::max(pc.p90 * 2.0, pc.p50 * 4.0));
+    const Frame f = drawFrame(p, r, 0, double(steps.size()), 0, cap, QStringLiteral("engine step"), QStringLiteral("ms"));
+    const double w = std::max(0.5, f.plot.width() / steps.size());
+    p.setFont(font(10));
+    for (qsizetype i = 0; i < steps.size(); ++i) {
+        const ProfileStep &s = steps[i];
+        const qint64 other = std::max<qint64>(0, s.durationUs - s.attentionUs - s.moeUs - s.denseUs - s.samplingUs);
+        const double v[5] = {s.attentionUs / 1000.0, s.moeUs / 1000.0, s.denseUs / 1000.0, s.samplingUs / 1000.0, other / 1000.0};
+        double at = 0;
+        const double x = f.px(double(i));
+        for (int k = 0; k < 5; ++k) {
+            const double y0 = f.py(std::min(at, f.y1)), y1 = f.py(std::min(at + v[k], f.y1));
+            p.fillRect(QRectF(x, y1, w * 0.9, y0 - y1), kPhaseColors[k]);
+            at += v[k];
+        }
+        if (at > f.y1 * 1.001) {
+            p.setPen(Qt::black);
+            p.drawText(QRectF(x + w + 2, f.plot.top(), 160, 14), Qt::AlignLeft | Qt::AlignTop,
+                       QStringLiteral("↑ %1 ms%2").arg(at, 0, 'f', 1).arg(s.nPrefillTokens > 0 ? QStringLiteral(" (prefill)") : QString()));
+        }
+    }
+    QList<std::pair<QString, QColor>> items;
+    for (int k = 0; k < 5; ++k) items.append({QLatin1String(kPhaseNames[k]), kPhaseColors[k]});
+    drawLegend(p, r, items);
+}
+
 void drawPhases(QPainter &p, const QRectF &r, const Report &rep) {
+    if (rep.requests.size() == 1 && rep.requests.first().profile.steps.size() >= 2)
+        return drawStepPhases(p, r, rep.requests.first().profile);
     QList<std::pair<QString, PhaseTimes>> bars;
     if (rep.requests.size() <= 20) {
         for (const ReportRequest &q : rep.requests) bars.append({q.label, q.profile.phases});
@@ -322,10 +361,11 @@ QString chartCaption(Chart c) {
         return QStringLiteral("Gap between consecutive tokens of each request; the dashed lines are the p50 and p99 "
                               "over all requests (values above 1.5 × p99 are drawn at the top edge).");
     case Chart::Memory:
-        return QStringLiteral("Weights + KV blocks in use + workspace in use while each request ran (a flat line: "
-                              "only the peak was stored, as for profiles from before schema v5).");
+        return QStringLiteral("Weights + KV blocks in use + workspace in use while each request ran. Profiles stored "
+                              "before schema v5 have only their peak, drawn as a level line over the request.");
     case Chart::Phases:
-        return QStringLiteral("Engine time of the steps that ran during each request, split by phase.");
+        return QStringLiteral("Engine time split by phase: per step for a single request (steps much longer than the "
+                              "rest, such as a prefill, are cut at the top and labelled), per request otherwise.");
     }
     return {};
 }

@@ -23,6 +23,7 @@ namespace es::report {
 namespace {
 
 const QSize kChartSize(760, 320);
+const int kPdfChartWidth = 560; // the text width of an A4 page with 15 mm margins, in QTextDocument's pixels
 
 QString esc(const QString &s) { return s.toHtmlEscaped(); }
 
@@ -132,12 +133,12 @@ QString summaryTables(const Report &r, const ReportSummary &s) {
         if (!r.benchMachine.isEmpty()) {
             t += QStringLiteral("<table>\n");
             for (auto it = r.benchMachine.constBegin(); it != r.benchMachine.constEnd(); ++it)
-                t += row(it.key(), esc(it.value().isString() ? it.value().toString() : QString::number(it.value().toDouble(), 'g', 6)));
+                t += row(it.key(), esc(it.value().isString() ? it.value().toString() : QString::number(it.value().toDouble(), 'f', 0)));
             t += QStringLiteral("</table>\n");
         }
     }
     if (r.requests.size() > 1 || r.kind != QLatin1String("message")) {
-        t += QStringLiteral("<h3>Requests</h3>\n<table><tr><th>request</th><th>prompt (cached)</th><th>generated</th>"
+        t += QStringLiteral("<h3>Requests</h3>\n<table width=\"100%\"><tr><th>request</th><th>prompt (cached)</th><th>generated</th>"
                             "<th>TTFT ms</th><th>decode tok/s</th><th>peak memory</th><th>steps</th></tr>\n");
         for (const ReportRequest &q : r.requests) {
             const MessageProfile &p = q.profile;
@@ -197,13 +198,13 @@ QString buildHtml(const Report &r, bool forPdf) {
     h += QStringLiteral("<h2>Summary</h2>\n") + summaryTables(r, s);
     const QList<Chart> charts = chartsFor(r);
     if (!charts.isEmpty()) {
-        h += QStringLiteral("<h2>Charts</h2>\n");
+        h += forPdf ? QStringLiteral("<h2 style=\"page-break-before: always\">Charts</h2>\n") : QStringLiteral("<h2>Charts</h2>\n");
         for (Chart c : charts) {
             if (forPdf) {
                 h += QStringLiteral("<p><img src=\"chart:%1\" width=\"%2\" height=\"%3\"></p>\n<p class=\"meta\">%4</p>\n")
                          .arg(chartKey(c))
-                         .arg(kChartSize.width() * 0.85)
-                         .arg(kChartSize.height() * 0.85)
+                         .arg(kPdfChartWidth)
+                         .arg(kPdfChartWidth * kChartSize.height() / kChartSize.width())
                          .arg(esc(chartCaption(c)));
             } else {
                 h += QStringLiteral("<figure><img alt=\"%1\" width=\"%2\" height=\"%3\" src=\"data:image/svg+xml;base64,%4\">"
