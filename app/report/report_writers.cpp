@@ -11,6 +11,7 @@
 #include <QFileInfo>
 #include <QJsonArray>
 #include <QJsonDocument>
+#include <QPainter>
 #include <QPdfWriter>
 #include <QSaveFile>
 #include <QTextDocument>
@@ -285,7 +286,38 @@ bool writePdf(const Report &r, QIODevice &out, QString *error) {
     pdf.setResolution(300);
     pdf.setTitle(QStringLiteral("ExpertScope report: ") + r.title);
     pdf.setCreator(QStringLiteral("ExpertScope %1").arg(r.provenance.appVersion));
-    doc.print(&pdf);
+    // Laid out at the page's text width in 96-dpi pixels (what the chart widths and the 100% tables
+    // are relative to), less a footer line for the page number; each page is then drawn scaled to
+    // the writer's resolution.
+    constexpr double kFooter = 22;
+    const QRectF page = pdf.pageLayout().paintRectPixels(96);
+    doc.setPageSize(QSizeF(page.width(), page.height() - kFooter));
+    const int pages = doc.pageCount();
+    QPainter p;
+    if (!p.begin(&pdf)) {
+        *error = QStringLiteral("Could not start the PDF: %1").arg(out.errorString());
+        return false;
+    }
+    const double scale = pdf.resolution() / 96.0;
+    p.scale(scale, scale);
+    for (int i = 0; i < pages; ++i) {
+        if (i > 0) pdf.newPage();
+        const QRectF body(0, i * doc.pageSize().height(), doc.pageSize().width(), doc.pageSize().height());
+        p.save();
+        p.translate(0, -body.top());
+        doc.drawContents(&p, body);
+        p.restore();
+        QFont footer(QStringLiteral("DejaVu Sans"));
+        footer.setPixelSize(10); // pixels of the 96-dpi layout (points would be scaled twice)
+        p.setFont(footer);
+        p.setPen(QColor(90, 90, 90));
+        p.drawText(QRectF(0, page.height() - kFooter + 6, page.width(), kFooter - 6), Qt::AlignRight | Qt::AlignVCenter,
+                   QStringLiteral("%1 / %2").arg(i + 1).arg(pages));
+        p.drawText(QRectF(0, page.height() - kFooter + 6, page.width() * 0.8, kFooter - 6), Qt::AlignLeft | Qt::AlignVCenter,
+                   QFontMetricsF(footer).elidedText(QStringLiteral("ExpertScope report: ") + r.title, Qt::ElideRight,
+                                                    page.width() * 0.8));
+    }
+    p.end();
     if (!out.isOpen() || (out.size() == 0 && !out.isSequential())) {
         *error = QStringLiteral("Could not write the PDF: %1").arg(out.errorString());
         return false;
