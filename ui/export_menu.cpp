@@ -19,7 +19,7 @@ namespace {
 // A modal progress dialog shown after 300 ms; setValue() keeps the window responsive.
 struct Progress {
     QProgressDialog dialog;
-    Progress(QWidget *parent, const QString &label) : dialog(label, QObject::tr("Cancel"), 0, 100, parent) {
+    Progress(QWidget *parent, const QString &label) : dialog(label, ExportMenu::tr("Cancel"), 0, 100, parent) {
         dialog.setWindowModality(Qt::WindowModal);
         dialog.setMinimumDuration(300);
         dialog.setAutoClose(false);
