@@ -173,11 +173,17 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         nlohmann::json j = {{"format", "expertscope.bench"},
                             {"format_version", 2},
                             {"model", what},
-                            {"model_name", o.shape.empty() ? std::filesystem::path(o.model_dir + "/.").lexically_normal().parent_path().filename().string() : o.shape},
+                            {"model_name", o.shape.empty() ? std::filesystem::path(o.model_dir + "/.")
+                                                                 .lexically_normal()
+                                                                 .parent_path()
+                                                                 .filename()
+                                                                 .string()
+                                                           : o.shape},
                             {"model_hash", model_content_hash(o.model_dir)},
                             {"device", be->name()},
                             {"host_cpu", bench_device_name()},
-                            {"driver", "CUDA driver " + std::to_string(driver / 1000) + "." + std::to_string((driver % 1000) / 10)},
+                            {"driver", "CUDA driver " + std::to_string(driver / 1000) + "." +
+                                           std::to_string((driver % 1000) / 10)},
                             {"seed", o.shape.empty() ? nlohmann::json() : nlohmann::json(42)},
                             {"request", *request},
                             {"backend", be->name()},

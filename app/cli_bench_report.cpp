@@ -92,7 +92,8 @@ result<nlohmann::json> bench_request_profile(backend &be, int32_t pp, int32_t tg
     const model_config &cfg = be.config();
     // tg tokens: the prefill yields the first, tg − 1 decode steps the rest.
     const int64_t n_pos = std::min<int64_t>(cfg.n_ctx_train, int64_t(pp) + tg - 1);
-    if (pp <= 0 || n_pos < pp) return error{"bench: the instrumented request's prompt does not fit the context"};
+    if (pp <= 0 || n_pos < pp)
+        return error{"bench: the instrumented request's prompt does not fit the context"};
     const int32_t n_blocks = int32_t((n_pos + 15) / 16);
     if (auto s = be.init_kv_cache({16, n_blocks}); !s) return s.err();
     batch b;
@@ -127,15 +128,21 @@ result<nlohmann::json> bench_request_profile(backend &be, int32_t pp, int32_t tg
         if (auto s = be.forward(b, out); !s) return s.err();
         const int64_t end = us_since(t0);
         const phase_times &ph = out.phases;
-        steps.push_back({{"t_start_us", start}, {"duration_us", end - start}, {"n_seqs", 1},
-                         {"n_prefill_tokens", prefill ? n : 0}, {"n_decode_tokens", prefill ? 0 : 1},
-                         {"attention_us", us(ph.attention_ms)}, {"moe_us", us(ph.moe_ms)},
-                         {"dense_us", us(ph.dense_ms + ph.head_ms)}, {"sampling_us", 0}});
+        steps.push_back({{"t_start_us", start},
+                         {"duration_us", end - start},
+                         {"n_seqs", 1},
+                         {"n_prefill_tokens", prefill ? n : 0},
+                         {"n_decode_tokens", prefill ? 0 : 1},
+                         {"attention_us", us(ph.attention_ms)},
+                         {"moe_us", us(ph.moe_ms)},
+                         {"dense_us", us(ph.dense_ms + ph.head_ms)},
+                         {"sampling_us", 0}});
         times.push_back(end);
         if (prefill) ttft = end;
         const int64_t blocks = (int64_t(pos0) + n + 15) / 16;
         if (memory.back()["kv_blocks_used"].get<int64_t>() != blocks) // a sample when the figure changes
-            memory.push_back({{"t_us", end}, {"in_use_bytes", weights + blocks * int64_t(block_bytes)},
+            memory.push_back({{"t_us", end},
+                              {"in_use_bytes", weights + blocks * int64_t(block_bytes)},
                               {"kv_blocks_used", blocks}});
         const routing_record &r = out.routing;
         if (moe_layers.empty()) {

@@ -1,5 +1,6 @@
 // expertscope-cli: the headless face of the engine (Qt-free). Subcommands: info, logits,
-// generate, bench, …; `report` and `import` only in builds with Qt (ES_CLI_HAVE_REPORT). The `logits` interface is stable: checks outside the test suite rely on it.
+// generate, bench, …; `report` and `import` only in builds with Qt (ES_CLI_HAVE_REPORT). The `logits`
+// interface is stable: checks outside the test suite rely on it.
 #include "cli_commands.h"
 
 #include <CLI/CLI.hpp>
@@ -70,7 +71,8 @@ int main(int argc, char **argv) {
     bench->add_flag("--profile", b.profile, "CUDA: also print device time per kernel (prefill and decode)");
 #if ES_CLI_HAVE_REPORT
     bench->add_option("--report", b.report, "also write a report of the results to this file (needs --json)");
-    bench->add_option("--report-format", b.report_format, "html | pdf | json | csv | trace (default: from --report's suffix)");
+    bench->add_option("--report-format", b.report_format,
+                      "html | pdf | json | csv | trace (default: from --report's suffix)");
 #endif
     add_common(bench);
 
@@ -128,21 +130,27 @@ int main(int argc, char **argv) {
 
 #if ES_CLI_HAVE_REPORT
     report_opts rp;
-    auto *report = app.add_subcommand("report", "Profiling report of a stored message, conversation or bench run, or of a "
-                                                "bench --json file (html, pdf, json, csv, Perfetto trace); a conversation "
-                                                "also as markdown or chat-json");
+    auto *report = app.add_subcommand(
+        "report", "Profiling report of a stored message, conversation or bench run, or of a "
+                  "bench --json file (html, pdf, json, csv, Perfetto trace); a conversation "
+                  "also as markdown or chat-json");
     report->add_option("--db", rp.db, "the app's database (chat.sqlite)");
-    auto *r_conv = report->add_option("--conversation", rp.conversation, "conversation id (its active branch)");
+    auto *r_conv =
+        report->add_option("--conversation", rp.conversation, "conversation id (its active branch)");
     auto *r_msg = report->add_option("--message", rp.message, "assistant message id");
-    auto *r_bench = report->add_option("--bench", rp.bench, "bench run id (stored with `import --bench-json`)");
-    auto *r_bjson = report->add_option("--bench-json", rp.bench_json, "a `bench --json` file (no --db needed)");
+    auto *r_bench =
+        report->add_option("--bench", rp.bench, "bench run id (stored with `import --bench-json`)");
+    auto *r_bjson =
+        report->add_option("--bench-json", rp.bench_json, "a `bench --json` file (no --db needed)");
     r_conv->excludes(r_msg, r_bench, r_bjson);
     r_msg->excludes(r_bench, r_bjson);
     r_bench->excludes(r_bjson);
-    report->add_option("--format", rp.format, "html | pdf | json | csv | trace | markdown | chat-json")->required();
+    report->add_option("--format", rp.format, "html | pdf | json | csv | trace | markdown | chat-json")
+        ->required();
     report->add_option("--out", rp.out, "output file (written atomically)")->required();
     import_opts im;
-    auto *import = app.add_subcommand("import", "Add an exported conversation (chat-json) or a bench --json run to a database");
+    auto *import = app.add_subcommand(
+        "import", "Add an exported conversation (chat-json) or a bench --json run to a database");
     import->add_option("--db", im.db, "the app's database (created if missing)")->required();
     auto *i_chat = import->add_option("--chat", im.chat, "conversation JSON exported by ExpertScope");
     import->add_option("--bench-json", im.bench_json, "a `bench --json` file")->excludes(i_chat);
@@ -171,7 +179,8 @@ int main(int argc, char **argv) {
 #if ES_CLI_HAVE_REPORT
         if (*report) return cmd_report(rp);
         if (*import) {
-            if (im.chat.empty() == im.bench_json.empty()) return fail("import needs exactly one of --chat or --bench-json");
+            if (im.chat.empty() == im.bench_json.empty())
+                return fail("import needs exactly one of --chat or --bench-json");
             return cmd_import(im);
         }
 #endif
@@ -184,7 +193,8 @@ int main(int argc, char **argv) {
         if (*bench) {
             if (b.shape.empty() && b.model_dir.empty()) return fail("bench needs --shape or --model");
 #if ES_CLI_HAVE_REPORT
-            if (!b.report.empty() && b.out_json.empty()) return fail("bench --report needs --json FILE (the report is made from it)");
+            if (!b.report.empty() && b.out_json.empty())
+                return fail("bench --report needs --json FILE (the report is made from it)");
             if (const int rc = cmd_bench(b, common); rc != 0 || b.report.empty()) return rc;
             report_opts r;
             r.bench_json = b.out_json;

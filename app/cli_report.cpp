@@ -62,7 +62,9 @@ std::optional<QJsonObject> readJsonFile(const std::string &path, std::string *er
     const QJsonDocument d = QJsonDocument::fromJson(f.readAll(), &pe);
     if (pe.error != QJsonParseError::NoError || !d.isObject()) {
         *error = path + " is not a JSON object" +
-                 (pe.error != QJsonParseError::NoError ? ": " + s(pe.errorString()) + " at byte " + std::to_string(pe.offset) : "");
+                 (pe.error != QJsonParseError::NoError
+                      ? ": " + s(pe.errorString()) + " at byte " + std::to_string(pe.offset)
+                      : "");
         return std::nullopt;
     }
     return d.object();
@@ -75,8 +77,10 @@ int cmd_report(const report_opts &o) {
     const QString out = QString::fromStdString(o.out), format = QString::fromStdString(o.format);
     const bool chatFormat = format == QLatin1String("markdown") || format == QLatin1String("chat-json");
     const std::optional<report::Format> f = report::formatFromName(format);
-    if (!f && !chatFormat) return fail("--format must be html, pdf, json, csv, trace, markdown or chat-json, not " + o.format);
-    if (chatFormat && o.conversation <= 0) return fail("--format " + o.format + " exports a conversation: give --conversation ID");
+    if (!f && !chatFormat)
+        return fail("--format must be html, pdf, json, csv, trace, markdown or chat-json, not " + o.format);
+    if (chatFormat && o.conversation <= 0)
+        return fail("--format " + o.format + " exports a conversation: give --conversation ID");
     std::string err;
     QString error;
     std::optional<report::Report> r;
@@ -96,18 +100,23 @@ int cmd_report(const report_opts &o) {
             return true;
         };
         if (chatFormat) {
-            const bool ok = format == QLatin1String("markdown")
-                                ? report::exportConversationMarkdown(store, o.conversation, out, &error, progress)
-                                : report::exportConversationJson(store, o.conversation, out, &error, progress);
+            const bool ok =
+                format == QLatin1String("markdown")
+                    ? report::exportConversationMarkdown(store, o.conversation, out, &error, progress)
+                    : report::exportConversationJson(store, o.conversation, out, &error, progress);
             if (lastPct >= 0) std::fprintf(stderr, "\n");
             if (!ok) return fail(s(error));
             std::printf("wrote %s\n", o.out.c_str());
             return 0;
         }
-        if (o.message > 0) r = report::messageReport(store, o.message, &error);
-        else if (o.conversation > 0) r = report::conversationReport(store, o.conversation, &error, progress);
-        else if (o.bench > 0) r = report::benchRunReport(store, o.bench, &error);
-        else return fail("report needs one of --conversation, --message, --bench or --bench-json");
+        if (o.message > 0)
+            r = report::messageReport(store, o.message, &error);
+        else if (o.conversation > 0)
+            r = report::conversationReport(store, o.conversation, &error, progress);
+        else if (o.bench > 0)
+            r = report::benchRunReport(store, o.bench, &error);
+        else
+            return fail("report needs one of --conversation, --message, --bench or --bench-json");
         if (lastPct >= 0) std::fprintf(stderr, "\n");
     }
     if (!r) return fail(s(error));

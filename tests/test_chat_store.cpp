@@ -318,8 +318,10 @@ MessageProfile sampleProfile() {
     p.traceIds = {-1, -1, -1, -1, 0, 2, 1, 2, 0, 3, 2, 1};
     p.traceWeights = {0, 0, 0, 0, 0.75f, 0.25f, 0.5f, 0.5f, 0.625f, 0.375f, 0.875f, 0.125f};
     p.routing = {{1, {2, 0, 1, 1}}, {3, {0, 2, 2, 0}}};
-    p.steps = {{-20, 30000, 1, 2, 0, 11000, 9000, 3000, 500}, {30500, 20000, 2, 0, 2, 4000, 12000, 1000, 250}};
-    p.memory = {{0, (qint64(5) << 32), 2}, {31000, (qint64(5) << 32) + 12345, 3}, {90000, (qint64(5) << 32), 2}};
+    p.steps = {{-20, 30000, 1, 2, 0, 11000, 9000, 3000, 500},
+               {30500, 20000, 2, 0, 2, 4000, 12000, 1000, 250}};
+    p.memory = {
+        {0, (qint64(5) << 32), 2}, {31000, (qint64(5) << 32) + 12345, 3}, {90000, (qint64(5) << 32), 2}};
     return p;
 }
 
@@ -930,13 +932,15 @@ private Q_SLOTS:
     void profileStepCodecs() {
         const MessageProfile p = sampleProfile();
         QCOMPARE(decodeProfileSteps(encodeProfileSteps(p.steps)), std::optional<QList<ProfileStep>>(p.steps));
-        QCOMPARE(decodeMemorySamples(encodeMemorySamples(p.memory)), std::optional<QList<ProfileMemorySample>>(p.memory));
+        QCOMPARE(decodeMemorySamples(encodeMemorySamples(p.memory)),
+                 std::optional<QList<ProfileMemorySample>>(p.memory));
         QCOMPARE(decodeProfileSteps(QByteArray()), std::optional<QList<ProfileStep>>(QList<ProfileStep>{}));
-        QCOMPARE(decodeMemorySamples(QByteArray()), std::optional<QList<ProfileMemorySample>>(QList<ProfileMemorySample>{}));
+        QCOMPARE(decodeMemorySamples(QByteArray()),
+                 std::optional<QList<ProfileMemorySample>>(QList<ProfileMemorySample>{}));
         QByteArray cut = encodeProfileSteps(p.steps);
         cut.chop(1);
         QVERIFY(!decodeProfileSteps(cut));                        // a record cut short
-        QVERIFY(!decodeMemorySamples(QByteArray("\x02\x00", 2)));  // unknown format
+        QVERIFY(!decodeMemorySamples(QByteArray("\x02\x00", 2))); // unknown format
     }
 
     void profileStoredWithReply() {

@@ -282,7 +282,8 @@ void TestMainWindow::exportAndImportFromTheFileMenu() {
         QVERIFY2(menu->exportReport(false, QLatin1String(format), file), qPrintable(menu->lastError()));
         QVERIFY(QFileInfo(file).size() > 100);
     }
-    QVERIFY2(menu->exportReport(true, "html", dir.filePath("conversation.html")), qPrintable(menu->lastError()));
+    QVERIFY2(menu->exportReport(true, "html", dir.filePath("conversation.html")),
+             qPrintable(menu->lastError()));
     QVERIFY2(menu->exportConversation(conv, false, dir.filePath("c.md")), qPrintable(menu->lastError()));
     QVERIFY2(menu->exportConversation(conv, true, dir.filePath("c.json")), qPrintable(menu->lastError()));
     const std::optional<qint64> imported = menu->importConversation(dir.filePath("c.json"));

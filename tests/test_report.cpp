@@ -49,10 +49,13 @@ MessageProfile sampleProfile(int seed = 0) {
     p.moeLayers = {1, 3};
     // 6 positions: 3 prompt (the first from the prefix cache), then 3 generated.
     p.traceIds = {-1, -1, -1, -1, 0, 2, 1, 2, 0, 3, 2, 1, 0, 1, 1, 3, 2, 3, 0, 2, 1, 0, 3, 2};
-    for (int i = 0; i < p.traceIds.size(); ++i) p.traceWeights.append(p.traceIds[i] < 0 ? 0.f : (i % 2 ? 0.25f : 0.75f));
+    for (int i = 0; i < p.traceIds.size(); ++i)
+        p.traceWeights.append(p.traceIds[i] < 0 ? 0.f : (i % 2 ? 0.25f : 0.75f));
     p.routing = {{1, {4, 3, 2, 1}}, {3, {1, 2, 4, 3}}};
-    p.steps = {{50, 31000, 1, 2, 0, 11000, 9000, 3000, 500}, {31500, 20000, 1, 0, 1, 4000, 12000, 1000, 250},
-               {52000, 20000, 1, 0, 1, 4000, 12000, 1000, 250}, {72800, 19000, 1, 0, 1, 4000, 11000, 1000, 250}};
+    p.steps = {{50, 31000, 1, 2, 0, 11000, 9000, 3000, 500},
+               {31500, 20000, 1, 0, 1, 4000, 12000, 1000, 250},
+               {52000, 20000, 1, 0, 1, 4000, 12000, 1000, 250},
+               {72800, 19000, 1, 0, 1, 4000, 11000, 1000, 250}};
     p.memory = {{0, qint64(5) << 30, 2}, {31000, (qint64(5) << 30) + 12345, 3}, {93000, qint64(5) << 30, 2}};
     return p;
 }
@@ -97,10 +100,11 @@ Sample fillStore(ChatStore &s) {
     cs.sampling.temperature = 0.5;
     cs.extra.insert(QStringLiteral("window"), QStringLiteral("left"));
     x.conversation = *s.createConversation(QStringLiteral("路由 ") + kHostile, cs);
-    x.user = *s.addMessage(x.conversation, std::nullopt, MessageRole::User, QStringLiteral("【技术解析模式】") + kHostile);
+    x.user = *s.addMessage(x.conversation, std::nullopt, MessageRole::User,
+                           QStringLiteral("【技术解析模式】") + kHostile);
     x.reply = *s.beginPartialReply(x.conversation, x.user, sampleGeneration());
-    s.finishReply(x.reply, QStringLiteral("混合专家模型 answer with ```code``` & <b>tags</b>"), QStringLiteral("stop"),
-                  sampleMetrics(), {}, sampleProfile());
+    s.finishReply(x.reply, QStringLiteral("混合专家模型 answer with ```code``` & <b>tags</b>"),
+                  QStringLiteral("stop"), sampleMetrics(), {}, sampleProfile());
     x.regen = *s.regenerate(x.reply, sampleGeneration());
     s.finishReply(x.regen, QStringLiteral("second answer"), QStringLiteral("length"), sampleMetrics(),
                   {{1, {1, 1, 0, 0}}});
@@ -126,15 +130,18 @@ QString validate(const QString &schemaFile, const QByteArray &json) {
     QTemporaryDir dir;
     const QString data = dir.filePath(QStringLiteral("data.json"));
     QFile f(data);
-    if (!f.open(QIODevice::WriteOnly) || f.write(json) != json.size()) return QStringLiteral("cannot write temp file");
+    if (!f.open(QIODevice::WriteOnly) || f.write(json) != json.size())
+        return QStringLiteral("cannot write temp file");
     f.close();
     QProcess p;
     p.start(QStringLiteral("python3"),
             {QStringLiteral("-c"),
-             QStringLiteral("import json,sys,jsonschema\n"
-                            "s=json.load(open(sys.argv[1])); jsonschema.Draft202012Validator.check_schema(s)\n"
-                            "e=sorted(jsonschema.Draft202012Validator(s).iter_errors(json.load(open(sys.argv[2]))), key=str)\n"
-                            "print(e[0].message + ' at ' + '/'.join(map(str, e[0].absolute_path)) if e else 'valid')"),
+             QStringLiteral(
+                 "import json,sys,jsonschema\n"
+                 "s=json.load(open(sys.argv[1])); jsonschema.Draft202012Validator.check_schema(s)\n"
+                 "e=sorted(jsonschema.Draft202012Validator(s).iter_errors(json.load(open(sys.argv[2]))), "
+                 "key=str)\n"
+                 "print(e[0].message + ' at ' + '/'.join(map(str, e[0].absolute_path)) if e else 'valid')"),
              kSchemaDir + QLatin1Char('/') + schemaFile, data});
     if (!p.waitForFinished(60000) || p.exitCode() != 0)
         return QStringLiteral("python3 with jsonschema (Debian python3-jsonschema) is needed: ") +
@@ -158,28 +165,28 @@ bool resetPeakRss() {
 }
 
 QJsonObject benchJson(bool withRequest) {
-    QJsonObject j{{QStringLiteral("format"), QStringLiteral("expertscope.bench")},
-                  {QStringLiteral("format_version"), withRequest ? 2 : 1},
-                  {QStringLiteral("model"), QStringLiteral("resources/models/default")},
-                  {QStringLiteral("model_name"), QStringLiteral("default")},
-                  {QStringLiteral("model_hash"), QStringLiteral("fnv1a64:00ff")},
-                  {QStringLiteral("precision"), QStringLiteral("fp32")},
-                  {QStringLiteral("device"), QStringLiteral("Test CPU")},
-                  {QStringLiteral("driver"), QString()},
-                  {QStringLiteral("backend"), QStringLiteral("cpu")},
-                  {QStringLiteral("threads"), 2},
-                  {QStringLiteral("version"), QStringLiteral("0.1.0")},
-                  {QStringLiteral("commit"), QStringLiteral("abc")},
-                  {QStringLiteral("seed"), QJsonValue()},
-                  {QStringLiteral("results"),
-                   QJsonArray{QJsonObject{{QStringLiteral("test"), QStringLiteral("pp64")},
-                                          {QStringLiteral("tokens_per_s"), 900.0},
-                                          {QStringLiteral("seconds"), 0.071}},
-                              QJsonObject{{QStringLiteral("test"), QStringLiteral("tg32")},
-                                          {QStringLiteral("tokens_per_s"), 150.0},
-                                          {QStringLiteral("seconds"), 0.213},
-                                          {QStringLiteral("roofline_tokens_per_s"), 400.0},
-                                          {QStringLiteral("mbu"), 0.375}}}}};
+    QJsonObject j{
+        {QStringLiteral("format"), QStringLiteral("expertscope.bench")},
+        {QStringLiteral("format_version"), withRequest ? 2 : 1},
+        {QStringLiteral("model"), QStringLiteral("resources/models/default")},
+        {QStringLiteral("model_name"), QStringLiteral("default")},
+        {QStringLiteral("model_hash"), QStringLiteral("fnv1a64:00ff")},
+        {QStringLiteral("precision"), QStringLiteral("fp32")},
+        {QStringLiteral("device"), QStringLiteral("Test CPU")},
+        {QStringLiteral("driver"), QString()},
+        {QStringLiteral("backend"), QStringLiteral("cpu")},
+        {QStringLiteral("threads"), 2},
+        {QStringLiteral("version"), QStringLiteral("0.1.0")},
+        {QStringLiteral("commit"), QStringLiteral("abc")},
+        {QStringLiteral("seed"), QJsonValue()},
+        {QStringLiteral("results"), QJsonArray{QJsonObject{{QStringLiteral("test"), QStringLiteral("pp64")},
+                                                           {QStringLiteral("tokens_per_s"), 900.0},
+                                                           {QStringLiteral("seconds"), 0.071}},
+                                               QJsonObject{{QStringLiteral("test"), QStringLiteral("tg32")},
+                                                           {QStringLiteral("tokens_per_s"), 150.0},
+                                                           {QStringLiteral("seconds"), 0.213},
+                                                           {QStringLiteral("roofline_tokens_per_s"), 400.0},
+                                                           {QStringLiteral("mbu"), 0.375}}}}};
     if (withRequest) {
         QJsonObject r = profileToJson(sampleProfile());
         r.insert(QStringLiteral("label"), QStringLiteral("pp64 + tg4"));
@@ -211,10 +218,11 @@ private slots:
         QVERIFY(s.open(QStringLiteral(":memory:")).ok());
         const Sample x = fillStore(s);
         QString error;
-        std::optional<Report> r = kind == QLatin1String("message")        ? messageReport(s, x.reply, &error)
-                                  : kind == QLatin1String("conversation") ? conversationReport(s, x.conversation, &error)
-                                                                          : benchReport(benchJson(kind == QLatin1String("bench")),
-                                                                                        QStringLiteral("test"), &error);
+        std::optional<Report> r =
+            kind == QLatin1String("message") ? messageReport(s, x.reply, &error)
+            : kind == QLatin1String("conversation")
+                ? conversationReport(s, x.conversation, &error)
+                : benchReport(benchJson(kind == QLatin1String("bench")), QStringLiteral("test"), &error);
         QVERIFY2(r, qPrintable(error));
         const QByteArray json = render([&](QIODevice &d, QString *e) { return writeJson(*r, d, e); });
         const QString problem = validate(QStringLiteral("expertscope-report-v1.schema.json"), json);
@@ -222,7 +230,8 @@ private slots:
         // The validator can fail: a report without its requests is refused.
         QJsonObject broken = QJsonDocument::fromJson(json).object();
         broken.remove(QStringLiteral("requests"));
-        QVERIFY(!validate(QStringLiteral("expertscope-report-v1.schema.json"), QJsonDocument(broken).toJson()).isEmpty());
+        QVERIFY(!validate(QStringLiteral("expertscope-report-v1.schema.json"), QJsonDocument(broken).toJson())
+                     .isEmpty());
     }
 
     void conversationJsonValidatesAndRoundTripsByteIdentical() {
@@ -230,7 +239,8 @@ private slots:
         QVERIFY(a.open(path(QStringLiteral("roundtrip-a.sqlite"))).ok());
         const Sample x = fillStore(a);
         QString error;
-        const QByteArray first = render([&](QIODevice &d, QString *e) { return writeConversationJson(a, x.conversation, d, e); });
+        const QByteArray first =
+            render([&](QIODevice &d, QString *e) { return writeConversationJson(a, x.conversation, d, e); });
         QVERIFY(!first.isEmpty());
         const QString problem = validate(QStringLiteral("expertscope-conversation-v1.schema.json"), first);
         QVERIFY2(problem.isEmpty(), qPrintable(problem));
@@ -242,12 +252,14 @@ private slots:
         b.addMessage(1, std::nullopt, MessageRole::User, QStringLiteral("x"));
         const std::optional<qint64> id = importConversationJson(b, first, &error);
         QVERIFY2(id, qPrintable(error));
-        const QByteArray second = render([&](QIODevice &d, QString *e) { return writeConversationJson(b, *id, d, e); });
+        const QByteArray second =
+            render([&](QIODevice &d, QString *e) { return writeConversationJson(b, *id, d, e); });
         QCOMPARE(second, first);
         const std::optional<qint64> again = importConversationJson(a, first, &error);
         QVERIFY2(again, qPrintable(error));
         QVERIFY(*again != x.conversation);
-        QCOMPARE(render([&](QIODevice &d, QString *e) { return writeConversationJson(a, *again, d, e); }), first);
+        QCOMPARE(render([&](QIODevice &d, QString *e) { return writeConversationJson(a, *again, d, e); }),
+                 first);
 
         // The import is the conversation: the same active branch, profiles and metrics.
         const QList<Message> pa = a.activePath(x.conversation), pb = b.activePath(*id);
@@ -267,21 +279,28 @@ private slots:
     void importRefusesBadFiles_data() {
         QTest::addColumn<QByteArray>("json");
         QTest::addColumn<QString>("expected");
-        const QByteArray conv = R"("conversation":{"title":"t","created_at":"2026-01-01T00:00:00.000Z","updated_at":"2026-01-01T00:00:00.000Z","pinned":false,"settings":{},"current_leaf":1})";
-        const QByteArray msg1 = R"({"id":1,"parent":null,"role":"user","content":"a","created_at":"2026-01-01T00:00:00.000Z","state":"complete","finish_reason":""})";
+        const QByteArray conv =
+            R"("conversation":{"title":"t","created_at":"2026-01-01T00:00:00.000Z","updated_at":"2026-01-01T00:00:00.000Z","pinned":false,"settings":{},"current_leaf":1})";
+        const QByteArray msg1 =
+            R"({"id":1,"parent":null,"role":"user","content":"a","created_at":"2026-01-01T00:00:00.000Z","state":"complete","finish_reason":""})";
         QTest::newRow("not JSON") << QByteArray("{\"format\":") << QStringLiteral("Not valid JSON");
-        QTest::newRow("other format") << QByteArray(R"({"format":"something","version":1})") << QStringLiteral("Not an ExpertScope conversation");
-        QTest::newRow("newer version") << QByteArray(R"({"format":"expertscope.conversation","version":2})") << QStringLiteral("version 2 is not supported");
+        QTest::newRow("other format") << QByteArray(R"({"format":"something","version":1})")
+                                      << QStringLiteral("Not an ExpertScope conversation");
+        QTest::newRow("newer version") << QByteArray(R"({"format":"expertscope.conversation","version":2})")
+                                       << QStringLiteral("version 2 is not supported");
         QTest::newRow("parent after child")
-            << QByteArray(R"({"format":"expertscope.conversation","version":1,)" + conv +
-                          R"(,"messages":[{"id":1,"parent":2,"role":"user","content":"a","created_at":"2026-01-01T00:00:00.000Z","state":"complete","finish_reason":""}]})")
+            << QByteArray(
+                   R"({"format":"expertscope.conversation","version":1,)" + conv +
+                   R"(,"messages":[{"id":1,"parent":2,"role":"user","content":"a","created_at":"2026-01-01T00:00:00.000Z","state":"complete","finish_reason":""}]})")
             << QStringLiteral("does not come before it");
         QTest::newRow("bad role")
-            << QByteArray(R"({"format":"expertscope.conversation","version":1,)" + conv +
-                          R"(,"messages":[{"id":1,"parent":null,"role":"robot","content":"a","created_at":"2026-01-01T00:00:00.000Z","state":"complete","finish_reason":""}]})")
+            << QByteArray(
+                   R"({"format":"expertscope.conversation","version":1,)" + conv +
+                   R"(,"messages":[{"id":1,"parent":null,"role":"robot","content":"a","created_at":"2026-01-01T00:00:00.000Z","state":"complete","finish_reason":""}]})")
             << QStringLiteral("\"role\" is not");
         QTest::newRow("leaf not a message")
-            << QByteArray(R"({"format":"expertscope.conversation","version":1,)" + QByteArray(conv).replace("\"current_leaf\":1", "\"current_leaf\":9") +
+            << QByteArray(R"({"format":"expertscope.conversation","version":1,)" +
+                          QByteArray(conv).replace("\"current_leaf\":1", "\"current_leaf\":9") +
                           R"(,"messages":[)" + msg1 + "]}")
             << QStringLiteral("\"current_leaf\" 9 is not one of the messages");
         QTest::newRow("fractional token time")
@@ -318,7 +337,8 @@ private slots:
         for (const QJsonValue &v : events) {
             const QJsonObject e = v.toObject();
             const QString ph = e.value(QStringLiteral("ph")).toString();
-            QVERIFY2(ph == QLatin1String("X") || ph == QLatin1String("C") || ph == QLatin1String("M"), qPrintable(ph));
+            QVERIFY2(ph == QLatin1String("X") || ph == QLatin1String("C") || ph == QLatin1String("M"),
+                     qPrintable(ph));
             QVERIFY(e.value(QStringLiteral("pid")).isDouble());
             QVERIFY(e.value(QStringLiteral("name")).isString());
             if (ph == QLatin1String("X")) {
@@ -333,12 +353,15 @@ private slots:
                 for (const QJsonValue &a : args) QVERIFY(a.isDouble() || a.isNull());
                 counters.insert(e.value(QStringLiteral("name")).toString());
             } else {
-                threads.insert(e.value(QStringLiteral("args")).toObject().value(QStringLiteral("name")).toString());
+                threads.insert(
+                    e.value(QStringLiteral("args")).toObject().value(QStringLiteral("name")).toString());
             }
         }
-        for (const char *k : {"request", "queue", "prefill", "decode", "step", "attention", "moe", "dense", "sampling", "other"})
+        for (const char *k : {"request", "queue", "prefill", "decode", "step", "attention", "moe", "dense",
+                              "sampling", "other"})
             QVERIFY2(spans.contains(QLatin1String(k)), k);
-        for (const char *k : {"memory in use (bytes)", "KV blocks in use", "tok/s", "expert load L1", "expert load L3"})
+        for (const char *k :
+             {"memory in use (bytes)", "KV blocks in use", "tok/s", "expert load L1", "expert load L3"})
             QVERIFY2(counters.contains(QLatin1String(k)), k);
         QVERIFY(threads.contains(QStringLiteral("message %1").arg(x.reply)));
         QVERIFY(threads.contains(QStringLiteral("message %1 · engine steps").arg(x.reply)));
@@ -359,8 +382,8 @@ private slots:
         QVERIFY(f.open(QIODevice::ReadOnly));
         QVERIFY(f.read(5) == "%PDF-");
         QProcess p;
-        p.start(QStringLiteral("pdftoppm"), {QStringLiteral("-r"), QStringLiteral("40"), QStringLiteral("-png"), pdf,
-                                             path(QStringLiteral("page"))});
+        p.start(QStringLiteral("pdftoppm"), {QStringLiteral("-r"), QStringLiteral("40"),
+                                             QStringLiteral("-png"), pdf, path(QStringLiteral("page"))});
         QVERIFY(p.waitForFinished(60000));
         QVERIFY2(p.exitCode() == 0, p.readAllStandardError().constData());
         const QStringList pages = QDir(m_dir.path()).entryList({QStringLiteral("page-*.png")});
@@ -388,12 +411,14 @@ private slots:
         QVERIFY(html.contains(QStringLiteral("&amp; &lt;b&gt;tags&lt;/b&gt;")));
         QVERIFY(html.contains(QStringLiteral("&quot;q&quot;")));
         // The title too, in <title> and <h1>; the charts are images, the whole file self-contained.
-        QVERIFY(html.contains(QStringLiteral("<title>ExpertScope report: Message %1 — 路由 &lt;script&gt;").arg(x.reply)));
+        QVERIFY(html.contains(
+            QStringLiteral("<title>ExpertScope report: Message %1 — 路由 &lt;script&gt;").arg(x.reply)));
         QCOMPARE(html.count(QStringLiteral("src=\"data:image/svg+xml;base64,")), 4);
         QVERIFY(!html.contains(QStringLiteral("http://")) && !html.contains(QStringLiteral("src=\"file")));
         // Reproducibility header: model, hash, precision, sampling, seed.
-        for (const QString &k : {QStringLiteral("ERNIE-4.5-21B-A3B-PT"), QStringLiteral("fnv1a64:0123456789abcdef"),
-                                 QStringLiteral("18446744073709551600"), QStringLiteral("&quot;temperature&quot;:0.7")})
+        for (const QString &k :
+             {QStringLiteral("ERNIE-4.5-21B-A3B-PT"), QStringLiteral("fnv1a64:0123456789abcdef"),
+              QStringLiteral("18446744073709551600"), QStringLiteral("&quot;temperature&quot;:0.7")})
             QVERIFY2(html.contains(k), qPrintable(k));
         // CSV quotes fields with commas and quotes (request labels are ours, but the rule holds).
         const QByteArray csv = render([&](QIODevice &d, QString *e) { return writeCsv(*r, d, e); });
@@ -407,16 +432,15 @@ private slots:
         QVERIFY(s.open(QStringLiteral(":memory:")).ok());
         const Sample x = fillStore(s);
         QString error;
-        const QString md = QString::fromUtf8(render([&](QIODevice &d, QString *e) {
-            return writeConversationMarkdown(s, x.conversation, d, e);
-        }));
+        const QString md = QString::fromUtf8(render(
+            [&](QIODevice &d, QString *e) { return writeConversationMarkdown(s, x.conversation, d, e); }));
         QVERIFY(md.startsWith(QStringLiteral("# 路由 ")));
         QVERIFY(md.contains(QStringLiteral("### User · 2023-11-14 22:13:")));
         QVERIFY(md.contains(QStringLiteral("### Assistant · ")));
-        QVERIFY(md.contains(QStringLiteral("second answer")));   // the selected branch
+        QVERIFY(md.contains(QStringLiteral("second answer")));        // the selected branch
         QVERIFY(!md.contains(QStringLiteral("混合专家模型 answer"))); // its sibling is not on it
         QVERIFY(!md.contains(QStringLiteral("edited question")));
-        QVERIFY(md.contains(QStringLiteral(" · length")));        // a reply cut by the token limit says so
+        QVERIFY(md.contains(QStringLiteral(" · length"))); // a reply cut by the token limit says so
     }
 
     void benchJsonIsAReportInput() {
@@ -435,7 +459,9 @@ private slots:
         QVERIFY(r->requests.isEmpty());
         QVERIFY(chartsFor(*r).isEmpty());
         QVERIFY(!benchReport(QJsonObject{{QStringLiteral("x"), 1}}, QStringLiteral("junk.json"), &error));
-        QVERIFY2(error.contains(QStringLiteral("junk.json is not the JSON of `expertscope-cli bench --json`")), qPrintable(error));
+        QVERIFY2(
+            error.contains(QStringLiteral("junk.json is not the JSON of `expertscope-cli bench --json`")),
+            qPrintable(error));
         QJsonObject bad = benchJson(true);
         QJsonObject req = bad.value(QStringLiteral("request")).toObject();
         req.insert(QStringLiteral("token_times_us"), QStringLiteral("soon"));
@@ -455,7 +481,10 @@ private slots:
         old.close();
         QString error;
         int calls = 0;
-        QVERIFY(!exportConversationJson(s, x.conversation, file, &error, [&](qint64 done, qint64) { ++calls; return done < 2; }));
+        QVERIFY(!exportConversationJson(s, x.conversation, file, &error, [&](qint64 done, qint64) {
+            ++calls;
+            return done < 2;
+        }));
         QCOMPARE(error, QStringLiteral("Cancelled"));
         QVERIFY(calls >= 3);
         QVERIFY(old.open(QIODevice::ReadOnly));
@@ -463,7 +492,8 @@ private slots:
         old.close();
         QVERIFY(!exportConversationJson(s, 999, file, &error));
         QVERIFY2(error.contains(QStringLiteral("no conversation 999")), qPrintable(error));
-        QVERIFY(!exportReport(*messageReport(s, x.reply, &error), Format::Html, path(QStringLiteral("no/such/dir/r.html")), &error));
+        QVERIFY(!exportReport(*messageReport(s, x.reply, &error), Format::Html,
+                              path(QStringLiteral("no/such/dir/r.html")), &error));
         QVERIFY2(error.contains(QStringLiteral("no/such/dir/r.html")), qPrintable(error));
     }
 
@@ -479,7 +509,8 @@ private slots:
             QVERIFY(s.open(db).ok());
             ConversationSnapshot snap;
             snap.conversation.title = QStringLiteral("long");
-            snap.conversation.createdAt = snap.conversation.updatedAt = QDateTime::fromMSecsSinceEpoch(1'700'000'000'000, Qt::UTC);
+            snap.conversation.createdAt = snap.conversation.updatedAt =
+                QDateTime::fromMSecsSinceEpoch(1'700'000'000'000, Qt::UTC);
             const QString body = QString(QStringLiteral("专家路由 expert routing ")).repeated(2048 / 22);
             for (int i = 1; i <= kMessages; ++i) {
                 Message m;
@@ -499,20 +530,24 @@ private slots:
         const qint64 id = s.conversations().first().id;
         QCOMPARE(s.messageCount(id), kMessages);
         const QString out = path(QStringLiteral("large.json"));
-        if (!resetPeakRss()) QSKIP("cannot reset the peak RSS (/proc/self/clear_refs): no measurement possible");
+        if (!resetPeakRss())
+            QSKIP("cannot reset the peak RSS (/proc/self/clear_refs): no measurement possible");
         const qint64 before = procStatusKb("VmRSS:");
         qint64 lastDone = -1, progressCalls = 0;
         QString error;
-        QVERIFY2(exportConversationJson(s, id, out, &error, [&](qint64 done, qint64 total) {
-                     ++progressCalls;
-                     lastDone = done;
-                     return total == kMessages;
-                 }),
+        QVERIFY2(exportConversationJson(s, id, out, &error,
+                                        [&](qint64 done, qint64 total) {
+                                            ++progressCalls;
+                                            lastDone = done;
+                                            return total == kMessages;
+                                        }),
                  qPrintable(error));
         const qint64 jsonPeak = procStatusKb("VmHWM:") - before;
-        QVERIFY2(exportConversationMarkdown(s, id, path(QStringLiteral("large.md")), &error), qPrintable(error));
+        QVERIFY2(exportConversationMarkdown(s, id, path(QStringLiteral("large.md")), &error),
+                 qPrintable(error));
         const qint64 bothPeak = procStatusKb("VmHWM:") - before;
-        qInfo("10,000 messages: JSON %lld KiB, peak RSS growth %lld KiB (JSON), %lld KiB (JSON then Markdown); bound %lld KiB",
+        qInfo("10,000 messages: JSON %lld KiB, peak RSS growth %lld KiB (JSON), %lld KiB (JSON then "
+              "Markdown); bound %lld KiB",
               QFileInfo(out).size() / 1024, jsonPeak, bothPeak, kBoundKb);
         QVERIFY(QFileInfo(out).size() > 20 * 1024 * 1024); // more than the bound: the export did stream
         QCOMPARE(lastDone, qint64(kMessages));
@@ -546,25 +581,34 @@ private slots:
         };
         QString err;
         const QString html = path(QStringLiteral("cli.html"));
-        QCOMPARE(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--message"), QString::number(x.reply),
-                      QStringLiteral("--format"), QStringLiteral("html"), QStringLiteral("--out"), html},
+        QCOMPARE(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--message"),
+                      QString::number(x.reply), QStringLiteral("--format"), QStringLiteral("html"),
+                      QStringLiteral("--out"), html},
                      &err),
                  0);
         QVERIFY(QFileInfo(html).size() > 1000);
         const QString chat = path(QStringLiteral("cli-chat.json"));
         QCOMPARE(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--conversation"),
-                      QString::number(x.conversation), QStringLiteral("--format"), QStringLiteral("chat-json"), QStringLiteral("--out"), chat},
+                      QString::number(x.conversation), QStringLiteral("--format"),
+                      QStringLiteral("chat-json"), QStringLiteral("--out"), chat},
                      &err),
                  0);
-        QCOMPARE(run({QStringLiteral("import"), QStringLiteral("--db"), path(QStringLiteral("cli2.sqlite")), QStringLiteral("--chat"), chat}, &err), 0);
-        QCOMPARE(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--message"), QString::number(x.user),
-                      QStringLiteral("--format"), QStringLiteral("pdf"), QStringLiteral("--out"), path(QStringLiteral("x.pdf"))},
+        QCOMPARE(run({QStringLiteral("import"), QStringLiteral("--db"), path(QStringLiteral("cli2.sqlite")),
+                      QStringLiteral("--chat"), chat},
+                     &err),
+                 0);
+        QCOMPARE(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--message"),
+                      QString::number(x.user), QStringLiteral("--format"), QStringLiteral("pdf"),
+                      QStringLiteral("--out"), path(QStringLiteral("x.pdf"))},
                      &err),
                  1);
-        QVERIFY2(err == QStringLiteral("error: Message %1 is a user message; reports are made of assistant replies\n").arg(x.user),
+        QVERIFY2(err == QStringLiteral(
+                            "error: Message %1 is a user message; reports are made of assistant replies\n")
+                            .arg(x.user),
                  qPrintable(err));
-        QVERIFY(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--message"), QStringLiteral("1"),
-                     QStringLiteral("--format"), QStringLiteral("docx"), QStringLiteral("--out"), path(QStringLiteral("x"))},
+        QVERIFY(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--message"),
+                     QStringLiteral("1"), QStringLiteral("--format"), QStringLiteral("docx"),
+                     QStringLiteral("--out"), path(QStringLiteral("x"))},
                     &err) != 0);
         QVERIFY2(err.contains(QStringLiteral("--format must be")), qPrintable(err));
 #endif

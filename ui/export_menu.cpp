@@ -19,7 +19,8 @@ namespace {
 // A modal progress dialog shown after 300 ms; setValue() keeps the window responsive.
 struct Progress {
     QProgressDialog dialog;
-    Progress(QWidget *parent, const QString &label) : dialog(label, ExportMenu::tr("Cancel"), 0, 100, parent) {
+    Progress(QWidget *parent, const QString &label)
+        : dialog(label, ExportMenu::tr("Cancel"), 0, 100, parent) {
         dialog.setWindowModality(Qt::WindowModal);
         dialog.setMinimumDuration(300);
         dialog.setAutoClose(false);
@@ -36,39 +37,50 @@ struct Progress {
 
 } // namespace
 
-ExportMenu::ExportMenu(ChatStore *store, QWidget *window, std::function<std::optional<qint64>()> currentConversation,
+ExportMenu::ExportMenu(ChatStore *store, QWidget *window,
+                       std::function<std::optional<qint64>()> currentConversation,
                        std::function<qint64()> selectedMessage, QObject *parent)
-    : QObject(parent), m_store(store), m_window(window), m_currentConversation(std::move(currentConversation)),
-      m_selectedMessage(std::move(selectedMessage)) {}
+    : QObject(parent), m_store(store), m_window(window),
+      m_currentConversation(std::move(currentConversation)), m_selectedMessage(std::move(selectedMessage)) {}
 
 void ExportMenu::addTo(QMenu *file) {
     QMenu *conv = file->addMenu(tr("E&xport conversation"));
     for (bool json : {false, true}) {
-        conv->addAction(json ? tr("As &JSON (whole tree, with metrics)…") : tr("As &Markdown (active branch)…"), this, [this, json] {
-            const std::optional<qint64> id = m_currentConversation();
-            if (!id) return fail(tr("No conversation is open"));
-            const QString path = QFileDialog::getSaveFileName(m_window, tr("Export conversation"), QString(),
-                                                              json ? tr("JSON (*.json)") : tr("Markdown (*.md)"));
-            if (!path.isEmpty() && !exportConversation(*id, json, path) && m_lastError != QLatin1String("Cancelled"))
-                fail(tr("The conversation could not be exported"));
-        });
+        conv->addAction(
+            json ? tr("As &JSON (whole tree, with metrics)…") : tr("As &Markdown (active branch)…"), this,
+            [this, json] {
+                const std::optional<qint64> id = m_currentConversation();
+                if (!id) return fail(tr("No conversation is open"));
+                const QString path =
+                    QFileDialog::getSaveFileName(m_window, tr("Export conversation"), QString(),
+                                                 json ? tr("JSON (*.json)") : tr("Markdown (*.md)"));
+                if (!path.isEmpty() && !exportConversation(*id, json, path) &&
+                    m_lastError != QLatin1String("Cancelled"))
+                    fail(tr("The conversation could not be exported"));
+            });
     }
     file->addAction(tr("&Import conversation…"), this, [this] {
-        const QString path = QFileDialog::getOpenFileName(m_window, tr("Import conversation"), QString(), tr("JSON (*.json)"));
+        const QString path =
+            QFileDialog::getOpenFileName(m_window, tr("Import conversation"), QString(), tr("JSON (*.json)"));
         if (!path.isEmpty() && !importConversation(path)) fail(tr("The conversation could not be imported"));
     });
     QMenu *report = file->addMenu(tr("Export &report"));
-    const std::pair<const char *, QString> formats[] = {{"html", tr("HTML")}, {"pdf", tr("PDF")}, {"json", tr("JSON")},
-                                                        {"csv", tr("CSV")}, {"trace", tr("Perfetto trace")}};
+    const std::pair<const char *, QString> formats[] = {{"html", tr("HTML")},
+                                                        {"pdf", tr("PDF")},
+                                                        {"json", tr("JSON")},
+                                                        {"csv", tr("CSV")},
+                                                        {"trace", tr("Perfetto trace")}};
     for (bool whole : {false, true}) {
         QMenu *sub = report->addMenu(whole ? tr("Of the &conversation") : tr("Of the selected &message"));
         for (const auto &[key, name] : formats) {
             const QString format = QLatin1String(key);
             sub->addAction(name + QStringLiteral("…"), this, [this, whole, format, name] {
                 const auto f = report::formatFromName(format);
-                const QString path = QFileDialog::getSaveFileName(m_window, tr("Export report"), QStringLiteral("report") + report::formatSuffix(*f),
-                                                                  QStringLiteral("%1 (*%2)").arg(name, report::formatSuffix(*f)));
-                if (!path.isEmpty() && !exportReport(whole, format, path) && m_lastError != QLatin1String("Cancelled"))
+                const QString path = QFileDialog::getSaveFileName(
+                    m_window, tr("Export report"), QStringLiteral("report") + report::formatSuffix(*f),
+                    QStringLiteral("%1 (*%2)").arg(name, report::formatSuffix(*f)));
+                if (!path.isEmpty() && !exportReport(whole, format, path) &&
+                    m_lastError != QLatin1String("Cancelled"))
                     fail(tr("The report could not be exported"));
             });
         }
@@ -78,8 +90,10 @@ void ExportMenu::addTo(QMenu *file) {
 bool ExportMenu::exportConversation(qint64 conversationId, bool json, const QString &path) {
     if (!m_store) return false;
     Progress progress(m_window, tr("Exporting the conversation…"));
-    const bool ok = json ? report::exportConversationJson(*m_store, conversationId, path, &m_lastError, progress.fn())
-                         : report::exportConversationMarkdown(*m_store, conversationId, path, &m_lastError, progress.fn());
+    const bool ok =
+        json
+            ? report::exportConversationJson(*m_store, conversationId, path, &m_lastError, progress.fn())
+            : report::exportConversationMarkdown(*m_store, conversationId, path, &m_lastError, progress.fn());
     return ok;
 }
 

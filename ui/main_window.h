@@ -1,7 +1,8 @@
 // MainWindow: conversations on the left, one or more chat panes side by side in the centre
 // (each its own conversation; "send to all panes" compares presets on the same question), the
 // status bar (model, backend, precision, memory, live tok/s). It owns no model state: the
-// EngineSession and ChatStore it is given do. File ▸ Export/Import: ExportMenu (es_report). Window layout is kept in QSettings.
+// EngineSession and ChatStore it is given do. File ▸ Export/Import: ExportMenu (es_report). Window layout is
+// kept in QSettings.
 #pragma once
 
 #include "session_types.h"

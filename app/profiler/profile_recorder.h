@@ -27,8 +27,8 @@ struct ReplyEngineStats {
     int nSteps = 0, nStepsMissed = 0, maxBatchSeqs = 0;
     qint64 memoryPeakBytes = 0;
     int kvBlocksPeak = 0;
-    QList<ProfileStep> steps;               // times since submit, oldest first
-    QList<ProfileMemorySample> memory;      // when the figure changed, oldest first
+    QList<ProfileStep> steps;          // times since submit, oldest first
+    QList<ProfileMemorySample> memory; // when the figure changed, oldest first
 };
 
 // The profile of a reply: times relative to submit, weights rounded to float16, routing counts

@@ -50,7 +50,10 @@ std::optional<QList<qint64>> activeBranchIds(const ChatStore &store, const Conve
     while (at) {
         const std::optional<Message> m = store.message(*at);
         if (!m) {
-            *error = QStringLiteral("Message %1 of conversation %2 could not be read: %3").arg(*at).arg(c.id).arg(store.lastError());
+            *error = QStringLiteral("Message %1 of conversation %2 could not be read: %3")
+                         .arg(*at)
+                         .arg(c.id)
+                         .arg(store.lastError());
             return std::nullopt;
         }
         ids.prepend(m->id);
@@ -75,29 +78,36 @@ bool writeConversationMarkdown(const ChatStore &store, qint64 conversationId, QI
     // it stays one heading, and message text goes in as written (it is the conversation).
     QString title = c->title;
     title.replace(QLatin1Char('\n'), QLatin1Char(' '));
-    QByteArray head = QStringLiteral("# %1\n\n_Exported from ExpertScope %2 · created %3 UTC · %4 messages on the "
-                                     "active branch_\n\n")
-                          .arg(title.isEmpty() ? QStringLiteral("Untitled conversation") : title, QStringLiteral(ES_VERSION),
-                               c->createdAt.toUTC().toString(QStringLiteral("yyyy-MM-dd HH:mm")))
-                          .arg(ids->size())
-                          .toUtf8();
+    QByteArray head =
+        QStringLiteral("# %1\n\n_Exported from ExpertScope %2 · created %3 UTC · %4 messages on the "
+                       "active branch_\n\n")
+            .arg(title.isEmpty() ? QStringLiteral("Untitled conversation") : title,
+                 QStringLiteral(ES_VERSION),
+                 c->createdAt.toUTC().toString(QStringLiteral("yyyy-MM-dd HH:mm")))
+            .arg(ids->size())
+            .toUtf8();
     if (!put(out, head, error)) return false;
     for (qsizetype i = 0; i < ids->size(); ++i) {
         if (cancelled(progress, i, ids->size(), error)) return false;
         const std::optional<Message> m = store.message(ids->at(i));
         if (!m) {
-            *error = QStringLiteral("Message %1 could not be read: %2").arg(ids->at(i)).arg(store.lastError());
+            *error =
+                QStringLiteral("Message %1 could not be read: %2").arg(ids->at(i)).arg(store.lastError());
             return false;
         }
         const QString who = m->role == MessageRole::User        ? QStringLiteral("User")
                             : m->role == MessageRole::Assistant ? QStringLiteral("Assistant")
                                                                 : QStringLiteral("System");
-        QString line = QStringLiteral("### %1 · %2 UTC").arg(who, m->createdAt.toUTC().toString(QStringLiteral("yyyy-MM-dd HH:mm:ss")));
+        QString line = QStringLiteral("### %1 · %2 UTC")
+                           .arg(who, m->createdAt.toUTC().toString(QStringLiteral("yyyy-MM-dd HH:mm:ss")));
         if (m->role == MessageRole::Assistant && !m->generation.modelName.isEmpty())
             line += QStringLiteral(" · %1").arg(m->generation.modelName);
-        if (m->state != MessageState::Complete || (!m->finishReason.isEmpty() && m->finishReason != QLatin1String("stop")))
-            line += QStringLiteral(" · %1").arg(m->finishReason.isEmpty() ? messageStateName(m->state) : m->finishReason);
-        if (!put(out, (line + QStringLiteral("\n\n") + m->content + QStringLiteral("\n\n")).toUtf8(), error)) return false;
+        if (m->state != MessageState::Complete ||
+            (!m->finishReason.isEmpty() && m->finishReason != QLatin1String("stop")))
+            line += QStringLiteral(" · %1").arg(m->finishReason.isEmpty() ? messageStateName(m->state)
+                                                                          : m->finishReason);
+        if (!put(out, (line + QStringLiteral("\n\n") + m->content + QStringLiteral("\n\n")).toUtf8(), error))
+            return false;
     }
     if (progress) progress(ids->size(), ids->size());
     return true;
@@ -116,20 +126,26 @@ bool writeConversationJson(const ChatStore &store, qint64 conversationId, QIODev
     // The leaf is known only as a store id: its exported number is its rank among the ids, counted
     // in the same pass; it goes after the messages (readers take keys in any order).
     qint64 n = 0;
-    if (!put(out, QByteArrayLiteral("{\"format\":\"expertscope.conversation\",\"version\":1,\"messages\":[\n"), error)) return false;
+    if (!put(out,
+             QByteArrayLiteral("{\"format\":\"expertscope.conversation\",\"version\":1,\"messages\":[\n"),
+             error))
+        return false;
     bool writeOk = true;
     const bool ok = store.forEachMessage(conversationId, [&](const Message &m) {
         if (cancelled(progress, n, total, error)) return writeOk = false;
         local.insert(m.id, ++n);
         QJsonObject o{{QStringLiteral("id"), n},
-                      {QStringLiteral("parent"), m.parentId ? QJsonValue(local.value(*m.parentId)) : QJsonValue(QJsonValue::Null)},
+                      {QStringLiteral("parent"),
+                       m.parentId ? QJsonValue(local.value(*m.parentId)) : QJsonValue(QJsonValue::Null)},
                       {QStringLiteral("role"), messageRoleName(m.role)},
                       {QStringLiteral("content"), m.content},
                       {QStringLiteral("created_at"), isoTime(m.createdAt)},
                       {QStringLiteral("state"), messageStateName(m.state)},
                       {QStringLiteral("finish_reason"), m.finishReason}};
         if (m.parentId && !local.contains(*m.parentId)) {
-            *error = QStringLiteral("Message %1's parent %2 is not in the conversation").arg(m.id).arg(*m.parentId);
+            *error = QStringLiteral("Message %1's parent %2 is not in the conversation")
+                         .arg(m.id)
+                         .arg(*m.parentId);
             return writeOk = false;
         }
         if (m.role == MessageRole::Assistant || m.generation != GenerationInfo{})
@@ -139,7 +155,8 @@ bool writeConversationJson(const ChatStore &store, qint64 conversationId, QIODev
                                  {QStringLiteral("precision"), m.generation.precision},
                                  {QStringLiteral("sampling"), m.generation.sampling.toJson()},
                                  {QStringLiteral("seed"), seedJson(m.generation.seed)}});
-        if (const std::optional<MessageMetrics> mm = store.metrics(m.id)) o.insert(QStringLiteral("metrics"), metricsToJson(*mm));
+        if (const std::optional<MessageMetrics> mm = store.metrics(m.id))
+            o.insert(QStringLiteral("metrics"), metricsToJson(*mm));
         if (const std::optional<MessageProfile> p = store.profile(m.id)) {
             o.insert(QStringLiteral("profile"), profileToJson(*p)); // its routing counts included
         } else {
@@ -148,7 +165,8 @@ bool writeConversationJson(const ChatStore &store, qint64 conversationId, QIODev
             for (const LayerRouting &lr : routing) {
                 QJsonArray counts;
                 for (quint32 x : lr.expertCounts) counts.append(qint64(x));
-                r.append(QJsonObject{{QStringLiteral("layer"), lr.layer}, {QStringLiteral("expert_counts"), counts}});
+                r.append(QJsonObject{{QStringLiteral("layer"), lr.layer},
+                                     {QStringLiteral("expert_counts"), counts}});
             }
             if (!r.isEmpty()) o.insert(QStringLiteral("routing"), r);
         }
@@ -160,34 +178,42 @@ bool writeConversationJson(const ChatStore &store, qint64 conversationId, QIODev
         if (error->isEmpty()) *error = store.lastError();
         return false;
     }
-    const QJsonObject conv{{QStringLiteral("title"), c->title},
-                           {QStringLiteral("created_at"), isoTime(c->createdAt)},
-                           {QStringLiteral("updated_at"), isoTime(c->updatedAt)},
-                           {QStringLiteral("pinned"), c->pinned},
-                           {QStringLiteral("settings"), c->settings.toJson()},
-                           {QStringLiteral("current_leaf"),
-                            c->currentLeafId && local.contains(*c->currentLeafId) ? QJsonValue(local.value(*c->currentLeafId))
-                                                                                  : QJsonValue(QJsonValue::Null)}};
-    if (!put(out, QByteArrayLiteral("\n],\"conversation\":") + QJsonDocument(conv).toJson(QJsonDocument::Compact) +
-                      QByteArrayLiteral("}\n"),
+    const QJsonObject conv{
+        {QStringLiteral("title"), c->title},
+        {QStringLiteral("created_at"), isoTime(c->createdAt)},
+        {QStringLiteral("updated_at"), isoTime(c->updatedAt)},
+        {QStringLiteral("pinned"), c->pinned},
+        {QStringLiteral("settings"), c->settings.toJson()},
+        {QStringLiteral("current_leaf"), c->currentLeafId && local.contains(*c->currentLeafId)
+                                             ? QJsonValue(local.value(*c->currentLeafId))
+                                             : QJsonValue(QJsonValue::Null)}};
+    if (!put(out,
+             QByteArrayLiteral("\n],\"conversation\":") + QJsonDocument(conv).toJson(QJsonDocument::Compact) +
+                 QByteArrayLiteral("}\n"),
              error))
         return false;
     if (progress) progress(total, total);
     return true;
 }
 
-bool exportConversationMarkdown(const ChatStore &store, qint64 conversationId, const QString &path, QString *error,
-                                const ProgressFn &progress) {
-    return writeFileAtomically(path, [&](QIODevice &out, QString *err) {
-        return writeConversationMarkdown(store, conversationId, out, err, progress);
-    }, error);
+bool exportConversationMarkdown(const ChatStore &store, qint64 conversationId, const QString &path,
+                                QString *error, const ProgressFn &progress) {
+    return writeFileAtomically(
+        path,
+        [&](QIODevice &out, QString *err) {
+            return writeConversationMarkdown(store, conversationId, out, err, progress);
+        },
+        error);
 }
 
-bool exportConversationJson(const ChatStore &store, qint64 conversationId, const QString &path, QString *error,
-                            const ProgressFn &progress) {
-    return writeFileAtomically(path, [&](QIODevice &out, QString *err) {
-        return writeConversationJson(store, conversationId, out, err, progress);
-    }, error);
+bool exportConversationJson(const ChatStore &store, qint64 conversationId, const QString &path,
+                            QString *error, const ProgressFn &progress) {
+    return writeFileAtomically(
+        path,
+        [&](QIODevice &out, QString *err) {
+            return writeConversationJson(store, conversationId, out, err, progress);
+        },
+        error);
 }
 
 std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json, QString *error) {
@@ -199,14 +225,16 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
     }
     const QJsonObject root = doc.object();
     if (root.value(QStringLiteral("format")).toString() != QLatin1String("expertscope.conversation")) {
-        *error = QStringLiteral("Not an ExpertScope conversation export (\"format\" is not \"expertscope.conversation\")");
+        *error = QStringLiteral(
+            "Not an ExpertScope conversation export (\"format\" is not \"expertscope.conversation\")");
         return std::nullopt;
     }
     const int version = root.value(QStringLiteral("version")).toInt(-1);
     if (version != kFormatVersion) {
-        *error = QStringLiteral("Conversation export version %1 is not supported (this build reads version %2)")
-                     .arg(version)
-                     .arg(kFormatVersion);
+        *error =
+            QStringLiteral("Conversation export version %1 is not supported (this build reads version %2)")
+                .arg(version)
+                .arg(kFormatVersion);
         return std::nullopt;
     }
     const QJsonObject conv = root.value(QStringLiteral("conversation")).toObject();
@@ -221,9 +249,11 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
     s.conversation.createdAt = *created;
     s.conversation.updatedAt = *updated;
     s.conversation.pinned = conv.value(QStringLiteral("pinned")).toBool();
-    s.conversation.settings = ConversationSettings::fromJson(conv.value(QStringLiteral("settings")).toObject());
+    s.conversation.settings =
+        ConversationSettings::fromJson(conv.value(QStringLiteral("settings")).toObject());
     const QJsonValue leaf = conv.value(QStringLiteral("current_leaf"));
-    if (leaf.isDouble()) s.conversation.currentLeafId = leaf.toInteger();
+    if (leaf.isDouble())
+        s.conversation.currentLeafId = leaf.toInteger();
     else if (!leaf.isNull() && !leaf.isUndefined()) {
         *error = QStringLiteral("\"current_leaf\" is neither a message id nor null");
         return std::nullopt;
@@ -249,7 +279,8 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
         const QJsonValue parent = o.value(QStringLiteral("parent"));
         if (parent.isDouble()) {
             m.parentId = parent.toInteger();
-            if (!seen.contains(*m.parentId)) return bad(QStringLiteral("its parent %1 does not come before it").arg(*m.parentId));
+            if (!seen.contains(*m.parentId))
+                return bad(QStringLiteral("its parent %1 does not come before it").arg(*m.parentId));
         } else if (!parent.isNull() && !parent.isUndefined()) {
             return bad(QStringLiteral("\"parent\" is neither an id nor null"));
         }
@@ -259,7 +290,8 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
         if (!role) return bad(QStringLiteral("\"role\" is not system, user or assistant"));
         if (!state) return bad(QStringLiteral("\"state\" is not complete, partial or failed"));
         if (!created) return bad(QStringLiteral("\"created_at\" is not an ISO 8601 time"));
-        if (!o.value(QStringLiteral("content")).isString()) return bad(QStringLiteral("\"content\" is not a string"));
+        if (!o.value(QStringLiteral("content")).isString())
+            return bad(QStringLiteral("\"content\" is not a string"));
         m.role = *role;
         m.state = *state;
         m.createdAt = *created;
@@ -271,7 +303,8 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
         m.generation.precision = g.value(QStringLiteral("precision")).toString();
         m.generation.sampling = SamplingParams::fromJson(g.value(QStringLiteral("sampling")).toObject());
         const QJsonValue seed = g.value(QStringLiteral("seed"));
-        if (seed.isDouble()) m.generation.seed = quint64(seed.toInteger());
+        if (seed.isDouble())
+            m.generation.seed = quint64(seed.toInteger());
         else if (seed.isString()) {
             bool ok = false;
             m.generation.seed = seed.toString().toULongLong(&ok);
@@ -290,7 +323,8 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
             if (!p->routing.isEmpty()) s.routing.insert(m.id, p->routing);
         } else if (o.contains(QStringLiteral("routing"))) {
             // the profile reader checks the routing array the same way
-            const auto p = profileFromJson(QJsonObject{{QStringLiteral("routing"), o.value(QStringLiteral("routing"))}}, &why);
+            const auto p = profileFromJson(
+                QJsonObject{{QStringLiteral("routing"), o.value(QStringLiteral("routing"))}}, &why);
             if (!p) return bad(QStringLiteral("routing: ") + why);
             s.routing.insert(m.id, p->routing);
         }
@@ -298,7 +332,8 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
         s.messages.append(m);
     }
     if (s.conversation.currentLeafId && !seen.contains(*s.conversation.currentLeafId)) {
-        *error = QStringLiteral("\"current_leaf\" %1 is not one of the messages").arg(*s.conversation.currentLeafId);
+        *error = QStringLiteral("\"current_leaf\" %1 is not one of the messages")
+                     .arg(*s.conversation.currentLeafId);
         return std::nullopt;
     }
     return s;

@@ -25,10 +25,10 @@ bool writeConversationMarkdown(const ChatStore &store, qint64 conversationId, QI
 bool writeConversationJson(const ChatStore &store, qint64 conversationId, QIODevice &out, QString *error,
                            const ProgressFn &progress = {});
 // Whole-file helpers (QSaveFile): a failed or cancelled export leaves any older file as it was.
-bool exportConversationMarkdown(const ChatStore &store, qint64 conversationId, const QString &path, QString *error,
-                                const ProgressFn &progress = {});
-bool exportConversationJson(const ChatStore &store, qint64 conversationId, const QString &path, QString *error,
-                            const ProgressFn &progress = {});
+bool exportConversationMarkdown(const ChatStore &store, qint64 conversationId, const QString &path,
+                                QString *error, const ProgressFn &progress = {});
+bool exportConversationJson(const ChatStore &store, qint64 conversationId, const QString &path,
+                            QString *error, const ProgressFn &progress = {});
 
 // Parses and checks an exported conversation (format, version, every field's type, parents before
 // children, the current leaf among the messages); nullopt with a sentence naming the first problem.

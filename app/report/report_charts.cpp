@@ -16,10 +16,11 @@ namespace es::report {
 
 namespace {
 
-const QColor kSeries[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44), QColor(214, 39, 40),
-                          QColor(148, 103, 189), QColor(140, 86, 75),  QColor(227, 119, 194), QColor(127, 127, 127)};
-const QColor kPhaseColors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44), QColor(148, 103, 189),
-                               QColor(190, 190, 190)};
+const QColor kSeries[] = {QColor(31, 119, 180),  QColor(255, 127, 14),  QColor(44, 160, 44),
+                          QColor(214, 39, 40),   QColor(148, 103, 189), QColor(140, 86, 75),
+                          QColor(227, 119, 194), QColor(127, 127, 127)};
+const QColor kPhaseColors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44),
+                               QColor(148, 103, 189), QColor(190, 190, 190)};
 const char *const kPhaseNames[] = {"attention", "MoE", "dense", "sampling", "other"};
 
 QFont font(int px, bool bold = false) {
@@ -40,7 +41,8 @@ QString tickLabel(double v) {
     const double a = std::fabs(v);
     if (a >= 1e6 || a < 1e-3) return QString::number(v, 'g', 3);
     QString t = QString::number(v, 'f', a >= 100 ? 0 : a >= 10 ? 1 : a >= 1 ? 2 : 3);
-    if (t.contains(QLatin1Char('.'))) t.remove(QRegularExpression(QStringLiteral("\\.?0+$"))); // 2.50 → 2.5, never 100 → 1
+    if (t.contains(QLatin1Char('.')))
+        t.remove(QRegularExpression(QStringLiteral("\\.?0+$"))); // 2.50 → 2.5, never 100 → 1
     return t;
 }
 
@@ -52,8 +54,8 @@ struct Frame {
     double py(double y) const { return plot.bottom() - (y - y0) / (y1 - y0) * plot.height(); }
 };
 
-Frame drawFrame(QPainter &p, const QRectF &r, double x0, double x1, double y0, double y1, const QString &xLabel,
-                const QString &yLabel) {
+Frame drawFrame(QPainter &p, const QRectF &r, double x0, double x1, double y0, double y1,
+                const QString &xLabel, const QString &yLabel) {
     Frame f;
     if (!(x1 > x0)) x1 = x0 + 1;
     if (!(y1 > y0)) y1 = y0 + 1;
@@ -63,7 +65,8 @@ Frame drawFrame(QPainter &p, const QRectF &r, double x0, double x1, double y0, d
     f.x0 = x0, f.x1 = x1, f.y0 = y0, f.y1 = y1;
     p.setFont(font(11));
     p.setPen(QPen(QColor(225, 225, 225), 1));
-    for (double y = y0; y <= y1 + ys * 1e-6; y += ys) p.drawLine(QPointF(f.plot.left(), f.py(y)), QPointF(f.plot.right(), f.py(y)));
+    for (double y = y0; y <= y1 + ys * 1e-6; y += ys)
+        p.drawLine(QPointF(f.plot.left(), f.py(y)), QPointF(f.plot.right(), f.py(y)));
     p.setPen(QPen(Qt::black, 1));
     p.drawLine(f.plot.bottomLeft(), f.plot.bottomRight());
     p.drawLine(f.plot.bottomLeft(), f.plot.topLeft());
@@ -72,7 +75,8 @@ Frame drawFrame(QPainter &p, const QRectF &r, double x0, double x1, double y0, d
     const double xs = niceStep(x1 - x0, 8);
     for (double x = std::ceil(x0 / xs) * xs; x <= x1 + xs * 1e-6; x += xs) {
         p.drawLine(QPointF(f.px(x), f.plot.bottom()), QPointF(f.px(x), f.plot.bottom() + 4));
-        p.drawText(QRectF(f.px(x) - 30, f.plot.bottom() + 5, 60, 14), Qt::AlignHCenter | Qt::AlignTop, tickLabel(x));
+        p.drawText(QRectF(f.px(x) - 30, f.plot.bottom() + 5, 60, 14), Qt::AlignHCenter | Qt::AlignTop,
+                   tickLabel(x));
     }
     p.drawText(QRectF(f.plot.left(), r.bottom() - 18, f.plot.width(), 16), Qt::AlignHCenter, xLabel);
     p.save();
@@ -86,7 +90,8 @@ Frame drawFrame(QPainter &p, const QRectF &r, double x0, double x1, double y0, d
 void drawTitle(QPainter &p, const QRectF &r, const QString &title) {
     p.setPen(Qt::black);
     p.setFont(font(13, true));
-    p.drawText(QRectF(r.left() + 8, r.top() + 4, r.width() - 16, 20), Qt::AlignLeft | Qt::AlignVCenter, title);
+    p.drawText(QRectF(r.left() + 8, r.top() + 4, r.width() - 16, 20), Qt::AlignLeft | Qt::AlignVCenter,
+               title);
 }
 
 void drawLegend(QPainter &p, const QRectF &r, const QList<std::pair<QString, QColor>> &items) {
@@ -105,7 +110,8 @@ void drawLegend(QPainter &p, const QRectF &r, const QList<std::pair<QString, QCo
 QColor loadColor(double rel) { // 0 → pale, 1 (even) → blue, ≥ 2 → red
     auto mix = [](QColor a, QColor b, double t) {
         t = std::clamp(t, 0.0, 1.0);
-        return QColor::fromRgbF(a.redF() + (b.redF() - a.redF()) * t, a.greenF() + (b.greenF() - a.greenF()) * t,
+        return QColor::fromRgbF(a.redF() + (b.redF() - a.redF()) * t,
+                                a.greenF() + (b.greenF() - a.greenF()) * t,
                                 a.blueF() + (b.blueF() - a.blueF()) * t);
     };
     const QColor lo(247, 251, 255), mid(66, 146, 198), hi(203, 24, 29);
@@ -114,7 +120,8 @@ QColor loadColor(double rel) { // 0 → pale, 1 (even) → blue, ≥ 2 → red
 
 RoutingMatrix reportRouting(const Report &r) {
     RoutingMatrix m;
-    for (const ReportRequest &q : r.requests) m.add(RoutingMatrix::fromLayerRouting(q.profile.routing, q.profile.nExperts));
+    for (const ReportRequest &q : r.requests)
+        m.add(RoutingMatrix::fromLayerRouting(q.profile.routing, q.profile.nExperts));
     return m;
 }
 
@@ -127,7 +134,8 @@ void drawRouting(QPainter &p, const QRectF &r, const Report &rep) {
     for (int row = 0; row < rows; ++row) {
         const QList<double> share = expertShares(m.row(row));
         for (int e = 0; e < cols; ++e)
-            p.fillRect(QRectF(area.left() + e * cw, area.top() + row * ch, cw + 0.3, ch + 0.3), loadColor(share[e] * cols));
+            p.fillRect(QRectF(area.left() + e * cw, area.top() + row * ch, cw + 0.3, ch + 0.3),
+                       loadColor(share[e] * cols));
         p.setPen(Qt::black);
         if (rows <= 32 || row % ((rows + 31) / 32) == 0)
             p.drawText(QRectF(r.left(), area.top() + row * ch, 52, ch), Qt::AlignRight | Qt::AlignVCenter,
@@ -137,17 +145,20 @@ void drawRouting(QPainter &p, const QRectF &r, const Report &rep) {
     p.drawRect(area);
     const int every = std::max(1, int(std::ceil(cols / 16.0)));
     for (int e = 0; e < cols; e += every)
-        p.drawText(QRectF(area.left() + e * cw - 10, area.bottom() + 3, cw + 20, 14), Qt::AlignHCenter, QString::number(e));
+        p.drawText(QRectF(area.left() + e * cw - 10, area.bottom() + 3, cw + 20, 14), Qt::AlignHCenter,
+                   QString::number(e));
     p.drawText(QRectF(area.left(), r.bottom() - 18, area.width(), 16), Qt::AlignHCenter,
                QStringLiteral("expert (routed experts; shared experts see every token)"));
     // Colour bar: load relative to an even split (share × E).
     const QRectF bar(area.right() + 18, area.top(), 14, area.height());
     for (int i = 0; i < 100; ++i)
-        p.fillRect(QRectF(bar.left(), bar.bottom() - (i + 1) * bar.height() / 100, bar.width(), bar.height() / 100 + 0.5),
+        p.fillRect(QRectF(bar.left(), bar.bottom() - (i + 1) * bar.height() / 100, bar.width(),
+                          bar.height() / 100 + 0.5),
                    loadColor(2.0 * (i + 0.5) / 100));
     p.drawRect(bar);
     for (double v : {0.0, 1.0, 2.0})
-        p.drawText(QRectF(bar.right() + 3, bar.bottom() - v / 2 * bar.height() - 8, 40, 16), Qt::AlignLeft | Qt::AlignVCenter,
+        p.drawText(QRectF(bar.right() + 3, bar.bottom() - v / 2 * bar.height() - 8, 40, 16),
+                   Qt::AlignLeft | Qt::AlignVCenter,
                    v == 2.0 ? QStringLiteral("≥2×") : QStringLiteral("%1×").arg(v));
 }
 
@@ -165,7 +176,8 @@ void drawItl(QPainter &p, const QRectF &r, const Report &rep) {
     const Percentiles pc = percentiles(all);
     // Outliers (a preempted or prefill-shared step) would flatten the rest: cap at 1.5 × p99.
     const double cap = std::isfinite(pc.p99) ? std::min(maxY, std::max(pc.p99 * 1.5, pc.p50 * 3)) : maxY;
-    const Frame f = drawFrame(p, r, 1, maxX, 0, cap, QStringLiteral("token (after the first)"), QStringLiteral("ITL (ms)"));
+    const Frame f = drawFrame(p, r, 1, maxX, 0, cap, QStringLiteral("token (after the first)"),
+                              QStringLiteral("ITL (ms)"));
     p.save();
     p.setClipRect(f.plot.adjusted(-1, -1, 1, 1));
     p.setRenderHint(QPainter::Antialiasing);
@@ -173,8 +185,10 @@ void drawItl(QPainter &p, const QRectF &r, const Report &rep) {
         QPainterPath path;
         for (qsizetype i = 0; i < series[s].size(); ++i) {
             const QPointF pt(f.px(double(i + 1)), f.py(std::min(series[s][i], cap)));
-            if (i == 0) path.moveTo(pt);
-            else path.lineTo(pt);
+            if (i == 0)
+                path.moveTo(pt);
+            else
+                path.lineTo(pt);
         }
         p.setPen(QPen(kSeries[s % 8], 1.2));
         p.drawPath(path);
@@ -207,7 +221,8 @@ void drawMemory(QPainter &p, const QRectF &r, const Report &rep) {
         maxB = std::max(maxB, q.profile.memoryPeakBytes / 1048576.0);
         maxT = std::max(maxT, (q.offsetUs + q.profile.durationUs) / 1e6);
     }
-    const Frame f = drawFrame(p, r, 0, maxT, 0, maxB * 1.05, QStringLiteral("time (s)"), QStringLiteral("in use (MiB)"));
+    const Frame f =
+        drawFrame(p, r, 0, maxT, 0, maxB * 1.05, QStringLiteral("time (s)"), QStringLiteral("in use (MiB)"));
     p.save();
     p.setRenderHint(QPainter::Antialiasing);
     for (qsizetype s = 0; s < rep.requests.size(); ++s) {
@@ -219,8 +234,10 @@ void drawMemory(QPainter &p, const QRectF &r, const Report &rep) {
             for (qsizetype i = 0; i < q.profile.memory.size(); ++i) {
                 const ProfileMemorySample &m = q.profile.memory[i];
                 const double x = f.px((q.offsetUs + m.tUs) / 1e6), y = f.py(m.inUseBytes / 1048576.0);
-                if (i == 0) path.moveTo(x, y);
-                else path.lineTo(x, lastY), path.lineTo(x, y); // a step: the figure holds until it changes
+                if (i == 0)
+                    path.moveTo(x, y);
+                else
+                    path.lineTo(x, lastY), path.lineTo(x, y); // a step: the figure holds until it changes
                 lastY = y;
             }
             path.lineTo(f.px((q.offsetUs + q.profile.durationUs) / 1e6), lastY);
@@ -230,7 +247,8 @@ void drawMemory(QPainter &p, const QRectF &r, const Report &rep) {
             // Profiles from before schema v5 have only the peak: a bar over the request's span.
             const double y = f.py(q.profile.memoryPeakBytes / 1048576.0);
             p.setPen(QPen(c, 2));
-            p.drawLine(QPointF(f.px(q.offsetUs / 1e6), y), QPointF(f.px((q.offsetUs + q.profile.durationUs) / 1e6), y));
+            p.drawLine(QPointF(f.px(q.offsetUs / 1e6), y),
+                       QPointF(f.px((q.offsetUs + q.profile.durationUs) / 1e6), y));
         }
     }
     p.restore();
@@ -246,13 +264,16 @@ void drawStepPhases(QPainter &p, const QRectF &r, const MessageProfile &prof) {
     double maxMs = 0;
     for (double d : durations) maxMs = std::max(maxMs, d);
     const double cap = std::min(maxMs, std::max(pc.p90 * 2.0, pc.p50 * 4.0));
-    const Frame f = drawFrame(p, r, 0, double(steps.size()), 0, cap, QStringLiteral("engine step"), QStringLiteral("ms"));
+    const Frame f =
+        drawFrame(p, r, 0, double(steps.size()), 0, cap, QStringLiteral("engine step"), QStringLiteral("ms"));
     const double w = std::max(0.5, f.plot.width() / steps.size());
     p.setFont(font(10));
     for (qsizetype i = 0; i < steps.size(); ++i) {
         const ProfileStep &s = steps[i];
-        const qint64 other = std::max<qint64>(0, s.durationUs - s.attentionUs - s.moeUs - s.denseUs - s.samplingUs);
-        const double v[5] = {s.attentionUs / 1000.0, s.moeUs / 1000.0, s.denseUs / 1000.0, s.samplingUs / 1000.0, other / 1000.0};
+        const qint64 other =
+            std::max<qint64>(0, s.durationUs - s.attentionUs - s.moeUs - s.denseUs - s.samplingUs);
+        const double v[5] = {s.attentionUs / 1000.0, s.moeUs / 1000.0, s.denseUs / 1000.0,
+                             s.samplingUs / 1000.0, other / 1000.0};
         double at = 0;
         const double x = f.px(double(i));
         for (int k = 0; k < 5; ++k) {
@@ -263,7 +284,9 @@ void drawStepPhases(QPainter &p, const QRectF &r, const MessageProfile &prof) {
         if (at > f.y1 * 1.001) {
             p.setPen(Qt::black);
             p.drawText(QRectF(x + w + 2, f.plot.top(), 160, 14), Qt::AlignLeft | Qt::AlignTop,
-                       QStringLiteral("↑ %1 ms%2").arg(at, 0, 'f', 1).arg(s.nPrefillTokens > 0 ? QStringLiteral(" (prefill)") : QString()));
+                       QStringLiteral("↑ %1 ms%2")
+                           .arg(at, 0, 'f', 1)
+                           .arg(s.nPrefillTokens > 0 ? QStringLiteral(" (prefill)") : QString()));
         }
     }
     QList<std::pair<QString, QColor>> items;
@@ -334,20 +357,28 @@ QList<Chart> chartsFor(const Report &r) {
 
 QString chartTitle(Chart c) {
     switch (c) {
-    case Chart::Routing: return QStringLiteral("Routing: expert load per MoE layer");
-    case Chart::Itl: return QStringLiteral("Inter-token latency");
-    case Chart::Memory: return QStringLiteral("Memory in use");
-    case Chart::Phases: return QStringLiteral("Engine time by phase");
+    case Chart::Routing:
+        return QStringLiteral("Routing: expert load per MoE layer");
+    case Chart::Itl:
+        return QStringLiteral("Inter-token latency");
+    case Chart::Memory:
+        return QStringLiteral("Memory in use");
+    case Chart::Phases:
+        return QStringLiteral("Engine time by phase");
     }
     return {};
 }
 
 QString chartKey(Chart c) {
     switch (c) {
-    case Chart::Routing: return QStringLiteral("routing");
-    case Chart::Itl: return QStringLiteral("itl");
-    case Chart::Memory: return QStringLiteral("memory");
-    case Chart::Phases: return QStringLiteral("phases");
+    case Chart::Routing:
+        return QStringLiteral("routing");
+    case Chart::Itl:
+        return QStringLiteral("itl");
+    case Chart::Memory:
+        return QStringLiteral("memory");
+    case Chart::Phases:
+        return QStringLiteral("phases");
     }
     return {};
 }
@@ -355,17 +386,22 @@ QString chartKey(Chart c) {
 QString chartCaption(Chart c) {
     switch (c) {
     case Chart::Routing:
-        return QStringLiteral("Each cell is an expert's share of its layer's token slots times the number of experts: "
-                              "1× is an even split, 0 an unused expert. All positions the requests computed (prompt and output).");
+        return QStringLiteral(
+            "Each cell is an expert's share of its layer's token slots times the number of experts: "
+            "1× is an even split, 0 an unused expert. All positions the requests computed (prompt and "
+            "output).");
     case Chart::Itl:
-        return QStringLiteral("Gap between consecutive tokens of each request; the dashed lines are the p50 and p99 "
-                              "over all requests (values above 1.5 × p99 are drawn at the top edge).");
+        return QStringLiteral(
+            "Gap between consecutive tokens of each request; the dashed lines are the p50 and p99 "
+            "over all requests (values above 1.5 × p99 are drawn at the top edge).");
     case Chart::Memory:
-        return QStringLiteral("Weights + KV blocks in use + workspace in use while each request ran. Profiles stored "
-                              "before schema v5 have only their peak, drawn as a level line over the request.");
+        return QStringLiteral(
+            "Weights + KV blocks in use + workspace in use while each request ran. Profiles stored "
+            "before schema v5 have only their peak, drawn as a level line over the request.");
     case Chart::Phases:
-        return QStringLiteral("Engine time split by phase: per step for a single request (steps much longer than the "
-                              "rest, such as a prefill, are cut at the top and labelled), per request otherwise.");
+        return QStringLiteral(
+            "Engine time split by phase: per step for a single request (steps much longer than the "
+            "rest, such as a prefill, are cut at the top and labelled), per request otherwise.");
     }
     return {};
 }
@@ -375,10 +411,18 @@ void drawChart(QPainter &p, const QRectF &rect, Chart c, const Report &r) {
     p.fillRect(rect, Qt::white);
     drawTitle(p, rect, chartTitle(c));
     switch (c) {
-    case Chart::Routing: drawRouting(p, rect, r); break;
-    case Chart::Itl: drawItl(p, rect, r); break;
-    case Chart::Memory: drawMemory(p, rect, r); break;
-    case Chart::Phases: drawPhases(p, rect, r); break;
+    case Chart::Routing:
+        drawRouting(p, rect, r);
+        break;
+    case Chart::Itl:
+        drawItl(p, rect, r);
+        break;
+    case Chart::Memory:
+        drawMemory(p, rect, r);
+        break;
+    case Chart::Phases:
+        drawPhases(p, rect, r);
+        break;
     }
     p.restore();
 }

@@ -20,11 +20,11 @@ enum class Chart { Routing, Itl, Memory, Phases };
 
 QList<Chart> chartsFor(const Report &r); // the charts with data to draw, in report order
 QString chartTitle(Chart c);
-QString chartKey(Chart c);               // "routing", "itl", "memory", "phases"
-QString chartCaption(Chart c);           // one sentence under the chart
+QString chartKey(Chart c);     // "routing", "itl", "memory", "phases"
+QString chartCaption(Chart c); // one sentence under the chart
 
 void drawChart(QPainter &p, const QRectF &rect, Chart c, const Report &r);
-QByteArray chartSvg(Chart c, const Report &r, QSize size);             // a standalone SVG document
-QImage chartImage(Chart c, const Report &r, QSize size, qreal scale);  // size in logical pixels
+QByteArray chartSvg(Chart c, const Report &r, QSize size);            // a standalone SVG document
+QImage chartImage(Chart c, const Report &r, QSize size, qreal scale); // size in logical pixels
 
 } // namespace es::report

@@ -14,8 +14,8 @@ namespace es::report {
 
 namespace {
 
-constexpr int kExcerptMessages = 12;     // the last messages of the branch shown in the excerpt
-constexpr int kExcerptChars = 4000;      // per message
+constexpr int kExcerptMessages = 12; // the last messages of the branch shown in the excerpt
+constexpr int kExcerptChars = 4000;  // per message
 
 const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -80,7 +80,6 @@ std::optional<ReportRequest> storedRequest(const ChatStore &store, const Message
     return q;
 }
 
-
 bool fieldError(QString *error, const QString &what) {
     if (error) *error = what;
     return false;
@@ -89,7 +88,8 @@ bool fieldError(QString *error, const QString &what) {
 // Reads an integer field (JSON numbers are doubles: refuse fractions and values beyond 2^53).
 bool readInt(const QJsonObject &o, const char *key, qint64 *out, QString *error, bool required = false) {
     const QJsonValue v = o.value(QLatin1String(key));
-    if (v.isUndefined() || v.isNull()) return !required || fieldError(error, QStringLiteral("\"%1\" is missing").arg(QLatin1String(key)));
+    if (v.isUndefined() || v.isNull())
+        return !required || fieldError(error, QStringLiteral("\"%1\" is missing").arg(QLatin1String(key)));
     const double d = v.toDouble(kNaN);
     if (!v.isDouble() || d != std::floor(d) || std::fabs(d) > 9007199254740992.0)
         return fieldError(error, QStringLiteral("\"%1\" is not an integer").arg(QLatin1String(key)));
@@ -97,18 +97,22 @@ bool readInt(const QJsonObject &o, const char *key, qint64 *out, QString *error,
     return true;
 }
 
-template <typename T> bool readIntList(const QJsonObject &o, const char *key, QList<T> *out, QString *error) {
+template <typename T>
+bool readIntList(const QJsonObject &o, const char *key, QList<T> *out, QString *error) {
     const QJsonValue v = o.value(QLatin1String(key));
     out->clear();
     if (v.isUndefined() || v.isNull()) return true;
-    if (!v.isArray()) return fieldError(error, QStringLiteral("\"%1\" is not an array").arg(QLatin1String(key)));
+    if (!v.isArray())
+        return fieldError(error, QStringLiteral("\"%1\" is not an array").arg(QLatin1String(key)));
     const QJsonArray a = v.toArray();
     out->reserve(a.size());
     for (const QJsonValue &x : a) {
         const double d = x.toDouble(kNaN);
         if (!x.isDouble() || d != std::floor(d) || d < double(std::numeric_limits<T>::min()) ||
             d > double(std::numeric_limits<T>::max()))
-            return fieldError(error, QStringLiteral("\"%1\" holds a value that is not a valid integer").arg(QLatin1String(key)));
+            return fieldError(
+                error,
+                QStringLiteral("\"%1\" holds a value that is not a valid integer").arg(QLatin1String(key)));
         out->append(T(d));
     }
     return true;
@@ -118,15 +122,19 @@ bool readFloatList(const QJsonObject &o, const char *key, QList<float> *out, QSt
     const QJsonValue v = o.value(QLatin1String(key));
     out->clear();
     if (v.isUndefined() || v.isNull()) return true;
-    if (!v.isArray()) return fieldError(error, QStringLiteral("\"%1\" is not an array").arg(QLatin1String(key)));
+    if (!v.isArray())
+        return fieldError(error, QStringLiteral("\"%1\" is not an array").arg(QLatin1String(key)));
     for (const QJsonValue &x : v.toArray()) {
-        if (!x.isDouble()) return fieldError(error, QStringLiteral("\"%1\" holds a value that is not a number").arg(QLatin1String(key)));
+        if (!x.isDouble())
+            return fieldError(
+                error, QStringLiteral("\"%1\" holds a value that is not a number").arg(QLatin1String(key)));
         out->append(float(x.toDouble()));
     }
     return true;
 }
 
-template <typename T> QJsonArray intArray(const QList<T> &v) {
+template <typename T>
+QJsonArray intArray(const QList<T> &v) {
     QJsonArray a;
     for (T x : v) a.append(qint64(x));
     return a;
@@ -217,11 +225,15 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
     for (const IntField &f : ints) {
         v = 0;
         if (!readInt(o, f.key, &v, error)) return std::nullopt;
-        if (f.to64) *f.to64 = v;
-        else *f.to32 = int(v);
+        if (f.to64)
+            *f.to64 = v;
+        else
+            *f.to32 = int(v);
     }
-    if (!readIntList(o, "token_times_us", &p.tokenTimesUs, error) || !readIntList(o, "moe_layers", &p.moeLayers, error) ||
-        !readIntList(o, "trace_ids", &p.traceIds, error) || !readFloatList(o, "trace_weights", &p.traceWeights, error))
+    if (!readIntList(o, "token_times_us", &p.tokenTimesUs, error) ||
+        !readIntList(o, "moe_layers", &p.moeLayers, error) ||
+        !readIntList(o, "trace_ids", &p.traceIds, error) ||
+        !readFloatList(o, "trace_weights", &p.traceWeights, error))
         return std::nullopt;
     if (p.traceIds.size() != p.traceWeights.size()) {
         fieldError(error, QStringLiteral("\"trace_ids\" and \"trace_weights\" differ in length"));
@@ -235,7 +247,8 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
         const QJsonObject r = x.toObject();
         LayerRouting lr;
         qint64 layer = 0;
-        if (!readInt(r, "layer", &layer, error, true) || !readIntList(r, "expert_counts", &lr.expertCounts, error))
+        if (!readInt(r, "layer", &layer, error, true) ||
+            !readIntList(r, "expert_counts", &lr.expertCounts, error))
             return std::nullopt;
         lr.layer = int(layer);
         p.routing.append(lr);
@@ -243,8 +256,9 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
     for (const QJsonValue &x : o.value(QStringLiteral("steps")).toArray()) {
         const QJsonObject s = x.toObject();
         qint64 f[9] = {};
-        const char *keys[9] = {"t_start_us", "duration_us", "n_seqs", "n_prefill_tokens", "n_decode_tokens",
-                               "attention_us", "moe_us", "dense_us", "sampling_us"};
+        const char *keys[9] = {"t_start_us",       "duration_us",     "n_seqs",
+                               "n_prefill_tokens", "n_decode_tokens", "attention_us",
+                               "moe_us",           "dense_us",        "sampling_us"};
         for (int i = 0; i < 9; ++i)
             if (!readInt(s, keys[i], &f[i], error)) return std::nullopt;
         p.steps.append({f[0], f[1], int(f[2]), int(f[3]), int(f[4]), f[5], f[6], f[7], f[8]});
@@ -282,7 +296,8 @@ std::optional<MessageMetrics> metricsFromJson(const QJsonObject &o, QString *err
     auto real = [&](const char *key, std::optional<double> *to) {
         const QJsonValue v = o.value(QLatin1String(key));
         if (v.isUndefined() || v.isNull()) return true;
-        if (!v.isDouble()) return fieldError(error, QStringLiteral("\"%1\" is not a number").arg(QLatin1String(key)));
+        if (!v.isDouble())
+            return fieldError(error, QStringLiteral("\"%1\" is not a number").arg(QLatin1String(key)));
         *to = v.toDouble();
         return true;
     };
@@ -299,8 +314,9 @@ std::optional<MessageMetrics> metricsFromJson(const QJsonObject &o, QString *err
         if (!readInt(o, "peak_memory_bytes", &v, error)) return std::nullopt;
         m.peakMemoryBytes = v;
     }
-    if (!real("ttft_ms", &m.ttftMs) || !real("prefill_tok_s", &m.prefillTokS) || !real("decode_tok_s", &m.decodeTokS) ||
-        !readFloatList(o, "itl_ms", &m.itlMs, error) || !readFloatList(o, "token_times_ms", &m.tokenTimesMs, error))
+    if (!real("ttft_ms", &m.ttftMs) || !real("prefill_tok_s", &m.prefillTokS) ||
+        !real("decode_tok_s", &m.decodeTokS) || !readFloatList(o, "itl_ms", &m.itlMs, error) ||
+        !readFloatList(o, "token_times_ms", &m.tokenTimesMs, error))
         return std::nullopt;
     m.stopReason = o.value(QStringLiteral("stop_reason")).toString();
     return m;
@@ -317,7 +333,8 @@ std::optional<Report> messageReport(const ChatStore &store, qint64 messageId, QS
     std::optional<ReportRequest> q = storedRequest(store, *m);
     if (!q) {
         *error = m->role == MessageRole::Assistant
-                     ? QStringLiteral("Message %1 has no stored measurements (no profile, no metrics)").arg(messageId)
+                     ? QStringLiteral("Message %1 has no stored measurements (no profile, no metrics)")
+                           .arg(messageId)
                      : QStringLiteral("Message %1 is a %2 message; reports are made of assistant replies")
                            .arg(messageId)
                            .arg(messageRoleName(m->role));
@@ -330,7 +347,10 @@ std::optional<Report> messageReport(const ChatStore &store, qint64 messageId, QS
     r.generatedAt = QDateTime::currentDateTimeUtc();
     r.provenance = appProvenance();
     setGeneration(r.provenance, m->generation);
-    r.provenance.source = QStringLiteral("message %1 of conversation %2 in %3").arg(messageId).arg(m->conversationId).arg(store.path());
+    r.provenance.source = QStringLiteral("message %1 of conversation %2 in %3")
+                              .arg(messageId)
+                              .arg(m->conversationId)
+                              .arg(store.path());
     setExcerpt(r, store.pathTo(messageId));
     r.requests.append(*q);
     return r;
@@ -348,7 +368,8 @@ std::optional<Report> conversationReport(const ChatStore &store, qint64 conversa
     r.title = c->title;
     r.generatedAt = QDateTime::currentDateTimeUtc();
     r.provenance = appProvenance();
-    r.provenance.source = QStringLiteral("conversation %1 (active branch) in %2").arg(conversationId).arg(store.path());
+    r.provenance.source =
+        QStringLiteral("conversation %1 (active branch) in %2").arg(conversationId).arg(store.path());
     const QList<Message> path = store.activePath(conversationId);
     setExcerpt(r, path);
     QDateTime first;
@@ -366,7 +387,8 @@ std::optional<Report> conversationReport(const ChatStore &store, qint64 conversa
         r.requests.append(*q);
     }
     if (r.requests.isEmpty()) {
-        *error = QStringLiteral("Conversation %1 has no measured replies on its active branch").arg(conversationId);
+        *error = QStringLiteral("Conversation %1 has no measured replies on its active branch")
+                     .arg(conversationId);
         return std::nullopt;
     }
     return r;
@@ -375,14 +397,17 @@ std::optional<Report> conversationReport(const ChatStore &store, qint64 conversa
 std::optional<Report> benchReport(const QJsonObject &j, const QString &source, QString *error) {
     const QJsonValue results = j.value(QStringLiteral("results"));
     if (!results.isArray() || !j.value(QStringLiteral("backend")).isString()) {
-        *error = QStringLiteral("%1 is not the JSON of `expertscope-cli bench --json` (no \"results\" array or "
-                                "\"backend\")")
-                     .arg(source);
+        *error =
+            QStringLiteral("%1 is not the JSON of `expertscope-cli bench --json` (no \"results\" array or "
+                           "\"backend\")")
+                .arg(source);
         return std::nullopt;
     }
     const int version = j.value(QStringLiteral("format_version")).toInt(1);
     if (version > 2) {
-        *error = QStringLiteral("%1 has bench format version %2; this build reads up to 2").arg(source).arg(version);
+        *error = QStringLiteral("%1 has bench format version %2; this build reads up to 2")
+                     .arg(source)
+                     .arg(version);
         return std::nullopt;
     }
     Report r;
@@ -399,7 +424,8 @@ std::optional<Report> benchReport(const QJsonObject &j, const QString &source, Q
     p.modelHash = j.value(QStringLiteral("model_hash")).toString();
     p.precision = j.value(QStringLiteral("precision")).toString();
     p.sampling = QJsonObject{{QStringLiteral("temperature"), 0}}; // bench feeds fixed token ids, no sampling
-    if (j.value(QStringLiteral("seed")).isDouble()) p.seed = quint64(j.value(QStringLiteral("seed")).toDouble());
+    if (j.value(QStringLiteral("seed")).isDouble())
+        p.seed = quint64(j.value(QStringLiteral("seed")).toDouble());
     p.source = source;
     r.title = QStringLiteral("Benchmark: %1 on %2").arg(p.modelName, p.backend);
     for (const QJsonValue &v : results.toArray()) {
@@ -417,9 +443,10 @@ std::optional<Report> benchReport(const QJsonObject &j, const QString &source, Q
         }
         r.bench.append(row);
     }
-    for (const char *key : {"threads", "weights_bytes", "read_bandwidth_bytes_per_s", "decode_bytes_per_token",
-                            "vram_used_bytes", "host_cpu", "model"})
-        if (j.contains(QLatin1String(key))) r.benchMachine.insert(QLatin1String(key), j.value(QLatin1String(key)));
+    for (const char *key : {"threads", "weights_bytes", "read_bandwidth_bytes_per_s",
+                            "decode_bytes_per_token", "vram_used_bytes", "host_cpu", "model"})
+        if (j.contains(QLatin1String(key)))
+            r.benchMachine.insert(QLatin1String(key), j.value(QLatin1String(key)));
     if (j.value(QStringLiteral("request")).isObject()) {
         QString why;
         const QJsonObject ro = j.value(QStringLiteral("request")).toObject();
@@ -437,11 +464,13 @@ std::optional<Report> benchReport(const QJsonObject &j, const QString &source, Q
                 prof->phases.denseMs += s.denseUs / 1000.0;
                 prof->phases.samplingMs += s.samplingUs / 1000.0;
                 prof->phases.otherMs +=
-                    std::max<qint64>(0, s.durationUs - s.attentionUs - s.moeUs - s.denseUs - s.samplingUs) / 1000.0;
+                    std::max<qint64>(0, s.durationUs - s.attentionUs - s.moeUs - s.denseUs - s.samplingUs) /
+                    1000.0;
             }
         }
         if (prof->memoryPeakBytes == 0)
-            for (const ProfileMemorySample &m : prof->memory) prof->memoryPeakBytes = std::max(prof->memoryPeakBytes, m.inUseBytes);
+            for (const ProfileMemorySample &m : prof->memory)
+                prof->memoryPeakBytes = std::max(prof->memoryPeakBytes, m.inUseBytes);
         ReportRequest q;
         q.label = ro.value(QStringLiteral("label")).toString(QStringLiteral("request"));
         q.profile = *prof;
@@ -453,7 +482,8 @@ std::optional<Report> benchReport(const QJsonObject &j, const QString &source, Q
 std::optional<Report> benchRunReport(const ChatStore &store, qint64 benchRunId, QString *error) {
     for (const BenchRun &b : store.benchRuns())
         if (b.id == benchRunId)
-            return benchReport(b.json, QStringLiteral("bench run %1 in %2").arg(benchRunId).arg(store.path()), error);
+            return benchReport(b.json, QStringLiteral("bench run %1 in %2").arg(benchRunId).arg(store.path()),
+                               error);
     *error = QStringLiteral("There is no bench run %1 in %2").arg(benchRunId).arg(store.path());
     return std::nullopt;
 }
@@ -497,16 +527,33 @@ ReportSummary summarize(const Report &r) {
 
 QList<std::pair<QString, QString>> metricDefinitions() {
     return {
-        {QStringLiteral("TTFT"), QStringLiteral("Time to first token: from the request's submission to the engine until its first generated token.")},
-        {QStringLiteral("ITL"), QStringLiteral("Inter-token latency: the gap between two consecutive generated tokens of one request. Percentiles interpolate linearly between closest ranks (numpy's default).")},
-        {QStringLiteral("Decode tok/s"), QStringLiteral("(generated tokens − 1) / (time of the last token − time of the first), summed over requests.")},
-        {QStringLiteral("Prefix-cache hit rate"), QStringLiteral("Prompt tokens served from cached KV blocks / prompt tokens.")},
-        {QStringLiteral("Peak memory"), QStringLiteral("Largest weights + KV blocks in use + workspace in use seen while the request ran.")},
-        {QStringLiteral("Expert share"), QStringLiteral("c / Σc: a layer's token slots routed to one expert over all its slots (shared experts are not counted).")},
-        {QStringLiteral("Imbalance"), QStringLiteral("max(c) / mean(c) per MoE layer: 1 is perfectly even, E means one expert took every token.")},
-        {QStringLiteral("Entropy"), QStringLiteral("H(share) / ln E per layer (natural log): 1 is uniform routing.")},
+        {QStringLiteral("TTFT"), QStringLiteral("Time to first token: from the request's submission to the "
+                                                "engine until its first generated token.")},
+        {QStringLiteral("ITL"),
+         QStringLiteral(
+             "Inter-token latency: the gap between two consecutive generated tokens of one request. "
+             "Percentiles interpolate linearly between closest ranks (numpy's default).")},
+        {QStringLiteral("Decode tok/s"),
+         QStringLiteral(
+             "(generated tokens − 1) / (time of the last token − time of the first), summed over requests.")},
+        {QStringLiteral("Prefix-cache hit rate"),
+         QStringLiteral("Prompt tokens served from cached KV blocks / prompt tokens.")},
+        {QStringLiteral("Peak memory"),
+         QStringLiteral("Largest weights + KV blocks in use + workspace in use seen while the request ran.")},
+        {QStringLiteral("Expert share"),
+         QStringLiteral("c / Σc: a layer's token slots routed to one expert over all its slots (shared "
+                        "experts are not counted).")},
+        {QStringLiteral("Imbalance"),
+         QStringLiteral(
+             "max(c) / mean(c) per MoE layer: 1 is perfectly even, E means one expert took every token.")},
+        {QStringLiteral("Entropy"),
+         QStringLiteral("H(share) / ln E per layer (natural log): 1 is uniform routing.")},
         {QStringLiteral("Dead experts"), QStringLiteral("Experts of a layer that received no token.")},
-        {QStringLiteral("Phases"), QStringLiteral("Engine time of the steps that ran during the request: attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, routed and shared experts), dense (dense MLPs and the LM head), sampling, other (scheduling, embedding, emitting text). Steps shared with concurrent requests count for each.")},
+        {QStringLiteral("Phases"),
+         QStringLiteral("Engine time of the steps that ran during the request: attention (norms, q/k/v, "
+                        "RoPE, KV write, attention, output projection), MoE (router, routed and shared "
+                        "experts), dense (dense MLPs and the LM head), sampling, other (scheduling, "
+                        "embedding, emitting text). Steps shared with concurrent requests count for each.")},
     };
 }
 

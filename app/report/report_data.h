@@ -31,24 +31,24 @@ struct Provenance {
     QString backend;               // engine build / backend ("cpu", "cuda:0 NVIDIA H200")
     QString device, driver;
     QString modelName, modelHash, precision;
-    QJsonObject sampling;          // SamplingParams JSON of the (last) reply
+    QJsonObject sampling; // SamplingParams JSON of the (last) reply
     std::optional<quint64> seed;
-    QString source;                // where the data came from, in words
+    QString source; // where the data came from, in words
 };
 
 // One request: a stored reply, or a bench run's instrumented request.
 struct ReportRequest {
-    QString label;                 // "message 12", "pp512 + tg128"
-    qint64 messageId = 0;          // 0 for a bench request
-    qint64 offsetUs = 0;           // start relative to the report's first request (trace timeline)
+    QString label;        // "message 12", "pp512 + tg128"
+    qint64 messageId = 0; // 0 for a bench request
+    qint64 offsetUs = 0;  // start relative to the report's first request (trace timeline)
     MessageProfile profile;
     std::optional<MessageMetrics> metrics;
 };
 
 struct ExcerptMessage {
-    QString role;                  // "user", "assistant", "system"
+    QString role; // "user", "assistant", "system"
     QDateTime createdAt;
-    QString text;                  // as stored (escaped only when written)
+    QString text; // as stored (escaped only when written)
     bool truncated = false;
 };
 
@@ -59,7 +59,7 @@ struct BenchRow {
 };
 
 struct Report {
-    QString kind;                  // "message" | "conversation" | "bench"
+    QString kind; // "message" | "conversation" | "bench"
     QString title;
     QDateTime generatedAt;
     Provenance provenance;
@@ -67,7 +67,7 @@ struct Report {
     int excerptOmitted = 0;        // earlier messages not shown
     QList<ReportRequest> requests;
     QList<BenchRow> bench;
-    QJsonObject benchMachine;      // threads, bandwidth, … of a bench run, as given
+    QJsonObject benchMachine; // threads, bandwidth, … of a bench run, as given
 };
 
 // Builders. Each returns nullopt with *error set to a sentence naming what is missing.
@@ -87,11 +87,11 @@ struct LayerSummary {
 };
 struct ReportSummary {
     int nRequests = 0, nOutputTokens = 0, nPromptTokens = 0, nCachedPromptTokens = 0, nSteps = 0;
-    double ttftP50Ms = 0, ttftP90Ms = 0, ttftP99Ms = 0;   // NaN when none
+    double ttftP50Ms = 0, ttftP90Ms = 0, ttftP99Ms = 0; // NaN when none
     int nItl = 0;
-    double itlP50Ms = 0, itlP90Ms = 0, itlP99Ms = 0;      // NaN when none
-    double decodeTokS = 0;                                // over all requests' decode spans; NaN when none
-    double prefixCacheHitRate = 0;                        // cached / prompt tokens; NaN with no prompt
+    double itlP50Ms = 0, itlP90Ms = 0, itlP99Ms = 0; // NaN when none
+    double decodeTokS = 0;                           // over all requests' decode spans; NaN when none
+    double prefixCacheHitRate = 0;                   // cached / prompt tokens; NaN with no prompt
     qint64 peakMemoryBytes = 0;
     PhaseTimes phases;
     QList<LayerSummary> layers;

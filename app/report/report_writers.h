@@ -18,15 +18,17 @@ namespace es::report {
 enum class Format { Html, Pdf, Json, Csv, Trace };
 std::optional<Format> formatFromName(const QString &name); // "html" | "pdf" | "json" | "csv" | "trace"
 QString formatName(Format f);
-QString formatSuffix(Format f);                            // ".html", ".pdf", ".json", ".csv", ".trace.json"
+QString formatSuffix(Format f); // ".html", ".pdf", ".json", ".csv", ".trace.json"
 
-QString reportHtml(const Report &r);                       // the self-contained HTML document
+QString reportHtml(const Report &r); // the self-contained HTML document
 QJsonObject reportJson(const Report &r);
 bool writeHtml(const Report &r, QIODevice &out, QString *error);
-bool writePdf(const Report &r, QIODevice &out, QString *error);   // A4, paginated, page numbers
+bool writePdf(const Report &r, QIODevice &out, QString *error); // A4, paginated, page numbers
 bool writeJson(const Report &r, QIODevice &out, QString *error);
-bool writeCsv(const Report &r, QIODevice &out, QString *error);   // long format: request,series,index,time_us,value
-bool writeTrace(const Report &r, QIODevice &out, QString *error); // Trace Event JSON (Perfetto, chrome://tracing)
+bool writeCsv(const Report &r, QIODevice &out,
+              QString *error); // long format: request,series,index,time_us,value
+bool writeTrace(const Report &r, QIODevice &out,
+                QString *error); // Trace Event JSON (Perfetto, chrome://tracing)
 
 bool exportReport(const Report &r, Format f, const QString &path, QString *error);
 

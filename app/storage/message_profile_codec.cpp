@@ -60,7 +60,8 @@ bool getZigzag(const QByteArray &in, qsizetype &at, qint64 *v) {
 }
 
 // Decodes records of n zigzag varints each after the format byte; nullopt if malformed.
-template <int N> std::optional<QList<std::array<qint64, N>>> decodeRecords(const QByteArray &b) {
+template <int N>
+std::optional<QList<std::array<qint64, N>>> decodeRecords(const QByteArray &b) {
     QList<std::array<qint64, N>> out;
     if (b.isEmpty()) return out;
     if (b[0] != char(1)) return std::nullopt;

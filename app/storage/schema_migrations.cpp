@@ -1,8 +1,8 @@
 // Schema steps of the chat database. The first release builds its schema in three steps (core
 // tables; measurements; full-text search) so that the upgrade path, backups and per-step
 // transactions are exercised by the tests from day one; v4 adds the profiler's per-message
-// profiles, v5 their steps and memory samples. Frozen once released: add v6, never edit v1..v5. Times are INTEGER ms since the
-// epoch (UTC); JSON columns are checked valid.
+// profiles, v5 their steps and memory samples. Frozen once released: add v6, never edit v1..v5. Times are
+// INTEGER ms since the epoch (UTC); JSON columns are checked valid.
 #include "schema_migrations.h"
 
 #include <QSqlError>
