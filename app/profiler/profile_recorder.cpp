@@ -17,8 +17,9 @@ namespace es {
 
 namespace {
 constexpr size_t kHistory = 4096;
-constexpr int kFinishedKept = 16; // untaken: a pane closed mid-reply, a failed reply
+constexpr int kFinishedKept = 16;              // untaken: a pane closed mid-reply, a failed reply
 constexpr qsizetype kMemorySamplesKept = 8192; // ≈ 4.5 minutes at 30 Hz of changing figures
+constexpr qsizetype kStepsKept = 65536;        // listed steps per reply (≈ 0.8 MB stored); all are counted
 
 bool inReply(const StepView &s, qint64 tSubmitUs, qint64 tFinishUs) {
     return s.tUs >= tSubmitUs && (tFinishUs < 0 || s.tUs <= tFinishUs);
@@ -31,8 +32,9 @@ void count(ReplyEngineStats &st, const StepView &s, qint64 tSubmitUs) {
     accumulate(st.phases, ph);
     ++st.nSteps;
     st.maxBatchSeqs = std::max(st.maxBatchSeqs, s.nSeqs);
-    st.steps.append({s.tUs - tSubmitUs, us(s.durationMs), s.nSeqs, s.nPrefillTokens, s.nDecodeTokens,
-                     us(ph.attentionMs), us(ph.moeMs), us(ph.denseMs), us(ph.samplingMs)});
+    if (st.steps.size() < kStepsKept)
+        st.steps.append({s.tUs - tSubmitUs, us(s.durationMs), s.nSeqs, s.nPrefillTokens, s.nDecodeTokens,
+                         us(ph.attentionMs), us(ph.moeMs), us(ph.denseMs), us(ph.samplingMs)});
 }
 } // namespace
 

@@ -4,7 +4,8 @@
 // ChatPane stores with the message and the profiler shows. It reads telemetry once per pump tick
 // that brought tokens (≈30 Hz at most, never per token) and keeps the last 4096 steps so the
 // prefill steps before a reply's first tokens are still attributed. Phase times of steps shared
-// by concurrent replies count for each of them. GUI thread only.
+// by concurrent replies count for each of them. Each step is also listed in the profile (up to
+// 65,536; schema v5), with a memory sample whenever the figure changed (up to 8,192). GUI thread only.
 #pragma once
 
 #include "session_types.h"
