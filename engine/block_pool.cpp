@@ -71,6 +71,12 @@ int32_t block_pool::n_cached_free() const {
     return n;
 }
 
+void block_pool::states(std::vector<uint8_t> &out) const {
+    out.resize(m_blocks.size());
+    for (size_t b = 0; b < m_blocks.size(); ++b)
+        out[b] = m_blocks[b].ref_cnt > 0 ? 0 : m_blocks[b].has_hash ? 1 : 2;
+}
+
 std::optional<std::vector<int32_t>> block_pool::allocate(int32_t n) {
     if (n < 0 || n > m_n_free) return std::nullopt;
     std::vector<int32_t> out;

@@ -55,6 +55,9 @@ public:
 
     int32_t ref_cnt(int32_t block) const { return m_blocks[block].ref_cnt; }
     std::optional<block_hash> hash_of(int32_t block) const;
+    // Each block's state in block order: 0 in use (ref_cnt > 0), 1 free but holding a cached
+    // prefix, 2 free (the values of es::kv_block_state). Resizes out to n_blocks().
+    void states(std::vector<uint8_t> &out) const;
     // Free queue front-to-back (tests and the KV block map).
     std::vector<int32_t> free_queue() const;
     // Checks every invariant above; returns an empty string or what is broken (tests).

@@ -10,6 +10,7 @@
 #include "cpu_gemm.h"
 #include "cpu_ops.h"
 #include "dtype.h"
+#include "fp8_quantize.cuh"
 
 #include <omp.h>
 #include <unistd.h>
@@ -56,7 +57,12 @@ public:
         m_threads = p.n_threads > 0 ? p.n_threads : omp_get_max_threads();
     }
 
-    std::string name() const override { return "cpu (" + std::to_string(m_threads) + " threads, fp32)"; }
+    std::string name() const override {
+        const char *w = m_params.rounding == cpu_weight_rounding::fp8_e4m3 ? ", weights rounded to fp8-e4m3"
+                        : m_params.rounding == cpu_weight_rounding::bf16   ? ", weights rounded to bf16"
+                                                                           : "";
+        return "cpu (" + std::to_string(m_threads) + " threads, fp32" + w + ")";
+    }
     const model_config &config() const override { return m_cfg; }
     size_t weights_bytes() const override { return m_weight_bytes; }
 
@@ -403,6 +409,41 @@ private:
 
 } // namespace
 
+std::set<std::string> cpu_rounded_linears(const model_tensors &t) {
+    std::set<std::string> out;
+    auto add = [&](const tensor_view *tv) {
+        if (tv) out.insert(tv->name);
+    };
+    for (const auto &L : t.layers) {
+        for (auto *tv : {L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down, L.ffn_gate_shexp, L.ffn_up_shexp,
+                         L.ffn_down_shexp})
+            add(tv);
+        for (auto *tv : L.ffn_gate_exps) add(tv);
+        for (auto *tv : L.ffn_up_exps) add(tv);
+        for (auto *tv : L.ffn_down_exps) add(tv);
+    }
+    return out;
+}
+
+void round_cpu_weights(float *w, int64_t rows, int64_t cols, cpu_weight_rounding r) {
+    if (r == cpu_weight_rounding::none) return;
+    const int64_t n = rows * cols;
+    if (r == cpu_weight_rounding::bf16) {
+        for (int64_t i = 0; i < n; ++i) w[i] = round_bf16(w[i]);
+        return;
+    }
+    // E4M3 per output channel, exactly as the GPU quantizes at load (from BF16).
+    std::vector<bf16_t> b(static_cast<size_t>(cols));
+    std::vector<fp8_t> q(static_cast<size_t>(cols));
+    for (int64_t row = 0; row < rows; ++row) {
+        float *wr = w + row * cols;
+        for (int64_t i = 0; i < cols; ++i) b[size_t(i)] = float_to_bf16_bits(wr[i]);
+        float scale = 1.0f;
+        fp8_quantize_ref({b.data(), q.data(), &scale, 1, cols});
+        for (int64_t i = 0; i < cols; ++i) wr[i] = fp8_e4m3_to_float(q[size_t(i)]) * scale;
+    }
+}
+
 result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const model_tensors &t,
                                                   const cpu_backend_params &p) {
     return catch_errors([&]() -> result<std::unique_ptr<backend>> {
@@ -422,6 +463,7 @@ result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const
             for (auto *tv : L.ffn_up_exps) add(tv);
             for (auto *tv : L.ffn_down_exps) add(tv);
         }
+        const std::set<std::string> rounded = cpu_rounded_linears(t);
         auto be = std::make_unique<cpu_backend>(cfg, p);
         be->build([&](const std::string &name, float *dst, int64_t rows, int64_t cols) {
             auto it = by_name.find(name);
@@ -431,6 +473,7 @@ result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const
                 throw load_error("tensor '" + name + "' in " + tv.file + " has shape " + tv.shape_str() +
                                  ", expected " + std::to_string(rows * cols) + " elements");
             convert_to_f32(tv.type, tv.data, dst, size_t(rows * cols));
+            if (p.rounding != cpu_weight_rounding::none && rounded.count(name)) round_cpu_weights(dst, rows, cols, p.rounding);
         });
         return std::unique_ptr<backend>(std::move(be));
     });

@@ -415,6 +415,8 @@ void engine::thread_main() {
         const auto t1 = clk::now();
         rec.n_preempted = int32_t(so.preempted.size());
         if (so.chunks.empty()) return;
+        rec.seq_tokens.reserve(so.chunks.size());
+        for (const scheduled_chunk &c : so.chunks) rec.seq_tokens.emplace_back(c.req->id, c.n_new);
 
         batch b;
         for (size_t i = 0; i < so.chunks.size(); ++i) {
@@ -568,6 +570,9 @@ void engine::thread_main() {
             m.kv_blocks_used = pool.n_used();
             m.kv_blocks_free = pool.n_free();
             m.kv_blocks_cached = pool.n_cached();
+            pool.states(m.kv_block_states);
+            m.kv_blocks_cached_free = int32_t(
+                std::count(m.kv_block_states.begin(), m.kv_block_states.end(), uint8_t(kv_block_state::cached)));
             m.kv_tokens_stored = I.sched->kv_tokens_stored();
             const int64_t cap = int64_t(m.kv_blocks_used) * pool.block_size();
             m.kv_waste = cap > 0 ? 1.0 - double(m.kv_tokens_stored) / double(cap) : 0.0;

@@ -113,6 +113,8 @@ result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, cons
     } else {
         cpu_backend_params cp;
         cp.n_threads = p.n_threads;
+        if (p.emulate_precision_on_cpu)
+            cp.rounding = p.precision == weight_precision::fp8 ? cpu_weight_rounding::fp8_e4m3 : cpu_weight_rounding::bf16;
         cp.on_progress = [&](float v) { progress("weights", v); };
         auto be = make_cpu_backend(m->config, *bound, cp);
         if (!be) return be.err();

@@ -18,7 +18,8 @@ namespace es {
 // automatic: the CUDA backend when this build has it and a usable GPU is present, else the CPU.
 enum class backend_kind { cpu, cuda, automatic };
 
-// Weights in device memory (CUDA backend only; the CPU backend always widens to fp32).
+// Weights in device memory. The CPU backend computes in fp32 from the checkpoint's values, or
+// from weights rounded the same way when model_load_params::emulate_precision_on_cpu is set.
 // fp8: every linear but the head in E4M3 with one fp32 scale per output channel, quantized at
 // load; embeddings, norms and the head stay BF16, the router fp32.
 enum class weight_precision { bf16, fp8 };
@@ -26,6 +27,9 @@ enum class weight_precision { bf16, fp8 };
 struct model_load_params {
     backend_kind kind = backend_kind::cpu;
     weight_precision precision = weight_precision::bf16;
+    // The CPU backend keeps the checkpoint's exact values unless asked to emulate `precision`
+    // (weights rounded as the GPU stores them; see cpu_weight_rounding).
+    bool emulate_precision_on_cpu = false;
     int n_threads = 0;
     bool need_tokenizer = true;                             // logits need only config + weights
     std::function<void(const std::string &stage, float progress)> on_progress;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace es {
@@ -21,13 +22,21 @@ struct step_record {
     int32_t n_preempted = 0;
     double schedule_ms = 0.0, forward_ms = 0.0, sample_ms = 0.0, emit_ms = 0.0;
     double attention_ms = 0.0, moe_ms = 0.0, dense_ms = 0.0, head_ms = 0.0; // inside forward
+    // The requests computed in this step and how many tokens each (so a step shared by
+    // concurrent replies can be apportioned among them).
+    std::vector<std::pair<uint64_t, int32_t>> seq_tokens;
 };
+
+enum class kv_block_state : uint8_t { used = 0, cached = 1, free = 2 }; // cached: free, hashed
 
 struct memory_stats {
     uint64_t weights_bytes = 0;
     uint64_t kv_block_bytes = 0;           // bytes of one block, all layers, K and V
     int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
+    int32_t kv_blocks_cached_free = 0;     // free blocks still holding a reusable prefix
     int64_t kv_tokens_stored = 0;
+    // Every block's state in pool order (kv_block_state values): the KV block map.
+    std::vector<uint8_t> kv_block_states;
     double kv_waste = 0.0;                 // 1 − tokens stored / (blocks used × block size)
     // Backend allocator (workspace) and device, where the backend has them (0 otherwise).
     uint64_t alloc_reserved = 0, alloc_in_use = 0, alloc_largest_free = 0;

@@ -536,6 +536,17 @@ void TestBlockPool::randomOperations() {
         for (int32_t b = 0; b < n_blocks; ++b) QCOMPARE(pool.ref_cnt(b), ref[size_t(b)]);
         QCOMPARE(pool.n_cached(), int32_t(cached.size()));
         for (int32_t b = 0; b < n_blocks; ++b) QCOMPARE(pool.hash_of(b).has_value(), cached.count(b) == 1);
+        // The KV block map's per-block states agree with the model.
+        std::vector<uint8_t> states;
+        pool.states(states);
+        QCOMPARE(int32_t(states.size()), n_blocks);
+        int32_t n_cached_free = 0;
+        for (int32_t b = 0; b < n_blocks; ++b) {
+            const uint8_t want = ref[size_t(b)] > 0 ? 0 : cached.count(b) ? 1 : 2;
+            QCOMPARE(int(states[size_t(b)]), int(want));
+            n_cached_free += want == 1;
+        }
+        QCOMPARE(pool.n_cached_free(), n_cached_free);
     }
     // The workload must have exercised what it is meant to.
     QVERIFY(n_hits > 0);

@@ -48,6 +48,8 @@ private slots:
     void searchFindsMessageText();
     void deleteAndUndo();
     void sendToAllPanes();
+    void failedReplyKeepsItsProfile();
+    void comparePrecisionsSideBySide();
     void exportAndImportFromTheFileMenu();
 
 private:
@@ -254,6 +256,73 @@ void TestMainWindow::sendToAllPanes() {
     QTRY_VERIFY(!left->isGenerating() && !right->isGenerating());
     QCOMPARE(m_store->activePath(*left->conversationId()).first().content, presets[0].prefix + "Same question");
     QCOMPARE(m_store->activePath(*right->conversationId()).first().content, presets[1].prefix + "Same question");
+}
+
+// A reply that fails (here: a prompt longer than the context) is stored as failed with what was
+// measured until then: metrics (stop reason "error") and its profile.
+void TestMainWindow::failedReplyKeepsItsProfile() {
+    QSignalSpy failed(m_session.get(), &EngineSession::replyFailed);
+    pane()->composer()->setText(QString("word ").repeated(5000));
+    pane()->composer()->editor()->setFocus();
+    QTest::keyClick(pane()->composer()->editor(), Qt::Key_Return);
+    QVERIFY(failed.wait(30000));
+    QTRY_VERIFY(!pane()->isGenerating());
+    const qint64 conv = *pane()->conversationId();
+    const Message reply = m_store->activePath(conv).last();
+    QCOMPARE(reply.role, MessageRole::Assistant);
+    QCOMPARE(reply.state, MessageState::Failed);
+    QVERIFY2(reply.finishReason.contains("context"), qPrintable(reply.finishReason));
+    const std::optional<MessageProfile> profile = m_store->profile(reply.id);
+    QVERIFY2(profile, qPrintable(m_store->lastError()));
+    QVERIFY(profile->durationUs >= 0);
+    const std::optional<MessageMetrics> metrics = m_store->metrics(reply.id);
+    QVERIFY(metrics);
+    QCOMPARE(metrics->stopReason, QString("error"));
+    QCOMPARE(metrics->nOutputTokens, std::optional<int>(0));
+}
+
+// A pane at another precision: its own session loads the same model with FP8 weights (emulated
+// on the CPU); "send to all panes" asks both; the replies record their precisions; closing the
+// pane releases the second session.
+void TestMainWindow::comparePrecisionsSideBySide() {
+    ChatPane *first = pane();
+    QCOMPARE(first->engineBadge(), QString("fp32"));
+    ChatPane *second = m_window->addPrecisionPane("fp8");
+    QVERIFY(second);
+    QVERIFY(second->session() != m_session.get());
+    QTRY_VERIFY_WITH_TIMEOUT(second->session()->isModelLoaded(), 30000);
+    QTRY_COMPARE(second->engineBadge(), QString("fp8-e4m3 (emulated)"));
+    QVERIFY(QString::fromStdString(second->session()->modelInfo().backend.toStdString()).contains("fp8-e4m3"));
+    // Asking for the same precision again reuses the session.
+    ChatPane *third = m_window->addPrecisionPane("fp8");
+    QCOMPARE(third->session(), second->session());
+
+    m_window->sendToAllAction()->setChecked(true);
+    QSignalSpy doneMain(m_session.get(), &EngineSession::replyFinished);
+    QSignalSpy doneFp8(second->session(), &EngineSession::replyFinished);
+    first->composer()->setText("What does a router do?");
+    first->composer()->editor()->setFocus();
+    QTest::keyClick(first->composer()->editor(), Qt::Key_Return);
+    QTRY_VERIFY_WITH_TIMEOUT(doneMain.count() == 1 && doneFp8.count() == 2, 60000);
+    QTRY_VERIFY(!first->isGenerating() && !second->isGenerating() && !third->isGenerating());
+    const Message a = m_store->activePath(*first->conversationId()).last();
+    const Message b = m_store->activePath(*second->conversationId()).last();
+    QCOMPARE(a.role, MessageRole::Assistant);
+    QCOMPARE(b.role, MessageRole::Assistant);
+    QCOMPARE(a.generation.precision, QString("fp32"));
+    QCOMPARE(b.generation.precision, QString("fp8-e4m3 (emulated)"));
+    QVERIFY(m_store->profile(b.id)); // stored with its profile, comparable in the profiler
+
+    // Closing both fp8 panes releases their session.
+    QPointer<EngineSession> fp8 = second->session();
+    for (ChatPane *p : {third, second}) {
+        p->composer()->editor()->setFocus();
+        QTRY_COMPARE(m_window->currentPane(), p);
+        m_window->closeCurrentPane();
+        QTRY_VERIFY(!m_window->panes().contains(p));
+    }
+    QTRY_VERIFY(fp8.isNull());
+    QCOMPARE(m_window->panes().size(), 1);
 }
 
 QTEST_MAIN(TestMainWindow)

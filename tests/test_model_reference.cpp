@@ -3,9 +3,14 @@
 // teacher-forced logits (NMSE <= 1e-6 and the same argmax at every position) and the greedy
 // continuation (identical ids). References come from tests/reference/make_reference.py, run on
 // the GPU machine. Also checks the CLI's `logits` command end to end on one checkpoint.
+#include "cpu_backend.h"
+#include "cuda_twin_model.h"
+#include "fp8_quantize.cuh"
 #include "generate.h"
 #include "model.h"
+#include "model_config.h"
 #include "npy.h"
+#include "safetensors.h"
 
 #include <QDir>
 #include <QFile>
@@ -17,6 +22,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <map>
 
 namespace {
 
@@ -56,6 +62,9 @@ private slots:
     void greedy_data() { logits_data(); }
     void greedy();
     void cliLogits();
+    void weightRoundingMatchesTheGpuQuantizer();
+    void emulatedPrecision_data() { logits_data(); }
+    void emulatedPrecision();
 };
 
 void TestModelReference::logits_data() {
@@ -71,6 +80,98 @@ void TestModelReference::logits_data() {
     // The embedded default model (resources/models/default) carries its own HF reference.
     const QString def = QString(ES_TEST_DATA_DIR) + "/../../resources/models/default";
     if (QFile::exists(def + "/ref_logits.npy")) QTest::newRow("default-model") << QDir::cleanPath(def);
+}
+
+namespace {
+
+// Logits of one sequence from position 0 through a fresh cache.
+std::vector<float> prompt_logits(es::backend &be, const std::vector<int32_t> &prompt) {
+    if (!be.init_kv_cache({16, 8}).ok()) return {};
+    es::batch b;
+    b.seqs.resize(1);
+    b.seqs[0].block_table = {0, 1, 2, 3, 4, 5, 6, 7};
+    b.tokens = prompt;
+    for (int32_t i = 0; i < int32_t(prompt.size()); ++i) {
+        b.pos.push_back(i);
+        b.seq.push_back(0);
+        b.logits_rows.push_back(i);
+    }
+    es::forward_output out;
+    if (!be.forward(b, out).ok()) return {};
+    return out.logits;
+}
+
+} // namespace
+
+// The CPU's E4M3 rounding is the GPU's quantizer (fp8_quantize's twin) followed by e4m3 × scale.
+void TestModelReference::weightRoundingMatchesTheGpuQuantizer() {
+    const int64_t rows = 3, cols = 37;
+    std::vector<float> w(size_t(rows * cols));
+    for (size_t i = 0; i < w.size(); ++i) w[i] = std::sin(float(i) * 0.7f) * (i % 5 == 0 ? 30.0f : 0.01f);
+    std::fill(w.begin() + cols, w.begin() + 2 * cols, 0.0f); // an all-zero row: scale 1
+    std::vector<es::bf16_t> b(w.size());
+    for (size_t i = 0; i < w.size(); ++i) b[i] = es::float_to_bf16_bits(w[i]);
+    std::vector<es::fp8_t> q(w.size());
+    std::vector<float> scale(static_cast<size_t>(rows));
+    es::fp8_quantize_ref({b.data(), q.data(), scale.data(), rows, cols});
+    std::vector<float> mine = w;
+    es::round_cpu_weights(mine.data(), rows, cols, es::cpu_weight_rounding::fp8_e4m3);
+    for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) {
+            const size_t i = size_t(r * cols + c);
+            QCOMPARE(mine[i], es::fp8_e4m3_to_float(q[i]) * scale[size_t(r)]);
+            // E4M3 keeps 3 mantissa bits: within 1/16 relative, or the subnormal step of the row.
+            QVERIFY(std::abs(mine[i] - w[i]) <= std::abs(w[i]) / 16 + scale[size_t(r)] * 0x1p-9f + 1e-7f);
+        }
+    std::vector<float> bf = w;
+    es::round_cpu_weights(bf.data(), rows, cols, es::cpu_weight_rounding::bf16);
+    for (size_t i = 0; i < w.size(); ++i) QCOMPARE(bf[i], es::round_bf16(w[i]));
+}
+
+// The CPU emulating FP8 / BF16 weights: close to HF (bounded by what the rounding costs), further
+// from it than the exact weights, and closer than the exact weights to the GPU's numerics (the
+// CUDA backend's CPU twin) — the emulation measures what the precision does.
+void TestModelReference::emulatedPrecision() {
+    QFETCH(QString, dir);
+    const reference ref = read_reference(dir);
+    auto golden = es::read_npy_f32((dir + "/ref_logits.npy").toStdString());
+    QVERIFY(golden.ok());
+    std::vector<float> twin_fp8;
+    {
+        auto cfg = es::load_model_config(dir.toStdString());
+        auto store = es::weight_store::open_dir(dir.toStdString());
+        QVERIFY(cfg.ok() && store.ok());
+        auto bound = es::bind_model_tensors(*cfg, **store);
+        QVERIFY(bound.ok());
+        auto tw = es::twin_forward_logits(*cfg, *bound, ref.prompt, es::weight_precision::fp8);
+        QVERIFY2(tw.ok(), tw.ok() ? "" : tw.message().c_str());
+        twin_fp8 = std::move(*tw);
+    }
+    std::map<std::string, std::vector<float>> logits;
+    for (const char *mode : {"exact", "bf16", "fp8"}) {
+        es::model_load_params lp;
+        lp.need_tokenizer = false;
+        lp.emulate_precision_on_cpu = std::string(mode) != "exact";
+        lp.precision = std::string(mode) == "fp8" ? es::weight_precision::fp8 : es::weight_precision::bf16;
+        auto m = es::load_model(dir.toStdString(), lp);
+        QVERIFY2(m.ok(), m.ok() ? "" : m.message().c_str());
+        const std::string name = (*m)->be->name();
+        if (std::string(mode) == "fp8") QVERIFY2(name.find("fp8-e4m3") != std::string::npos, name.c_str());
+        logits[mode] = prompt_logits(*(*m)->be, ref.prompt);
+        QCOMPARE(logits[mode].size(), golden->data.size());
+    }
+    const size_t n = golden->data.size();
+    const double exact = nmse(logits["exact"].data(), golden->data.data(), n);
+    const double bf16 = nmse(logits["bf16"].data(), golden->data.data(), n);
+    const double fp8 = nmse(logits["fp8"].data(), golden->data.data(), n);
+    const double fp8_vs_twin = nmse(logits["fp8"].data(), twin_fp8.data(), n);
+    const double exact_vs_twin = nmse(logits["exact"].data(), twin_fp8.data(), n);
+    qInfo("%s: NMSE vs HF exact %.2e, bf16 %.2e, fp8 %.2e; vs the GPU twin (fp8): emulated %.2e, exact %.2e",
+          qPrintable(QDir(dir).dirName()), exact, bf16, fp8, fp8_vs_twin, exact_vs_twin);
+    QVERIFY(fp8 > exact);
+    QVERIFY(fp8 < 0.1); // the self-test's FP8-vs-HF bound for the GPU
+    QVERIFY(bf16 < 5e-3);
+    QVERIFY(fp8_vs_twin < exact_vs_twin);
 }
 
 void TestModelReference::logits() {

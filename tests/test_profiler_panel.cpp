@@ -8,6 +8,7 @@
 #include "compare_view.h"
 #include "composer.h"
 #include "engine_session.h"
+#include "latency_stats.h"
 #include "latency_view.h"
 #include "main_window.h"
 #include "memory_usage_view.h"
@@ -78,8 +79,11 @@ MessageProfile sampleProfile(int variant) {
     if (variant == 0) {
         p.traceIds = {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3};
         p.traceWeights = {0.75f, 0.25f, 0.5f, 0.5f, 0.25f, 0.75f, 0.5f, 0.5f, 0.625f, 0.375f, 0.875f, 0.125f};
-    } else {
+    } else if (variant == 1) {
         p.traceIds = {2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1};
+        p.traceWeights = QList<float>(12, 0.5f);
+    } else { // the prompt routed like variant 1, the reply (position 2) like variant 0
+        p.traceIds = {2, 3, 0, 1, 2, 3, 0, 1, 0, 1, 2, 3};
         p.traceWeights = QList<float>(12, 0.5f);
     }
     p.routing = routingFromTrace(p.traceIds, p.moeLayers, p.k, p.nExperts);
@@ -101,6 +105,7 @@ private slots:
     void selectedMessageLatencyAndStrip();
     void compareShowsPerLayerDivergence();
     void storedProfileEqualsLive();
+    void concurrentRepliesShareSteps();
 
 private:
     std::unique_ptr<ProfilerPanel> makePanel();
@@ -316,6 +321,67 @@ void TestProfilerPanel::compareShowsPerLayerDivergence() {
     // Comparing a message with itself: 0 everywhere.
     m_panel->setCompareMessages(a1, a1);
     for (const LayerDivergence &d : cv->divergences()) QCOMPARE(d.js, 0.0);
+
+    // "Reply tokens only": a3's prompt was routed like a2's, its reply like a1's.
+    const qint64 u3 = *m_store->addMessage(c, a2, MessageRole::User, "third");
+    const qint64 a3 = *m_store->beginPartialReply(c, u3, {});
+    QVERIFY(m_store->finishReply(a3, "z", "stop", {}, {}, sampleProfile(2)));
+    QCOMPARE(replyRouting(sampleProfile(2)), replyRouting(sampleProfile(0)));
+    QCOMPARE(replyRouting(sampleProfile(0)).at(0).expertCounts, (QList<quint32>{1, 1, 0, 0}));
+    m_panel->setCompareMessages(a1, a3);
+    for (const LayerDivergence &d : cv->divergences()) QVERIFY(d.js > 0.1);
+    QVERIFY(cv->summary().contains(QLatin1String("prompt and reply")));
+    cv->setReplyTokensOnly(true);
+    QCOMPARE(cv->divergences().size(), 2);
+    for (const LayerDivergence &d : cv->divergences()) QVERIFY(near(d.js, 0.0));
+    QVERIFY(cv->summary().contains(QLatin1String("reply tokens only")));
+    QVERIFY(near(cell(cv->heatmapB(), 0, 1), 0.5)); // a3's reply: experts {0, 1} in layer 1
+    cv->setReplyTokensOnly(false);
+    for (const LayerDivergence &d : cv->divergences()) QVERIFY(d.js > 0.1);
+}
+
+// Two replies computed together: every shared step is apportioned by tokens, so their phase
+// times add up to the engine's time for those steps (whole-step attribution would count each
+// shared step twice), and each reply counts exactly the steps that computed it.
+void TestProfilerPanel::concurrentRepliesShareSteps() {
+    m_session = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = 24});
+    QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
+    m_session->loadModel(QStringLiteral(ES_TEST_DATA_DIR) + "/moe-shared");
+    QVERIFY(loaded.wait(30000));
+    ProfileRecorder *rec = ProfileRecorder::forSession(m_session.get());
+    QSignalSpy recorded(rec, &ProfileRecorder::replyRecorded);
+    auto request = [](const QString &text) {
+        ChatRequest r;
+        r.messages = {{MessageRole::User, text}};
+        r.sampling.temperature = 0.0;
+        r.sampling.maxTokens = 24;
+        return r;
+    };
+    const quint64 a = m_session->submit(request(QStringLiteral("first question, rather long so prefill takes a while")));
+    const quint64 b = m_session->submit(request(QStringLiteral("second")));
+    QTRY_COMPARE_WITH_TIMEOUT(recorded.count(), 2, 60000);
+    const std::optional<MessageProfile> pa = rec->takeProfile(a), pb = rec->takeProfile(b);
+    QVERIFY(pa && pb);
+    // The telemetry ring still holds every step of both (a few dozen steps).
+    const TelemetryView t = m_session->telemetry();
+    double engineMs = 0;
+    int stepsA = 0, stepsB = 0, shared = 0;
+    for (const StepView &s : t.steps) {
+        const bool inA = s.seqIds.contains(a), inB = s.seqIds.contains(b);
+        if (!inA && !inB) continue;
+        QCOMPARE(s.seqIds.size(), s.seqTokens.size());
+        engineMs += stepPhases(s).totalMs();
+        stepsA += inA;
+        stepsB += inB;
+        shared += inA && inB;
+    }
+    QVERIFY2(shared > 0, "the two replies never shared a step");
+    QCOMPARE(pa->nSteps, stepsA);
+    QCOMPARE(pb->nSteps, stepsB);
+    QCOMPARE(pa->nStepsMissed + pb->nStepsMissed, 0);
+    const double sum = pa->phases.totalMs() + pb->phases.totalMs();
+    QVERIFY2(std::abs(sum - engineMs) <= 1e-6 * std::max(1.0, engineMs),
+             qPrintable(QString("replies %1 ms, engine %2 ms").arg(sum).arg(engineMs)));
 }
 
 void TestProfilerPanel::storedProfileEqualsLive() {

@@ -279,6 +279,19 @@ private slots:
         const KvBlockMap coarse = kvBlockMap(m, 4);
         QCOMPARE(coarse.blocksPerCell, 3);
         QCOMPARE(coarse.cells, (QList<S>{S::Used, S::Cached, S::Free, S::Free}));
+        // Per-block states (the local engine): exact counts, cells where the blocks lie.
+        m.kvBlockStates = QByteArray::fromHex("02000102000001020202"); // 10 blocks
+        const KvBlockMap exact = kvBlockMap(m);
+        QCOMPARE(exact.used, 3);
+        QCOMPARE(exact.cached, 2);
+        QCOMPARE(exact.free, 5);
+        QCOMPARE(exact.cells, (QList<S>{S::Free, S::Used, S::Cached, S::Free, S::Used, S::Used, S::Cached, S::Free,
+                                        S::Free, S::Free}));
+        // 3 per cell: {F,U,C} ties → used; {F,U,U} → used; {C,F,F} → free; {F} → free.
+        QCOMPARE(kvBlockMap(m, 4).cells, (QList<S>{S::Used, S::Used, S::Free, S::Free}));
+        // A stale state vector (wrong length) falls back to the counts.
+        m.kvBlockStates.chop(1);
+        QCOMPARE(kvBlockMap(m).cells, map.cells);
     }
 
     void profileFromReply() {

@@ -29,7 +29,13 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     layout->setContentsMargins(4, 4, 4, 4);
     m_title = new QLabel(this);
     m_title->setStyleSheet("font-weight: bold; padding: 2px");
-    layout->addWidget(m_title);
+    m_badge = new QLabel(this);
+    m_badge->setStyleSheet("color: palette(mid); padding: 2px");
+    m_badge->setToolTip(tr("Where this pane's replies are computed: backend and weight precision"));
+    auto *titleRow = new QHBoxLayout;
+    titleRow->addWidget(m_title, 1);
+    titleRow->addWidget(m_badge);
+    layout->addLayout(titleRow);
     m_scroll = new QScrollArea(this);
     m_scroll->setWidgetResizable(true);
     m_scroll->setFrameShape(QFrame::NoFrame);
@@ -151,7 +157,13 @@ void ChatPane::editConversationSettings() {
     }
 }
 
+QString ChatPane::engineBadge() const { return m_badge->text(); }
+
+EngineSession *ChatPane::session() const { return m_session; }
+
 void ChatPane::updateComposerState() {
+    const SessionModelInfo info = m_session->modelInfo();
+    m_badge->setText(m_session->isModelLoaded() ? info.precision : QString());
     if (!m_session->isModelLoaded())
         m_composer->setCanSend(false, m_session->isLoading() ? tr("Loading the model…")
                                                              : tr("No model is loaded — File ▸ Open model… (Ctrl+O)"));
@@ -345,7 +357,11 @@ void ChatPane::onFinished(quint64 requestId, const QString &reason, const Messag
 void ChatPane::onFailed(quint64 requestId, const QString &message) {
     if (requestId != m_request) return;
     m_request = 0;
-    m_store->failReply(m_replyId, m_replyText, message);
+    // What was measured until the failure is kept with the message, like a finished reply's.
+    const std::optional<MessageProfile> profile = ProfileRecorder::forSession(m_session)->takeProfile(requestId);
+    if (!(profile ? m_store->failReply(m_replyId, m_replyText, message, metricsFromProfile(*profile), *profile)
+                  : m_store->failReply(m_replyId, m_replyText, message)))
+        emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
     m_replyId = 0;
     m_replyWidget = nullptr;
     emit generatingChanged(false);

@@ -40,6 +40,9 @@ public:
     PresetBar *presetBar() const { return m_presetBar; }
     std::optional<Preset> activePreset() const { return m_preset; }
     QList<MessageWidget *> messageWidgets() const;
+    EngineSession *session() const;
+    // The precision (and backend) this pane's replies come from, shown beside its title.
+    QString engineBadge() const;
 
 public slots:
     void setConversation(std::optional<qint64> id); // nullopt: a new, empty conversation
@@ -75,6 +78,7 @@ private:
 
     QPointer<ChatStore> m_store;
     QPointer<EngineSession> m_session;
+    QLabel *m_badge = nullptr;
     std::optional<qint64> m_conversation;
     std::optional<Preset> m_preset;
     QLabel *m_title = nullptr;

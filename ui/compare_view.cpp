@@ -4,6 +4,7 @@
 
 #include "profiler_charts.h"
 
+#include <QCheckBox>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
@@ -42,6 +43,12 @@ CompareView::CompareView(QWidget *parent) : QWidget(parent) {
     buttons->addWidget(b);
     buttons->addWidget(swap);
     buttons->addStretch(1);
+    m_replyOnly = new QCheckBox(tr("Reply tokens only"), this);
+    m_replyOnly->setToolTip(tr("Count only the positions the model generated, not the prompt. A mode prefix "
+                               "changes the prompt itself; this shows whether it also steers the experts "
+                               "of the answer."));
+    buttons->addWidget(m_replyOnly);
+    connect(m_replyOnly, &QCheckBox::toggled, this, &CompareView::replyTokensOnlyChanged);
     layout->addLayout(buttons);
     connect(a, &QPushButton::clicked, this, &CompareView::useSelectedAsA);
     connect(b, &QPushButton::clicked, this, &CompareView::useSelectedAsB);
@@ -98,6 +105,10 @@ CompareView::CompareView(QWidget *parent) : QWidget(parent) {
 }
 
 QString CompareView::summary() const { return m_summary->text(); }
+
+bool CompareView::replyTokensOnly() const { return m_replyOnly->isChecked(); }
+
+void CompareView::setReplyTokensOnly(bool on) { m_replyOnly->setChecked(on); }
 
 void CompareView::fillMap(QCustomPlot *plot, QCPColorMap *map, const Side &side, double maxShare) {
     const RoutingMatrix &m = side.matrix;
@@ -169,10 +180,11 @@ void CompareView::showPair(const Side &a, const Side &b) {
     if (n == 0)
         m_summary->setText(tr("Pick two messages to compare their routing."));
     else
-        m_summary->setText(tr("Mean JS divergence over %1 MoE layers: %2 nats (%3% of ln 2)")
+        m_summary->setText(tr("Mean JS divergence over %1 MoE layers: %2 nats (%3% of ln 2), %4")
                                .arg(n)
                                .arg(sum / n, 0, 'f', 4)
-                               .arg(100.0 * sum / n / kJensenShannonMax, 0, 'f', 1));
+                               .arg(100.0 * sum / n / kJensenShannonMax, 0, 'f', 1)
+                               .arg(replyTokensOnly() ? tr("reply tokens only") : tr("prompt and reply")));
 }
 
 } // namespace es

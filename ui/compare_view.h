@@ -9,6 +9,7 @@
 
 #include <QWidget>
 
+class QCheckBox;
 class QCPBars;
 class QCPColorMap;
 class QCustomPlot;
@@ -37,16 +38,21 @@ public:
     QCPBars *divergenceBars() const { return m_bars; }
     QCustomPlot *divergencePlot() const { return m_jsPlot; }
     QString summary() const;
+    // "Reply tokens only": compare the routing of the generated positions, not prompt + reply.
+    bool replyTokensOnly() const;
+    void setReplyTokensOnly(bool on);
 
 signals:
     void useSelectedAsA();
     void useSelectedAsB();
     void swapRequested();
+    void replyTokensOnlyChanged(bool on);
 
 private:
     void fillMap(QCustomPlot *plot, QCPColorMap *map, const Side &side, double maxShare);
 
     QLabel *m_titleA = nullptr, *m_titleB = nullptr, *m_summary = nullptr;
+    QCheckBox *m_replyOnly = nullptr;
     QCustomPlot *m_plotA = nullptr, *m_plotB = nullptr, *m_jsPlot = nullptr;
     QCPColorMap *m_mapA = nullptr, *m_mapB = nullptr;
     QCPBars *m_bars = nullptr;

@@ -24,6 +24,8 @@
 #include <QSplitter>
 #include <QStatusBar>
 
+#include <algorithm>
+
 namespace es {
 
 namespace {
@@ -150,6 +152,15 @@ void MainWindow::buildMenus() {
 
     QMenu *view = menuBar()->addMenu(tr("&View"));
     view->addAction(tr("Add a &pane (compare)"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_N), this, [this] { addPane(); });
+    QMenu *precisionPane = view->addMenu(tr("Add a pane at another p&recision"));
+    precisionPane->setToolTipsVisible(true);
+    for (auto [key, label] : {std::pair{"fp8", tr("FP8 (E4M3 weights)")},
+                              {"bf16", tr("BF16 weights")},
+                              {"auto", tr("Automatic (FP8 on the GPU, exact on the CPU)")}}) {
+        QAction *a = precisionPane->addAction(label, this, [this, key = QString(key)] { addPrecisionPane(key); });
+        a->setToolTip(tr("The same model loaded a second time at this precision, in a new pane; with "
+                         "“Send to all panes” both answer the same question"));
+    }
     view->addAction(tr("&Close pane"), QKeySequence(Qt::CTRL | Qt::Key_W), this, &MainWindow::closeCurrentPane);
     m_sendToAll = view->addAction(tr("&Send to all panes"));
     m_sendToAll->setCheckable(true);
@@ -178,11 +189,17 @@ void MainWindow::buildMenus() {
         });
     }
     auto *precisions = new QActionGroup(this);
-    QMenu *precisionMenu = model->addMenu(tr("&Precision (GPU)"));
-    for (auto [key, label] : {std::pair{"fp8", tr("FP8 (E4M3 weights)")}, {"bf16", tr("BF16")}}) {
+    QMenu *precisionMenu = model->addMenu(tr("&Precision"));
+    precisionMenu->setToolTipsVisible(true);
+    for (auto [key, label] : {std::pair{"auto", tr("Automatic (FP8 on the GPU, exact on the CPU)")},
+                              {"fp8", tr("FP8 (E4M3 weights)")},
+                              {"bf16", tr("BF16 weights")}}) {
         QAction *a = precisionMenu->addAction(label);
         a->setCheckable(true);
         a->setChecked(m_session->options().precision == key);
+        if (QString(key) != "auto")
+            a->setToolTip(tr("On the CPU the weights are rounded the same way and computed in fp32, so the "
+                             "effect of the precision on answers and routing can be compared anywhere."));
         precisions->addAction(a);
         connect(a, &QAction::triggered, this, [this, key = QString(key)] {
             EngineSessionOptions o = m_session->options();
@@ -230,8 +247,8 @@ void MainWindow::applyPresetToCurrentPane(const std::optional<Preset> &preset) {
     if (m_current) m_current->setActivePreset(preset);
 }
 
-ChatPane *MainWindow::addPane() {
-    auto *pane = new ChatPane(m_store, m_session, m_panesSplitter);
+ChatPane *MainWindow::addPane(EngineSession *session) {
+    auto *pane = new ChatPane(m_store, session ? session : m_session.data(), m_panesSplitter);
     m_panesSplitter->addWidget(pane);
     m_panes.push_back(pane);
     connect(pane, &ChatPane::activated, this, [this, pane] { setCurrentPane(pane); });
@@ -245,12 +262,54 @@ ChatPane *MainWindow::addPane() {
     return pane;
 }
 
+ChatPane *MainWindow::addPrecisionPane(const QString &precision) {
+    if (!m_session->isModelLoaded()) {
+        statusBar()->showMessage(tr("Load a model first: the new pane uses the same model at another precision"), 8000);
+        return nullptr;
+    }
+    if (m_session->options().precision == precision) return addPane();
+    for (EngineSession *s : std::as_const(m_extraSessions))
+        if (s->options().precision == precision) return addPane(s);
+    const QString dir = m_session->modelInfo().dir;
+    EngineSessionOptions o = m_session->options();
+    o.precision = precision;
+    const MemoryEstimateView e = EngineSession::estimate(dir, o);
+    if (e.ok && !e.fits) {
+        const auto answer = QMessageBox::warning(
+            this, tr("A second copy may not fit"),
+            tr("<p>This loads the model a second time.</p><p>%1</p><p>Load anyway?</p>").arg(e.message.toHtmlEscaped()),
+            QMessageBox::Yes | QMessageBox::No, QMessageBox::No);
+        if (answer != QMessageBox::Yes) return nullptr;
+    }
+    auto *session = new EngineSession(o, this);
+    m_extraSessions.push_back(session);
+    connect(session, &EngineSession::modelLoadFailed, this, [this](const QString &d, const QString &message) {
+        QMessageBox::critical(this, tr("The model could not be loaded"),
+                              tr("<p>Loading <b>%1</b> failed:</p><p>%2</p>").arg(d.toHtmlEscaped(), message.toHtmlEscaped()));
+    });
+    session->loadModel(dir);
+    return addPane(session);
+}
+
 void MainWindow::closeCurrentPane() {
     if (m_panes.size() <= 1 || !m_current) return;
     ChatPane *pane = m_current;
     m_panes.removeOne(pane);
+    // Later (this may run inside one of the pane's own key events); its session goes after it.
+    connect(pane, &QObject::destroyed, this, &MainWindow::releaseUnusedSessions);
     pane->deleteLater();
     setCurrentPane(m_panes.back());
+}
+
+// A precision pane's session lives as long as some pane uses it (its model memory is freed then).
+void MainWindow::releaseUnusedSessions() {
+    for (qsizetype i = m_extraSessions.size() - 1; i >= 0; --i) {
+        EngineSession *s = m_extraSessions[i];
+        const bool used = std::any_of(m_panes.begin(), m_panes.end(), [s](ChatPane *p) { return p->session() == s; });
+        if (used) continue;
+        m_extraSessions.removeAt(i);
+        s->deleteLater();
+    }
 }
 
 void MainWindow::setCurrentPane(ChatPane *pane) {
@@ -311,6 +370,8 @@ void MainWindow::onModelLoaded(const SessionModelInfo &info) {
                                            .arg(info.nLayers)
                                      : tr("%1 — dense, %2 layers").arg(info.name).arg(info.nLayers));
     m_backendLabel->setText(QStringLiteral("%1 · %2").arg(info.backend, info.precision));
+    for (EngineSession *s : std::as_const(m_extraSessions)) // panes at another precision follow the model
+        if (s->modelInfo().dir != info.dir && !s->isLoading()) s->loadModel(info.dir);
     QSettings settings;
     settings.setValue("model/lastDir", info.dir);
 }

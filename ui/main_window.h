@@ -1,5 +1,7 @@
 // MainWindow: conversations on the left, one or more chat panes side by side in the centre
-// (each its own conversation; "send to all panes" compares presets on the same question), the
+// (each its own conversation; "send to all panes" compares presets on the same question, and a
+// pane opened at another precision — its own EngineSession on the same model — compares FP8
+// with BF16 or the exact weights), the
 // status bar (model, backend, precision, memory, live tok/s). It owns no model state: the
 // EngineSession and ChatStore it is given do. File ▸ Export/Import: ExportMenu (es_report). Window layout is
 // kept in QSettings.
@@ -43,7 +45,11 @@ public:
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
     void loadModelFolder(const QString &dir, bool askWhenTooBig = true);
-    ChatPane *addPane();
+    ChatPane *addPane(EngineSession *session = nullptr); // default: the main session
+    // A pane whose replies come from the current model at another weight precision ("auto",
+    // "fp8", "bf16"): a second EngineSession loads the model that way (shared by every pane at
+    // that precision, unloaded with the last of them). Null when no model is loaded.
+    ChatPane *addPrecisionPane(const QString &precision);
     void closeCurrentPane();
     void applyPresetToCurrentPane(const std::optional<es::Preset> &preset);
     void managePresets();
@@ -61,9 +67,11 @@ private:
     void onStats(const es::SessionStats &stats);
     void broadcast(ChatPane *from, const QString &text);
     void rebuildPresetMenu();
+    void releaseUnusedSessions();
 
     QPointer<ChatStore> m_store;
     QPointer<EngineSession> m_session;
+    QList<EngineSession *> m_extraSessions; // for panes at another precision (children of this)
     ConversationSidebar *m_sidebar = nullptr;
     QSplitter *m_panesSplitter = nullptr;
     QSplitter *m_mainSplitter = nullptr;

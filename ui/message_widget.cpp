@@ -3,10 +3,13 @@
 // (CommonMark + GitHub tables and code fences).
 #include "message_widget.h"
 
+#include "markdown_code_blocks.h"
+
 #include <QAbstractTextDocumentLayout>
 #include <cmath>
 #include <QApplication>
 #include <QClipboard>
+#include <QDesktopServices>
 #include <QHBoxLayout>
 #include <QKeyEvent>
 #include <QLabel>
@@ -27,7 +30,7 @@ public:
         setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
         setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
         setFrameShape(QFrame::NoFrame);
-        setOpenExternalLinks(true);
+        setOpenLinks(false); // MessageWidget routes clicks: es-copy: links copy a code block
         setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
         connect(document()->documentLayout(), &QAbstractTextDocumentLayout::documentSizeChanged, this,
                 [this] { fitHeight(); });
@@ -109,6 +112,18 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
         QApplication::clipboard()->setText(m_text);
         emit copyRequested(m_text);
     });
+    connect(m_body, &QTextBrowser::anchorClicked, this, [this](const QUrl &url) {
+        if (url.scheme() == QLatin1String(kCopyCodeScheme)) {
+            bool ok = false;
+            const int index = url.path().toInt(&ok);
+            if (ok && index >= 0 && index < m_codeBlocks.size()) {
+                QApplication::clipboard()->setText(m_codeBlocks[index]);
+                emit copyRequested(m_codeBlocks[index]);
+            }
+            return;
+        }
+        QDesktopServices::openUrl(url);
+    });
     connect(m_edit, &QToolButton::clicked, this, &MessageWidget::startEditing);
     connect(cancel, &QPushButton::clicked, this, [this] { showEditor(false); });
     connect(send, &QPushButton::clicked, this, [this] {
@@ -159,8 +174,16 @@ void MessageWidget::render() {
                    : m_message.role == MessageRole::Assistant ? tr("Assistant")
                                                               : tr("System"));
     m_status->setText(statusLine());
-    if (m_message.role == MessageRole::User) m_body->setPlainText(m_text);
-    else m_body->setMarkdown(m_text);
+    if (m_message.role == MessageRole::User) {
+        m_body->setPlainText(m_text);
+        m_codeBlocks.clear();
+    } else {
+        const CodeBlocks blocks = find_code_blocks(m_text, [](int, const QString &language) {
+            return language.isEmpty() ? tr("⧉ Copy code") : tr("⧉ Copy code · %1").arg(language);
+        });
+        m_codeBlocks = blocks.code;
+        m_body->setMarkdown(blocks.annotated);
+    }
     static_cast<AutoHeightBrowser *>(m_body)->fitHeight();
     m_copy->setEnabled(!m_text.isEmpty());
 }

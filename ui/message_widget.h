@@ -6,6 +6,7 @@
 #include "storage_types.h"
 
 #include <QFrame>
+#include <QStringList>
 
 class QLabel;
 class QTextBrowser;
@@ -22,6 +23,8 @@ public:
     qint64 messageId() const { return m_message.id; }
     MessageRole role() const { return m_message.role; }
     QString text() const { return m_text; }
+    // The closed fenced code blocks of the body; each has a "Copy code" link above it.
+    QStringList codeBlocks() const { return m_codeBlocks; }
 
     // Streaming: replaces the body text (Markdown) and marks the message as still generating.
     void setStreamingText(const QString &text);
@@ -34,7 +37,7 @@ public:
     bool isSelected() const { return m_selected; }
 
 signals:
-    void copyRequested(const QString &text);
+    void copyRequested(const QString &text); // the whole message, or one code block
     void editSubmitted(qint64 messageId, const QString &newText);
     void regenerateRequested(qint64 messageId);
     void siblingRequested(qint64 messageId); // switch the branch to this sibling
@@ -51,6 +54,7 @@ private:
 
     Message m_message;
     QString m_text;
+    QStringList m_codeBlocks;
     bool m_streaming = false;
     SiblingInfo m_siblings;
     QLabel *m_who = nullptr;

@@ -93,6 +93,10 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
     connect(m_compare, &CompareView::useSelectedAsB, this, [this] {
         if (m_selected) setCompareMessages(m_compareA, m_selected);
     });
+    connect(m_compare, &CompareView::replyTokensOnlyChanged, this, [this] {
+        m_compareDirty = true;
+        refreshCompare();
+    });
     connect(m_compare, &CompareView::swapRequested, this,
             [this] { setCompareMessages(m_compareB, m_compareA); });
     m_clock.start();
@@ -367,7 +371,11 @@ CompareView::Side ProfilerPanel::compareSide(qint64 messageId) const {
     side.nLayers = p && p->nLayers ? p->nLayers : info.nLayers;
     side.nSharedExperts = p && p->nLayers ? p->nSharedExperts : info.nSharedExperts;
     const int nExperts = p && p->nExperts ? p->nExperts : info.nExperts;
-    side.matrix = RoutingMatrix::fromLayerRouting(p ? p->routing : m_store->routing(messageId), nExperts);
+    // Reply tokens only needs the trace (profiles); a message without one has no such view.
+    const QList<LayerRouting> routing = m_compare->replyTokensOnly() ? (p ? replyRouting(*p) : QList<LayerRouting>{})
+                                        : p                          ? p->routing
+                                                                     : m_store->routing(messageId);
+    side.matrix = RoutingMatrix::fromLayerRouting(routing, nExperts);
     QString question;
     if (msg->parentId)
         if (const std::optional<Message> parent = m_store->message(*msg->parentId))

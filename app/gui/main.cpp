@@ -86,7 +86,7 @@ int main(int argc, char **argv) {
     QSettings settings;
     es::EngineSessionOptions options;
     options.backend = cli.isSet(backend) ? cli.value(backend) : settings.value("engine/backend", "auto").toString();
-    options.precision = settings.value("engine/precision", "fp8").toString();
+    options.precision = settings.value("engine/precision", "auto").toString();
     es::EngineSession session(options);
     es::MainWindow window(&store, &session);
     window.show();

@@ -36,6 +36,26 @@ MemorySample memorySample(const MemoryView &m, double tS) {
 KvBlockMap kvBlockMap(const MemoryView &m, int maxCells) {
     KvBlockMap map;
     const int total = std::max(0, m.kvBlocksTotal);
+    if (total > 0 && m.kvBlockStates.size() == total) {
+        // Exact: each block's own state.
+        const auto state = [&](int b) { return std::clamp(int(quint8(m.kvBlockStates[b])), 0, 2); };
+        for (int b = 0; b < total; ++b) {
+            const int s = state(b);
+            (s == 0 ? map.used : s == 1 ? map.cached : map.free) += 1;
+        }
+        if (maxCells <= 0) return map;
+        map.blocksPerCell = (total + maxCells - 1) / maxCells;
+        const int nCells = (total + map.blocksPerCell - 1) / map.blocksPerCell;
+        map.cells.reserve(nCells);
+        for (int c = 0; c < nCells; ++c) {
+            int n[3] = {0, 0, 0};
+            for (int b = c * map.blocksPerCell; b < std::min(total, (c + 1) * map.blocksPerCell); ++b) ++n[state(b)];
+            map.cells.append(n[0] >= n[1] && n[0] >= n[2] ? KvBlockState::Used
+                             : n[1] >= n[2]                ? KvBlockState::Cached
+                                                           : KvBlockState::Free);
+        }
+        return map;
+    }
     map.used = std::clamp(m.kvBlocksUsed, 0, total);
     map.cached = std::clamp(m.kvBlocksCached - map.used, 0, total - map.used);
     map.free = total - map.used - map.cached;

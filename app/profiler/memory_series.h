@@ -28,11 +28,13 @@ qint64 memoryInUse(const MemoryView &m);
 double fragmentation(qint64 largestFree, qint64 totalFree);
 double kvWaste(qint64 tokensStored, qint64 blocksUsed, int blockSize);
 
-// The KV block map: one state per cell, cells in pool order as used (ref > 0), cached (free but
-// holding a reusable prefix) and free. The engine publishes counts, not each block's state, so
-// the map is drawn in that order; "cached" is max(0, cached − used), which is exact when nothing
-// runs and a lower bound while replies hold hashed blocks. At most maxCells cells: with more
-// blocks, each cell stands for ⌈blocks / maxCells⌉ blocks and shows their majority state.
+// The KV block map: one cell per block in pool (block id) order, used (ref > 0), cached (free but
+// holding a reusable prefix) or free, from the engine's per-block states — so the map shows
+// where in the pool the blocks lie, not only how many. Without per-block states (a source that
+// publishes counts only) the cells are drawn from the counts in the order used | cached | free,
+// "cached" then being max(0, cached − used): exact when nothing runs, a lower bound while
+// replies hold hashed blocks. At most maxCells cells: with more blocks, each cell stands for
+// ⌈blocks / maxCells⌉ blocks and shows their majority state (ties: used, then cached).
 enum class KvBlockState : int { Used = 0, Cached = 1, Free = 2 };
 struct KvBlockMap {
     int blocksPerCell = 1;

@@ -27,14 +27,31 @@ bool inReply(const StepView &s, qint64 tSubmitUs, qint64 tFinishUs) {
 
 qint64 us(double ms) { return qRound64(ms * 1000.0); }
 
-void count(ReplyEngineStats &st, const StepView &s, qint64 tSubmitUs) {
-    const PhaseTimes ph = stepPhases(s);
+// This reply's share of a step: its tokens over the step's tokens when the step lists its
+// sequences (0 when the reply was not in it), else 1 (the step counts for every reply in flight).
+double shareOf(const StepView &s, quint64 id) {
+    if (s.seqIds.isEmpty()) return 1.0;
+    qint64 mine = 0, all = 0;
+    for (qsizetype i = 0; i < s.seqIds.size() && i < s.seqTokens.size(); ++i) {
+        all += s.seqTokens[i];
+        if (s.seqIds[i] == id) mine += s.seqTokens[i];
+    }
+    return all > 0 ? double(mine) / double(all) : 0.0;
+}
+
+// The listed step (schema v5) is the engine's step as it ran, whole: the trace draws engine steps.
+void count(ReplyEngineStats &st, const StepView &s, quint64 id, qint64 tSubmitUs) {
+    const double share = shareOf(s, id);
+    if (share <= 0.0) return;
+    const PhaseTimes whole = stepPhases(s);
+    PhaseTimes ph = whole;
+    for (double *v : {&ph.attentionMs, &ph.moeMs, &ph.denseMs, &ph.samplingMs, &ph.otherMs}) *v *= share;
     accumulate(st.phases, ph);
     ++st.nSteps;
     st.maxBatchSeqs = std::max(st.maxBatchSeqs, s.nSeqs);
     if (st.steps.size() < kStepsKept)
         st.steps.append({s.tUs - tSubmitUs, us(s.durationMs), s.nSeqs, s.nPrefillTokens, s.nDecodeTokens,
-                         us(ph.attentionMs), us(ph.moeMs), us(ph.denseMs), us(ph.samplingMs)});
+                         us(whole.attentionMs), us(whole.moeMs), us(whole.denseMs), us(whole.samplingMs)});
 }
 } // namespace
 
@@ -68,6 +85,27 @@ MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo 
     for (float w : r.weights) p.traceWeights.append(float(qfloat16(w)));
     p.routing = routingFromTrace(p.traceIds, p.moeLayers, p.k, p.nExperts);
     return p;
+}
+
+MessageMetrics metricsFromProfile(const MessageProfile &p) {
+    MessageMetrics m;
+    const int n = int(p.tokenTimesUs.size());
+    m.nPromptTokens = p.nPromptTokens;
+    m.nOutputTokens = n;
+    if (p.ttftUs) {
+        m.ttftMs = *p.ttftUs / 1000.0;
+        const int computed = p.nPromptTokens - p.nCachedPromptTokens;
+        if (*p.ttftUs > 0) m.prefillTokS = computed / (*p.ttftUs / 1e6);
+    }
+    for (int i = 0; i < n; ++i) {
+        m.tokenTimesMs.push_back(float(p.tokenTimesUs[i] / 1000.0));
+        if (i > 0) m.itlMs.push_back(float((p.tokenTimesUs[i] - p.tokenTimesUs[i - 1]) / 1000.0));
+    }
+    if (n > 1 && p.tokenTimesUs.last() > p.tokenTimesUs.first())
+        m.decodeTokS = (n - 1) / ((p.tokenTimesUs.last() - p.tokenTimesUs.first()) / 1e6);
+    m.stopReason = QStringLiteral("error");
+    if (p.memoryPeakBytes > 0) m.peakMemoryBytes = p.memoryPeakBytes;
+    return m;
 }
 
 ProfileRecorder::ProfileRecorder(EngineSession *session, QObject *parent)
@@ -114,8 +152,8 @@ void ProfileRecorder::poll() {
     }
     while (m_history.size() > kHistory) {
         const StepView &old = m_history.front();
-        for (Accum &a : m_active)
-            if (old.tUs >= a.tSubmitUs) count(a.stats, old, a.tSubmitUs);
+        for (auto it = m_active.begin(); it != m_active.end(); ++it)
+            if (old.tUs >= it->tSubmitUs) count(it->stats, old, it.key(), it->tSubmitUs);
         m_history.pop_front();
     }
     const qint64 inUse = memoryInUse(t.memory);
@@ -136,7 +174,7 @@ void ProfileRecorder::onReplyProfiled(quint64 id, const ReplyProfile &reply) {
     m_active.remove(id);
     ReplyEngineStats st = a.stats;
     for (const StepView &s : m_history)
-        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s, reply.tSubmitUs);
+        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s, id, reply.tSubmitUs);
     const MessageProfile p =
         makeMessageProfile(reply, m_session ? m_session->modelInfo() : SessionModelInfo{}, st);
     m_finished.insert(id, p);
@@ -167,7 +205,7 @@ MessageProfile ProfileRecorder::liveProfile(quint64 id) const {
     if (reply.requestId == 0) return {};
     ReplyEngineStats st = it->stats;
     for (const StepView &s : m_history)
-        if (inReply(s, it->tSubmitUs, -1)) count(st, s, it->tSubmitUs);
+        if (inReply(s, it->tSubmitUs, -1)) count(st, s, id, it->tSubmitUs);
     return makeMessageProfile(reply, m_session->modelInfo(), st);
 }
 

@@ -3,9 +3,13 @@
 // that ran while the reply was in flight, and its memory peak — giving the MessageProfile that
 // ChatPane stores with the message and the profiler shows. It reads telemetry once per pump tick
 // that brought tokens (≈30 Hz at most, never per token) and keeps the last 4096 steps so the
-// prefill steps before a reply's first tokens are still attributed. Phase times of steps shared
-// by concurrent replies count for each of them. Each step is also listed in the profile (up to
-// 65,536; schema v5), with a memory sample whenever the figure changed (up to 8,192). GUI thread only.
+// prefill steps before a reply's first tokens are still attributed. A step shared by concurrent
+// replies is apportioned by tokens: each reply gets (its tokens in the step / the step's tokens)
+// of every phase time, so the phase times of replies that ran together add up to the engine's
+// time, not a multiple of it; nSteps counts the steps that computed the reply. (A source that
+// does not list a step's sequences falls back to whole steps for every reply in flight.) Each step
+// the reply took part in is also listed in the profile, whole (up to 65,536; schema v5), with a
+// memory sample whenever the figure changed (up to 8,192). GUI thread only.
 #pragma once
 
 #include "session_types.h"
@@ -36,6 +40,10 @@ struct ReplyEngineStats {
 // from the trace (the same counts EngineSession reports with replyFinished).
 MessageProfile makeMessageProfile(const ReplyProfile &reply, const SessionModelInfo &model,
                                   const ReplyEngineStats &stats);
+
+// A reply's metrics from its profile (what the session reports with replyFinished, for a reply
+// that ended without it: a failure). Stop reason "error".
+MessageMetrics metricsFromProfile(const MessageProfile &profile);
 
 class ProfileRecorder : public QObject {
     Q_OBJECT

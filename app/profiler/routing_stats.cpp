@@ -118,18 +118,22 @@ QList<LayerDivergence> jensenShannonPerLayer(const RoutingMatrix &a, const Routi
 }
 
 QList<LayerRouting> routingFromTrace(const QList<qint16> &ids, const QList<int> &moeLayers, int k,
-                                     int nExperts) {
+                                     int nExperts, int firstPosition) {
     QList<LayerRouting> out;
     const int nMoe = int(moeLayers.size());
     if (nMoe <= 0 || k <= 0 || nExperts <= 0) return out;
     for (int m = 0; m < nMoe; ++m) out.append({moeLayers[m], QList<quint32>(nExperts, 0)});
     const qsizetype perPos = qsizetype(nMoe) * k;
-    for (qsizetype i = 0; i < ids.size(); ++i) {
+    for (qsizetype i = qsizetype(std::max(0, firstPosition)) * perPos; i < ids.size(); ++i) {
         const int e = ids[i];
         if (e < 0 || e >= nExperts) continue;
         out[int((i % perPos) / k)].expertCounts[e] += 1;
     }
     return out;
+}
+
+QList<LayerRouting> replyRouting(const MessageProfile &p) {
+    return routingFromTrace(p.traceIds, p.moeLayers, p.k, p.nExperts, std::min(p.nPromptTokens, p.tracePositions()));
 }
 
 RoutingStrip routingStrip(const MessageProfile &p) {

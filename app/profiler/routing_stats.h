@@ -61,8 +61,12 @@ QList<LayerDivergence> jensenShannonPerLayer(const RoutingMatrix &a, const Routi
 
 // Routing counts per MoE layer from a reply's trace (positions the reply computed; prefix-cached
 // positions, id −1, are not counted): what EngineSession reports as the reply's routing.
+// firstPosition > 0 skips the trace's first positions (e.g. the prompt: replyRouting).
 QList<LayerRouting> routingFromTrace(const QList<qint16> &ids, const QList<int> &moeLayers, int k,
-                                     int nExperts);
+                                     int nExperts, int firstPosition = 0);
+// The routing counts of a reply's generated positions only (the trace after the prompt): what
+// the answer itself was routed through, without the prompt (which a mode prefix changes).
+QList<LayerRouting> replyRouting(const MessageProfile &profile);
 
 // The token × MoE-layer strip of a reply: for each trace position and MoE layer, the expert with
 // the largest gate weight (ties: lower id), or −1 for a prefix-cached position.

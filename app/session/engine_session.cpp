@@ -28,10 +28,20 @@ engine_params make_params(const EngineSessionOptions &o) {
     engine_params p;
     p.load.kind = o.backend == "cuda" ? backend_kind::cuda : o.backend == "cpu" ? backend_kind::cpu : backend_kind::automatic;
     p.load.precision = o.precision == "bf16" ? weight_precision::bf16 : weight_precision::fp8;
+    p.load.emulate_precision_on_cpu = o.precision == "bf16" || o.precision == "fp8";
     p.load.n_threads = o.threads;
     p.load.need_tokenizer = true;
     p.max_num_seqs = std::max(1, o.maxConcurrentReplies);
     return p;
+}
+
+// What the weights are, as the status bar and each reply's generation info say it.
+QString precisionLabel(bool cpu, const QString &option) {
+    if (cpu)
+        return option == "fp8"    ? QStringLiteral("fp8-e4m3 (emulated)")
+               : option == "bf16" ? QStringLiteral("bf16 (emulated)")
+                                  : QStringLiteral("fp32");
+    return option == "bf16" ? QStringLiteral("bf16") : QStringLiteral("fp8-e4m3");
 }
 
 sampling_params merge(const SamplingParams &s, sampling_params d, int default_max_tokens) {
@@ -128,10 +138,18 @@ TelemetryView EngineSession::telemetry() const {
     v.nSteps = t->n_steps;
     v.tUs = t->t_us;
     v.steps.reserve(qsizetype(t->recent_steps.size()));
-    for (const step_record &r : t->recent_steps)
-        v.steps.push_back({r.step, r.t_start_us, r.duration_ms, r.n_seqs, r.n_prefill_tokens, r.n_decode_tokens,
-                           r.n_preempted, r.schedule_ms, r.forward_ms, r.sample_ms, r.emit_ms, r.attention_ms, r.moe_ms,
-                           r.dense_ms, r.head_ms});
+    for (const step_record &r : t->recent_steps) {
+        StepView s{r.step,      r.t_start_us,  r.duration_ms, r.n_seqs,       r.n_prefill_tokens,
+                   r.n_decode_tokens, r.n_preempted, r.schedule_ms, r.forward_ms, r.sample_ms,
+                   r.emit_ms,   r.attention_ms, r.moe_ms,     r.dense_ms,     r.head_ms};
+        s.seqIds.reserve(qsizetype(r.seq_tokens.size()));
+        s.seqTokens.reserve(qsizetype(r.seq_tokens.size()));
+        for (const auto &[id, n] : r.seq_tokens) {
+            s.seqIds.push_back(id);
+            s.seqTokens.push_back(n);
+        }
+        v.steps.push_back(std::move(s));
+    }
     v.moeLayers = QList<int>(t->moe_layers.begin(), t->moe_layers.end());
     v.nExperts = t->n_expert;
     v.nExpertsUsed = t->n_expert_used;
@@ -142,7 +160,8 @@ TelemetryView EngineSession::telemetry() const {
     const memory_stats &m = t->memory;
     v.memory = {qint64(m.weights_bytes), qint64(m.kv_block_bytes), m.kv_blocks_total, m.kv_blocks_used, m.kv_blocks_free,
                 m.kv_blocks_cached, m.kv_tokens_stored, m.kv_waste, qint64(m.alloc_reserved), qint64(m.alloc_in_use),
-                qint64(m.alloc_largest_free), qint64(m.device_total), qint64(m.device_free), m.fragmentation};
+                qint64(m.alloc_largest_free), qint64(m.device_total), qint64(m.device_free), m.fragmentation,
+                QByteArray(reinterpret_cast<const char *>(m.kv_block_states.data()), qsizetype(m.kv_block_states.size()))};
     v.running = t->n_running;
     v.waiting = t->n_waiting;
     v.prefixQueries = t->prefix_queries;
@@ -299,7 +318,7 @@ void EngineSession::pump() {
                 v.name = QFileInfo(dir).fileName();
                 v.architecture = QString::fromStdString(c.arch_name);
                 v.backend = QString::fromStdString(info->backend_name);
-                v.precision = v.backend.startsWith("cpu") ? QStringLiteral("fp32") : m_options.precision;
+                v.precision = precisionLabel(v.backend.startsWith("cpu"), m_options.precision);
                 v.isMoe = c.arch == model_arch::moe;
                 v.nLayers = int(c.n_layer);
                 v.nExperts = int(c.n_expert);

@@ -24,7 +24,10 @@ struct engine_params;
 
 struct EngineSessionOptions {
     QString backend = QStringLiteral("auto"); // auto | cpu | cuda
-    QString precision = QStringLiteral("fp8"); // fp8 | bf16 (CUDA); the CPU computes in fp32
+    // auto: FP8 weights on the GPU, the checkpoint's exact values on the CPU. fp8 | bf16: those
+    // weights on the GPU, and on the CPU the same rounding emulated (fp32 math) — so two panes
+    // can compare precisions on any machine.
+    QString precision = QStringLiteral("auto");
     int threads = 0;                           // CPU threads, 0: all
     int maxConcurrentReplies = 8;
     int defaultMaxTokens = 1024;               // when neither the preset nor the conversation sets one

@@ -4,6 +4,7 @@
 
 #include "storage_types.h"
 
+#include <QByteArray>
 #include <QList>
 #include <QMetaType>
 #include <QString>
@@ -62,6 +63,10 @@ struct StepView {
     int nSeqs = 0, nPrefillTokens = 0, nDecodeTokens = 0, nPreempted = 0;
     double scheduleMs = 0, forwardMs = 0, sampleMs = 0, emitMs = 0;
     double attentionMs = 0, moeMs = 0, denseMs = 0, headMs = 0; // inside forward
+    // The requests computed in the step and their token counts (same order); empty when the
+    // source does not say (then a step is attributed to every reply in flight).
+    QList<quint64> seqIds;
+    QList<int> seqTokens;
 };
 
 struct MemoryView {
@@ -72,6 +77,9 @@ struct MemoryView {
     qint64 allocReserved = 0, allocInUse = 0, allocLargestFree = 0;
     qint64 deviceTotal = 0, deviceFree = 0;
     double fragmentation = 0;    // 1 − largest free / total free
+    // Each KV block's state in pool order (es::kv_block_state: 0 used, 1 cached, 2 free); empty
+    // when the source has no per-block view (a remote server).
+    QByteArray kvBlockStates;
 };
 
 // The latest engine telemetry, converted for the GUI. Cheap to copy (implicitly shared lists).

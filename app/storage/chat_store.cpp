@@ -1306,6 +1306,12 @@ bool ChatStore::failReply(qint64 messageId, const QString &text, const QString &
     return endPartialReply(messageId, text, MessageState::Failed, reason, nullptr, nullptr);
 }
 
+bool ChatStore::failReply(qint64 messageId, const QString &text, const QString &reason, const MessageMetrics &metrics,
+                          const MessageProfile &profile) {
+    const QList<LayerRouting> none;
+    return endPartialReply(messageId, text, MessageState::Failed, reason, &metrics, &none, &profile);
+}
+
 int ChatStore::recoverPartialReplies() {
     if (!checkThread()) return -1;
     QSet<qint64> touched;

@@ -142,6 +142,10 @@ public:
                      const MessageMetrics &metrics, const QList<LayerRouting> &routing, const MessageProfile &profile);
     // Ends a partial reply as failed (engine error), keeping the text produced so far.
     bool failReply(qint64 messageId, const QString &text, const QString &reason);
+    // The same, keeping what was measured until the failure (metrics, and the profile with its
+    // routing counts) in the same transaction.
+    bool failReply(qint64 messageId, const QString &text, const QString &reason, const MessageMetrics &metrics,
+                   const MessageProfile &profile);
     // Marks every 'partial' message as failed with finish reason "interrupted", keeping the last
     // checkpointed text. open() calls it; returns how many it marked.
     int recoverPartialReplies();
