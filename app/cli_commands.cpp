@@ -126,6 +126,21 @@ int cmd_info(const std::string &model_dir, bool json) {
     return weights_status == "ok" ? 0 : 1;
 }
 
+status forward_sequence(backend &be, const std::vector<int32_t> &ids, forward_output &out) {
+    const int32_t bs = 16, n = int32_t(ids.size()), n_blocks = (n + bs - 1) / bs;
+    if (auto s = be.init_kv_cache({bs, n_blocks}); !s) return s;
+    batch b;
+    b.tokens = ids;
+    b.seqs.resize(1);
+    for (int32_t i = 0; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
+    for (int32_t i = 0; i < n; ++i) {
+        b.pos.push_back(i);
+        b.seq.push_back(0);
+        b.logits_rows.push_back(i);
+    }
+    return be.forward(b, out);
+}
+
 int cmd_logits(const std::string &model_dir, const std::string &ids_text, const std::string &out,
                const common_opts &o) {
     auto ids = parse_ids(ids_text);
@@ -147,19 +162,8 @@ int cmd_logits(const std::string &model_dir, const std::string &ids_text, const 
         if (id >= c.n_vocab)
             return fail("--ids: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                         std::to_string(c.n_vocab) + ")");
-    const int32_t bs = 16, n_blocks = int32_t((n + bs - 1) / bs);
-    if (auto s = be.init_kv_cache({bs, n_blocks}); !s) return fail(s.message());
-    batch b;
-    b.tokens = *ids;
-    b.seqs.resize(1);
-    for (int32_t i = 0; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
-    for (int32_t i = 0; i < n; ++i) {
-        b.pos.push_back(i);
-        b.seq.push_back(0);
-        b.logits_rows.push_back(i);
-    }
     forward_output fo;
-    if (auto s = be.forward(b, fo); !s) return fail(s.message());
+    if (auto s = forward_sequence(be, *ids, fo); !s) return fail(s.message());
     if (auto s = write_npy_f32(out, fo.logits.data(), {n, c.n_vocab}); !s) return fail(s.message());
     return 0;
 }

@@ -2,6 +2,7 @@
 // on stderr naming the file, tensor or key and what was expected.
 #pragma once
 
+#include "backend.h"
 #include "model_config.h"
 #include "status.h"
 
@@ -75,6 +76,9 @@ int cmd_serve_bench_http(const serve_bench_opts &o);
 // serve (app/cli_serve.cpp): the OpenAI-compatible HTTP server (app/server).
 struct serve_opts {
     std::string model_dir, host = "127.0.0.1", api_key, served_model_name;
+    std::string shape;         // random weights of a real shape instead of --model
+    int32_t layers = 0;        // with --shape: 0, the shape's own depth
+    uint64_t kv_cache_mib = 0; // 0: the engine's default
     int port = 8000;
     size_t max_body_bytes = 1 << 20;
     int64_t max_prompt_tokens = 0;
@@ -92,6 +96,20 @@ struct import_opts {
     std::string db, chat, bench_json;
 };
 int cmd_import(const import_opts &o);
+
+// eval (app/cli_eval.cpp): a weight precision against a baseline on the same tokens — KL, top-1
+// agreement, logits NMSE, router expert-set overlap per MoE layer.
+struct eval_opts {
+    std::string model_dir, text_file, out_json;
+    std::string precision = "fp8", baseline = "exact"; // exact (CPU reference) | bf16 | fp8
+    int64_t ctx = 256, windows = 4;
+    uint64_t seed = 0;
+};
+int cmd_eval(const eval_opts &e, const common_opts &o);
+
+// Teacher-forced logits of one sequence from position 0 through a fresh KV cache sized to it
+// (logits and eval): every position's logits and the router's decisions.
+status forward_sequence(backend &be, const std::vector<int32_t> &ids, forward_output &out);
 
 // A real benchmark shape with `layers` layers (0: its own depth), validated.
 result<model_config> bench_shape_config(const std::string &shape, int32_t layers);

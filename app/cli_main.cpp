@@ -97,7 +97,19 @@ int main(int argc, char **argv) {
     serve_opts sv;
     auto *serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
                                               "/v1/models, /metrics, /health) with continuous batching across clients");
-    serve->add_option("--model", sv.model_dir, "model folder")->required();
+    auto *sv_model = serve->add_option("--model", sv.model_dir, "model folder");
+    serve
+        ->add_option("--shape", sv.shape,
+                     "random weights of ernie-4.5-0.3b | ernie-4.5-21b-a3b instead of --model "
+                     "(no tokenizer: token-id prompts on /v1/completions, tokens written as [id])")
+        ->excludes(sv_model);
+    serve->add_option("--layers", sv.layers, "with --shape: keep every width, change only the depth")
+        ->check(CLI::Range(0, 1024));
+    serve
+        ->add_option("--kv-cache-mib", sv.kv_cache_mib,
+                     "KV cache size (default: min(1 GiB, RAM/4), capped at what "
+                     "--max-num-seqs full contexts need)")
+        ->check(CLI::Range(uint64_t(1), uint64_t(1) << 30));
     serve->add_option("--host", sv.host, "address to bind (default 127.0.0.1: this machine only)");
     serve->add_option("--port", sv.port, "TCP port (default 8000; 0: any free port, printed on stdout)")->check(CLI::Range(0, 65535));
     serve->add_option("--api-key", sv.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env EXPERTSCOPE_API_KEY)")
@@ -122,6 +134,23 @@ int main(int argc, char **argv) {
     add_common(routing);
 
     selftest_opts st;
+    eval_opts ev;
+    auto *eval = app.add_subcommand("eval", "What a weight precision costs: KL, top-1 agreement and router overlap "
+                                            "against a baseline on the same tokens");
+    eval->add_option("--model", ev.model_dir, "model folder")->required();
+    eval->add_option("--precision", ev.precision, "weights under test: fp8 | bf16 (on the CPU: emulated)")
+        ->check(CLI::IsMember({"fp8", "bf16"}));
+    eval->add_option("--baseline", ev.baseline, "exact (the checkpoint on the CPU, fp32) | bf16 | fp8")
+        ->check(CLI::IsMember({"exact", "bf16", "fp8"}));
+    eval->add_option("--backend", common.backend, "backend of the tested precision: cpu | cuda | auto")
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    eval->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+    eval->add_option("--text", ev.text_file, "UTF-8 text to evaluate on (default: seeded random token ids)");
+    eval->add_option("--ctx", ev.ctx, "tokens per window (default 256)")->check(CLI::Range(2, 1 << 20));
+    eval->add_option("--windows", ev.windows, "windows (default 4)")->check(CLI::Range(1, 100000));
+    eval->add_option("--seed", ev.seed, "seed of the random ids");
+    eval->add_option("--json", ev.out_json, "also write the figures as JSON");
+
     auto *selftest = app.add_subcommand("selftest", "GPU check: every CUDA kernel against its CPU twin, then the reference "
                                                     "checkpoints end to end against the CPU backend and HF (skipped without a GPU)");
     selftest->add_option("--data", st.data_dir, "folder of reference checkpoints (default tests/data)");
@@ -174,7 +203,11 @@ int main(int argc, char **argv) {
         if (*selftest) return cmd_selftest(st);
         if (*logits) return cmd_logits(model_dir, ids, out, common);
         if (*gen) return cmd_generate(g, common);
-        if (*serve) return cmd_serve(sv, common);
+        if (*serve) {
+            if (sv.shape.empty() && sv.model_dir.empty())
+                return fail("serve needs --model DIR or --shape NAME");
+            return cmd_serve(sv, common);
+        }
         if (*routing) return cmd_routing(ro, common);
 #if ES_CLI_HAVE_REPORT
         if (*report) return cmd_report(rp);
@@ -184,6 +217,7 @@ int main(int argc, char **argv) {
             return cmd_import(im);
         }
 #endif
+        if (*eval) return cmd_eval(ev, common);
         if (*sbench) {
             if (!sb.url.empty()) return cmd_serve_bench_http(sb);
             if (sb.shape.empty() && sb.model_dir.empty()) return fail("serve-bench needs --shape or --model");

@@ -24,6 +24,16 @@ int cmd_serve(const serve_opts &o, const common_opts &common) {
 
     server::server_options so;
     so.model_dir = o.model_dir;
+    if (!o.shape.empty()) {
+        auto cfg = bench_shape_config(o.shape, o.layers);
+        if (!cfg) return fail(cfg.message());
+        so.random_shape = *cfg;
+        so.model_dir = o.shape + (o.layers > 0 ? "-" + std::to_string(o.layers) + "l" : "");
+        std::fprintf(stderr, "serve: building random weights of %s on %s…\n", so.model_dir.c_str(),
+                     common.backend.c_str());
+    }
+    so.precision = common.precision;
+    so.kv_cache_bytes = o.kv_cache_mib << 20;
     so.host = o.host;
     so.port = o.port;
     so.api_key = o.api_key;

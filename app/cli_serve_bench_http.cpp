@@ -141,7 +141,7 @@ int cmd_serve_bench_http(const serve_bench_opts &o) {
         const double dur = std::chrono::duration<double>(clk::now() - t0).count();
         int n_ok = 0;
         int64_t in = 0, outt = 0;
-        std::vector<double> ttft, itl, e2e;
+        std::vector<double> ttft, itl, e2e, tpot;
         for (const auto &r : results) {
             if (!r.ok) {
                 std::fprintf(stderr, "request failed: %s\n", r.error.c_str());
@@ -153,6 +153,9 @@ int cmd_serve_bench_http(const serve_bench_opts &o) {
             ttft.push_back(r.ttft_ms);
             e2e.push_back(r.e2e_ms);
             itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+            // Time per output token after the first, per request (vllm bench serve's TPOT).
+            if (r.completion_tokens > 1)
+                tpot.push_back((r.e2e_ms - r.ttft_ms) / double(r.completion_tokens - 1));
         }
         const double out_tps = outt / dur;
         if (base == 0.0) base = out_tps;
@@ -170,23 +173,43 @@ int cmd_serve_bench_http(const serve_bench_opts &o) {
         std::printf("---------------Time to First Token----------------\n");
         std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean TTFT (ms):", avg(ttft), "Median TTFT (ms):", pct(ttft, 50),
                     "P99 TTFT (ms):", pct(ttft, 99));
+        std::printf("-----Time per Output Token (excl. 1st token)------\n");
+        std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean TPOT (ms):", avg(tpot),
+                    "Median TPOT (ms):", pct(tpot, 50), "P99 TPOT (ms):", pct(tpot, 99));
         std::printf("---------------Inter-token Latency----------------\n");
         std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean ITL (ms):", avg(itl), "Median ITL (ms):", pct(itl, 50),
                     "P99 ITL (ms):", pct(itl, 99));
         std::printf("==================================================\n\n");
         std::fflush(stdout);
         char row[256];
-        std::snprintf(row, sizeof row, "| %d | %d/%d | %.1f | %.2f | %.1f | %.1f | %.2f | %.2f | %.1f |", conc, n_ok,
-                      int(results.size()), out_tps, out_tps / base, pct(ttft, 50), pct(ttft, 99), pct(itl, 50),
+        std::snprintf(row, sizeof row,
+                      "| %d | %d/%d | %.2f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | "
+                      "%.2f | %.1f |",
+                      conc, n_ok, int(results.size()), n_ok / dur, out_tps, out_tps / base, avg(ttft),
+                      pct(ttft, 50), pct(ttft, 99), avg(tpot), pct(tpot, 50), pct(tpot, 99), pct(itl, 50),
                       pct(itl, 99), pct(e2e, 50));
         table.push_back(row);
-        levels.push_back({{"concurrency", conc}, {"ok", n_ok}, {"duration_s", dur}, {"output_tokens_per_s", out_tps},
-                          {"ttft_p50_ms", pct(ttft, 50)}, {"ttft_p99_ms", pct(ttft, 99)}, {"itl_p50_ms", pct(itl, 50)},
-                          {"itl_p99_ms", pct(itl, 99)}, {"e2e_p50_ms", pct(e2e, 50)}});
+        levels.push_back({{"concurrency", conc},
+                          {"ok", n_ok},
+                          {"duration_s", dur},
+                          {"output_tokens_per_s", out_tps},
+                          {"requests_per_s", n_ok / dur},
+                          {"ttft_mean_ms", avg(ttft)},
+                          {"tpot_mean_ms", avg(tpot)},
+                          {"tpot_p50_ms", pct(tpot, 50)},
+                          {"tpot_p99_ms", pct(tpot, 99)},
+                          {"itl_mean_ms", avg(itl)},
+                          {"ttft_p50_ms", pct(ttft, 50)},
+                          {"ttft_p99_ms", pct(ttft, 99)},
+                          {"itl_p50_ms", pct(itl, 50)},
+                          {"itl_p99_ms", pct(itl, 99)},
+                          {"e2e_p50_ms", pct(e2e, 50)}});
         if (n_ok != int(results.size())) return fail("some requests failed");
     }
-    std::printf("| concurrency | ok | output tok/s | × first | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | E2E p50 ms |\n");
-    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| concurrency | ok | req/s | output tok/s | × first | TTFT mean ms | TTFT p50 ms | TTFT p99 "
+                "ms | TPOT mean ms "
+                "| TPOT p50 ms | TPOT p99 ms | ITL p50 ms | ITL p99 ms | E2E p50 ms |\n");
+    std::printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
     for (const auto &r : table) std::printf("%s\n", r.c_str());
     if (!o.out_json.empty()) {
         std::ofstream f(o.out_json);

@@ -24,6 +24,10 @@ packages=(
   xvfb xauth fonts-wqy-microhei
   # report tests: PDF pages rendered with pdftoppm; JSON outputs validated against their schemas
   poppler-utils python3-jsonschema
+  # packaging (installer/packaging.cmake, test_package.sh, validate_metadata.sh): the icon's PNG
+  # sizes (rsvg-convert), CPack's dependency scan (dpkg-shlibdeps, file), lintian, a fresh
+  # Debian root for the install test, AppStream / desktop-entry / man-page validators
+  librsvg2-bin dpkg-dev file lintian debootstrap appstream desktop-file-utils man-db
 )
 # Qt's SQLite driver (libqt6sql6-sqlite) is only a Recommends of libqt6sql6, so it is listed
 # explicitly: --no-install-recommends would not bring it.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # README command 2 (and CI, through .ci/run): install the Debian packages, run the engine suites
 # under the sanitizers, then build the `default` preset (the CUDA code too when a toolkit is
-# found) and run every CTest suite except the `gpu` label. The run ends with CTest's summary.
+# found) and run every CTest suite except the `gpu` label, then build the Debian package and
+# test it in a fresh Debian 12 root (installer/test_package.sh: install, run, purge; lintian).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -d /usr/local/cuda/bin ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
@@ -23,6 +24,24 @@ cmake --preset default
 cmake --build --preset default -j "${ES_JOBS:-2}"
 rc=0
 ctest --preset default --label-exclude 'gpu|bench' || rc=$?
+
+# 3. The package: cpack DEB, lintian, install into a fresh debootstrapped Debian 12 root, the CLI
+#    and an offscreen smoke test of the app there, purge. ES_SKIP_PACKAGE=1 skips it (not in CI).
+package_rc=0
+if [ "${ES_SKIP_PACKAGE:-0}" != 1 ]; then
+  if [ "$(id -u)" -eq 0 ]; then
+    bash installer/test_package.sh build/default || package_rc=$?
+  elif command -v sudo >/dev/null 2>&1; then
+    sudo env "ES_JOBS=${ES_JOBS:-2}" bash installer/test_package.sh build/default || package_rc=$?
+  else
+    echo "test.sh: the package test needs root (debootstrap, chroot) and sudo is not installed" >&2
+    package_rc=1
+  fi
+fi
+if [ "$package_rc" != 0 ]; then
+  echo "test.sh: the package test failed (exit $package_rc); see above" >&2
+  [ "$rc" != 0 ] || rc=$package_rc
+fi
 if [ "$sanitize_rc" != 0 ]; then
   echo "test.sh: the sanitizer pass failed (exit $sanitize_rc); see above" >&2
   [ "$rc" != 0 ] || rc=$sanitize_rc

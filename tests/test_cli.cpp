@@ -4,6 +4,9 @@
 #include <QDir>
 #include <QFile>
 #include <QProcess>
+#include <QJsonObject>
+#include <QJsonDocument>
+#include <QJsonArray>
 #include <QTemporaryDir>
 #include <QtTest>
 
@@ -48,6 +51,7 @@ private slots:
     void generateIsDeterministicPerSeed();
     void generateChat();
     void version();
+    void evalMeasuresPrecision();
 };
 
 void TestCli::failures_data() {
@@ -72,7 +76,12 @@ void TestCli::failures_data() {
     QTest::newRow("shape mismatch") << "config hidden_size 48" << logits << "model.embed_tokens.weight";
     QTest::newRow("prompt longer than context") << "config max_position_embeddings 2" << logits << "context";
     QTest::newRow("generate without tokenizer") << "rm tokenizer.model" << QStringList{"generate", "--model", "@DIR", "--prompt", "hi"} << "tokenizer.model";
+    QTest::newRow("eval same precisions") << "" << QStringList{"eval", "--model", "@DIR", "--precision", "fp8", "--baseline", "fp8"} << "the same";
+    QTest::newRow("eval text without tokenizer") << "rm tokenizer.model" << QStringList{"eval", "--model", "@DIR", "--text", "@DIR/config.json"} << "tokenizer.model";
     QTest::newRow("bad temperature") << "" << QStringList{"generate", "--model", "@DIR", "--prompt", "hi", "--temperature", "-1"} << "temperature";
+    QTest::newRow("serve without a model") << "" << QStringList{"serve", "--port", "0"} << "serve needs --model DIR or --shape NAME";
+    QTest::newRow("serve unknown shape") << "" << QStringList{"serve", "--shape", "ernie-9", "--port", "0"} << "ernie-9";
+    QTest::newRow("serve model and shape") << "" << QStringList{"serve", "--model", "@DIR", "--shape", "ernie-4.5-0.3b"} << "excludes";
 }
 
 void TestCli::failures() {
@@ -148,6 +157,36 @@ void TestCli::version() {
     const run_result r = run_cli({"--version"});
     QCOMPARE(r.exit_code, 0);
     QVERIFY(r.out.contains("expertscope-cli"));
+}
+
+// eval: FP8 weights (emulated on the CPU) against the exact checkpoint — a small but non-zero
+// cost; BF16 against the exact values of a BF16 checkpoint — none at all.
+void TestCli::evalMeasuresPrecision() {
+    QTemporaryDir tmp;
+    const QString json = tmp.filePath("eval.json");
+    const run_result r = run_cli({"eval", "--model", data_dir + "/moe-shared", "--windows", "2", "--ctx", "40", "--json", json});
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QVERIFY(r.out.contains("top-1 agreement"));
+    QVERIFY(r.out.contains("expert-set overlap"));
+    QFile f(json);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QJsonObject j = QJsonDocument::fromJson(f.readAll()).object();
+    QCOMPARE(j["positions"].toInt(), 80);
+    QVERIFY(j["kl_mean"].toDouble() > 0 && j["kl_mean"].toDouble() < 0.5);
+    QVERIFY(j["kl_max"].toDouble() >= j["kl_p99"].toDouble());
+    QVERIFY(j["top1_agreement"].toDouble() > 0.5 && j["top1_agreement"].toDouble() <= 1.0);
+    QVERIFY(j["router_overlap"].toDouble() > 0.5 && j["router_overlap"].toDouble() <= 1.0);
+    QCOMPARE(j["router"].toArray().size(), 2); // moe-shared: MoE layers 1 and 2
+    // The reference checkpoints are stored in BF16: rounding to BF16 changes nothing.
+    const run_result b = run_cli({"eval", "--model", data_dir + "/moe-shared", "--precision", "bf16", "--windows", "1",
+                                  "--ctx", "24", "--json", json});
+    QVERIFY2(b.exit_code == 0, qPrintable(b.err));
+    QFile g(json);
+    QVERIFY(g.open(QIODevice::ReadOnly));
+    const QJsonObject k = QJsonDocument::fromJson(g.readAll()).object();
+    QCOMPARE(k["kl_max"].toDouble(), 0.0);
+    QCOMPARE(k["top1_agreement"].toDouble(), 1.0);
+    QCOMPARE(k["router_identical"].toDouble(), 1.0);
 }
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -110,6 +110,7 @@ private slots:
     void metricsParseAndMove();
     void concurrentClientsAreBatched();
     void disconnectFreesRequest();
+    void nonStreamingDisconnectFreesRequest();
     void malformed_data();
     void malformed();
 
@@ -484,6 +485,80 @@ void TestServer::disconnectFreesRequest() {
                  before.get("vllm:request_success_total", "finished_reason=\"abort\""), 1.0);
     // It stopped long before 4000 tokens.
     QVERIFY(p.get("vllm:generation_tokens_total") - before.get("vllm:generation_tokens_total") < 3000);
+    QCOMPARE(request("GET", "/health", "", "").status, 200);
+}
+
+// A non-streaming request still running after a second is answered with chunked encoding and
+// a newline every second: the client that hangs up at the first one is noticed and its request
+// cancelled, as for streams. Four streams run beside it so that it surely outlasts that second
+// however fast the machine.
+void TestServer::nonStreamingDisconnectFreesRequest() {
+    const prom before = scrape();
+    const auto aborts = [&before](const prom &p) {
+        return p.get("vllm:request_success_total", "finished_reason=\"abort\"") -
+               before.get("vllm:request_success_total", "finished_reason=\"abort\"");
+    };
+    const auto make = [](bool stream) {
+        httplib::Request req;
+        req.method = "POST";
+        req.path = "/v1/completions";
+        req.set_header("Authorization", "Bearer " + api_key);
+        req.set_header("Content-Type", "application/json");
+        req.body = json{{"model", "moe-shared"}, {"prompt", "Once upon a time"},
+                        {"max_tokens", 4000},    {"ignore_eos", true},
+                        {"temperature", 0},      {"stream", stream}}
+                       .dump();
+        return req;
+    };
+    std::atomic<bool> stop_background{false};
+    std::vector<std::thread> background;
+    for (int i = 0; i < 4; ++i)
+        background.emplace_back([&, port = m_port] {
+            httplib::Client cli("127.0.0.1", port);
+            cli.set_read_timeout(60, 0);
+            httplib::Request req = make(true);
+            req.content_receiver = [&](const char *, size_t, uint64_t, uint64_t) {
+                return !stop_background.load();
+            };
+            cli.send(req);
+        });
+    const auto wait_for = [&](auto pred) {
+        prom p;
+        for (int i = 0; i < 100; ++i) {
+            p = scrape();
+            if (pred(p)) break;
+            std::this_thread::sleep_for(std::chrono::milliseconds(100));
+        }
+        return p;
+    };
+    prom p = wait_for([](const prom &p) { return p.get("vllm:num_requests_running") == 4; });
+    QCOMPARE(p.get("vllm:num_requests_running"), 4.0);
+
+    std::string first;
+    {
+        httplib::Client cli("127.0.0.1", m_port);
+        cli.set_read_timeout(60, 0);
+        httplib::Request req = make(false);
+        req.content_receiver = [&](const char *data, size_t n, uint64_t, uint64_t) {
+            first.assign(data, n);
+            return false; // hang up at the first bytes
+        };
+        auto res = cli.send(req);
+        QVERIFY(!res || res.error() == httplib::Error::Canceled);
+    }
+    const bool probe = !first.empty() && first.find_first_not_of('\n') == std::string::npos;
+    p = wait_for([&](const prom &p) { return p.get("vllm:num_requests_running") == 4 && aborts(p) == 1; });
+    stop_background = true;
+    for (auto &t : background) t.join();
+    QVERIFY2(probe, ("the first bytes were not a newline probe: " + first.substr(0, 80)).c_str());
+    QCOMPARE(p.get("vllm:num_requests_running"), 4.0); // only the background streams
+    QCOMPARE(aborts(p), 1.0);
+    p = wait_for([](const prom &p) {
+        return p.get("vllm:num_requests_running") == 0 && p.get("vllm:kv_cache_usage_perc") == 0;
+    });
+    QCOMPARE(p.get("vllm:num_requests_running"), 0.0);
+    QCOMPARE(p.get("vllm:kv_cache_usage_perc"), 0.0);
+    QCOMPARE(aborts(p), 5.0);
     QCOMPARE(request("GET", "/health", "", "").status, 200);
 }
 

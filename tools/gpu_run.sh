@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
 #   bash tools/gpu_run.sh full|selftest|bench|report   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
+#                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # report: the default model on the GPU, bench --json for a report (docs/reports.md), in
 # $OUT/bench-default-h200.json; render it with `expertscope-cli report --bench-json` on a full build.
 # Writes everything it prints to $OUT (selftest.md, bench.md, gpu.txt, sanitizer.txt) as well.
@@ -40,5 +42,15 @@ if [[ $mode == report ]]; then
     timeout 300 "$CLI" bench --backend cuda --model resources/models/default --pp 128 --tg 128 --reps 3 \
         --json "$OUT/bench-default-h200.json" 2>&1 | tee "$OUT/bench-report.md"
     rc=${PIPESTATUS[0]}
+fi
+if [[ $mode == serve ]]; then
+    # tools/serve_load_run.sh per shape: server in the background, serve-bench --url, /metrics, SIGTERM.
+    for spec in ${SERVE_SPECS:-0.3b-bf16:ernie-4.5-0.3b:bf16 0.3b-fp8:ernie-4.5-0.3b:fp8 21b-a3b-fp8:ernie-4.5-21b-a3b:fp8}; do
+        IFS=: read -r name shape prec <<<"$spec"
+        echo "### serve --shape $shape --precision $prec" | tee -a "$OUT/serve.md"
+        timeout 280 bash tools/serve_load_run.sh "$CLI" "$OUT" "serve-$name" -- --shape "$shape" --precision "$prec" \
+            --backend cuda --max-num-seqs 32 --kv-cache-mib 8192 || rc=1
+        tail -6 "$OUT/serve-$name.bench.txt" >>"$OUT/serve.md" 2>/dev/null
+    done
 fi
 exit $rc

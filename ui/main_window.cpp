@@ -6,10 +6,11 @@
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
+#include "connect_server_dialog.h"
 #include "conversation_sidebar.h"
 #include "engine_session.h"
-#include "profiler_panel.h"
 #include "preset_editor_dialog.h"
+#include "profiler_panel.h"
 
 #include <QActionGroup>
 #include <QApplication>
@@ -60,6 +61,11 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     m_backendLabel = new QLabel(this);
     m_memoryLabel = new QLabel(this);
     m_speedLabel = new QLabel(this);
+    m_queueLabel = new QLabel(this);
+    m_queueLabel->setVisible(false);
+    m_queueLabel->setToolTip(
+        tr("Requests in the running batch and waiting in the queue (a remote server's own, "
+           "from its /metrics: vllm:num_requests_running / _waiting)"));
     m_loadLabel = new QLabel(this);
     m_loadProgress = new QProgressBar(this);
     m_loadProgress->setRange(0, 100);
@@ -73,6 +79,7 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     statusBar()->addWidget(m_loadProgress);
     statusBar()->addPermanentWidget(m_backendLabel);
     statusBar()->addPermanentWidget(m_memoryLabel);
+    statusBar()->addPermanentWidget(m_queueLabel);
     statusBar()->addPermanentWidget(m_speedLabel);
 
     // The profiler: a right-hand dock fed by the session; while hidden it reads and draws nothing.
@@ -95,7 +102,8 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
             if (p->conversationId() == id) p->setConversation(std::nullopt);
     });
     connect(m_session, &EngineSession::modelLoadStarted, this, [this](const QString &dir) {
-        m_loadLabel->setText(tr("Loading %1…").arg(dir));
+        m_loadLabel->setText(m_connectingTo == dir ? tr("Connecting to %1…").arg(dir)
+                                                   : tr("Loading %1…").arg(dir));
         m_loadLabel->setVisible(true);
         m_loadProgress->setValue(0);
         m_loadProgress->setVisible(true);
@@ -109,6 +117,13 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
         m_loadLabel->setVisible(false);
         m_loadProgress->setVisible(false);
         m_modelLabel->setText(tr("No model"));
+        if (m_connectingTo == dir) {
+            m_connectingTo.clear();
+            QMessageBox::critical(this, tr("Could not connect to the server"),
+                                  tr("<p>Connecting to <b>%1</b> failed:</p><p>%2</p>")
+                                      .arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
+            return;
+        }
         QMessageBox::critical(this, tr("The model could not be loaded"),
                               tr("<p>Loading <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
     });
@@ -173,6 +188,8 @@ void MainWindow::buildMenus() {
     m_presetMenu = menuBar()->addMenu(tr("&Presets"));
 
     QMenu *model = menuBar()->addMenu(tr("&Model"));
+    model->addAction(tr("&Connect to server…"), this, &MainWindow::connectToServer);
+    model->addSeparator();
     auto *backends = new QActionGroup(this);
     QMenu *backendMenu = model->addMenu(tr("&Backend"));
     const QString current = m_session->options().backend;
@@ -265,6 +282,11 @@ ChatPane *MainWindow::addPane(EngineSession *session) {
 ChatPane *MainWindow::addPrecisionPane(const QString &precision) {
     if (!m_session->isModelLoaded()) {
         statusBar()->showMessage(tr("Load a model first: the new pane uses the same model at another precision"), 8000);
+        return nullptr;
+    }
+    if (m_session->isRemote()) {
+        statusBar()->showMessage(tr("A server's precision is the server's: open a local model to compare precisions"),
+                                 8000);
         return nullptr;
     }
     if (m_session->options().precision == precision) return addPane();
@@ -360,9 +382,30 @@ void MainWindow::loadModelFolder(const QString &dir, bool askWhenTooBig) {
     m_session->loadModel(dir);
 }
 
+void MainWindow::connectToServer() {
+    ConnectServerDialog dialog(this);
+    if (dialog.exec() != QDialog::Accepted) return;
+    connectToEndpoint(dialog.endpoint());
+}
+
+void MainWindow::connectToEndpoint(const RemoteEndpoint &endpoint) {
+    m_connectingTo = normalizeBaseUrl(endpoint.baseUrl.toString()).toString();
+    m_session->connectRemote(endpoint);
+}
+
 void MainWindow::onModelLoaded(const SessionModelInfo &info) {
     m_loadLabel->setVisible(false);
     m_loadProgress->setVisible(false);
+    m_connectingTo.clear();
+    if (!info.remoteUrl.isEmpty()) {
+        m_modelLabel->setText(tr("remote: %1 · %2").arg(info.remoteUrl, info.name));
+        m_backendLabel->setText(info.isMoe ? tr("%1 experts on %2 MoE layers (server metrics)")
+                                                 .arg(info.nExperts)
+                                                 .arg(info.moeLayers.size())
+                                           : tr("no expert metrics from the server"));
+        QSettings().setValue("remote/model", info.name);
+        return;
+    }
     m_modelLabel->setText(info.isMoe ? tr("%1 — MoE, %2 experts (top-%3), %4 layers")
                                            .arg(info.name)
                                            .arg(info.nExperts)
@@ -379,10 +422,16 @@ void MainWindow::onModelLoaded(const SessionModelInfo &info) {
 void MainWindow::onStats(const SessionStats &s) {
     m_memoryLabel->setText(tr("Memory %1 / %2").arg(human_bytes(s.memoryInUse), human_bytes(s.memoryTotal)));
     m_speedLabel->setText(s.tokensPerSecond > 0 ? tr("%1 tok/s").arg(s.tokensPerSecond, 0, 'f', 1) : tr("idle"));
+    // A remote server's queue is shown always (other clients load it); the local one when in use.
+    m_queueLabel->setText(tr("%1 running · %2 waiting").arg(s.running).arg(s.waiting));
+    m_queueLabel->setVisible(m_session->isRemote() || s.running > 0 || s.waiting > 0);
 }
 
 QString MainWindow::statusText() const {
-    return QStringList{m_modelLabel->text(), m_backendLabel->text(), m_memoryLabel->text(), m_speedLabel->text()}.join(" | ");
+    QStringList parts{m_modelLabel->text(), m_backendLabel->text(), m_memoryLabel->text()};
+    if (!m_queueLabel->isHidden()) parts << m_queueLabel->text();
+    parts << m_speedLabel->text();
+    return parts.join(" | ");
 }
 
 void MainWindow::closeEvent(QCloseEvent *event) {

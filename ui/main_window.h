@@ -7,6 +7,7 @@
 // kept in QSettings.
 #pragma once
 
+#include "remote_client.h"
 #include "session_types.h"
 
 #include <QMainWindow>
@@ -44,6 +45,8 @@ public:
 
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
+    void connectToServer();            // ConnectServerDialog → connectToEndpoint
+    void connectToEndpoint(const es::RemoteEndpoint &endpoint); // EngineSession::connectRemote
     void loadModelFolder(const QString &dir, bool askWhenTooBig = true);
     ChatPane *addPane(EngineSession *session = nullptr); // default: the main session
     // A pane whose replies come from the current model at another weight precision ("auto",
@@ -80,9 +83,11 @@ private:
     QAction *m_sendToAll = nullptr;
     QMenu *m_presetMenu = nullptr;
     QLabel *m_modelLabel = nullptr, *m_backendLabel = nullptr, *m_memoryLabel = nullptr, *m_speedLabel = nullptr;
+    QLabel *m_queueLabel = nullptr; // the server's queue (remote) or the engine's, when not empty
     QLabel *m_loadLabel = nullptr;
     QProgressBar *m_loadProgress = nullptr;
     bool m_broadcasting = false;
+    QString m_connectingTo; // the server being connected to (its failure is not a model load's)
     ProfilerPanel *m_profiler = nullptr;
     QDockWidget *m_profilerDock = nullptr;
     ExportMenu *m_exportMenu = nullptr;

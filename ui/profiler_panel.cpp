@@ -76,7 +76,8 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
     if (m_session) {
         connect(m_session, &EngineSession::modelLoaded, this, [this](const SessionModelInfo &info) {
             m_memory->clear();
-            m_memory->setIncludeFree(!info.backend.startsWith(QLatin1String("cpu")));
+            m_memory->setIncludeFree(info.remoteUrl.isEmpty() &&
+                                     !info.backend.startsWith(QLatin1String("cpu")));
             m_routingDirty = true;
             m_lastMemoryS = -1;
         });
@@ -281,9 +282,20 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
     case RoutingView::Source::LiveWindow:
         if (engineChanged || m_routingDirty || sourceChanged) {
             const RoutingMatrix m = RoutingMatrix::fromTelemetry(t, true);
-            m_routing->showMatrix(
-                m, info.nLayers, info.nSharedExperts,
-                tr("Live: the engine's last %1 steps, %2 token-slots").arg(t.windowSteps).arg(m.total()));
+            QString caption =
+                tr("Live: the engine's last %1 steps, %2 token-slots").arg(t.windowSteps).arg(m.total());
+            if (!info.remoteUrl.isEmpty())
+                caption =
+                    t.noExpertMetrics
+                        ? tr("The server %1 does not expose expert metrics "
+                             "(expertscope:expert_tokens_total), so its routing cannot be shown. "
+                             "ExpertScope's own server does; vLLM and SGLang do not.")
+                              .arg(info.remoteUrl)
+                        : tr("Live: the server's last %1 s (%2 steps), %3 token-slots from all its clients")
+                              .arg(t.windowSeconds, 0, 'f', 0)
+                              .arg(t.windowSteps)
+                              .arg(m.total());
+            m_routing->showMatrix(m, info.nLayers, info.nSharedExperts, caption);
             ++m_drawCount;
         }
         break;
@@ -296,9 +308,14 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
                                             : tr("No message selected (click a message's header)");
             const RoutingMatrix m =
                 RoutingMatrix::fromLayerRouting(p.routing, p.nExperts ? p.nExperts : info.nExperts);
-            m_routing->showMatrix(m, p.nLayers ? p.nLayers : info.nLayers,
-                                  p.nLayers ? p.nSharedExperts : info.nSharedExperts,
-                                  tr("%1: %2 token-slots").arg(what).arg(m.total()));
+            // A remote server's replies carry no per-request routing (the OpenAI API has none).
+            const bool remoteReply = s.key && p.routing.isEmpty() && p.k == 0 && !info.remoteUrl.isEmpty();
+            m_routing->showMatrix(
+                m, p.nLayers ? p.nLayers : info.nLayers, p.nLayers ? p.nSharedExperts : info.nSharedExperts,
+                remoteReply ? tr("%1: no routing recorded — a remote server's replies carry "
+                                 "none (see Live for the server's expert metrics)")
+                                  .arg(what)
+                            : tr("%1: %2 token-slots").arg(what).arg(m.total()));
             m_drawnRoutingVersion = m_shownVersion;
             ++m_drawCount;
         }

@@ -1,6 +1,8 @@
 // Start-up plan (see app_startup.h).
 #include "app_startup.h"
 
+#include "chat_store.h"
+
 #include <QCoreApplication>
 #include <QDir>
 #include <QFileInfo>
@@ -53,6 +55,54 @@ void markCleanExit() {
     QSettings settings;
     settings.setValue("session/running", false);
     settings.sync();
+}
+
+std::optional<qint64> createWelcomeConversation(ChatStore &store) {
+    QSettings settings;
+    const QString key = QStringLiteral("welcome/created");
+    if (settings.value(key, false).toBool()) return std::nullopt;
+    if (!store.conversations().isEmpty()) { // a database from before this version: not a first run
+        settings.setValue(key, true);
+        return std::nullopt;
+    }
+    const QString title = QCoreApplication::translate("Welcome", "Welcome to ExpertScope");
+    const QString question = QCoreApplication::translate("Welcome", "What can I do here?");
+    const QString answer = QCoreApplication::translate(
+        "Welcome",
+        "Welcome! ExpertScope runs language models on this computer and shows what happens inside "
+        "them while they answer. This conversation was written by the app, not by the model.\n\n"
+        "**Chat pane.** Type below and press Enter to send, Esc to stop. Regenerate or edit a message "
+        "to try another answer: the old one is kept, and ‹ 1/2 › switches between them. "
+        "View ▸ Add a pane puts conversations side by side, and View ▸ Send to all panes asks them all the "
+        "same question.\n\n"
+        "**Presets.** The preset buttons by the message box start a message in a mode: "
+        "【技术解析模式】 for technical explanations, 【创意写作模式】 for creative writing. Each "
+        "preset brings its own system prompt and sampling; Manage presets… edits them "
+        "and adds your own.\n\n"
+        "**Profiler.** View ▸ Profiler (Ctrl+P) opens the panels on the right: *Routing* shows which "
+        "experts each layer chooses for every token, *Compare* sets two replies side by side, "
+        "*Latency* shows the time to the first token and between tokens, *Memory* shows weights, KV "
+        "cache and free memory. Click a message's header to see its stored profile again.\n\n"
+        "**Models.** The model loaded now is the small default model that comes with the app "
+        "(answers are short and often odd: it is a demonstration). File ▸ Open model… opens an "
+        "ERNIE-4.5 model folder in the Hugging Face layout, for example ERNIE-4.5-0.3B-PT or "
+        "ERNIE-4.5-21B-A3B-PT downloaded from huggingface.co. The status bar shows the model, "
+        "whether it runs on the GPU or the CPU, memory and speed.\n\n"
+        "Delete this conversation from the list on the left when you no longer need it; it will not "
+        "come back.");
+
+    const std::optional<qint64> id = store.createConversation(title);
+    if (!id) return std::nullopt;
+    const std::optional<qint64> questionId = store.addMessage(*id, std::nullopt, MessageRole::User, question);
+    if (!questionId || !store.addMessage(*id, *questionId, MessageRole::Assistant, answer)) {
+        const QString error = store.lastError();
+        store.deleteConversation(*id); // no half-made welcome; the next start tries again
+        qWarning("expertscope: the welcome conversation could not be saved: %s", qPrintable(error));
+        return std::nullopt;
+    }
+    settings.setValue(key, true);
+    settings.sync();
+    return id;
 }
 
 } // namespace es

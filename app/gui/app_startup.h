@@ -1,11 +1,16 @@
 // Start-up decisions of the desktop app, kept out of main() so tests can drive them: where the
-// database lives, which model to open first, and whether the last session crashed (then the
-// last model is not reopened automatically, in case it was the cause).
+// database lives, which model to open first, whether the last session crashed (then the last
+// model is not reopened automatically, in case it was the cause), and the first run's welcome
+// conversation.
 #pragma once
 
 #include <QString>
 
+#include <optional>
+
 namespace es {
+
+class ChatStore;
 
 struct StartupPlan {
     QString databasePath;
@@ -24,5 +29,15 @@ QString defaultModelDir();
 // mark set knows this session crashed.
 void markSessionRunning();
 void markCleanExit();
+
+// The first run's welcome conversation: a question and an answer explaining the chat pane,
+// presets, the profiler panels and where models come from (translated: call after the
+// translators are installed). Created only when the settings have never recorded it
+// ("welcome/created") and the store holds no conversation; the record is written either way,
+// so a deleted welcome conversation never comes back and an existing database never gets one.
+// Returns the new conversation's id; nullopt when none was created (lastError of the store
+// says why when it failed, and then nothing is recorded, so the next start tries again).
+// GUI thread, with the store open.
+std::optional<qint64> createWelcomeConversation(ChatStore &store);
 
 } // namespace es

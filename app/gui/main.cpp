@@ -9,10 +9,16 @@
 //                      screenshot waits for the last one's tokens.
 //   --profiler-tab P   show the profiler dock on page P: routing | compare | latency | memory
 //   --lang L           interface language, zh_CN | en (default: the system's; LANGUAGE honored)
+//   --smoke-test       once the model is loaded, send one message in a new conversation, wait for
+//                      the reply, print one line and exit: 0 with a reply, 1 otherwise (the
+//                      package test runs it offscreen in a fresh Debian root)
+//   --connect URL      chat with the OpenAI-compatible server at URL instead of a local model
+//                      (its first model, or --served-model NAME; key from EXPERTSCOPE_API_KEY)
 #include "app_startup.h"
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
+#include "conversation_sidebar.h"
 #include "engine_session.h"
 #include "main_window.h"
 #include "profiler_panel.h"
@@ -29,11 +35,74 @@
 
 #include <cstdio>
 
+namespace {
+
+constexpr int smokeTestTimeoutMs = 300000;
+
+// --smoke-test, part 1, before the window exists: a failed load ends the run. app.exit ends every
+// running event loop, so the window's error dialog, connected after this, returns at once; a
+// load that fails before app.exec() (a missing folder) sets *failed, which main checks.
+void armSmokeTestFailure(QApplication &app, es::EngineSession &session, std::shared_ptr<bool> failed) {
+    QObject::connect(&session, &es::EngineSession::modelLoadFailed, &app,
+                     [&app, failed](const QString &dir, const QString &message) {
+                         std::fprintf(stderr,
+                                      "expertscope: smoke test failed: the model %s did not load: %s\n",
+                                      qPrintable(dir), qPrintable(message));
+                         *failed = true;
+                         app.exit(1);
+                     });
+}
+
+// --smoke-test, part 2: one message in a new conversation once the model is loaded, one reply,
+// one line on stdout, a clean exit (0), or a line on stderr and 1.
+void armSmokeTest(QApplication &app, es::EngineSession &session, es::MainWindow &window) {
+    QObject::connect(&session, &es::EngineSession::modelLoaded, &window,
+                     [&window](const es::SessionModelInfo &) {
+                         window.currentPane()->setConversation(std::nullopt);
+                         window.currentPane()->send(QStringLiteral("【技术解析模式】What does ls do?"));
+                     });
+    auto text = std::make_shared<QString>();
+    QObject::connect(&session, &es::EngineSession::tokensGenerated, &app,
+                     [text](quint64, const QString &delta, int) { *text += delta; });
+    QObject::connect(
+        &session, &es::EngineSession::replyFinished, &app,
+        [&app, &session, &window, text](quint64, const QString &reason, const es::MessageMetrics &metrics) {
+            if (text->trimmed().isEmpty() || reason == QLatin1String("cancelled")) {
+                std::fprintf(stderr,
+                             "expertscope: smoke test failed: the reply was empty (finish reason %s)\n",
+                             qPrintable(reason));
+                app.exit(1);
+                return;
+            }
+            std::printf("expertscope: smoke test passed: %s on %s, %d tokens (%s): %s\n",
+                        qPrintable(session.modelInfo().name), qPrintable(session.modelInfo().backend),
+                        metrics.nOutputTokens.value_or(0), qPrintable(reason),
+                        qPrintable(text->simplified().left(80)));
+            std::fflush(stdout);
+            window.close();
+            app.exit(0);
+        });
+    QObject::connect(&session, &es::EngineSession::replyFailed, &app,
+                     [&app](quint64, const QString &message) {
+                         std::fprintf(stderr, "expertscope: smoke test failed: %s\n", qPrintable(message));
+                         app.exit(1);
+                     });
+    QTimer::singleShot(smokeTestTimeoutMs, &app, [&app] {
+        std::fprintf(stderr, "expertscope: smoke test failed: no reply within %d s\n",
+                     smokeTestTimeoutMs / 1000);
+        app.exit(1);
+    });
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
     QApplication app(argc, argv);
     QApplication::setOrganizationName("ExpertScope");
     QApplication::setApplicationName("ExpertScope");
     QApplication::setApplicationVersion(ES_VERSION);
+    // Wayland app id and the desktop entry's name (icon and grouping in docks and task bars).
+    QGuiApplication::setDesktopFileName(QStringLiteral("invalid.example.expertscope"));
 
     QCommandLineParser cli;
     cli.setApplicationDescription("Chat with ERNIE-4.5 models and see inside them while they answer.");
@@ -50,6 +119,14 @@ int main(int argc, char **argv) {
     cli.addOption(profilerTab);
     QCommandLineOption lang("lang", "Interface language: zh_CN | en (default: the system's).", "code");
     cli.addOption(lang);
+    QCommandLineOption smokeTest("smoke-test",
+                                 "Send one message once the model is loaded, wait for the reply, exit "
+                                 "0 when one came, 1 otherwise.");
+    cli.addOption(smokeTest);
+    QCommandLineOption connectUrl("connect", "Chat with the OpenAI-compatible server at this URL (API key from "
+                                             "EXPERTSCOPE_API_KEY).", "url");
+    QCommandLineOption servedModel("served-model", "With --connect: the model id (default: the server's first).", "name");
+    cli.addOptions({connectUrl, servedModel});
     cli.process(app);
     es::installTranslations(app, cli.value(lang));
     if (cli.isSet(version)) {
@@ -69,6 +146,11 @@ int main(int argc, char **argv) {
     QLockFile lock(plan.databasePath + ".lock");
     lock.setStaleLockTime(0);
     if (!lock.tryLock(200)) {
+        if (cli.isSet(smokeTest)) {
+            std::fprintf(stderr, "expertscope: smoke test failed: another instance holds %s\n",
+                         qPrintable(plan.databasePath + ".lock"));
+            return 1;
+        }
         QMessageBox::information(nullptr, QObject::tr("ExpertScope"),
                                  QObject::tr("ExpertScope is already running (the lock %1 is held).")
                                      .arg(plan.databasePath + ".lock"));
@@ -77,6 +159,11 @@ int main(int argc, char **argv) {
     es::ChatStore store;
     const es::OpenResult opened = store.open(plan.databasePath);
     if (!opened.ok()) {
+        if (cli.isSet(smokeTest)) { // no dialog that would wait for a click
+            std::fprintf(stderr, "expertscope: smoke test failed: the database %s could not be opened: %s\n",
+                         qPrintable(plan.databasePath), qPrintable(opened.message));
+            return 1;
+        }
         QMessageBox::critical(nullptr, QObject::tr("ExpertScope"),
                               QObject::tr("The conversation database could not be opened:\n%1").arg(opened.message));
         return 1;
@@ -88,13 +175,44 @@ int main(int argc, char **argv) {
     options.backend = cli.isSet(backend) ? cli.value(backend) : settings.value("engine/backend", "auto").toString();
     options.precision = settings.value("engine/precision", "auto").toString();
     es::EngineSession session(options);
+    const auto smokeFailed = std::make_shared<bool>(false);
+    if (cli.isSet(smokeTest)) {
+        if (plan.modelToOpen.isEmpty()) {
+            std::fprintf(
+                stderr,
+                "expertscope: smoke test failed: no model to open (no --model, no default model "
+                "under %s)\n",
+                qPrintable(QCoreApplication::applicationDirPath() + "/../share/expertscope/models/default"));
+            es::markCleanExit();
+            return 1;
+        }
+        // The window reports a folder that is not a model in a dialog; the smoke test says it and stops.
+        const es::MemoryEstimateView estimate = es::EngineSession::estimate(plan.modelToOpen, options);
+        if (!estimate.ok) {
+            std::fprintf(stderr, "expertscope: smoke test failed: %s: %s\n", qPrintable(plan.modelToOpen),
+                         qPrintable(estimate.message));
+            es::markCleanExit();
+            return 1;
+        }
+        armSmokeTestFailure(app, session, smokeFailed);
+    }
+    const std::optional<qint64> welcome = es::createWelcomeConversation(store); // first run only
     es::MainWindow window(&store, &session);
+    if (cli.isSet(smokeTest)) armSmokeTest(app, session, window);
+    if (welcome) {
+        window.sidebar()->selectConversation(*welcome);
+        window.currentPane()->setConversation(*welcome);
+    }
     window.show();
     if (!opened.message.isEmpty()) window.statusBar()->showMessage(opened.message, 15000);
     if (!plan.notice.isEmpty()) window.statusBar()->showMessage(plan.notice, 15000);
-    if (opened.status == es::OpenResult::Status::RecoveredFromCorruption)
+    if (opened.status == es::OpenResult::Status::RecoveredFromCorruption && !cli.isSet(smokeTest))
         QMessageBox::warning(&window, QObject::tr("Database recovered"), opened.message);
-    if (!plan.modelToOpen.isEmpty()) window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
+    if (cli.isSet(connectUrl))
+        window.connectToEndpoint({es::normalizeBaseUrl(cli.value(connectUrl)),
+                                  qEnvironmentVariable("EXPERTSCOPE_API_KEY"), cli.value(servedModel)});
+    else if (!plan.modelToOpen.isEmpty())
+        window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
 
     // Documentation screenshots: send a prompt, grab the window mid-reply, quit.
     if (cli.isSet(profilerTab)) {
@@ -132,6 +250,10 @@ int main(int argc, char **argv) {
         QObject::connect(&session, &es::EngineSession::modelLoadFailed, &window, [&window] { window.close(); });
     }
 
+    if (*smokeFailed) { // failed before the event loop ran
+        es::markCleanExit();
+        return 1;
+    }
     const int rc = app.exec();
     es::markCleanExit();
     return rc;

@@ -50,6 +50,7 @@ struct stream_state {
     int64_t created = 0;
     int64_t n_prompt = 0;
     bool sent_role = false, finished = false, sent_done = false;
+    std::string text, finish, error; // a non-streaming request's answer so far
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
@@ -102,6 +103,53 @@ struct api_server::impl {
     }
 
     void handle_completion(const httplib::Request &req, httplib::Response &res, api_kind kind);
+    // Non-streaming: drains the request's events into s (waiting up to `wait` for the first);
+    // true once it ended, which is then recorded (metrics, bookkeeping) exactly once.
+    bool collect(stream_state &s, std::chrono::milliseconds wait) {
+        if (s.finished) return true;
+        request_event ev;
+        bool got = s.stream->wait_pop(ev, wait);
+        while (got) {
+            if (ev.kind == event_kind::token)
+                s.text += token_text(ev);
+            else if (ev.kind == event_kind::finished)
+                s.finish = ev.finish_reason;
+            else
+                s.error = ev.error.empty() ? "the request failed" : ev.error;
+            if (!s.finish.empty() || !s.error.empty()) {
+                s.finished = true;
+                ended(s.stream, s.error.empty() ? s.finish : "cancelled");
+                return true;
+            }
+            got = s.stream->try_pop(ev);
+        }
+        return false;
+    }
+    struct api_error_or_body {
+        int status = 200;
+        std::string body;
+    };
+    // The answer of an ended non-streaming request: the completion, or an OpenAI error body.
+    api_error_or_body final_body(const stream_state &s) {
+        api_error e;
+        if (!s.error.empty())
+            e = api_error{400, s.error, "invalid_request_error", "", ""};
+        else if (s.finish == "cancelled")
+            e = api_error{503, "the request was cancelled (server shutting down)", "server_error", "", ""};
+        else {
+            const request_metrics rm = s.stream->metrics();
+            const usage_counts u{s.n_prompt, int64_t(rm.token_times_us.size())};
+            return {200, dump(full_response(s.req, s.id, s.created, s.text, s.finish, u))};
+        }
+        return {e.status, dump(error_json(e))};
+    }
+    // A token event's text; without a tokenizer (random weights) each id as "[id]".
+    std::string token_text(const request_event &ev) const {
+        if (tok) return ev.text;
+        std::string t;
+        for (int32_t id : ev.token_ids) t += "[" + std::to_string(id) + "]";
+        return t;
+    }
     void handle_models(httplib::Response &res);
 };
 
@@ -121,17 +169,24 @@ std::string api_server::load() {
     engine_params ep;
     ep.load.kind = to_kind(m->opt.backend);
     ep.load.n_threads = m->opt.threads;
+    ep.load.precision = m->opt.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
+    ep.load.need_tokenizer = !m->opt.random_shape;
     ep.max_num_seqs = m->opt.max_num_seqs;
+    ep.kv_cache_bytes = m->opt.kv_cache_bytes;
     m->eng = std::make_unique<engine>(ep);
-    status st = m->eng->load_model(m->opt.model_dir).get();
+    status st = m->opt.random_shape ? m->eng->load_random_model(*m->opt.random_shape, 42).get()
+                                    : m->eng->load_model(m->opt.model_dir).get();
     if (!st) return st.message();
-    // The server's own tokenizer instance: prompts are tokenized on the HTTP threads so that a
-    // too-long prompt is refused before it is queued.
-    auto tk = tokenizer::load(m->opt.model_dir);
-    if (!tk) return tk.message();
-    m->tok = std::move(*tk);
+    if (!m->opt.random_shape) {
+        // The server's own tokenizer instance: prompts are tokenized on the HTTP threads so that a
+        // too-long prompt is refused before it is queued.
+        auto tk = tokenizer::load(m->opt.model_dir);
+        if (!tk) return tk.message();
+        m->tok = std::move(*tk);
+    }
     const auto info = *m->eng->info();
     std::string name = m->opt.served_model_name;
+    if (name.empty() && m->opt.random_shape) name = m->opt.model_dir + "-random";
     if (name.empty()) {
         name = std::filesystem::path(m->opt.model_dir).lexically_normal().filename().string();
         if (name.empty()) name = std::filesystem::path(m->opt.model_dir).lexically_normal().parent_path().filename().string();
@@ -143,9 +198,12 @@ std::string api_server::load() {
     m->limits.defaults = m->eng->model_defaults();
     m->block_size = info.block_size;
     m->metrics = std::make_unique<server_metrics>(name);
-    std::fprintf(stderr, "serve: %s as '%s' on %s, context %lld, %d KV blocks of %d tokens, max %d sequences\n",
-                 m->opt.model_dir.c_str(), name.c_str(), info.backend_name.c_str(), (long long)m->limits.n_ctx,
-                 info.n_kv_blocks, info.block_size, m->opt.max_num_seqs);
+    std::fprintf(
+        stderr, "serve: %s as '%s' on %s, context %lld, %d KV blocks of %d tokens, max %d sequences%s\n",
+        m->opt.random_shape ? ("random weights of " + m->opt.model_dir).c_str() : m->opt.model_dir.c_str(),
+        name.c_str(), info.backend_name.c_str(), (long long)m->limits.n_ctx, info.n_kv_blocks,
+        info.block_size, m->opt.max_num_seqs,
+        m->tok ? "" : " (no tokenizer: token-id prompts, tokens written as [id])");
     return {};
 }
 
@@ -170,6 +228,12 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
     completion_request &r = state->req;
 
     request_params rp;
+    if (!tok && (kind == api_kind::chat || !r.prompt_is_ids))
+        return send_error(
+            res, api_error{400,
+                           "this server runs random weights of a model shape and has no tokenizer: send "
+                           "a token-id prompt to /v1/completions",
+                           "invalid_request_error", kind == api_kind::chat ? "messages" : "prompt", ""});
     if (kind == api_kind::chat) rp.prompt_ids = tok->encode(render_chat(r.messages, true));
     else if (r.prompt_is_ids) rp.prompt_ids = r.prompt_ids;
     else rp.prompt_ids = tok->encode(r.prompt_text);
@@ -183,24 +247,56 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
     track(state->stream->id(), true);
 
     if (!r.stream) {
-        std::string text, finish, error;
-        request_event ev;
-        while (finish.empty() && error.empty()) {
-            if (stopping) {
-                eng->cancel(state->stream->id());
-            }
-            if (!state->stream->wait_pop(ev, std::chrono::milliseconds(100))) continue;
-            if (ev.kind == event_kind::token) text += ev.text;
-            else if (ev.kind == event_kind::finished) finish = ev.finish_reason;
-            else error = ev.error.empty() ? "the request failed" : ev.error;
+        // A short request is answered as one JSON body with its true status. One still running
+        // after a second is answered with chunked transfer encoding: a newline every second while
+        // it runs (JSON allows leading whitespace) probes the connection, so a client that hangs
+        // up is noticed and its request cancelled, as for streams; the JSON follows at the end.
+        // Cost: an error after that second (only a server shutdown) comes with status 200.
+        const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+        bool done = false;
+        while (!done && std::chrono::steady_clock::now() < deadline) {
+            if (stopping) eng->cancel(state->stream->id());
+            done = collect(*state, std::chrono::milliseconds(100));
         }
-        ended(state->stream, error.empty() ? finish : "cancelled");
-        if (!error.empty()) return send_error(res, api_error{400, error, "invalid_request_error", "", ""});
-        if (finish == "cancelled")
-            return send_error(res, api_error{503, "the request was cancelled (server shutting down)", "server_error", "", ""});
-        const request_metrics rm = state->stream->metrics();
-        usage_counts u{state->n_prompt, int64_t(rm.token_times_us.size())};
-        res.set_content(dump(full_response(r, state->id, state->created, text, finish, u)), "application/json");
+        if (done) {
+            const api_error_or_body out = final_body(*state);
+            res.status = out.status;
+            res.set_content(out.body, "application/json");
+            return;
+        }
+        res.set_header("Cache-Control", "no-cache");
+        res.set_chunked_content_provider(
+            "application/json",
+            [this, state](size_t, httplib::DataSink &sink) {
+                stream_state &s = *state;
+                if (s.sent_done) {
+                    sink.done();
+                    return true;
+                }
+                const bool done = collect(s, std::chrono::milliseconds(200));
+                std::string out;
+                const auto now = std::chrono::steady_clock::now();
+                if (done) {
+                    out = final_body(s).body;
+                    s.sent_done = true;
+                } else if (now - s.last_write > std::chrono::seconds(1)) {
+                    out = "\n";
+                }
+                if (!out.empty()) {
+                    if (!sink.write(out.data(), out.size())) return false; // client gone
+                    s.last_write = now;
+                }
+                if (s.sent_done) sink.done();
+                if (stopping && !s.finished) eng->cancel(s.stream->id());
+                return true;
+            },
+            [this, state](bool) {
+                if (!state->finished) {
+                    state->finished = true;
+                    eng->cancel(state->stream->id());
+                    ended(state->stream, "cancelled");
+                }
+            });
         return;
     }
 
@@ -223,7 +319,8 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
             bool got = s.stream->wait_pop(ev, std::chrono::milliseconds(50));
             std::string text, finish, error;
             while (got) {
-                if (ev.kind == event_kind::token) text += ev.text;
+                if (ev.kind == event_kind::token)
+                    text += token_text(ev);
                 else if (ev.kind == event_kind::finished) finish = ev.finish_reason;
                 else error = ev.error.empty() ? "the request failed" : ev.error;
                 if (!finish.empty() || !error.empty()) break;

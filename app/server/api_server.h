@@ -5,14 +5,23 @@
 // Threads: listen() blocks the caller; stop() may be called from any thread (a signal thread).
 #pragma once
 
+#include "model_config.h"
+
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace es::server {
 
 struct server_options {
-    std::string model_dir;
+    std::string model_dir; // with random_shape: the shape's name (served as NAME-random)
+    // Instead of model_dir: random weights of this shape (load runs on the chosen backend). Such a
+    // model has no tokenizer: only token-id prompts on /v1/completions are served, and each
+    // generated token is written as "[id]" (random weights have no vocabulary to decode into).
+    std::optional<model_config> random_shape;
+    std::string precision = "bf16"; // CUDA weights: bf16 | fp8
+    uint64_t kv_cache_bytes = 0;    // 0: the engine's default
     std::string host = "127.0.0.1";
     int port = 8000;                    // 0: any free port (printed by listen)
     std::string api_key;                // empty: no authentication

@@ -130,7 +130,12 @@ ReplyProfile to_profile(quint64 id, const request_metrics &m, const QList<int> &
 
 } // namespace
 
+int EngineSession::activeReplies() const {
+    return m_remote ? m_remote->activeReplies() : int(m_active.size());
+}
+
 TelemetryView EngineSession::telemetry() const {
+    if (m_remote) return m_remote->telemetry();
     TelemetryView v;
     auto t = m_engine->telemetry();
     if (!t) return v;
@@ -172,6 +177,7 @@ TelemetryView EngineSession::telemetry() const {
 }
 
 ReplyProfile EngineSession::replyProfile(quint64 requestId) const {
+    if (m_remote) return m_remote->replyProfile(requestId);
     auto it = m_active.find(requestId);
     if (it == m_active.end()) return {};
     return to_profile(requestId, it->stream->metrics(), m_info.moeLayers, m_info.nExperts);
@@ -191,6 +197,7 @@ EngineSession::EngineSession(const EngineSessionOptions &options, QObject *paren
 
 EngineSession::~EngineSession() {
     m_timer.stop();
+    m_remote.reset();
     m_engine.reset(); // cancels every open request and joins the engine thread
 }
 
@@ -221,6 +228,7 @@ void EngineSession::ensurePumping() {
 
 void EngineSession::loadModel(const QString &dir) {
     cancelAll();
+    dropRemote();
     m_loaded = false;
     m_loading = true;
     m_info = {};
@@ -240,7 +248,52 @@ void EngineSession::loadModel(const QString &dir) {
     ensurePumping();
 }
 
+void EngineSession::dropRemote() {
+    if (!m_remote) return;
+    m_remote->cancelAll();
+    m_remote.reset();
+    m_loaded = false;
+    m_info = {};
+}
+
+void EngineSession::connectRemote(const RemoteEndpoint &endpoint) {
+    cancelAll();
+    dropRemote();
+    m_load.reset(); // a local load in progress is abandoned (its result is ignored)
+    m_loading = true;
+    m_loaded = false;
+    m_info = {};
+    m_engine->unload_model(); // the server does the work now: free the local weights
+    m_remote = std::make_unique<RemoteClient>(endpoint, m_options.defaultMaxTokens);
+    RemoteClient *r = m_remote.get();
+    const QString where = r->endpoint().baseUrl.toString();
+    connect(r, &RemoteClient::tokensGenerated, this, &EngineSession::tokensGenerated);
+    connect(r, &RemoteClient::replyFinished, this, &EngineSession::replyFinished);
+    connect(r, &RemoteClient::replyFailed, this, &EngineSession::replyFailed);
+    connect(r, &RemoteClient::replyProfiled, this, &EngineSession::replyProfiled);
+    connect(r, &RemoteClient::statsUpdated, this, &EngineSession::statsUpdated);
+    connect(r, &RemoteClient::connected, this, [this](const SessionModelInfo &info) {
+        m_loading = false;
+        m_loaded = true;
+        m_info = info;
+        emit modelLoaded(m_info);
+    });
+    connect(r, &RemoteClient::connectFailed, this, [this, where](const QString &message) {
+        m_loading = false;
+        m_remote.release()->deleteLater(); // we are inside one of its slots
+        emit modelLoadFailed(where, message);
+    });
+    emit modelLoadStarted(where);
+    r->connectToServer();
+}
+
 void EngineSession::reconfigure(const EngineSessionOptions &options) {
+    if (m_remote) { // the local engine's options; the remote connection stays
+        m_options = options;
+        m_engine = std::make_unique<engine>(make_params(options));
+        m_timer.setInterval(options.pumpIntervalMs);
+        return;
+    }
     const QString dir = m_loaded ? m_info.dir : m_load ? m_load->dir : QString();
     cancelAll();
     m_load.reset();
@@ -253,6 +306,7 @@ void EngineSession::reconfigure(const EngineSessionOptions &options) {
 }
 
 quint64 EngineSession::submit(const ChatRequest &request) {
+    if (m_remote) return m_remote->submit(request);
     request_params r;
     for (const ChatTurn &t : request.messages) {
         const chat_role role = t.role == MessageRole::System      ? chat_role::system
@@ -284,17 +338,23 @@ void EngineSession::finishRequest(quint64 id, const QString &reason) {
 }
 
 void EngineSession::cancel(quint64 requestId) {
+    if (m_remote) return m_remote->cancel(requestId);
     if (!m_active.contains(requestId)) return;
     m_engine->cancel(requestId);
     finishRequest(requestId, QStringLiteral("cancelled"));
 }
 
 void EngineSession::cancelAll() {
+    if (m_remote) m_remote->cancelAll();
     const auto ids = m_active.keys();
     for (quint64 id : ids) cancel(id);
 }
 
 void EngineSession::pump() {
+    if (m_remote) { // the remote client pumps its own replies
+        m_timer.stop();
+        return;
+    }
     // Loading.
     if (m_load) {
         {

@@ -5,9 +5,13 @@
 // Cancel is immediate for the app: replyFinished(id, "cancelled") is emitted at once and later
 // engine events of that request are dropped. Destroying the session cancels everything and
 // joins the engine thread.
+// Remote mode: connectRemote() puts a RemoteClient (an OpenAI-compatible server over HTTP) in
+// the engine's place — same signals, same value types, so chat panes and the profiler work
+// unchanged; loadModel() goes back to the local engine.
 // Thread: create and use on the GUI thread (or any one thread with an event loop).
 #pragma once
 
+#include "remote_client.h"
 #include "session_types.h"
 
 #include <QHash>
@@ -43,7 +47,10 @@ public:
     bool isModelLoaded() const { return m_loaded; }
     bool isLoading() const { return m_loading; }
     SessionModelInfo modelInfo() const { return m_info; }
-    int activeReplies() const { return int(m_active.size()); }
+    int activeReplies() const;
+    // Replies come from a remote server (connectRemote) rather than the local engine.
+    bool isRemote() const { return m_remote != nullptr; }
+    RemoteClient *remote() const { return m_remote.get(); }
     const EngineSessionOptions &options() const { return m_options; }
 
     // The latest engine telemetry (a lock-free read; call from a 10–30 Hz timer, not per token).
@@ -60,6 +67,10 @@ public slots:
     // New backend/precision/threads: cancels open replies, restarts the engine, and reloads the
     // model that was loaded (if any) with the new options.
     void reconfigure(const es::EngineSessionOptions &options);
+    // Asynchronous; modelLoadStarted(url), then modelLoaded (info.remoteUrl set) once /v1/models
+    // lists the model, or modelLoadFailed(url, why: unreachable, key refused, not an OpenAI
+    // server, model not served). Open replies are cancelled and the local model is unloaded.
+    void connectRemote(const es::RemoteEndpoint &endpoint);
     // Returns the request id (never 0). Failures (no model, prompt too long…) arrive as replyFailed.
     quint64 submit(const es::ChatRequest &request);
     void cancel(quint64 requestId);
@@ -84,6 +95,7 @@ private:
     void pump();
     void ensurePumping();
     void finishRequest(quint64 id, const QString &reason);
+    void dropRemote();
 
     struct Active {
         std::shared_ptr<request_stream> stream;
@@ -94,6 +106,7 @@ private:
 
     EngineSessionOptions m_options;
     std::unique_ptr<engine> m_engine;
+    std::unique_ptr<RemoteClient> m_remote;
     QHash<quint64, Active> m_active;
     QTimer m_timer;
     bool m_loaded = false, m_loading = false;

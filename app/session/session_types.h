@@ -36,6 +36,7 @@ struct SessionModelInfo {
     qint64 weightsBytes = 0, kvCacheBytes = 0;
     int contextLength = 0;
     SamplingParams defaults;    // from generation_config.json
+    QString remoteUrl;          // set when replies come from a remote server (dir == remoteUrl)
 };
 
 struct MemoryEstimateView {
@@ -97,6 +98,11 @@ struct TelemetryView {
     MemoryView memory;
     int running = 0, waiting = 0;
     quint64 prefixQueries = 0, prefixHits = 0, tokensGenerated = 0, requestsFinished = 0;
+    // Remote server (RemoteClient): telemetry comes from its /metrics, steps stay empty, the
+    // expert window spans windowSeconds of scrapes; noExpertMetrics: the server exposes none.
+    QString remoteUrl;
+    bool noExpertMetrics = false;
+    double windowSeconds = 0;
 };
 
 // Everything measured for one reply: timing of every token and its routing per MoE layer.

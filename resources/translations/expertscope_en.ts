@@ -18,4 +18,14 @@
         </translation>
     </message>
 </context>
+<context>
+    <name>es::ConnectServerDialog</name>
+    <message numerus="yes">
+        <source>%n model(s) served.</source>
+        <translation>
+            <numerusform>%n model served.</numerusform>
+            <numerusform>%n models served.</numerusform>
+        </translation>
+    </message>
+</context>
 </TS>

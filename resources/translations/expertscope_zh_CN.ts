@@ -49,7 +49,7 @@
     </message>
     <message>
         <source>decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. Over time: the tokens after the first in each quarter-second bin / the bin&apos;s length.</source>
-        <translation>decode tok/s：每个请求为 (n_out − 1) / (t_last − t_first)；每一步为：解码的 token 数 / 该步用时。随时间的曲线为：每个四分之一秒时间段内首个 token 之后的 token 数 / 时间段长度。</translation>
+        <translation>decode tok/s：每个请求为 (n_out − 1) / (t_last − t_first)；每步为：解码的 token 数 / 步耗时。随时间的曲线为：每个四分之一秒时间段内首个 token 之后的 token 数 / 时间段长度。</translation>
     </message>
 </context>
 <context>
@@ -74,10 +74,104 @@
     </message>
 </context>
 <context>
+    <name>RemoteClient</name>
+    <message>
+        <source>Cannot reach %1: %2</source>
+        <translation>无法连接 %1：%2</translation>
+    </message>
+    <message>
+        <source>The server refused the API key (HTTP %1)%2</source>
+        <translation>服务器拒绝了 API 密钥（HTTP %1）%2</translation>
+    </message>
+    <message>
+        <source>HTTP 404 at %1: no such route — is this an OpenAI-compatible server?</source>
+        <translation>%1 返回 HTTP 404：没有这个路由——这是 OpenAI 兼容的服务器吗？</translation>
+    </message>
+    <message>
+        <source>HTTP %1 from the server: %2</source>
+        <translation>服务器返回 HTTP %1：%2</translation>
+    </message>
+    <message>
+        <source>HTTP %1 from %2%3</source>
+        <translation>%2 返回 HTTP %1%3</translation>
+    </message>
+    <message>
+        <source>%1 lists no models</source>
+        <translation>%1 没有列出任何模型</translation>
+    </message>
+    <message>
+        <source>%1 answered, but not with an OpenAI model list — is it an OpenAI-compatible server?</source>
+        <translation>%1 有应答，但不是 OpenAI 模型列表——它是 OpenAI 兼容的服务器吗？</translation>
+    </message>
+    <message>
+        <source>Not a server address: give http://host:port</source>
+        <translation>不是服务器地址：请输入 http://主机:端口</translation>
+    </message>
+    <message>
+        <source>%1 does not serve the model &apos;%2&apos; (it serves: %3)</source>
+        <translation>%1 不提供模型“%2”（它提供：%3）</translation>
+    </message>
+    <message>
+        <source>remote: %1</source>
+        <translation>远程：%1</translation>
+    </message>
+    <message>
+        <source>The server sent a stream event that is not JSON: %1</source>
+        <translation>服务器发送的流事件不是 JSON：%1</translation>
+    </message>
+    <message>
+        <source>The server reported an error in the stream</source>
+        <translation>服务器在流中报告了错误</translation>
+    </message>
+    <message>
+        <source>The server closed the stream before the reply ended</source>
+        <translation>回复结束前服务器关闭了流</translation>
+    </message>
+    <message>
+        <source>The connection to %1 was lost: %2</source>
+        <translation>与 %1 的连接中断：%2</translation>
+    </message>
+</context>
+<context>
     <name>Startup</name>
     <message>
         <source>The last session ended unexpectedly, so %1 was not reopened automatically. Open it from File ▸ Open model.</source>
         <translation>上次会话意外结束，因此没有自动重新打开 %1。请通过“文件 ▸ 打开模型”打开。</translation>
+    </message>
+</context>
+<context>
+    <name>Welcome</name>
+    <message>
+        <source>Welcome to ExpertScope</source>
+        <translation>欢迎使用 ExpertScope</translation>
+    </message>
+    <message>
+        <source>Welcome! ExpertScope runs language models on this computer and shows what happens inside them while they answer. This conversation was written by the app, not by the model.
+
+**Chat pane.** Type below and press Enter to send, Esc to stop. Regenerate or edit a message to try another answer: the old one is kept, and ‹ 1/2 › switches between them. View ▸ Add a pane puts conversations side by side, and View ▸ Send to all panes asks them all the same question.
+
+**Presets.** The preset buttons by the message box start a message in a mode: 【技术解析模式】 for technical explanations, 【创意写作模式】 for creative writing. Each preset brings its own system prompt and sampling; Manage presets… edits them and adds your own.
+
+**Profiler.** View ▸ Profiler (Ctrl+P) opens the panels on the right: *Routing* shows which experts each layer chooses for every token, *Compare* sets two replies side by side, *Latency* shows the time to the first token and between tokens, *Memory* shows weights, KV cache and free memory. Click a message&apos;s header to see its stored profile again.
+
+**Models.** The model loaded now is the small default model that comes with the app (answers are short and often odd: it is a demonstration). File ▸ Open model… opens an ERNIE-4.5 model folder in the Hugging Face layout, for example ERNIE-4.5-0.3B-PT or ERNIE-4.5-21B-A3B-PT downloaded from huggingface.co. The status bar shows the model, whether it runs on the GPU or the CPU, memory and speed.
+
+Delete this conversation from the list on the left when you no longer need it; it will not come back.</source>
+        <translation>欢迎！ExpertScope 在这台计算机上运行语言模型，并在模型回答时展示其内部发生的事情。这段对话由应用编写，而不是由模型生成。
+
+**对话窗格。** 在下方输入，按 Enter 发送，按 Esc 停止。重新生成或编辑一条消息可以得到另一个回答：旧的回答会保留，用 ‹ 1/2 › 在它们之间切换。“视图 ▸ 添加窗格”把对话并排显示，“视图 ▸ 发送到所有窗格”向所有窗格提出同一个问题。
+
+**预设。** 消息框旁的预设按钮让消息以某种模式开始：【技术解析模式】用于技术讲解，【创意写作模式】用于创意写作。每个预设带有自己的系统提示词和采样设置；“管理预设…”可以编辑它们并添加你自己的预设。
+
+**性能分析。** “视图 ▸ 性能分析”（Ctrl+P）打开右侧的面板：*路由* 显示每一层为每个 token 选择了哪些专家，*对比* 把两条回复并排比较，*延迟* 显示首 token 时间和 token 之间的间隔，*内存* 显示权重、KV 缓存和空闲内存。点击消息的标题可以再次查看它保存的剖析数据。
+
+**模型。** 现在加载的是应用自带的小型默认模型（回答简短，而且常常古怪：它只是用于演示）。“文件 ▸ 打开模型…”可以打开 Hugging Face 格式的 ERNIE-4.5 模型文件夹，例如从 huggingface.co 下载的 ERNIE-4.5-0.3B-PT 或 ERNIE-4.5-21B-A3B-PT。状态栏显示模型、它运行在 GPU 还是 CPU 上、内存和速度。
+
+不再需要这段对话时，可以在左侧列表中删除它；它不会再出现。</translation>
+    </message>
+    <message>
+        <source>What can I do here?</source>
+        <translation>我在这里可以做什么？</translation>
     </message>
 </context>
 <context>
@@ -623,6 +717,63 @@ dense</source>
     </message>
 </context>
 <context>
+    <name>es::ConnectServerDialog</name>
+    <message>
+        <source>Connect to a server</source>
+        <translation>连接到服务器</translation>
+    </message>
+    <message>
+        <source>Base URL of an OpenAI-compatible server: expertscope-cli serve, vLLM, SGLang, FastDeploy…</source>
+        <translation>OpenAI 兼容服务器的基础 URL：expertscope-cli serve、vLLM、SGLang、FastDeploy…</translation>
+    </message>
+    <message>
+        <source>none</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>Remember key</source>
+        <translation>记住密钥</translation>
+    </message>
+    <message>
+        <source>Stores the key in ExpertScope&apos;s settings file, unencrypted</source>
+        <translation>将密钥以未加密的形式保存在 ExpertScope 的设置文件中</translation>
+    </message>
+    <message>
+        <source>Fetch models</source>
+        <translation>获取模型列表</translation>
+    </message>
+    <message>
+        <source>Server URL</source>
+        <translation>服务器 URL</translation>
+    </message>
+    <message>
+        <source>API key (optional)</source>
+        <translation>API 密钥（可选）</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Connect</source>
+        <translation>连接</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n model(s) served.</source>
+        <translation>
+            <numerusform>提供 %n 个模型。</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>Not a server address: give http://host:port</source>
+        <translation>不是服务器地址：请输入 http://主机:端口</translation>
+    </message>
+    <message>
+        <source>Asking %1 for its models…</source>
+        <translation>正在向 %1 查询模型…</translation>
+    </message>
+</context>
+<context>
     <name>es::ConversationListModel</name>
     <message>
         <source>New conversation</source>
@@ -1058,6 +1209,42 @@ dense</source>
     <message>
         <source>idle</source>
         <translation>空闲</translation>
+    </message>
+    <message>
+        <source>Connecting to %1…</source>
+        <translation>正在连接 %1…</translation>
+    </message>
+    <message>
+        <source>Could not connect to the server</source>
+        <translation>无法连接到服务器</translation>
+    </message>
+    <message>
+        <source>&lt;p&gt;Connecting to &lt;b&gt;%1&lt;/b&gt; failed:&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</source>
+        <translation>&lt;p&gt;连接 &lt;b&gt;%1&lt;/b&gt; 失败：&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</translation>
+    </message>
+    <message>
+        <source>&amp;Connect to server…</source>
+        <translation>连接到服务器(&amp;C)…</translation>
+    </message>
+    <message>
+        <source>remote: %1 · %2</source>
+        <translation>远程：%1 · %2</translation>
+    </message>
+    <message>
+        <source>%1 experts on %2 MoE layers (server metrics)</source>
+        <translation>%2 个 MoE 层，每层 %1 个专家（服务器指标）</translation>
+    </message>
+    <message>
+        <source>no expert metrics from the server</source>
+        <translation>服务器未提供专家指标</translation>
+    </message>
+    <message>
+        <source>Requests in the running batch and waiting in the queue (a remote server&apos;s own, from its /metrics: vllm:num_requests_running / _waiting)</source>
+        <translation>正在批处理中运行的请求和在队列中等待的请求（远程服务器的数据来自其 /metrics：vllm:num_requests_running / _waiting）</translation>
+    </message>
+    <message>
+        <source>%1 running · %2 waiting</source>
+        <translation>%1 个运行中 · %2 个等待中</translation>
     </message>
 </context>
 <context>
@@ -1639,6 +1826,18 @@ dense</source>
     <message>
         <source>#%1 “%2”</source>
         <translation>#%1“%2”</translation>
+    </message>
+    <message>
+        <source>The server %1 does not expose expert metrics (expertscope:expert_tokens_total), so its routing cannot be shown. ExpertScope&apos;s own server does; vLLM and SGLang do not.</source>
+        <translation>服务器 %1 未公开专家指标（expertscope:expert_tokens_total），因此无法显示其路由。ExpertScope 自己的服务器提供该指标；vLLM 和 SGLang 不提供。</translation>
+    </message>
+    <message>
+        <source>Live: the server&apos;s last %1 s (%2 steps), %3 token-slots from all its clients</source>
+        <translation>实时：服务器最近 %1 秒（%2 步），来自其所有客户端的 %3 个 token 槽位</translation>
+    </message>
+    <message>
+        <source>%1: no routing recorded — a remote server&apos;s replies carry none (see Live for the server&apos;s expert metrics)</source>
+        <translation>%1：未记录路由——远程服务器的回复不携带路由信息（服务器的专家指标请见“实时”）</translation>
     </message>
 </context>
 <context>
