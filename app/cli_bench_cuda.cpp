@@ -2,15 +2,13 @@
 // backend, with random weights of a real shape built on the GPU (or a model folder), reported in
 // cli_bench.cpp's table format. MBU = tok/s × weight bytes a decode step reads ÷ 4.55 TB/s (the
 // H200's measured read-streaming bandwidth, ../shared/docs/gpu.md). Times are wall-clock around
-// forward(), which includes the input upload and the logits download.
+// forward(), which includes the input upload and the logits download. The backend comes from the
+// CUDA module (cuda_loader.h); without a usable GPU the command fails with the reason.
 #include "cli_commands.h"
 
+#include "cuda_loader.h"
+#include "cuda_module_abi.h"
 #include "model.h"
-#if ES_HAVE_CUDA
-#include "cuda_backend.h"
-
-#include <cuda_runtime_api.h>
-#endif
 
 #include <nlohmann/json.hpp>
 
@@ -22,11 +20,6 @@
 
 namespace es::cli {
 
-#if !ES_HAVE_CUDA
-int cmd_bench_cuda(const bench_opts &, const common_opts &) {
-    return fail("bench --backend cuda: this build has no CUDA backend (no CUDA toolkit was found when it was built)");
-}
-#else
 namespace {
 
 constexpr double k_h200_read_bw = 4.55e12; // bytes/s
@@ -42,6 +35,11 @@ double median(std::vector<double> v) {
 } // namespace
 
 int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
+    const cuda_status_info &st = cuda_status();
+    if (!st.available) return fail("bench --backend cuda: the CUDA backend cannot run here: " + st.reason);
+    auto mod = cuda_module();
+    if (!mod) return fail(mod.message());
+    const es_cuda_module_v1 &cuda = **mod;
     const weight_precision prec = common.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
     cuda_backend_params cp;
     cp.precision = prec;
@@ -55,7 +53,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         if (!c) return fail(c.message());
         std::fprintf(stderr, "building random %s weights of %s (%lld layers) on the GPU…\n", common.precision.c_str(),
                      o.shape.c_str(), (long long)c->n_layer);
-        auto b = make_cuda_backend_random(*c, 42, cp);
+        auto b = cuda.make_backend_random(*c, 42, cp);
         if (!b) return fail(b.message());
         random_be = std::move(*b);
         be = random_be.get();
@@ -72,7 +70,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         what = o.model_dir;
     }
     const double load_s = seconds_since(t_load);
-    auto *cb = dynamic_cast<cuda_backend *>(be);
+    cuda_backend *cb = cuda.as_cuda_backend(be);
     if (!cb) return fail("bench --backend cuda: the loaded backend is not the CUDA backend");
     const model_config &cfg = be->config();
 
@@ -168,8 +166,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     if (!o.out_json.empty()) {
         auto request = bench_request_profile(*be, o.pp.front(), o.tg);
         if (!request) return fail(request.message());
-        int driver = 0;
-        cudaDriverGetVersion(&driver);
+        const int driver = cuda_status().driver_version; // CUDA version the driver supports
         nlohmann::json j = {{"format", "expertscope.bench"},
                             {"format_version", 2},
                             {"model", what},
@@ -182,8 +179,9 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                             {"model_hash", model_content_hash(o.model_dir)},
                             {"device", be->name()},
                             {"host_cpu", bench_device_name()},
-                            {"driver", "CUDA driver " + std::to_string(driver / 1000) + "." +
-                                           std::to_string((driver % 1000) / 10)},
+                            {"driver", driver > 0 ? "driver for CUDA " + std::to_string(driver / 1000) + "." +
+                                                        std::to_string((driver % 1000) / 10)
+                                                  : std::string("unknown")},
                             {"seed", o.shape.empty() ? nlohmann::json() : nlohmann::json(42)},
                             {"request", *request},
                             {"backend", be->name()},
@@ -201,6 +199,5 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     }
     return 0;
 }
-#endif
 
 } // namespace es::cli

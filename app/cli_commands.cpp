@@ -177,6 +177,7 @@ int cmd_generate(const generate_opts &g, const common_opts &o) {
     if (!loaded) return fail(loaded.message());
     model &m = **loaded;
     for (const auto &w : m.warnings) std::fprintf(stderr, "warning: %s\n", w.c_str());
+    if (!m.backend_note.empty()) std::fprintf(stderr, "note: %s\n", m.backend_note.c_str());
 
     std::vector<int32_t> prompt;
     if (g.raw_ids) {

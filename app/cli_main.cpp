@@ -2,6 +2,7 @@
 // generate, bench, …; `report` and `import` only in builds with Qt (ES_CLI_HAVE_REPORT). The `logits`
 // interface is stable: checks outside the test suite rely on it.
 #include "cli_commands.h"
+#include "cuda_loader.h"
 
 #include <CLI/CLI.hpp>
 
@@ -12,12 +13,14 @@ int main(int argc, char **argv) {
     using namespace es::cli;
     CLI::App app{"ExpertScope command-line engine for ERNIE-4.5 models"};
     app.require_subcommand(1);
-    app.set_version_flag("--version", std::string("expertscope-cli ") + ES_VERSION + " (" + ES_GIT_COMMIT +
-                                          ")\nbackends: cpu" +
-#if ES_HAVE_CUDA
-                                          ", cuda" +
-#endif
-                                          "\n");
+    // Evaluated only when --version is given: it loads the CUDA module and probes the GPU.
+    app.set_version_flag("--version", std::function<std::string()>([] {
+                             std::string v = std::string("expertscope-cli ") + ES_VERSION + " (commit " +
+                                             ES_GIT_COMMIT + ")\nQt: not used (the CLI is Qt-free)\n" +
+                                             es::cuda_version_lines();
+                             v.pop_back(); // CLI11 ends the text with its own newline
+                             return v;
+                         }));
 
     common_opts common;
     auto add_common = [&](CLI::App *sub) {

@@ -1,12 +1,12 @@
 // expertscope-cli selftest: "is my GPU set-up right?" Every CUDA kernel against its CPU twin,
 // then every reference checkpoint end to end through the CUDA backend against the CPU backend and
 // HF's logits. Prints a Markdown table as rows finish; exit 1 on any failure, 0 with "skipped"
-// where there is no usable GPU or the build has no CUDA.
+// where there is no usable GPU, the CUDA module cannot be loaded or the build has no CUDA. The
+// checks run inside the CUDA module (its table's run_selftest).
 #include "cli_commands.h"
 
-#if ES_HAVE_CUDA
-#include "cuda_selftest.h"
-#endif
+#include "cuda_loader.h"
+#include "cuda_module_abi.h"
 
 #include <cmath>
 #include <cstdio>
@@ -14,10 +14,16 @@
 namespace es::cli {
 
 int cmd_selftest(const selftest_opts &o) {
-#if !ES_HAVE_CUDA
-    std::printf("selftest: skipped (this build has no CUDA backend: no CUDA toolkit was found when it was built)\n");
-    return 0;
-#else
+    const cuda_status_info &st = cuda_status();
+    if (!st.available) {
+        std::printf("selftest: skipped (%s)\n", st.reason.c_str());
+        return 0;
+    }
+    auto mod = cuda_module();
+    if (!mod) return fail(mod.message());
+    std::printf("CUDA module %s (runtime %s, driver %s)\n\n", st.module_path.c_str(),
+                cuda_version_string(st.runtime_version).c_str(),
+                cuda_version_string(st.driver_version).c_str());
     selftest_options so;
     so.data_dir = o.data_dir;
     so.kernels = !o.models_only;
@@ -41,7 +47,7 @@ int cmd_selftest(const selftest_opts &o) {
     };
     const selftest_report rep = [&] {
         // The report's device line comes first; rows stream after it.
-        return run_cuda_selftest(so);
+        return (*mod)->run_selftest(so);
     }();
     if (rep.skipped) {
         std::printf("selftest: skipped (no usable GPU: %s)\n", rep.skip_reason.c_str());
@@ -52,7 +58,6 @@ int cmd_selftest(const selftest_opts &o) {
     std::printf("\nselftest on %s: %d checks, %d failed — %s\n", rep.device.c_str(), n_pass + n_fail, n_fail,
                 n_fail ? "FAIL" : "PASS");
     return n_fail ? 1 : 0;
-#endif
 }
 
 } // namespace es::cli

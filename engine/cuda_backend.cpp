@@ -5,6 +5,7 @@
 // only at the end of forward() (logits and the routing record come back then).
 #include "cuda_backend.h"
 
+#include "cuda_loader.h"
 #include "dtype.h"
 
 #include "argmax.cuh"
@@ -26,6 +27,8 @@
 #include "silu_mul.cuh"
 
 #include <cuda_runtime_api.h>
+
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -1140,13 +1143,35 @@ private:
 
 } // namespace
 
-std::string cuda_memory_report::to_string() const {
-    return "weights " + mib(weights_bytes) + ", KV " + mib(kv_bytes) + ", workspace " + mib(workspace_bytes) +
-           ", cuBLASLt " + mib(library_bytes) + "; device " + mib(device_total_bytes - device_free_bytes) + " used of " +
-           mib(device_total_bytes);
+int cuda_driver_version(std::string *why) {
+    std::string reason;
+    int v = 0;
+    if (void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); !h) {
+        const char *e = dlerror();
+        reason = std::string("no NVIDIA driver is installed (libcuda.so.1 cannot be loaded: ") +
+                 (e ? e : "?") + ")";
+    } else {
+        dlclose(h);
+        const cudaError_t e = cudaDriverGetVersion(&v);
+        if (e != cudaSuccess || v == 0) {
+            cudaGetLastError();
+            reason = e != cudaSuccess
+                         ? std::string("the NVIDIA driver cannot be used (") + cudaGetErrorString(e) + ")"
+                         : std::string("no NVIDIA driver is loaded (libcuda.so.1 reports no version)");
+            v = 0;
+        } else if (v / 1000 < CUDART_VERSION / 1000) {
+            // CUDA's minor-version compatibility: any driver of the runtime's major version works.
+            reason = "the NVIDIA driver is too old: it supports CUDA " + cuda_version_string(v) +
+                     ", this build needs " + std::to_string(CUDART_VERSION / 1000) + ".x (update the driver)";
+        }
+    }
+    if (why) *why = reason;
+    return v;
 }
 
 result<cuda_device_info> probe_cuda_device(int device) {
+    std::string why;
+    if (cuda_driver_version(&why) == 0 || !why.empty()) return error{why};
     int count = 0;
     cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess) {
@@ -1165,6 +1190,13 @@ result<cuda_device_info> probe_cuda_device(int device) {
     info.cc_major = prop.major;
     info.cc_minor = prop.minor;
     info.n_sm = prop.multiProcessorCount;
+#ifdef ES_CUDA_MIN_CC
+    if (prop.major * 10 + prop.minor < ES_CUDA_MIN_CC)
+        return error{info.name + " has compute capability " + std::to_string(prop.major) + "." +
+                     std::to_string(prop.minor) + "; this build's kernels need " +
+                     std::to_string(ES_CUDA_MIN_CC / 10) + "." + std::to_string(ES_CUDA_MIN_CC % 10) +
+                     " or newer (rebuild with ES_CUDA_ARCHITECTURES naming this GPU)"};
+#endif
     // Launch one tiny kernel: proves the driver, the context and that this build has code for
     // the GPU's architecture (cudaErrorNoKernelImageForDevice otherwise).
     if ((e = cudaSetDevice(device)) != cudaSuccess) {

@@ -1,8 +1,9 @@
-// The CUDA backend's public face (host side; compiled only when CMake finds a CUDA toolkit, where
-// ES_HAVE_CUDA=1): an es::backend that keeps BF16 or FP8 E4M3 (+ per-channel fp32 scales)
-// weights, BF16 paged KV pools and a workspace in device memory (plain cudaMalloc, never managed
-// memory), runs the forward pass with the kernels of kernels/, and turns every CUDA failure,
-// out-of-memory included, into an es::error. Numerics: fp32 residual stream, BF16 activations
+// The CUDA backend's public face (host side; compiled only when CMake finds a CUDA toolkit, into
+// es_cuda_backend and the run-time module libexpertscope-cuda.so; the app reaches it through
+// cuda_loader.h and the module's table, cuda_module_abi.h): an es::backend that keeps BF16 or FP8
+// E4M3 (+ per-channel fp32 scales) weights, BF16 paged KV pools and a workspace in device memory
+// (plain cudaMalloc, never managed memory), runs the forward pass with the kernels of kernels/,
+// and turns every CUDA failure, out-of-memory included, into an es::error. Numerics: fp32 residual stream, BF16 activations
 // into every linear, fp32 accumulation, fp32 router and softmax (see ARCHITECTURE.md).
 #pragma once
 
@@ -24,8 +25,16 @@ struct cuda_device_info {
     size_t total_bytes = 0, free_bytes = 0;
 };
 
-// Is there a usable GPU? An error in words when not (no driver, no device, too old a GPU).
-// Cheap; never aborts. Devices before compute capability 9.0 are refused by this build (sm_90a).
+// The CUDA version the NVIDIA driver supports (13000: 13.0), or 0; *why (when given) is empty when
+// the driver can run this build, else says why not in words: no driver at all (libcuda.so.1
+// missing, which the runtime would only call "insufficient driver"), or one older than the CUDA
+// runtime's major version (minor-version compatibility covers the rest).
+int cuda_driver_version(std::string *why);
+
+// Is there a usable GPU? Checks the driver first (cuda_driver_version). An error in words when
+// not (no driver, no device, too old a GPU). Cheap; never aborts. Devices below the oldest
+// architecture of ES_CUDA_ARCHITECTURES are refused (9.0 for the default sm_90a), and a tiny
+// kernel launch proves the build has code for the GPU.
 result<cuda_device_info> probe_cuda_device(int device = 0);
 
 struct cuda_backend_params {

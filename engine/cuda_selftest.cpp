@@ -5,7 +5,11 @@
 // only repeat it).
 #include "cuda_selftest.h"
 
+#include "engine.h"
+
 #include "cuda_backend.h"
+#include "cuda_loader.h"
+#include "cuda_module_abi.h"
 #include "cuda_twin_model.h"
 #include "model.h"
 #include "npy.h"
@@ -1015,6 +1019,9 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 auto m = load_model(dir, lp);
                 if (!m) throw test_failure(m.message());
                 backend &be = *(*m)->be;
+                // The will-it-fit estimate's weight bytes must be what the backend allocated.
+                const double est = double(cuda_weight_bytes((*m)->config, prec)), got = double(be.weights_bytes());
+                R.add("model", pn + " load", "weights: |estimate − allocated| / allocated", std::abs(est - got) / got, 0.0);
                 routing_record rr;
                 const auto pre = logits_prefill(be, prompt, &rr);
                 R.add("model", pn + " prefill", "NMSE vs twin model", nmse(pre, twin), twin_limit_prefill);
@@ -1046,6 +1053,8 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
 } // namespace
 
 selftest_report run_cuda_selftest(const selftest_options &o) {
+    // load_model(backend_kind::cuda) below uses the CUDA code linked here, not a module file.
+    detail::use_linked_cuda_module(&linked_cuda_module());
     selftest_report rep;
     auto dev = probe_cuda_device(0);
     if (!dev) {

@@ -2,7 +2,8 @@
 // against its CPU twin on random inputs including edge shapes (tolerances fitted to the dtype),
 // then end-to-end logits of every reference checkpoint through the CUDA backend (BF16 and FP8,
 // prefill chunks and token-by-token decode) against the CPU backend and the HF goldens.
-// Declared always; defined only in CUDA builds (ES_HAVE_CUDA), where callers may use it.
+// Declared always; defined in es_cuda_backend (CUDA builds). The app reaches it through the module's
+// table (cuda_module_abi.h), the gpu-labelled tests by linking es_cuda_backend.
 #pragma once
 
 #include <filesystem>

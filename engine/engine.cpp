@@ -5,6 +5,7 @@
 // can no longer match) → record telemetry and publish a snapshot at most every 10 ms.
 #include "engine.h"
 
+#include "cuda_loader.h"
 #include "scheduler.h"
 
 #include <algorithm>
@@ -241,16 +242,73 @@ int32_t pick_kv_blocks(const engine_params &p, const model_config &c, uint64_t b
 
 } // namespace
 
+uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision) {
+    const auto align = [](uint64_t b) { return (b + 255) / 256 * 256; };
+    const bool fp8 = precision == weight_precision::fp8;
+    const uint64_t H = uint64_t(c.n_embd), qd = uint64_t(c.q_dim()), kvd = uint64_t(c.kv_dim());
+    uint64_t total = 0;
+    auto lin = [&](uint64_t n, uint64_t k) { total += align(n * k * (fp8 ? 1 : 2)) + (fp8 ? align(n * 4) : 0); };
+    total += align(uint64_t(c.n_vocab) * H * 2) + align(H * 2);
+    if (!c.tie_word_embeddings) total += align(uint64_t(c.n_vocab) * H * 2);
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+        total += 2 * align(H * 2);
+        lin(qd + 2 * kvd, H);
+        lin(H, qd);
+        if (!c.is_moe_layer(il)) {
+            lin(2 * uint64_t(c.n_ff), H);
+            lin(H, uint64_t(c.n_ff));
+            continue;
+        }
+        total += align(uint64_t(c.n_expert) * H * 4) + align(uint64_t(c.n_expert) * 4);
+        lin(uint64_t(c.n_expert) * 2 * uint64_t(c.n_ff_exp), H);
+        lin(uint64_t(c.n_expert) * H, uint64_t(c.n_ff_exp));
+        if (c.n_expert_shared > 0) {
+            const uint64_t F = uint64_t(c.n_ff_exp * c.n_expert_shared);
+            lin(2 * F, H);
+            lin(H, F);
+        }
+    }
+    return total + align(uint64_t(c.head_dim / 2) * 4);
+}
+
 result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir, const engine_params &p) {
     auto cfg = load_model_config(dir);
     if (!cfg) return cfg.err();
     memory_estimate e;
-    // The CPU backend holds fp32 weights; KV is fp32 K and V per layer.
-    e.weights_bytes = uint64_t(cfg->n_params()) * 4;
-    const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(cfg->kv_dim()) * 4 * 2 * uint64_t(cfg->n_layer);
-    e.kv_bytes = uint64_t(pick_kv_blocks(p, *cfg, block_bytes)) * block_bytes;
-    e.available_bytes = physical_memory();
-    e.fits = e.weights_bytes + e.kv_bytes < e.available_bytes / 10 * 9;
+    // Where it would load: the same decision as load_model.
+    if (p.load.kind != backend_kind::cpu) {
+        const cuda_status_info &cs = cuda_status();
+        if (cs.available) e.gpu = true;
+        else if (p.load.kind == backend_kind::cuda) return error{"the CUDA backend cannot run here: " + cs.reason};
+        else e.note = "CUDA not used: " + cs.reason;
+    }
+    const model_config &c = *cfg;
+    if (e.gpu) {
+        const cuda_status_info &cs = cuda_status();
+        e.device = cs.device.name;
+        e.weights_bytes = cuda_weight_bytes(c, p.load.precision);
+        const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 2 * 2 * uint64_t(c.n_layer);
+        e.kv_bytes = uint64_t(pick_kv_blocks(p, c, block_bytes)) * block_bytes;
+        // The forward pass at a full token budget: logits in fp32 plus the widest activations
+        // (q/k/v, gate/up of the routed experts of every token) in fp32, the FP8 prefill's BF16
+        // dequantization buffer, and cuBLASLt's workspace.
+        const uint64_t T = uint64_t(std::max(1, p.max_batched_tokens));
+        const uint64_t widest = uint64_t(std::max({c.q_dim() + 2 * c.kv_dim(), 2 * c.n_ff,
+                                                   2 * c.n_ff_exp * std::max<int64_t>(1, c.n_expert_used), c.n_embd}));
+        e.workspace_bytes = T * uint64_t(c.n_vocab) * 4 + T * widest * 4 * 4 + (uint64_t(32) << 20);
+        if (p.load.precision == weight_precision::fp8)
+            e.workspace_bytes += uint64_t(std::max({(c.q_dim() + 2 * c.kv_dim()) * c.n_embd, 2 * c.n_ff * c.n_embd,
+                                                   2 * c.n_ff_exp * c.n_expert_shared * c.n_embd})) * 2;
+        e.available_bytes = cs.device.free_bytes;
+    } else {
+        // The CPU backend holds fp32 weights; KV is fp32 K and V per layer.
+        e.device = "CPU";
+        e.weights_bytes = uint64_t(c.n_params()) * 4;
+        const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 4 * 2 * uint64_t(c.n_layer);
+        e.kv_bytes = uint64_t(pick_kv_blocks(p, c, block_bytes)) * block_bytes;
+        e.available_bytes = physical_memory();
+    }
+    e.fits = e.weights_bytes + e.kv_bytes + e.workspace_bytes < e.available_bytes / 20 * 19;
     auto gib = [](uint64_t b) {
         const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
         double v = double(b);
@@ -263,8 +321,13 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
         return std::string(buf);
     };
-    e.summary = "CPU: weights " + gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + " of " +
-                gib(e.available_bytes) + " RAM — " + (e.fits ? "fits" : "does not fit");
+    if (e.gpu)
+        e.summary = e.device + " (" + (p.load.precision == weight_precision::fp8 ? "FP8" : "BF16") + "): weights " +
+                    gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + " + workspace " + gib(e.workspace_bytes) +
+                    " of " + gib(e.available_bytes) + " free — " + (e.fits ? "fits" : "does not fit");
+    else
+        e.summary = "CPU: weights " + gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + " of " +
+                    gib(e.available_bytes) + " RAM — " + (e.fits ? "fits" : "does not fit");
     return e;
 }
 
@@ -376,7 +439,8 @@ void engine::thread_main() {
         I.mdl = std::move(mdl);
         {
             std::lock_guard lock(I.info_mutex);
-            I.info = model_info{c.dir, cfg, I.mdl->be->name(), I.mdl->generation_defaults, n_blocks, m_params.block_size};
+            I.info = model_info{c.dir, cfg, I.mdl->be->name(), I.mdl->backend_note, I.mdl->generation_defaults,
+                                n_blocks, m_params.block_size};
         }
         c.done->set_value(ok_status());
     };

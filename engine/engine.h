@@ -98,16 +98,30 @@ struct engine_params {
     int32_t telemetry_window = 64;      // steps in the live expert window
 };
 
+// Will the model fit where it would load (the backend and precision of engine_params)? On the
+// GPU: the CUDA backend's weight arena at that precision, a BF16 KV cache, the forward pass's
+// workspace for a full token budget and the cuBLASLt workspace, against the device's free
+// memory now; on the CPU: fp32 weights and KV against physical RAM. An estimate (what the
+// driver and allocator add is not counted); 5% of the memory is kept as headroom.
 struct memory_estimate {
-    uint64_t weights_bytes = 0, kv_bytes = 0, available_bytes = 0;
+    uint64_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, available_bytes = 0;
     bool fits = false;
+    bool gpu = false;
+    std::string device;                 // "CPU" or the GPU's name
+    std::string note;                   // automatic on the CPU: why not the GPU
     std::string summary;                // one line for the UI
 };
+
+// Bytes of the CUDA backend's weight arena for this config and precision (its layout: fused
+// q/k/v and gate/up, BF16 embeddings, norms and head, fp32 router and RoPE table, FP8 linears
+// with one fp32 scale per row; 256-byte aligned pieces).
+uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision);
 
 struct model_info {
     std::filesystem::path dir;
     model_config config;
     std::string backend_name;
+    std::string backend_note;           // model::backend_note: why CUDA is not used, when it is not
     sampling_params defaults;
     int32_t n_kv_blocks = 0, block_size = 0;
 };

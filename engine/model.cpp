@@ -3,9 +3,8 @@
 #include "model.h"
 
 #include "cpu_backend.h"
-#if ES_HAVE_CUDA
-#include "cuda_backend.h"
-#endif
+#include "cuda_loader.h"
+#include "cuda_module_abi.h"
 #include "model_tensors.h"
 #include "safetensors.h"
 
@@ -19,29 +18,23 @@ namespace es {
 
 namespace {
 
-// cpu → false; cuda → true, or an error saying why not; automatic → whether a usable GPU is here.
-result<bool> use_cuda_backend(const model_load_params &p) {
-    if (p.kind == backend_kind::cpu) return false;
-#if ES_HAVE_CUDA
-    auto dev = probe_cuda_device(0);
-    if (dev) return true;
-    if (p.kind == backend_kind::cuda) return error{"the CUDA backend cannot run here: " + dev.message()};
-    return false;
-#else
-    if (p.kind == backend_kind::cuda)
-        return error{"the CUDA backend is not available in this build (no CUDA toolkit was found when it was built)"};
-    return false;
-#endif
+// The CUDA module's table when the CUDA backend is to be used; null for the CPU (with the reason
+// in *note when `automatic` fell back); an error naming the reason when `cuda` cannot be had.
+result<const es_cuda_module_v1 *> cuda_table_for(const model_load_params &p, std::string *note) {
+    if (p.kind == backend_kind::cpu) return nullptr;
+    const cuda_status_info &st = cuda_status();
+    if (st.available) return cuda_module();
+    if (p.kind == backend_kind::cuda) return error{"the CUDA backend cannot run here: " + st.reason};
+    if (note) *note = "CUDA not used: " + st.reason;
+    return nullptr;
 }
 
-#if ES_HAVE_CUDA
 cuda_backend_params cuda_params_from(const model_load_params &p, const std::function<void(float)> &progress) {
     cuda_backend_params cp;
     cp.precision = p.precision;
     cp.on_progress = progress;
     return cp;
 }
-#endif
 
 } // namespace
 
@@ -102,14 +95,13 @@ result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, cons
     if (!bound) return bound.err();
     m->warnings = bound->warnings;
 
-    auto cuda = use_cuda_backend(p);
+    auto cuda = cuda_table_for(p, &m->backend_note);
     if (!cuda) return cuda.err();
     if (*cuda) {
-#if ES_HAVE_CUDA
-        auto be = make_cuda_backend(m->config, *bound, cuda_params_from(p, [&](float v) { progress("weights", v); }));
+        auto be = (*cuda)->make_backend(m->config, *bound,
+                                        cuda_params_from(p, [&](float v) { progress("weights", v); }));
         if (!be) return be.err();
         m->be = std::move(*be);
-#endif
     } else {
         cpu_backend_params cp;
         cp.n_threads = p.n_threads;
@@ -144,18 +136,16 @@ result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, cons
 
 result<std::unique_ptr<model>> make_random_model(const model_config &cfg, uint64_t seed, const model_load_params &p) {
     if (auto s = validate_model_config(cfg); !s) return s.err();
-    auto cuda = use_cuda_backend(p);
-    if (!cuda) return cuda.err();
     auto m = std::make_unique<model>();
+    auto cuda = cuda_table_for(p, &m->backend_note);
+    if (!cuda) return cuda.err();
     m->config = cfg;
     if (*cuda) {
-#if ES_HAVE_CUDA
-        auto be = make_cuda_backend_random(cfg, seed, cuda_params_from(p, [&](float v) {
-                                               if (p.on_progress) p.on_progress("weights", v);
-                                           }));
+        auto be = (*cuda)->make_backend_random(cfg, seed, cuda_params_from(p, [&](float v) {
+                                                   if (p.on_progress) p.on_progress("weights", v);
+                                               }));
         if (!be) return be.err();
         m->be = std::move(*be);
-#endif
     } else {
         cpu_backend_params cp;
         cp.n_threads = p.n_threads;

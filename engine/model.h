@@ -15,7 +15,8 @@
 
 namespace es {
 
-// automatic: the CUDA backend when this build has it and a usable GPU is present, else the CPU.
+// automatic: the CUDA backend when its module loads and a usable GPU is present, else the CPU (the
+// reason kept in model::backend_note); cuda: an error naming the reason when it cannot run here.
 enum class backend_kind { cpu, cuda, automatic };
 
 // Weights in device memory. The CPU backend computes in fp32 from the checkpoint's values, or
@@ -42,6 +43,7 @@ struct model {
     sampling_params generation_defaults; // from generation_config.json (HF defaults otherwise)
     std::unique_ptr<backend> be;
     std::vector<std::string> warnings;
+    std::string backend_note;            // "CUDA not used: <reason>" when automatic fell back to the CPU
 };
 
 result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, const model_load_params &p = {});

@@ -1,7 +1,10 @@
 // EngineSession against the real engine on the tiny reference models: tokens arrive as coalesced
 // signals, cancel is immediate, two panes generate at once, failures are shown, the model load
 // reports progress and errors, and destroying the session mid-reply is clean.
+#include "cuda_loader.h"
+#include "engine.h"
 #include "engine_session.h"
+#include "model_config.h"
 
 #include <QSignalSpy>
 #include <QtTest>
@@ -165,6 +168,32 @@ void TestEngineSession::estimateBeforeLoading() {
     const auto bad = EngineSession::estimate("/nonexistent", {});
     QVERIFY(!bad.ok);
     QVERIFY(bad.message.contains("/nonexistent"));
+    // The CPU holds fp32 weights: 4 bytes a parameter.
+    const auto cfg = load_model_config((data_dir + "/moe-shared").toStdString());
+    QVERIFY(cfg.ok());
+    QCOMPARE(e.weightsBytes, qint64(cfg->n_params()) * 4);
+    QVERIFY(!e.gpu);
+    // Automatic / CUDA: the GPU's figures where one is usable, else the CPU's with the reason
+    // (automatic) or an error naming it (CUDA).
+    const cuda_status_info &cuda = cuda_status();
+    const auto a = EngineSession::estimate(data_dir + "/moe-shared", EngineSessionOptions{.backend = "auto"});
+    const auto c = EngineSession::estimate(data_dir + "/moe-shared", EngineSessionOptions{.backend = "cuda"});
+    QVERIFY(a.ok);
+    if (cuda.available) {
+        QVERIFY(a.gpu && c.ok && c.gpu);
+        QCOMPARE(a.weightsBytes, qint64(cuda_weight_bytes(*cfg, weight_precision::fp8)));
+        QVERIFY(a.message.contains("free"));
+    } else {
+        QVERIFY(!a.gpu);
+        QVERIFY2(a.message.contains("CUDA not used"), qPrintable(a.message));
+        QVERIFY(!c.ok);
+        QVERIFY2(c.message.contains(QString::fromStdString(cuda.reason)), qPrintable(c.message));
+    }
+    // The CUDA weight arena: FP8 linears take a byte a weight plus a scale a row; the rest stays.
+    const uint64_t bf16 = cuda_weight_bytes(*cfg, weight_precision::bf16), fp8 = cuda_weight_bytes(*cfg, weight_precision::fp8);
+    QVERIFY(fp8 < bf16);
+    QVERIFY(bf16 >= uint64_t(cfg->n_params()) * 2); // every weight in BF16 or wider (router fp32), aligned
+    QVERIFY(bf16 < uint64_t(cfg->n_params()) * 2 + uint64_t(cfg->n_layer) * 16 * 256 + 4096 + uint64_t(cfg->n_expert) * cfg->n_embd * 2 * cfg->n_layer);
 }
 
 void TestEngineSession::shutdownWhileGenerating() {

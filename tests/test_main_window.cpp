@@ -7,11 +7,13 @@
 #include "composer.h"
 #include "conversation_list_model.h"
 #include "conversation_sidebar.h"
+#include "cuda_loader.h"
 #include "engine_session.h"
 #include "export_menu.h"
 #include "main_window.h"
 #include "message_widget.h"
 
+#include <QLabel>
 #include <QLineEdit>
 #include <QListView>
 #include <QMenuBar>
@@ -50,6 +52,7 @@ private slots:
     void sendToAllPanes();
     void failedReplyKeepsItsProfile();
     void comparePrecisionsSideBySide();
+    void statusBarSaysWhyTheGpuIsNotUsed();
     void exportAndImportFromTheFileMenu();
 
 private:
@@ -323,6 +326,36 @@ void TestMainWindow::comparePrecisionsSideBySide() {
     }
     QTRY_VERIFY(fp8.isNull());
     QCOMPARE(m_window->panes().size(), 1);
+}
+
+void TestMainWindow::statusBarSaysWhyTheGpuIsNotUsed() {
+    auto *label = m_window->findChild<QLabel *>(QStringLiteral("backendLabel"));
+    QVERIFY(label);
+    auto reloadWith = [&](const QString &backend) {
+        QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
+        EngineSessionOptions o = m_session->options();
+        o.backend = backend;
+        m_session->reconfigure(o);
+        return loaded.wait(30000);
+    };
+    // cpu was asked for: nothing to explain.
+    QVERIFY(reloadWith(QStringLiteral("cpu")));
+    QVERIFY2(label->text().startsWith("cpu") && !label->text().contains("GPU not used"),
+             qPrintable(label->text()));
+    QVERIFY(label->toolTip().isEmpty());
+    // auto: CUDA when it can run here, else the CPU and the reason (the machine decides which).
+    QVERIFY(reloadWith(QStringLiteral("auto")));
+    const es::cuda_status_info &cuda = es::cuda_status();
+    if (cuda.available) {
+        QVERIFY2(label->text().startsWith("cuda"), qPrintable(label->text()));
+        QVERIFY(label->toolTip().isEmpty());
+    } else {
+        QVERIFY(!cuda.reason.empty());
+        QVERIFY2(label->text().startsWith("cpu") && label->text().contains("GPU not used"),
+                 qPrintable(label->text()));
+        QCOMPARE(label->toolTip(), QString::fromStdString("CUDA not used: " + cuda.reason));
+        QCOMPARE(m_session->modelInfo().backendNote, label->toolTip());
+    }
 }
 
 QTEST_MAIN(TestMainWindow)

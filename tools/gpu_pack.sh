@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# Builds expertscope-cli with the CUDA backend (GUI-less, sm_90a) and packs it with the shared
+# Builds expertscope-cli and the CUDA module (GUI-less, sm_90a) and packs them with the shared
 # libraries the GPU machine lacks into .device/ (git-ignored), then prints the device command.
-# The GPU machine (Ubuntu 24.04, driver 580, CUDA 13) runs binaries built here unchanged; it has
-# its own libcublasLt (too large to carry: tools/gpu_run.sh finds it there).
+# Layout as installed: .device/bin/expertscope-cli and .device/lib/expertscope/libexpertscope-cuda.so
+# (found as <bin>/../lib/expertscope/). The CLI links no CUDA library; the module carries cudart
+# (static) and needs the driver and libcublasLt.so.13. The GPU machine (Ubuntu 24.04, driver 580,
+# CUDA 13) runs binaries built here unchanged; it has its own libcublasLt (too large to carry:
+# tools/gpu_run.sh finds it there).
 #
 #   tools/gpu_pack.sh [--no-build]        then run the printed command with carry [".device"]
 set -euo pipefail
@@ -11,16 +14,22 @@ BUILD=${BUILD:-build/cuda} # BUILD=build/headless: the headless preset's build
 if [[ "${1:-}" != "--no-build" ]]; then
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DES_BUILD_GUI=OFF -DES_BUILD_TESTS=OFF -DES_BUILD_CLI=ON \
         -DES_CUDA_ARCHITECTURES=90a >/dev/null
-    ninja -C "$BUILD" expertscope-cli
+    ninja -C "$BUILD" expertscope-cli es_cuda_module
 fi
 BIN="$BUILD/app/expertscope-cli"
+MODULE="$BUILD/app/libexpertscope-cuda.so"
+[[ -f "$MODULE" ]] || { echo "gpu_pack: $MODULE was not built (no CUDA toolkit found?)" >&2; exit 1; }
+if readelf -d "$BIN" | grep -Eq 'NEEDED.*lib(cudart|cublas|cuda)'; then
+    echo "gpu_pack: $BIN links a CUDA library; only the module may" >&2; exit 1
+fi
 rm -rf .device
-mkdir -p .device/bin .device/lib
+mkdir -p .device/bin .device/lib/expertscope
 cp "$BIN" .device/bin/
-# Non-system libraries the binary links (cuBLASLt excepted: the device has it).
-for lib in libsentencepiece.so.0 libprotobuf-lite.so.32 libgomp.so.1 libcudart.so.13 libcpp-httplib.so.0.11 \
+cp "$MODULE" .device/lib/expertscope/
+# Non-system libraries the CLI and the module link (cuBLASLt excepted: the device has it).
+for lib in libsentencepiece.so.0 libprotobuf-lite.so.32 libgomp.so.1 libcpp-httplib.so.0.11 \
            libssl.so.3 libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
-    path=$(ldd "$BIN" | awk -v l="$lib" '$1 == l { print $3 }')
+    path=$( (ldd "$BIN"; ldd "$MODULE") | awk -v l="$lib" '$1 == l { print $3; exit }')
     [[ -n "$path" ]] && cp -L "$path" .device/lib/
 done
 grep -qx '/.device/' .gitignore || echo '/.device/' >> .git/info/exclude

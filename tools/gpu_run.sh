@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|report   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # report: the default model on the GPU, bench --json for a report (docs/reports.md), in
 # $OUT/bench-default-h200.json; render it with `expertscope-cli report --bench-json` on a full build.
 # Writes everything it prints to $OUT (selftest.md, bench.md, gpu.txt, sanitizer.txt) as well.
+# The CLI loads the CUDA module from .device/lib/expertscope/ (its --version, in gpu.txt, says
+# which file and whether CUDA is usable; the run stops there when it is not).
 set -uo pipefail
 OUT=${OUT:-/tmp/es-out}
 mkdir -p "$OUT"
@@ -15,6 +17,11 @@ export LD_LIBRARY_PATH="$PWD/.device/lib${lt:+:$(dirname "$lt")}${LD_LIBRARY_PAT
 mode=${1:-full}
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv 2>&1 | tee "$OUT/gpu.txt"
 echo "cuBLASLt: ${lt:-not found}" | tee -a "$OUT/gpu.txt"
+"$CLI" --version 2>&1 | tee -a "$OUT/gpu.txt"
+if ! grep -q '^backends: cpu, cuda (' "$OUT/gpu.txt"; then
+    echo "gpu_run: the CUDA backend is not usable here (see the backends line above)" | tee -a "$OUT/gpu.txt"
+    exit 2
+fi
 rc=0
 if [[ $mode == full || $mode == selftest ]]; then
     timeout 300 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest.md"
@@ -42,6 +49,16 @@ if [[ $mode == report ]]; then
     timeout 300 "$CLI" bench --backend cuda --model resources/models/default --pp 128 --tg 128 --reps 3 \
         --json "$OUT/bench-default-h200.json" 2>&1 | tee "$OUT/bench-report.md"
     rc=${PIPESTATUS[0]}
+fi
+if [[ $mode == full || $mode == eval ]]; then
+    # What FP8 / BF16 weights cost on the GPU against the exact checkpoint on the CPU (same tokens).
+    ev() { # label, eval args
+        echo "### eval $1" | tee -a "$OUT/eval.md"
+        timeout 120 "$CLI" eval "${@:2}" --json "$OUT/eval-$1.json" 2>&1 | tee -a "$OUT/eval.md" || rc=1
+    }
+    ev default-fp8 --model resources/models/default --backend cuda --precision fp8 --text README.md --windows 4 --ctx 256
+    ev default-bf16 --model resources/models/default --backend cuda --precision bf16 --text README.md --windows 4 --ctx 256
+    ev moe-shared-fp8 --model tests/data/moe-shared --backend cuda --precision fp8 --windows 4 --ctx 64
 fi
 if [[ $mode == serve ]]; then
     # tools/serve_load_run.sh per shape: server in the background, serve-bench --url, /metrics, SIGTERM.

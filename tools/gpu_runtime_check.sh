@@ -11,6 +11,7 @@ lt=$(find /usr/local/cuda*/ /usr/lib/x86_64-linux-gnu /opt -name 'libcublasLt.so
 export LD_LIBRARY_PATH="$PWD/.device/lib${lt:+:$(dirname "$lt")}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 M=resources/models/default
 {
+  "$CLI" --version
   for prompt in "【技术解析模式】What does ls do?" "【创意写作模式】写一首唐诗"; do
     for be in cpu cuda; do
       echo "### generate --backend $be: $prompt"

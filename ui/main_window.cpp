@@ -59,6 +59,7 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
 
     m_modelLabel = new QLabel(tr("No model"), this);
     m_backendLabel = new QLabel(this);
+    m_backendLabel->setObjectName(QStringLiteral("backendLabel"));
     m_memoryLabel = new QLabel(this);
     m_speedLabel = new QLabel(this);
     m_queueLabel = new QLabel(this);
@@ -412,7 +413,14 @@ void MainWindow::onModelLoaded(const SessionModelInfo &info) {
                                            .arg(info.nExpertsUsed)
                                            .arg(info.nLayers)
                                      : tr("%1 — dense, %2 layers").arg(info.name).arg(info.nLayers));
-    m_backendLabel->setText(QStringLiteral("%1 · %2").arg(info.backend, info.precision));
+    // On the CPU because CUDA cannot be used here: say so, and why (the reason in the tooltip).
+    if (info.backendNote.isEmpty()) {
+        m_backendLabel->setText(QStringLiteral("%1 · %2").arg(info.backend, info.precision));
+        m_backendLabel->setToolTip(QString());
+    } else {
+        m_backendLabel->setText(tr("%1 · %2 · GPU not used").arg(info.backend, info.precision));
+        m_backendLabel->setToolTip(info.backendNote);
+    }
     for (EngineSession *s : std::as_const(m_extraSessions)) // panes at another precision follow the model
         if (s->modelInfo().dir != info.dir && !s->isLoading()) s->loadModel(info.dir);
     QSettings settings;

@@ -2,7 +2,8 @@
 // reopens the last model (unless the last session crashed). Options:
 //   --model DIR        open this model folder
 //   --backend B        auto | cuda | cpu (default: the last choice, else auto)
-//   --version          version, commit, Qt version, backends
+//   --version, -v      version, commit, Qt and CUDA versions, backends (and why CUDA is not
+//                      usable, when it is not); answered before any window system is touched
 //   --demo-prompt T, --screenshot FILE, --screenshot-after-ms N   send T once the model is loaded,
 //                      grab the window N ms after the first tokens, save FILE and quit (docs).
 //                      --demo-prompt may be repeated: the prompts go one after another and the
@@ -19,6 +20,7 @@
 #include "chat_store.h"
 #include "composer.h"
 #include "conversation_sidebar.h"
+#include "cuda_loader.h"
 #include "engine_session.h"
 #include "main_window.h"
 #include "profiler_panel.h"
@@ -34,6 +36,20 @@
 #include <QTimer>
 
 #include <cstdio>
+#include <cstring>
+
+namespace {
+
+// --version needs no display: it is answered before QApplication exists (which would need one).
+bool wantsVersion(int argc, char **argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--") == 0) return false;
+        if (std::strcmp(argv[i], "--version") == 0 || std::strcmp(argv[i], "-v") == 0) return true;
+    }
+    return false;
+}
+
+} // namespace
 
 namespace {
 
@@ -97,6 +113,11 @@ void armSmokeTest(QApplication &app, es::EngineSession &session, es::MainWindow 
 } // namespace
 
 int main(int argc, char **argv) {
+    if (wantsVersion(argc, argv)) {
+        std::printf("expertscope %s (commit %s)\nQt %s (built with %s)\n%s", ES_VERSION, ES_GIT_COMMIT,
+                    qVersion(), QT_VERSION_STR, es::cuda_version_lines().c_str());
+        return 0;
+    }
     QApplication app(argc, argv);
     QApplication::setOrganizationName("ExpertScope");
     QApplication::setApplicationName("ExpertScope");
@@ -129,14 +150,9 @@ int main(int argc, char **argv) {
     cli.addOptions({connectUrl, servedModel});
     cli.process(app);
     es::installTranslations(app, cli.value(lang));
-    if (cli.isSet(version)) {
-        std::printf("expertscope %s (%s)\nQt %s\nbackends: cpu%s\n", ES_VERSION, ES_GIT_COMMIT, qVersion(),
-#if ES_HAVE_CUDA
-                    ", cuda (used when a usable NVIDIA GPU is present)"
-#else
-                    " (this build has no CUDA backend)"
-#endif
-        );
+    if (cli.isSet(version)) { // "-v" inside a bundle of short options: answered above otherwise
+        std::printf("expertscope %s (commit %s)\nQt %s\n%s", ES_VERSION, ES_GIT_COMMIT, qVersion(),
+                    es::cuda_version_lines().c_str());
         return 0;
     }
 

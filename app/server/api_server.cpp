@@ -204,6 +204,7 @@ std::string api_server::load() {
         name.c_str(), info.backend_name.c_str(), (long long)m->limits.n_ctx, info.n_kv_blocks,
         info.block_size, m->opt.max_num_seqs,
         m->tok ? "" : " (no tokenizer: token-id prompts, tokens written as [id])");
+    if (!info.backend_note.empty()) std::fprintf(stderr, "serve: note: %s\n", info.backend_note.c_str());
     return {};
 }
 

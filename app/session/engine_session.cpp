@@ -210,15 +210,24 @@ MemoryEstimateView EngineSession::estimate(const QString &dir, const EngineSessi
     }
     v.ok = true;
     v.fits = e->fits;
+    v.gpu = e->gpu;
     v.weightsBytes = qint64(e->weights_bytes);
     v.kvBytes = qint64(e->kv_bytes);
+    v.workspaceBytes = qint64(e->workspace_bytes);
     v.availableBytes = qint64(e->available_bytes);
     // engine::estimate_memory's one-line summary, in the interface language (the engine is Qt-free
     // and its text English).
     const auto size = [](qint64 b) { return QLocale().formattedDataSize(b, 1); };
-    v.message = (v.fits ? tr("CPU: weights %1 + KV cache %2 of %3 RAM — fits")
-                        : tr("CPU: weights %1 + KV cache %2 of %3 RAM — does not fit"))
-                    .arg(size(v.weightsBytes), size(v.kvBytes), size(v.availableBytes));
+    if (v.gpu)
+        v.message = (v.fits ? tr("%1 (%2): weights %3 + KV cache %4 + workspace %5 of %6 free — fits")
+                            : tr("%1 (%2): weights %3 + KV cache %4 + workspace %5 of %6 free — does not fit"))
+                        .arg(QString::fromStdString(e->device), options.precision == "bf16" ? "BF16" : "FP8",
+                             size(v.weightsBytes), size(v.kvBytes), size(v.workspaceBytes), size(v.availableBytes));
+    else
+        v.message = (v.fits ? tr("CPU: weights %1 + KV cache %2 of %3 RAM — fits")
+                            : tr("CPU: weights %1 + KV cache %2 of %3 RAM — does not fit"))
+                        .arg(size(v.weightsBytes), size(v.kvBytes), size(v.availableBytes));
+    if (!e->note.empty()) v.message += QStringLiteral(" (") + QString::fromStdString(e->note) + QLatin1Char(')');
     return v;
 }
 
@@ -378,6 +387,7 @@ void EngineSession::pump() {
                 v.name = QFileInfo(dir).fileName();
                 v.architecture = QString::fromStdString(c.arch_name);
                 v.backend = QString::fromStdString(info->backend_name);
+                v.backendNote = QString::fromStdString(info->backend_note);
                 v.precision = precisionLabel(v.backend.startsWith("cpu"), m_options.precision);
                 v.isMoe = c.arch == model_arch::moe;
                 v.nLayers = int(c.n_layer);

@@ -28,6 +28,7 @@ struct SessionModelInfo {
     QString name;               // folder name
     QString architecture;       // architectures[0]
     QString backend;            // "cpu (2 threads, fp32)", "cuda:0 …"
+    QString backendNote;        // "CUDA not used: <reason>" when `auto` fell back to the CPU; else empty
     QString precision;          // "fp32", "bf16", "fp8-e4m3"
     bool isMoe = false;
     int nLayers = 0, nExperts = 0, nExpertsUsed = 0, nSharedExperts = 0;
@@ -42,7 +43,8 @@ struct SessionModelInfo {
 struct MemoryEstimateView {
     bool ok = false;            // false: the folder could not be read (message says why)
     bool fits = false;
-    qint64 weightsBytes = 0, kvBytes = 0, availableBytes = 0;
+    bool gpu = false;           // the estimate is for the GPU (else the CPU's RAM)
+    qint64 weightsBytes = 0, kvBytes = 0, workspaceBytes = 0, availableBytes = 0;
     QString message;
 };
 

@@ -1203,6 +1203,10 @@ dense</source>
         <translation>内存 %1 / %2</translation>
     </message>
     <message>
+        <source>%1 · %2 · GPU not used</source>
+        <translation>%1 · %2 · 未使用 GPU</translation>
+    </message>
+    <message>
         <source>%1 tok/s</source>
         <translation>%1 tok/s</translation>
     </message>
