@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <numeric>
 
@@ -166,10 +167,31 @@ int cmd_bench(const bench_opts &o, const common_opts &common) {
                        {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
 
     if (!o.out_json.empty()) {
-        nlohmann::json j = {{"model", what}, {"backend", be->name()}, {"threads", threads},
-                            {"weights_bytes", be->weights_bytes()}, {"read_bandwidth_bytes_per_s", bw},
-                            {"decode_bytes_per_token", bytes}, {"version", ES_VERSION}, {"commit", ES_GIT_COMMIT},
-                            {"results", results}};
+        auto request = bench_request_profile(*be, o.pp.front(), o.tg);
+        if (!request) return fail(request.message());
+        nlohmann::json j = {{"format", "expertscope.bench"},
+                            {"format_version", 2},
+                            {"model", what},
+                            {"model_name", o.shape.empty() ? std::filesystem::path(o.model_dir + "/.")
+                                                                 .lexically_normal()
+                                                                 .parent_path()
+                                                                 .filename()
+                                                                 .string()
+                                                           : o.shape},
+                            {"model_hash", model_content_hash(o.model_dir)},
+                            {"precision", "fp32"},
+                            {"device", bench_device_name()},
+                            {"driver", ""},
+                            {"backend", be->name()},
+                            {"threads", threads},
+                            {"weights_bytes", be->weights_bytes()},
+                            {"read_bandwidth_bytes_per_s", bw},
+                            {"decode_bytes_per_token", bytes},
+                            {"version", ES_VERSION},
+                            {"commit", ES_GIT_COMMIT},
+                            {"seed", o.shape.empty() ? nlohmann::json() : nlohmann::json(42)},
+                            {"results", results},
+                            {"request", *request}};
         std::ofstream f(o.out_json);
         f << j.dump(2) << "\n";
         if (!f) return fail("cannot write " + o.out_json);

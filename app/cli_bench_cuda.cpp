@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 namespace es::cli {
@@ -163,7 +164,26 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                        {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
 
     if (!o.out_json.empty()) {
-        nlohmann::json j = {{"model", what},
+        auto request = bench_request_profile(*be, o.pp.front(), o.tg);
+        if (!request) return fail(request.message());
+        const int driver = cuda_status().driver_version; // CUDA version the driver supports
+        nlohmann::json j = {{"format", "expertscope.bench"},
+                            {"format_version", 2},
+                            {"model", what},
+                            {"model_name", o.shape.empty() ? std::filesystem::path(o.model_dir + "/.")
+                                                                 .lexically_normal()
+                                                                 .parent_path()
+                                                                 .filename()
+                                                                 .string()
+                                                           : o.shape},
+                            {"model_hash", model_content_hash(o.model_dir)},
+                            {"device", be->name()},
+                            {"host_cpu", bench_device_name()},
+                            {"driver", driver > 0 ? "driver for CUDA " + std::to_string(driver / 1000) + "." +
+                                                        std::to_string((driver % 1000) / 10)
+                                                  : std::string("unknown")},
+                            {"seed", o.shape.empty() ? nlohmann::json() : nlohmann::json(42)},
+                            {"request", *request},
                             {"backend", be->name()},
                             {"precision", common.precision},
                             {"weights_bytes", be->weights_bytes()},

@@ -4,11 +4,18 @@
 
 #include "backend.h"
 #include "model_config.h"
+#include "status.h"
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+namespace es {
+class backend;
+}
 
 namespace es::cli {
 
@@ -38,8 +45,17 @@ struct bench_opts {
     int32_t tg = 128;              // decode tokens
     int32_t reps = 3;
     bool profile = false;          // CUDA: device time per kernel for one prefill and 32 decode steps
+    std::string report, report_format; // also render the --json results as a report (builds with Qt)
 };
 int cmd_bench(const bench_opts &b, const common_opts &o);
+
+// bench --json as a report input (app/cli_bench_report.cpp): the CPU's model name; a content hash
+// of a model folder ("fnv1a64:…" over config.json and the weights, or "fnv1a64-headers:…" above
+// 4 GiB; empty for no folder); one instrumented request (a prefill of pp tokens, then decode steps
+// up to tg tokens) with its steps, token times, memory and expert counts. Re-initializes the KV cache.
+std::string bench_device_name();
+std::string model_content_hash(const std::string &dir);
+result<nlohmann::json> bench_request_profile(backend &be, int32_t pp, int32_t tg);
 
 struct serve_bench_opts {
     std::string shape, model_dir, out_json;
@@ -69,6 +85,17 @@ struct serve_opts {
     int32_t max_num_seqs = 16;
 };
 int cmd_serve(const serve_opts &o, const common_opts &common);
+
+// report and import (app/cli_report.cpp; only in builds with Qt, ES_CLI_HAVE_REPORT).
+struct report_opts {
+    std::string db, bench_json, format, out;
+    int64_t conversation = 0, message = 0, bench = 0;
+};
+int cmd_report(const report_opts &o);
+struct import_opts {
+    std::string db, chat, bench_json;
+};
+int cmd_import(const import_opts &o);
 
 // eval (app/cli_eval.cpp): a weight precision against a baseline on the same tokens — KL, top-1
 // agreement, logits NMSE, router expert-set overlap per MoE layer.

@@ -1,5 +1,6 @@
 // expertscope-cli: the headless face of the engine (Qt-free). Subcommands: info, logits,
-// generate, bench. The `logits` interface is stable: checks outside the test suite rely on it.
+// generate, bench, …; `report` and `import` only in builds with Qt (ES_CLI_HAVE_REPORT). The `logits`
+// interface is stable: checks outside the test suite rely on it.
 #include "cli_commands.h"
 #include "cuda_loader.h"
 
@@ -71,6 +72,11 @@ int main(int argc, char **argv) {
     bench->add_option("--reps", b.reps, "repetitions, median reported")->check(CLI::Range(1, 100));
     bench->add_option("--json", b.out_json, "also write results as JSON to this file");
     bench->add_flag("--profile", b.profile, "CUDA: also print device time per kernel (prefill and decode)");
+#if ES_CLI_HAVE_REPORT
+    bench->add_option("--report", b.report, "also write a report of the results to this file (needs --json)");
+    bench->add_option("--report-format", b.report_format,
+                      "html | pdf | json | csv | trace (default: from --report's suffix)");
+#endif
     add_common(bench);
 
     serve_bench_opts sb;
@@ -154,6 +160,34 @@ int main(int argc, char **argv) {
     selftest->add_flag("--kernels-only", st.kernels_only, "skip the end-to-end model checks");
     selftest->add_flag("--models-only", st.models_only, "skip the kernel checks");
 
+#if ES_CLI_HAVE_REPORT
+    report_opts rp;
+    auto *report = app.add_subcommand(
+        "report", "Profiling report of a stored message, conversation or bench run, or of a "
+                  "bench --json file (html, pdf, json, csv, Perfetto trace); a conversation "
+                  "also as markdown or chat-json");
+    report->add_option("--db", rp.db, "the app's database (chat.sqlite)");
+    auto *r_conv =
+        report->add_option("--conversation", rp.conversation, "conversation id (its active branch)");
+    auto *r_msg = report->add_option("--message", rp.message, "assistant message id");
+    auto *r_bench =
+        report->add_option("--bench", rp.bench, "bench run id (stored with `import --bench-json`)");
+    auto *r_bjson =
+        report->add_option("--bench-json", rp.bench_json, "a `bench --json` file (no --db needed)");
+    r_conv->excludes(r_msg, r_bench, r_bjson);
+    r_msg->excludes(r_bench, r_bjson);
+    r_bench->excludes(r_bjson);
+    report->add_option("--format", rp.format, "html | pdf | json | csv | trace | markdown | chat-json")
+        ->required();
+    report->add_option("--out", rp.out, "output file (written atomically)")->required();
+    import_opts im;
+    auto *import = app.add_subcommand(
+        "import", "Add an exported conversation (chat-json) or a bench --json run to a database");
+    import->add_option("--db", im.db, "the app's database (created if missing)")->required();
+    auto *i_chat = import->add_option("--chat", im.chat, "conversation JSON exported by ExpertScope");
+    import->add_option("--bench-json", im.bench_json, "a `bench --json` file")->excludes(i_chat);
+#endif
+
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
@@ -178,6 +212,14 @@ int main(int argc, char **argv) {
             return cmd_serve(sv, common);
         }
         if (*routing) return cmd_routing(ro, common);
+#if ES_CLI_HAVE_REPORT
+        if (*report) return cmd_report(rp);
+        if (*import) {
+            if (im.chat.empty() == im.bench_json.empty())
+                return fail("import needs exactly one of --chat or --bench-json");
+            return cmd_import(im);
+        }
+#endif
         if (*eval) return cmd_eval(ev, common);
         if (*sbench) {
             if (!sb.url.empty()) return cmd_serve_bench_http(sb);
@@ -187,7 +229,23 @@ int main(int argc, char **argv) {
         }
         if (*bench) {
             if (b.shape.empty() && b.model_dir.empty()) return fail("bench needs --shape or --model");
+#if ES_CLI_HAVE_REPORT
+            if (!b.report.empty() && b.out_json.empty())
+                return fail("bench --report needs --json FILE (the report is made from it)");
+            if (const int rc = cmd_bench(b, common); rc != 0 || b.report.empty()) return rc;
+            report_opts r;
+            r.bench_json = b.out_json;
+            r.out = b.report;
+            r.format = b.report_format;
+            if (r.format.empty()) {
+                const auto dot = b.report.rfind('.');
+                r.format = dot == std::string::npos ? "" : b.report.substr(dot + 1);
+                if (b.report.ends_with(".trace.json")) r.format = "trace";
+            }
+            return cmd_report(r);
+#else
             return cmd_bench(b, common);
+#endif
         }
     } catch (const std::exception &e) {
         return fail(std::string("internal error: ") + e.what());

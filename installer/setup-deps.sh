@@ -10,6 +10,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   # Qt 6 (Core, Gui, Widgets, Sql, Test, PrintSupport) and the GL headers its CMake files want
   qt6-base-dev qt6-base-dev-tools libgl-dev
+  # Qt SVG: the report charts (QSvgGenerator) embedded in HTML reports
+  qt6-svg-dev
   # QCustomPlot for Qt 6 (profiler charts); Debian's -dev package also pulls in qtbase5-dev
   libqcustomplot-dev libqcustomplot2.1-qt6
   # Qt Linguist tools (lupdate/lrelease) for the English and Simplified Chinese translations
@@ -20,6 +22,8 @@ packages=(
   libcpp-httplib-dev
   # a virtual X server for GUI tests and screenshots; a CJK font so Chinese text renders
   xvfb xauth fonts-wqy-microhei
+  # report tests: PDF pages rendered with pdftoppm; JSON outputs validated against their schemas
+  poppler-utils python3-jsonschema
   # packaging (installer/packaging.cmake, test_package.sh, validate_metadata.sh): the icon's PNG
   # sizes (rsvg-convert), CPack's dependency scan (dpkg-shlibdeps, file), lintian, a fresh
   # Debian root for the install test, AppStream / desktop-entry / man-page validators

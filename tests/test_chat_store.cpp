@@ -37,8 +37,8 @@ namespace {
 const char *const kCrashChildFlag = "--crash-child";
 
 // ---- Frozen schemas ------------------------------------------------------------------------------
-// Copies of every released schema step, as shipped. Never edit these; when a v5 is added, add
-// kSchemaV4Additions (a copy of v4's statements) and a "from v4" row to migrate_data().
+// Copies of every released schema step, as shipped. Never edit these; when a v6 is added, add
+// kSchemaV5Additions (a copy of v5's statements) and a "from v5" row to migrate_data().
 
 const QStringList kSchemaV1 = {
     R"(CREATE TABLE conversations (
@@ -141,6 +141,34 @@ const QStringList kSchemaV3Additions = {
 // Data as an app at schema v1 would have written it: a pinned conversation whose first answer
 // was regenerated twice (the last regeneration still streaming when the app died), a second
 // empty conversation, and a user preset.
+const QStringList kSchemaV4Additions = {
+    R"(CREATE TABLE message_profiles (
+         message_id INTEGER PRIMARY KEY REFERENCES messages (id) ON DELETE CASCADE,
+         ttft_us INTEGER,
+         duration_us INTEGER NOT NULL DEFAULT 0,
+         token_times BLOB NOT NULL,
+         n_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+         n_cached_prompt_tokens INTEGER NOT NULL DEFAULT 0,
+         n_preemptions INTEGER NOT NULL DEFAULT 0,
+         attention_ms REAL NOT NULL DEFAULT 0,
+         moe_ms REAL NOT NULL DEFAULT 0,
+         dense_ms REAL NOT NULL DEFAULT 0,
+         sampling_ms REAL NOT NULL DEFAULT 0,
+         other_ms REAL NOT NULL DEFAULT 0,
+         n_steps INTEGER NOT NULL DEFAULT 0,
+         n_steps_missed INTEGER NOT NULL DEFAULT 0,
+         max_batch_seqs INTEGER NOT NULL DEFAULT 0,
+         memory_peak_bytes INTEGER NOT NULL DEFAULT 0,
+         kv_blocks_peak INTEGER NOT NULL DEFAULT 0,
+         n_layers INTEGER NOT NULL DEFAULT 0,
+         n_experts INTEGER NOT NULL DEFAULT 0,
+         n_shared_experts INTEGER NOT NULL DEFAULT 0,
+         top_k INTEGER NOT NULL DEFAULT 0,
+         moe_layers BLOB NOT NULL,
+         routing_trace BLOB))",
+    "PRAGMA user_version = 4",
+};
+
 const QStringList kDataV1 = {
     R"(INSERT INTO conversations (id, title, created_at, updated_at, pinned, current_leaf_id, settings)
        VALUES (1, '旧的对话 old chat', 1000, 5000, 1, 3,
@@ -165,6 +193,14 @@ const QStringList kDataV2Additions = {
        VALUES (2, 12.5, 20, 3, 800.0, 55.5, X'0000803F00000040', X'0000484100006041', 'eos', 123456789))",
     "INSERT INTO message_routing (message_id, layer, expert_counts) VALUES (2, 1, X'0100000002000000')",
     R"(INSERT INTO bench_runs (id, created_at, json) VALUES (1, 1700, '{"decode_tok_s":99}'))",
+};
+
+// A profile as v4 stored it: token times {1500, 3000} µs, one MoE layer, no trace; no steps or
+// memory samples exist before v5, and the profile must stay readable after the migration.
+const QStringList kDataV4Additions = {
+    R"(INSERT INTO message_profiles (message_id, ttft_us, duration_us, token_times, n_prompt_tokens, attention_ms,
+                                     n_steps, memory_peak_bytes, n_layers, n_experts, top_k, moe_layers)
+       VALUES (2, 1500, 9000, X'01B817B817', 20, 2.5, 3, 4096, 2, 4, 2, X'01000000'))",
 };
 
 // ---- Raw database access for setting up and inspecting files -------------------------------------
@@ -282,6 +318,10 @@ MessageProfile sampleProfile() {
     p.traceIds = {-1, -1, -1, -1, 0, 2, 1, 2, 0, 3, 2, 1};
     p.traceWeights = {0, 0, 0, 0, 0.75f, 0.25f, 0.5f, 0.5f, 0.625f, 0.375f, 0.875f, 0.125f};
     p.routing = {{1, {2, 0, 1, 1}}, {3, {0, 2, 2, 0}}};
+    p.steps = {{-20, 30000, 1, 2, 0, 11000, 9000, 3000, 500},
+               {30500, 20000, 2, 0, 2, 4000, 12000, 1000, 250}};
+    p.memory = {
+        {0, (qint64(5) << 32), 2}, {31000, (qint64(5) << 32) + 12345, 3}, {90000, (qint64(5) << 32), 2}};
     return p;
 }
 
@@ -428,6 +468,7 @@ private Q_SLOTS:
         QTest::newRow("from v1") << 1;
         QTest::newRow("from v2") << 2;
         QTest::newRow("from v3") << 3;
+        QTest::newRow("from v4") << 4;
     }
 
     void migrate() {
@@ -446,6 +487,10 @@ private Q_SLOTS:
                 QVERIFY2(execAll(raw, kDataV2Additions, &error), qPrintable(error));
             }
             if (fromVersion >= 3) QVERIFY2(execAll(raw, kSchemaV3Additions, &error), qPrintable(error));
+            if (fromVersion >= 4) {
+                QVERIFY2(execAll(raw, kSchemaV4Additions, &error), qPrintable(error));
+                QVERIFY2(execAll(raw, kDataV4Additions, &error), qPrintable(error));
+            }
             QCOMPARE(raw.scalar(QStringLiteral("PRAGMA user_version")).toInt(), fromVersion);
         }
 
@@ -533,8 +578,20 @@ private Q_SLOTS:
             QCOMPARE(store.benchRuns().first().json.value(QStringLiteral("decode_tok_s")).toInt(), 99);
         }
 
-        // v4: messages from before have no profile; a reply finished now stores one.
-        QVERIFY(!store.profile(2));
+        // v4: messages from before have no profile; a reply finished now stores one. v5: a v4
+        // profile stays readable, with no steps and no memory samples.
+        if (fromVersion >= 4) {
+            const std::optional<MessageProfile> old = store.profile(2);
+            QVERIFY2(old, qPrintable(store.lastError()));
+            QCOMPARE(old->ttftUs, std::optional<qint64>(1500));
+            QCOMPARE(old->tokenTimesUs, (QList<qint64>{1500, 3000}));
+            QCOMPARE(old->phases.attentionMs, 2.5);
+            QCOMPARE(old->moeLayers, QList<int>{1});
+            QVERIFY(old->steps.isEmpty());
+            QVERIFY(old->memory.isEmpty());
+        } else {
+            QVERIFY(!store.profile(2));
+        }
         QVERIFY(!store.profile(3));
 
         // New writes work on the migrated file (foreign keys on: a bad parent is refused).
@@ -869,6 +926,21 @@ private Q_SLOTS:
         QVERIFY(decodeRoutingTrace(QByteArray(), &ids, &w)); // no trace: a dense model
         QVERIFY(ids.isEmpty());
         QVERIFY(!decodeRoutingTrace(QByteArray("XXXX\x01\x01\0\0\0\0\0\0", 12), &ids, &w));
+    }
+
+    // v5 columns: steps and memory samples round-trip exactly; damaged BLOBs are refused.
+    void profileStepCodecs() {
+        const MessageProfile p = sampleProfile();
+        QCOMPARE(decodeProfileSteps(encodeProfileSteps(p.steps)), std::optional<QList<ProfileStep>>(p.steps));
+        QCOMPARE(decodeMemorySamples(encodeMemorySamples(p.memory)),
+                 std::optional<QList<ProfileMemorySample>>(p.memory));
+        QCOMPARE(decodeProfileSteps(QByteArray()), std::optional<QList<ProfileStep>>(QList<ProfileStep>{}));
+        QCOMPARE(decodeMemorySamples(QByteArray()),
+                 std::optional<QList<ProfileMemorySample>>(QList<ProfileMemorySample>{}));
+        QByteArray cut = encodeProfileSteps(p.steps);
+        cut.chop(1);
+        QVERIFY(!decodeProfileSteps(cut));                        // a record cut short
+        QVERIFY(!decodeMemorySamples(QByteArray("\x02\x00", 2))); // unknown format
     }
 
     void profileStoredWithReply() {

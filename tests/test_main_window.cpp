@@ -1,6 +1,7 @@
 // Widget tests of the chat window against the real engine on a tiny model and an in-memory
 // store: send (Enter), stop (Esc), regenerate and edit-and-resend make sibling branches, the
-// branch switcher, preset apply, conversation search, delete + undo, checkpoints while streaming.
+// branch switcher, preset apply, conversation search, delete + undo, checkpoints while streaming,
+// File ▸ Export/Import (a real reply's profile, with its steps, into every report format).
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
@@ -8,6 +9,7 @@
 #include "conversation_sidebar.h"
 #include "cuda_loader.h"
 #include "engine_session.h"
+#include "export_menu.h"
 #include "main_window.h"
 #include "message_widget.h"
 
@@ -51,6 +53,7 @@ private slots:
     void failedReplyKeepsItsProfile();
     void comparePrecisionsSideBySide();
     void statusBarSaysWhyTheGpuIsNotUsed();
+    void exportAndImportFromTheFileMenu();
 
 private:
     void sendAndWait(const QString &text);
@@ -357,3 +360,37 @@ void TestMainWindow::statusBarSaysWhyTheGpuIsNotUsed() {
 
 QTEST_MAIN(TestMainWindow)
 #include "test_main_window.moc"
+
+void TestMainWindow::exportAndImportFromTheFileMenu() {
+    sendAndWait("Tell me about experts");
+    const qint64 conv = *pane()->conversationId();
+    const QList<Message> path = m_store->activePath(conv);
+    const std::optional<MessageProfile> profile = m_store->profile(path.last().id);
+    QVERIFY(profile);
+    QVERIFY(!profile->steps.isEmpty());  // schema v5: the recorder stored the reply's steps
+    QVERIFY(!profile->memory.isEmpty()); // and its memory samples
+    QCOMPARE(profile->steps.size(), profile->nSteps);
+
+    QStringList entries;
+    for (QAction *a : m_window->menuBar()->actions().first()->menu()->actions()) entries << a->text();
+    QVERIFY2(entries.contains(tr("E&xport conversation")) && entries.contains(tr("&Import conversation…")) &&
+                 entries.contains(tr("Export &report")),
+             qPrintable(entries.join(", ")));
+
+    ExportMenu *menu = m_window->exportMenu();
+    QTemporaryDir dir;
+    for (const char *format : {"html", "pdf", "json", "csv", "trace"}) {
+        const QString file = dir.filePath(QStringLiteral("message.") + QLatin1String(format));
+        QVERIFY2(menu->exportReport(false, QLatin1String(format), file), qPrintable(menu->lastError()));
+        QVERIFY(QFileInfo(file).size() > 100);
+    }
+    QVERIFY2(menu->exportReport(true, "html", dir.filePath("conversation.html")),
+             qPrintable(menu->lastError()));
+    QVERIFY2(menu->exportConversation(conv, false, dir.filePath("c.md")), qPrintable(menu->lastError()));
+    QVERIFY2(menu->exportConversation(conv, true, dir.filePath("c.json")), qPrintable(menu->lastError()));
+    const std::optional<qint64> imported = menu->importConversation(dir.filePath("c.json"));
+    QVERIFY2(imported, qPrintable(menu->lastError()));
+    QCOMPARE(*pane()->conversationId(), *imported); // the import is opened
+    QCOMPARE(m_store->activePath(*imported).size(), path.size());
+    QCOMPARE(m_store->profile(m_store->activePath(*imported).last().id), profile);
+}

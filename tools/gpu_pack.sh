@@ -10,7 +10,7 @@
 #   tools/gpu_pack.sh [--no-build]        then run the printed command with carry [".device"]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD=build/cuda
+BUILD=${BUILD:-build/cuda} # BUILD=build/headless: the headless preset's build
 if [[ "${1:-}" != "--no-build" ]]; then
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DES_BUILD_GUI=OFF -DES_BUILD_TESTS=OFF -DES_BUILD_CLI=ON \
         -DES_CUDA_ARCHITECTURES=90a >/dev/null

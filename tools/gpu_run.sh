@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|eval|serve     (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
+# report: the default model on the GPU, bench --json for a report (docs/reports.md), in
+# $OUT/bench-default-h200.json; render it with `expertscope-cli report --bench-json` on a full build.
 # Writes everything it prints to $OUT (selftest.md, bench.md, gpu.txt, sanitizer.txt) as well.
 # The CLI loads the CUDA module from .device/lib/expertscope/ (its --version, in gpu.txt, says
 # which file and whether CUDA is usable; the run stops there when it is not).
@@ -42,6 +44,11 @@ if [[ $mode == full || $mode == bench ]]; then
     bench ernie-4.5-21b-a3b fp8 --layers 12
     bench ernie-4.5-21b-a3b fp8
     bench ernie-4.5-21b-a3b bf16
+fi
+if [[ $mode == report ]]; then
+    timeout 300 "$CLI" bench --backend cuda --model resources/models/default --pp 128 --tg 128 --reps 3 \
+        --json "$OUT/bench-default-h200.json" 2>&1 | tee "$OUT/bench-report.md"
+    rc=${PIPESTATUS[0]}
 fi
 if [[ $mode == full || $mode == eval ]]; then
     # What FP8 / BF16 weights cost on the GPU against the exact checkpoint on the CPU (same tokens).

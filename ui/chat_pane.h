@@ -33,6 +33,8 @@ public:
     ~ChatPane() override;
 
     std::optional<qint64> conversationId() const { return m_conversation; }
+    // The message whose header the user clicked last (0: none), for File ▸ Export report.
+    qint64 selectedMessage() const { return m_selectedMessage; }
     bool isGenerating() const { return m_request != 0; }
     Composer *composer() const { return m_composer; }
     PresetBar *presetBar() const { return m_presetBar; }

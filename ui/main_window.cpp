@@ -1,6 +1,8 @@
 // MainWindow (see main_window.h).
 #include "main_window.h"
 
+#include "export_menu.h"
+
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
@@ -144,6 +146,15 @@ void MainWindow::buildMenus() {
     QMenu *file = menuBar()->addMenu(tr("&File"));
     file->addAction(tr("&Open model…"), QKeySequence::Open, this, &MainWindow::openModel);
     file->addAction(tr("&New conversation"), QKeySequence::New, m_sidebar, &ConversationSidebar::newConversation);
+    file->addSeparator();
+    m_exportMenu = new ExportMenu(
+        m_store, this, [this] { return m_current ? m_current->conversationId() : std::nullopt; },
+        [this] { return m_current ? m_current->selectedMessage() : qint64(0); }, this);
+    m_exportMenu->addTo(file);
+    connect(m_exportMenu, &ExportMenu::conversationImported, this, [this](qint64 id) {
+        m_sidebar->selectConversation(id);
+        if (m_current) m_current->setConversation(id);
+    });
     file->addSeparator();
     file->addAction(tr("&Quit"), QKeySequence::Quit, this, &QWidget::close);
 

@@ -3,7 +3,8 @@
 // pane opened at another precision — its own EngineSession on the same model — compares FP8
 // with BF16 or the exact weights), the
 // status bar (model, backend, precision, memory, live tok/s). It owns no model state: the
-// EngineSession and ChatStore it is given do. Window layout is kept in QSettings.
+// EngineSession and ChatStore it is given do. File ▸ Export/Import: ExportMenu (es_report). Window layout is
+// kept in QSettings.
 #pragma once
 
 #include "remote_client.h"
@@ -24,6 +25,7 @@ class ChatPane;
 class ChatStore;
 class ConversationSidebar;
 class EngineSession;
+class ExportMenu;
 class ProfilerPanel;
 
 class MainWindow : public QMainWindow {
@@ -39,6 +41,7 @@ public:
     QString statusText() const; // the status bar's figures, for tests and screenshots
     ProfilerPanel *profilerPanel() const { return m_profiler; }
     QDockWidget *profilerDock() const { return m_profilerDock; }
+    ExportMenu *exportMenu() const { return m_exportMenu; }
 
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
@@ -87,6 +90,7 @@ private:
     QString m_connectingTo; // the server being connected to (its failure is not a model load's)
     ProfilerPanel *m_profiler = nullptr;
     QDockWidget *m_profilerDock = nullptr;
+    ExportMenu *m_exportMenu = nullptr;
 };
 
 } // namespace es

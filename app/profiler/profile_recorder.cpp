@@ -17,11 +17,15 @@ namespace es {
 
 namespace {
 constexpr size_t kHistory = 4096;
-constexpr int kFinishedKept = 16; // untaken: a pane closed mid-reply, a failed reply
+constexpr int kFinishedKept = 16;              // untaken: a pane closed mid-reply, a failed reply
+constexpr qsizetype kMemorySamplesKept = 8192; // ≈ 4.5 minutes at 30 Hz of changing figures
+constexpr qsizetype kStepsKept = 65536;        // listed steps per reply (≈ 0.8 MB stored); all are counted
 
 bool inReply(const StepView &s, qint64 tSubmitUs, qint64 tFinishUs) {
     return s.tUs >= tSubmitUs && (tFinishUs < 0 || s.tUs <= tFinishUs);
 }
+
+qint64 us(double ms) { return qRound64(ms * 1000.0); }
 
 // This reply's share of a step: its tokens over the step's tokens when the step lists its
 // sequences (0 when the reply was not in it), else 1 (the step counts for every reply in flight).
@@ -35,14 +39,19 @@ double shareOf(const StepView &s, quint64 id) {
     return all > 0 ? double(mine) / double(all) : 0.0;
 }
 
-void count(ReplyEngineStats &st, const StepView &s, quint64 id) {
+// The listed step (schema v5) is the engine's step as it ran, whole: the trace draws engine steps.
+void count(ReplyEngineStats &st, const StepView &s, quint64 id, qint64 tSubmitUs) {
     const double share = shareOf(s, id);
     if (share <= 0.0) return;
-    PhaseTimes ph = stepPhases(s);
+    const PhaseTimes whole = stepPhases(s);
+    PhaseTimes ph = whole;
     for (double *v : {&ph.attentionMs, &ph.moeMs, &ph.denseMs, &ph.samplingMs, &ph.otherMs}) *v *= share;
     accumulate(st.phases, ph);
     ++st.nSteps;
     st.maxBatchSeqs = std::max(st.maxBatchSeqs, s.nSeqs);
+    if (st.steps.size() < kStepsKept)
+        st.steps.append({s.tUs - tSubmitUs, us(s.durationMs), s.nSeqs, s.nPrefillTokens, s.nDecodeTokens,
+                         us(whole.attentionMs), us(whole.moeMs), us(whole.denseMs), us(whole.samplingMs)});
 }
 } // namespace
 
@@ -63,6 +72,8 @@ MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo 
     p.maxBatchSeqs = st.maxBatchSeqs;
     p.memoryPeakBytes = st.memoryPeakBytes;
     p.kvBlocksPeak = st.kvBlocksPeak;
+    p.steps = st.steps;
+    p.memory = st.memory;
     p.nLayers = model.nLayers;
     p.nExperts = r.nExperts > 0 ? r.nExperts : model.nExperts;
     p.nSharedExperts = model.nSharedExperts;
@@ -142,13 +153,18 @@ void ProfileRecorder::poll() {
     while (m_history.size() > kHistory) {
         const StepView &old = m_history.front();
         for (auto it = m_active.begin(); it != m_active.end(); ++it)
-            if (old.tUs >= it->tSubmitUs) count(it->stats, old, it.key());
+            if (old.tUs >= it->tSubmitUs) count(it->stats, old, it.key(), it->tSubmitUs);
         m_history.pop_front();
     }
     const qint64 inUse = memoryInUse(t.memory);
     for (Accum &a : m_active) {
         a.stats.memoryPeakBytes = std::max(a.stats.memoryPeakBytes, inUse);
         a.stats.kvBlocksPeak = std::max(a.stats.kvBlocksPeak, t.memory.kvBlocksUsed);
+        QList<ProfileMemorySample> &mem = a.stats.memory;
+        const bool changed = mem.isEmpty() || mem.constLast().inUseBytes != inUse ||
+                             mem.constLast().kvBlocksUsed != t.memory.kvBlocksUsed;
+        if (changed && mem.size() < kMemorySamplesKept && t.tUs >= a.tSubmitUs)
+            mem.append({t.tUs - a.tSubmitUs, inUse, t.memory.kvBlocksUsed});
     }
 }
 
@@ -158,7 +174,7 @@ void ProfileRecorder::onReplyProfiled(quint64 id, const ReplyProfile &reply) {
     m_active.remove(id);
     ReplyEngineStats st = a.stats;
     for (const StepView &s : m_history)
-        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s, id);
+        if (inReply(s, reply.tSubmitUs, reply.tFinishUs)) count(st, s, id, reply.tSubmitUs);
     const MessageProfile p =
         makeMessageProfile(reply, m_session ? m_session->modelInfo() : SessionModelInfo{}, st);
     m_finished.insert(id, p);
@@ -189,7 +205,7 @@ MessageProfile ProfileRecorder::liveProfile(quint64 id) const {
     if (reply.requestId == 0) return {};
     ReplyEngineStats st = it->stats;
     for (const StepView &s : m_history)
-        if (inReply(s, it->tSubmitUs, -1)) count(st, s, id);
+        if (inReply(s, it->tSubmitUs, -1)) count(st, s, id, it->tSubmitUs);
     return makeMessageProfile(reply, m_session->modelInfo(), st);
 }
 

@@ -7,8 +7,9 @@
 // replies is apportioned by tokens: each reply gets (its tokens in the step / the step's tokens)
 // of every phase time, so the phase times of replies that ran together add up to the engine's
 // time, not a multiple of it; nSteps counts the steps that computed the reply. (A source that
-// does not list a step's sequences falls back to whole steps for every reply in flight.) GUI
-// thread only.
+// does not list a step's sequences falls back to whole steps for every reply in flight.) Each step
+// the reply took part in is also listed in the profile, whole (up to 65,536; schema v5), with a
+// memory sample whenever the figure changed (up to 8,192). GUI thread only.
 #pragma once
 
 #include "session_types.h"
@@ -31,6 +32,8 @@ struct ReplyEngineStats {
     int nSteps = 0, nStepsMissed = 0, maxBatchSeqs = 0;
     qint64 memoryPeakBytes = 0;
     int kvBlocksPeak = 0;
+    QList<ProfileStep> steps;          // times since submit, oldest first
+    QList<ProfileMemorySample> memory; // when the figure changed, oldest first
 };
 
 // The profile of a reply: times relative to submit, weights rounded to float16, routing counts

@@ -761,6 +761,142 @@ bool ChatStore::restoreConversation(const ConversationSnapshot &snapshot) {
     return true;
 }
 
+std::optional<qint64> ChatStore::importConversation(const ConversationSnapshot &snapshot) {
+    if (!checkThread()) return std::nullopt;
+    const Conversation &c = snapshot.conversation;
+    qint64 newId = 0;
+    {
+        Transaction t(*this);
+        if (!t.ok()) return std::nullopt;
+        QSqlQuery q(m_db);
+        if (!run(q,
+                 QStringLiteral("INSERT INTO conversations (title, created_at, updated_at, pinned, settings) "
+                                "VALUES (?, ?, ?, ?, ?)"),
+                 {c.title, c.createdAt.toMSecsSinceEpoch(), c.updatedAt.toMSecsSinceEpoch(), c.pinned ? 1 : 0,
+                  jsonText(c.settings.toJson())})) {
+            fail(tr("Could not import the conversation \"%1\"").arg(c.title), q.lastError().text());
+            return std::nullopt;
+        }
+        newId = q.lastInsertId().toLongLong();
+        QHash<qint64, qint64> ids; // snapshot id → new id
+        ids.reserve(snapshot.messages.size());
+        for (const Message &m : snapshot.messages) {
+            std::optional<qint64> parent;
+            if (m.parentId) {
+                auto it = ids.constFind(*m.parentId);
+                if (it == ids.constEnd()) {
+                    fail(tr("Message %1 of the imported conversation names parent %2, which does not come "
+                            "before it")
+                             .arg(m.id)
+                             .arg(*m.parentId),
+                         {});
+                    return std::nullopt;
+                }
+                parent = *it;
+            }
+            if (ids.contains(m.id)) {
+                fail(tr("The imported conversation has two messages with id %1").arg(m.id), {});
+                return std::nullopt;
+            }
+            if (!run(q,
+                     QStringLiteral(
+                         "INSERT INTO messages (conversation_id, parent_id, role, content, created_at, "
+                         "state, finish_reason, model_name, model_hash, precision, sampling, seed) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                     {newId, nullable(parent), messageRoleName(m.role), m.content,
+                      m.createdAt.toMSecsSinceEpoch(), messageStateName(m.state), m.finishReason,
+                      m.generation.modelName, m.generation.modelHash, m.generation.precision,
+                      jsonText(m.generation.sampling.toJson()), seedVariant(m.generation.seed)})) {
+                fail(tr("Could not import message %1").arg(m.id), q.lastError().text());
+                return std::nullopt;
+            }
+            ids.insert(m.id, q.lastInsertId().toLongLong());
+        }
+        for (auto it = snapshot.metrics.cbegin(); it != snapshot.metrics.cend(); ++it) {
+            const MessageMetrics &mm = it.value();
+            if (!ids.contains(it.key()) ||
+                !run(q,
+                     QStringLiteral("INSERT INTO message_metrics (message_id, ttft_ms, n_prompt_tokens, "
+                                    "n_output_tokens, prefill_tok_s, decode_tok_s, itl_ms, token_times_ms, "
+                                    "stop_reason, peak_memory_bytes) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                     {ids.value(it.key()), nullable(mm.ttftMs), nullable(mm.nPromptTokens),
+                      nullable(mm.nOutputTokens), nullable(mm.prefillTokS), nullable(mm.decodeTokS),
+                      encodeFloat32(mm.itlMs), encodeFloat32(mm.tokenTimesMs), mm.stopReason,
+                      nullable(mm.peakMemoryBytes)})) {
+                fail(tr("Could not import the metrics of message %1").arg(it.key()), q.lastError().text());
+                return std::nullopt;
+            }
+        }
+        for (auto it = snapshot.routing.cbegin(); it != snapshot.routing.cend(); ++it) {
+            for (const LayerRouting &r : it.value()) {
+                if (!ids.contains(it.key()) ||
+                    !run(q,
+                         QStringLiteral("INSERT INTO message_routing (message_id, layer, expert_counts) "
+                                        "VALUES (?, ?, ?)"),
+                         {ids.value(it.key()), r.layer, encodeUInt32(r.expertCounts)})) {
+                    fail(tr("Could not import the routing of message %1").arg(it.key()),
+                         q.lastError().text());
+                    return std::nullopt;
+                }
+            }
+        }
+        for (auto it = snapshot.profiles.cbegin(); it != snapshot.profiles.cend(); ++it) {
+            if (!ids.contains(it.key())) {
+                fail(tr("The imported profile of message %1 belongs to no message").arg(it.key()), {});
+                return std::nullopt;
+            }
+            if (!writeProfile(ids.value(it.key()), it.value(), false)) return std::nullopt;
+        }
+        std::optional<qint64> leaf;
+        if (c.currentLeafId) {
+            if (!ids.contains(*c.currentLeafId)) {
+                fail(tr("The imported conversation's current message %1 is not one of its messages")
+                         .arg(*c.currentLeafId),
+                     {});
+                return std::nullopt;
+            }
+            leaf = ids.value(*c.currentLeafId);
+        }
+        if (!run(q, QStringLiteral("UPDATE conversations SET current_leaf_id = ? WHERE id = ?"),
+                 {nullable(leaf), newId})) {
+            fail(tr("Could not import the conversation \"%1\"").arg(c.title), q.lastError().text());
+            return std::nullopt;
+        }
+        if (!t.commit()) return std::nullopt;
+    }
+    emit conversationsChanged();
+    emit messagesChanged(newId);
+    return newId;
+}
+
+bool ChatStore::forEachMessage(qint64 conversationId,
+                               const std::function<bool(const Message &)> &visit) const {
+    if (!checkThread()) return false;
+    QSqlQuery q(m_db);
+    q.setForwardOnly(true); // rows are fetched as they are read, none kept
+    if (!run(q,
+             QStringLiteral("SELECT %1 FROM messages m WHERE m.conversation_id = ? ORDER BY m.id")
+                 .arg(kMessageColumns),
+             {conversationId}))
+        return fail(tr("Could not read the messages of conversation %1").arg(conversationId),
+                    q.lastError().text());
+    while (q.next())
+        if (!visit(readMessage(q))) return false;
+    return true;
+}
+
+int ChatStore::messageCount(qint64 conversationId) const {
+    if (!checkThread()) return 0;
+    QSqlQuery q(m_db);
+    if (!run(q, QStringLiteral("SELECT count(*) FROM messages WHERE conversation_id = ?"),
+             {conversationId}) ||
+        !q.next()) {
+        fail(tr("Could not count the messages of conversation %1").arg(conversationId), q.lastError().text());
+        return 0;
+    }
+    return q.value(0).toInt();
+}
+
 bool ChatStore::touchConversation(qint64 conversationId) {
     QSqlQuery q(m_db);
     if (!run(q, QStringLiteral("UPDATE conversations SET updated_at = ? WHERE id = ?"), {nowMs(), conversationId}))
@@ -1243,10 +1379,12 @@ QList<LayerRouting> ChatStore::routing(qint64 messageId) const {
 // ---- Profiles (schema v4) --------------------------------------------------------------------------------------
 
 namespace {
-const QLatin1String kProfileColumns("ttft_us, duration_us, token_times, n_prompt_tokens, n_cached_prompt_tokens, "
-                                    "n_preemptions, attention_ms, moe_ms, dense_ms, sampling_ms, other_ms, n_steps, "
-                                    "n_steps_missed, max_batch_seqs, memory_peak_bytes, kv_blocks_peak, n_layers, "
-                                    "n_experts, n_shared_experts, top_k, moe_layers, routing_trace");
+const QLatin1String
+    kProfileColumns("ttft_us, duration_us, token_times, n_prompt_tokens, n_cached_prompt_tokens, "
+                    "n_preemptions, attention_ms, moe_ms, dense_ms, sampling_ms, other_ms, n_steps, "
+                    "n_steps_missed, max_batch_seqs, memory_peak_bytes, kv_blocks_peak, n_layers, "
+                    "n_experts, n_shared_experts, top_k, moe_layers, routing_trace, steps, "
+                    "memory_samples");
 
 QByteArray encodeLayers(const QList<int> &layers) {
     if (layers.isEmpty()) return QByteArray(""); // a zero-length BLOB, not NULL (dense models)
@@ -1260,14 +1398,35 @@ bool ChatStore::writeProfile(qint64 messageId, const MessageProfile &p, bool wri
     QSqlQuery q(m_db);
     const QByteArray trace = encodeRoutingTrace(p.traceIds, p.traceWeights, p.nExperts);
     if (!run(q,
-             QStringLiteral("INSERT OR REPLACE INTO message_profiles (message_id, %1) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+             QStringLiteral(
+                 "INSERT OR REPLACE INTO message_profiles (message_id, %1) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
                  .arg(kProfileColumns),
-             {messageId, nullable(p.ttftUs), p.durationUs, encodeTokenTimes(p.tokenTimesUs), p.nPromptTokens,
-              p.nCachedPromptTokens, p.nPreemptions, p.phases.attentionMs, p.phases.moeMs, p.phases.denseMs,
-              p.phases.samplingMs, p.phases.otherMs, p.nSteps, p.nStepsMissed, p.maxBatchSeqs, p.memoryPeakBytes,
-              p.kvBlocksPeak, p.nLayers, p.nExperts, p.nSharedExperts, p.k, encodeLayers(p.moeLayers),
-              trace.isEmpty() ? QVariant(QMetaType(QMetaType::QByteArray)) : QVariant(trace)}))
+             {messageId,
+              nullable(p.ttftUs),
+              p.durationUs,
+              encodeTokenTimes(p.tokenTimesUs),
+              p.nPromptTokens,
+              p.nCachedPromptTokens,
+              p.nPreemptions,
+              p.phases.attentionMs,
+              p.phases.moeMs,
+              p.phases.denseMs,
+              p.phases.samplingMs,
+              p.phases.otherMs,
+              p.nSteps,
+              p.nStepsMissed,
+              p.maxBatchSeqs,
+              p.memoryPeakBytes,
+              p.kvBlocksPeak,
+              p.nLayers,
+              p.nExperts,
+              p.nSharedExperts,
+              p.k,
+              encodeLayers(p.moeLayers),
+              trace.isEmpty() ? QVariant(QMetaType(QMetaType::QByteArray)) : QVariant(trace),
+              encodeProfileSteps(p.steps),
+              encodeMemorySamples(p.memory)}))
         return fail(tr("Could not save the profile of message %1").arg(messageId), q.lastError().text());
     if (!writeRouting) return true;
     if (!run(q, QStringLiteral("DELETE FROM message_routing WHERE message_id = ?"), {messageId}))
@@ -1323,11 +1482,15 @@ std::optional<MessageProfile> ChatStore::profile(qint64 messageId) const {
     p.k = q.value(19).toInt();
     for (quint32 l : decodeUInt32(q.value(20).toByteArray())) p.moeLayers.append(int(l));
     const bool traceOk = decodeRoutingTrace(q.value(21).toByteArray(), &p.traceIds, &p.traceWeights);
-    if (!times || !traceOk) {
+    const auto steps = decodeProfileSteps(q.value(22).toByteArray());
+    const auto memory = decodeMemorySamples(q.value(23).toByteArray());
+    if (!times || !traceOk || !steps || !memory) {
         fail(tr("The stored profile of message %1 is damaged").arg(messageId), {});
         return std::nullopt;
     }
     p.tokenTimesUs = *times;
+    p.steps = *steps;
+    p.memory = *memory;
     p.routing = routing(messageId);
     return p;
 }

@@ -87,6 +87,15 @@ public:
     // restoreConversation() can undo the delete exactly (same ids, times, tree and leaf).
     std::optional<ConversationSnapshot> deleteConversation(qint64 id);
     bool restoreConversation(const ConversationSnapshot &snapshot);
+    // Adds a copy of a conversation under new ids (an import): snapshot ids only link its parts
+    // (parents before children, i.e. messages in id order); times, titles, state, metrics,
+    // routing and profiles are kept as given. One transaction. Returns the new conversation id.
+    std::optional<qint64> importConversation(const ConversationSnapshot &snapshot);
+    // Calls visit for each message of the conversation in id order (parents before children),
+    // reading one row at a time so a long conversation is never held in memory; visit returns
+    // false to stop early. Returns false on a database error (lastError) or when stopped.
+    bool forEachMessage(qint64 conversationId, const std::function<bool(const Message &)> &visit) const;
+    int messageCount(qint64 conversationId) const;
 
     // Conversations whose title or message text contains every whitespace-separated term
     // (case-insensitive for Latin letters), best first. Substring semantics, so Chinese works

@@ -8,12 +8,18 @@
 // routing_trace: "ESRT", byte 4 = 1 (format), byte 5 = bytes per expert id (1: uint8 with 0xFF
 //   for -1, used when the model has at most 255 experts; 2: int16 LE), bytes 6-7 = 0, bytes 8-11 =
 //   slot count n (uint32 LE), then qCompress() of n ids followed by n float16 LE weights.
+// steps (v5): byte 0 = 1 (format), then per step nine zigzag LEB128 varints: start µs (difference
+//   to the previous step's start), duration µs, n_seqs, prefill tokens, decode tokens, attention,
+//   MoE, dense and sampling µs. Empty: no steps (a profile from before v5).
+// memory_samples (v5): byte 0 = 1, then per sample three zigzag varints: time µs and bytes in use
+//   (each the difference to the previous sample's), KV blocks in use.
 #include "storage_types.h"
 
 #include <QtEndian>
 #include <QtGlobal>
 #include <qfloat16.h>
 
+#include <array>
 #include <cstring>
 
 namespace es {
@@ -44,7 +50,88 @@ bool getVarint(const QByteArray &in, qsizetype &at, quint64 *v) {
     return false;
 }
 
+void putZigzag(QByteArray &out, qint64 v) { putVarint(out, (quint64(v) << 1) ^ quint64(v >> 63)); }
+
+bool getZigzag(const QByteArray &in, qsizetype &at, qint64 *v) {
+    quint64 z = 0;
+    if (!getVarint(in, at, &z)) return false;
+    *v = qint64(z >> 1) ^ -qint64(z & 1);
+    return true;
+}
+
+// Decodes records of n zigzag varints each after the format byte; nullopt if malformed.
+template <int N>
+std::optional<QList<std::array<qint64, N>>> decodeRecords(const QByteArray &b) {
+    QList<std::array<qint64, N>> out;
+    if (b.isEmpty()) return out;
+    if (b[0] != char(1)) return std::nullopt;
+    for (qsizetype at = 1; at < b.size();) {
+        std::array<qint64, N> r{};
+        for (int i = 0; i < N; ++i)
+            if (!getZigzag(b, at, &r[size_t(i)])) return std::nullopt;
+        out.append(r);
+    }
+    return out;
+}
+
 } // namespace
+
+QByteArray encodeProfileSteps(const QList<ProfileStep> &steps) {
+    if (steps.isEmpty()) return QByteArray("");
+    QByteArray out;
+    out.reserve(1 + steps.size() * 12);
+    out.append(char(1));
+    qint64 prev = 0;
+    for (const ProfileStep &s : steps) {
+        putZigzag(out, s.tStartUs - prev);
+        prev = s.tStartUs;
+        for (qint64 v : {s.durationUs, qint64(s.nSeqs), qint64(s.nPrefillTokens), qint64(s.nDecodeTokens),
+                         s.attentionUs, s.moeUs, s.denseUs, s.samplingUs})
+            putZigzag(out, v);
+    }
+    return out;
+}
+
+std::optional<QList<ProfileStep>> decodeProfileSteps(const QByteArray &b) {
+    const auto records = decodeRecords<9>(b);
+    if (!records) return std::nullopt;
+    QList<ProfileStep> out;
+    out.reserve(records->size());
+    qint64 t = 0;
+    for (const auto &r : *records) {
+        t += r[0];
+        out.append({t, r[1], int(r[2]), int(r[3]), int(r[4]), r[5], r[6], r[7], r[8]});
+    }
+    return out;
+}
+
+QByteArray encodeMemorySamples(const QList<ProfileMemorySample> &samples) {
+    if (samples.isEmpty()) return QByteArray("");
+    QByteArray out;
+    out.append(char(1));
+    qint64 prevT = 0, prevB = 0;
+    for (const ProfileMemorySample &m : samples) {
+        putZigzag(out, m.tUs - prevT);
+        putZigzag(out, m.inUseBytes - prevB);
+        putZigzag(out, m.kvBlocksUsed);
+        prevT = m.tUs;
+        prevB = m.inUseBytes;
+    }
+    return out;
+}
+
+std::optional<QList<ProfileMemorySample>> decodeMemorySamples(const QByteArray &b) {
+    const auto records = decodeRecords<3>(b);
+    if (!records) return std::nullopt;
+    QList<ProfileMemorySample> out;
+    qint64 t = 0, bytes = 0;
+    for (const auto &r : *records) {
+        t += r[0];
+        bytes += r[1];
+        out.append({t, bytes, int(r[2])});
+    }
+    return out;
+}
 
 QByteArray encodeTokenTimes(const QList<qint64> &timesUs) {
     QByteArray out;

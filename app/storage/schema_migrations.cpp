@@ -1,8 +1,8 @@
 // Schema steps of the chat database. The first release builds its schema in three steps (core
 // tables; measurements; full-text search) so that the upgrade path, backups and per-step
 // transactions are exercised by the tests from day one; v4 adds the profiler's per-message
-// profiles. Frozen once released: add v5, never edit v1..v4. Times are INTEGER ms since the
-// epoch (UTC); JSON columns are checked valid.
+// profiles, v5 their steps and memory samples. Frozen once released: add v6, never edit v1..v5. Times are
+// INTEGER ms since the epoch (UTC); JSON columns are checked valid.
 #include "schema_migrations.h"
 
 #include <QSqlError>
@@ -185,6 +185,18 @@ bool migrateToV4(QSqlDatabase &db, QString *error) {
                    error);
 }
 
+// v5: the steps of each profile (start, duration, batch, phase times) for the trace export, and
+// its memory samples over time. NULL for profiles stored before v5: they stay readable with
+// their aggregates (phase sums, memory peak). BLOB formats: message_profile_codec.cpp.
+bool migrateToV5(QSqlDatabase &db, QString *error) {
+    return execAll(db,
+                   {
+                       "ALTER TABLE message_profiles ADD COLUMN steps BLOB",
+                       "ALTER TABLE message_profiles ADD COLUMN memory_samples BLOB",
+                   },
+                   error);
+}
+
 } // namespace
 
 const QList<Migration> &migrations() {
@@ -193,6 +205,7 @@ const QList<Migration> &migrations() {
         {2, "message metrics, routing summaries, benchmark runs", &migrateToV2},
         {3, "full-text search (FTS5, trigram) over messages and titles", &migrateToV3},
         {4, "per-message profiles (token times, phase times, memory peak, routing trace)", &migrateToV4},
+        {5, "per-step phase times and memory samples of each profile", &migrateToV5},
     };
     return steps;
 }

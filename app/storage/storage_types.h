@@ -128,6 +128,25 @@ struct PhaseTimes {
     bool operator==(const PhaseTimes &) const = default;
 };
 
+// One engine step that ran while a reply was in flight (schema v5): when it started (µs since
+// the reply's submit), how long it took, what it batched, and its phase times in µs (other =
+// duration − the four phases). Shared with replies running at the same time.
+struct ProfileStep {
+    qint64 tStartUs = 0, durationUs = 0;
+    int nSeqs = 0, nPrefillTokens = 0, nDecodeTokens = 0;
+    qint64 attentionUs = 0, moeUs = 0, denseUs = 0, samplingUs = 0;
+    bool operator==(const ProfileStep &) const = default;
+};
+
+// Memory in use while a reply was in flight (schema v5), sampled when the recorder read the
+// telemetry (≤ 30 Hz, only when the figure changed): weights + KV blocks in use + workspace.
+struct ProfileMemorySample {
+    qint64 tUs = 0; // since submit
+    qint64 inUseBytes = 0;
+    int kvBlocksUsed = 0;
+    bool operator==(const ProfileMemorySample &) const = default;
+};
+
 // What the profiler measured for one assistant reply, stored with it (message_profiles, schema
 // v4, plus its routing counts in message_routing) so a selected old message shows exactly what
 // was shown live. Times are µs since the request was submitted (engine clock, exact integers).
@@ -152,6 +171,10 @@ struct MessageProfile {
     QList<qint16> traceIds;
     QList<float> traceWeights;
     QList<LayerRouting> routing;      // token-slot counts per MoE layer (the routing summary)
+    // Schema v5: the steps themselves (at most the recorder's history, 4096) and the memory
+    // samples. Empty for profiles stored before v5 (the aggregates above are still there).
+    QList<ProfileStep> steps;
+    QList<ProfileMemorySample> memory;
 
     int tracePositions() const {
         const qsizetype per = qsizetype(moeLayers.size()) * k;
@@ -224,5 +247,10 @@ QByteArray encodeTokenTimes(const QList<qint64> &timesUs);
 std::optional<QList<qint64>> decodeTokenTimes(const QByteArray &b);
 QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weights, int nExperts);
 bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *weights);
+// Schema v5 columns steps and memory_samples; an empty BLOB (or NULL) decodes to no entries.
+QByteArray encodeProfileSteps(const QList<ProfileStep> &steps);
+std::optional<QList<ProfileStep>> decodeProfileSteps(const QByteArray &b);
+QByteArray encodeMemorySamples(const QList<ProfileMemorySample> &samples);
+std::optional<QList<ProfileMemorySample>> decodeMemorySamples(const QByteArray &b);
 
 } // namespace es

@@ -571,6 +571,42 @@ Delete this conversation from the list on the left when you no longer need it; i
         <source>Could not read the benchmark runs</source>
         <translation>无法读取基准测试结果</translation>
     </message>
+    <message>
+        <source>Could not import the conversation &quot;%1&quot;</source>
+        <translation>无法导入对话“%1”</translation>
+    </message>
+    <message>
+        <source>Message %1 of the imported conversation names parent %2, which does not come before it</source>
+        <translation>导入的对话中消息 %1 的父消息 %2 不在它之前</translation>
+    </message>
+    <message>
+        <source>The imported conversation has two messages with id %1</source>
+        <translation>导入的对话中有两条消息的 id 都是 %1</translation>
+    </message>
+    <message>
+        <source>Could not import message %1</source>
+        <translation>无法导入消息 %1</translation>
+    </message>
+    <message>
+        <source>Could not import the metrics of message %1</source>
+        <translation>无法导入消息 %1 的指标</translation>
+    </message>
+    <message>
+        <source>Could not import the routing of message %1</source>
+        <translation>无法导入消息 %1 的路由</translation>
+    </message>
+    <message>
+        <source>The imported profile of message %1 belongs to no message</source>
+        <translation>导入的消息 %1 的性能剖析不属于任何消息</translation>
+    </message>
+    <message>
+        <source>The imported conversation&apos;s current message %1 is not one of its messages</source>
+        <translation>导入的对话的当前消息 %1 不是它的消息之一</translation>
+    </message>
+    <message>
+        <source>Could not count the messages of conversation %1</source>
+        <translation>无法统计对话 %1 的消息数</translation>
+    </message>
 </context>
 <context>
     <name>es::CompareView</name>
@@ -820,6 +856,113 @@ dense</source>
     <message>
         <source>%1 (%2): weights %3 + KV cache %4 + workspace %5 of %6 free — does not fit</source>
         <translation>%1（%2）：权重 %3 + KV 缓存 %4 + 工作区 %5，空闲 %6 — 放不下</translation>
+    </message>
+</context>
+<context>
+    <name>es::ExportMenu</name>
+    <message>
+        <source>E&amp;xport conversation</source>
+        <translation>导出对话(&amp;X)</translation>
+    </message>
+    <message>
+        <source>As &amp;JSON (whole tree, with metrics)…</source>
+        <translation>导出为 JSON（整棵消息树，含指标）(&amp;J)…</translation>
+    </message>
+    <message>
+        <source>As &amp;Markdown (active branch)…</source>
+        <translation>导出为 Markdown（当前分支）(&amp;M)…</translation>
+    </message>
+    <message>
+        <source>No conversation is open</source>
+        <translation>没有打开的对话</translation>
+    </message>
+    <message>
+        <source>Export conversation</source>
+        <translation>导出对话</translation>
+    </message>
+    <message>
+        <source>JSON (*.json)</source>
+        <translation>JSON (*.json)</translation>
+    </message>
+    <message>
+        <source>Markdown (*.md)</source>
+        <translation>Markdown (*.md)</translation>
+    </message>
+    <message>
+        <source>The conversation could not be exported</source>
+        <translation>无法导出对话</translation>
+    </message>
+    <message>
+        <source>&amp;Import conversation…</source>
+        <translation>导入对话(&amp;I)…</translation>
+    </message>
+    <message>
+        <source>Import conversation</source>
+        <translation>导入对话</translation>
+    </message>
+    <message>
+        <source>The conversation could not be imported</source>
+        <translation>无法导入对话</translation>
+    </message>
+    <message>
+        <source>Export &amp;report</source>
+        <translation>导出报告(&amp;R)</translation>
+    </message>
+    <message>
+        <source>HTML</source>
+        <translation>HTML</translation>
+    </message>
+    <message>
+        <source>PDF</source>
+        <translation>PDF</translation>
+    </message>
+    <message>
+        <source>JSON</source>
+        <translation>JSON</translation>
+    </message>
+    <message>
+        <source>CSV</source>
+        <translation>CSV</translation>
+    </message>
+    <message>
+        <source>Perfetto trace</source>
+        <translation>Perfetto 跟踪</translation>
+    </message>
+    <message>
+        <source>Of the &amp;conversation</source>
+        <translation>整个对话(&amp;C)</translation>
+    </message>
+    <message>
+        <source>Of the selected &amp;message</source>
+        <translation>所选消息(&amp;M)</translation>
+    </message>
+    <message>
+        <source>Export report</source>
+        <translation>导出报告</translation>
+    </message>
+    <message>
+        <source>The report could not be exported</source>
+        <translation>无法导出报告</translation>
+    </message>
+    <message>
+        <source>Exporting the conversation…</source>
+        <translation>正在导出对话…</translation>
+    </message>
+    <message>
+        <source>%1 could not be read: %2</source>
+        <translation>无法读取 %1：%2</translation>
+    </message>
+    <message>
+        <source>Gathering the conversation&apos;s measurements…</source>
+        <translation>正在收集对话的测量数据…</translation>
+    </message>
+    <message>
+        <source>This conversation has no reply to report on</source>
+        <translation>此对话中没有可生成报告的回复</translation>
+    </message>
+    <message>
+        <source>Cancel</source>
+        <translation>取消</translation>
     </message>
 </context>
 <context>
