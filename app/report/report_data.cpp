@@ -553,7 +553,8 @@ QList<std::pair<QString, QString>> metricDefinitions() {
          QStringLiteral("Engine time of the steps that ran during the request: attention (norms, q/k/v, "
                         "RoPE, KV write, attention, output projection), MoE (router, routed and shared "
                         "experts), dense (dense MLPs and the LM head), sampling, other (scheduling, "
-                        "embedding, emitting text). Steps shared with concurrent requests count for each.")},
+                        "embedding, emitting text). A step shared with concurrent requests counts in proportion to "
+                        "the request's tokens in it.")},
     };
 }
 

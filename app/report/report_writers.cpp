@@ -130,6 +130,11 @@ QString summaryTables(const Report &r, const ReportSummary &s) {
             t += QStringLiteral("<tr><td>%1</td><td class=\"n\">%2</td><td class=\"n\">%3</td></tr>\n")
                      .arg(QLatin1String(name), fmt(ms, 2), fmt(100 * ms / total, 1, QStringLiteral("%")));
         t += QStringLiteral("</table>\n");
+        if (s.phases.attentionMs + s.phases.moeMs + s.phases.denseMs == 0)
+            t += QStringLiteral("<p class=\"meta\">This backend does not time the phases inside its forward pass "
+                                "(the CUDA backend runs its kernels asynchronously on one stream and measures the step "
+                                "as a whole), so the forward pass is counted under “other”; per-kernel device times "
+                                "come from <code>expertscope-cli bench --backend cuda --profile</code>.</p>\n");
     }
     if (!r.bench.isEmpty()) {
         t += QStringLiteral(
