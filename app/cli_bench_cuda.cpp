@@ -126,6 +126,73 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     const double t = median(runs), tps = o.tg / t, roof = k_h200_read_bw / bytes, mbu = tps * bytes / k_h200_read_bw;
     std::printf("| %s | %s | tg%d | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), be->name().c_str(), o.tg, tps,
                 1000.0 * t / o.tg, roof, 100.0 * mbu);
+    // Batched decode: B sequences, each prefilled with a 128-token prompt in one step (that step's
+    // time is every sequence's TTFT), then decoding together, one token per sequence per step (a
+    // step's time is each sequence's inter-token latency). Warm-up pass first, then a timed pass
+    // over the same positions (CUDA graphs are captured for steps of up to 8 tokens).
+    if (!o.batch.empty()) {
+        constexpr int32_t prompt = 128;
+        std::printf("\n| model | backend | batch | TTFT ms | ITL p50 ms | ITL p99 ms | decode tok/s | × first |\n"
+                    "|---|---|---:|---:|---:|---:|---:|---:|\n");
+        double tps1 = 0.0;
+        for (int32_t B : o.batch) {
+            const int64_t len = std::min<int64_t>(cfg.n_ctx_train, prompt + o.tg);
+            if (len < prompt + o.tg) return fail("--batch: a 128-token prompt plus --tg exceeds the context");
+            const int32_t per_seq = int32_t((len + 15) / 16);
+            if (auto s = be->init_kv_cache({16, per_seq * B}); !s) return fail(s.message());
+            batch bb;
+            bb.seqs.resize(size_t(B));
+            for (int32_t q = 0; q < B; ++q)
+                for (int32_t i = 0; i < per_seq; ++i) bb.seqs[size_t(q)].block_table.push_back(q * per_seq + i);
+            auto step = [&](int32_t n_per_seq, int32_t pos0) -> result<double> {
+                bb.tokens.clear();
+                bb.pos.clear();
+                bb.seq.clear();
+                bb.logits_rows.clear();
+                for (int32_t q = 0; q < B; ++q) {
+                    for (int32_t i = 0; i < n_per_seq; ++i) {
+                        bb.tokens.push_back(int32_t((uint32_t(pos0 + i + 7919 * q) * 2654435761u) % uint32_t(cfg.n_vocab)));
+                        bb.pos.push_back(pos0 + i);
+                        bb.seq.push_back(q);
+                    }
+                    bb.logits_rows.push_back(int32_t(bb.tokens.size()) - 1);
+                }
+                const auto t0 = std::chrono::steady_clock::now();
+                if (auto s = be->forward(bb, out); !s) return s.err();
+                return seconds_since(t0);
+            };
+            std::vector<double> ttft, itl;
+            for (int pass = 0; pass < 2; ++pass) {
+                auto t = step(prompt, 0);
+                if (!t) return fail(t.message());
+                if (pass == 1) ttft.push_back(*t);
+                for (int32_t i = 0; i < o.tg; ++i) {
+                    auto d = step(1, prompt + i);
+                    if (!d) return fail(d.message());
+                    if (pass == 1) itl.push_back(*d);
+                }
+            }
+            double sum = 0.0;
+            for (double d : itl) sum += d;
+            std::sort(itl.begin(), itl.end());
+            auto pct = [&](double q) { return itl[std::min(itl.size() - 1, size_t(q * double(itl.size() - 1) + 0.5))]; };
+            const double tps_b = double(B) * double(itl.size()) / sum;
+            if (tps1 == 0.0) tps1 = tps_b;
+            std::printf("| %s | %s | %d | %.2f | %.3f | %.3f | %.1f | %.2f |\n", what.c_str(), be->name().c_str(), B,
+                        1000.0 * ttft.front(), 1000.0 * pct(0.5), 1000.0 * pct(0.99), tps_b,
+                        tps1 > 0 ? tps_b / tps1 : 0.0);
+            std::fflush(stdout);
+            results.push_back({{"test", "batch" + std::to_string(B)},
+                               {"batch", B},
+                               {"prompt_tokens", prompt},
+                               {"decode_tokens", o.tg},
+                               {"ttft_s", ttft.front()},
+                               {"itl_p50_s", pct(0.5)},
+                               {"itl_p99_s", pct(0.99)},
+                               {"tokens_per_s", tps_b},
+                               {"seconds", sum}});
+        }
+    }
     const cuda_memory_report mem = cb->memory_report();
     std::printf("\ndecode reads %.1f MB of weights per token; MBU against %.2f TB/s; weights built in %.1f s\n"
                 "GPU memory: %s\nCUDA graphs: %s\n",

@@ -71,6 +71,10 @@ int main(int argc, char **argv) {
     bench->add_option("--tg", b.tg, "decode tokens (default 128)")->check(CLI::Range(1, 1 << 20));
     bench->add_option("--reps", b.reps, "repetitions, median reported")->check(CLI::Range(1, 100));
     bench->add_option("--json", b.out_json, "also write results as JSON to this file");
+    bench->add_option("--batch", b.batch, "CUDA: batch sizes, e.g. 1,8,64: B sequences prefilled with 128 tokens "
+                                          "each, then decoding --tg tokens together (TTFT, ITL p50/p99, tok/s)")
+        ->delimiter(',')
+        ->check(CLI::Range(1, 1024));
     bench->add_flag("--profile", b.profile, "CUDA: also print device time per kernel (prefill and decode)");
 #if ES_CLI_HAVE_REPORT
     bench->add_option("--report", b.report, "also write a report of the results to this file (needs --json)");
@@ -229,6 +233,8 @@ int main(int argc, char **argv) {
         }
         if (*bench) {
             if (b.shape.empty() && b.model_dir.empty()) return fail("bench needs --shape or --model");
+            if (!b.batch.empty() && common.backend != "cuda")
+                return fail("bench --batch measures batched decode on the GPU: it needs --backend cuda");
 #if ES_CLI_HAVE_REPORT
             if (!b.report.empty() && b.out_json.empty())
                 return fail("bench --report needs --json FILE (the report is made from it)");

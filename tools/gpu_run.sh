@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # report: the default model on the GPU, bench --json for a report (docs/reports.md), in
@@ -44,6 +44,15 @@ if [[ $mode == full || $mode == bench ]]; then
     bench ernie-4.5-21b-a3b fp8 --layers 12
     bench ernie-4.5-21b-a3b fp8
     bench ernie-4.5-21b-a3b bf16
+fi
+if [[ $mode == batch ]]; then
+    # Batched decode (TTFT, ITL p50/p99, tok/s at batch 1, 8, 64), pp/tg skipped: --pp 16 --reps 1.
+    for spec in "ernie-4.5-0.3b fp8" "ernie-4.5-0.3b bf16" "ernie-4.5-21b-a3b fp8"; do
+        set -- $spec
+        echo "### batch $*" | tee -a "$OUT/batch.md"
+        timeout 200 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --pp 16 --tg 128 --reps 1 --batch 1,8,64 \
+            --json "$OUT/batch-$1-$2.json" 2>&1 | grep -E '^\| |^###' | tee -a "$OUT/batch.md"
+    done
 fi
 if [[ $mode == report ]]; then
     timeout 300 "$CLI" bench --backend cuda --model resources/models/default --pp 128 --tg 128 --reps 3 \
