@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # README command 2 (and CI, through .ci/run): install the Debian packages, run the engine suites
-# under the sanitizers, then build the `default` preset (the CUDA code too when a toolkit is
-# found) and run every CTest suite except the `gpu` label, then build the Debian package and
-# test it in a fresh Debian 12 root (installer/test_package.sh: install, run, purge; lintian).
+# under the sanitizers, build the `default` preset (the CUDA code too when a toolkit is found),
+# build the Debian packages and test them in a fresh Debian 12 root (installer/test_package.sh:
+# lintian, install, run, purge), then run every CTest suite but `gpu` and `bench`, ending with
+# CTest's summary line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ -d /usr/local/cuda/bin ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
@@ -18,12 +19,10 @@ if [ "${ES_SKIP_SANITIZE:-0}" != 1 ]; then
   ASAN_OPTIONS=detect_leaks=1 ctest --preset sanitize --label-exclude 'gpu|bench' || sanitize_rc=$?
 fi
 
-# 2. The full build (CUDA code too when a toolkit is found) and every suite except `gpu` and
-#    `bench` (benchmarks, e.g. bench_profiler, are run by hand: docs/benchmarks.md).
+# 2. The full build (CUDA code too when a toolkit is found); its suites run last (step 4).
+#    Benchmarks (`bench` label, e.g. bench_profiler) are run by hand: docs/benchmarks.md.
 cmake --preset default
 cmake --build --preset default -j "${ES_JOBS:-2}"
-rc=0
-ctest --preset default --label-exclude 'gpu|bench' || rc=$?
 
 # 3. The package: cpack DEB, lintian, install into a fresh debootstrapped Debian 12 root, the CLI
 #    and an offscreen smoke test of the app there, purge. ES_SKIP_PACKAGE=1 skips it (not in CI).
@@ -38,12 +37,13 @@ if [ "${ES_SKIP_PACKAGE:-0}" != 1 ]; then
     package_rc=1
   fi
 fi
-if [ "$package_rc" != 0 ]; then
-  echo "test.sh: the package test failed (exit $package_rc); see above" >&2
-  [ "$rc" != 0 ] || rc=$package_rc
-fi
-if [ "$sanitize_rc" != 0 ]; then
-  echo "test.sh: the sanitizer pass failed (exit $sanitize_rc); see above" >&2
-  [ "$rc" != 0 ] || rc=$sanitize_rc
-fi
+[ "$package_rc" = 0 ] || echo "test.sh: the package test failed (exit $package_rc); see above" >&2
+[ "$sanitize_rc" = 0 ] || echo "test.sh: the sanitizer pass failed (exit $sanitize_rc); see above" >&2
+
+# 4. Every suite of the full build except `gpu` and `bench`, last, so the run ends with CTest's
+#    summary line (earlier failures are reported above and in the exit code).
+rc=0
+ctest --preset default --label-exclude 'gpu|bench' || rc=$?
+[ "$rc" != 0 ] || rc=$package_rc
+[ "$rc" != 0 ] || rc=$sanitize_rc
 exit $rc
