@@ -166,36 +166,14 @@ int cmd_bench(const bench_opts &o, const common_opts &common) {
     results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
                        {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
 
-    if (!o.out_json.empty()) {
-        auto request = bench_request_profile(*be, o.pp.front(), o.tg);
-        if (!request) return fail(request.message());
-        nlohmann::json j = {{"format", "expertscope.bench"},
-                            {"format_version", 2},
-                            {"model", what},
-                            {"model_name", o.shape.empty() ? std::filesystem::path(o.model_dir + "/.")
-                                                                 .lexically_normal()
-                                                                 .parent_path()
-                                                                 .filename()
-                                                                 .string()
-                                                           : o.shape},
-                            {"model_hash", model_content_hash(o.model_dir)},
-                            {"precision", "fp32"},
-                            {"device", bench_device_name()},
-                            {"driver", ""},
-                            {"backend", be->name()},
-                            {"threads", threads},
-                            {"weights_bytes", be->weights_bytes()},
-                            {"read_bandwidth_bytes_per_s", bw},
-                            {"decode_bytes_per_token", bytes},
-                            {"version", ES_VERSION},
-                            {"commit", ES_GIT_COMMIT},
-                            {"seed", o.shape.empty() ? nlohmann::json() : nlohmann::json(42)},
-                            {"results", results},
-                            {"request", *request}};
-        std::ofstream f(o.out_json);
-        f << j.dump(2) << "\n";
-        if (!f) return fail("cannot write " + o.out_json);
-    }
+    if (!o.out_json.empty())
+        return write_bench_json(o, what, *be, results,
+                                {{"precision", "fp32"},
+                                 {"device", bench_device_name()},
+                                 {"driver", ""},
+                                 {"threads", threads},
+                                 {"read_bandwidth_bytes_per_s", bw},
+                                 {"decode_bytes_per_token", bytes}});
     return 0;
 }
 

@@ -174,12 +174,11 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
             }
             double sum = 0.0;
             for (double d : itl) sum += d;
-            std::sort(itl.begin(), itl.end());
-            auto pct = [&](double q) { return itl[std::min(itl.size() - 1, size_t(q * double(itl.size() - 1) + 0.5))]; };
+            const double p50 = percentile(itl, 50), p99 = percentile(itl, 99);
             const double tps_b = double(B) * double(itl.size()) / sum;
             if (tps1 == 0.0) tps1 = tps_b;
             std::printf("| %s | %s | %d | %.2f | %.3f | %.3f | %.1f | %.2f |\n", what.c_str(), be->name().c_str(), B,
-                        1000.0 * ttft.front(), 1000.0 * pct(0.5), 1000.0 * pct(0.99), tps_b,
+                        1000.0 * ttft.front(), 1000.0 * p50, 1000.0 * p99, tps_b,
                         tps1 > 0 ? tps_b / tps1 : 0.0);
             std::fflush(stdout);
             results.push_back({{"test", "batch" + std::to_string(B)},
@@ -187,8 +186,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                                {"prompt_tokens", prompt},
                                {"decode_tokens", o.tg},
                                {"ttft_s", ttft.front()},
-                               {"itl_p50_s", pct(0.5)},
-                               {"itl_p99_s", pct(0.99)},
+                               {"itl_p50_s", p50},
+                               {"itl_p99_s", p99},
                                {"tokens_per_s", tps_b},
                                {"seconds", sum}});
         }
@@ -231,38 +230,16 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                        {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
 
     if (!o.out_json.empty()) {
-        auto request = bench_request_profile(*be, o.pp.front(), o.tg);
-        if (!request) return fail(request.message());
         const int driver = cuda_status().driver_version; // CUDA version the driver supports
-        nlohmann::json j = {{"format", "expertscope.bench"},
-                            {"format_version", 2},
-                            {"model", what},
-                            {"model_name", o.shape.empty() ? std::filesystem::path(o.model_dir + "/.")
-                                                                 .lexically_normal()
-                                                                 .parent_path()
-                                                                 .filename()
-                                                                 .string()
-                                                           : o.shape},
-                            {"model_hash", model_content_hash(o.model_dir)},
-                            {"device", be->name()},
-                            {"host_cpu", bench_device_name()},
-                            {"driver", driver > 0 ? "driver for CUDA " + std::to_string(driver / 1000) + "." +
-                                                        std::to_string((driver % 1000) / 10)
-                                                  : std::string("unknown")},
-                            {"seed", o.shape.empty() ? nlohmann::json() : nlohmann::json(42)},
-                            {"request", *request},
-                            {"backend", be->name()},
-                            {"precision", common.precision},
-                            {"weights_bytes", be->weights_bytes()},
-                            {"read_bandwidth_bytes_per_s", k_h200_read_bw},
-                            {"decode_bytes_per_token", bytes},
-                            {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes},
-                            {"version", ES_VERSION},
-                            {"commit", ES_GIT_COMMIT},
-                            {"results", results}};
-        std::ofstream f(o.out_json);
-        f << j.dump(2) << "\n";
-        if (!f) return fail("cannot write " + o.out_json);
+        return write_bench_json(o, what, *be, results,
+                                {{"device", be->name()},
+                                 {"host_cpu", bench_device_name()},
+                                 {"driver", driver > 0 ? "driver for CUDA " + cuda_version_string(driver)
+                                                       : std::string("unknown")},
+                                 {"precision", common.precision},
+                                 {"read_bandwidth_bytes_per_s", k_h200_read_bw},
+                                 {"decode_bytes_per_token", bytes},
+                                 {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes}});
     }
     return 0;
 }

@@ -173,4 +173,30 @@ result<nlohmann::json> bench_request_profile(backend &be, int32_t pp, int32_t tg
                           {"routing", routing}};
 }
 
+int write_bench_json(const bench_opts &o, const std::string &what, backend &be, const nlohmann::json &results,
+                     nlohmann::json extra) {
+    auto request = bench_request_profile(be, o.pp.front(), o.tg);
+    if (!request) return fail(request.message());
+    const std::string name =
+        o.shape.empty() ? std::filesystem::path(o.model_dir + "/.").lexically_normal().parent_path().filename().string()
+                        : o.shape;
+    nlohmann::json j = {{"format", "expertscope.bench"},
+                        {"format_version", 2},
+                        {"model", what},
+                        {"model_name", name},
+                        {"model_hash", model_content_hash(o.model_dir)},
+                        {"seed", o.shape.empty() ? nlohmann::json() : nlohmann::json(42)},
+                        {"backend", be.name()},
+                        {"weights_bytes", be.weights_bytes()},
+                        {"version", ES_VERSION},
+                        {"commit", ES_GIT_COMMIT},
+                        {"results", results},
+                        {"request", *request}};
+    j.update(extra);
+    std::ofstream f(o.out_json);
+    f << j.dump(2) << "\n";
+    if (!f) return fail("cannot write " + o.out_json);
+    return 0;
+}
+
 } // namespace es::cli

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
@@ -19,6 +20,20 @@ namespace es::cli {
 int fail(const std::string &msg) {
     std::fprintf(stderr, "error: %s\n", msg.c_str());
     return 1;
+}
+
+double percentile(std::vector<double> v, double q) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    const double pos = q / 100.0 * double(v.size() - 1);
+    const size_t lo = size_t(pos), hi = std::min(v.size() - 1, lo + 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+}
+
+double mean(const std::vector<double> &v) {
+    double s = 0.0;
+    for (double x : v) s += x;
+    return v.empty() ? 0.0 : s / double(v.size());
 }
 
 namespace {

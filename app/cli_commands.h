@@ -57,6 +57,11 @@ int cmd_bench(const bench_opts &b, const common_opts &o);
 std::string bench_device_name();
 std::string model_content_hash(const std::string &dir);
 result<nlohmann::json> bench_request_profile(backend &be, int32_t pp, int32_t tg);
+// Writes o.out_json (format expertscope.bench v2): the fields every backend reports (model, name,
+// content hash, seed, backend, weights, version, the instrumented request, `results`) plus the
+// backend's own `extra` fields. Returns a process exit code.
+int write_bench_json(const bench_opts &o, const std::string &what, backend &be, const nlohmann::json &results,
+                     nlohmann::json extra);
 
 struct serve_bench_opts {
     std::string shape, model_dir, out_json;
@@ -136,5 +141,9 @@ int cmd_routing(const routing_opts &o, const common_opts &common);
 
 // Prints "error: <msg>" to stderr and returns 1.
 int fail(const std::string &msg);
+// Percentile q (0–100) by linear interpolation between closest ranks (numpy's default, as the
+// profiler's); 0 for no values. And the mean (0 for none).
+double percentile(std::vector<double> v, double q);
+double mean(const std::vector<double> &v);
 
 } // namespace es::cli

@@ -58,14 +58,6 @@ void log_softmax(const float *x, int64_t n, std::vector<double> &out) {
     for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(x[i]) - lse;
 }
 
-double percentile(std::vector<double> v, double q) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    const double pos = q * double(v.size() - 1);
-    const size_t lo = size_t(pos), hi = std::min(lo + 1, v.size() - 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
-}
-
 } // namespace
 
 int cmd_eval(const eval_opts &e, const common_opts &o) {
@@ -151,7 +143,7 @@ int cmd_eval(const eval_opts &e, const common_opts &o) {
     double kl_mean = 0.0;
     for (double d : kl) kl_mean += d;
     kl_mean /= double(std::max<size_t>(kl.size(), 1));
-    const double kl_p99 = percentile(kl, 0.99), kl_max = kl.empty() ? 0.0 : *std::max_element(kl.begin(), kl.end());
+    const double kl_p99 = percentile(kl, 99), kl_max = kl.empty() ? 0.0 : *std::max_element(kl.begin(), kl.end());
     const double top1 = n_pos ? double(top1_same) / double(n_pos) : 0.0;
     const double nmse = nmse_den > 0 ? nmse_num / nmse_den : 0.0;
 

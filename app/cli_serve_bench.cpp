@@ -17,20 +17,6 @@
 namespace es::cli {
 namespace {
 
-double percentile(std::vector<double> v, double q) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    const double pos = q / 100.0 * double(v.size() - 1);
-    const size_t lo = size_t(pos), hi = std::min(v.size() - 1, lo + 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
-}
-
-double mean(const std::vector<double> &v) {
-    double s = 0.0;
-    for (double x : v) s += x;
-    return v.empty() ? 0.0 : s / double(v.size());
-}
-
 struct level_result {
     int32_t concurrency = 0, n_ok = 0;
     double duration_s = 0.0, output_tps = 0.0, total_tps = 0.0, req_per_s = 0.0, hit_rate = 0.0;

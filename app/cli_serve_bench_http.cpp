@@ -23,20 +23,6 @@ namespace {
 
 using clk = std::chrono::steady_clock;
 
-double pct(std::vector<double> v, double q) {
-    if (v.empty()) return 0.0;
-    std::sort(v.begin(), v.end());
-    const double pos = q / 100.0 * double(v.size() - 1);
-    const size_t lo = size_t(pos), hi = std::min(v.size() - 1, lo + 1);
-    return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
-}
-
-double avg(const std::vector<double> &v) {
-    double s = 0.0;
-    for (double x : v) s += x;
-    return v.empty() ? 0.0 : s / double(v.size());
-}
-
 struct one_result {
     bool ok = false;
     std::string error;
@@ -171,39 +157,39 @@ int cmd_serve_bench_http(const serve_bench_opts &o) {
         std::printf("%-40s %.2f\n", "Output token throughput (tok/s):", out_tps);
         std::printf("%-40s %.2f\n", "Total Token throughput (tok/s):", (in + outt) / dur);
         std::printf("---------------Time to First Token----------------\n");
-        std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean TTFT (ms):", avg(ttft), "Median TTFT (ms):", pct(ttft, 50),
-                    "P99 TTFT (ms):", pct(ttft, 99));
+        std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean TTFT (ms):", mean(ttft), "Median TTFT (ms):", percentile(ttft, 50),
+                    "P99 TTFT (ms):", percentile(ttft, 99));
         std::printf("-----Time per Output Token (excl. 1st token)------\n");
-        std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean TPOT (ms):", avg(tpot),
-                    "Median TPOT (ms):", pct(tpot, 50), "P99 TPOT (ms):", pct(tpot, 99));
+        std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean TPOT (ms):", mean(tpot),
+                    "Median TPOT (ms):", percentile(tpot, 50), "P99 TPOT (ms):", percentile(tpot, 99));
         std::printf("---------------Inter-token Latency----------------\n");
-        std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean ITL (ms):", avg(itl), "Median ITL (ms):", pct(itl, 50),
-                    "P99 ITL (ms):", pct(itl, 99));
+        std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean ITL (ms):", mean(itl), "Median ITL (ms):", percentile(itl, 50),
+                    "P99 ITL (ms):", percentile(itl, 99));
         std::printf("==================================================\n\n");
         std::fflush(stdout);
         char row[256];
         std::snprintf(row, sizeof row,
                       "| %d | %d/%d | %.2f | %.1f | %.2f | %.1f | %.1f | %.1f | %.2f | %.2f | %.2f | %.2f | "
                       "%.2f | %.1f |",
-                      conc, n_ok, int(results.size()), n_ok / dur, out_tps, out_tps / base, avg(ttft),
-                      pct(ttft, 50), pct(ttft, 99), avg(tpot), pct(tpot, 50), pct(tpot, 99), pct(itl, 50),
-                      pct(itl, 99), pct(e2e, 50));
+                      conc, n_ok, int(results.size()), n_ok / dur, out_tps, out_tps / base, mean(ttft),
+                      percentile(ttft, 50), percentile(ttft, 99), mean(tpot), percentile(tpot, 50), percentile(tpot, 99), percentile(itl, 50),
+                      percentile(itl, 99), percentile(e2e, 50));
         table.push_back(row);
         levels.push_back({{"concurrency", conc},
                           {"ok", n_ok},
                           {"duration_s", dur},
                           {"output_tokens_per_s", out_tps},
                           {"requests_per_s", n_ok / dur},
-                          {"ttft_mean_ms", avg(ttft)},
-                          {"tpot_mean_ms", avg(tpot)},
-                          {"tpot_p50_ms", pct(tpot, 50)},
-                          {"tpot_p99_ms", pct(tpot, 99)},
-                          {"itl_mean_ms", avg(itl)},
-                          {"ttft_p50_ms", pct(ttft, 50)},
-                          {"ttft_p99_ms", pct(ttft, 99)},
-                          {"itl_p50_ms", pct(itl, 50)},
-                          {"itl_p99_ms", pct(itl, 99)},
-                          {"e2e_p50_ms", pct(e2e, 50)}});
+                          {"ttft_mean_ms", mean(ttft)},
+                          {"tpot_mean_ms", mean(tpot)},
+                          {"tpot_p50_ms", percentile(tpot, 50)},
+                          {"tpot_p99_ms", percentile(tpot, 99)},
+                          {"itl_mean_ms", mean(itl)},
+                          {"ttft_p50_ms", percentile(ttft, 50)},
+                          {"ttft_p99_ms", percentile(ttft, 99)},
+                          {"itl_p50_ms", percentile(itl, 50)},
+                          {"itl_p99_ms", percentile(itl, 99)},
+                          {"e2e_p50_ms", percentile(e2e, 50)}});
         if (n_ok != int(results.size())) return fail("some requests failed");
     }
     std::printf("| concurrency | ok | req/s | output tok/s | × first | TTFT mean ms | TTFT p50 ms | TTFT p99 "
