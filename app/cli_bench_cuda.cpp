@@ -126,6 +126,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     const double t = median(runs), tps = o.tg / t, roof = k_h200_read_bw / bytes, mbu = tps * bytes / k_h200_read_bw;
     std::printf("| %s | %s | tg%d | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), be->name().c_str(), o.tg, tps,
                 1000.0 * t / o.tg, roof, 100.0 * mbu);
+    // The same step's GPU time alone: the last decode step's graph replayed back to back.
+    const double replay_us = cb->graph_replay_us(200);
     // Batched decode: B sequences, each prefilled with a 128-token prompt in one step (that step's
     // time is every sequence's TTFT), then decoding together, one token per sequence per step (a
     // step's time is each sequence's inter-token latency). Warm-up pass first, then a timed pass
@@ -196,6 +198,10 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     std::printf("\ndecode reads %.1f MB of weights per token; MBU against %.2f TB/s; weights built in %.1f s\n"
                 "GPU memory: %s\nCUDA graphs: %s\n",
                 bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str(), cb->graph_status().c_str());
+    if (replay_us > 0.0)
+        std::printf("decode step at position %d: %.1f µs wall (forward()), %.1f µs on the GPU (its graph replayed alone, "
+                    "%.0f tok/s, MBU %.1f%%)\n",
+                    o.tg - 1, 1e6 * t / o.tg, replay_us, 1e6 / replay_us, 100.0 * bytes / (replay_us * 1e-6) / k_h200_read_bw);
     if (o.profile) {
         // Device time per launch name (events around each launch; graphs off meanwhile).
         auto print_profile = [&](const char *what, double steps, double wall_s) {
@@ -227,7 +233,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         cb->set_profiling(false);
     }
     results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
-                       {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
+                       {"roofline_tokens_per_s", roof}, {"mbu", mbu}, {"graph_replay_us", replay_us}});
 
     if (!o.out_json.empty()) {
         const int driver = cuda_status().driver_version; // CUDA version the driver supports

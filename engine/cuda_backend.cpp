@@ -33,6 +33,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <set>
@@ -286,6 +287,24 @@ public:
         ck(cudaSetDevice(p.device), "cudaSetDevice");
         ck(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
         ck(create_gemm_lt_context(&m_lt, k_cublas_workspace_bytes), "cuBLASLt initialisation");
+        // Programmatic dependent launch from Hopper on (kernel_common.h); ES_CUDA_PDL=0 keeps it
+        // off, for measuring what it buys.
+        const char *pdl = std::getenv("ES_CUDA_PDL");
+        set_programmatic_launch(dev.cc_major >= 9 && !(pdl && std::string(pdl) == "0"));
+        // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
+        // one of them (the results are wrong; the time saved is what those launches cost).
+        if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {
+            std::string cur;
+            for (const char *q = skip;; ++q) {
+                if (*q == ',' || *q == 0) {
+                    if (!cur.empty()) m_skip_ops.push_back(cur);
+                    cur.clear();
+                    if (!*q) break;
+                } else {
+                    cur += *q;
+                }
+            }
+        }
     }
     ~cuda_backend_impl() override {
         if (m_stream) cudaStreamSynchronize(m_stream);
@@ -320,8 +339,27 @@ public:
     }
     std::string graph_status() const override {
         if (!m_params.use_graphs) return "off";
-        if (!m_graph_error.empty()) return "failed: " + m_graph_error;
-        return "on, " + std::to_string(m_graphs.size()) + " captured";
+        std::string skipped;
+        for (const auto &o : m_skip_ops) skipped += (skipped.empty() ? "" : ",") + o;
+        if (!skipped.empty()) skipped = "; LEAVING OUT launches named " + skipped + " (ES_CUDA_SKIP_OPS)";
+        const std::string pdl = programmatic_launch() ? ", programmatic launch" : ", no programmatic launch";
+        if (!m_graph_error.empty()) return "failed: " + m_graph_error + pdl + skipped;
+        return "on, " + std::to_string(m_graphs.size()) + " captured" + pdl + skipped;
+    }
+    double graph_replay_us(int replays) override {
+        if (!m_last_graph || replays <= 0 || !m_broken.empty()) return 0.0;
+        cudaEvent_t a = nullptr, b = nullptr;
+        float ms = 0.0f;
+        bool ok = cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
+                  cudaGraphLaunch(m_last_graph, m_stream) == cudaSuccess && // warm
+                  cudaEventRecord(a, m_stream) == cudaSuccess;
+        for (int i = 0; ok && i < replays; ++i) ok = cudaGraphLaunch(m_last_graph, m_stream) == cudaSuccess;
+        ok = ok && cudaEventRecord(b, m_stream) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
+             cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
+        if (a) cudaEventDestroy(a);
+        if (b) cudaEventDestroy(b);
+        cudaGetLastError();
+        return ok ? 1000.0 * double(ms) / replays : 0.0;
     }
 
     cuda_memory_report memory_report() const override {
@@ -684,6 +722,7 @@ private:
     }
 
     void clear_graphs() {
+        m_last_graph = nullptr;
         for (auto &kv : m_graphs) cudaGraphExecDestroy(kv.second);
         m_graphs.clear();
         m_seen_keys.clear();
@@ -693,6 +732,8 @@ private:
     // Every launch goes through here: checked, and timed with events while profiling.
     template <typename F>
     void op(const std::string &name, F &&launch) {
+        for (const auto &o : m_skip_ops)
+            if (name.find(o) != std::string::npos) return;
         if (!m_profiling) {
             const cudaError_t e = launch();
             if (e == cudaErrorUnknown && name.find("gemm_lt") != std::string::npos)
@@ -1009,7 +1050,7 @@ private:
         const int64_t T = b.n_tokens(), R = int64_t(b.logits_rows.size()), S = int64_t(b.seqs.size());
         out.routing = routing_record{};
         out.routing.n_expert_used = int32_t(c.n_expert_used);
-        out.logits.assign(size_t(R * c.n_vocab), 0.0f);
+        out.logits.resize(size_t(R * c.n_vocab)); // every element is written below
         if (T == 0) return;
         int64_t stride = 1;
         for (const auto &s : b.seqs) stride = std::max<int64_t>(stride, int64_t(s.block_table.size()));
@@ -1041,6 +1082,7 @@ private:
         if (m_params.use_graphs && !m_profiling && m_graph_error.empty() && T <= k_graph_max_tokens) {
             auto it = m_graphs.find(key);
             if (it != m_graphs.end()) {
+                m_last_graph = it->second;
                 ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
                 done = true;
             } else if (m_seen_keys.count(key)) {
@@ -1112,6 +1154,7 @@ private:
             return false;
         }
         m_graphs.emplace(key, exec);
+        m_last_graph = exec;
         ck(cudaGraphLaunch(exec, m_stream), "cudaGraphLaunch");
         return true;
     }
@@ -1134,6 +1177,8 @@ private:
     work_layout m_lay{};
     std::map<graph_key, cudaGraphExec_t> m_graphs;
     std::set<graph_key> m_seen_keys;
+    cudaGraphExec_t m_last_graph = nullptr;
+    std::vector<std::string> m_skip_ops;
     bool m_profiling = false;
     std::vector<cudaEvent_t> m_events;
     size_t m_event_next = 0;

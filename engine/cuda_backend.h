@@ -68,6 +68,10 @@ public:
     virtual std::vector<kernel_profile_row> profile() const = 0;
     // "on, N graphs" / "off" / why capture failed.
     virtual std::string graph_status() const = 0;
+    // Replays the CUDA graph of the latest graph-replayed step `replays` times back to back and
+    // returns the device time of one replay in µs (0 when no graph ran yet): a decode step's GPU
+    // time without the host's share (input upload, launch, logits download, synchronization).
+    virtual double graph_replay_us(int replays) = 0;
     virtual weight_precision precision() const = 0;
     // Weight bytes one batch-1 decode step must read (routed experts: only n_expert_used of
     // n_expert; the embedding table: one row; the head: all of it). The MBU numerator.

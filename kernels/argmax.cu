@@ -14,6 +14,7 @@ __device__ __forceinline__ void argmax_merge(float &v, int &i, float v2, int i2)
 }
 
 __global__ void argmax_kernel(argmax_params p) {
+    pdl_enter();
     __shared__ float wv[32];
     __shared__ int wi[32];
     const float *x = p.x + int64_t(blockIdx.x) * p.n;
@@ -53,8 +54,7 @@ __global__ void argmax_kernel(argmax_params p) {
 
 cudaError_t launch_argmax(const argmax_params &p, cudaStream_t stream) {
     if (p.n_rows <= 0) return cudaSuccess;
-    argmax_kernel<<<unsigned(p.n_rows), 1024, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(argmax_kernel, unsigned(p.n_rows), 1024, 0, stream, p);
 }
 
 } // namespace es

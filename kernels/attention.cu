@@ -24,6 +24,7 @@ size_t attention_smem_bytes(int64_t hd) {
 
 template <int DPL>
 __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
+    pdl_enter();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ int row_pos[k_rows];
     __shared__ int tile_max_pos;
@@ -167,6 +168,7 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
 // One warp per row of a tile: merges the kv_splits partial states (splits that saw no key have
 // l = 0 and m = −inf and drop out).
 __global__ void __launch_bounds__(256) attention_combine_kernel(attention_params p, int blocks_y) {
+    pdl_enter();
     const int hd = int(p.head_dim), group = int(p.n_head / p.n_head_kv), n_hchunks = (group + 31) / 32;
     const int kvh = blockIdx.y / n_hchunks, hc = blockIdx.y % n_hchunks;
     const int h_begin = kvh * group + hc * 32, n_heads = min(32, group - hc * 32);
@@ -213,12 +215,11 @@ cudaError_t launch_dpl(const attention_params &p, cudaStream_t stream) {
     const int64_t group = p.n_head / p.n_head_kv;
     const unsigned blocks_y = unsigned(p.n_head_kv * ((group + 31) / 32));
     const dim3 grid(unsigned(p.n_tiles), blocks_y, unsigned(p.kv_splits));
-    attention_kernel<DPL><<<grid, 128, smem, stream>>>(p);
-    if (p.kv_splits > 1) {
-        if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
-        attention_combine_kernel<<<dim3(unsigned(p.n_tiles), blocks_y), 256, 0, stream>>>(p, int(blocks_y));
-    }
-    return cudaGetLastError();
+    if (const cudaError_t e = launch_kernel(attention_kernel<DPL>, grid, 128, smem, stream, p); e != cudaSuccess)
+        return e;
+    if (p.kv_splits <= 1) return cudaSuccess;
+    return launch_kernel(attention_combine_kernel, dim3(unsigned(p.n_tiles), blocks_y), 256, 0, stream, p,
+                         int(blocks_y));
 }
 
 } // namespace

@@ -6,6 +6,7 @@
 namespace es {
 
 __global__ void embedding_kernel(embedding_params p) {
+    pdl_enter();
     const int64_t t = blockIdx.x;
     const uint16_t *row = p.table + int64_t(p.tokens[t]) * p.n_embd;
     float *out = p.out + t * p.n_embd;
@@ -14,8 +15,7 @@ __global__ void embedding_kernel(embedding_params p) {
 
 cudaError_t launch_embedding(const embedding_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0) return cudaSuccess;
-    embedding_kernel<<<unsigned(p.n_tokens), 256, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(embedding_kernel, unsigned(p.n_tokens), 256, 0, stream, p);
 }
 
 } // namespace es

@@ -16,6 +16,7 @@ __device__ __forceinline__ uint64_t fill_hash_dev(uint64_t seed, uint64_t i) {
 }
 
 __global__ void fill_random_kernel(fill_random_params p) {
+    pdl_enter();
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n; i += int64_t(gridDim.x) * blockDim.x) {
         const float u = float(fill_hash_dev(p.seed, uint64_t(i)) >> 40) * (1.0f / 16777216.0f);
         const float v = __fadd_rn(p.mean, __fmul_rn(__fsub_rn(__fmul_rn(2.0f, u), 1.0f), p.half_range));
@@ -26,8 +27,7 @@ __global__ void fill_random_kernel(fill_random_params p) {
 cudaError_t launch_fill_random(const fill_random_params &p, cudaStream_t stream) {
     if (p.n <= 0) return cudaSuccess;
     const unsigned blocks = unsigned(std::min<int64_t>((p.n + 255) / 256, 132 * 32));
-    fill_random_kernel<<<blocks, 256, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(fill_random_kernel, blocks, 256, 0, stream, p);
 }
 
 } // namespace es

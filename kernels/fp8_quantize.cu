@@ -7,6 +7,7 @@
 namespace es {
 
 __global__ void fp8_quantize_kernel(fp8_quantize_params p) {
+    pdl_enter();
     __shared__ float partial[32];
     __shared__ float row_scale;
     const int64_t r = blockIdx.x;
@@ -34,8 +35,7 @@ __global__ void fp8_quantize_kernel(fp8_quantize_params p) {
 
 cudaError_t launch_fp8_quantize(const fp8_quantize_params &p, cudaStream_t stream) {
     if (p.n <= 0) return cudaSuccess;
-    fp8_quantize_kernel<<<unsigned(p.n), 256, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(fp8_quantize_kernel, unsigned(p.n), 256, 0, stream, p);
 }
 
 } // namespace es

@@ -2,7 +2,8 @@
 // row once (16-byte loads per lane, up to four in flight, evict-first) and multiplies it with up to MT
 // tokens' activations (MT = 1, 2, 4 or 8; more tokens run as more grid rows). Lanes keep MT fp32
 // partial sums, reduced by shuffles; lane 0 applies the FP8 scale and writes, adds, or (split-K)
-// atomically adds. Rows whose size or alignment does not allow 16-byte vectors take a scalar path.
+// atomically adds. Under programmatic launch the row slice is prefetched into L2 before the
+// kernel waits for its predecessor. Rows whose size or alignment does not allow 16-byte vectors take a scalar path.
 #include "gemv.cuh"
 #include "kernel_common.cuh"
 
@@ -27,6 +28,11 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     const int64_t kb = int64_t(blockIdx.z) * chunk, ke = min(p.k, kb + chunk);
     const unsigned char *w_row = static_cast<const unsigned char *>(p.w) + n * p.k * (FP8 ? 1 : 2);
     const uint16_t *x = p.x + m0 * p.ldx;
+    // No kernel writes weights: this warp's slice of its row starts moving into L2 while the
+    // previous kernel finishes (programmatic launch), before the wait for the activations.
+    constexpr int64_t line = FP8 ? 128 : 64; // elements per 128-byte line
+    for (int64_t kk = kb + lane * line; kk < ke; kk += 32 * line) prefetch_l2(w_row + kk * (FP8 ? 1 : 2));
+    pdl_enter();
 
     float acc[MT];
 #pragma unroll
@@ -74,9 +80,8 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
 
 template <bool FP8, int MT>
 cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t stream) {
-    if (vec) gemv_kernel<FP8, MT, true><<<grid, 128, 0, stream>>>(p);
-    else gemv_kernel<FP8, MT, false><<<grid, 128, 0, stream>>>(p);
-    return cudaGetLastError();
+    if (vec) return launch_kernel(gemv_kernel<FP8, MT, true>, grid, 128, 0, stream, p);
+    return launch_kernel(gemv_kernel<FP8, MT, false>, grid, 128, 0, stream, p);
 }
 
 template <bool FP8>

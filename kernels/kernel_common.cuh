@@ -9,6 +9,8 @@
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <utility>
+
 namespace es {
 
 __device__ __forceinline__ float bf16_to_f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
@@ -45,6 +47,48 @@ __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g));
 __host__ __device__ inline bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 
 inline unsigned ceil_div_u(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
+
+// ---- programmatic dependent launch (kernel_common.h) -------------------------------------------
+// pdl_wait: blocks until every kernel this one may overlap has finished and its writes are
+// visible; call it before the first access to memory another kernel writes or reads (a no-op
+// when the kernel was launched normally). pdl_release: lets the next kernel on the stream be
+// launched now (it still waits in its own pdl_wait for this one to finish).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+// Starts moving the 128-byte line holding p from device memory into L2 (no register result).
+__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+// The usual opening of a kernel: wait for the previous kernel, then let the next one launch.
+__device__ __forceinline__ void pdl_enter() {
+    pdl_wait();
+    pdl_release();
+}
+
+// Launches kernel<<<grid, block, smem, stream>>>(args…), with the programmatic-serialization
+// attribute when programmatic_launch() is on; returns the launch error.
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args &&...args) {
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = stream;
+    cfg.attrs = attr;
+    cfg.numAttrs = programmatic_launch() ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
 
 } // namespace es
 

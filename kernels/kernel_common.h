@@ -81,4 +81,15 @@ inline float weight_at(const void *w, weight_format f, int64_t i) {
 
 inline size_t weight_format_bytes(weight_format f) { return f == weight_format::bf16 ? 2 : 1; }
 
+#ifdef ES_KERNELS_HAVE_LAUNCHERS
+// Programmatic dependent launch (Hopper and later): when on, every launcher asks that its kernel
+// may start while the previous kernel on the stream is still finishing; each kernel then waits
+// (griddepcontrol.wait) before it touches memory an earlier kernel writes or reads, so only the
+// launch and what comes before the wait (block scheduling, loads of weights nobody writes)
+// overlap. Process-wide; the CUDA backend switches it on for compute capability 9.0 and later
+// (ES_CUDA_PDL=0 in the environment keeps it off, for measuring). Off by default.
+void set_programmatic_launch(bool on);
+bool programmatic_launch();
+#endif
+
 } // namespace es

@@ -5,6 +5,7 @@
 namespace es {
 
 __global__ void moe_combine_kernel(moe_combine_params p) {
+    pdl_enter();
     const int64_t t = blockIdx.x, K = p.n_expert_used, H = p.n_embd;
     for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
         float acc = p.x[t * H + i];
@@ -15,8 +16,7 @@ __global__ void moe_combine_kernel(moe_combine_params p) {
 
 cudaError_t launch_moe_combine(const moe_combine_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0) return cudaSuccess;
-    moe_combine_kernel<<<unsigned(p.n_tokens), 256, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(moe_combine_kernel, unsigned(p.n_tokens), 256, 0, stream, p);
 }
 
 } // namespace es

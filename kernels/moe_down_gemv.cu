@@ -12,6 +12,7 @@ constexpr int k_max_used = 8; // choices handled with interleaved loads; more fa
 
 template <bool FP8, bool VEC>
 __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params p) {
+    pdl_enter();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = int64_t(blockIdx.x) * 4 + warp, t = blockIdx.y;
     if (n >= p.n_embd) return;
@@ -75,13 +76,11 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
     const bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
     const dim3 grid(ceil_div_u(p.n_embd, 4), unsigned(p.n_tokens));
     if (fp8) {
-        if (vec) moe_down_gemv_kernel<true, true><<<grid, 128, 0, stream>>>(p);
-        else moe_down_gemv_kernel<true, false><<<grid, 128, 0, stream>>>(p);
-    } else {
-        if (vec) moe_down_gemv_kernel<false, true><<<grid, 128, 0, stream>>>(p);
-        else moe_down_gemv_kernel<false, false><<<grid, 128, 0, stream>>>(p);
+        if (vec) return launch_kernel(moe_down_gemv_kernel<true, true>, grid, 128, 0, stream, p);
+        return launch_kernel(moe_down_gemv_kernel<true, false>, grid, 128, 0, stream, p);
     }
-    return cudaGetLastError();
+    if (vec) return launch_kernel(moe_down_gemv_kernel<false, true>, grid, 128, 0, stream, p);
+    return launch_kernel(moe_down_gemv_kernel<false, false>, grid, 128, 0, stream, p);
 }
 
 } // namespace es

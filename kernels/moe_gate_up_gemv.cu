@@ -10,6 +10,7 @@ namespace {
 
 template <bool FP8, bool VEC>
 __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_params p) {
+    pdl_enter();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t f = int64_t(blockIdx.x) * 4 + warp, s = blockIdx.y;
     if (f >= p.n_ff_exp) return;
@@ -39,13 +40,11 @@ cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream
     const bool vec = p.n_embd % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.x);
     const dim3 grid(ceil_div_u(p.n_ff_exp, 4), unsigned(slots));
     if (fp8) {
-        if (vec) moe_gate_up_gemv_kernel<true, true><<<grid, 128, 0, stream>>>(p);
-        else moe_gate_up_gemv_kernel<true, false><<<grid, 128, 0, stream>>>(p);
-    } else {
-        if (vec) moe_gate_up_gemv_kernel<false, true><<<grid, 128, 0, stream>>>(p);
-        else moe_gate_up_gemv_kernel<false, false><<<grid, 128, 0, stream>>>(p);
+        if (vec) return launch_kernel(moe_gate_up_gemv_kernel<true, true>, grid, 128, 0, stream, p);
+        return launch_kernel(moe_gate_up_gemv_kernel<true, false>, grid, 128, 0, stream, p);
     }
-    return cudaGetLastError();
+    if (vec) return launch_kernel(moe_gate_up_gemv_kernel<false, true>, grid, 128, 0, stream, p);
+    return launch_kernel(moe_gate_up_gemv_kernel<false, false>, grid, 128, 0, stream, p);
 }
 
 } // namespace es

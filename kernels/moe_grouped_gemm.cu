@@ -63,6 +63,7 @@ __device__ __forceinline__ void stage_weights(uint16_t *dst, const unsigned char
 
 template <bool FP8, bool GLU>
 __global__ void __launch_bounds__(128) moe_grouped_gemm_kernel(moe_grouped_gemm_params p) {
+    pdl_enter();
     __shared__ __align__(128) unsigned char smem[k_smem_bytes];
     __shared__ int row_src[BM], row_slot[BM];
     __shared__ int s_expert, s_row0, s_rows;
@@ -197,13 +198,11 @@ cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream
         return cudaErrorInvalidValue;
     const dim3 grid(unsigned(p.max_tiles), ceil_div_u(p.n, BN));
     if (fp8) {
-        if (p.glu) moe_grouped_gemm_kernel<true, true><<<grid, 128, 0, stream>>>(p);
-        else moe_grouped_gemm_kernel<true, false><<<grid, 128, 0, stream>>>(p);
-    } else {
-        if (p.glu) moe_grouped_gemm_kernel<false, true><<<grid, 128, 0, stream>>>(p);
-        else moe_grouped_gemm_kernel<false, false><<<grid, 128, 0, stream>>>(p);
+        if (p.glu) return launch_kernel(moe_grouped_gemm_kernel<true, true>, grid, 128, 0, stream, p);
+        return launch_kernel(moe_grouped_gemm_kernel<true, false>, grid, 128, 0, stream, p);
     }
-    return cudaGetLastError();
+    if (p.glu) return launch_kernel(moe_grouped_gemm_kernel<false, true>, grid, 128, 0, stream, p);
+    return launch_kernel(moe_grouped_gemm_kernel<false, false>, grid, 128, 0, stream, p);
 }
 
 } // namespace es

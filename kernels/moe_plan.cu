@@ -8,6 +8,7 @@
 namespace es {
 
 __global__ void __launch_bounds__(1024) moe_plan_kernel(moe_plan_params p) {
+    pdl_enter();
     extern __shared__ int sh[];
     int *cnt = sh;                  // [n_expert]
     int *cursor = sh + p.n_expert;  // [n_expert]
@@ -40,8 +41,7 @@ __global__ void __launch_bounds__(1024) moe_plan_kernel(moe_plan_params p) {
 cudaError_t launch_moe_plan(const moe_plan_params &p, cudaStream_t stream) {
     if (p.n_expert <= 0 || p.n_expert > moe_plan_max_experts || p.tile_rows <= 0) return cudaErrorInvalidValue;
     const size_t smem = size_t(2 * p.n_expert) * sizeof(int);
-    moe_plan_kernel<<<1, 1024, smem, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(moe_plan_kernel, 1, 1024, smem, stream, p);
 }
 
 } // namespace es

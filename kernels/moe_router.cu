@@ -15,6 +15,7 @@ constexpr int k_experts_per_block = 8;
 }
 
 __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
+    pdl_enter();
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
     __shared__ float s_max, s_inv;
@@ -130,8 +131,7 @@ cudaError_t launch_moe_router(const moe_router_params &p, cudaStream_t stream) {
         return cudaErrorInvalidValue;
     const size_t smem = size_t(2 * p.n_expert) * sizeof(float);
     const dim3 grid(unsigned((p.n_expert + k_experts_per_block - 1) / k_experts_per_block), unsigned(p.n_tokens));
-    moe_router_kernel<<<grid, 256, smem, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(moe_router_kernel, grid, 256, smem, stream, p);
 }
 
 } // namespace es

@@ -8,6 +8,7 @@
 namespace es {
 
 __global__ void rms_norm_kernel(rms_norm_params p) {
+    pdl_enter();
     __shared__ float partial[32];
     __shared__ float row_scale;
     const int64_t r = blockIdx.x;
@@ -40,8 +41,7 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
 
 cudaError_t launch_rms_norm(const rms_norm_params &p, cudaStream_t stream) {
     if (p.n_rows <= 0) return cudaSuccess;
-    rms_norm_kernel<<<unsigned(p.n_rows), 256, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(rms_norm_kernel, unsigned(p.n_rows), 256, 0, stream, p);
 }
 
 } // namespace es

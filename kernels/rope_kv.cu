@@ -7,6 +7,7 @@
 namespace es {
 
 __global__ void rope_kv_kernel(rope_kv_params p) {
+    pdl_enter();
     const int64_t t = blockIdx.x, hd = p.head_dim, half = hd / 2;
     const int64_t qd = p.n_head * hd, kvd = p.n_head_kv * hd;
     const float *row = p.qkv + t * (qd + 2 * kvd);
@@ -36,8 +37,7 @@ __global__ void rope_kv_kernel(rope_kv_params p) {
 cudaError_t launch_rope_kv(const rope_kv_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0) return cudaSuccess;
     if (p.head_dim % 2 != 0) return cudaErrorInvalidValue;
-    rope_kv_kernel<<<unsigned(p.n_tokens), 128, 0, stream>>>(p);
-    return cudaGetLastError();
+    return launch_kernel(rope_kv_kernel, unsigned(p.n_tokens), 128, 0, stream, p);
 }
 
 } // namespace es
