@@ -815,7 +815,7 @@ private:
 
     // Everything between the input upload and the output download; no host synchronization,
     // so it can be captured into a CUDA graph.
-    void enqueue(int64_t T, int64_t R, int64_t n_tiles, int64_t bt_stride, int64_t kv_splits) {
+    void enqueue(int64_t T, int64_t R, int64_t n_tiles, int64_t bt_stride, int64_t kv_splits, int64_t max_tile) {
         const auto &c = m_cfg;
         const work_layout &w = m_lay;
         const int64_t H = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, K = c.n_expert_used;
@@ -880,6 +880,7 @@ private:
             ap.bt_stride = bt_stride;
             ap.tiles = tiles;
             ap.n_tiles = n_tiles;
+            ap.max_tile_tokens = max_tile;
             ap.out = attn;
             ap.n_tokens = T;
             ap.n_head = c.n_head;
@@ -1057,6 +1058,8 @@ private:
         stride = round_cap(stride, 1);
         const std::vector<int32_t> tiles = attention_tiles(b.seq.data(), T, c.n_head / c.n_head_kv);
         const int64_t n_tiles = int64_t(tiles.size() / 2);
+        int64_t max_tile = 1;
+        for (int64_t i = 0; i < n_tiles; ++i) max_tile = std::max<int64_t>(max_tile, tiles[2 * i + 1]);
         ensure_workspace(T, R, S * stride);
         const work_layout &w = m_lay;
 
@@ -1077,7 +1080,7 @@ private:
 
         const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
         const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos) : 1;
-        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits);
+        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits, max_tile);
         bool done = false;
         if (m_params.use_graphs && !m_profiling && m_graph_error.empty() && T <= k_graph_max_tokens) {
             auto it = m_graphs.find(key);
@@ -1086,12 +1089,12 @@ private:
                 ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
                 done = true;
             } else if (m_seen_keys.count(key)) {
-                done = capture_and_launch(key, T, R, n_tiles, stride, kv_splits);
+                done = capture_and_launch(key, T, R, n_tiles, stride, kv_splits, max_tile);
             } else {
                 m_seen_keys.insert(key); // run eagerly once first: lazy initialization stays out of the graph
             }
         }
-        if (!done) enqueue(T, R, n_tiles, stride, kv_splits);
+        if (!done) enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
 
         // Outputs.
         if (R)
@@ -1125,13 +1128,14 @@ private:
         }
     }
 
-    using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+    using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
 
-    bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride, int64_t kv_splits) {
+    bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride, int64_t kv_splits,
+                            int64_t max_tile) {
         cudaGraph_t graph = nullptr;
         ck(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         try {
-            enqueue(T, R, n_tiles, stride, kv_splits);
+            enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
         } catch (const load_error &e) {
             cudaStreamEndCapture(m_stream, &graph);
             if (graph) cudaGraphDestroy(graph);

@@ -4,7 +4,8 @@
 // works on all its rows at once (register blocking: one K or V element read from shared memory
 // serves every row, and the rows' sums are independent, so the FMAs pipeline). The block stages q
 // (fp32) and a chunk of K (row stride head_dim+2 so lane j reading key j hits distinct banks) and
-// V (BF16) in shared memory. Per chunk and row: lane j scores key j (fp32 dot, masked beyond the
+// V (BF16) in shared memory, 16-byte loads all issued before the stores (one block-table lookup
+// per key first). Per chunk and row: lane j scores key j (fp32 dot, masked beyond the
 // row's position), online softmax (running max m and sum l, fp32, rescale by e^(m_old − m_new)),
 // then o[d] += p_j · v_j[d] with lane owning d = lane + 32·i, p_j broadcast by shuffle. Without
 // KV splits the block writes o / l in BF16; with splits it writes (o, m, l) and
@@ -16,17 +17,22 @@
 namespace es {
 namespace {
 
-constexpr int k_warps = 4, k_rows = 32, k_rows_per_warp = k_rows / k_warps, k_chunk = 32;
+constexpr int k_warps = 4, k_rows = 32, k_chunk = 32;
 
 size_t attention_smem_bytes(int64_t hd) {
     return size_t(k_rows) * size_t(hd) * 4 + size_t(k_chunk) * size_t(hd + 2) * 2 + size_t(k_chunk) * size_t(hd) * 2;
 }
 
-template <int DPL>
+// RPW: rows per warp the registers are sized for (2 when a tile has at most 8 rows, as in
+// decode with up to 8 q heads per KV head; 8 otherwise) — unrolled loops over unused rows cost
+// issue slots, and decode is latency-bound.
+template <int DPL, int RPW>
 __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
+    constexpr int k_rows_per_warp = RPW;
     pdl_enter();
     extern __shared__ __align__(16) unsigned char smem_raw[];
     __shared__ int row_pos[k_rows];
+    __shared__ int64_t key_slot[k_chunk];
     __shared__ int tile_max_pos;
     const int hd = int(p.head_dim), half = hd / 2;
     float *qs = reinterpret_cast<float *>(smem_raw);
@@ -44,10 +50,37 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int split = blockIdx.z, n_splits = gridDim.z;
 
-    for (int idx = tid; idx < n_rows * hd; idx += blockDim.x) {
-        const int r = idx / hd, d = idx % hd;
-        const int64_t t = t0 + r / n_heads, h = h_begin + r % n_heads;
-        qs[r * hd + d] = bf16_to_f(p.q[t * qd + h * hd + d]);
+    const int hv = hd / 8; // 16-byte vectors per head row
+    const bool vec = hd % 8 == 0;
+    if (vec) {
+        // Every load of this thread first, then the stores: the loads are in flight together.
+        constexpr int QV = k_rows * DPL * 32 / 8 / 128;
+        uint4 qb[QV];
+#pragma unroll
+        for (int i = 0; i < QV; ++i) {
+            const int idx = tid + i * 128;
+            if (idx < n_rows * hv) {
+                const int r = idx / hv, c = idx % hv;
+                const int64_t t = t0 + r / n_heads, h = h_begin + r % n_heads;
+                qb[i] = __ldg(reinterpret_cast<const uint4 *>(p.q + t * qd + h * hd + c * 8));
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < QV; ++i) {
+            const int idx = tid + i * 128;
+            if (idx < n_rows * hv) {
+                const int r = idx / hv, c = idx % hv;
+                float4 *dst = reinterpret_cast<float4 *>(qs + r * hd + c * 8);
+                dst[0] = make_float4(bf16_lo(qb[i].x), bf16_hi(qb[i].x), bf16_lo(qb[i].y), bf16_hi(qb[i].y));
+                dst[1] = make_float4(bf16_lo(qb[i].z), bf16_hi(qb[i].z), bf16_lo(qb[i].w), bf16_hi(qb[i].w));
+            }
+        }
+    } else {
+        for (int idx = tid; idx < n_rows * hd; idx += blockDim.x) {
+            const int r = idx / hd, d = idx % hd;
+            const int64_t t = t0 + r / n_heads, h = h_begin + r % n_heads;
+            qs[r * hd + d] = bf16_to_f(p.q[t * qd + h * hd + d]);
+        }
     }
     if (tid < n_rows) row_pos[tid] = p.pos[t0 + tid / n_heads];
     if (tid == 0) {
@@ -58,7 +91,8 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
     __syncthreads();
     const int kv_len = tile_max_pos + 1;
     // This warp's rows: warp, warp + 4, … (n_mine of them; uniform across the warp).
-    const int n_mine = n_rows > warp ? (n_rows - warp + k_warps - 1) / k_warps : 0;
+    // (At most RPW: the launcher sizes RPW from max_tile_tokens, so more would be its error.)
+    const int n_mine = min(RPW, n_rows > warp ? (n_rows - warp + k_warps - 1) / k_warps : 0);
 
     float m[k_rows_per_warp], l[k_rows_per_warp], o[k_rows_per_warp][DPL];
     int my_pos[k_rows_per_warp];
@@ -73,17 +107,54 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
 
     for (int c0 = split * k_chunk; c0 < kv_len; c0 += k_chunk * n_splits) {
         __syncthreads(); // the previous chunk is no longer read
-        for (int idx = tid; idx < k_chunk * half; idx += blockDim.x) {
-            const int j = idx / half, d2 = idx % half, key = c0 + j;
-            uint32_t kw = 0, vw = 0;
-            if (key < kv_len) {
-                const int64_t slot = int64_t(bt[key / bs]) * bs + key % bs;
-                const int64_t base = slot * kvd + int64_t(kvh) * hd + 2 * d2;
-                kw = *reinterpret_cast<const uint32_t *>(p.k_cache + base);
-                vw = *reinterpret_cast<const uint32_t *>(p.v_cache + base);
+        // The chunk's cache slots first (one block-table lookup per key), then its K and V rows.
+        if (tid < k_chunk) {
+            const int key = c0 + tid;
+            key_slot[tid] = key < kv_len ? int64_t(bt[key / bs]) * bs + key % bs : -1;
+        }
+        __syncthreads();
+        if (vec) {
+            // 16-byte loads, all of this thread's issued before any store (DPL ≥ hd/32 of each).
+            uint4 kb[DPL], vb[DPL];
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int idx = tid + i * 128;
+                kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
+                if (idx < k_chunk * hv) {
+                    const int64_t slot = key_slot[idx / hv];
+                    if (slot >= 0) {
+                        const int64_t base = slot * kvd + int64_t(kvh) * hd + (idx % hv) * 8;
+                        kb[i] = __ldg(reinterpret_cast<const uint4 *>(p.k_cache + base));
+                        vb[i] = __ldg(reinterpret_cast<const uint4 *>(p.v_cache + base));
+                    }
+                }
             }
-            *reinterpret_cast<uint32_t *>(ks + j * (hd + 2) + 2 * d2) = kw;
-            *reinterpret_cast<uint32_t *>(vs + j * hd + 2 * d2) = vw;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int idx = tid + i * 128;
+                if (idx < k_chunk * hv) {
+                    const int j = idx / hv, c = idx % hv;
+                    uint32_t *kd = reinterpret_cast<uint32_t *>(ks + j * (hd + 2) + c * 8); // 4-byte aligned rows
+                    kd[0] = kb[i].x;
+                    kd[1] = kb[i].y;
+                    kd[2] = kb[i].z;
+                    kd[3] = kb[i].w;
+                    *reinterpret_cast<uint4 *>(vs + j * hd + c * 8) = vb[i];
+                }
+            }
+        } else {
+            for (int idx = tid; idx < k_chunk * half; idx += blockDim.x) {
+                const int j = idx / half, d2 = idx % half;
+                const int64_t slot = key_slot[j];
+                uint32_t kw = 0, vw = 0;
+                if (slot >= 0) {
+                    const int64_t base = slot * kvd + int64_t(kvh) * hd + 2 * d2;
+                    kw = *reinterpret_cast<const uint32_t *>(p.k_cache + base);
+                    vw = *reinterpret_cast<const uint32_t *>(p.v_cache + base);
+                }
+                *reinterpret_cast<uint32_t *>(ks + j * (hd + 2) + 2 * d2) = kw;
+                *reinterpret_cast<uint32_t *>(vs + j * hd + 2 * d2) = vw;
+            }
         }
         __syncthreads();
         if (n_mine == 0) continue;
@@ -192,34 +263,43 @@ __global__ void __launch_bounds__(256) attention_combine_kernel(attention_params
         coef_sm[warp][lane] = coef;
         __syncwarp();
         const int64_t t = t0 + r / n_heads, h = h_begin + r % n_heads;
+        // Splits that saw no key wrote o = 0 and have coef 0, so no branch: the loads of
+        // several splits are in flight together.
         for (int d = lane; d < hd; d += 32) {
             float acc = 0.0f;
-            for (int s = 0; s < S; ++s) {
-                const float c = coef_sm[warp][s];
-                if (c != 0.0f) acc += c * p.partial[((base + s) * k_rows + r) * (hd + 2) + d];
-            }
+#pragma unroll 4
+            for (int s = 0; s < S; ++s)
+                acc += coef_sm[warp][s] * p.partial[((base + s) * k_rows + r) * (hd + 2) + d];
             p.out[t * qd + h * hd + d] = f_to_bf16(acc / L);
         }
         __syncwarp(); // coef_sm is rewritten for the next row
     }
 }
 
-template <int DPL>
-cudaError_t launch_dpl(const attention_params &p, cudaStream_t stream) {
+template <int DPL, int RPW>
+cudaError_t launch_dpl_rpw(const attention_params &p, cudaStream_t stream) {
     const size_t smem = attention_smem_bytes(p.head_dim);
     if (smem > 48 * 1024) {
         const cudaError_t e =
-            cudaFuncSetAttribute(attention_kernel<DPL>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+            cudaFuncSetAttribute(attention_kernel<DPL, RPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         if (e != cudaSuccess) return e;
     }
     const int64_t group = p.n_head / p.n_head_kv;
     const unsigned blocks_y = unsigned(p.n_head_kv * ((group + 31) / 32));
     const dim3 grid(unsigned(p.n_tiles), blocks_y, unsigned(p.kv_splits));
-    if (const cudaError_t e = launch_kernel(attention_kernel<DPL>, grid, 128, smem, stream, p); e != cudaSuccess)
+    if (const cudaError_t e = launch_kernel(attention_kernel<DPL, RPW>, grid, 128, smem, stream, p); e != cudaSuccess)
         return e;
     if (p.kv_splits <= 1) return cudaSuccess;
     return launch_kernel(attention_combine_kernel, dim3(unsigned(p.n_tiles), blocks_y), 256, 0, stream, p,
                          int(blocks_y));
+}
+
+template <int DPL>
+cudaError_t launch_dpl(const attention_params &p, cudaStream_t stream) {
+    const int64_t group = p.n_head / p.n_head_kv, heads = group < 32 ? group : 32;
+    const int64_t tile_tokens = p.max_tile_tokens > 0 ? p.max_tile_tokens : p.n_tokens;
+    if (tile_tokens * heads <= 2 * k_warps) return launch_dpl_rpw<DPL, 2>(p, stream);
+    return launch_dpl_rpw<DPL, k_rows / k_warps>(p, stream);
 }
 
 } // namespace

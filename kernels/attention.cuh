@@ -32,6 +32,9 @@ struct attention_params {
     // a step has only n_head_kv tiles of work. partial: attention_partial_floats(…) floats.
     int64_t kv_splits = 1;
     float *partial = nullptr;
+    // The most tokens any tile holds (0: unknown, n_tokens is assumed); lets decode steps, with
+    // one token per tile, use a kernel sized for few rows.
+    int64_t max_tile_tokens = 0;
 };
 
 inline constexpr int64_t attention_max_head_dim = 256;

@@ -32,6 +32,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     // previous kernel finishes (programmatic launch), before the wait for the activations.
     constexpr int64_t line = FP8 ? 128 : 64; // elements per 128-byte line
     for (int64_t kk = kb + lane * line; kk < ke; kk += 32 * line) prefetch_l2(w_row + kk * (FP8 ? 1 : 2));
+    const float scale = FP8 ? __ldg(p.w_scale + n) : 1.0f; // a weight too: loaded before the wait
     pdl_enter();
 
     float acc[MT];
@@ -66,7 +67,6 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
                 if (m < mt) acc[m] += wf * bf16_to_f(x[m * p.ldx + kk]);
         }
     }
-    const float scale = FP8 ? p.w_scale[n] : 1.0f;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
         const float v = warp_sum(acc[m]) * scale;

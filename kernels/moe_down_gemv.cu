@@ -24,16 +24,21 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
         // All choices at once: their weight rows' loads are independent, so they overlap.
         const unsigned char *rows[k_max_used];
         const uint16_t *acts[k_max_used];
-        float acc[k_max_used];
+        float acc[k_max_used], scale[k_max_used], weight[k_max_used];
 #pragma unroll
         for (int j = 0; j < k_max_used; ++j) {
             const int64_t jj = j < K ? j : 0;
-            rows[j] = w + (int64_t(p.ids[t * K + jj]) * H + n) * row_bytes;
+            const int64_t e = p.ids[t * K + jj];
+            rows[j] = w + (e * H + n) * row_bytes;
             acts[j] = p.act + (t * K + jj) * F;
             acc[j] = 0.0f;
+            // Loaded now, in flight with the weight rows, rather than after the reduction.
+            scale[j] = FP8 ? p.w_scale[e * H + n] : 1.0f;
+            weight[j] = p.weights[t * K + jj];
         }
         if constexpr (VEC) {
             constexpr int E = vec_elems<FP8>;
+#pragma unroll 2
             for (int64_t kk = int64_t(lane) * E; kk < F; kk += 32 * E) {
                 uint4 wq[k_max_used];
 #pragma unroll
@@ -51,11 +56,7 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
         }
 #pragma unroll
         for (int j = 0; j < k_max_used; ++j)
-            if (j < K) {
-                float v = warp_sum(acc[j]);
-                if (FP8) v *= p.w_scale[int64_t(p.ids[t * K + j]) * H + n];
-                total += p.weights[t * K + j] * v;
-            }
+            if (j < K) total += weight[j] * (warp_sum(acc[j]) * scale[j]);
     } else {
         for (int64_t j = 0; j < K; ++j) {
             const int64_t e = p.ids[t * K + j], row = e * H + n;

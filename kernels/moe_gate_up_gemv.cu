@@ -19,12 +19,14 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
     const unsigned char *w = static_cast<const unsigned char *>(p.w);
     const int64_t row_bytes = H * (FP8 ? 1 : 2);
     const uint16_t *x = p.x + t * H;
+    // The scales' loads are in flight with the rows'.
+    const float g_scale = FP8 ? __ldg(p.w_scale + g_row) : 1.0f, u_scale = FP8 ? __ldg(p.w_scale + u_row) : 1.0f;
     const float2 gu = lane_dot2<FP8, VEC>(w + g_row * row_bytes, w + u_row * row_bytes, x, 0, H, lane);
     float g = warp_sum(gu.x), u = warp_sum(gu.y);
     if (lane == 0) {
         if (FP8) {
-            g *= p.w_scale[g_row];
-            u *= p.w_scale[u_row];
+            g *= g_scale;
+            u *= u_scale;
         }
         p.act[s * F + f] = f_to_bf16(silu_f(g) * u);
     }

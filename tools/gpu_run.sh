@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # report: the default model on the GPU, bench --json for a report (docs/reports.md), in
@@ -52,6 +52,28 @@ if [[ $mode == batch ]]; then
         echo "### batch $*" | tee -a "$OUT/batch.md"
         timeout 200 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --pp 16 --tg 128 --reps 1 --batch 1,8,64 \
             --json "$OUT/batch-$1-$2.json" 2>&1 | grep -E '^\| |^###' | tee -a "$OUT/batch.md"
+    done
+fi
+if [[ $mode == decode ]]; then
+    # Batch-1 decode only (tg128, pp skipped): programmatic launch on/off, then leave-one-out
+    # timings (ES_CUDA_SKIP_OPS: the launches named are left out, so the time saved is their cost).
+    dec() { # label, shape, precision, [layers], env assignments…
+        local label=$1 shape=$2 prec=$3 layers=$4
+        shift 4
+        echo "### decode $label" | tee -a "$OUT/decode.md"
+        env "$@" timeout 100 "$CLI" bench --backend cuda --shape "$shape" --precision "$prec" --layers "$layers" \
+            --pp 16 --tg 128 --reps 3 2>&1 | grep -E 'tg128|decode step|CUDA graphs' | tee -a "$OUT/decode.md"
+    }
+    dec "0.3b fp8" ernie-4.5-0.3b fp8 0
+    dec "0.3b fp8, no PDL" ernie-4.5-0.3b fp8 0 ES_CUDA_PDL=0
+    dec "0.3b bf16" ernie-4.5-0.3b bf16 0
+    dec "21b-a3b fp8" ernie-4.5-21b-a3b fp8 0
+    dec "21b-a3b fp8, no PDL" ernie-4.5-21b-a3b fp8 0 ES_CUDA_PDL=0
+    for skip in ${DECODE_SKIPS:-attention rope_kv rms_norm qkv o_proj gate_up down head}; do
+        dec "0.3b fp8 without $skip" ernie-4.5-0.3b fp8 0 ES_CUDA_SKIP_OPS=$skip
+    done
+    for skip in ${DECODE_SKIPS_MOE:-attention rms_norm moe_router moe_gate_up moe_down shared}; do
+        dec "21b-a3b fp8 without $skip" ernie-4.5-21b-a3b fp8 0 ES_CUDA_SKIP_OPS=$skip
     done
 fi
 if [[ $mode == report ]]; then
