@@ -682,8 +682,8 @@ void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
 // counts (optional): the number of slots of each expert (summing to T·K), to place group sizes on
 // the tile edges (0, 1, 63, 64, 65, 128 rows); otherwise random top-k with the last expert empty.
 // lda_pad: activation rows longer than k (a k that is not a multiple of 8 with 16-byte aligned rows).
-void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k, int64_t n,
-                       int64_t lda_pad = 0, const std::vector<int32_t> &counts = {}) {
+void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k,
+                       int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {}) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name = shape_name("moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
                                         std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
@@ -698,7 +698,8 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
             for (auto &e : ids)
                 if (e == E - 1) e = 0;
         } else {
-            for (int64_t e = 0; e < E; ++e) ids.insert(ids.end(), static_cast<size_t>(counts[static_cast<size_t>(e)]), int32_t(e));
+            for (int64_t e = 0; e < E; ++e)
+                ids.insert(ids.end(), static_cast<size_t>(counts[static_cast<size_t>(e)]), int32_t(e));
             if (int64_t(ids.size()) != S) throw test_failure("edge-group counts do not sum to T·k_used");
             std::shuffle(ids.begin(), ids.end(), rng());
         }

@@ -17,20 +17,17 @@
 namespace es {
 namespace {
 
-constexpr int BM = 64;      // slot rows per tile (= moe_grouped_gemm_tile_rows)
-constexpr int BW = 128;     // weight rows per tile
-constexpr int BK = 64;      // k per pipeline stage
+constexpr int BM = 64;  // slot rows per tile (= moe_grouped_gemm_tile_rows)
+constexpr int BW = 128; // weight rows per tile
+constexpr int BK = 64;  // k per pipeline stage
 constexpr int STAGES = 4;
 constexpr int THREADS = 128;
 static_assert(BM == moe_grouped_gemm_tile_rows, "the plan's tiles are the kernel's row tiles");
 
-template <bool FP8>
-constexpr int w_stage_bytes = BW * BK * (FP8 ? 1 : 2);
 constexpr int a_stage_bytes = BM * BK * 2;
-template <bool FP8>
-constexpr int stage_bytes = a_stage_bytes + w_stage_bytes<FP8>;
-template <bool FP8>
-constexpr int smem_bytes = STAGES * stage_bytes<FP8>;
+constexpr int w_stage_bytes(bool fp8) { return BW * BK * (fp8 ? 1 : 2); }
+constexpr int stage_bytes(bool fp8) { return a_stage_bytes + w_stage_bytes(fp8); }
+constexpr int smem_bytes(bool fp8) { return STAGES * stage_bytes(fp8); }
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -38,7 +35,8 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p) {
 // 16 bytes global → shared, asynchronously; bytes past src_bytes (0…16) are zero-filled and not
 // read.
 __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int N>
@@ -95,8 +93,10 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
             int lo = 0, hi = E - 1; // last e with tile_offsets[e] <= tile
             while (lo < hi) {
                 const int mid = (lo + hi + 1) / 2;
-                if (p.tile_offsets[mid] <= tile) lo = mid;
-                else hi = mid - 1;
+                if (p.tile_offsets[mid] <= tile)
+                    lo = mid;
+                else
+                    hi = mid - 1;
             }
             e = lo;
             s_row0 = p.offsets[e] + (tile - p.tile_offsets[e]) * BM;
@@ -111,7 +111,7 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
     if (tid < BM) row_slot[tid] = tid < rows ? p.sorted_slots[s_row0 + tid] : -1;
     __syncthreads();
 
-    constexpr int ESZ = FP8 ? 1 : 2;          // weight element bytes
+    constexpr int ESZ = FP8 ? 1 : 2;            // weight element bytes
     constexpr int OUT_COLS = GLU ? BW / 2 : BW; // outputs per column tile
     const int64_t k = p.k, n = p.n, w_rows = GLU ? 2 * n : n, kbytes = k * ESZ;
     const int64_t n0 = int64_t(blockIdx.y) * OUT_COLS;
@@ -126,7 +126,7 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
         const int slot = row_slot[a_r0 + 16 * i];
         a_row[i] = slot >= 0 ? p.a + int64_t(slot / p.a_row_div) * p.lda : nullptr;
     }
-    constexpr int W_CPR = BK * ESZ / 16;  // chunks per weight row: 8 (BF16) or 4 (FP8)
+    constexpr int W_CPR = BK * ESZ / 16;   // chunks per weight row: 8 (BF16) or 4 (FP8)
     constexpr int W_RPP = THREADS / W_CPR; // rows per pass: 16 or 32
     constexpr int W_N = BW / W_RPP;        // passes: 8 or 4
     constexpr int W_EPC = 16 / ESZ;        // weight elements per chunk
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
     const uint32_t smem0 = smem_addr(smem);
 
     auto load_stage = [&](int stage, int64_t k0) {
-        unsigned char *st = smem + stage * stage_bytes<FP8>;
+        unsigned char *st = smem + stage * stage_bytes(FP8);
         unsigned char *ws = st + a_stage_bytes;
         {
             const int64_t kc = k0 + a_c * 8;
@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
                 const int off = swz_bf16(a_r0 + 16 * i, a_c);
                 const bf16_t *src = a_row[i];
                 if (vec_a) {
-                    cp_async16(smem0 + uint32_t(stage * stage_bytes<FP8> + off), src && valid > 0 ? src + kc : p.a,
-                               src ? valid * 2 : 0);
+                    cp_async16(smem0 + uint32_t(stage * stage_bytes(FP8) + off),
+                               src && valid > 0 ? src + kc : p.a, src ? valid * 2 : 0);
                 } else {
                     uint16_t v[8];
 #pragma unroll
@@ -174,8 +174,8 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
             if (GLU && i >= W_N / 2) src += (n - BW / 2) * kbytes; // up rows: n + column
             src += kc * ESZ;
             if (vec_w) {
-                cp_async16(smem0 + uint32_t(stage * stage_bytes<FP8> + a_stage_bytes + off), ok && valid > 0 ? src : w_e,
-                           ok ? valid * ESZ : 0);
+                cp_async16(smem0 + uint32_t(stage * stage_bytes(FP8) + a_stage_bytes + off),
+                           ok && valid > 0 ? src : w_e, ok ? valid * ESZ : 0);
             } else if constexpr (FP8) {
                 uint32_t v[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -207,7 +207,8 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
     int b_row[4]; // this warp's four n8 column blocks, as rows of the weight stage
 #pragma unroll
     for (int j = 0; j < 4; ++j)
-        b_row[j] = (GLU ? (j < 2 ? warp * 16 + j * 8 : BW / 2 + warp * 16 + (j - 2) * 8) : warp * 32 + j * 8) + g;
+        b_row[j] =
+            (GLU ? (j < 2 ? warp * 16 + j * 8 : BW / 2 + warp * 16 + (j - 2) * 8) : warp * 32 + j * 8) + g;
 
     const int ktiles = int((k + BK - 1) / BK);
 #pragma unroll
@@ -222,7 +223,7 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
         if (kt + STAGES - 1 < ktiles) load_stage((kt + STAGES - 1) % STAGES, int64_t(kt + STAGES - 1) * BK);
         cp_async_commit();
 
-        const unsigned char *st = smem + (kt % STAGES) * stage_bytes<FP8>;
+        const unsigned char *st = smem + (kt % STAGES) * stage_bytes(FP8);
         const unsigned char *ws = st + a_stage_bytes;
 #pragma unroll
         for (int kk = 0; kk < BK / 32; ++kk) {
@@ -232,7 +233,8 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
             for (int j = 0; j < 4; ++j) {
                 if constexpr (FP8) {
                     const int c = (kk * 2 + (t >> 1)) ^ (((g >> 1) & 1) << 1);
-                    const uint2 v = *reinterpret_cast<const uint2 *>(ws + b_row[j] * 64 + c * 16 + (t & 1) * 8);
+                    const uint2 v =
+                        *reinterpret_cast<const uint2 *>(ws + b_row[j] * 64 + c * 16 + (t & 1) * 8);
                     bf[j][0] = fp8x2_to_bf16x2(v.x);
                     bf[j][1] = fp8x2_to_bf16x2(v.x >> 16);
                     bf[j][2] = fp8x2_to_bf16x2(v.y);
@@ -249,7 +251,8 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
             for (int mt = 0; mt < 4; ++mt) {
                 if (mt * 16 >= rows) break; // uniform across the block: the tile's last rows are empty
                 const uint4 lo = *reinterpret_cast<const uint4 *>(st + (mt * 16 + g) * 128 + lane_chunk * 16);
-                const uint4 hi = *reinterpret_cast<const uint4 *>(st + (mt * 16 + g + 8) * 128 + lane_chunk * 16);
+                const uint4 hi =
+                    *reinterpret_cast<const uint4 *>(st + (mt * 16 + g + 8) * 128 + lane_chunk * 16);
                 const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
@@ -289,7 +292,8 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
                         v[q] = silu_f(acc[mt][j][2 * h + q] * sg[q]) * (acc[mt][j + 2][2 * h + q] * su[q]);
                     bf16_t *dst = p.out_act + int64_t(row_slot[r]) * p.ldo + col;
                     if (vec_o && col + 1 < n) {
-                        *reinterpret_cast<uint32_t *>(dst) = uint32_t(f_to_bf16(v[0])) | (uint32_t(f_to_bf16(v[1])) << 16);
+                        *reinterpret_cast<uint32_t *>(dst) =
+                            uint32_t(f_to_bf16(v[0])) | (uint32_t(f_to_bf16(v[1])) << 16);
                     } else {
                         if (col < n) dst[0] = f_to_bf16(v[0]);
                         if (col + 1 < n) dst[1] = f_to_bf16(v[1]);
@@ -328,7 +332,7 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
 
 template <bool FP8, bool GLU>
 cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
-    constexpr int smem = smem_bytes<FP8>;
+    constexpr int smem = smem_bytes(FP8);
     if (const cudaError_t err = cudaFuncSetAttribute(moe_grouped_gemm_kernel<FP8, GLU>,
                                                      cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         err != cudaSuccess)
