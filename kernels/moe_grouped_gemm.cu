@@ -1,16 +1,14 @@
-// moe_grouped_gemm (see moe_grouped_gemm.cuh). Grid: (row tile of 64 slots, column tile); a
-// column tile is 128 weight rows: 64 gate + the matching 64 up rows (glu, 64 outputs) or 128
-// rows (plain, 128 outputs). A row tile finds its expert by binary search in tile_offsets (tiles
-// past the plan's total exit at once: the grid is an upper bound). Block 128 threads = 4 warps,
-// each a 64 × 32-weight-row piece of mma.sync m16n8k16 BF16 tiles (fp32 accumulators; for glu a
-// warp holds gate and up of the same 16 outputs, so SiLU·up is done in registers).
-// k runs through a 4-stage cp.async pipeline (BK = 64): gathered activation rows and the
-// expert's weight rows (BF16, or the FP8 bytes as stored) land in XOR-swizzled shared memory,
-// zero-filled past k and past the valid rows/columns. Fragments are read with 128/64-bit
-// shared loads in a k order permuted identically for A and B (a dot product does not depend on
-// the order of its terms), so one load gives a lane its fragments for two k16 steps; FP8 is
-// widened to BF16 exactly while building the B fragments and its row scales applied in the
-// epilogue. Unaligned shapes (odd k, lda, pointers) take a synchronous scalar staging path.
+// moe_grouped_gemm (see moe_grouped_gemm.cuh). Grid: (row tile of 64 slots, column tile of 128
+// weight rows: 64 gate + the matching 64 up rows for glu, else 128 outputs). A row tile finds its
+// expert by binary search in tile_offsets; tiles past the plan's total exit at once (the grid is
+// an upper bound). Block 128 threads = 4 warps, each 64 slots × 32 weight rows of mma.sync
+// m16n8k16 BF16 tiles with fp32 accumulators (glu: gate and up of the same 16 outputs, so SiLU·up
+// is done in registers). k goes through a cp.async pipeline (BK 64; 3 stages BF16, 4 FP8; 3 blocks
+// per SM) into XOR-swizzled shared memory, zero-filled past k and past the valid rows; FP8 stays
+// bytes there. Fragments come from 128/64-bit shared loads in a k order permuted alike for A and B
+// (a dot product ignores the order of its terms), one load serving two k16 steps; FP8 is widened
+// to BF16 exactly as the B fragments are built, its row scales applied in the epilogue. Unaligned
+// operands (odd k or lda, pointers) are staged by synchronous scalar loads instead.
 #include "moe_grouped_gemm.cuh"
 #include "kernel_common.cuh"
 
@@ -20,14 +18,16 @@ namespace {
 constexpr int BM = 64;  // slot rows per tile (= moe_grouped_gemm_tile_rows)
 constexpr int BW = 128; // weight rows per tile
 constexpr int BK = 64;  // k per pipeline stage
-constexpr int STAGES = 4;
 constexpr int THREADS = 128;
 static_assert(BM == moe_grouped_gemm_tile_rows, "the plan's tiles are the kernel's row tiles");
 
 constexpr int a_stage_bytes = BM * BK * 2;
 constexpr int w_stage_bytes(bool fp8) { return BW * BK * (fp8 ? 1 : 2); }
 constexpr int stage_bytes(bool fp8) { return a_stage_bytes + w_stage_bytes(fp8); }
-constexpr int smem_bytes(bool fp8) { return STAGES * stage_bytes(fp8); }
+// Pipeline depth: 3 stages of 24 KB (BF16) or 4 of 16 KB (FP8), so that 3 blocks (12 warps) fit
+// an SM's 228 KB of shared memory either way.
+constexpr int stages(bool fp8) { return fp8 ? 4 : 3; }
+constexpr int smem_bytes(bool fp8) { return stages(fp8) * stage_bytes(fp8); }
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -79,7 +79,7 @@ __device__ __forceinline__ int swz_bf16(int r, int c) { return r * 128 + ((c ^ (
 __device__ __forceinline__ int swz_fp8(int r, int c) { return r * 64 + ((c ^ (((r >> 1) & 1) << 1)) << 4); }
 
 template <bool FP8, bool GLU>
-__global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(moe_grouped_gemm_params p) {
+__global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_grouped_gemm_params p) {
     pdl_enter(); // the plan and the activations come from the kernels just before
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int row_slot[BM];
@@ -210,6 +210,7 @@ __global__ void __launch_bounds__(THREADS, FP8 ? 3 : 2) moe_grouped_gemm_kernel(
         b_row[j] =
             (GLU ? (j < 2 ? warp * 16 + j * 8 : BW / 2 + warp * 16 + (j - 2) * 8) : warp * 32 + j * 8) + g;
 
+    constexpr int STAGES = stages(FP8);
     const int ktiles = int((k + BK - 1) / BK);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
