@@ -334,12 +334,19 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
 template <bool FP8, bool GLU>
 cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
     constexpr int smem = smem_bytes(FP8);
-    if (const cudaError_t err = cudaFuncSetAttribute(moe_grouped_gemm_kernel<FP8, GLU>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU>;
+    // More than the default 48 KB of dynamic shared memory, and all of the SM's unified L1 /
+    // shared memory given to shared memory (a hint), so that three blocks fit.
+    if (const cudaError_t err =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        err != cudaSuccess)
+        return err;
+    if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                     int(cudaSharedmemCarveoutMaxShared));
         err != cudaSuccess)
         return err;
     const dim3 grid(unsigned(p.max_tiles), ceil_div_u(p.n, GLU ? BW / 2 : BW));
-    return launch_kernel(moe_grouped_gemm_kernel<FP8, GLU>, grid, THREADS, size_t(smem), stream, p);
+    return launch_kernel(kernel, grid, THREADS, size_t(smem), stream, p);
 }
 
 } // namespace
