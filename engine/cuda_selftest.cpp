@@ -679,16 +679,30 @@ void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
     });
 }
 
-void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k, int64_t n) {
+// counts (optional): the number of slots of each expert (summing to T·K), to place group sizes on
+// the tile edges (0, 1, 63, 64, 65, 128 rows); otherwise random top-k with the last expert empty.
+// lda_pad: activation rows longer than k (a k that is not a multiple of 8 with 16-byte aligned rows).
+void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k,
+                       int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {}) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name = shape_name("moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain"));
+                                        std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
+                                            (counts.empty() ? "" : " edge groups") +
+                                            (lda_pad ? " lda=" + std::to_string(k + lda_pad) : ""));
     R.run("kernel", name, [&] {
-        const int64_t S = T * K, rows_a = glu ? T : S, w_rows = glu ? 2 * n : n;
-        auto ids = random_topk_ids(T, E, K);
-        // One expert gets no slot, to exercise empty groups.
-        for (auto &e : ids)
-            if (e == E - 1) e = 0;
+        const int64_t S = T * K, rows_a = glu ? T : S, w_rows = glu ? 2 * n : n, lda = k + lda_pad;
+        std::vector<int32_t> ids;
+        if (counts.empty()) {
+            ids = random_topk_ids(T, E, K);
+            // One expert gets no slot, to exercise empty groups.
+            for (auto &e : ids)
+                if (e == E - 1) e = 0;
+        } else {
+            for (int64_t e = 0; e < E; ++e)
+                ids.insert(ids.end(), static_cast<size_t>(counts[static_cast<size_t>(e)]), int32_t(e));
+            if (int64_t(ids.size()) != S) throw test_failure("edge-group counts do not sum to T·k_used");
+            std::shuffle(ids.begin(), ids.end(), rng());
+        }
         std::vector<int32_t> c(static_cast<size_t>(E)), off(static_cast<size_t>(E + 1)), to(static_cast<size_t>(E + 1)), sorted(static_cast<size_t>(S));
         moe_plan_params pl;
         pl.ids = ids.data();
@@ -700,7 +714,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         pl.tile_offsets = to.data();
         pl.sorted_slots = sorted.data();
         moe_plan_ref(pl);
-        auto a = rand_bf16(static_cast<size_t>(rows_a * k));
+        auto a = rand_bf16(static_cast<size_t>(rows_a * lda));
         auto w = make_expert_weights(f, E * w_rows, k);
         dvec<bf16_t> da(a), dwb(w.b), dact(static_cast<size_t>(S * n));
         dvec<fp8_t> dwq(w.q);
@@ -708,7 +722,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         dvec<int32_t> dsorted(sorted), doff(off), dto(to);
         moe_grouped_gemm_params p;
         p.a = da.get();
-        p.lda = k;
+        p.lda = lda;
         p.a_row_div = glu ? K : 1;
         p.sorted_slots = dsorted.get();
         p.offsets = doff.get();
@@ -876,6 +890,15 @@ void run_kernel_tests(runner &R) {
         for (bool glu : {true, false}) {
             test_grouped_gemm(R, f, glu, 37, 3, 6, glu ? 40 : 24, glu ? 24 : 40);
             test_grouped_gemm(R, f, glu, 150, 4, 16, glu ? 512 : 256, glu ? 256 : 512);
+            // Several row tiles per expert, every copy on the 16-byte path.
+            test_grouped_gemm(R, f, glu, 300, 2, 4, 256, 192);
+            // Groups of 0, 1, 64, 65, 63 and 128 rows; n not a multiple of the column tile (64 glu,
+            // 128 plain) and odd (scalar stores); the last k tile partial, with k odd (scalar
+            // staging of A and W), k % 8 ≠ 0 on 16-byte aligned rows (A by cp.async with a short
+            // last chunk, W scalar), k = 208 (everything by cp.async, last k tile 16 wide).
+            const std::vector<int32_t> edge{0, 1, 64, 65, 63, 128};
+            for (int64_t k : {135, 100, 208})
+                test_grouped_gemm(R, f, glu, 107, 3, 6, k, glu ? 67 : 131, k == 100 ? 4 : 0, edge);
         }
     test_moe_combine(R, 5, 40, 3);
     gemm_lt_context *ctx = nullptr;

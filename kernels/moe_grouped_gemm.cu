@@ -1,77 +1,91 @@
-// moe_grouped_gemm (see moe_grouped_gemm.cuh). Grid: (row tile, column tile of 64). Block 128
-// threads = 4 warps in 2×2, each warp a 32×32 piece of the 64×64 output tile as 2×2 WMMA 16×16×16
-// BF16 fragments (two sets for glu: gate and up). A row tile finds its expert by binary search in
-// tile_offsets (tiles past the plan's total exit at once: the grid is an upper bound). Per k-step
-// of 32 the block stages the gathered activation rows and the expert's weight rows in shared
-// memory (16-byte loads where size and alignment allow, FP8 widened to BF16), then the
-// accumulators go through shared memory to the epilogue (scales, SiLU·up, BF16 or fp32 stores).
-// Single-stage (no cp.async pipeline yet): a first version, correct on any shape.
+// moe_grouped_gemm (see moe_grouped_gemm.cuh). Grid: (row tile of 64 slots, column tile of 128
+// weight rows: 64 gate + the matching 64 up rows for glu, else 128 outputs). A row tile finds its
+// expert by binary search in tile_offsets; tiles past the plan's total exit at once (the grid is
+// an upper bound). Block 128 threads = 4 warps, each 64 slots × 32 weight rows of mma.sync
+// m16n8k16 BF16 tiles with fp32 accumulators (glu: gate and up of the same 16 outputs, so SiLU·up
+// is done in registers). k goes through a cp.async pipeline (BK 64; 3 stages BF16, 4 FP8; 3 blocks
+// per SM) into XOR-swizzled shared memory, zero-filled past k and past the valid rows; FP8 stays
+// bytes there. Fragments come from 128/64-bit shared loads in a k order permuted alike for A and B
+// (a dot product ignores the order of its terms), one load serving two k16 steps; FP8 is widened
+// to BF16 exactly as the B fragments are built, its row scales applied in the epilogue. Unaligned
+// operands (odd k or lda, pointers) are staged by synchronous scalar loads instead.
 #include "moe_grouped_gemm.cuh"
 #include "kernel_common.cuh"
-
-#include <mma.h>
 
 namespace es {
 namespace {
 
-using namespace nvcuda;
+constexpr int BM = 64;  // slot rows per tile (= moe_grouped_gemm_tile_rows)
+constexpr int BW = 128; // weight rows per tile
+constexpr int BK = 64;  // k per pipeline stage
+constexpr int THREADS = 128;
+static_assert(BM == moe_grouped_gemm_tile_rows, "the plan's tiles are the kernel's row tiles");
 
-constexpr int BM = 64, BN = 64, BK = 32, LDS = BK + 8, LDC = BN + 4;
-constexpr int k_ab_bytes = 3 * BM * LDS * 2;   // A, gate B, up B (BF16)
-constexpr int k_c_bytes = 2 * BM * LDC * 4;    // gate C, up C (fp32)
-constexpr int k_smem_bytes = k_ab_bytes > k_c_bytes ? k_ab_bytes : k_c_bytes;
+constexpr int a_stage_bytes = BM * BK * 2;
+constexpr int w_stage_bytes(bool fp8) { return BW * BK * (fp8 ? 1 : 2); }
+constexpr int stage_bytes(bool fp8) { return a_stage_bytes + w_stage_bytes(fp8); }
+// Pipeline depth: 3 stages of 24 KB (BF16) or 4 of 16 KB (FP8), so that 3 blocks (12 warps) fit
+// an SM's 228 KB of shared memory either way.
+constexpr int stages(bool fp8) { return fp8 ? 4 : 3; }
+constexpr int smem_bytes(bool fp8) { return stages(fp8) * stage_bytes(fp8); }
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global → shared, asynchronously; bytes past src_bytes (0…16) are zero-filled and not
+// read.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two E4M3 values (low byte = low half) → BF16x2, exactly: E4M3 → f16 (exact; every nonzero
+// E4M3 value is a normal f16), then the f16 sign/exponent/mantissa bits moved into BF16 fields
+// unchanged, which reads as the value × 2^-112 (still normal: no subnormals anywhere), then × 2^112
+// in BF16 (a power of two: exact). An E4M3 NaN (never produced by saturating quantization)
+// becomes a large finite value rather than NaN.
+__device__ __forceinline__ uint32_t fp8x2_to_bf16x2(uint32_t v16) {
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(__nv_fp8x2_storage_t(v16 & 0xffffu), __NV_E4M3);
+    const uint32_t x = uint32_t(h.x) | (uint32_t(h.y) << 16);
+    const uint32_t t = ((x >> 3) & 0x0fff0fffu) | (x & 0x80008000u);
+    uint32_t r;
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;\n" : "=r"(r) : "r"(t), "r"(0x77807780u), "r"(0x80008000u));
+    return r;
+}
 
 __device__ __forceinline__ uint4 pack8(const uint16_t (&t)[8]) {
     return make_uint4(uint32_t(t[0]) | (uint32_t(t[1]) << 16), uint32_t(t[2]) | (uint32_t(t[3]) << 16),
                       uint32_t(t[4]) | (uint32_t(t[5]) << 16), uint32_t(t[6]) | (uint32_t(t[7]) << 16));
 }
 
-template <bool FP8>
-__device__ __forceinline__ void stage_weights(uint16_t *dst, const unsigned char *w_e, int64_t row_begin, int64_t n_rows_valid,
-                                              int64_t k, int64_t k0, bool vec, int tid) {
-    for (int idx = tid; idx < BN * BK / 8; idx += 128) {
-        const int r = idx / (BK / 8), c8 = (idx % (BK / 8)) * 8;
-        const int64_t kc = k0 + c8;
-        uint4 out = make_uint4(0, 0, 0, 0);
-        if (r < n_rows_valid && kc < k) {
-            const int64_t row = row_begin + r;
-            if (vec && kc + 8 <= k) {
-                if constexpr (FP8) {
-                    const uint2 v = __ldg(reinterpret_cast<const uint2 *>(w_e + row * k + kc));
-                    const uint32_t in[2] = {v.x, v.y};
-                    uint32_t o[4];
-#pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        const float2 a = fp8x2_to_f2(in[i] & 0xffffu), b = fp8x2_to_f2(in[i] >> 16);
-                        o[2 * i] = uint32_t(f_to_bf16(a.x)) | (uint32_t(f_to_bf16(a.y)) << 16);
-                        o[2 * i + 1] = uint32_t(f_to_bf16(b.x)) | (uint32_t(f_to_bf16(b.y)) << 16);
-                    }
-                    out = make_uint4(o[0], o[1], o[2], o[3]);
-                } else {
-                    out = __ldg(reinterpret_cast<const uint4 *>(w_e + (row * k + kc) * 2));
-                }
-            } else {
-                uint16_t tmp[8];
-#pragma unroll
-                for (int i = 0; i < 8; ++i) tmp[i] = kc + i < k ? f_to_bf16(wval<FP8>(w_e + row * k * (FP8 ? 1 : 2), kc + i)) : 0;
-                out = pack8(tmp);
-            }
-        }
-        *reinterpret_cast<uint4 *>(dst + r * LDS + c8) = out;
-    }
-}
+// Shared-memory layouts of one stage (16-byte chunks, XOR-swizzled so that both the cp.async
+// stores and the fragment loads below are free of bank conflicts):
+//   A  [BM rows][BK BF16]: 8 chunks per 128-byte row, chunk c of row r at c ^ 4·(r & 1)
+//   W  BF16 [BW rows][BK]: as A
+//   W  FP8  [BW rows][BK]: 4 chunks per 64-byte row, chunk c of row r at c ^ 2·((r >> 1) & 1)
+__device__ __forceinline__ int swz_bf16(int r, int c) { return r * 128 + ((c ^ ((r & 1) << 2)) << 4); }
+__device__ __forceinline__ int swz_fp8(int r, int c) { return r * 64 + ((c ^ (((r >> 1) & 1) << 1)) << 4); }
 
 template <bool FP8, bool GLU>
-__global__ void __launch_bounds__(128) moe_grouped_gemm_kernel(moe_grouped_gemm_params p) {
-    pdl_enter();
-    __shared__ __align__(128) unsigned char smem[k_smem_bytes];
-    __shared__ int row_src[BM], row_slot[BM];
+__global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_grouped_gemm_params p) {
+    pdl_enter(); // the plan and the activations come from the kernels just before
+    extern __shared__ __align__(128) unsigned char smem[];
+    __shared__ int row_slot[BM];
     __shared__ int s_expert, s_row0, s_rows;
-    uint16_t *As = reinterpret_cast<uint16_t *>(smem), *Bs = As + BM * LDS, *Bs2 = Bs + BN * LDS;
-    float *Cs = reinterpret_cast<float *>(smem), *Cs2 = Cs + BM * LDC;
-    const int tid = threadIdx.x, warp = tid / 32, wm = warp / 2, wn = warp % 2;
-    const int tile = blockIdx.x;
-    const int E = int(p.n_expert);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int tile = blockIdx.x, E = int(p.n_expert);
 
     if (tid == 0) {
         int e = -1;
@@ -79,8 +93,10 @@ __global__ void __launch_bounds__(128) moe_grouped_gemm_kernel(moe_grouped_gemm_
             int lo = 0, hi = E - 1; // last e with tile_offsets[e] <= tile
             while (lo < hi) {
                 const int mid = (lo + hi + 1) / 2;
-                if (p.tile_offsets[mid] <= tile) lo = mid;
-                else hi = mid - 1;
+                if (p.tile_offsets[mid] <= tile)
+                    lo = mid;
+                else
+                    hi = mid - 1;
             }
             e = lo;
             s_row0 = p.offsets[e] + (tile - p.tile_offsets[e]) * BM;
@@ -91,102 +107,246 @@ __global__ void __launch_bounds__(128) moe_grouped_gemm_kernel(moe_grouped_gemm_
     __syncthreads();
     const int e = s_expert;
     if (e < 0) return;
-    const int row0 = s_row0, rows = s_rows;
-    if (tid < BM) {
-        const int slot = tid < rows ? p.sorted_slots[row0 + tid] : -1;
-        row_slot[tid] = slot;
-        row_src[tid] = slot >= 0 ? int(slot / p.a_row_div) : -1;
-    }
-    const int64_t n0 = int64_t(blockIdx.y) * BN, k = p.k, n = p.n;
-    const int64_t w_rows = GLU ? 2 * n : n;
-    const unsigned char *w_e = static_cast<const unsigned char *>(p.w) + int64_t(e) * w_rows * k * (FP8 ? 1 : 2);
-    const bool vec_a = p.lda % 8 == 0 && k % 8 == 0 && aligned16(p.a);
-    const bool vec_w = k % 8 == 0 && aligned16(p.w);
-    const int64_t n_valid = n - n0 < BN ? n - n0 : BN;
-
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2], acc2[2][2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            wmma::fill_fragment(acc[i][j], 0.0f);
-            if (GLU) wmma::fill_fragment(acc2[i][j], 0.0f);
-        }
+    const int rows = s_rows;
+    if (tid < BM) row_slot[tid] = tid < rows ? p.sorted_slots[s_row0 + tid] : -1;
     __syncthreads();
 
-    for (int64_t k0 = 0; k0 < k; k0 += BK) {
-        for (int idx = tid; idx < BM * BK / 8; idx += 128) {
-            const int r = idx / (BK / 8), c8 = (idx % (BK / 8)) * 8;
-            const int64_t kc = k0 + c8;
-            uint4 v = make_uint4(0, 0, 0, 0);
-            const int src = row_src[r];
-            if (src >= 0 && kc < k) {
-                const uint16_t *arow = p.a + int64_t(src) * p.lda;
-                if (vec_a && kc + 8 <= k) {
-                    v = __ldg(reinterpret_cast<const uint4 *>(arow + kc));
-                } else {
-                    uint16_t tmp[8];
+    constexpr int ESZ = FP8 ? 1 : 2;            // weight element bytes
+    constexpr int OUT_COLS = GLU ? BW / 2 : BW; // outputs per column tile
+    const int64_t k = p.k, n = p.n, w_rows = GLU ? 2 * n : n, kbytes = k * ESZ;
+    const int64_t n0 = int64_t(blockIdx.y) * OUT_COLS;
+    const unsigned char *w_e = static_cast<const unsigned char *>(p.w) + int64_t(e) * w_rows * kbytes;
+
+    // ---- this thread's share of a stage's copies ------------------------------------------------
+    // A: rows a_r0 + 16·i (i < 4), chunk a_c (8 BF16). W: rows w_r0 + W_RPP·i (i < W_N), chunk w_c.
+    const int a_c = tid & 7, a_r0 = tid >> 3;
+    const bf16_t *a_row[4];
 #pragma unroll
-                    for (int i = 0; i < 8; ++i) tmp[i] = kc + i < k ? arow[kc + i] : 0;
-                    v = pack8(tmp);
+    for (int i = 0; i < 4; ++i) {
+        const int slot = row_slot[a_r0 + 16 * i];
+        a_row[i] = slot >= 0 ? p.a + int64_t(slot / p.a_row_div) * p.lda : nullptr;
+    }
+    constexpr int W_CPR = BK * ESZ / 16;   // chunks per weight row: 8 (BF16) or 4 (FP8)
+    constexpr int W_RPP = THREADS / W_CPR; // rows per pass: 16 or 32
+    constexpr int W_N = BW / W_RPP;        // passes: 8 or 4
+    constexpr int W_EPC = 16 / ESZ;        // weight elements per chunk
+    const int w_c = tid % W_CPR, w_r0 = tid / W_CPR;
+    const unsigned char *w_base = w_e + (n0 + w_r0) * kbytes;
+    uint32_t w_valid = 0; // bit i: row w_r0 + W_RPP·i exists (its output column is < n)
+#pragma unroll
+    for (int i = 0; i < W_N; ++i) {
+        const int r = w_r0 + W_RPP * i;
+        if (n0 + (GLU ? (r & (BW / 2 - 1)) : r) < n) w_valid |= 1u << i;
+    }
+    const bool vec_a = aligned16(p.a) && p.lda % 8 == 0;
+    const bool vec_w = aligned16(p.w) && kbytes % 16 == 0;
+    const uint32_t smem0 = smem_addr(smem);
+
+    auto load_stage = [&](int stage, int64_t k0) {
+        unsigned char *st = smem + stage * stage_bytes(FP8);
+        unsigned char *ws = st + a_stage_bytes;
+        {
+            const int64_t kc = k0 + a_c * 8;
+            const int valid = int(max(int64_t(0), min(int64_t(8), k - kc)));
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int off = swz_bf16(a_r0 + 16 * i, a_c);
+                const bf16_t *src = a_row[i];
+                if (vec_a) {
+                    cp_async16(smem0 + uint32_t(stage * stage_bytes(FP8) + off),
+                               src && valid > 0 ? src + kc : p.a, src ? valid * 2 : 0);
+                } else {
+                    uint16_t v[8];
+#pragma unroll
+                    for (int j = 0; j < 8; ++j) v[j] = src && j < valid ? src[kc + j] : 0;
+                    *reinterpret_cast<uint4 *>(st + off) = pack8(v);
                 }
             }
-            *reinterpret_cast<uint4 *>(As + r * LDS + c8) = v;
         }
-        stage_weights<FP8>(Bs, w_e, n0, n_valid, k, k0, vec_w, tid);
-        if (GLU) stage_weights<FP8>(Bs2, w_e, n + n0, n_valid, k, k0, vec_w, tid);
-        __syncthreads();
+        const int64_t kc = k0 + w_c * W_EPC;
+        const int valid = int(max(int64_t(0), min(int64_t(W_EPC), k - kc)));
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb[2];
+        for (int i = 0; i < W_N; ++i) {
+            const int r = w_r0 + W_RPP * i;
+            const int off = FP8 ? swz_fp8(r, w_c) : swz_bf16(r, w_c);
+            const bool ok = (w_valid >> i) & 1u;
+            const unsigned char *src = w_base + int64_t(W_RPP * i) * kbytes;
+            if (GLU && i >= W_N / 2) src += (n - BW / 2) * kbytes; // up rows: n + column
+            src += kc * ESZ;
+            if (vec_w) {
+                cp_async16(smem0 + uint32_t(stage * stage_bytes(FP8) + a_stage_bytes + off),
+                           ok && valid > 0 ? src : w_e, ok ? valid * ESZ : 0);
+            } else if constexpr (FP8) {
+                uint32_t v[4] = {0, 0, 0, 0};
 #pragma unroll
-            for (int i = 0; i < 2; ++i)
-                wmma::load_matrix_sync(fa[i], reinterpret_cast<const __nv_bfloat16 *>(As + (wm * 32 + i * 16) * LDS + kk), LDS);
+                for (int j = 0; j < 16; ++j)
+                    if (ok && j < valid) v[j / 4] |= uint32_t(src[j]) << (8 * (j % 4));
+                *reinterpret_cast<uint4 *>(ws + off) = make_uint4(v[0], v[1], v[2], v[3]);
+            } else {
+                uint16_t v[8];
+                const uint16_t *s16 = reinterpret_cast<const uint16_t *>(src);
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
-                wmma::load_matrix_sync(fb[j], reinterpret_cast<const __nv_bfloat16 *>(Bs + (wn * 32 + j * 16) * LDS + kk), LDS);
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int j = 0; j < 2; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
-            if (GLU) {
-#pragma unroll
-                for (int j = 0; j < 2; ++j)
-                    wmma::load_matrix_sync(fb[j], reinterpret_cast<const __nv_bfloat16 *>(Bs2 + (wn * 32 + j * 16) * LDS + kk), LDS);
-#pragma unroll
-                for (int i = 0; i < 2; ++i)
-#pragma unroll
-                    for (int j = 0; j < 2; ++j) wmma::mma_sync(acc2[i][j], fa[i], fb[j], acc2[i][j]);
+                for (int j = 0; j < 8; ++j) v[j] = ok && j < valid ? s16[j] : 0;
+                *reinterpret_cast<uint4 *>(ws + off) = pack8(v);
             }
         }
-        __syncthreads();
-    }
+    };
 
+    // ---- main loop --------------------------------------------------------------------------------
+    // Fragment k order: within each 32-wide k block, the lane with t = lane % 4 holds physical k
+    // 8t…8t+7; for k16 step s its logical pairs (2t, 2t+1) and (2t+8, 2t+9) of the m16n8k16 layout
+    // are physical 8t+4s+{0,1} and 8t+4s+{2,3} — a bijection of the 32 k, the same for A and B.
+    float acc[4][4][4];
 #pragma unroll
-    for (int i = 0; i < 2; ++i)
+    for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc[mt][j][q] = 0.0f;
+
+    int b_row[4]; // this warp's four n8 column blocks, as rows of the weight stage
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+        b_row[j] =
+            (GLU ? (j < 2 ? warp * 16 + j * 8 : BW / 2 + warp * 16 + (j - 2) * 8) : warp * 32 + j * 8) + g;
+
+    constexpr int STAGES = stages(FP8);
+    const int ktiles = int((k + BK - 1) / BK);
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load_stage(s, int64_t(s) * BK);
+        cp_async_commit();
+    }
+#pragma unroll 1
+    for (int kt = 0; kt < ktiles; ++kt) {
+        cp_async_wait<STAGES - 2>(); // this thread's copies of stage kt have landed
+        __syncthreads();             // everybody's have, and everybody is done with stage kt − 1
+        if (kt + STAGES - 1 < ktiles) load_stage((kt + STAGES - 1) % STAGES, int64_t(kt + STAGES - 1) * BK);
+        cp_async_commit();
+
+        const unsigned char *st = smem + (kt % STAGES) * stage_bytes(FP8);
+        const unsigned char *ws = st + a_stage_bytes;
+#pragma unroll
+        for (int kk = 0; kk < BK / 32; ++kk) {
+            const int lane_chunk = (kk * 4 + t) ^ ((g & 1) << 2); // 16-byte chunk of rows with parity g
+            uint32_t bf[4][4];                                    // [j][k16 step · 2 + reg]
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if constexpr (FP8) {
+                    const int c = (kk * 2 + (t >> 1)) ^ (((g >> 1) & 1) << 1);
+                    const uint2 v =
+                        *reinterpret_cast<const uint2 *>(ws + b_row[j] * 64 + c * 16 + (t & 1) * 8);
+                    bf[j][0] = fp8x2_to_bf16x2(v.x);
+                    bf[j][1] = fp8x2_to_bf16x2(v.x >> 16);
+                    bf[j][2] = fp8x2_to_bf16x2(v.y);
+                    bf[j][3] = fp8x2_to_bf16x2(v.y >> 16);
+                } else {
+                    const uint4 v = *reinterpret_cast<const uint4 *>(ws + b_row[j] * 128 + lane_chunk * 16);
+                    bf[j][0] = v.x;
+                    bf[j][1] = v.y;
+                    bf[j][2] = v.z;
+                    bf[j][3] = v.w;
+                }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt) {
+                if (mt * 16 >= rows) break; // uniform across the block: the tile's last rows are empty
+                const uint4 lo = *reinterpret_cast<const uint4 *>(st + (mt * 16 + g) * 128 + lane_chunk * 16);
+                const uint4 hi =
+                    *reinterpret_cast<const uint4 *>(st + (mt * 16 + g + 8) * 128 + lane_chunk * 16);
+                const uint32_t a0[4] = {lo.x, hi.x, lo.y, hi.y}, a1[4] = {lo.z, hi.z, lo.w, hi.w};
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    mma_bf16(acc[mt][j], a0, bf[j][0], bf[j][1]);
+                    mma_bf16(acc[mt][j], a1, bf[j][2], bf[j][3]);
+                }
+            }
+        }
+    }
+    cp_async_wait<0>(); // only empty groups remain; leave nothing in flight
+
+    // ---- epilogue: accumulator (row g or g + 8 of m tile mt, columns 2t, 2t + 1 of block j) ------
+    const float *scale = FP8 ? p.w_scale + int64_t(e) * w_rows : nullptr;
+    if constexpr (GLU) {
+        const bool vec_o = (reinterpret_cast<uintptr_t>(p.out_act) & 3u) == 0 && p.ldo % 2 == 0;
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-            wmma::store_matrix_sync(Cs + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc[i][j], LDC, wmma::mem_row_major);
-            if (GLU)
-                wmma::store_matrix_sync(Cs2 + (wm * 32 + i * 16) * LDC + wn * 32 + j * 16, acc2[i][j], LDC, wmma::mem_row_major);
+            const int64_t col = n0 + warp * 16 + j * 8 + 2 * t;
+            float sg[2] = {1.0f, 1.0f}, su[2] = {1.0f, 1.0f};
+            if constexpr (FP8) {
+#pragma unroll
+                for (int q = 0; q < 2; ++q)
+                    if (col + q < n) {
+                        sg[q] = scale[col + q];
+                        su[q] = scale[n + col + q];
+                    }
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = mt * 16 + g + 8 * h;
+                    if (r >= rows) continue;
+                    float v[2];
+#pragma unroll
+                    for (int q = 0; q < 2; ++q)
+                        v[q] = silu_f(acc[mt][j][2 * h + q] * sg[q]) * (acc[mt][j + 2][2 * h + q] * su[q]);
+                    bf16_t *dst = p.out_act + int64_t(row_slot[r]) * p.ldo + col;
+                    if (vec_o && col + 1 < n) {
+                        *reinterpret_cast<uint32_t *>(dst) =
+                            uint32_t(f_to_bf16(v[0])) | (uint32_t(f_to_bf16(v[1])) << 16);
+                    } else {
+                        if (col < n) dst[0] = f_to_bf16(v[0]);
+                        if (col + 1 < n) dst[1] = f_to_bf16(v[1]);
+                    }
+                }
         }
-    __syncthreads();
-    const float *scale = FP8 ? p.w_scale + int64_t(e) * w_rows : nullptr;
-    for (int idx = tid; idx < BM * BN; idx += 128) {
-        const int r = idx / BN, c = idx % BN;
-        if (r >= rows || c >= n_valid) continue;
-        const int64_t slot = row_slot[r], col = n0 + c;
-        float v = Cs[r * LDC + c];
-        if (FP8) v *= scale[col];
-        if (GLU) {
-            float u = Cs2[r * LDC + c];
-            if (FP8) u *= scale[n + col];
-            p.out_act[slot * p.ldo + col] = f_to_bf16(silu_f(v) * u);
-        } else {
-            p.out_f32[slot * p.ldo + col] = v;
+    } else {
+        const bool vec_o = (reinterpret_cast<uintptr_t>(p.out_f32) & 7u) == 0 && p.ldo % 2 == 0;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int64_t col = n0 + warp * 32 + j * 8 + 2 * t;
+            float sc[2] = {1.0f, 1.0f};
+            if constexpr (FP8) {
+#pragma unroll
+                for (int q = 0; q < 2; ++q)
+                    if (col + q < n) sc[q] = scale[col + q];
+            }
+#pragma unroll
+            for (int mt = 0; mt < 4; ++mt)
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int r = mt * 16 + g + 8 * h;
+                    if (r >= rows) continue;
+                    const float v0 = acc[mt][j][2 * h] * sc[0], v1 = acc[mt][j][2 * h + 1] * sc[1];
+                    float *dst = p.out_f32 + int64_t(row_slot[r]) * p.ldo + col;
+                    if (vec_o && col + 1 < n) {
+                        *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
+                    } else {
+                        if (col < n) dst[0] = v0;
+                        if (col + 1 < n) dst[1] = v1;
+                    }
+                }
         }
     }
+}
+
+template <bool FP8, bool GLU>
+cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
+    constexpr int smem = smem_bytes(FP8);
+    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU>;
+    // More than the default 48 KB of dynamic shared memory, and all of the SM's unified L1 /
+    // shared memory given to shared memory (a hint), so that three blocks fit.
+    if (const cudaError_t err =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        err != cudaSuccess)
+        return err;
+    if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                     int(cudaSharedmemCarveoutMaxShared));
+        err != cudaSuccess)
+        return err;
+    const dim3 grid(unsigned(p.max_tiles), ceil_div_u(p.n, GLU ? BW / 2 : BW));
+    return launch_kernel(kernel, grid, THREADS, size_t(smem), stream, p);
 }
 
 } // namespace
@@ -196,13 +356,8 @@ cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if ((fp8 && !p.w_scale) || p.k <= 0 || p.n_expert <= 0 || (p.glu ? !p.out_act : !p.out_f32))
         return cudaErrorInvalidValue;
-    const dim3 grid(unsigned(p.max_tiles), ceil_div_u(p.n, BN));
-    if (fp8) {
-        if (p.glu) return launch_kernel(moe_grouped_gemm_kernel<true, true>, grid, 128, 0, stream, p);
-        return launch_kernel(moe_grouped_gemm_kernel<true, false>, grid, 128, 0, stream, p);
-    }
-    if (p.glu) return launch_kernel(moe_grouped_gemm_kernel<false, true>, grid, 128, 0, stream, p);
-    return launch_kernel(moe_grouped_gemm_kernel<false, false>, grid, 128, 0, stream, p);
+    if (fp8) return p.glu ? launch_variant<true, true>(p, stream) : launch_variant<true, false>(p, stream);
+    return p.glu ? launch_variant<false, true>(p, stream) : launch_variant<false, false>(p, stream);
 }
 
 } // namespace es
