@@ -614,7 +614,7 @@ private:
     struct work_layout {
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
         size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
-        size_t router_logits, router_counters, attn_partial, zero_ids;
+        size_t router_logits, router_counters, attn_counters, attn_partial, zero_ids;
         size_t total = 0;
         // inputs (int32 region copied from the pinned mirror in one transfer)
         size_t in_tokens, in_pos, in_seq, in_rows, in_tiles, in_bt, in_total;
@@ -673,6 +673,7 @@ private:
         w.logits = take(size_t(R * c.n_vocab) * 4);
         w.router_logits = take(size_t(T * E) * 4);
         w.router_counters = take(size_t(T) * 4); // zeroed at allocation; the router leaves it zero
+        w.attn_counters = take(size_t(T * c.n_head_kv) * 4); // the same for attention's split merging
         w.zero_ids = take(size_t(T) * 4);        // zeroed at allocation: "expert 0" for fused dense gate/up
         w.attn_partial = take(size_t(attention_partial_floats(std::min<int64_t>(T, k_graph_max_tokens), c.n_head,
                                                               c.n_head_kv, c.head_dim, k_decode_kv_splits)) * 4);
@@ -713,6 +714,7 @@ private:
         m_lay = work_layout{};
         m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
         ck(cudaMemsetAsync(m_work.at(w.router_counters), 0, size_t(w.T) * 4, m_stream), "workspace clear");
+        ck(cudaMemsetAsync(m_work.at(w.attn_counters), 0, size_t(w.T * m_cfg.n_head_kv) * 4, m_stream), "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.zero_ids), 0, size_t(w.T) * 4, m_stream), "workspace clear");
         m_inputs.alloc(w.in_total, "the batch inputs");
         m_pinned.alloc(w.in_total, "pinned batch inputs");
@@ -891,6 +893,7 @@ private:
             if (T <= k_graph_max_tokens && kv_splits > 1) {
                 ap.kv_splits = kv_splits;
                 ap.partial = reinterpret_cast<float *>(base + w.attn_partial);
+                ap.counters = reinterpret_cast<unsigned *>(base + w.attn_counters);
             }
             op("attention", [&] { return launch_attention(ap, m_stream); });
             linear("o_proj", L.wo, attn, qd, x, H, T, true); // residual add fused (accumulate)

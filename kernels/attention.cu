@@ -309,6 +309,7 @@ cudaError_t launch_attention(const attention_params &p, cudaStream_t stream) {
     if (p.head_dim % 2 != 0 || p.head_dim > attention_max_head_dim || p.n_head_kv <= 0 ||
         p.n_head % p.n_head_kv != 0 || p.kv_splits < 1 || p.kv_splits > 32 || (p.kv_splits > 1 && !p.partial))
         return cudaErrorInvalidValue;
+    if (attention_decode_ok(p)) return launch_attention_decode(p, stream);
     if (p.head_dim <= 32) return launch_dpl<1>(p, stream);
     if (p.head_dim <= 64) return launch_dpl<2>(p, stream);
     if (p.head_dim <= 128) return launch_dpl<4>(p, stream);

@@ -35,6 +35,10 @@ struct attention_params {
     // The most tokens any tile holds (0: unknown, n_tokens is assumed); lets decode steps, with
     // one token per tile, use a kernel sized for few rows.
     int64_t max_tile_tokens = 0;
+    // [n_tiles, n_head_kv] zeros, left zero by every launch: the decode kernel's split merging
+    // (the last split block of a tile and KV head to finish merges). Null: the general kernel
+    // and a second merge kernel.
+    unsigned *counters = nullptr;
 };
 
 inline constexpr int64_t attention_max_head_dim = 256;
@@ -55,6 +59,11 @@ std::vector<int32_t> attention_tiles(const int32_t *seq, int64_t n_tokens, int64
 void attention_ref(const attention_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 cudaError_t launch_attention(const attention_params &p, cudaStream_t stream);
+// The decode kernel (attention_decode.cu), which launch_attention uses when attention_decode_ok:
+// tiles of at most 8 rows (max_tile_tokens × q heads per KV head), head_dim 64, 128 or 256, and
+// for kv_splits > 1 both partial and counters.
+bool attention_decode_ok(const attention_params &p);
+cudaError_t launch_attention_decode(const attention_params &p, cudaStream_t stream);
 #endif
 
 } // namespace es
