@@ -81,7 +81,7 @@ public:
     // The activation format prefill-sized FP8 linears use now: params.activations, or bf16 when
     // cuBLASLt refused the FP8 GEMM (remembered from the first refusal; activation_note() says
     // why), or bf16 for BF16 weights. Linears whose shape breaks cuBLASLt's FP8 rules (k not a
-    // multiple of 16, n not of 4) take the BF16 path whatever this says (gemm_lt.cuh).
+    // multiple of 16, or n) take the BF16 path whatever this says (gemm_lt.cuh).
     virtual activation_format activations() const = 0;
     virtual std::string activation_note() const = 0;
     // Weight bytes one batch-1 decode step must read (routed experts: only n_expert_used of

@@ -25,7 +25,7 @@ void gemm_lt_ref(const gemm_lt_params &p) {
         }
 }
 
-bool gemm_lt_fp8_dims_ok(int64_t n, int64_t k) { return n > 0 && k > 0 && k % 16 == 0 && n % 4 == 0; }
+bool gemm_lt_fp8_dims_ok(int64_t n, int64_t k) { return n > 0 && k > 0 && k % 16 == 0 && n % 16 == 0; }
 
 bool gemm_lt_fp8_shape_ok(const gemm_lt_fp8_params &p) {
     return gemm_lt_fp8_dims_ok(p.n, p.k) && al16(p.a) && al16(p.w) && al16(p.y) && al16(p.a_scale) &&

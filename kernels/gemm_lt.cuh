@@ -56,9 +56,11 @@ struct gemm_lt_fp8_params {
     bool accumulate = false;
 };
 
-// cuBLASLt's rules for FP8 ("Tensor Core usage", required for 8-bit inputs): every pointer
-// 16-byte aligned (the scale vectors too), k a multiple of 16, lda and ldw multiples of 16
-// bytes (elements), n and ldy multiples of 4 (16 bytes of fp32 output).
+// cuBLASLt's rules for FP8 (its "Tensor Core usage" requirements, mandatory for 8-bit inputs:
+// 16-byte aligned pointers and dimensions): every pointer 16-byte aligned (the scale vectors
+// too), k and n multiples of 16 (16 bytes of FP8 per row of a and of w; n as PyTorch's
+// _scaled_mm asks of the output columns; m, the token count, is free), lda and ldw multiples of
+// 16 elements, ldy of 4 (16 bytes of fp32).
 bool gemm_lt_fp8_dims_ok(int64_t n, int64_t k);
 bool gemm_lt_fp8_shape_ok(const gemm_lt_fp8_params &p);
 

@@ -248,10 +248,11 @@ void TestKernelTwins::actQuantizeRows() {
 }
 
 void TestKernelTwins::gemmLtFp8() {
-    QVERIFY(es::gemm_lt_fp8_dims_ok(4, 16));
-    QVERIFY(!es::gemm_lt_fp8_dims_ok(4, 40));
-    QVERIFY(!es::gemm_lt_fp8_dims_ok(6, 32));
-    const int64_t M = 5, N = 8, K = 32, lda = 48;
+    QVERIFY(es::gemm_lt_fp8_dims_ok(16, 16));
+    QVERIFY(es::gemm_lt_fp8_dims_ok(2560, 1024));
+    QVERIFY(!es::gemm_lt_fp8_dims_ok(16, 40));
+    QVERIFY(!es::gemm_lt_fp8_dims_ok(200, 32));
+    const int64_t M = 5, N = 16, K = 32, lda = 48;
     auto w = rand_bf16(size_t(N * K)), x = rand_bf16(size_t(M * lda));
     std::vector<es::fp8_t> wq(w.size()), aq(size_t(M * lda));
     std::vector<float> ws(static_cast<size_t>(N)), as(static_cast<size_t>(M));
