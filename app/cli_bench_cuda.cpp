@@ -43,6 +43,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     const weight_precision prec = common.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
     cuda_backend_params cp;
     cp.precision = prec;
+    cp.activations = to_activation_format(common.activations);
     std::unique_ptr<model> loaded;
     std::unique_ptr<backend> random_be;
     backend *be = nullptr;
@@ -62,6 +63,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         model_load_params lp;
         lp.kind = backend_kind::cuda;
         lp.precision = prec;
+        lp.activations = cp.activations;
         lp.need_tokenizer = false;
         auto m = load_model(o.model_dir, lp);
         if (!m) return fail(m.message());
@@ -198,6 +200,10 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     std::printf("\ndecode reads %.1f MB of weights per token; MBU against %.2f TB/s; weights built in %.1f s\n"
                 "GPU memory: %s\nCUDA graphs: %s\n",
                 bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str(), cb->graph_status().c_str());
+    if (prec == weight_precision::fp8)
+        std::printf("FP8 activations of steps above 8 tokens: %s%s%s\n",
+                    activation_format_name(cb->activations()), cb->activation_note().empty() ? "" : " — ",
+                    cb->activation_note().c_str());
     if (replay_us > 0.0)
         std::printf("decode step at position %d: %.1f µs wall (forward()), %.1f µs on the GPU (its graph replayed alone, "
                     "%.0f tok/s, MBU %.1f%%)\n",
@@ -237,15 +243,19 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
 
     if (!o.out_json.empty()) {
         const int driver = cuda_status().driver_version; // CUDA version the driver supports
-        return write_bench_json(o, what, *be, results,
-                                {{"device", be->name()},
-                                 {"host_cpu", bench_device_name()},
-                                 {"driver", driver > 0 ? "driver for CUDA " + cuda_version_string(driver)
-                                                       : std::string("unknown")},
-                                 {"precision", common.precision},
-                                 {"read_bandwidth_bytes_per_s", k_h200_read_bw},
-                                 {"decode_bytes_per_token", bytes},
-                                 {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes}});
+        return write_bench_json(
+            o, what, *be, results,
+            {{"device", be->name()},
+             {"host_cpu", bench_device_name()},
+             {"driver",
+              driver > 0 ? "driver for CUDA " + cuda_version_string(driver) : std::string("unknown")},
+             {"precision", common.precision},
+             // in effect after the runs (bf16 when cuBLASLt refused the FP8 GEMM)
+             {"activations",
+              prec == weight_precision::fp8 ? activation_format_name(cb->activations()) : "bf16"},
+             {"read_bandwidth_bytes_per_s", k_h200_read_bw},
+             {"decode_bytes_per_token", bytes},
+             {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes}});
     }
     return 0;
 }

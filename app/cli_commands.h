@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend.h"
+#include "model.h"
 #include "model_config.h"
 #include "status.h"
 
@@ -23,7 +24,15 @@ struct common_opts {
     std::string backend = "cpu";   // cpu | cuda | auto
     int threads = 0;
     std::string precision = "bf16"; // CUDA weights: bf16 | fp8
+    std::string activations = "e4m3"; // CUDA, fp8 weights, prefill-sized steps: e4m3 | e5m2 | bf16
 };
+
+// --activations as the engine's enum (the CLI checks the word).
+inline activation_format to_activation_format(const std::string &s) {
+    return s == "e5m2"   ? activation_format::e5m2
+           : s == "bf16" ? activation_format::bf16
+                         : activation_format::e4m3;
+}
 
 int cmd_info(const std::string &model_dir, bool json);
 int cmd_logits(const std::string &model_dir, const std::string &ids, const std::string &out, const common_opts &o);

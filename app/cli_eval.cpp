@@ -39,6 +39,7 @@ result<side> load_side(const std::string &dir, const std::string &precision, con
     } else {
         lp.kind = o.backend == "cuda" ? backend_kind::cuda : o.backend == "auto" ? backend_kind::automatic : backend_kind::cpu;
         lp.precision = precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
+        lp.activations = to_activation_format(o.activations);
         lp.emulate_precision_on_cpu = true;
     }
     auto m = load_model(dir, lp);

@@ -32,6 +32,16 @@ int main(int argc, char **argv) {
             ->check(CLI::IsMember({"bf16", "fp8"}))
             ->default_val("bf16");
     };
+    // The activations of FP8 linears in steps of more than 8 tokens (prefill, batched decode).
+    const char *activations_help =
+        "CUDA, --precision fp8: activations of steps of more than 8 tokens, quantized per "
+        "token to e4m3 | e5m2 for FP8 GEMMs, or bf16 (weights dequantized); decode-sized "
+        "steps always use bf16";
+    auto add_activations = [&](CLI::App *sub) {
+        sub->add_option("--activations", common.activations, activations_help)
+            ->check(CLI::IsMember({"e4m3", "e5m2", "bf16"}))
+            ->default_val("e4m3");
+    };
 
     std::string model_dir;
     bool info_json = false;
@@ -45,6 +55,7 @@ int main(int argc, char **argv) {
     logits->add_option("--ids", ids, "comma-separated token ids, e.g. 5,17,3")->required();
     logits->add_option("--out", out, "output .npy file")->required();
     add_common(logits);
+    add_activations(logits);
 
     generate_opts g;
     auto *gen = app.add_subcommand("generate", "Stream a continuation to stdout; TTFT and tok/s on stderr");
@@ -61,6 +72,7 @@ int main(int argc, char **argv) {
     gen->add_option("--max-tokens", g.max_tokens, "maximum new tokens")->check(CLI::Range(0, 1 << 24));
     gen->add_flag("--ids", g.raw_ids, "the prompt is comma-separated token ids");
     add_common(gen);
+    add_activations(gen);
 
     bench_opts b;
     auto *bench = app.add_subcommand("bench", "Prefill and decode speed on random weights of a real shape, or a model");
@@ -82,6 +94,7 @@ int main(int argc, char **argv) {
                       "html | pdf | json | csv | trace (default: from --report's suffix)");
 #endif
     add_common(bench);
+    add_activations(bench);
 
     serve_bench_opts sb;
     auto *sbench = app.add_subcommand("serve-bench", "N synthetic requests through the engine at several concurrencies "
@@ -152,6 +165,7 @@ int main(int argc, char **argv) {
     eval->add_option("--backend", common.backend, "backend of the tested precision: cpu | cuda | auto")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     eval->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+    add_activations(eval); // the CPU's emulation of a precision rounds weights only
     eval->add_option("--text", ev.text_file, "UTF-8 text to evaluate on (default: seeded random token ids)");
     eval->add_option("--ctx", ev.ctx, "tokens per window (default 256)")->check(CLI::Range(2, 1 << 20));
     eval->add_option("--windows", ev.windows, "windows (default 4)")->check(CLI::Range(1, 100000));

@@ -6,8 +6,10 @@
 #include "cuda_backend.h"
 
 #include "cuda_loader.h"
+#include "cuda_twin_model.h"
 #include "dtype.h"
 
+#include "act_quantize.cuh"
 #include "argmax.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
@@ -43,8 +45,8 @@ namespace es {
 namespace {
 
 // Steps with at most this many tokens use the GEMV kernels (weights streamed once per step);
-// larger ones use cuBLASLt and the grouped expert GEMM.
-constexpr int64_t k_gemv_max_tokens = 8;
+// larger ones use cuBLASLt and the grouped expert GEMM (shared with the twin model).
+constexpr int64_t k_gemv_max_tokens = cuda_gemv_max_tokens;
 // Routed experts: GEMV per (token, choice) up to this many tokens, then grouped by expert.
 constexpr int64_t k_moe_gemv_max_tokens = 4;
 // Steps with at most this many tokens are captured as CUDA graphs and replayed.
@@ -287,6 +289,15 @@ public:
         ck(cudaSetDevice(p.device), "cudaSetDevice");
         ck(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
         ck(create_gemm_lt_context(&m_lt, k_cublas_workspace_bytes), "cuBLASLt initialisation");
+        // FP8 activations need cuBLASLt's outer-vector scaling, which needs compute capability
+        // 9.0: below, the dequantize path from the start (a refusal at run time does the same).
+        m_act = p.precision == weight_precision::fp8 ? p.activations : activation_format::bf16;
+        if (m_act != activation_format::bf16 && dev.cc_major < 9) {
+            m_act_note = "FP8 activations need compute capability 9.0 (cuBLASLt outer-vector scaling); " +
+                         dev.name + " has " + std::to_string(dev.cc_major) + "." +
+                         std::to_string(dev.cc_minor) + ": BF16 activations, weights dequantized";
+            m_act = activation_format::bf16;
+        }
         // Programmatic dependent launch from Hopper on (kernel_common.h); ES_CUDA_PDL=0 keeps it
         // off, for measuring what it buys.
         const char *pdl = std::getenv("ES_CUDA_PDL");
@@ -316,7 +327,9 @@ public:
 
     std::string name() const override {
         return "cuda:" + std::to_string(m_params.device) + " " + m_dev.name +
-               (m_params.precision == weight_precision::fp8 ? " (fp8)" : " (bf16)");
+               (m_params.precision == weight_precision::fp8
+                    ? std::string(" (fp8, ") + activation_format_name(m_act) + " activations)"
+                    : std::string(" (bf16)"));
     }
     const model_config &config() const override { return m_cfg; }
     size_t weights_bytes() const override { return m_weights.bytes(); }
@@ -325,6 +338,8 @@ public:
         return size_t(m_kv.block_size) * size_t(m_cfg.kv_dim()) * 2 * 2 * size_t(m_cfg.n_layer);
     }
     weight_precision precision() const override { return m_params.precision; }
+    activation_format activations() const override { return m_act; }
+    std::string activation_note() const override { return m_act_note; }
     double decode_weight_bytes() const override { return m_decode_bytes; }
 
     void set_profiling(bool on) override {
@@ -434,10 +449,12 @@ public:
             arena += align256(bytes);
             return off;
         };
+        bool fp8_shapes_ok = true; // every FP8 linear fits cuBLASLt's FP8 rules (gemm_lt_fp8_dims_ok)
         auto plan_lin = [&](dlin &L, int64_t n, int64_t k, weight_format f) {
             L.n = n;
             L.k = k;
             L.fmt = f;
+            if (f == weight_format::fp8_e4m3 && !gemm_lt_fp8_dims_ok(n, k)) fp8_shapes_ok = false;
             L.w_off = take(size_t(n * k) * weight_format_bytes(f));
             if (f == weight_format::fp8_e4m3) L.s_off = take(size_t(n) * 4);
         };
@@ -478,9 +495,12 @@ public:
         m_inv_freq_off = take(size_t(c.head_dim / 2) * 4);
 
         m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
+        m_max_dense_lin = max_dense_lin;
         if (fp8) {
             m_staging.alloc(size_t(max_piece) * 2, "the FP8 quantization staging buffer");
-            m_deq.alloc(size_t(max_dense_lin) * 2, "the FP8 prefill dequantization buffer");
+            // The dequantize path's buffer: with BF16 activations, or for linears the FP8 GEMM
+            // cannot take (else allocated on a refusal, ensure_dequantize_buffer).
+            if (m_act == activation_format::bf16 || !fp8_shapes_ok) ensure_dequantize_buffer();
         }
         resolve_pointers();
 
@@ -615,6 +635,9 @@ private:
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
         size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
         size_t router_logits, router_counters, attn_counters, attn_partial, zero_ids;
+        // FP8 activations of prefill-sized linears: [T, act_k] codes, [T] scales
+        size_t act_q = 0, act_scale = 0;
+        int64_t act_k = 0;
         size_t total = 0;
         // inputs (int32 region copied from the pinned mirror in one transfer)
         size_t in_tokens, in_pos, in_seq, in_rows, in_tiles, in_bt, in_total;
@@ -677,6 +700,11 @@ private:
         w.zero_ids = take(size_t(T) * 4);        // zeroed at allocation: "expert 0" for fused dense gate/up
         w.attn_partial = take(size_t(attention_partial_floats(std::min<int64_t>(T, k_graph_max_tokens), c.n_head,
                                                               c.n_head_kv, c.head_dim, k_decode_kv_splits)) * 4);
+        if (m_params.precision == weight_precision::fp8 && m_params.activations != activation_format::bf16) {
+            w.act_k = std::max({H, qd, F}); // the widest input of a dense linear
+            w.act_q = take(size_t(T * w.act_k));
+            w.act_scale = take(size_t(T) * 4);
+        }
         w.total = o;
         size_t i = 0;
         auto in = [&](int64_t n) {
@@ -770,9 +798,63 @@ private:
         m_event_next = 0;
     }
 
+    // The dequantize path's BF16 weight buffer (the widest dense linear), allocated once.
+    void ensure_dequantize_buffer() {
+        if (!m_deq.bytes()) m_deq.alloc(size_t(m_max_dense_lin) * 2, "the FP8 prefill dequantization buffer");
+    }
+
+    // A prefill-sized FP8 linear with FP8 activations: act_quantize (per-token scales) into the
+    // workspace, then cuBLASLt's FP8 GEMM with per-token and per-channel scales. False, with
+    // nothing left to undo, when the shape breaks cuBLASLt's FP8 rules (that linear takes the
+    // dequantize path) or cuBLASLt refuses the GEMM: the refusal is remembered (m_act becomes
+    // bf16, m_act_note the reason) and every later step takes the dequantize path directly.
+    bool linear_fp8(const std::string &role, const dlin &L, const bf16_t *x, int64_t ldx, float *y,
+                    int64_t ldy, int64_t M, bool acc) {
+        const work_layout &w = m_lay;
+        act_quantize_params aq;
+        aq.x = x;
+        aq.ldx = ldx;
+        aq.q = m_work.at<fp8_t>(w.act_q);
+        aq.scale = m_work.at<float>(w.act_scale);
+        aq.m = M;
+        aq.k = L.k;
+        aq.fmt = m_act == activation_format::e5m2 ? fp8_format::e5m2 : fp8_format::e4m3;
+        gemm_lt_fp8_params g;
+        g.ctx = m_lt;
+        g.a = aq.q;
+        g.lda = L.k;
+        g.a_scale = aq.scale;
+        g.a_fmt = aq.fmt;
+        g.w = static_cast<const fp8_t *>(L.w);
+        g.ldw = L.k;
+        g.w_scale = L.scale;
+        g.y = y;
+        g.ldy = ldy;
+        g.m = M;
+        g.n = L.n;
+        g.k = L.k;
+        g.accumulate = acc;
+        if (M > w.T || L.k > w.act_k || !gemm_lt_fp8_shape_ok(g)) return false;
+        op(role + " act_quantize", [&] { return launch_act_quantize(aq, m_stream); });
+        cudaError_t e = cudaSuccess;
+        op(role + " gemm_lt fp8", [&] {
+            e = launch_gemm_lt_fp8(g, m_stream);
+            return e == cudaErrorNotSupported ? cudaSuccess : e;
+        });
+        if (e != cudaErrorNotSupported) return true;
+        // Nothing was launched for the GEMM; the quantized activations are scratch.
+        m_act_note = std::string(gemm_lt_last_error(m_lt)) + ": BF16 activations, weights dequantized";
+        m_act = activation_format::bf16;
+        ensure_dequantize_buffer();
+        return false;
+    }
+
     void linear(const char *role, const dlin &L, const bf16_t *x, int64_t ldx, float *y, int64_t ldy, int64_t M, bool acc) {
         if (M <= 0) return;
         if (M > k_gemv_max_tokens) {
+            if (L.fmt == weight_format::fp8_e4m3 && m_act != activation_format::bf16 &&
+                linear_fp8(role, L, x, ldx, y, ldy, M, acc))
+                return;
             gemm_lt_params g;
             g.ctx = m_lt;
             g.a = x;
@@ -1172,6 +1254,9 @@ private:
     cudaStream_t m_stream = nullptr;
     gemm_lt_context *m_lt = nullptr;
     std::string m_broken, m_graph_error;
+    activation_format m_act = activation_format::bf16; // in effect for FP8 linears (activations())
+    std::string m_act_note;                            // why m_act differs from the request
+    int64_t m_max_dense_lin = 0;                       // elements of the widest dense linear
 
     device_buffer m_weights, m_staging, m_deq, m_kv_pool, m_work, m_inputs;
     pinned_buffer m_pinned, m_pinned_out;

@@ -3,8 +3,10 @@
 // cuda_loader.h and the module's table, cuda_module_abi.h): an es::backend that keeps BF16 or FP8
 // E4M3 (+ per-channel fp32 scales) weights, BF16 paged KV pools and a workspace in device memory
 // (plain cudaMalloc, never managed memory), runs the forward pass with the kernels of kernels/,
-// and turns every CUDA failure, out-of-memory included, into an es::error. Numerics: fp32 residual stream, BF16 activations
-// into every linear, fp32 accumulation, fp32 router and softmax (see ARCHITECTURE.md).
+// and turns every CUDA failure, out-of-memory included, into an es::error. Numerics: fp32 residual
+// stream, BF16 activations into every linear (except FP8 linears of steps of more than 8 tokens:
+// activations quantized per token to FP8, cuda_backend_params::activations), fp32 accumulation,
+// fp32 router and softmax (see ARCHITECTURE.md).
 #pragma once
 
 #include "backend.h"
@@ -40,6 +42,9 @@ result<cuda_device_info> probe_cuda_device(int device = 0);
 struct cuda_backend_params {
     int device = 0;
     weight_precision precision = weight_precision::bf16;
+    // FP8 weights: activations of prefill-sized linears (model.h); e4m3/e5m2 quantize them per
+    // token for cuBLASLt's FP8 GEMM, bf16 dequantizes the weights instead.
+    activation_format activations = activation_format::e4m3;
     bool use_graphs = true;                            // decode-sized steps replayed as CUDA graphs
     std::function<void(float progress)> on_progress;   // 0..1 while weights are uploaded
 };
@@ -73,6 +78,12 @@ public:
     // time without the host's share (input upload, launch, logits download, synchronization).
     virtual double graph_replay_us(int replays) = 0;
     virtual weight_precision precision() const = 0;
+    // The activation format prefill-sized FP8 linears use now: params.activations, or bf16 when
+    // cuBLASLt refused the FP8 GEMM (remembered from the first refusal; activation_note() says
+    // why), or bf16 for BF16 weights. Linears whose shape breaks cuBLASLt's FP8 rules (k not a
+    // multiple of 16, or n) take the BF16 path whatever this says (gemm_lt.cuh).
+    virtual activation_format activations() const = 0;
+    virtual std::string activation_note() const = 0;
     // Weight bytes one batch-1 decode step must read (routed experts: only n_expert_used of
     // n_expert; the embedding table: one row; the head: all of it). The MBU numerator.
     virtual double decode_weight_bytes() const = 0;

@@ -15,6 +15,7 @@
 #include "npy.h"
 #include "safetensors.h"
 
+#include "act_quantize.cuh"
 #include "argmax.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
@@ -38,6 +39,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <numeric>
 #include <random>
@@ -531,6 +533,68 @@ void test_fp8_quantize(runner &R, int64_t N, int64_t K) {
     });
 }
 
+// Ties of round-to-nearest-even: the midpoint between two neighbouring codes (normal or
+// subnormal), exact in BF16; j picks which.
+float fp8_midpoint(fp8_format f, int64_t j) {
+    const bool e4 = f == fp8_format::e4m3;
+    const int man_bits = e4 ? 3 : 2, min_exp = e4 ? -6 : -14, max_exp = e4 ? 7 : 14;
+    const int64_t per_exp = int64_t(1) << man_bits, span = (max_exp - min_exp + 1) * per_exp;
+    const int64_t i = j % (span + per_exp);
+    if (i >= span)
+        return std::ldexp(float(2 * (i - span) + 1), min_exp - man_bits - 1); // subnormal midpoints
+    const int e = min_exp + int(i / per_exp);
+    return std::ldexp(1.0f + float(2 * (i % per_exp) + 1) / float(2 * per_exp), e);
+}
+
+void test_act_quantize(runner &R, int64_t M, int64_t K, int64_t ldx, fp8_format f) {
+    const std::string name = shape_name("act_quantize", {{"M", M}, {"K", K}, {"ldx", ldx}},
+                                        std::string(f == fp8_format::e4m3 ? "e4m3" : "e5m2") + " edge rows");
+    R.run("kernel", name, [&] {
+        if (M < 6) throw test_failure("needs at least 6 rows for its edge rows");
+        auto x = rand_bf16(static_cast<size_t>(M * ldx), -2.0f, 2.0f);
+        auto at = [&](int64_t r, int64_t i) -> bf16_t & { return x[size_t(r * ldx + i)]; };
+        const float fmax = fp8_format_max(f);
+        for (int64_t i = 0; i < K; ++i) {
+            at(0, i) = float_to_bf16_bits(i % 3 == 1 ? -0.0f : 0.0f); // all zero (signed zeros)
+            at(1, i) = float_to_bf16_bits(i == K / 2 ? -3e38f : 0.01f * float(i % 7)); // one huge outlier
+            at(2, i) = float_to_bf16_bits(1e-39f * float(i % 5 - 2));                  // BF16 subnormals
+            at(3, i) = float_to_bf16_bits(
+                i == 0 ? fmax : (i % 2 ? -1.0f : 1.0f) * fp8_midpoint(f, i)); // scale 1, ties
+            at(4, i) = float_to_bf16_bits(1e-30f * float(i % 9 - 4));         // tiny normals
+            at(5, i) =
+                float_to_bf16_bits(i % 11 == 0 ? 5000.0f : 0.001f * float(i % 13 - 6)); // FP8 subnormal range
+        }
+        dvec<bf16_t> dx(x);
+        dvec<fp8_t> dq(static_cast<size_t>(M * K));
+        dvec<float> ds(static_cast<size_t>(M));
+        act_quantize_params p;
+        p.x = dx.get();
+        p.ldx = ldx;
+        p.q = dq.get();
+        p.scale = ds.get();
+        p.m = M;
+        p.k = K;
+        p.fmt = f;
+        ck(launch_act_quantize(p, nullptr), "launch");
+        sync(name);
+        std::vector<fp8_t> q(static_cast<size_t>(M * K));
+        std::vector<float> sc(static_cast<size_t>(M));
+        p.x = x.data();
+        p.q = q.data();
+        p.scale = sc.data();
+        act_quantize_ref(p);
+        const auto gq = dq.download();
+        const auto gs = ds.download();
+        int64_t diff = 0, sdiff = 0;
+        for (size_t i = 0; i < q.size(); ++i) diff += gq[i] != q[i];
+        for (size_t i = 0; i < sc.size(); ++i) sdiff += std::memcmp(&gs[i], &sc[i], 4) != 0;
+        R.add("kernel", name, "codes differing from the twin", double(diff), 0.0);
+        R.add("kernel", name + " scales", "scales differing from the twin (bits)", double(sdiff), 0.0);
+        if (gs[0] != 1.0f || gs[3] != 1.0f)
+            throw test_failure("the zero row and the ties row must have scale 1");
+    });
+}
+
 void test_fp8_dequantize(runner &R, int64_t N, int64_t K) {
     const std::string name = shape_name("fp8_dequantize", {{"N", N}, {"K", K}});
     R.run("kernel", name, [&] {
@@ -809,6 +873,98 @@ void test_gemm_lt(runner &R, gemm_lt_context *ctx, int64_t M, int64_t N, int64_t
     });
 }
 
+// The FP8 path: activations quantized by the twin (act_quantize is checked on its own), weights
+// by fp8_quantize's twin, then cuBLASLt against gemm_lt_fp8_ref (the same product in fp32: only
+// the summation order differs) and, without accumulation, against BF16 activations (what the
+// activation quantization costs: ~6e-4 NMSE for E4M3's 3 mantissa bits, ~4× that for E5M2).
+void test_gemm_lt_fp8(runner &R, gemm_lt_context *ctx, int cc_major, int64_t M, int64_t N, int64_t K,
+                      bool acc, fp8_format f) {
+    const bool e4 = f == fp8_format::e4m3;
+    const std::string name =
+        shape_name("gemm_lt", {{"M", M}, {"N", N}, {"K", K}},
+                   std::string("fp8 ") + (e4 ? "e4m3" : "e5m2") + " act" + (acc ? " +acc" : ""));
+    R.run("kernel", name, [&] {
+        auto x = rand_bf16(static_cast<size_t>(M * K)),
+             wb = rand_bf16(static_cast<size_t>(N * K), -0.05f, 0.05f);
+        std::vector<fp8_t> wq(static_cast<size_t>(N * K)), aq(static_cast<size_t>(M * K));
+        std::vector<float> ws(static_cast<size_t>(N)), as(static_cast<size_t>(M));
+        fp8_quantize_ref({wb.data(), wq.data(), ws.data(), N, K});
+        act_quantize_params q;
+        q.x = x.data();
+        q.ldx = K;
+        q.q = aq.data();
+        q.scale = as.data();
+        q.m = M;
+        q.k = K;
+        q.fmt = f;
+        act_quantize_ref(q);
+        auto y0 = rand_f(static_cast<size_t>(M * N));
+        dvec<fp8_t> dwq(wq), daq(aq);
+        dvec<float> dws(ws), das(as), dy(y0);
+        gemm_lt_fp8_params p;
+        p.ctx = ctx;
+        p.a = daq.get();
+        p.lda = K;
+        p.a_scale = das.get();
+        p.a_fmt = f;
+        p.w = dwq.get();
+        p.ldw = K;
+        p.w_scale = dws.get();
+        p.y = dy.get();
+        p.ldy = N;
+        p.m = M;
+        p.n = N;
+        p.k = K;
+        p.accumulate = acc;
+        if (!gemm_lt_fp8_shape_ok(p)) throw test_failure("shape rejected by gemm_lt_fp8_shape_ok");
+        const cudaError_t e = launch_gemm_lt_fp8(p, nullptr);
+        if (e == cudaErrorNotSupported) {
+            if (cc_major < 9) { // outer-vector scaling is a compute capability 9.0 feature
+                R.info("kernel", name, "not supported below compute capability 9.0", 0.0,
+                       std::string("the backend dequantizes FP8 weights instead: ") +
+                           gemm_lt_last_error(ctx));
+                return;
+            }
+            throw test_failure(std::string("cuBLASLt refused the FP8 GEMM (the backend falls back to BF16 "
+                                           "activations and dequantized weights): ") +
+                               gemm_lt_last_error(ctx));
+        }
+        if (e == cudaErrorUnknown) throw test_failure(std::string("cuBLASLt: ") + gemm_lt_last_error(ctx));
+        ck(e, "launch");
+        sync(name);
+        std::vector<float> y = y0;
+        p.a = aq.data();
+        p.a_scale = as.data();
+        p.w = wq.data();
+        p.w_scale = ws.data();
+        p.y = y.data();
+        gemm_lt_fp8_ref(p);
+        const auto gy = dy.download();
+        R.add("kernel", name, "NMSE vs twin", nmse(gy, y), 1e-5);
+        R.add("kernel", name, "cosine vs twin", cosine(gy, y), 0.99999, false);
+        R.info("kernel", name, "max scaled err vs twin", scaled_err(gy, y));
+        if (!acc && M <= 64) {
+            std::vector<float> yb(static_cast<size_t>(M * N));
+            gemv_params g;
+            g.x = x.data();
+            g.ldx = K;
+            g.w = wq.data();
+            g.wfmt = weight_format::fp8_e4m3;
+            g.w_scale = ws.data();
+            g.y = yb.data();
+            g.ldy = N;
+            g.n_tokens = M;
+            g.n = N;
+            g.k = K;
+            gemv_ref(g);
+            R.add("kernel", name + " vs bf16 activations", "NMSE (activation quantization)", nmse(gy, yb),
+                  e4 ? 2e-3 : 1e-2);
+            R.add("kernel", name + " vs bf16 activations", "cosine", cosine(gy, yb), e4 ? 0.999 : 0.995,
+                  false);
+        }
+    });
+}
+
 void test_argmax(runner &R, int64_t rows, int64_t V) {
     const std::string name = shape_name("argmax", {{"rows", rows}, {"V", V}}, "ties, NaN");
     R.run("kernel", name, [&] {
@@ -851,7 +1007,7 @@ void test_fill_random(runner &R, int64_t n) {
     });
 }
 
-void run_kernel_tests(runner &R) {
+void run_kernel_tests(runner &R, int cc_major) {
     const auto bf = weight_format::bf16, f8 = weight_format::fp8_e4m3;
     test_fill_random(R, 1 << 20);
     test_embedding(R, 7, 1000, 40);
@@ -893,6 +1049,12 @@ void run_kernel_tests(runner &R) {
     }
     test_fp8_quantize(R, 64, 2560);
     test_fp8_dequantize(R, 33, 100);
+    for (auto f : {fp8_format::e4m3, fp8_format::e5m2}) {
+        test_act_quantize(R, 6, 2560, 2560, f); // 16-byte path
+        test_act_quantize(R, 7, 100, 104, f);   // k not a multiple of 8: element path
+        test_act_quantize(R, 9, 40, 48, f);     // k not a multiple of 16, padded rows
+    }
+    test_act_quantize(R, 300, 1024, 1024, fp8_format::e4m3);
     for (auto f : {bf, f8}) {
         test_moe_gemv(R, f, 1, 2560, 8, 6, 1536);
         test_moe_gemv(R, f, 3, 40, 6, 3, 24);
@@ -919,6 +1081,14 @@ void run_kernel_tests(runner &R) {
         test_gemm_lt(R, ctx, 64, 256, 512, false);
         test_gemm_lt(R, ctx, 100, 384, 1024, true);
         test_gemm_lt(R, ctx, 17, 1000, 64, false);
+        const auto e4 = fp8_format::e4m3, e5 = fp8_format::e5m2;
+        test_gemm_lt_fp8(R, ctx, cc_major, 9, 2560, 1024, false, e4);
+        test_gemm_lt_fp8(R, ctx, cc_major, 64, 1024, 3072, true, e4);
+        test_gemm_lt_fp8(R, ctx, cc_major, 300, 2560, 1024, true, e4);
+        test_gemm_lt_fp8(R, ctx, cc_major, 17, 1008, 48, false, e4);
+        test_gemm_lt_fp8(R, ctx, cc_major, 64, 2560, 1024, false, e5);
+        test_gemm_lt_fp8(R, ctx, cc_major, 300, 1024, 3072, false, e5);
+        test_gemm_lt_fp8(R, ctx, cc_major, 9, 1024, 3072, true, e5);
         destroy_gemm_lt_context(ctx);
     }
     test_argmax(R, 3, 103424);
@@ -935,11 +1105,21 @@ std::vector<int32_t> read_prompt(const std::filesystem::path &dir) {
     return j["prompt_ids"].get<std::vector<int32_t>>();
 }
 
+// The token counts of logits_prefill's steps (the twin model needs them: FP8 activations are
+// quantized only in steps of more than cuda_gemv_max_tokens tokens).
+constexpr int32_t k_prefill_split = 10;
+std::vector<int64_t> prefill_steps(int64_t T) {
+    const int64_t split = std::min<int64_t>(k_prefill_split, T);
+    std::vector<int64_t> steps{split};
+    if (T > split) steps.push_back(T - split);
+    return steps;
+}
+
 // Prefill in two chunks through a non-contiguous block table (as the CPU reference test).
 std::vector<float> logits_prefill(backend &be, const std::vector<int32_t> &prompt, routing_record *first_chunk_routing = nullptr) {
     auto s = be.init_kv_cache({16, 4});
     if (!s) throw test_failure(s.message());
-    const int32_t T = int32_t(prompt.size()), split = std::min<int32_t>(10, T);
+    const int32_t T = int32_t(prompt.size()), split = std::min<int32_t>(k_prefill_split, T);
     std::vector<float> logits;
     batch b;
     b.seqs.resize(1);
@@ -1027,31 +1207,45 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             R.add("model", mname + " cpu", "NMSE vs HF", nmse(cpu, golden), 1e-6);
         });
         if (!ready || cpu.empty()) continue;
-        for (auto prec : {weight_precision::bf16, weight_precision::fp8}) {
+        struct variant {
+            weight_precision prec;
+            activation_format act; // of prefill-sized FP8 linears (the backend's default: e4m3)
+            bool decode;           // also the token-by-token decode (BF16 activations whatever act says)
+        };
+        for (const variant v : {variant{weight_precision::bf16, activation_format::e4m3, true},
+                                variant{weight_precision::fp8, activation_format::e4m3, true},
+                                variant{weight_precision::fp8, activation_format::e5m2, false}}) {
+            const weight_precision prec = v.prec;
             const bool fp8 = prec == weight_precision::fp8;
-            const std::string pn = mname + (fp8 ? " fp8" : " bf16");
+            const std::string pn =
+                mname + (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" : " bf16");
             // Against the twin model (the same numerics on the CPU) the GPU must agree closely;
-            // against HF the limit is what BF16 activations / FP8 weights cost on these tiny
-            // random models (the twin model measures the same figures without a GPU).
-            // FP8 prefill dequantizes weights to BF16 for cuBLASLt (one more rounding than the
-            // twin model's exact e4m3 × scale), hence its looser twin limit.
-            const double hf_limit = fp8 ? 0.1 : 5e-3, twin_limit = 1e-4, twin_limit_prefill = fp8 ? 2e-3 : 1e-4;
+            // against HF the limit is what BF16 activations / FP8 weights and activations cost on
+            // these tiny random models (the twin model measures the same figures without a GPU).
+            // FP8 prefill linears whose shape cuBLASLt's FP8 GEMM cannot take (k or n not a
+            // multiple of 16: many in these tiny models) dequantize weights to BF16 for cuBLASLt (one more
+            // rounding than the twin model's exact e4m3 × scale), and a quantized activation can
+            // land on the other side of a rounding boundary than the twin's (one FP8 step), hence
+            // the looser twin limit of FP8 prefill. E5M2 activations (two mantissa bits) cost the
+            // most: the twin model measures 0.03–0.1 against HF on these models (E4M3: ≤ 0.042).
+            const double hf_limit = !fp8 ? 5e-3 : v.act == activation_format::e5m2 ? 0.2 : 0.1;
+            const double twin_limit = 1e-4, twin_limit_prefill = fp8 ? 2e-3 : 1e-4;
             R.run("model", pn, [&] {
-                std::vector<float> twin;
-                {
+                auto twin_of = [&](const twin_options &to) {
                     auto cfg = load_model_config(dir);
                     auto store = weight_store::open_dir(dir);
                     if (!cfg || !store) throw test_failure(!cfg ? cfg.message() : store.message());
                     auto bound = bind_model_tensors(*cfg, **store);
                     if (!bound) throw test_failure(bound.message());
-                    auto tw = twin_forward_logits(*cfg, *bound, prompt, prec);
+                    auto tw = twin_forward_logits(*cfg, *bound, prompt, prec, to);
                     if (!tw) throw test_failure(tw.message());
-                    twin = std::move(*tw);
-                }
+                    return std::move(*tw);
+                };
                 model_load_params lp;
                 lp.need_tokenizer = false;
                 lp.kind = backend_kind::cuda;
                 lp.precision = prec;
+                lp.activations = v.act;
                 auto m = load_model(dir, lp);
                 if (!m) throw test_failure(m.message());
                 backend &be = *(*m)->be;
@@ -1060,12 +1254,28 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " load", "weights: |estimate − allocated| / allocated", std::abs(est - got) / got, 0.0);
                 routing_record rr;
                 const auto pre = logits_prefill(be, prompt, &rr);
+                // The twin of the prefill uses the activations the backend used (a refused FP8
+                // GEMM falls back to BF16 activations: reported here, and as a failed kernel row).
+                const cuda_backend *cb = linked_cuda_module().as_cuda_backend(&be);
+                if (!cb) throw test_failure("the loaded backend is not the CUDA backend");
+                twin_options tp;
+                tp.activations = cb->activations();
+                tp.steps = prefill_steps(int64_t(prompt.size()));
+                if (fp8)
+                    R.info("model", pn + " prefill",
+                           std::string("activations in effect: ") + activation_format_name(tp.activations),
+                           0.0, cb->activation_note().empty() ? "info" : cb->activation_note());
+                const auto twin = twin_of(tp);
                 R.add("model", pn + " prefill", "NMSE vs twin model", nmse(pre, twin), twin_limit_prefill);
                 R.add("model", pn + " prefill", "NMSE vs HF", nmse(pre, golden), hf_limit);
                 R.info("model", pn + " prefill", "NMSE vs CPU backend", nmse(pre, cpu));
                 R.info("model", pn + " prefill", "top-1 agreement with HF", top1_agreement(pre, golden, V));
+                if (!v.decode) return;
+                twin_options td; // decode steps of one token: BF16 activations everywhere
+                td.activations = activation_format::bf16;
+                const auto twin_dec = twin_of(td);
                 const auto dec = logits_decode(be, prompt);
-                R.add("model", pn + " decode", "NMSE vs twin model", nmse(dec, twin), twin_limit);
+                R.add("model", pn + " decode", "NMSE vs twin model", nmse(dec, twin_dec), twin_limit);
                 R.add("model", pn + " decode", "NMSE vs HF", nmse(dec, golden), hf_limit);
                 R.info("model", pn + " decode", "top-1 agreement with HF", top1_agreement(dec, golden, V));
                 if (!cpu_routing.ids.empty()) {
@@ -1103,7 +1313,7 @@ selftest_report run_cuda_selftest(const selftest_options &o) {
     rep.device = dev->name + " (compute capability " + cc + ", " + std::to_string(dev->n_sm) + " SMs, " +
                  std::to_string(dev->total_bytes >> 30) + " GiB)";
     runner R(o, rep);
-    if (o.kernels) run_kernel_tests(R);
+    if (o.kernels) run_kernel_tests(R, dev->cc_major);
     if (o.models && !o.data_dir.empty()) run_model_tests(R, o.data_dir);
     return rep;
 }

@@ -1,13 +1,16 @@
 // twin_forward_logits (see cuda_twin_model.h): the layer sequence of cuda_backend.cpp's
 // enqueue(), each step a kernel twin on host buffers. Weights are laid out as the backend lays
-// them out (q|k|v and gate|up concatenated, experts stacked), FP8 through fp8_quantize_ref.
+// them out (q|k|v and gate|up concatenated, experts stacked), FP8 through fp8_quantize_ref; the
+// tokens of prefill-sized steps go into FP8 linears through act_quantize_ref and gemm_lt_fp8_ref.
 #include "cuda_twin_model.h"
 
 #include "dtype.h"
 
+#include "act_quantize.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
 #include "fp8_quantize.cuh"
+#include "gemm_lt.cuh"
 #include "gemv.cuh"
 #include "moe_down_gemv.cuh"
 #include "moe_gate_up_gemv.cuh"
@@ -16,6 +19,7 @@
 #include "rope_kv.cuh"
 #include "silu_mul.cuh"
 
+#include <algorithm>
 #include <cmath>
 
 namespace es {
@@ -67,7 +71,15 @@ twin_lin make_lin(const std::vector<const tensor_view *> &parts, int64_t k, weig
     return L;
 }
 
-void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vector<float> &y, bool acc) {
+// How the backend feeds FP8 linears: per token, quantized activations (quant[t]) or BF16.
+struct act_plan {
+    fp8_format fmt = fp8_format::e4m3;
+    bool any = false;
+    std::vector<char> quant; // [T]
+};
+
+void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vector<float> &y, bool acc,
+            const act_plan &ap = {}) {
     if (!acc) y.assign(static_cast<size_t>(T * L.n), 0.0f);
     gemv_params p;
     p.x = x.data();
@@ -81,16 +93,79 @@ void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vec
     p.n = L.n;
     p.k = L.k;
     p.accumulate = acc;
-    gemv_ref(p);
+    if (L.fmt != weight_format::fp8_e4m3 || !ap.any || !gemm_lt_fp8_dims_ok(L.n, L.k)) {
+        gemv_ref(p);
+        return;
+    }
+    // act_quantize then gemm_lt's FP8 product for the quantized tokens, gemv for the others,
+    // in runs of consecutive tokens.
+    std::vector<fp8_t> q(static_cast<size_t>(T * L.k));
+    std::vector<float> qs(static_cast<size_t>(T));
+    act_quantize_params aq;
+    aq.x = x.data();
+    aq.ldx = L.k;
+    aq.q = q.data();
+    aq.scale = qs.data();
+    aq.m = T;
+    aq.k = L.k;
+    aq.fmt = ap.fmt;
+    act_quantize_ref(aq);
+    for (int64_t t0 = 0; t0 < T;) {
+        int64_t t1 = t0 + 1;
+        while (t1 < T && ap.quant[t1] == ap.quant[t0]) ++t1;
+        if (ap.quant[t0]) {
+            gemm_lt_fp8_params g;
+            g.a = q.data() + t0 * L.k;
+            g.lda = L.k;
+            g.a_scale = qs.data() + t0;
+            g.a_fmt = ap.fmt;
+            g.w = L.q.data();
+            g.ldw = L.k;
+            g.w_scale = L.s.data();
+            g.y = y.data() + t0 * L.n;
+            g.ldy = L.n;
+            g.m = t1 - t0;
+            g.n = L.n;
+            g.k = L.k;
+            g.accumulate = acc;
+            gemm_lt_fp8_ref(g);
+        } else {
+            gemv_params r = p;
+            r.x = x.data() + t0 * L.k;
+            r.y = y.data() + t0 * L.n;
+            r.n_tokens = t1 - t0;
+            gemv_ref(r);
+        }
+        t0 = t1;
+    }
 }
 
 } // namespace
 
 result<std::vector<float>> twin_forward_logits(const model_config &c, const model_tensors &t,
-                                               const std::vector<int32_t> &tokens, weight_precision precision) {
+                                               const std::vector<int32_t> &tokens, weight_precision precision,
+                                               const twin_options &o) {
     return catch_errors([&]() -> std::vector<float> {
         const weight_format fmt = precision == weight_precision::fp8 ? weight_format::fp8_e4m3 : weight_format::bf16;
         const int64_t T = int64_t(tokens.size()), H = c.n_embd, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
+        // Which tokens reach FP8 linears quantized: those of steps above the GEMV threshold.
+        act_plan aplan;
+        aplan.fmt = o.activations == activation_format::e5m2 ? fp8_format::e5m2 : fp8_format::e4m3;
+        aplan.quant.assign(static_cast<size_t>(T), 0);
+        {
+            std::vector<int64_t> steps = o.steps.empty() ? std::vector<int64_t>{T} : o.steps;
+            int64_t start = 0;
+            for (int64_t n : steps) {
+                if (n <= 0 || start + n > T)
+                    throw load_error("twin model: the steps do not add up to the tokens");
+                if (n > cuda_gemv_max_tokens && o.activations != activation_format::bf16)
+                    std::fill(aplan.quant.begin() + start, aplan.quant.begin() + start + n, char(1));
+                start += n;
+            }
+            if (start != T) throw load_error("twin model: the steps do not add up to the tokens");
+            aplan.any = fmt == weight_format::fp8_e4m3 &&
+                        std::find(aplan.quant.begin(), aplan.quant.end(), 1) != aplan.quant.end();
+        }
         const int64_t bs = 16, n_blocks = (T + bs - 1) / bs, K = c.n_expert_used;
         const float eps = float(c.rms_eps);
 
@@ -121,7 +196,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             nrm.n_embd = H;
             nrm.eps = eps;
             rms_norm_ref(nrm);
-            linear(make_lin({L.wq, L.wk, L.wv}, H, fmt), xn, T, qkv, false);
+            linear(make_lin({L.wq, L.wk, L.wv}, H, fmt), xn, T, qkv, false, aplan);
             rope_kv_params rp;
             rp.qkv = qkv.data();
             rp.pos = pos.data();
@@ -156,15 +231,15 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             ap.block_size = bs;
             ap.scale = 1.0f / std::sqrt(float(hd));
             attention_ref(ap);
-            linear(make_lin({L.wo}, qd, fmt), attn, T, x, true);
+            linear(make_lin({L.wo}, qd, fmt), attn, T, x, true, aplan);
 
             nrm.weight = ffn_norm.data();
             rms_norm_ref(nrm);
             auto swiglu = [&](const tensor_view *g, const tensor_view *u, const tensor_view *d, int64_t F) {
-                linear(make_lin({g, u}, H, fmt), xn, T, gu, false);
+                linear(make_lin({g, u}, H, fmt), xn, T, gu, false, aplan);
                 act.assign(static_cast<size_t>(T * F), 0);
                 silu_mul_ref({gu.data(), act.data(), T, F});
-                linear(make_lin({d}, F, fmt), act, T, x, true);
+                linear(make_lin({d}, F, fmt), act, T, x, true, aplan);
             };
             if (!L.is_moe) {
                 swiglu(L.ffn_gate, L.ffn_up, L.ffn_down, c.n_ff);

@@ -1,6 +1,7 @@
 // The CUDA backend's forward pass emulated on the CPU with the kernels' CPU twins (kernels/*.cpp):
-// the same BF16 roundings of activations, the same FP8 quantization of weights, the decode-path
-// kernels (gemv, moe_gate_up_gemv, moe_down_gemv) for every linear. Plain C++ (builds without a
+// the same BF16 roundings of activations, the same FP8 quantization of weights (and, in
+// prefill-sized steps, of the activations into FP8 linears), the decode-path kernels (gemv,
+// moe_gate_up_gemv, moe_down_gemv) for every other linear. Plain C++ (builds without a
 // CUDA toolkit), slow (plain loops): for the tiny reference checkpoints in tests and the
 // self-test, where it separates "the GPU computes what we meant" (GPU vs twin, tight) from "what
 // we meant is close to HF" (twin vs HF, bounded by BF16/FP8 precision).
@@ -14,8 +15,25 @@
 
 namespace es {
 
+// Steps of more than this many tokens take the CUDA backend's GEMM path (cuBLASLt), where FP8
+// linears quantize their activations per token; fewer take the GEMV kernels with BF16
+// activations. The backend's threshold, shared with the twin.
+inline constexpr int64_t cuda_gemv_max_tokens = 8;
+
+struct twin_options {
+    // Activations of FP8 linears in steps of more than cuda_gemv_max_tokens tokens, as the CUDA
+    // backend uses them (cuda_backend::activations()): quantized per token exactly as
+    // act_quantize does, then gemm_lt's FP8 product (linears whose shape cuBLASLt's FP8 rules
+    // reject, gemm_lt_fp8_dims_ok, keep BF16 activations, as in the backend); bf16: never.
+    activation_format activations = activation_format::e4m3;
+    // Token counts of the forward steps the sequence is fed in (they sum to tokens.size());
+    // empty: one step of every token. Only whether a token's step exceeds the threshold matters.
+    std::vector<int64_t> steps;
+};
+
 // Logits [tokens.size(), n_vocab] of one sequence starting at position 0.
 result<std::vector<float>> twin_forward_logits(const model_config &cfg, const model_tensors &t,
-                                               const std::vector<int32_t> &tokens, weight_precision precision);
+                                               const std::vector<int32_t> &tokens, weight_precision precision,
+                                               const twin_options &o = {});
 
 } // namespace es

@@ -32,6 +32,7 @@ result<const es_cuda_module_v1 *> cuda_table_for(const model_load_params &p, std
 cuda_backend_params cuda_params_from(const model_load_params &p, const std::function<void(float)> &progress) {
     cuda_backend_params cp;
     cp.precision = p.precision;
+    cp.activations = p.activations;
     cp.on_progress = progress;
     return cp;
 }

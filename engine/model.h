@@ -25,9 +25,19 @@ enum class backend_kind { cpu, cuda, automatic };
 // load; embeddings, norms and the head stay BF16, the router fp32.
 enum class weight_precision { bf16, fp8 };
 
+// The activations into FP8 linears of prefill-sized steps (more than 8 tokens) on the CUDA
+// backend: quantized per token (one fp32 scale per token) to FP8 E4M3 or E5M2 for cuBLASLt's FP8
+// GEMM, or kept BF16 (the FP8 weights then dequantized to BF16 for a BF16 GEMM, every step).
+// Decode-sized steps (GEMV kernels) always take BF16 activations; BF16 weights ignore this.
+enum class activation_format { e4m3, e5m2, bf16 };
+inline const char *activation_format_name(activation_format f) {
+    return f == activation_format::e4m3 ? "e4m3" : f == activation_format::e5m2 ? "e5m2" : "bf16";
+}
+
 struct model_load_params {
     backend_kind kind = backend_kind::cpu;
     weight_precision precision = weight_precision::bf16;
+    activation_format activations = activation_format::e4m3; // CUDA, FP8 weights only (see above)
     // The CPU backend keeps the checkpoint's exact values unless asked to emulate `precision`
     // (weights rounded as the GPU stores them; see cpu_weight_rounding).
     bool emulate_precision_on_cpu = false;

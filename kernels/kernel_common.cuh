@@ -1,5 +1,5 @@
-// Device helpers shared by the .cu files: BF16/FP8 widening from raw bits, warp reductions, and
-// the launch-check idiom. Included by device code only (never by plain C++).
+// Device helpers shared by the .cu files: BF16/FP8 widening and narrowing of raw bits, warp
+// reductions, and the launch-check idiom. Included by device code only (never by plain C++).
 #pragma once
 
 #include "kernel_common.h"
@@ -29,6 +29,17 @@ __device__ __forceinline__ float2 fp8x2_to_f2(uint32_t v16) {
 }
 __device__ __forceinline__ uint8_t f_to_fp8(float f) {
     return uint8_t(__nv_cvt_float_to_fp8(f, __NV_SATFINITE, __NV_E4M3));
+}
+// Either FP8 encoding (kernel_common.h's fp8_format), saturating, round to nearest even: the
+// host's float_to_fp8(f, F) bit for bit. The pair form packs a in the low byte, b in the high.
+template <fp8_format F>
+__device__ __forceinline__ uint8_t f_to_fp8_as(float f) {
+    return uint8_t(__nv_cvt_float_to_fp8(f, __NV_SATFINITE, F == fp8_format::e4m3 ? __NV_E4M3 : __NV_E5M2));
+}
+template <fp8_format F>
+__device__ __forceinline__ uint32_t f2_to_fp8x2_as(float a, float b) {
+    return uint32_t(__nv_cvt_float2_to_fp8x2(make_float2(a, b), __NV_SATFINITE,
+                                             F == fp8_format::e4m3 ? __NV_E4M3 : __NV_E5M2));
 }
 
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,8 +1,8 @@
 // Types shared by every kernel's params struct and CPU twin, and the host-side element
-// conversions the twins use (BF16 round-to-nearest-even, FP8 E4M3 with saturation to ±448, as
-// the device's __nv_cvt_float_to_fp8(…, __NV_SATFINITE, __NV_E4M3)). Plain C++: it compiles
-// without a CUDA toolkit, so the twins and their tests build everywhere. Launchers are declared
-// only where ES_KERNELS_WITH_CUDA is defined (targets that link es_kernels).
+// conversions the twins use (BF16 round-to-nearest-even; FP8 E4M3 with saturation to ±448 and
+// E5M2 with saturation to ±57344, as the device's __nv_cvt_float_to_fp8(…, __NV_SATFINITE, …)). Plain C++: it
+// compiles without a CUDA toolkit, so the twins and their tests build everywhere. Launchers are declared only
+// where ES_KERNELS_WITH_CUDA is defined (targets that link es_kernels).
 #pragma once
 
 #include <cmath>
@@ -17,11 +17,17 @@
 namespace es {
 
 using bf16_t = uint16_t; // raw BF16 bits (device code reinterprets as __nv_bfloat16)
-using fp8_t = uint8_t;   // raw FP8 E4M3 bits
+using fp8_t = uint8_t;   // raw FP8 bits (E4M3 unless a format says otherwise)
 
 enum class weight_format : uint8_t { bf16, fp8_e4m3 };
+// The two FP8 encodings of activations (weights are always E4M3).
+enum class fp8_format : uint8_t { e4m3, e5m2 };
 
 inline constexpr float fp8_e4m3_max = 448.0f;
+inline constexpr float fp8_e5m2_max = 57344.0f;
+inline constexpr float fp8_format_max(fp8_format f) {
+    return f == fp8_format::e4m3 ? fp8_e4m3_max : fp8_e5m2_max;
+}
 
 inline float bf16_bits_to_float(bf16_t h) {
     const uint32_t u = uint32_t(h) << 16;
@@ -71,6 +77,50 @@ inline fp8_t float_to_fp8_e4m3(float f) {
     }
     if (exp > 8 || (exp == 8 && m == 7)) return fp8_t(sign | 0x7e);
     return fp8_t(sign | ((exp + 7) << 3) | m);
+}
+
+// E5M2 (bias 15, IEEE-like: S.11111.00 is ±infinity, S.11111.xx NaN, max finite 57344,
+// subnormals m · 2^-16).
+inline float fp8_e5m2_to_float(fp8_t v) {
+    const int sign = v & 0x80, exp = (v >> 2) & 0x1f, man = v & 3;
+    float r;
+    if (exp == 0x1f)
+        r = man ? NAN : INFINITY;
+    else if (exp == 0)
+        r = std::ldexp(float(man), -16);
+    else
+        r = std::ldexp(1.0f + float(man) / 4.0f, exp - 15);
+    return sign ? -r : r;
+}
+
+// Round to nearest even; finite values and infinities saturate to ±57344 (SATFINITE: no
+// infinity is produced); NaN → 0x7f, the canonical NaN of the device's conversion.
+inline fp8_t float_to_fp8_e5m2(float f) {
+    if (std::isnan(f)) return fp8_t(0x7f);
+    const fp8_t sign = std::signbit(f) ? 0x80 : 0x00;
+    const float a = std::fabs(f);
+    if (a >= 61440.0f) return fp8_t(sign | 0x7b); // 57344 + half an ulp: a tie rounds to 65536, out of range
+    if (a < 0x1p-14f) {                           // below the smallest normal: subnormal steps of 2^-16
+        const int m = int(std::nearbyint(a * 65536.0f)); // m == 4 is the smallest normal
+        return fp8_t(sign | m);
+    }
+    int e = 0;
+    std::frexp(a, &e);
+    int exp = e - 1; // a = 1.m · 2^exp, exp in [-14, 15]
+    int m = int(std::nearbyint((std::ldexp(a, -exp) - 1.0f) * 4.0f));
+    if (m == 4) {
+        m = 0;
+        ++exp;
+    }
+    if (exp > 15) return fp8_t(sign | 0x7b);
+    return fp8_t(sign | ((exp + 15) << 2) | m);
+}
+
+inline float fp8_to_float(fp8_t v, fp8_format f) {
+    return f == fp8_format::e4m3 ? fp8_e4m3_to_float(v) : fp8_e5m2_to_float(v);
+}
+inline fp8_t float_to_fp8(float x, fp8_format f) {
+    return f == fp8_format::e4m3 ? float_to_fp8_e4m3(x) : float_to_fp8_e5m2(x);
 }
 
 // Element of a weight matrix in either format, widened to fp32 (no scale applied).

@@ -9,6 +9,7 @@
 #include "npy.h"
 #include "safetensors.h"
 
+#include "act_quantize.cuh"
 #include "argmax.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
@@ -67,6 +68,12 @@ private slots:
     void fp8Rounding_data();
     void fp8Rounding();
     void bf16Rounding();
+    void fp8E5m2RoundTrip();
+    void fp8E5m2Rounding_data();
+    void fp8E5m2Rounding();
+    void fp8NearestCode();
+    void actQuantizeRows();
+    void gemmLtFp8();
     void rmsNorm();
     void ropeKeepsNorms();
     void attentionOneKey();
@@ -81,6 +88,7 @@ private slots:
     void fp8QuantizeRows();
     void twinModel_data();
     void twinModel();
+    void twinModelActivationSteps();
 };
 
 void TestKernelTwins::fp8RoundTrip() {
@@ -119,6 +127,169 @@ void TestKernelTwins::bf16Rounding() {
     // 1 + 2^-8 is halfway between 1 and 1 + 2^-7: ties to even (1.0).
     QCOMPARE(es::float_to_bf16_bits(1.0f + std::ldexp(1.0f, -8)), es::bf16_t(0x3f80));
     QCOMPARE(es::float_to_bf16_bits(1.0f + 3 * std::ldexp(1.0f, -8)), es::bf16_t(0x3f82));
+}
+
+void TestKernelTwins::fp8E5m2RoundTrip() {
+    for (int c = 0; c < 256; ++c) {
+        if (((c >> 2) & 0x1f) == 0x1f) continue; // infinities and NaNs
+        const float v = es::fp8_e5m2_to_float(es::fp8_t(c));
+        QCOMPARE(int(es::float_to_fp8_e5m2(v)), c);
+        QCOMPARE(int(es::float_to_fp8(v, es::fp8_format::e5m2)), c);
+    }
+    QCOMPARE(es::fp8_e5m2_to_float(0x7b), 57344.0f);
+    QCOMPARE(es::fp8_e5m2_to_float(0x04), std::ldexp(1.0f, -14));
+    QCOMPARE(es::fp8_e5m2_to_float(0x01), std::ldexp(1.0f, -16));
+    QCOMPARE(es::fp8_e5m2_to_float(0xfc), -INFINITY);
+    QVERIFY(std::isnan(es::fp8_e5m2_to_float(0x7d)));
+    QCOMPARE(es::fp8_format_max(es::fp8_format::e5m2), 57344.0f);
+}
+
+void TestKernelTwins::fp8E5m2Rounding_data() {
+    QTest::addColumn<float>("in");
+    QTest::addColumn<int>("code");
+    QTest::newRow("saturate +") << 70000.0f << 0x7b;
+    QTest::newRow("infinity saturates") << -INFINITY << 0xfb;
+    QTest::newRow("just below the overflow tie") << 61439.0f << 0x7b;
+    QTest::newRow("overflow tie saturates") << 61440.0f << 0x7b;
+    QTest::newRow("tie to even 1.125") << 1.125f << 0x3c; // between 1.0 (m=0) and 1.25 (m=1): even
+    QTest::newRow("tie to even 1.375") << 1.375f << 0x3e; // between 1.25 (m=1) and 1.5 (m=2): even
+    QTest::newRow("above the tie") << 1.126f << 0x3d;
+    QTest::newRow("subnormal 3·2^-17 → 2·2^-16") << 3.0f * std::ldexp(1.0f, -17) << 0x02;
+    QTest::newRow("half smallest → 0") << std::ldexp(1.0f, -17) << 0x00;
+    QTest::newRow("negative zero") << -0.0f << 0x80;
+    QTest::newRow("rounds up to min normal") << 3.6f * std::ldexp(1.0f, -16) << 0x04;
+    QTest::newRow("NaN") << NAN << 0x7f;
+}
+
+void TestKernelTwins::fp8E5m2Rounding() {
+    QFETCH(float, in);
+    QFETCH(int, code);
+    QCOMPARE(int(es::float_to_fp8_e5m2(in)), code);
+}
+
+// Both host conversions against an independent definition: the nearest finite code by search,
+// ties to the code with an even last bit, beyond the largest code + half a step saturated.
+void TestKernelTwins::fp8NearestCode() {
+    for (auto f : {es::fp8_format::e4m3, es::fp8_format::e5m2}) {
+        std::vector<std::pair<float, int>> codes; // positive finite values, ascending
+        for (int c = 0; c < 128; ++c) {
+            const float v = es::fp8_to_float(es::fp8_t(c), f);
+            if (std::isfinite(v)) codes.push_back({v, c});
+        }
+        const float top = codes.back().first, half_step = (top - codes[codes.size() - 2].first) / 2;
+        auto nearest = [&](float a) {
+            if (a >= top + half_step)
+                return codes.back().second; // saturation (the tie too: the even neighbour is out of range)
+            int best = 0;
+            for (size_t i = 1; i < codes.size(); ++i) {
+                const float d = std::fabs(codes[i].first - a), db = std::fabs(codes[best].first - a);
+                if (d < db || (d == db && (codes[i].second & 1) == 0)) best = int(i);
+            }
+            return codes[best].second;
+        };
+        std::mt19937 g(11);
+        std::uniform_real_distribution<float> e(-20.0f, 17.0f), m(1.0f, 2.0f);
+        for (int i = 0; i < 20000; ++i) {
+            // Random magnitudes over the whole range, and every third one a midpoint between codes.
+            float a = std::ldexp(m(g), int(e(g)));
+            if (i % 3 == 0) {
+                const size_t j = size_t(g() % (codes.size() - 1));
+                a = (codes[j].first + codes[j + 1].first) / 2;
+            }
+            const int want = nearest(a);
+            QCOMPARE(int(es::float_to_fp8(a, f)), want);
+            QCOMPARE(int(es::float_to_fp8(-a, f)), want | 0x80);
+        }
+    }
+}
+
+void TestKernelTwins::actQuantizeRows() {
+    for (auto f : {es::fp8_format::e4m3, es::fp8_format::e5m2}) {
+        const int64_t K = 13, ld = 16, M = 4;
+        const float fmax = es::fp8_format_max(f);
+        std::vector<es::bf16_t> x(size_t(M * ld), es::float_to_bf16_bits(NAN)); // NaN padding: never read
+        auto set = [&](int64_t r, int64_t i, float v) { x[size_t(r * ld + i)] = es::float_to_bf16_bits(v); };
+        for (int64_t i = 0; i < K; ++i) {
+            set(0, i, i % 2 ? -0.0f : 0.0f);                      // zero row: scale 1
+            set(1, i, i == 4 ? -6.0f : 0.25f * float(i % 5 - 2)); // amax 6 at a negative value
+            set(2, i, 1e-39f * float(i + 1));                     // BF16 subnormals
+            set(3, i, i == 0 ? fmax : 1.0625f + float(i));        // scale exactly 1
+        }
+        std::vector<es::fp8_t> q(size_t(M * K));
+        std::vector<float> s(static_cast<size_t>(M));
+        es::act_quantize_params p;
+        p.x = x.data();
+        p.ldx = ld;
+        p.q = q.data();
+        p.scale = s.data();
+        p.m = M;
+        p.k = K;
+        p.fmt = f;
+        es::act_quantize_ref(p);
+        QCOMPARE(s[0], 1.0f);
+        for (int64_t i = 0; i < K; ++i) QCOMPARE(int(q[size_t(i)]), i % 2 ? 0x80 : 0x00);
+        QCOMPARE(s[1], 6.0f / fmax);
+        QCOMPARE(int(q[size_t(K + 4)]), f == es::fp8_format::e4m3 ? 0xfe : 0xfb); // -amax → -max code
+        QCOMPARE(s[3], 1.0f);
+        for (int64_t r = 1; r < M; ++r) {
+            QVERIFY(s[size_t(r)] > 0.0f && std::isfinite(s[size_t(r)]));
+            const float rel = f == es::fp8_format::e4m3 ? 1.0f / 16 : 1.0f / 8; // half a mantissa step
+            const float sub = f == es::fp8_format::e4m3 ? 0x1p-10f : 0x1p-17f;  // half the subnormal step
+            for (int64_t i = 0; i < K; ++i) {
+                const float v = es::bf16_bits_to_float(x[size_t(r * ld + i)]);
+                const float back = es::fp8_to_float(q[size_t(r * K + i)], f) * s[size_t(r)];
+                QVERIFY2(std::fabs(back - v) <= std::fabs(v) * rel + sub * s[size_t(r)] * 1.0001f,
+                         qPrintable(QString("row %1 col %2: %3 → %4").arg(r).arg(i).arg(v).arg(back)));
+            }
+        }
+        // Ties at scale 1: 1.0625 + i for i = 1 is 2.0625, between 2.0 and 2.25 (E4M3): 2.0; E5M2: 2.0.
+        QCOMPARE(es::fp8_to_float(q[size_t(3 * K + 1)], f), 2.0f);
+    }
+}
+
+void TestKernelTwins::gemmLtFp8() {
+    QVERIFY(es::gemm_lt_fp8_dims_ok(16, 16));
+    QVERIFY(es::gemm_lt_fp8_dims_ok(2560, 1024));
+    QVERIFY(!es::gemm_lt_fp8_dims_ok(16, 40));
+    QVERIFY(!es::gemm_lt_fp8_dims_ok(200, 32));
+    const int64_t M = 5, N = 16, K = 32, lda = 48;
+    auto w = rand_bf16(size_t(N * K)), x = rand_bf16(size_t(M * lda));
+    std::vector<es::fp8_t> wq(w.size()), aq(size_t(M * lda));
+    std::vector<float> ws(static_cast<size_t>(N)), as(static_cast<size_t>(M));
+    es::fp8_quantize_ref({w.data(), wq.data(), ws.data(), N, K});
+    es::act_quantize_params q;
+    q.x = x.data();
+    q.ldx = lda;
+    q.q = aq.data();
+    q.scale = as.data();
+    q.m = M;
+    q.k = K;
+    q.fmt = es::fp8_format::e5m2;
+    es::act_quantize_ref(q); // dense [M, K] codes
+    std::vector<float> y(size_t(M * N), 0.5f);
+    es::gemm_lt_fp8_params p;
+    p.a = aq.data();
+    p.lda = K;
+    p.a_scale = as.data();
+    p.a_fmt = es::fp8_format::e5m2;
+    p.w = wq.data();
+    p.ldw = K;
+    p.w_scale = ws.data();
+    p.y = y.data();
+    p.ldy = N;
+    p.m = M;
+    p.n = N;
+    p.k = K;
+    p.accumulate = true;
+    es::gemm_lt_fp8_ref(p);
+    for (int64_t m = 0; m < M; ++m)
+        for (int64_t n = 0; n < N; ++n) {
+            double want = 0.5;
+            for (int64_t k = 0; k < K; ++k)
+                want += double(es::fp8_e5m2_to_float(aq[size_t(m * K + k)])) * as[size_t(m)] *
+                        double(es::fp8_e4m3_to_float(wq[size_t(n * K + k)])) * ws[size_t(n)];
+            QVERIFY(std::fabs(y[size_t(m * N + n)] - want) <= 1e-5 * (1.0 + std::fabs(want)));
+        }
 }
 
 void TestKernelTwins::rmsNorm() {
@@ -391,19 +562,26 @@ void TestKernelTwins::fp8QuantizeRows() {
 void TestKernelTwins::twinModel_data() {
     QTest::addColumn<QString>("dir");
     QTest::addColumn<bool>("fp8");
+    QTest::addColumn<int>("act"); // es::activation_format
     const QDir data(ES_TEST_DATA_DIR);
     for (const QString &name : data.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name)) {
         if (!QFile::exists(data.filePath(name + "/ref_logits.npy"))) continue;
-        QTest::newRow(qPrintable(name + " bf16")) << data.filePath(name) << false;
-        QTest::newRow(qPrintable(name + " fp8")) << data.filePath(name) << true;
+        QTest::newRow(qPrintable(name + " bf16"))
+            << data.filePath(name) << false << int(es::activation_format::bf16);
+        for (auto a : {es::activation_format::bf16, es::activation_format::e4m3, es::activation_format::e5m2})
+            QTest::newRow(qPrintable(name + " fp8 " + es::activation_format_name(a) + " act"))
+                << data.filePath(name) << true << int(a);
     }
 }
 
 // The CUDA backend's numerics, emulated, stay close to HF float32: BF16 activations cost a little
-// (NMSE ≤ 5e-3), FP8 weights more (≤ 0.1); a wrong layer order or layout would cost everything.
+// (NMSE ≤ 5e-3), FP8 weights more (≤ 0.1, with E4M3 prefill activations too), E5M2 activations
+// (two mantissa bits) more again (≤ 0.2: 0.03–0.1 on these models); a wrong layer order or layout
+// would cost everything.
 void TestKernelTwins::twinModel() {
     QFETCH(QString, dir);
     QFETCH(bool, fp8);
+    QFETCH(int, act);
     QFile f(dir + "/reference.json");
     QVERIFY(f.open(QIODevice::ReadOnly));
     std::vector<int32_t> prompt;
@@ -416,11 +594,54 @@ void TestKernelTwins::twinModel() {
     QVERIFY(store.ok());
     auto bound = es::bind_model_tensors(*cfg, **store);
     QVERIFY(bound.ok());
-    auto logits = es::twin_forward_logits(*cfg, *bound, prompt, fp8 ? es::weight_precision::fp8 : es::weight_precision::bf16);
+    es::twin_options to;
+    to.activations = es::activation_format(act);
+    auto logits = es::twin_forward_logits(*cfg, *bound, prompt,
+                                          fp8 ? es::weight_precision::fp8 : es::weight_precision::bf16, to);
     QVERIFY2(logits.ok(), logits.ok() ? "" : logits.message().c_str());
     const double e = nmse(*logits, golden->data);
-    qInfo("%s %s: twin model NMSE vs HF %.3e", qPrintable(QDir(dir).dirName()), fp8 ? "fp8" : "bf16", e);
-    QVERIFY2(e <= (fp8 ? 0.1 : 5e-3), qPrintable(QString("NMSE %1").arg(e)));
+    qInfo("%s %s (%s activations): twin model NMSE vs HF %.3e", qPrintable(QDir(dir).dirName()),
+          fp8 ? "fp8" : "bf16", es::activation_format_name(to.activations), e);
+    const double limit = !fp8 ? 5e-3 : to.activations == es::activation_format::e5m2 ? 0.2 : 0.1;
+    QVERIFY2(e <= limit, qPrintable(QString("NMSE %1").arg(e)));
+}
+
+// The twin quantizes activations only for the tokens of steps above the GEMV threshold, and only
+// in linears cuBLASLt's FP8 GEMM can take: steps of ≤ 8 tokens give exactly the BF16-activation
+// logits, a prefill-sized step changes them (on a model whose shapes fit), and bad steps are an error.
+void TestKernelTwins::twinModelActivationSteps() {
+    const QString dir = QString(ES_TEST_DATA_DIR) + "/dense";
+    QFile f(dir + "/reference.json");
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    std::vector<int32_t> prompt;
+    for (const auto v : QJsonDocument::fromJson(f.readAll()).object()["prompt_ids"].toArray())
+        prompt.push_back(v.toInt());
+    QVERIFY(prompt.size() > 2 * es::cuda_gemv_max_tokens);
+    auto cfg = es::load_model_config(dir.toStdString());
+    auto store = es::weight_store::open_dir(dir.toStdString());
+    QVERIFY(cfg.ok() && store.ok());
+    auto bound = es::bind_model_tensors(*cfg, **store);
+    QVERIFY(bound.ok());
+    auto run = [&](es::activation_format a, std::vector<int64_t> steps) {
+        es::twin_options o;
+        o.activations = a;
+        o.steps = std::move(steps);
+        return es::twin_forward_logits(*cfg, *bound, prompt, es::weight_precision::fp8, o);
+    };
+    const int64_t T = int64_t(prompt.size());
+    auto bf = run(es::activation_format::bf16, {});
+    auto small = run(es::activation_format::e4m3, std::vector<int64_t>(size_t(T), 1));
+    auto big = run(es::activation_format::e4m3, {});
+    auto mixed = run(es::activation_format::e4m3, {T - 3, 3});
+    QVERIFY(bf.ok() && small.ok() && big.ok() && mixed.ok());
+    QVERIFY(*small == *bf);
+    QVERIFY(*big != *bf);
+    // The first T − 3 tokens' logits as in one big step (causal: later tokens do not matter).
+    const size_t V = size_t(cfg->n_vocab), head = size_t(T - 3) * V;
+    QVERIFY(std::equal(mixed->begin(), mixed->begin() + long(head), big->begin()));
+    QVERIFY(!std::equal(mixed->begin() + long(head), mixed->end(), big->begin() + long(head)));
+    QVERIFY(!run(es::activation_format::e4m3, {T - 1}).ok());
+    QVERIFY(!run(es::activation_format::e4m3, {T, 0}).ok());
 }
 
 QTEST_GUILESS_MAIN(TestKernelTwins)
