@@ -876,9 +876,10 @@ void run_kernel_tests(runner &R) {
     // size 16 and 7 (key tiles crossing blocks), two sequences in one batch (a CTA whose two
     // planner tiles belong to different sequences), head_dim 64.
     const auto tc = attention_path::tensor_core;
+    const auto chunk = [](int32_t n, int32_t at) { return "prefill " + std::to_string(n) + " at " + std::to_string(at); };
     for (int32_t n : {1, 15, 16, 17, 64, 200, 700})
-        for (int32_t at : {0, 37}) test_attention(R, 16, 2, 128, {{at, n}}, "prefill " + std::to_string(n) + " at " + std::to_string(at), 1, 16, tc);
-    for (int32_t n : {1, 17, 200, 700}) test_attention(R, 20, 4, 128, {{37, n}}, "prefill " + std::to_string(n) + " at 37", 1, 16, tc);
+        for (int32_t at : {0, 37}) test_attention(R, 16, 2, 128, {{at, n}}, chunk(n, at), 1, 16, tc);
+    for (int32_t n : {1, 17, 200, 700}) test_attention(R, 20, 4, 128, {{37, n}}, chunk(n, 37), 1, 16, tc);
     test_attention(R, 20, 4, 128, {{0, 64}}, "prefill 64 at 0", 1, 16, tc);
     test_attention(R, 16, 2, 128, {{37, 200}}, "prefill 200 at 37", 1, 7, tc);
     test_attention(R, 20, 4, 128, {{0, 700}}, "prefill 700 at 0", 1, 7, tc);

@@ -240,11 +240,11 @@ cudaError_t launch_dpl(const attention_params &p, cudaStream_t stream) {
 // tokens relying on L2, this reads each K/V tile into shared memory once for 8 heads).
 // Tiles of one CTA that belong to different sequences are run as separate passes (rows of the
 // other sequence idle); in a prefill chunk both tiles are of the same sequence.
-// Per pass: Q rows → shared (cp.async, zero for padding) → registers (ldmatrix, kept for the
-// pass); KV tiles of 64 keys, [0, max pos + 1) of the pass (tiles above the last row's diagonal
-// are never loaded), double-buffered with cp.async, each key's slot through the block table
-// (block_size any ≥ 1; keys past the end are zero-filled). Per KV tile and warp: S = Q·Kᵀ (16 × 64,
-// ldmatrix of K), scores × scale·log2e, masked (key > the row's own pos → −inf) only when the
+// Per pass: Q rows → shared once (cp.async, zero for padding; ldmatrix per 16-wide d step, which
+// keeps the kernel within 255 registers without spills); KV tiles of 64 keys, [0, max pos + 1) of the pass
+// (tiles above the last row's diagonal are never loaded), double-buffered with cp.async, each key's slot
+// through the block table (block_size any ≥ 1; keys past the end are zero-filled). Per KV tile and warp: S =
+// Q·Kᵀ (16 × 64, ldmatrix of K), scores × scale·log2e, masked (key > the row's own pos → −inf) only when the
 // tile reaches past the warp's lowest position, online softmax in fp32 (running max m and
 // thread-partial sum l, rescale by 2^(m_old − m_new)), P rounded to BF16 as the A operand of
 // O += P·V (ldmatrix.trans of V). A warp skips tiles that start past its rows' highest position.
@@ -309,8 +309,9 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
     pdl_enter();
     static_assert(HD % 16 == 0 && (k_tc_rows * HD / 8) % k_tc_threads == 0 &&
                   (k_tc_keys * HD / 8) % k_tc_threads == 0);
-    constexpr int LD =
-        HD + 8; // shared row stride in elements: rows 16 bytes apart in banks (ldmatrix conflict-free)
+    // Shared row stride in elements: consecutive rows 16 bytes apart in the banks, so the 8 rows of
+    // an ldmatrix matrix hit distinct banks.
+    constexpr int LD = HD + 8;
     constexpr int CH = HD / 8; // 16-byte chunks per row
     extern __shared__ __align__(16) unsigned char smem_raw[];
     uint16_t *const qs = reinterpret_cast<uint16_t *>(smem_raw); // [k_tc_rows][LD]
@@ -379,8 +380,8 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
         int top = -1;
 #pragma unroll
         for (int w = 0; w < k_tc_warps; ++w) top = max(top, warp_top[w]);
-        const int kv_len = top + 1,
-                  n_kt = (kv_len + k_tc_keys - 1) / k_tc_keys; // top ≥ 0: a tile has ≥ 1 token
+        // top ≥ 0 (a tile has ≥ 1 token); keys past the pass's highest position are never loaded.
+        const int kv_len = top + 1, n_kt = (kv_len + k_tc_keys - 1) / k_tc_keys;
 
         auto load_kv = [&](int kt, int stage) {
             uint16_t *kd = ks + stage * k_tc_keys * LD, *vd = vs + stage * k_tc_keys * LD;
@@ -407,23 +408,25 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
         for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
 
         for (int kt = 0; kt < n_kt; ++kt) {
-            if (kt + 1 < n_kt)
-                load_kv(kt + 1, (kt + 1) & 1); // that stage was freed by the sync ending kt − 1
-            cp_async_commit();                 // (possibly empty) group kt + 1
-            cp_async_wait<1>();                // group kt (and Q) landed for this thread …
-            __syncthreads();                   // … and for every thread
+            // Tile kt + 1 into the stage that the sync ending iteration kt − 1 freed; the group is
+            // committed even when empty, so wait_group 1 always means "tile kt (and Q) landed".
+            if (kt + 1 < n_kt) load_kv(kt + 1, (kt + 1) & 1);
+            cp_async_commit();
+            cp_async_wait<1>(); // this thread's copies of tile kt …
+            __syncthreads();    // … and every thread's
             const int k0 = kt * k_tc_keys;
             if (k0 <= w_top) { // warp-uniform: some row of this warp sees a key of this tile
                 const uint16_t *kst = ks + (kt & 1) * k_tc_keys * LD, *vst = vs + (kt & 1) * k_tc_keys * LD;
-                // S = Q·Kᵀ: s[n] is keys k0 + 8n … + 7; matrices (keys +0, d +0), (+0, +8), (+8, +0), (+8,
-                // +8).
+                // S = Q·Kᵀ: s[n] is keys k0 + 8n … + 7. K by ldmatrix, matrices (keys +0, d +0),
+                // (+0, +8), (+8, +0), (+8, +8): b0, b1 of n-tile 2·n2, then of 2·n2 + 1.
                 float s[k_tc_keys / 8][4];
 #pragma unroll
                 for (int n = 0; n < k_tc_keys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
 #pragma unroll
                 for (int kk = 0; kk < HD / 16; ++kk) {
-                    uint32_t qf[4]; // Q rows warp·16 … + 15, d 16·kk … + 15: matrices (rows +0, d +0), (+8,
-                                    // +0), (+0, +8), (+8, +8)
+                    // A: Q rows warp·16 … + 15, d 16·kk … + 15; matrices (rows +0, d +0), (+8, +0),
+                    // (+0, +8), (+8, +8) are a0 … a3.
+                    uint32_t qf[4];
                     ldsm_x4(qf,
                             qs + (warp * 16 + (lm_mat & 1) * 8 + lm_row) * LD + kk * 16 + (lm_mat >> 1) * 8);
 #pragma unroll
@@ -445,10 +448,7 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
                         float v = s[n][e] * scale_log2;
                         if (masked && k0 + 8 * n + 2 * tig + (e & 1) > (e < 2 ? pr0 : pr1)) v = -INFINITY;
                         s[n][e] = v;
-                        if (e < 2)
-                            mx0 = fmaxf(mx0, v);
-                        else
-                            mx1 = fmaxf(mx1, v);
+                        (e < 2 ? mx0 : mx1) = fmaxf(e < 2 ? mx0 : mx1, v);
                     }
                 // A row's 64 scores are spread over the 4 lanes of its quad.
                 mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
