@@ -307,8 +307,8 @@ __device__ __forceinline__ int warp_min_i(int v) {
 template <int HD>
 __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(attention_params p) {
     pdl_enter();
-    static_assert(HD % 16 == 0 && (k_tc_rows * HD / 8) % k_tc_threads == 0 &&
-                  (k_tc_keys * HD / 8) % k_tc_threads == 0);
+    static_assert(HD % 16 == 0 && (k_tc_rows * HD / 8) % k_tc_threads == 0 && k_tc_threads % (HD / 8) == 0 &&
+                  k_tc_keys % (k_tc_threads / (HD / 8)) == 0);
     // Shared row stride in elements: consecutive rows 16 bytes apart in the banks, so the 8 rows of
     // an ldmatrix matrix hit distinct banks.
     constexpr int LD = HD + 8;
@@ -383,21 +383,26 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
         // top ≥ 0 (a tile has ≥ 1 token); keys past the pass's highest position are never loaded.
         const int kv_len = top + 1, n_kt = (kv_len + k_tc_keys - 1) / k_tc_keys;
 
+        // K/V tile kt → stage: thread tid copies 16-byte chunk tid % CH of keys tid / CH + STEP·i. The
+        // block and offset of its first key by one division, then stepped (no division per key).
         auto load_kv = [&](int kt, int stage) {
+            constexpr int STEP = k_tc_threads / CH;
             uint16_t *kd = ks + stage * k_tc_keys * LD, *vd = vs + stage * k_tc_keys * LD;
+            const int c = tid % CH, j0 = tid / CH, key0 = kt * k_tc_keys + j0;
+            int blk = key0 / bs, off = key0 - blk * bs;
 #pragma unroll
-            for (int i = 0; i < k_tc_keys * CH / k_tc_threads; ++i) {
-                const int idx = tid + i * k_tc_threads, j = idx / CH, c = idx % CH, key = kt * k_tc_keys + j;
-                const bool ok = key < kv_len;
+            for (int i = 0; i < k_tc_keys / STEP; ++i) {
+                const int j = j0 + i * STEP;
+                const bool ok = key0 + i * STEP < kv_len;
                 const bf16_t *ksrc = p.k_cache, *vsrc = p.v_cache;
                 if (ok) {
-                    const int64_t off =
-                        (int64_t(bt[key / bs]) * bs + key % bs) * kvd + int64_t(kvh) * HD + c * 8;
-                    ksrc += off;
-                    vsrc += off;
+                    const int64_t e = (int64_t(bt[blk]) * bs + off) * kvd + int64_t(kvh) * HD + c * 8;
+                    ksrc += e;
+                    vsrc += e;
                 }
                 cp_async16(kd + j * LD + c * 8, ksrc, ok);
                 cp_async16(vd + j * LD + c * 8, vsrc, ok);
+                for (off += STEP; off >= bs; off -= bs) ++blk;
             }
         };
         load_kv(0, 0);
