@@ -313,7 +313,10 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
                     const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label, int64_t splits = 1,
                     int64_t bs = 16, attention_path path = attention_path::automatic) {
     attention_params shape; // the launcher's choice from the shape (the device buffers are aligned)
-    for (const auto &sq : seqs) shape.n_tokens += sq.second;
+    std::vector<int32_t> seq_of;
+    for (size_t s = 0; s < seqs.size(); ++s) seq_of.insert(seq_of.end(), size_t(seqs[s].second), int32_t(s));
+    shape.n_tokens = int64_t(seq_of.size());
+    shape.n_tiles = int64_t(attention_tiles(seq_of.data(), shape.n_tokens, n_head / n_head_kv).size() / 2);
     shape.n_head = n_head;
     shape.n_head_kv = n_head_kv;
     shape.head_dim = hd;
@@ -889,8 +892,13 @@ void run_kernel_tests(runner &R) {
     test_attention(R, 8, 1, 64, {{37, 200}}, "prefill 200 at 37", 1, 16, tc);
     test_attention(R, 10, 2, 64, {{0, 64}, {20, 33}}, "2 seqs", 1, 7, tc);
     test_attention(R, 16, 2, 128, {{37, 17}}, "prefill 17 at 37", 1, 1, tc);
-    // The automatic choice (≥ attention_tc_min_tokens tokens: tensor cores) and the CUDA-core
-    // kernel on a prefill chunk it no longer gets by default.
+    // 20 single decode tokens: every tensor-core CTA runs two passes (its tiles are of two
+    // sequences); the automatic rule gives such a batch to the CUDA-core kernel.
+    std::vector<std::pair<int32_t, int32_t>> decodes;
+    for (int32_t i = 0; i < 20; ++i) decodes.push_back({37 * i, 1});
+    test_attention(R, 16, 2, 128, decodes, "20 decode tokens", 1, 16, tc);
+    test_attention(R, 16, 2, 128, decodes, "20 decode tokens");
+    // The automatic choice on a prefill chunk (tensor cores), and the CUDA-core kernel on one.
     test_attention(R, 16, 2, 128, {{100, 300}}, "prefill 300 at 100");
     test_attention(R, 16, 2, 128, {{37, 200}}, "prefill 200 at 37", 1, 7, attention_path::cuda_core);
     test_silu_mul(R, 3, 100);

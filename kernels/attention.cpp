@@ -36,7 +36,10 @@ bool attention_uses_tensor_cores(const attention_params &p) {
     case attention_path::automatic:
         break;
     }
-    return p.n_tokens >= attention_tc_min_tokens && attention_tc_supported(p);
+    // Prefill-like: enough tokens, and tiles averaging ≥ 16 rows (one MMA row block), which a
+    // batch of many single decode tokens (tiles of `group` rows) is not.
+    return p.n_tokens >= attention_tc_min_tokens && attention_tc_supported(p) &&
+           p.n_tokens * (p.n_head / p.n_head_kv) >= 16 * p.n_tiles;
 }
 
 void attention_ref(const attention_params &p) {

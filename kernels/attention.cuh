@@ -9,8 +9,8 @@
 //
 // Two kernels share the params, the plan and the twin (attention_uses_tensor_cores says which
 // one runs): a CUDA-core kernel with split-KV for decode and every shape, and a tensor-core
-// (mma.sync BF16, flash-attention-2 style) kernel for prefill-like steps — kv_splits 1, at least
-// attention_tc_min_tokens tokens, head_dim 64 or 128, group ≤ 32, 16-byte aligned q/K/V.
+// (mma.sync BF16, flash-attention-2 style) kernel for prefill-like steps (rule below) of
+// head_dim 64 or 128 and group ≤ 32.
 #pragma once
 
 #include "kernel_common.h"
@@ -56,12 +56,15 @@ inline int64_t attention_partial_floats(int64_t n_tiles, int64_t n_head, int64_t
     return n_tiles * blocks_y * kv_splits * 32 * (head_dim + 2);
 }
 
-// The automatic choice takes the tensor-core kernel from this many batch tokens on (decode
-// batches, ≤ 8 tokens in the engine, keep the split-KV kernel).
+// The automatic choice takes the tensor-core kernel for steps of at least this many tokens whose
+// tiles hold 16 (token, head) rows on average (n_tokens·group ≥ 16·n_tiles): prefill chunks,
+// mixed or not, but not decode batches (≤ 8 tokens in the engine, split-KV) nor batches of many
+// single decode tokens, where a tile would fill only group of a warp's 16 MMA rows.
 inline constexpr int64_t attention_tc_min_tokens = 16;
 
 // Whether the tensor-core kernel can run p's shape (kv_splits 1, head_dim 64 or 128, group ≤ 32,
-// q / K / V 16-byte aligned), and whether launch_attention runs it for p (path and rule above).
+// q / K / V / out 16-byte aligned), and whether launch_attention runs it for p (path and rule
+// above).
 bool attention_tc_supported(const attention_params &p);
 bool attention_uses_tensor_cores(const attention_params &p);
 

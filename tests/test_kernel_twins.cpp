@@ -220,20 +220,31 @@ void TestKernelTwins::attentionKernelChoice() {
     // shapes it supports, the CUDA-core kernel for decode and everything else; forcing works both ways.
     es::attention_params p; // null pointers count as aligned
     p.n_tokens = 2048;
+    p.n_tiles = 2048 / 4; // tiles of 4 tokens (group 8)
     p.n_head = 16;
     p.n_head_kv = 2;
     p.head_dim = 128;
     QVERIFY(es::attention_uses_tensor_cores(p)); // 0.3B prefill
+    p.n_tokens = 512 + 64;
+    p.n_tiles = 512 / 4 + 64;
+    QVERIFY(es::attention_uses_tensor_cores(p)); // a prefill chunk with 64 decode tokens
+    p.n_tokens = 64;
+    p.n_tiles = 64;
+    QVERIFY(!es::attention_uses_tensor_cores(p)); // 64 decode tokens: 8 rows a tile
+    p.n_tokens = 2048;
+    p.n_tiles = (2048 + 5) / 6;
     p.n_head = 20;
     p.n_head_kv = 4;
-    QVERIFY(es::attention_uses_tensor_cores(p)); // 21B-A3B: group 5
+    QVERIFY(es::attention_uses_tensor_cores(p)); // 21B-A3B: group 5, tiles of 6 tokens
     p.head_dim = 64;
     QVERIFY(es::attention_uses_tensor_cores(p));
     p.n_tokens = es::attention_tc_min_tokens - 1;
-    QVERIFY(!es::attention_uses_tensor_cores(p)); // decode batch
+    p.n_tiles = 3;
+    QVERIFY(!es::attention_uses_tensor_cores(p)); // decode-sized step
     p.path = es::attention_path::tensor_core;
     QVERIFY(es::attention_uses_tensor_cores(p));
     p.n_tokens = 2048;
+    p.n_tiles = (2048 + 5) / 6;
     p.path = es::attention_path::cuda_core;
     QVERIFY(!es::attention_uses_tensor_cores(p));
     p.path = es::attention_path::automatic;
