@@ -145,7 +145,7 @@ double cosine(const std::vector<float> &a, const std::vector<float> &b) {
 constexpr double k_f32_limit = 1e-4;  // fp32 accumulation in a different order
 constexpr double k_bf16_limit = 1e-2; // ≈ 2.5 BF16 ulps at the value's magnitude
 // The tensor-core attention kernel feeds P·V with P rounded to BF16 (as flash-attention does);
-// a CPU emulation of that rounding against the fp32 twin reaches 0.0084 at 700 keys.
+// a CPU emulation of the kernel against the fp32 twin reached 0.0113 (prefill 700, group 5).
 constexpr double k_attention_tc_limit = 2e-2;
 
 class runner {

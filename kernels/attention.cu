@@ -240,14 +240,15 @@ cudaError_t launch_dpl(const attention_params &p, cudaStream_t stream) {
 // tokens relying on L2, this reads each K/V tile into shared memory once for 8 heads).
 // Tiles of one CTA that belong to different sequences are run as separate passes (rows of the
 // other sequence idle); in a prefill chunk both tiles are of the same sequence.
-// Per pass: Q rows → shared once (cp.async, zero for padding; ldmatrix per 16-wide d step, which
-// keeps the kernel within 255 registers without spills); KV tiles of 64 keys, [0, max pos + 1) of the pass
-// (tiles above the last row's diagonal are never loaded), double-buffered with cp.async, each key's slot
-// through the block table (block_size any ≥ 1; keys past the end are zero-filled). Per KV tile and warp: S =
-// Q·Kᵀ (16 × 64, ldmatrix of K), scores × scale·log2e, masked (key > the row's own pos → −inf) only when the
-// tile reaches past the warp's lowest position, online softmax in fp32 (running max m and
-// thread-partial sum l, rescale by 2^(m_old − m_new)), P rounded to BF16 as the A operand of
-// O += P·V (ldmatrix.trans of V). A warp skips tiles that start past its rows' highest position.
+// Per pass: Q rows → shared once (cp.async, zero for padding; read by ldmatrix per 16-wide d
+// step, which keeps the kernel within 255 registers without spills); KV tiles of 64 keys over
+// [0, max pos + 1) of the pass (tiles above the last row's diagonal are never loaded),
+// double-buffered with cp.async, each key's slot through the block table (any block_size ≥ 1;
+// keys past the end are zero-filled). Per KV tile and warp: S = Q·Kᵀ (16 × 64, ldmatrix of K),
+// scores × scale·log2e, masked (key > the row's own pos → −inf) only when the tile reaches past
+// the warp's lowest position, online softmax in fp32 (running max m and thread-partial sum l,
+// rescale by 2^(m_old − m_new)), P rounded to BF16 as the A operand of O += P·V (ldmatrix.trans
+// of V). A warp skips tiles that start past its rows' highest position.
 // Output o / l in BF16. CTAs are issued latest tiles first (they have the most keys).
 constexpr int k_tc_tiles = 2, k_tc_warps = 2 * k_tc_tiles, k_tc_rows = 16 * k_tc_warps,
               k_tc_threads = 32 * k_tc_warps;
