@@ -146,6 +146,9 @@ double cosine(const std::vector<float> &a, const std::vector<float> &b) {
 
 constexpr double k_f32_limit = 1e-4;  // fp32 accumulation in a different order
 constexpr double k_bf16_limit = 1e-2; // ≈ 2.5 BF16 ulps at the value's magnitude
+// The tensor-core attention kernel feeds P·V with P rounded to BF16 (as flash-attention does);
+// a CPU emulation of the kernel against the fp32 twin reached 0.0113 (prefill 700, group 5).
+constexpr double k_attention_tc_limit = 2e-2;
 
 class runner {
 public:
@@ -305,13 +308,30 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd) {
     });
 }
 
-// seqs: (first position, token count) per sequence; tokens of a sequence are contiguous.
+// seqs: (first position, token count) per sequence; tokens of a sequence are contiguous (the
+// positions before the first are in the cache too). The name says " tc" when the tensor-core
+// kernel runs (forced by path, or chosen by the automatic rule), " cuda-core" when forced off.
 void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                    const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label, int64_t splits = 1) {
-    const std::string name = shape_name("attention", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
-                                        label + (splits > 1 ? " kv_splits=" + std::to_string(splits) : ""));
+                    const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label, int64_t splits = 1,
+                    int64_t bs = 16, attention_path path = attention_path::automatic) {
+    attention_params shape; // the launcher's choice from the shape (the device buffers are aligned)
+    std::vector<int32_t> seq_of;
+    for (size_t s = 0; s < seqs.size(); ++s) seq_of.insert(seq_of.end(), size_t(seqs[s].second), int32_t(s));
+    shape.n_tokens = int64_t(seq_of.size());
+    shape.n_tiles = int64_t(attention_tiles(seq_of.data(), shape.n_tokens, n_head / n_head_kv).size() / 2);
+    shape.n_head = n_head;
+    shape.n_head_kv = n_head_kv;
+    shape.head_dim = hd;
+    shape.block_size = bs;
+    shape.kv_splits = splits;
+    shape.path = path;
+    const bool tc = attention_uses_tensor_cores(shape);
+    const std::string name = shape_name(
+        "attention", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
+        label + (splits > 1 ? " kv_splits=" + std::to_string(splits) : "") + (bs != 16 ? " bs=" + std::to_string(bs) : "") +
+            (tc ? " tc" : path == attention_path::cuda_core ? " cuda-core" : ""));
     R.run("kernel", name, [&] {
-        const int64_t bs = 16, qd = n_head * hd, kvd = n_head_kv * hd;
+        const int64_t qd = n_head * hd, kvd = n_head_kv * hd;
         std::vector<int32_t> pos, seq;
         int64_t stride = 1;
         for (size_t s = 0; s < seqs.size(); ++s) {
@@ -356,6 +376,8 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         p.kv_splits = splits;
         p.partial = splits > 1 ? dpart.get() : nullptr;
         p.counters = dcounters.get();
+        p.path = path;
+        if (attention_uses_tensor_cores(p) != tc) throw test_failure("kernel choice differs from the shape's");
         ck(launch_attention(p, nullptr), "launch");
         sync(name);
         const std::vector<bf16_t> first = dout.download();
@@ -371,8 +393,10 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         p.tiles = tiles.data();
         p.out = out.data();
         attention_ref(p);
-        R.add("kernel", name, "max scaled err (bf16)", scaled_err(widen(dout.download()), widen(out)), k_bf16_limit);
-        R.add("kernel", name + " (first launch)", "max scaled err (bf16)", scaled_err(widen(first), widen(out)), k_bf16_limit);
+        R.add("kernel", name, "max scaled err (bf16)", scaled_err(widen(dout.download()), widen(out)),
+              tc ? k_attention_tc_limit : k_bf16_limit);
+        R.add("kernel", name + " (first launch)", "max scaled err (bf16)", scaled_err(widen(first), widen(out)),
+              tc ? k_attention_tc_limit : k_bf16_limit);
     });
 }
 
@@ -1034,6 +1058,33 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_attention(R, 20, 4, 128, {{127, 1}, {1000, 1}}, "decode batch 2", 16);
     test_attention(R, 8, 2, 64, {{40, 2}}, "decode 2 tokens", 2);
     test_attention(R, 4, 2, 256, {{63, 1}, {64, 1}}, "decode hd 256", 5);
+    // Tensor-core (prefill) kernel: chunk lengths around the 16-row MMA tile and the 64-key KV
+    // tile, from position 0 and from 37 (a cached prefix), group 8 (0.3B) and 5 (21B-A3B), block
+    // size 16 and 7 (key tiles crossing blocks), two sequences in one batch (a CTA whose two
+    // planner tiles belong to different sequences), head_dim 64.
+    const auto tc = attention_path::tensor_core;
+    const auto chunk = [](int32_t n, int32_t at) { return "prefill " + std::to_string(n) + " at " + std::to_string(at); };
+    for (int32_t n : {1, 15, 16, 17, 64, 200, 700})
+        for (int32_t at : {0, 37}) test_attention(R, 16, 2, 128, {{at, n}}, chunk(n, at), 1, 16, tc);
+    for (int32_t n : {1, 17, 200, 700}) test_attention(R, 20, 4, 128, {{37, n}}, chunk(n, 37), 1, 16, tc);
+    test_attention(R, 20, 4, 128, {{0, 64}}, "prefill 64 at 0", 1, 16, tc);
+    test_attention(R, 16, 2, 128, {{37, 200}}, "prefill 200 at 37", 1, 7, tc);
+    test_attention(R, 20, 4, 128, {{0, 700}}, "prefill 700 at 0", 1, 7, tc);
+    test_attention(R, 16, 2, 128, {{37, 198}, {0, 17}}, "2 seqs", 1, 16, tc);
+    test_attention(R, 20, 4, 128, {{0, 15}, {100, 64}}, "2 seqs", 1, 7, tc);
+    test_attention(R, 20, 4, 128, {{5, 3}, {300, 1}, {0, 40}, {64, 1}}, "4 seqs", 1, 16, tc);
+    test_attention(R, 8, 1, 64, {{37, 200}}, "prefill 200 at 37", 1, 16, tc);
+    test_attention(R, 10, 2, 64, {{0, 64}, {20, 33}}, "2 seqs", 1, 7, tc);
+    test_attention(R, 16, 2, 128, {{37, 17}}, "prefill 17 at 37", 1, 1, tc);
+    // 20 single decode tokens: every tensor-core CTA runs two passes (its tiles are of two
+    // sequences); the automatic rule gives such a batch to the CUDA-core kernel.
+    std::vector<std::pair<int32_t, int32_t>> decodes;
+    for (int32_t i = 0; i < 20; ++i) decodes.push_back({37 * i, 1});
+    test_attention(R, 16, 2, 128, decodes, "20 decode tokens", 1, 16, tc);
+    test_attention(R, 16, 2, 128, decodes, "20 decode tokens");
+    // The automatic choice on a prefill chunk (tensor cores), and the CUDA-core kernel on one.
+    test_attention(R, 16, 2, 128, {{100, 300}}, "prefill 300 at 100");
+    test_attention(R, 16, 2, 128, {{37, 200}}, "prefill 200 at 37", 1, 7, attention_path::cuda_core);
     test_silu_mul(R, 3, 100);
     test_silu_mul(R, 1, 1536);
     test_moe_router(R, 5, 2560, 64, 6, false);

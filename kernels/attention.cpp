@@ -2,6 +2,7 @@
 #include "attention.cuh"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace es {
 
@@ -17,6 +18,28 @@ std::vector<int32_t> attention_tiles(const int32_t *seq, int64_t n_tokens, int64
         t += n;
     }
     return tiles;
+}
+
+bool attention_tc_supported(const attention_params &p) {
+    const auto a16 = [](const void *ptr) { return (reinterpret_cast<uintptr_t>(ptr) & 15u) == 0; };
+    return p.kv_splits == 1 && (p.head_dim == 64 || p.head_dim == 128) && p.n_head_kv > 0 &&
+           p.n_head % p.n_head_kv == 0 && p.n_head / p.n_head_kv <= 32 && p.block_size >= 1 && a16(p.q) &&
+           a16(p.out) && a16(p.k_cache) && a16(p.v_cache);
+}
+
+bool attention_uses_tensor_cores(const attention_params &p) {
+    switch (p.path) {
+    case attention_path::cuda_core:
+        return false;
+    case attention_path::tensor_core:
+        return attention_tc_supported(p);
+    case attention_path::automatic:
+        break;
+    }
+    // Prefill-like: enough tokens, and tiles averaging ≥ 16 rows (one MMA row block), which a
+    // batch of many single decode tokens (tiles of `group` rows) is not.
+    return p.n_tokens >= attention_tc_min_tokens && attention_tc_supported(p) &&
+           p.n_tokens * (p.n_head / p.n_head_kv) >= 16 * p.n_tiles;
 }
 
 void attention_ref(const attention_params &p) {

@@ -1,4 +1,7 @@
-// attention (see attention.cuh), flash-style over KV chunks of 32 positions.
+// attention (see attention.cuh): two kernels. launch_attention runs attention_prefill_kernel
+// (tensor cores, below) when attention_uses_tensor_cores(p), else attention_kernel:
+//
+// attention_kernel: CUDA cores, flash-style over KV chunks of 32 positions.
 // Grid: (query tile, KV head × head chunk of ≤ 32 q heads, KV split); block: 4 warps. A tile's
 // rows ((token, q head) pairs, ≤ 32) are dealt round-robin to the warps, ≤ 8 each, and a warp
 // works on all its rows at once (register blocking: one K or V element read from shared memory
@@ -14,13 +17,16 @@
 #include "attention.cuh"
 #include "kernel_common.cuh"
 
+#include <climits>
+
 namespace es {
 namespace {
 
 constexpr int k_warps = 4, k_rows = 32, k_chunk = 32;
 
 size_t attention_smem_bytes(int64_t hd) {
-    return size_t(k_rows) * size_t(hd) * 4 + size_t(k_chunk) * size_t(hd + 2) * 2 + size_t(k_chunk) * size_t(hd) * 2;
+    return size_t(k_rows) * size_t(hd) * 4 + size_t(k_chunk) * size_t(hd + 2) * 2 +
+           size_t(k_chunk) * size_t(hd) * 2;
 }
 
 // RPW: rows per warp the registers are sized for (2 when a tile has at most 8 rows, as in
@@ -171,7 +177,8 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
 #pragma unroll
             for (int rr = 0; rr < k_rows_per_warp; ++rr)
                 if (rr < n_mine) {
-                    const float2 qv = *reinterpret_cast<const float2 *>(qs + (warp + rr * k_warps) * hd + 2 * d2);
+                    const float2 qv =
+                        *reinterpret_cast<const float2 *>(qs + (warp + rr * k_warps) * hd + 2 * d2);
                     s[rr] += qv.x * k0 + qv.y * k1;
                 }
         }
@@ -302,6 +309,318 @@ cudaError_t launch_dpl(const attention_params &p, cudaStream_t stream) {
     return launch_dpl_rpw<DPL, k_rows / k_warps>(p, stream);
 }
 
+// ---- tensor-core path (prefill) ----------------------------------------------------------------
+// attention_prefill_kernel: flash-attention-2 on mma.sync m16n8k16 (BF16 in, fp32 accumulate).
+// A CTA (4 warps) takes k_tc_tiles consecutive planner tiles (≤ 32 rows each) of one KV head: CTA
+// row r belongs to tile r / 32, local row lr = r % 32 is (token first + lr / group, q head
+// kvh·group + lr % group), rows past the tile's count·group are padding (never stored). Warp w
+// owns rows 16w…16w+15 (all of tile w / 2). The group's q heads share every K/V tile staged in
+// shared memory (GQA reuse: 64 rows = 8 tokens × 8 heads for the 0.3B model, against 1 head × 64
+// tokens relying on L2, this reads each K/V tile into shared memory once for 8 heads).
+// Tiles of one CTA that belong to different sequences are run as separate passes (rows of the
+// other sequence idle); in a prefill chunk both tiles are of the same sequence.
+// Per pass: Q rows → shared once (cp.async, zero for padding; read by ldmatrix per 16-wide d
+// step, which keeps the kernel within 255 registers without spills); KV tiles of 64 keys over
+// [0, max pos + 1) of the pass (tiles above the last row's diagonal are never loaded),
+// double-buffered with cp.async, each key's slot through the block table (any block_size ≥ 1;
+// keys past the end are zero-filled). Per KV tile and warp: S = Q·Kᵀ (16 × 64, ldmatrix of K),
+// scores × scale·log2e, masked (key > the row's own pos → −inf) only when the tile reaches past
+// the warp's lowest position, online softmax in fp32 (running max m and thread-partial sum l,
+// rescale by 2^(m_old − m_new)), P rounded to BF16 as the A operand of O += P·V (ldmatrix.trans
+// of V). A warp skips tiles that start past its rows' highest position.
+// Output o / l in BF16. CTAs are issued latest tiles first (they have the most keys).
+constexpr int k_tc_tiles = 2, k_tc_warps = 2 * k_tc_tiles, k_tc_rows = 16 * k_tc_warps,
+              k_tc_threads = 32 * k_tc_warps;
+constexpr int k_tc_keys = 64;
+constexpr float k_log2e = 1.4426950408889634f;
+
+constexpr size_t tc_smem_bytes(int hd) { return size_t(k_tc_rows + 4 * k_tc_keys) * size_t(hd + 8) * 2; }
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) {
+    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16 bytes global → shared, or 16 zero bytes when !valid (src is then not read).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool valid) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+                 "r"(valid ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_t(uint32_t (&r)[4], const void *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p))
+                 : "memory");
+}
+// d += a·b for one m16n8k16 tile (a: 16×16 row-major fragment, b: 16×8 column fragment).
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// (lo, hi) → BF16x2 with lo in the low half (the lower column of a fragment pair).
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+    return uint32_t(f_to_bf16(lo)) | (uint32_t(f_to_bf16(hi)) << 16);
+}
+__device__ __forceinline__ int warp_max_i(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+__device__ __forceinline__ int warp_min_i(int v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = min(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+template <int HD>
+__global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(attention_params p) {
+    pdl_enter();
+    static_assert(HD % 16 == 0 && (k_tc_rows * HD / 8) % k_tc_threads == 0 && k_tc_threads % (HD / 8) == 0 &&
+                  k_tc_keys % (k_tc_threads / (HD / 8)) == 0);
+    // Shared row stride in elements: consecutive rows 16 bytes apart in the banks, so the 8 rows of
+    // an ldmatrix matrix hit distinct banks.
+    constexpr int LD = HD + 8;
+    constexpr int CH = HD / 8; // 16-byte chunks per row
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    uint16_t *const qs = reinterpret_cast<uint16_t *>(smem_raw); // [k_tc_rows][LD]
+    uint16_t *const ks = qs + k_tc_rows * LD;                    // [2][k_tc_keys][LD]
+    uint16_t *const vs = ks + 2 * k_tc_keys * LD;                // [2][k_tc_keys][LD]
+    __shared__ int warp_top[k_tc_warps];
+
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
+    // ldmatrix.x4: lane supplies row lane % 8 of 8×8 matrix lane / 8.
+    const int lm_mat = lane / 8, lm_row = lane % 8;
+    const int n_kv = int(p.n_head_kv), group = int(p.n_head / p.n_head_kv);
+    const int kvh = int(blockIdx.x % unsigned(n_kv));
+    const int n_ctas = int(gridDim.x / unsigned(n_kv));
+    const int tile0 = (n_ctas - 1 - int(blockIdx.x / unsigned(n_kv))) * k_tc_tiles; // latest tiles first
+    const int n_mine = min(k_tc_tiles, int(p.n_tiles) - tile0);
+    const int64_t qd = p.n_head * HD, kvd = p.n_head_kv * HD;
+    const int bs = int(p.block_size);
+    const float scale_log2 = p.scale * k_log2e;
+
+    // This thread's two rows: lr0 = (warp % 2)·16 + g and lr0 + 8 of tile my_tile.
+    const int my_tile = warp / 2, lr0 = (warp % 2) * 16 + g, lr1 = lr0 + 8;
+    int first = 0, rows = 0;
+    if (my_tile < n_mine) {
+        first = p.tiles[2 * (tile0 + my_tile)];
+        rows = p.tiles[2 * (tile0 + my_tile) + 1] * group;
+    }
+    const int tok0 = first + lr0 / group, tok1 = first + lr1 / group;
+    const int head0 = kvh * group + lr0 % group, head1 = kvh * group + lr1 % group;
+    const int pos0 = lr0 < rows ? p.pos[tok0] : -1, pos1 = lr1 < rows ? p.pos[tok1] : -1;
+
+    unsigned done = 0;
+    const unsigned all = (1u << n_mine) - 1u;
+    while (done != all) {
+        // This pass: the not-yet-done tiles of the sequence of the first one left.
+        const int lead = __ffs(int(~done)) - 1;
+        const int seq = p.seq[p.tiles[2 * (tile0 + lead)]];
+        unsigned active = 0;
+        for (int i = lead; i < n_mine; ++i)
+            if (!((done >> i) & 1u) && p.seq[p.tiles[2 * (tile0 + i)]] == seq) active |= 1u << i;
+        done |= active;
+        const int32_t *bt = p.block_tables + int64_t(seq) * p.bt_stride;
+        const bool mine = (active >> my_tile) & 1u;
+        const int pr0 = mine ? pos0 : -1, pr1 = mine ? pos1 : -1;
+        const int w_top = warp_max_i(max(pr0, pr1)); // −1: no row of this warp in the pass
+        const int w_low = warp_min_i(min(pr0 < 0 ? INT_MAX : pr0, pr1 < 0 ? INT_MAX : pr1));
+
+        __syncthreads(); // the previous pass no longer reads warp_top or the staged tiles
+        if (lane == 0) warp_top[warp] = w_top;
+
+            // Q rows of the pass (padding and rows of other passes zero).
+#pragma unroll
+        for (int i = 0; i < k_tc_rows * CH / k_tc_threads; ++i) {
+            const int idx = tid + i * k_tc_threads, r = idx / CH, c = idx % CH, t = r / 32, lr = r % 32;
+            const bf16_t *src = p.q;
+            bool ok = false;
+            if ((active >> t) & 1u) {
+                const int tf = p.tiles[2 * (tile0 + t)], tr = p.tiles[2 * (tile0 + t) + 1] * group;
+                ok = lr < tr;
+                if (ok)
+                    src =
+                        p.q + int64_t(tf + lr / group) * qd + int64_t(kvh * group + lr % group) * HD + c * 8;
+            }
+            cp_async16(qs + r * LD + c * 8, src, ok);
+        }
+        __syncthreads(); // warp_top complete
+        int top = -1;
+#pragma unroll
+        for (int w = 0; w < k_tc_warps; ++w) top = max(top, warp_top[w]);
+        // top ≥ 0 (a tile has ≥ 1 token); keys past the pass's highest position are never loaded.
+        const int kv_len = top + 1, n_kt = (kv_len + k_tc_keys - 1) / k_tc_keys;
+
+        // K/V tile kt → stage: thread tid copies 16-byte chunk tid % CH of keys tid / CH + STEP·i. The
+        // block and offset of its first key by one division, then stepped (no division per key).
+        auto load_kv = [&](int kt, int stage) {
+            constexpr int STEP = k_tc_threads / CH;
+            uint16_t *kd = ks + stage * k_tc_keys * LD, *vd = vs + stage * k_tc_keys * LD;
+            const int c = tid % CH, j0 = tid / CH, key0 = kt * k_tc_keys + j0;
+            int blk = key0 / bs, off = key0 - blk * bs;
+#pragma unroll
+            for (int i = 0; i < k_tc_keys / STEP; ++i) {
+                const int j = j0 + i * STEP;
+                const bool ok = key0 + i * STEP < kv_len;
+                const bf16_t *ksrc = p.k_cache, *vsrc = p.v_cache;
+                if (ok) {
+                    const int64_t e = (int64_t(bt[blk]) * bs + off) * kvd + int64_t(kvh) * HD + c * 8;
+                    ksrc += e;
+                    vsrc += e;
+                }
+                cp_async16(kd + j * LD + c * 8, ksrc, ok);
+                cp_async16(vd + j * LD + c * 8, vsrc, ok);
+                for (off += STEP; off >= bs; off -= bs) ++blk;
+            }
+        };
+        load_kv(0, 0);
+        cp_async_commit(); // group: Q + KV tile 0
+
+        float o[HD / 8][4], m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+#pragma unroll
+        for (int i = 0; i < HD / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+
+        for (int kt = 0; kt < n_kt; ++kt) {
+            // Tile kt + 1 into the stage that the sync ending iteration kt − 1 freed; the group is
+            // committed even when empty, so wait_group 1 always means "tile kt (and Q) landed".
+            if (kt + 1 < n_kt) load_kv(kt + 1, (kt + 1) & 1);
+            cp_async_commit();
+            cp_async_wait<1>(); // this thread's copies of tile kt …
+            __syncthreads();    // … and every thread's
+            const int k0 = kt * k_tc_keys;
+            if (k0 <= w_top) { // warp-uniform: some row of this warp sees a key of this tile
+                const uint16_t *kst = ks + (kt & 1) * k_tc_keys * LD, *vst = vs + (kt & 1) * k_tc_keys * LD;
+                // S = Q·Kᵀ: s[n] is keys k0 + 8n … + 7. K by ldmatrix, matrices (keys +0, d +0),
+                // (+0, +8), (+8, +0), (+8, +8): b0, b1 of n-tile 2·n2, then of 2·n2 + 1.
+                float s[k_tc_keys / 8][4];
+#pragma unroll
+                for (int n = 0; n < k_tc_keys / 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+#pragma unroll
+                for (int kk = 0; kk < HD / 16; ++kk) {
+                    // A: Q rows warp·16 … + 15, d 16·kk … + 15; matrices (rows +0, d +0), (+8, +0),
+                    // (+0, +8), (+8, +8) are a0 … a3.
+                    uint32_t qf[4];
+                    ldsm_x4(qf,
+                            qs + (warp * 16 + (lm_mat & 1) * 8 + lm_row) * LD + kk * 16 + (lm_mat >> 1) * 8);
+#pragma unroll
+                    for (int n2 = 0; n2 < k_tc_keys / 16; ++n2) {
+                        uint32_t b[4];
+                        ldsm_x4(b, kst + (n2 * 16 + (lm_mat >> 1) * 8 + lm_row) * LD + kk * 16 +
+                                       (lm_mat & 1) * 8);
+                        mma_bf16(s[2 * n2], qf, b[0], b[1]);
+                        mma_bf16(s[2 * n2 + 1], qf, b[2], b[3]);
+                    }
+                }
+                // s[n][0, 1]: row lr0, keys k0 + 8n + 2·tig + {0, 1}; s[n][2, 3]: row lr1, same keys.
+                const bool masked = k0 + k_tc_keys - 1 > w_low;
+                float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < k_tc_keys / 8; ++n)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) {
+                        float v = s[n][e] * scale_log2;
+                        if (masked && k0 + 8 * n + 2 * tig + (e & 1) > (e < 2 ? pr0 : pr1)) v = -INFINITY;
+                        s[n][e] = v;
+                        (e < 2 ? mx0 : mx1) = fmaxf(e < 2 ? mx0 : mx1, v);
+                    }
+                // A row's 64 scores are spread over the 4 lanes of its quad.
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+                mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+                mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+                const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+                // A row that has seen no visible key yet keeps m = −inf: subtract 0 so 2^(−inf) = 0.
+                const float mu0 = mn0 == -INFINITY ? 0.0f : mn0, mu1 = mn1 == -INFINITY ? 0.0f : mn1;
+                const float c0 = exp2f(m0 - mu0), c1 = exp2f(m1 - mu1);
+                m0 = mn0;
+                m1 = mn1;
+                float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+                for (int n = 0; n < k_tc_keys / 8; ++n) {
+                    s[n][0] = exp2f(s[n][0] - mu0);
+                    s[n][1] = exp2f(s[n][1] - mu0);
+                    s[n][2] = exp2f(s[n][2] - mu1);
+                    s[n][3] = exp2f(s[n][3] - mu1);
+                    rs0 += s[n][0] + s[n][1];
+                    rs1 += s[n][2] + s[n][3];
+                }
+                l0 = l0 * c0 + rs0;
+                l1 = l1 * c1 + rs1;
+#pragma unroll
+                for (int i = 0; i < HD / 8; ++i) {
+                    o[i][0] *= c0;
+                    o[i][1] *= c0;
+                    o[i][2] *= c1;
+                    o[i][3] *= c1;
+                }
+                // O += P·V over 16-key steps: the S accumulators of n-tiles 2j, 2j + 1 are P's A fragment;
+                // V by ldmatrix.trans, matrices (keys +0, d +0), (+8, +0), (+0, +8), (+8, +8).
+#pragma unroll
+                for (int j = 0; j < k_tc_keys / 16; ++j) {
+                    const uint32_t a[4] = {pack_bf16x2(s[2 * j][0], s[2 * j][1]),
+                                           pack_bf16x2(s[2 * j][2], s[2 * j][3]),
+                                           pack_bf16x2(s[2 * j + 1][0], s[2 * j + 1][1]),
+                                           pack_bf16x2(s[2 * j + 1][2], s[2 * j + 1][3])};
+#pragma unroll
+                    for (int d2 = 0; d2 < HD / 16; ++d2) {
+                        uint32_t b[4];
+                        ldsm_x4_t(b, vst + (j * 16 + (lm_mat & 1) * 8 + lm_row) * LD + d2 * 16 +
+                                         (lm_mat >> 1) * 8);
+                        mma_bf16(o[2 * d2], a, b[0], b[1]);
+                        mma_bf16(o[2 * d2 + 1], a, b[2], b[3]);
+                    }
+                }
+            }
+            __syncthreads(); // stage kt & 1 (and, after the last tile, Q) may be overwritten
+        }
+
+        // l: the quad's partial sums; o[i][0, 1]: row lr0, d = 8i + 2·tig + {0, 1}; o[i][2, 3]: row lr1.
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 1);
+        l0 += __shfl_xor_sync(0xffffffffu, l0, 2);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 1);
+        l1 += __shfl_xor_sync(0xffffffffu, l1, 2);
+        if (pr0 >= 0) {
+            const float inv = 1.0f / l0;
+            uint16_t *dst = p.out + int64_t(tok0) * qd + int64_t(head0) * HD + 2 * tig;
+#pragma unroll
+            for (int i = 0; i < HD / 8; ++i)
+                *reinterpret_cast<uint32_t *>(dst + 8 * i) = pack_bf16x2(o[i][0] * inv, o[i][1] * inv);
+        }
+        if (pr1 >= 0) {
+            const float inv = 1.0f / l1;
+            uint16_t *dst = p.out + int64_t(tok1) * qd + int64_t(head1) * HD + 2 * tig;
+#pragma unroll
+            for (int i = 0; i < HD / 8; ++i)
+                *reinterpret_cast<uint32_t *>(dst + 8 * i) = pack_bf16x2(o[i][2] * inv, o[i][3] * inv);
+        }
+    }
+}
+
+template <int HD>
+cudaError_t launch_prefill(const attention_params &p, cudaStream_t stream) {
+    constexpr size_t smem = tc_smem_bytes(HD);
+    if constexpr (smem > 48 * 1024) {
+        const cudaError_t e = cudaFuncSetAttribute(attention_prefill_kernel<HD>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        if (e != cudaSuccess) return e;
+    }
+    const int64_t ctas = (p.n_tiles + k_tc_tiles - 1) / k_tc_tiles;
+    return launch_kernel(attention_prefill_kernel<HD>, dim3(unsigned(ctas * p.n_head_kv)), k_tc_threads, smem,
+                         stream, p);
+}
+
 } // namespace
 
 cudaError_t launch_attention(const attention_params &p, cudaStream_t stream) {
@@ -309,7 +628,11 @@ cudaError_t launch_attention(const attention_params &p, cudaStream_t stream) {
     if (p.head_dim % 2 != 0 || p.head_dim > attention_max_head_dim || p.n_head_kv <= 0 ||
         p.n_head % p.n_head_kv != 0 || p.kv_splits < 1 || p.kv_splits > 32 || (p.kv_splits > 1 && !p.partial))
         return cudaErrorInvalidValue;
-    if (attention_decode_ok(p)) return launch_attention_decode(p, stream);
+    if (p.path == attention_path::automatic && attention_decode_ok(p)) return launch_attention_decode(p, stream);
+    if (attention_uses_tensor_cores(p))
+        return p.head_dim == 64 ? launch_prefill<64>(p, stream) : launch_prefill<128>(p, stream);
+    if (p.path == attention_path::tensor_core)
+        return cudaErrorNotSupported; // forced on a shape it cannot run
     if (p.head_dim <= 32) return launch_dpl<1>(p, stream);
     if (p.head_dim <= 64) return launch_dpl<2>(p, stream);
     if (p.head_dim <= 128) return launch_dpl<4>(p, stream);

@@ -1,11 +1,16 @@
 // attention: causal GQA attention of every batch token over its own sequence's paged KV cache
 // (BF16 pools, layout as rope_kv.cuh), fp32 scores and softmax, scale 1/sqrt(head_dim) given by
-// the caller. One code path for prefill chunks and decode: query token t attends to positions
-// [0, pos[t]] of sequence seq[t] through its block table.
+// the caller. Query token t attends to positions [0, pos[t]] of sequence seq[t] through its
+// block table.
 //
 // Work is cut into query tiles (plan on the host with attention_tiles): a tile is a run of
 // consecutive batch tokens of one sequence, at most attention_tile_tokens(group) of them, so that
 // a tile's (token, q-head) rows of one KV head number at most 32.
+//
+// Two kernels share the params, the plan and the twin (attention_uses_tensor_cores says which
+// one runs): a CUDA-core kernel with split-KV for decode and every shape, and a tensor-core
+// (mma.sync BF16, flash-attention-2 style) kernel for prefill-like steps (rule below) of
+// head_dim 64 or 128 and group ≤ 32.
 #pragma once
 
 #include "kernel_common.h"
@@ -13,6 +18,10 @@
 #include <vector>
 
 namespace es {
+
+// Which kernel launch_attention runs: automatic (the engine) or one forced (the self-test; a
+// forced tensor_core path on a shape it does not support is an error, not a fallback).
+enum class attention_path : int32_t { automatic, cuda_core, tensor_core };
 
 struct attention_params {
     const bf16_t *q = nullptr;             // [n_tokens, n_head·head_dim] post-RoPE
@@ -39,6 +48,7 @@ struct attention_params {
     // (the last split block of a tile and KV head to finish merges). Null: the general kernel
     // and a second merge kernel.
     unsigned *counters = nullptr;
+    attention_path path = attention_path::automatic;
 };
 
 inline constexpr int64_t attention_max_head_dim = 256;
@@ -52,6 +62,18 @@ inline int64_t attention_partial_floats(int64_t n_tiles, int64_t n_head, int64_t
     const int64_t group = n_head / n_head_kv, blocks_y = n_head_kv * ((group + 31) / 32);
     return n_tiles * blocks_y * kv_splits * 32 * (head_dim + 2);
 }
+
+// The automatic choice takes the tensor-core kernel for steps of at least this many tokens whose
+// tiles hold 16 (token, head) rows on average (n_tokens·group ≥ 16·n_tiles): prefill chunks,
+// mixed or not, but not decode batches (≤ 8 tokens in the engine, split-KV) nor batches of many
+// single decode tokens, where a tile would fill only group of a warp's 16 MMA rows.
+inline constexpr int64_t attention_tc_min_tokens = 16;
+
+// Whether the tensor-core kernel can run p's shape (kv_splits 1, head_dim 64 or 128, group ≤ 32,
+// q / K / V / out 16-byte aligned), and whether launch_attention runs it for p (path and rule
+// above).
+bool attention_tc_supported(const attention_params &p);
+bool attention_uses_tensor_cores(const attention_params &p);
 
 // Tiles for a batch whose tokens of one sequence are contiguous: flat [first, count] pairs.
 std::vector<int32_t> attention_tiles(const int32_t *seq, int64_t n_tokens, int64_t group);

@@ -1,7 +1,8 @@
 // The kernels' CPU twins (kernels/*.cpp), which the self-test uses as references for the GPU:
 // each against an independent computation or an invariant (FP8 codes round-trip, RoPE keeps
-// norms, attention over one key returns its value, router ties go to the lower id, the grouped
-// prefill expert path equals the per-token decode path), then the twin model (the CUDA backend's
+// norms, attention over one key returns its value, the attention kernel choice follows its rule,
+// router ties go to the lower id, the grouped prefill expert path equals the per-token decode
+// path), then the twin model (the CUDA backend's
 // numerics emulated on the CPU) against the CPU backend on every reference checkpoint. Plain C++:
 // runs without a GPU or a CUDA toolkit.
 #include "cuda_twin_model.h"
@@ -78,6 +79,7 @@ private slots:
     void ropeKeepsNorms();
     void attentionOneKey();
     void attentionTiles();
+    void attentionKernelChoice();
     void routerTiesAndBias();
     void gemvFp8Scale();
     void moeGroupedEqualsDecodePath_data();
@@ -382,6 +384,61 @@ void TestKernelTwins::attentionTiles() {
     QCOMPARE(tiles, (std::vector<int32_t>{0, 4, 4, 2, 6, 1, 7, 2}));
     const auto one = es::attention_tiles(seq.data(), int64_t(seq.size()), 40); // group ≥ 32: one token each
     QCOMPARE(int(one.size()), 2 * 9);
+}
+
+void TestKernelTwins::attentionKernelChoice() {
+    // The rule launch_attention applies: the tensor-core kernel for prefill-like steps of the
+    // shapes it supports, the CUDA-core kernel for decode and everything else; forcing works both ways.
+    es::attention_params p; // null pointers count as aligned
+    p.n_tokens = 2048;
+    p.n_tiles = 2048 / 4; // tiles of 4 tokens (group 8)
+    p.n_head = 16;
+    p.n_head_kv = 2;
+    p.head_dim = 128;
+    QVERIFY(es::attention_uses_tensor_cores(p)); // 0.3B prefill
+    p.n_tokens = 512 + 64;
+    p.n_tiles = 512 / 4 + 64;
+    QVERIFY(es::attention_uses_tensor_cores(p)); // a prefill chunk with 64 decode tokens
+    p.n_tokens = 64;
+    p.n_tiles = 64;
+    QVERIFY(!es::attention_uses_tensor_cores(p)); // 64 decode tokens: 8 rows a tile
+    p.n_tokens = 2048;
+    p.n_tiles = (2048 + 5) / 6;
+    p.n_head = 20;
+    p.n_head_kv = 4;
+    QVERIFY(es::attention_uses_tensor_cores(p)); // 21B-A3B: group 5, tiles of 6 tokens
+    p.head_dim = 64;
+    QVERIFY(es::attention_uses_tensor_cores(p));
+    p.n_tokens = es::attention_tc_min_tokens - 1;
+    p.n_tiles = 3;
+    QVERIFY(!es::attention_uses_tensor_cores(p)); // decode-sized step
+    p.path = es::attention_path::tensor_core;
+    QVERIFY(es::attention_uses_tensor_cores(p));
+    p.n_tokens = 2048;
+    p.n_tiles = (2048 + 5) / 6;
+    p.path = es::attention_path::cuda_core;
+    QVERIFY(!es::attention_uses_tensor_cores(p));
+    p.path = es::attention_path::automatic;
+    p.kv_splits = 4;
+    QVERIFY(!es::attention_uses_tensor_cores(p)); // split-KV is the CUDA-core kernel's
+    p.kv_splits = 1;
+    for (int64_t hd : {12, 32, 96, 256}) {
+        p.head_dim = hd;
+        QVERIFY(!es::attention_tc_supported(p));
+    }
+    p.head_dim = 128;
+    p.n_head = 40;
+    p.n_head_kv = 1;
+    QVERIFY(!es::attention_tc_supported(p)); // group 40 > 32
+    p.n_head = 16;
+    p.n_head_kv = 2;
+    p.block_size = 7;
+    QVERIFY(es::attention_tc_supported(p)); // any block size
+    std::vector<es::bf16_t> buf(16);
+    p.q = buf.data() + 1; // 2-byte aligned only
+    QVERIFY(!es::attention_tc_supported(p));
+    p.path = es::attention_path::tensor_core;
+    QVERIFY(!es::attention_uses_tensor_cores(p)); // forced on an unsupported shape: the launcher refuses
 }
 
 void TestKernelTwins::routerTiesAndBias() {
