@@ -130,6 +130,25 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                 1000.0 * t / o.tg, roof, 100.0 * mbu);
     // The same step's GPU time alone: the last decode step's graph replayed back to back.
     const double replay_us = cb->graph_replay_us(200);
+    // Telemetry's cost: the same decode without the routing record (MoE models), reps
+    // interleaved with recording ones so drift affects both alike.
+    double tps_untraced = 0.0, tps_traced = 0.0;
+    if (cfg.n_expert > 0) {
+        std::vector<double> on, off;
+        for (int r = 0; r < o.reps; ++r)
+            for (bool rec : {false, true}) {
+                cb->set_record_routing(rec);
+                const auto t0 = std::chrono::steady_clock::now();
+                for (int32_t i = 0; i < o.tg; ++i) {
+                    fill(1, i);
+                    if (auto s = be->forward(b, out); !s) return fail(s.message());
+                }
+                (rec ? on : off).push_back(seconds_since(t0));
+            }
+        cb->set_record_routing(true);
+        tps_traced = o.tg / median(on);
+        tps_untraced = o.tg / median(off);
+    }
     // Batched decode: B sequences, each prefilled with a 128-token prompt in one step (that step's
     // time is every sequence's TTFT), then decoding together, one token per sequence per step (a
     // step's time is each sequence's inter-token latency). Warm-up pass first, then a timed pass
@@ -204,6 +223,9 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         std::printf("FP8 activations of steps above 8 tokens: %s%s%s\n",
                     activation_format_name(cb->activations()), cb->activation_note().empty() ? "" : " — ",
                     cb->activation_note().c_str());
+    if (tps_untraced > 0.0)
+        std::printf("telemetry (routing record of every MoE layer): tg%d %.1f tok/s with, %.1f without (%+.2f%%)\n", o.tg,
+                    tps_traced, tps_untraced, 100.0 * (tps_traced / tps_untraced - 1.0));
     if (replay_us > 0.0)
         std::printf("decode step at position %d: %.1f µs wall (forward()), %.1f µs on the GPU (its graph replayed alone, "
                     "%.0f tok/s, MBU %.1f%%)\n",
@@ -239,7 +261,9 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         cb->set_profiling(false);
     }
     results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
-                       {"roofline_tokens_per_s", roof}, {"mbu", mbu}, {"graph_replay_us", replay_us}});
+                       {"roofline_tokens_per_s", roof}, {"mbu", mbu}, {"graph_replay_us", replay_us},
+                       {"tokens_per_s_with_routing_record", tps_traced},
+                       {"tokens_per_s_without_routing_record", tps_untraced}});
 
     if (!o.out_json.empty()) {
         const int driver = cuda_status().driver_version; // CUDA version the driver supports

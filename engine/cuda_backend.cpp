@@ -304,6 +304,10 @@ public:
         set_programmatic_launch(dev.cc_major >= 9 && !(pdl && std::string(pdl) == "0"));
         // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
         // one of them (the results are wrong; the time saved is what those launches cost).
+        // A measuring aid: ES_CUDA_MOE_DOWN=gather keeps decode's routed down projection in one
+        // kernel that gathers every choice of an output element (the default is per-slot rows
+        // plus moe_combine).
+        if (const char *md = std::getenv("ES_CUDA_MOE_DOWN")) m_moe_down_rows = std::string(md) != "gather";
         if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {
             std::string cur;
             for (const char *q = skip;; ++q) {
@@ -361,6 +365,7 @@ public:
         if (!m_graph_error.empty()) return "failed: " + m_graph_error + pdl + skipped;
         return "on, " + std::to_string(m_graphs.size()) + " captured" + pdl + skipped;
     }
+    void set_record_routing(bool on) override { m_record_routing = on; }
     double graph_replay_us(int replays) override {
         if (!m_last_graph || replays <= 0 || !m_broken.empty()) return 0.0;
         cudaEvent_t a = nullptr, b = nullptr;
@@ -684,7 +689,7 @@ private:
         w.wts = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 4);
         if (n_moe > 0) {
             w.act_e = take(size_t(T * K * c.n_ff_exp) * 2);
-            w.y_e = T > k_moe_gemv_max_tokens ? take(size_t(T * K * H) * 4) : 0;
+            w.y_e = take(size_t(T * K * H) * 4);
             w.counts = take(size_t(E) * 4);
             w.offsets = take(size_t(E + 1) * 4);
             w.tile_offsets = take(size_t(E + 1) * 4);
@@ -1030,7 +1035,22 @@ private:
                 d.n_embd = H;
                 d.n_expert_used = K;
                 d.n_ff_exp = c.n_ff_exp;
-                op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
+                if (m_moe_down_rows) {
+                    // Per-slot rows, then the combine in choice order (faster than gathering
+                    // every choice of an output element in one block: docs/benchmarks.md).
+                    d.y_slots = reinterpret_cast<float *>(base + w.y_e);
+                    op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
+                    moe_combine_params cb;
+                    cb.y = d.y_slots;
+                    cb.weights = wts;
+                    cb.x = x;
+                    cb.n_tokens = T;
+                    cb.n_embd = H;
+                    cb.n_expert_used = K;
+                    op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
+                } else {
+                    op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
+                }
             } else {
                 moe_plan_params pl;
                 pl.ids = ids;
@@ -1186,7 +1206,7 @@ private:
             ck(cudaMemcpyAsync(out.logits.data(), m_work.at(w.logits), size_t(R * c.n_vocab) * 4, cudaMemcpyDeviceToHost,
                                m_stream),
                "logits download");
-        const int64_t n_moe = n_moe_layers(), K = c.n_expert_used, nk = n_moe * T * K;
+        const int64_t n_moe = n_moe_layers(), K = c.n_expert_used, nk = m_record_routing ? n_moe * T * K : 0;
         if (nk) {
             ck(cudaMemcpyAsync(m_pinned_out.at(), m_work.at(w.ids), size_t(nk) * 4, cudaMemcpyDeviceToHost, m_stream),
                "routing download");
@@ -1271,6 +1291,8 @@ private:
     std::set<graph_key> m_seen_keys;
     cudaGraphExec_t m_last_graph = nullptr;
     std::vector<std::string> m_skip_ops;
+    bool m_moe_down_rows = true;
+    bool m_record_routing = true;
     bool m_profiling = false;
     std::vector<cudaEvent_t> m_events;
     size_t m_event_next = 0;

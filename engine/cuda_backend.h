@@ -77,6 +77,9 @@ public:
     // returns the device time of one replay in µs (0 when no graph ran yet): a decode step's GPU
     // time without the host's share (input upload, launch, logits download, synchronization).
     virtual double graph_replay_us(int replays) = 0;
+    // Whether forward() brings back the routing record (expert ids and weights per MoE layer,
+    // the telemetry's source); on by default. Off only to measure what recording costs.
+    virtual void set_record_routing(bool on) = 0;
     virtual weight_precision precision() const = 0;
     // The activation format prefill-sized FP8 linears use now: params.activations, or bf16 when
     // cuBLASLt refused the FP8 GEMM (remembered from the first refusal; activation_note() says

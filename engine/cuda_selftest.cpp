@@ -1274,13 +1274,20 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             // against HF the limit is what BF16 activations / FP8 weights and activations cost on
             // these tiny random models (the twin model measures the same figures without a GPU).
             // FP8 prefill linears whose shape cuBLASLt's FP8 GEMM cannot take (k or n not a
-            // multiple of 16: many in these tiny models) dequantize weights to BF16 for cuBLASLt (one more
-            // rounding than the twin model's exact e4m3 × scale), and a quantized activation can
-            // land on the other side of a rounding boundary than the twin's (one FP8 step), hence
-            // the looser twin limit of FP8 prefill. E5M2 activations (two mantissa bits) cost the
+            // multiple of 16: many in these tiny models) dequantize weights to BF16 for cuBLASLt,
+            // as the twin model does too; only fp32 summation order differs (the kernel rows:
+            // ~1e-8), but FP8 activations turn such differences into whole-step code changes now
+            // and then (an element, or a row's amax and so its scale, crossing a BF16 rounding
+            // boundary, then an FP8 one), and on these tiny random models, whose logits amplify
+            // per-linear noise ~20×, that measured 2e-3 – 2e-2 (E5M2 and routing flips the most:
+            // H200, 2026-11-29) — the size of what quantizing activations costs at all. So the
+            // end-to-end limit for FP8 activations is loose (5e-2: a wrong scale, layout or path
+            // gives ≫ 0.1); the exact checks are the act_quantize (identical codes and scales) and
+            // gemm_lt fp8 (NMSE ≤ 1e-5) kernel rows above. E5M2 activations (two mantissa bits) cost the
             // most: the twin model measures 0.03–0.1 against HF on these models (E4M3: ≤ 0.042).
             const double hf_limit = !fp8 ? 5e-3 : v.act == activation_format::e5m2 ? 0.2 : 0.1;
-            const double twin_limit = 1e-4, twin_limit_prefill = fp8 ? 2e-3 : 1e-4;
+            const double twin_limit = 1e-4,
+                         twin_limit_prefill = !fp8 ? 1e-4 : v.act == activation_format::bf16 ? 2e-3 : 5e-2;
             R.run("model", pn, [&] {
                 auto twin_of = [&](const twin_options &to) {
                     auto cfg = load_model_config(dir);
@@ -1321,9 +1328,11 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " prefill", "NMSE vs HF", nmse(pre, golden), hf_limit);
                 R.info("model", pn + " prefill", "NMSE vs CPU backend", nmse(pre, cpu));
                 R.info("model", pn + " prefill", "top-1 agreement with HF", top1_agreement(pre, golden, V));
+                R.info("model", pn + " prefill", "top-1 agreement with the twin model", top1_agreement(pre, twin, V));
                 if (!v.decode) return;
                 twin_options td; // decode steps of one token: BF16 activations everywhere
                 td.activations = activation_format::bf16;
+                td.steps.assign(prompt.size(), 1);
                 const auto twin_dec = twin_of(td);
                 const auto dec = logits_decode(be, prompt);
                 R.add("model", pn + " decode", "NMSE vs twin model", nmse(dec, twin_dec), twin_limit);

@@ -9,6 +9,7 @@
 #include "act_quantize.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
+#include "fp8_dequantize.cuh"
 #include "fp8_quantize.cuh"
 #include "gemm_lt.cuh"
 #include "gemv.cuh"
@@ -71,9 +72,13 @@ twin_lin make_lin(const std::vector<const tensor_view *> &parts, int64_t k, weig
     return L;
 }
 
-// How the backend feeds FP8 linears: per token, quantized activations (quant[t]) or BF16.
+// How the backend runs FP8 linears for the tokens of prefill-sized steps (quant[t]: steps above
+// the GEMV threshold): quantized activations and cuBLASLt's FP8 GEMM when fp8_act and the shape
+// fits its rules; otherwise, where cuBLASLt's BF16 rules hold (k % 8, n % 4), the weights
+// dequantized to BF16 (fp8_dequantize: one more rounding) for a BF16 GEMM; otherwise the GEMV.
 struct act_plan {
     fp8_format fmt = fp8_format::e4m3;
+    bool fp8_act = false;
     bool any = false;
     std::vector<char> quant; // [T]
 };
@@ -93,27 +98,55 @@ void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vec
     p.n = L.n;
     p.k = L.k;
     p.accumulate = acc;
-    if (L.fmt != weight_format::fp8_e4m3 || !ap.any || !gemm_lt_fp8_dims_ok(L.n, L.k)) {
+    const bool fp8_gemm = ap.fp8_act && gemm_lt_fp8_dims_ok(L.n, L.k), deq_gemm = !fp8_gemm && L.k % 8 == 0 && L.n % 4 == 0;
+    if (L.fmt != weight_format::fp8_e4m3 || !ap.any || (!fp8_gemm && !deq_gemm)) {
         gemv_ref(p);
         return;
     }
-    // act_quantize then gemm_lt's FP8 product for the quantized tokens, gemv for the others,
-    // in runs of consecutive tokens.
-    std::vector<fp8_t> q(static_cast<size_t>(T * L.k));
-    std::vector<float> qs(static_cast<size_t>(T));
-    act_quantize_params aq;
-    aq.x = x.data();
-    aq.ldx = L.k;
-    aq.q = q.data();
-    aq.scale = qs.data();
-    aq.m = T;
-    aq.k = L.k;
-    aq.fmt = ap.fmt;
-    act_quantize_ref(aq);
+    // Big-step tokens: act_quantize then gemm_lt's FP8 product, or the BF16 GEMM on dequantized
+    // weights; the other tokens gemv; in runs of consecutive tokens.
+    std::vector<fp8_t> q;
+    std::vector<float> qs;
+    std::vector<bf16_t> wdq;
+    if (fp8_gemm) {
+        q.resize(static_cast<size_t>(T * L.k));
+        qs.resize(static_cast<size_t>(T));
+        act_quantize_params aq;
+        aq.x = x.data();
+        aq.ldx = L.k;
+        aq.q = q.data();
+        aq.scale = qs.data();
+        aq.m = T;
+        aq.k = L.k;
+        aq.fmt = ap.fmt;
+        act_quantize_ref(aq);
+    } else {
+        wdq.resize(static_cast<size_t>(L.n * L.k));
+        fp8_dequantize_params d;
+        d.q = L.q.data();
+        d.scale = L.s.data();
+        d.out = wdq.data();
+        d.n = L.n;
+        d.k = L.k;
+        fp8_dequantize_ref(d);
+    }
     for (int64_t t0 = 0; t0 < T;) {
         int64_t t1 = t0 + 1;
         while (t1 < T && ap.quant[t1] == ap.quant[t0]) ++t1;
-        if (ap.quant[t0]) {
+        if (ap.quant[t0] && !fp8_gemm) {
+            gemm_lt_params g;
+            g.a = x.data() + t0 * L.k;
+            g.lda = L.k;
+            g.w = wdq.data();
+            g.ldw = L.k;
+            g.y = y.data() + t0 * L.n;
+            g.ldy = L.n;
+            g.m = t1 - t0;
+            g.n = L.n;
+            g.k = L.k;
+            g.accumulate = acc;
+            gemm_lt_ref(g);
+        } else if (ap.quant[t0]) {
             gemm_lt_fp8_params g;
             g.a = q.data() + t0 * L.k;
             g.lda = L.k;
@@ -158,11 +191,12 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             for (int64_t n : steps) {
                 if (n <= 0 || start + n > T)
                     throw load_error("twin model: the steps do not add up to the tokens");
-                if (n > cuda_gemv_max_tokens && o.activations != activation_format::bf16)
+                if (n > cuda_gemv_max_tokens)
                     std::fill(aplan.quant.begin() + start, aplan.quant.begin() + start + n, char(1));
                 start += n;
             }
             if (start != T) throw load_error("twin model: the steps do not add up to the tokens");
+            aplan.fp8_act = o.activations != activation_format::bf16;
             aplan.any = fmt == weight_format::fp8_e4m3 &&
                         std::find(aplan.quant.begin(), aplan.quant.end(), 1) != aplan.quant.end();
         }

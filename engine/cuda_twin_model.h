@@ -23,8 +23,10 @@ inline constexpr int64_t cuda_gemv_max_tokens = 8;
 struct twin_options {
     // Activations of FP8 linears in steps of more than cuda_gemv_max_tokens tokens, as the CUDA
     // backend uses them (cuda_backend::activations()): quantized per token exactly as
-    // act_quantize does, then gemm_lt's FP8 product (linears whose shape cuBLASLt's FP8 rules
-    // reject, gemm_lt_fp8_dims_ok, keep BF16 activations, as in the backend); bf16: never.
+    // act_quantize does, then gemm_lt's FP8 product; linears whose shape cuBLASLt's FP8 rules
+    // reject (gemm_lt_fp8_dims_ok), and every one with bf16, keep BF16 activations and take, as in
+    // the backend, the weights dequantized to BF16 (fp8_dequantize) where cuBLASLt's BF16 rules
+    // hold (k % 8, n % 4), else the GEMV on the FP8 codes.
     activation_format activations = activation_format::e4m3;
     // Token counts of the forward steps the sequence is fed in (they sum to tokens.size());
     // empty: one step of every token. Only whether a token's step exceeds the threshold matters.

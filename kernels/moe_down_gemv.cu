@@ -100,6 +100,23 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
     }
 }
 
+// Per-slot mode (y_slots set): grid (n_embd / 4, slots); one warp per (slot, n) streams row n of
+// the slot's expert (lane_dot: 16-byte loads, four in flight) and writes the scaled product;
+// moe_combine then adds the slots into the residual. Many small independent warps, as
+// moe_gate_up_gemv, instead of one block gathering every choice of (t, n).
+template <bool FP8, bool VEC>
+__global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params p) {
+    pdl_enter();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n = int64_t(blockIdx.x) * 4 + warp, s = blockIdx.y;
+    if (n >= p.n_embd) return;
+    const int64_t F = p.n_ff_exp, H = p.n_embd, row = int64_t(p.ids[s]) * H + n;
+    const float scale = FP8 ? __ldg(p.w_scale + row) : 1.0f;
+    const unsigned char *w = static_cast<const unsigned char *>(p.w) + row * F * (FP8 ? 1 : 2);
+    const float v = warp_sum(lane_dot<FP8, VEC>(w, p.act + s * F, 0, F, lane));
+    if (lane == 0) p.y_slots[s * H + n] = v * scale;
+}
+
 } // namespace
 
 cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t stream) {
@@ -107,6 +124,15 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
     const bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
+    if (p.y_slots) {
+        const dim3 grid(ceil_div_u(p.n_embd, 4), unsigned(p.n_tokens * p.n_expert_used));
+        if (fp8) {
+            if (vec) return launch_kernel(moe_down_rows_kernel<true, true>, grid, 128, 0, stream, p);
+            return launch_kernel(moe_down_rows_kernel<true, false>, grid, 128, 0, stream, p);
+        }
+        if (vec) return launch_kernel(moe_down_rows_kernel<false, true>, grid, 128, 0, stream, p);
+        return launch_kernel(moe_down_rows_kernel<false, false>, grid, 128, 0, stream, p);
+    }
     const dim3 grid(unsigned(p.n_embd), unsigned(p.n_tokens));
     if (fp8) {
         if (vec) return launch_kernel(moe_down_gemv_kernel<true, true>, grid, 128, 0, stream, p);

@@ -17,6 +17,9 @@ struct moe_down_gemv_params {
     const float *w_scale = nullptr; // [n_expert, n_embd], FP8 only
     float *y = nullptr;             // [n_tokens, n_embd], accumulated into
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
+    // Per-slot mode: when set, y is not touched; y_slots[t·k_used + j, n] = scale · Wd_e[n] · act
+    // (unweighted), for moe_combine to add in choice order.
+    float *y_slots = nullptr;       // [n_tokens·n_expert_used, n_embd]
 };
 
 void moe_down_gemv_ref(const moe_down_gemv_params &p);

@@ -561,6 +561,16 @@ void TestKernelTwins::moeGroupedEqualsDecodePath() {
     es::moe_grouped_gemm_ref(gg);
     es::moe_combine_ref({ys.data(), wts.data(), y_pre.data(), T, H, K});
     QVERIFY2(nmse(y_pre, y_dec) < 1e-12, qPrintable(QString("NMSE %1").arg(nmse(y_pre, y_dec))));
+    // Decode's per-slot mode (y_slots) plus the combine: the grouped GEMM's slot products exactly,
+    // and so the same sum.
+    std::vector<float> y_slots(static_cast<size_t>(S * H)), y_rows(static_cast<size_t>(T * H), 0.0f);
+    es::moe_down_gemv_params d2 = d;
+    d2.y = nullptr;
+    d2.y_slots = y_slots.data();
+    es::moe_down_gemv_ref(d2);
+    QCOMPARE(y_slots, ys);
+    es::moe_combine_ref({y_slots.data(), wts.data(), y_rows.data(), T, H, K});
+    QCOMPARE(y_rows, y_pre);
 }
 
 void TestKernelTwins::planEdgeCases() {
@@ -663,9 +673,11 @@ void TestKernelTwins::twinModel() {
     QVERIFY2(e <= limit, qPrintable(QString("NMSE %1").arg(e)));
 }
 
-// The twin quantizes activations only for the tokens of steps above the GEMV threshold, and only
-// in linears cuBLASLt's FP8 GEMM can take: steps of ≤ 8 tokens give exactly the BF16-activation
-// logits, a prefill-sized step changes them (on a model whose shapes fit), and bad steps are an error.
+// The twin changes the numerics only for the tokens of steps above the GEMV threshold (quantized
+// activations where cuBLASLt's FP8 GEMM can take the shape, else BF16-dequantized weights): steps
+// of ≤ 8 tokens give the same logits whatever the activation format, a prefill-sized step changes
+// them (with FP8 activations, and with BF16 ones through the dequantized weights), and bad steps
+// are an error.
 void TestKernelTwins::twinModelActivationSteps() {
     const QString dir = QString(ES_TEST_DATA_DIR) + "/dense";
     QFile f(dir + "/reference.json");
@@ -686,13 +698,15 @@ void TestKernelTwins::twinModelActivationSteps() {
         return es::twin_forward_logits(*cfg, *bound, prompt, es::weight_precision::fp8, o);
     };
     const int64_t T = int64_t(prompt.size());
-    auto bf = run(es::activation_format::bf16, {});
+    auto bf = run(es::activation_format::bf16, std::vector<int64_t>(size_t(T), 1));
+    auto bf_big = run(es::activation_format::bf16, {});
     auto small = run(es::activation_format::e4m3, std::vector<int64_t>(size_t(T), 1));
     auto big = run(es::activation_format::e4m3, {});
     auto mixed = run(es::activation_format::e4m3, {T - 3, 3});
-    QVERIFY(bf.ok() && small.ok() && big.ok() && mixed.ok());
+    QVERIFY(bf.ok() && bf_big.ok() && small.ok() && big.ok() && mixed.ok());
     QVERIFY(*small == *bf);
-    QVERIFY(*big != *bf);
+    QVERIFY(*bf_big != *bf);
+    QVERIFY(*big != *bf && *big != *bf_big);
     // The first T − 3 tokens' logits as in one big step (causal: later tokens do not matter).
     const size_t V = size_t(cfg->n_vocab), head = size_t(T - 3) * V;
     QVERIFY(std::equal(mixed->begin(), mixed->begin() + long(head), big->begin()));

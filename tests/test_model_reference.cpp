@@ -143,8 +143,11 @@ void TestModelReference::emulatedPrecision() {
         QVERIFY(cfg.ok() && store.ok());
         auto bound = es::bind_model_tensors(*cfg, **store);
         QVERIFY(bound.ok());
-        es::twin_options to; // the emulation rounds weights only: the twin with BF16 activations
+        // The emulation rounds weights only: the twin of decode-sized steps (GEMV on the FP8 codes,
+        // BF16 activations).
+        es::twin_options to;
         to.activations = es::activation_format::bf16;
+        to.steps.assign(ref.prompt.size(), 1);
         auto tw = es::twin_forward_logits(*cfg, *bound, ref.prompt, es::weight_precision::fp8, to);
         QVERIFY2(tw.ok(), tw.ok() ? "" : tw.message().c_str());
         twin_fp8 = std::move(*tw);

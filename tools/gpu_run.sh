@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|hf|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # report: the default model on the GPU, bench --json for a report (docs/reports.md), in
@@ -74,6 +74,15 @@ if [[ $mode == decode ]]; then
     done
     for skip in ${DECODE_SKIPS_MOE:-attention rms_norm moe_router moe_gate_up moe_down shared}; do
         dec "21b-a3b fp8 without $skip" ernie-4.5-21b-a3b fp8 0 ES_CUDA_SKIP_OPS=$skip
+    done
+fi
+if [[ $mode == hf ]]; then
+    # The slow baseline: HF transformers (bf16) on the same shapes (tools/hf_bench.py).
+    for spec in "ernie-4.5-0.3b 0 3" "ernie-4.5-21b-a3b 4 1" "ernie-4.5-21b-a3b 12 1" "ernie-4.5-21b-a3b 0 1"; do
+        set -- $spec
+        echo "### hf $1 --layers $2" | tee -a "$OUT/hf.md"
+        timeout 240 python3 tools/hf_bench.py --shape "$1" --layers "$2" --reps "$3" --json "$OUT/hf-$1-$2.json" 2>&1 |
+            grep -vE 'Warning|warn' | tee -a "$OUT/hf.md" || rc=1
     done
 fi
 if [[ $mode == report ]]; then
