@@ -44,6 +44,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     cuda_backend_params cp;
     cp.precision = prec;
     cp.activations = to_activation_format(common.activations);
+    cp.fp8 = to_fp8_policy(common);
     std::unique_ptr<model> loaded;
     std::unique_ptr<backend> random_be;
     backend *be = nullptr;
@@ -64,6 +65,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         lp.kind = backend_kind::cuda;
         lp.precision = prec;
         lp.activations = cp.activations;
+        lp.fp8 = cp.fp8;
         lp.need_tokenizer = false;
         auto m = load_model(o.model_dir, lp);
         if (!m) return fail(m.message());
@@ -220,9 +222,9 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                 "GPU memory: %s\nCUDA graphs: %s\n",
                 bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str(), cb->graph_status().c_str());
     if (prec == weight_precision::fp8)
-        std::printf("FP8 activations of steps above 8 tokens: %s%s%s\n",
+        std::printf("FP8 activations of steps above 8 tokens: %s%s%s; head %s, attention output %s\n",
                     activation_format_name(cb->activations()), cb->activation_note().empty() ? "" : " — ",
-                    cb->activation_note().c_str());
+                    cb->activation_note().c_str(), cp.fp8.head ? "E4M3" : "BF16", cp.fp8.attn_out ? "E4M3" : "BF16");
     if (tps_untraced > 0.0)
         std::printf("telemetry (routing record of every MoE layer): tg%d %.1f tok/s with, %.1f without (%+.2f%%)\n", o.tg,
                     tps_traced, tps_untraced, 100.0 * (tps_traced / tps_untraced - 1.0));
@@ -277,6 +279,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
              // in effect after the runs (bf16 when cuBLASLt refused the FP8 GEMM)
              {"activations",
               prec == weight_precision::fp8 ? activation_format_name(cb->activations()) : "bf16"},
+             {"fp8_head", prec == weight_precision::fp8 && cp.fp8.head},
+             {"fp8_attn_out", prec == weight_precision::fp8 && cp.fp8.attn_out},
              {"read_bandwidth_bytes_per_s", k_h200_read_bw},
              {"decode_bytes_per_token", bytes},
              {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes}});

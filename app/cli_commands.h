@@ -25,7 +25,17 @@ struct common_opts {
     int threads = 0;
     std::string precision = "bf16"; // CUDA weights: bf16 | fp8
     std::string activations = "e4m3"; // CUDA, fp8 weights, prefill-sized steps: e4m3 | e5m2 | bf16
+    bool fp8_head = false;            // CUDA, fp8 weights: the head in E4M3 too
+    bool bf16_attn_out = false;       // CUDA, fp8 weights: o_proj kept BF16
 };
+
+// --fp8-head / --bf16-attn-out as the engine's per-layer precision policy.
+inline fp8_policy to_fp8_policy(const common_opts &o) {
+    fp8_policy p;
+    p.head = o.fp8_head;
+    p.attn_out = !o.bf16_attn_out;
+    return p;
+}
 
 // --activations as the engine's enum (the CLI checks the word).
 inline activation_format to_activation_format(const std::string &s) {

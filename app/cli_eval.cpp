@@ -40,7 +40,11 @@ result<side> load_side(const std::string &dir, const std::string &precision, con
         lp.kind = o.backend == "cuda" ? backend_kind::cuda : o.backend == "auto" ? backend_kind::automatic : backend_kind::cpu;
         lp.precision = precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
         lp.activations = to_activation_format(o.activations);
+        lp.fp8 = to_fp8_policy(o);
         lp.emulate_precision_on_cpu = true;
+        if (!lp.fp8.is_default() && lp.kind == backend_kind::cpu)
+            return error{"--fp8-head / --bf16-attn-out: the CPU's emulation rounds the default policy's linears only; "
+                         "use --backend cuda"};
     }
     auto m = load_model(dir, lp);
     if (!m) return m.err();

@@ -41,6 +41,10 @@ int main(int argc, char **argv) {
         sub->add_option("--activations", common.activations, activations_help)
             ->check(CLI::IsMember({"e4m3", "e5m2", "bf16"}))
             ->default_val("e4m3");
+        // The per-layer precision policy (the router is always fp32).
+        sub->add_flag("--fp8-head", common.fp8_head, "CUDA, --precision fp8: the LM head in E4M3 too (default BF16)");
+        sub->add_flag("--bf16-attn-out", common.bf16_attn_out,
+                      "CUDA, --precision fp8: keep the attention output projections BF16 (default E4M3)");
     };
 
     std::string model_dir;

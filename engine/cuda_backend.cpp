@@ -466,6 +466,9 @@ public:
         m_tok_embd_off = take(size_t(c.n_vocab * H) * 2);
         m_output_norm_off = take(size_t(H) * 2);
         if (!c.tie_word_embeddings) m_head_off = take(size_t(c.n_vocab * H) * 2);
+        // fp8_policy::head: an E4M3 copy of the head, quantized from the BF16 table on the GPU.
+        m_head_fp8 = dlin{};
+        if (fp8 && m_params.fp8.head) plan_lin(m_head_fp8, c.n_vocab, H, weight_format::fp8_e4m3);
         m_layers.assign(size_t(c.n_layer), dlayer{});
         int64_t max_piece = 0, max_dense_lin = 0;
         for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -474,7 +477,7 @@ public:
             L.attn_norm_off = take(size_t(H) * 2);
             L.ffn_norm_off = take(size_t(H) * 2);
             plan_lin(L.wqkv, qd + 2 * kvd, H, lin_fmt);
-            plan_lin(L.wo, H, qd, lin_fmt);
+            plan_lin(L.wo, H, qd, fp8 && m_params.fp8.attn_out ? lin_fmt : weight_format::bf16);
             max_piece = std::max({max_piece, qd * H, H * qd});
             max_dense_lin = std::max({max_dense_lin, (qd + 2 * kvd) * H, H * qd});
             if (!L.is_moe) {
@@ -542,6 +545,15 @@ public:
             src.fill_bf16("lm_head.weight", c.n_vocab, H, m_weights.at<bf16_t>(m_head_off), m_stream);
             progress(c.n_vocab * H);
         }
+        if (m_head_fp8.n) {
+            fp8_quantize_params q;
+            q.w = m_weights.at<bf16_t>(c.tie_word_embeddings ? m_tok_embd_off : m_head_off);
+            q.q = m_weights.at<fp8_t>(m_head_fp8.w_off);
+            q.scale = m_weights.at<float>(m_head_fp8.s_off);
+            q.n = c.n_vocab;
+            q.k = H;
+            op("fp8_quantize", [&] { return launch_fp8_quantize(q, m_stream); });
+        }
         if (auto *rs = dynamic_cast<random_source *>(&src)) rs->n_embd = H;
         for (int64_t il = 0; il < c.n_layer; ++il) {
             dlayer &L = m_layers[il];
@@ -606,13 +618,18 @@ private:
         }
         m_head.n = m_cfg.n_vocab;
         m_head.k = m_cfg.n_embd;
-        m_head.fmt = weight_format::bf16; // the head stays BF16 at either precision
+        m_head.fmt = weight_format::bf16; // BF16 at either precision unless fp8_policy::head
         m_head.w = m_weights.at(m_cfg.tie_word_embeddings ? m_tok_embd_off : m_head_off);
+        if (m_head_fp8.n) {
+            m_head = m_head_fp8;
+            m_head.w = m_weights.at(m_head_fp8.w_off);
+            m_head.scale = m_weights.at<float>(m_head_fp8.s_off);
+        }
     }
 
     void compute_decode_bytes() {
         const auto &c = m_cfg;
-        double b = double(c.n_embd) * 2 * 2 + double(m_head.n * m_head.k) * 2; // one embedding row, final norm, head
+        double b = double(c.n_embd) * 2 * 2 + double(m_head.bytes()); // one embedding row, final norm, head
         for (const auto &L : m_layers) {
             b += double(c.n_embd) * 2 * 2 + double(L.wqkv.bytes() + L.wo.bytes());
             if (!L.is_moe) {
@@ -1202,9 +1219,15 @@ private:
         if (!done) enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
 
         // Outputs.
+        // Decode-sized logits come through a pinned buffer (one DMA at full speed, then a host
+        // copy), larger ones straight into the (pageable) output.
+        const size_t logit_bytes = size_t(R * c.n_vocab) * 4;
+        const bool via_pinned = R > 0 && R <= k_graph_max_tokens;
+        if (via_pinned && m_pinned_logits.bytes() < logit_bytes)
+            m_pinned_logits.alloc(size_t(k_graph_max_tokens * c.n_vocab) * 4, "pinned logits buffer");
         if (R)
-            ck(cudaMemcpyAsync(out.logits.data(), m_work.at(w.logits), size_t(R * c.n_vocab) * 4, cudaMemcpyDeviceToHost,
-                               m_stream),
+            ck(cudaMemcpyAsync(via_pinned ? m_pinned_logits.at() : static_cast<void *>(out.logits.data()), m_work.at(w.logits),
+                               logit_bytes, cudaMemcpyDeviceToHost, m_stream),
                "logits download");
         const int64_t n_moe = n_moe_layers(), K = c.n_expert_used, nk = m_record_routing ? n_moe * T * K : 0;
         if (nk) {
@@ -1216,6 +1239,7 @@ private:
         }
         ck(cudaStreamSynchronize(m_stream), "the forward pass");
         ck(cudaGetLastError(), "the forward pass");
+        if (via_pinned) std::memcpy(out.logits.data(), m_pinned_logits.at(), logit_bytes);
         if (m_profiling) collect_profile();
         if (nk) {
             const int32_t *ids = m_pinned_out.at<int32_t>();
@@ -1279,10 +1303,10 @@ private:
     int64_t m_max_dense_lin = 0;                       // elements of the widest dense linear
 
     device_buffer m_weights, m_staging, m_deq, m_kv_pool, m_work, m_inputs;
-    pinned_buffer m_pinned, m_pinned_out;
+    pinned_buffer m_pinned, m_pinned_out, m_pinned_logits;
     size_t m_tok_embd_off = 0, m_output_norm_off = 0, m_head_off = 0, m_inv_freq_off = 0;
     std::vector<dlayer> m_layers;
-    dlin m_head;
+    dlin m_head, m_head_fp8;
     double m_decode_bytes = 0.0;
     kv_cache_params m_kv;
     size_t m_kv_layer_elems = 0;

@@ -45,6 +45,7 @@ struct cuda_backend_params {
     // FP8 weights: activations of prefill-sized linears (model.h); e4m3/e5m2 quantize them per
     // token for cuBLASLt's FP8 GEMM, bf16 dequantizes the weights instead.
     activation_format activations = activation_format::e4m3;
+    fp8_policy fp8;                                    // FP8 weights: head and o_proj (model.h)
     bool use_graphs = true;                            // decode-sized steps replayed as CUDA graphs
     std::function<void(float progress)> on_progress;   // 0..1 while weights are uploaded
 };

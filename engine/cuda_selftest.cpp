@@ -1262,14 +1262,21 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             weight_precision prec;
             activation_format act; // of prefill-sized FP8 linears (the backend's default: e4m3)
             bool decode;           // also the token-by-token decode (BF16 activations whatever act says)
+            fp8_policy policy;     // FP8: the head and o_proj
         };
-        for (const variant v : {variant{weight_precision::bf16, activation_format::e4m3, true},
-                                variant{weight_precision::fp8, activation_format::e4m3, true},
-                                variant{weight_precision::fp8, activation_format::e5m2, false}}) {
+        fp8_policy flipped; // the other side of both choices of the per-layer policy
+        flipped.head = true;
+        flipped.attn_out = false;
+        for (const variant v : {variant{weight_precision::bf16, activation_format::e4m3, true, {}},
+                                variant{weight_precision::fp8, activation_format::e4m3, true, {}},
+                                variant{weight_precision::fp8, activation_format::e5m2, false, {}},
+                                variant{weight_precision::fp8, activation_format::e4m3, true, flipped}}) {
             const weight_precision prec = v.prec;
             const bool fp8 = prec == weight_precision::fp8;
             const std::string pn =
-                mname + (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" : " bf16");
+                mname + (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
+                                   (v.policy.is_default() ? "" : ", head fp8, o_proj bf16")
+                             : " bf16");
             // Against the twin model (the same numerics on the CPU) the GPU must agree closely;
             // against HF the limit is what BF16 activations / FP8 weights and activations cost on
             // these tiny random models (the twin model measures the same figures without a GPU).
@@ -1295,7 +1302,9 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                     if (!cfg || !store) throw test_failure(!cfg ? cfg.message() : store.message());
                     auto bound = bind_model_tensors(*cfg, **store);
                     if (!bound) throw test_failure(bound.message());
-                    auto tw = twin_forward_logits(*cfg, *bound, prompt, prec, to);
+                    twin_options tt = to;
+                    tt.fp8 = v.policy;
+                    auto tw = twin_forward_logits(*cfg, *bound, prompt, prec, tt);
                     if (!tw) throw test_failure(tw.message());
                     return std::move(*tw);
                 };
@@ -1304,11 +1313,12 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 lp.kind = backend_kind::cuda;
                 lp.precision = prec;
                 lp.activations = v.act;
+                lp.fp8 = v.policy;
                 auto m = load_model(dir, lp);
                 if (!m) throw test_failure(m.message());
                 backend &be = *(*m)->be;
                 // The will-it-fit estimate's weight bytes must be what the backend allocated.
-                const double est = double(cuda_weight_bytes((*m)->config, prec)), got = double(be.weights_bytes());
+                const double est = double(cuda_weight_bytes((*m)->config, prec, v.policy)), got = double(be.weights_bytes());
                 R.add("model", pn + " load", "weights: |estimate − allocated| / allocated", std::abs(est - got) / got, 0.0);
                 routing_record rr;
                 const auto pre = logits_prefill(be, prompt, &rr);

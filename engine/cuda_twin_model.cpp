@@ -204,7 +204,9 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
         const float eps = float(c.rms_eps);
 
         const auto tok_embd = to_bf16(*t.tok_embd);
-        const twin_lin head = make_lin({c.tie_word_embeddings ? t.tok_embd : t.output}, H, weight_format::bf16);
+        const twin_lin head = make_lin({c.tie_word_embeddings ? t.tok_embd : t.output}, H,
+                                       fmt == weight_format::fp8_e4m3 && o.fp8.head ? fmt : weight_format::bf16);
+        const weight_format fmt_o = fmt == weight_format::fp8_e4m3 && !o.fp8.attn_out ? weight_format::bf16 : fmt;
         const auto out_norm = to_bf16(*t.output_norm);
         std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
         for (int64_t i = 0; i < hd / 2; ++i)
@@ -265,7 +267,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             ap.block_size = bs;
             ap.scale = 1.0f / std::sqrt(float(hd));
             attention_ref(ap);
-            linear(make_lin({L.wo}, qd, fmt), attn, T, x, true, aplan);
+            linear(make_lin({L.wo}, qd, fmt_o), attn, T, x, true, aplan);
 
             nrm.weight = ffn_norm.data();
             rms_norm_ref(nrm);
@@ -339,7 +341,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
         nrm.eps = eps;
         rms_norm_ref(nrm);
         std::vector<float> logits;
-        linear(head, xn, T, logits, false);
+        linear(head, xn, T, logits, false, aplan);
         return logits;
     });
 }

@@ -31,6 +31,8 @@ struct twin_options {
     // Token counts of the forward steps the sequence is fed in (they sum to tokens.size());
     // empty: one step of every token. Only whether a token's step exceeds the threshold matters.
     std::vector<int64_t> steps;
+    // FP8 weights: the head and the attention output projections as cuda_backend_params::fp8.
+    fp8_policy fp8;
 };
 
 // Logits [tokens.size(), n_vocab] of one sequence starting at position 0.

@@ -242,18 +242,20 @@ int32_t pick_kv_blocks(const engine_params &p, const model_config &c, uint64_t b
 
 } // namespace
 
-uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision) {
+uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision, const fp8_policy &policy) {
     const auto align = [](uint64_t b) { return (b + 255) / 256 * 256; };
     const bool fp8 = precision == weight_precision::fp8;
     const uint64_t H = uint64_t(c.n_embd), qd = uint64_t(c.q_dim()), kvd = uint64_t(c.kv_dim());
     uint64_t total = 0;
-    auto lin = [&](uint64_t n, uint64_t k) { total += align(n * k * (fp8 ? 1 : 2)) + (fp8 ? align(n * 4) : 0); };
+    auto lin_as = [&](uint64_t n, uint64_t k, bool q) { total += align(n * k * (q ? 1 : 2)) + (q ? align(n * 4) : 0); };
+    auto lin = [&](uint64_t n, uint64_t k) { lin_as(n, k, fp8); };
     total += align(uint64_t(c.n_vocab) * H * 2) + align(H * 2);
     if (!c.tie_word_embeddings) total += align(uint64_t(c.n_vocab) * H * 2);
+    if (fp8 && policy.head) lin_as(uint64_t(c.n_vocab), H, true); // the FP8 copy of the head
     for (int64_t il = 0; il < c.n_layer; ++il) {
         total += 2 * align(H * 2);
         lin(qd + 2 * kvd, H);
-        lin(H, qd);
+        lin_as(H, qd, fp8 && policy.attn_out);
         if (!c.is_moe_layer(il)) {
             lin(2 * uint64_t(c.n_ff), H);
             lin(H, uint64_t(c.n_ff));
@@ -286,7 +288,7 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
     if (e.gpu) {
         const cuda_status_info &cs = cuda_status();
         e.device = cs.device.name;
-        e.weights_bytes = cuda_weight_bytes(c, p.load.precision);
+        e.weights_bytes = cuda_weight_bytes(c, p.load.precision, p.load.fp8);
         const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 2 * 2 * uint64_t(c.n_layer);
         e.kv_bytes = uint64_t(pick_kv_blocks(p, c, block_bytes)) * block_bytes;
         // The forward pass at a full token budget: logits in fp32 plus the widest activations

@@ -115,7 +115,7 @@ struct memory_estimate {
 // Bytes of the CUDA backend's weight arena for this config and precision (its layout: fused
 // q/k/v and gate/up, BF16 embeddings, norms and head, fp32 router and RoPE table, FP8 linears
 // with one fp32 scale per row; 256-byte aligned pieces).
-uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision);
+uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision, const fp8_policy &policy = {});
 
 struct model_info {
     std::filesystem::path dir;

@@ -33,6 +33,7 @@ cuda_backend_params cuda_params_from(const model_load_params &p, const std::func
     cuda_backend_params cp;
     cp.precision = p.precision;
     cp.activations = p.activations;
+    cp.fp8 = p.fp8;
     cp.on_progress = progress;
     return cp;
 }

@@ -22,7 +22,8 @@ enum class backend_kind { cpu, cuda, automatic };
 // Weights in device memory. The CPU backend computes in fp32 from the checkpoint's values, or
 // from weights rounded the same way when model_load_params::emulate_precision_on_cpu is set.
 // fp8: every linear but the head in E4M3 with one fp32 scale per output channel, quantized at
-// load; embeddings, norms and the head stay BF16, the router fp32.
+// load; embeddings, norms and the head stay BF16, the router fp32 (fp8_policy below selects the
+// head and the attention output projections on the CUDA backend).
 enum class weight_precision { bf16, fp8 };
 
 // The activations into FP8 linears of prefill-sized steps (more than 8 tokens) on the CUDA
@@ -34,10 +35,20 @@ inline const char *activation_format_name(activation_format f) {
     return f == activation_format::e4m3 ? "e4m3" : f == activation_format::e5m2 ? "e5m2" : "bf16";
 }
 
+// The per-layer precision policy of FP8 weights: which linears besides the q/k/v projections and
+// the MLPs (dense, shared and routed experts: always FP8) take E4M3. The router is always fp32,
+// embeddings and norms BF16.
+struct fp8_policy {
+    bool attn_out = true; // the attention output projection (o_proj) of every layer
+    bool head = false;    // the LM head (a quantized copy when tied to the embeddings)
+    bool is_default() const { return attn_out && !head; }
+};
+
 struct model_load_params {
     backend_kind kind = backend_kind::cpu;
     weight_precision precision = weight_precision::bf16;
     activation_format activations = activation_format::e4m3; // CUDA, FP8 weights only (see above)
+    fp8_policy fp8;                                          // CUDA, FP8 weights only
     // The CPU backend keeps the checkpoint's exact values unless asked to emulate `precision`
     // (weights rounded as the GPU stores them; see cpu_weight_rounding).
     bool emulate_precision_on_cpu = false;

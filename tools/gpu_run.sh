@@ -44,6 +44,13 @@ if [[ $mode == full || $mode == bench ]]; then
     bench ernie-4.5-21b-a3b fp8 --layers 12
     bench ernie-4.5-21b-a3b fp8
     bench ernie-4.5-21b-a3b bf16
+    # The per-layer policy: the head in FP8 too (decode only).
+    for spec in "ernie-4.5-0.3b 0" "ernie-4.5-21b-a3b 0"; do
+        set -- $spec
+        echo "### $1 fp8 --fp8-head" | tee -a "$OUT/bench.md"
+        timeout 150 "$CLI" bench --backend cuda --shape "$1" --precision fp8 --fp8-head --pp 16 --tg 128 --reps 3 2>&1 |
+            grep -E 'tg128|decode step|head' | tee -a "$OUT/bench.md"
+    done
 fi
 if [[ $mode == batch ]]; then
     # Batched decode (TTFT, ITL p50/p99, tok/s at batch 1, 8, 64), pp/tg skipped: --pp 16 --reps 1.
@@ -97,6 +104,9 @@ if [[ $mode == full || $mode == eval ]]; then
         timeout 120 "$CLI" eval "${@:2}" --json "$OUT/eval-$1.json" 2>&1 | tee -a "$OUT/eval.md" || rc=1
     }
     ev default-fp8 --model resources/models/default --backend cuda --precision fp8 --text README.md --windows 4 --ctx 256
+    ev default-fp8-e5m2 --model resources/models/default --backend cuda --precision fp8 --activations e5m2 --text README.md --windows 4 --ctx 256
+    ev default-fp8-bf16act --model resources/models/default --backend cuda --precision fp8 --activations bf16 --text README.md --windows 4 --ctx 256
+    ev default-fp8-head --model resources/models/default --backend cuda --precision fp8 --fp8-head --text README.md --windows 4 --ctx 256
     ev default-bf16 --model resources/models/default --backend cuda --precision bf16 --text README.md --windows 4 --ctx 256
     ev moe-shared-fp8 --model tests/data/moe-shared --backend cuda --precision fp8 --windows 4 --ctx 64
 fi
