@@ -302,12 +302,12 @@ public:
         // off, for measuring what it buys.
         const char *pdl = std::getenv("ES_CUDA_PDL");
         set_programmatic_launch(dev.cc_major >= 9 && !(pdl && std::string(pdl) == "0"));
-        // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
-        // one of them (the results are wrong; the time saved is what those launches cost).
         // A measuring aid: ES_CUDA_MOE_DOWN=gather keeps decode's routed down projection in one
         // kernel that gathers every choice of an output element (the default is per-slot rows
         // plus moe_combine).
         if (const char *md = std::getenv("ES_CUDA_MOE_DOWN")) m_moe_down_rows = std::string(md) != "gather";
+        // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
+        // one of them (the results are wrong; the time saved is what those launches cost).
         if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {
             std::string cur;
             for (const char *q = skip;; ++q) {
@@ -501,6 +501,8 @@ public:
             }
         }
         m_inv_freq_off = take(size_t(c.head_dim / 2) * 4);
+        // An FP8 head takes the dequantize path too when its step does (as the twin model has it).
+        if (m_head_fp8.n) max_dense_lin = std::max(max_dense_lin, c.n_vocab * H);
 
         m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
         m_max_dense_lin = max_dense_lin;

@@ -1092,6 +1092,8 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_moe_router(R, 2, 64, 8, 2, true);
     for (auto f : {bf, f8}) {
         test_gemv(R, f, 1, 2560, 2560, false);
+        test_gemv(R, f, 1, 40003, 1024, false); // the head's kernel (≥ 32,768 rows), a partial last warp
+        test_gemv(R, f, 1, 32769, 512, true);
         test_gemv(R, f, 3, 1000, 40, false);
         test_gemv(R, f, 13, 100, 100, false);
         test_gemv(R, f, 1, 64, 2560, false);

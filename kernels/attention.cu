@@ -140,7 +140,8 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
                 const int idx = tid + i * 128;
                 if (idx < k_chunk * hv) {
                     const int j = idx / hv, c = idx % hv;
-                    uint32_t *kd = reinterpret_cast<uint32_t *>(ks + j * (hd + 2) + c * 8); // 4-byte aligned rows
+                    uint32_t *kd =
+                        reinterpret_cast<uint32_t *>(ks + j * (hd + 2) + c * 8); // 4-byte aligned rows
                     kd[0] = kb[i].x;
                     kd[1] = kb[i].y;
                     kd[2] = kb[i].z;
@@ -287,14 +288,15 @@ template <int DPL, int RPW>
 cudaError_t launch_dpl_rpw(const attention_params &p, cudaStream_t stream) {
     const size_t smem = attention_smem_bytes(p.head_dim);
     if (smem > 48 * 1024) {
-        const cudaError_t e =
-            cudaFuncSetAttribute(attention_kernel<DPL, RPW>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+        const cudaError_t e = cudaFuncSetAttribute(attention_kernel<DPL, RPW>,
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         if (e != cudaSuccess) return e;
     }
     const int64_t group = p.n_head / p.n_head_kv;
     const unsigned blocks_y = unsigned(p.n_head_kv * ((group + 31) / 32));
     const dim3 grid(unsigned(p.n_tiles), blocks_y, unsigned(p.kv_splits));
-    if (const cudaError_t e = launch_kernel(attention_kernel<DPL, RPW>, grid, 128, smem, stream, p); e != cudaSuccess)
+    if (const cudaError_t e = launch_kernel(attention_kernel<DPL, RPW>, grid, 128, smem, stream, p);
+        e != cudaSuccess)
         return e;
     if (p.kv_splits <= 1) return cudaSuccess;
     return launch_kernel(attention_combine_kernel, dim3(unsigned(p.n_tiles), blocks_y), 256, 0, stream, p,
@@ -628,7 +630,8 @@ cudaError_t launch_attention(const attention_params &p, cudaStream_t stream) {
     if (p.head_dim % 2 != 0 || p.head_dim > attention_max_head_dim || p.n_head_kv <= 0 ||
         p.n_head % p.n_head_kv != 0 || p.kv_splits < 1 || p.kv_splits > 32 || (p.kv_splits > 1 && !p.partial))
         return cudaErrorInvalidValue;
-    if (p.path == attention_path::automatic && attention_decode_ok(p)) return launch_attention_decode(p, stream);
+    if (p.path == attention_path::automatic && attention_decode_ok(p))
+        return launch_attention_decode(p, stream);
     if (attention_uses_tensor_cores(p))
         return p.head_dim == 64 ? launch_prefill<64>(p, stream) : launch_prefill<128>(p, stream);
     if (p.path == attention_path::tensor_core)

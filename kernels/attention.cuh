@@ -24,16 +24,16 @@ namespace es {
 enum class attention_path : int32_t { automatic, cuda_core, tensor_core };
 
 struct attention_params {
-    const bf16_t *q = nullptr;             // [n_tokens, n_head·head_dim] post-RoPE
-    const bf16_t *k_cache = nullptr;       // [n_blocks·block_size, n_head_kv·head_dim]
+    const bf16_t *q = nullptr;       // [n_tokens, n_head·head_dim] post-RoPE
+    const bf16_t *k_cache = nullptr; // [n_blocks·block_size, n_head_kv·head_dim]
     const bf16_t *v_cache = nullptr;
     const int32_t *pos = nullptr;          // [n_tokens]
     const int32_t *seq = nullptr;          // [n_tokens]
     const int32_t *block_tables = nullptr; // [n_seqs, bt_stride]
     int64_t bt_stride = 0;
-    const int32_t *tiles = nullptr;        // [n_tiles, 2]: first token, token count
+    const int32_t *tiles = nullptr; // [n_tiles, 2]: first token, token count
     int64_t n_tiles = 0;
-    bf16_t *out = nullptr;                 // [n_tokens, n_head·head_dim]
+    bf16_t *out = nullptr; // [n_tokens, n_head·head_dim]
     int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, block_size = 16;
     float scale = 1.0f;
     // Split-KV (flash-decoding): kv_splits blocks share a tile's KV range (chunk c goes to split

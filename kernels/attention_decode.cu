@@ -97,7 +97,8 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int idx = tid + i * 128, j = idx / HV, cc = idx % HV;
-            uint32_t *kd = reinterpret_cast<uint32_t *>(ks + j * (HD + 2) + cc * 8); // rows are 4-byte aligned
+            uint32_t *kd =
+                reinterpret_cast<uint32_t *>(ks + j * (HD + 2) + cc * 8); // rows are 4-byte aligned
             kd[0] = kb[i].x;
             kd[1] = kb[i].y;
             kd[2] = kb[i].z;
@@ -254,9 +255,12 @@ cudaError_t launch_attention_decode(const attention_params &p, cudaStream_t stre
     if (!attention_decode_ok(p)) return cudaErrorInvalidValue;
     if (p.n_tiles <= 0) return cudaSuccess;
     switch (p.head_dim) {
-    case 64: return launch_hd<64>(p, stream);
-    case 128: return launch_hd<128>(p, stream);
-    default: return launch_hd<256>(p, stream);
+    case 64:
+        return launch_hd<64>(p, stream);
+    case 128:
+        return launch_hd<128>(p, stream);
+    default:
+        return launch_hd<256>(p, stream);
     }
 }
 

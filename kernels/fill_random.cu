@@ -17,7 +17,8 @@ __device__ __forceinline__ uint64_t fill_hash_dev(uint64_t seed, uint64_t i) {
 
 __global__ void fill_random_kernel(fill_random_params p) {
     pdl_enter();
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n; i += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < p.n;
+         i += int64_t(gridDim.x) * blockDim.x) {
         const float u = float(fill_hash_dev(p.seed, uint64_t(i)) >> 40) * (1.0f / 16777216.0f);
         const float v = __fadd_rn(p.mean, __fmul_rn(__fsub_rn(__fmul_rn(2.0f, u), 1.0f), p.half_range));
         p.out[i] = f_to_bf16(v);

@@ -10,7 +10,8 @@ namespace es {
 __global__ void fp8_dequantize_kernel(fp8_dequantize_params p) {
     pdl_enter();
     const int64_t n = p.n * p.k;
-    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+         i += int64_t(gridDim.x) * blockDim.x)
         p.out[i] = f_to_bf16(__fmul_rn(fp8_to_f(p.q[i]), p.scale[i / p.k]));
 }
 

@@ -54,7 +54,8 @@ struct gemm_lt_context {
 namespace {
 
 cudaError_t fail(gemm_lt_context *ctx, const char *what, cublasStatus_t st) {
-    ctx->last_error = std::string(what) + ": " + cublasLtGetStatusName(st) + " (" + cublasLtGetStatusString(st) + ")";
+    ctx->last_error =
+        std::string(what) + ": " + cublasLtGetStatusName(st) + " (" + cublasLtGetStatusString(st) + ")";
     return cudaErrorUnknown;
 }
 
@@ -134,11 +135,12 @@ cudaError_t launch_gemm_lt(const gemm_lt_params &p, cudaStream_t stream) {
         }
         cublasLtMatmulPreference_t pref = nullptr;
         cublasLtMatmulPreferenceCreate(&pref);
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ctx->workspace_bytes,
-                                             sizeof ctx->workspace_bytes);
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                             &ctx->workspace_bytes, sizeof ctx->workspace_bytes);
         cublasLtMatmulHeuristicResult_t heur{};
         int found = 0;
-        st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, pl.op, pl.a, pl.b, pl.c, pl.c, pref, 1, &heur, &found);
+        st = cublasLtMatmulAlgoGetHeuristic(ctx->handle, pl.op, pl.a, pl.b, pl.c, pl.c, pref, 1, &heur,
+                                            &found);
         cublasLtMatmulPreferenceDestroy(pref);
         if (st != CUBLAS_STATUS_SUCCESS || found == 0) {
             destroy_plan(pl);
@@ -150,8 +152,9 @@ cudaError_t launch_gemm_lt(const gemm_lt_params &p, cudaStream_t stream) {
     }
     const float alpha = 1.0f, beta = p.accumulate ? 1.0f : 0.0f;
     const gemm_lt_plan &pl = it->second;
-    const cublasStatus_t st = cublasLtMatmul(ctx->handle, pl.op, &alpha, p.w, pl.a, p.a, pl.b, &beta, p.y, pl.c, p.y, pl.c,
-                                             &pl.algo, ctx->workspace, ctx->workspace_bytes, stream);
+    const cublasStatus_t st =
+        cublasLtMatmul(ctx->handle, pl.op, &alpha, p.w, pl.a, p.a, pl.b, &beta, p.y, pl.c, p.y, pl.c,
+                       &pl.algo, ctx->workspace, ctx->workspace_bytes, stream);
     if (st != CUBLAS_STATUS_SUCCESS) return fail(ctx, "cublasLtMatmul", st);
     return cudaGetLastError();
 }

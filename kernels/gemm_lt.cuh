@@ -29,7 +29,7 @@ struct gemm_lt_params {
     int64_t lda = 0;
     const bf16_t *w = nullptr; // [n, ldw]
     int64_t ldw = 0;
-    float *y = nullptr;        // [m, ldy]
+    float *y = nullptr; // [m, ldy]
     int64_t ldy = 0;
     int64_t m = 0, n = 0, k = 0;
     bool accumulate = false;

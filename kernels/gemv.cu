@@ -3,7 +3,8 @@
 // tokens' activations (MT = 1, 2, 4 or 8; more tokens run as more grid rows). Lanes keep MT fp32
 // partial sums, reduced by shuffles; lane 0 applies the FP8 scale and writes, adds, or (split-K)
 // atomically adds. Under programmatic launch the row slice is prefetched into L2 before the
-// kernel waits for its predecessor. Rows whose size or alignment does not allow 16-byte vectors take a scalar path.
+// kernel waits for its predecessor. Rows whose size or alignment does not allow 16-byte vectors take a scalar
+// path.
 #include "gemv.cuh"
 #include "kernel_common.cuh"
 
@@ -13,6 +14,7 @@ namespace es {
 namespace {
 
 constexpr int k_rows_per_block = 4;
+constexpr int64_t k_rows_head = 32768; // one-token GEMVs of at least this many rows: gemv_rows_kernel
 
 template <bool FP8, int MT, bool VEC>
 __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
@@ -72,8 +74,50 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
         const float v = warp_sum(acc[m]) * scale;
         if (lane == 0 && m < mt) {
             float *dst = p.y + (m0 + m) * p.ldy + n;
-            if (splits > 1) atomicAdd(dst, v);
-            else *dst = p.accumulate ? *dst + v : v;
+            if (splits > 1)
+                atomicAdd(dst, v);
+            else
+                *dst = p.accumulate ? *dst + v : v;
+        }
+    }
+}
+
+// One token, very many rows (the LM head: 103,424): each warp takes RW consecutive rows, their
+// loads interleaved, so a warp has RW times the bytes in flight and the grid RW times fewer blocks
+// (one row per warp streamed the BF16 head at ~2.3 TB/s, its 25,856 blocks costing more than the
+// bytes). Same per-row arithmetic and order as gemv_kernel with MT = 1.
+template <bool FP8, int RW>
+__global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n0 = (int64_t(blockIdx.x) * k_rows_per_block + warp) * RW;
+    if (n0 >= p.n) return;
+    constexpr int E = vec_elems<FP8>;
+    const int64_t row_bytes = p.k * (FP8 ? 1 : 2);
+    const unsigned char *w = static_cast<const unsigned char *>(p.w) + n0 * row_bytes;
+    float scale[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+        scale[r] = FP8 && n0 + r < p.n ? __ldg(p.w_scale + n0 + r) : 1.0f; // weights: before the wait
+    pdl_enter();
+    float acc[RW];
+#pragma unroll
+    for (int r = 0; r < RW; ++r) acc[r] = 0.0f;
+#pragma unroll 2
+    for (int64_t kk = int64_t(lane) * E; kk < p.k; kk += 32 * E) {
+        uint4 wq[RW];
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+            if (n0 + r < p.n) wq[r] = __ldcs(reinterpret_cast<const uint4 *>(w + r * row_bytes) + kk / E);
+#pragma unroll
+        for (int r = 0; r < RW; ++r)
+            if (n0 + r < p.n) acc[r] += dot_vec<FP8>(wq[r], p.x + kk);
+    }
+#pragma unroll
+    for (int r = 0; r < RW; ++r) {
+        const float v = warp_sum(acc[r]) * scale[r];
+        if (lane == 0 && n0 + r < p.n) {
+            float *dst = p.y + n0 + r;
+            *dst = p.accumulate ? *dst + v : v;
         }
     }
 }
@@ -87,10 +131,14 @@ cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t st
 template <bool FP8>
 cudaError_t launch_fmt(const gemv_params &p, int mt, bool vec, dim3 grid, cudaStream_t stream) {
     switch (mt) {
-    case 1: return launch_mt<FP8, 1>(p, vec, grid, stream);
-    case 2: return launch_mt<FP8, 2>(p, vec, grid, stream);
-    case 4: return launch_mt<FP8, 4>(p, vec, grid, stream);
-    default: return launch_mt<FP8, 8>(p, vec, grid, stream);
+    case 1:
+        return launch_mt<FP8, 1>(p, vec, grid, stream);
+    case 2:
+        return launch_mt<FP8, 2>(p, vec, grid, stream);
+    case 4:
+        return launch_mt<FP8, 4>(p, vec, grid, stream);
+    default:
+        return launch_mt<FP8, 8>(p, vec, grid, stream);
     }
 }
 
@@ -102,6 +150,12 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     const int64_t E = fp8 ? 16 : 8;
     const bool vec = p.k % E == 0 && p.ldx % 8 == 0 && aligned16(p.w) && aligned16(p.x);
+    if (p.n_tokens == 1 && vec && p.n >= k_rows_head && p.k_splits <= 1) {
+        constexpr int RW = 4;
+        const unsigned blocks = ceil_div_u(p.n, int64_t(k_rows_per_block) * RW);
+        return fp8 ? launch_kernel(gemv_rows_kernel<true, RW>, blocks, 128, 0, stream, p)
+                   : launch_kernel(gemv_rows_kernel<false, RW>, blocks, 128, 0, stream, p);
+    }
     const int mt = p.n_tokens >= 8 ? 8 : p.n_tokens >= 5 ? 8 : p.n_tokens >= 3 ? 4 : int(p.n_tokens);
     const unsigned gx = ceil_div_u(p.n, k_rows_per_block), gy = ceil_div_u(p.n_tokens, mt);
     int splits = p.k_splits;
@@ -113,7 +167,8 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
         splits = std::max(1, std::min(splits, 64));
     }
     if (splits > 1 && !p.accumulate) {
-        const cudaError_t e = cudaMemset2DAsync(p.y, size_t(p.ldy) * 4, 0, size_t(p.n) * 4, size_t(p.n_tokens), stream);
+        const cudaError_t e =
+            cudaMemset2DAsync(p.y, size_t(p.ldy) * 4, 0, size_t(p.n) * 4, size_t(p.n_tokens), stream);
         if (e != cudaSuccess) return e;
     }
     const dim3 grid(gx, gy, unsigned(splits));

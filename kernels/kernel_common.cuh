@@ -16,7 +16,9 @@ namespace es {
 __device__ __forceinline__ float bf16_to_f(uint16_t h) { return __uint_as_float(uint32_t(h) << 16); }
 __device__ __forceinline__ float bf16_lo(uint32_t w) { return __uint_as_float(w << 16); }
 __device__ __forceinline__ float bf16_hi(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-__device__ __forceinline__ uint16_t f_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ uint16_t f_to_bf16(float f) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(f));
+}
 
 __device__ __forceinline__ float fp8_to_f(uint8_t v) {
     const __half_raw h = __nv_cvt_fp8_to_halfraw(__nv_fp8_storage_t(v), __NV_E4M3);
@@ -55,7 +57,9 @@ __device__ __forceinline__ float warp_max(float v) {
 
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
-__host__ __device__ inline bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+__host__ __device__ inline bool aligned16(const void *p) {
+    return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
 
 inline unsigned ceil_div_u(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
@@ -75,7 +79,9 @@ __device__ __forceinline__ void pdl_release() {
 #endif
 }
 // Starts moving the 128-byte line holding p from device memory into L2 (no register result).
-__device__ __forceinline__ void prefetch_l2(const void *p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+__device__ __forceinline__ void prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
 
 // The usual opening of a kernel: wait for the previous kernel, then let the next one launch.
 __device__ __forceinline__ void pdl_enter() {
@@ -112,8 +118,10 @@ inline constexpr int vec_elems = FP8 ? 16 : 8;
 
 template <bool FP8>
 __device__ __forceinline__ float wval(const void *w_row, int64_t k) {
-    if constexpr (FP8) return fp8_to_f(static_cast<const uint8_t *>(w_row)[k]);
-    else return bf16_to_f(static_cast<const uint16_t *>(w_row)[k]);
+    if constexpr (FP8)
+        return fp8_to_f(static_cast<const uint8_t *>(w_row)[k]);
+    else
+        return bf16_to_f(static_cast<const uint16_t *>(w_row)[k]);
 }
 
 // Σ over one 16-byte weight vector times the matching BF16 activations (x 16-byte aligned).
@@ -143,7 +151,8 @@ __device__ __forceinline__ float dot_vec(const uint4 w, const uint16_t *x) {
 // VEC needs 16-byte aligned rows and kb, ke multiples of vec_elems<FP8>. Four weight vectors
 // are loaded before use so several 16-byte loads are in flight per lane.
 template <bool FP8, bool VEC>
-__device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, int64_t kb, int64_t ke, int lane) {
+__device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, int64_t kb, int64_t ke,
+                                          int lane) {
     float acc = 0.0f;
     if constexpr (VEC) {
         constexpr int E = vec_elems<FP8>;
@@ -152,8 +161,8 @@ __device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, 
         for (; kk + 3 * 32 * E < ke; kk += 4 * 32 * E) {
             const uint4 a = __ldcs(wv + kk / E), b = __ldcs(wv + kk / E + 32), c = __ldcs(wv + kk / E + 64),
                         d = __ldcs(wv + kk / E + 96);
-            acc += dot_vec<FP8>(a, x + kk) + dot_vec<FP8>(b, x + kk + 32 * E) + dot_vec<FP8>(c, x + kk + 64 * E) +
-                   dot_vec<FP8>(d, x + kk + 96 * E);
+            acc += dot_vec<FP8>(a, x + kk) + dot_vec<FP8>(b, x + kk + 32 * E) +
+                   dot_vec<FP8>(c, x + kk + 64 * E) + dot_vec<FP8>(d, x + kk + 96 * E);
         }
         for (; kk < ke; kk += 32 * E) acc += dot_vec<FP8>(__ldcs(wv + kk / E), x + kk);
     } else {
@@ -169,8 +178,8 @@ namespace es {
 // lane_dot for two weight rows against the same activations, their loads interleaved (twice the
 // bytes in flight per lane): the gate and up rows of one expert.
 template <bool FP8, bool VEC>
-__device__ __forceinline__ float2 lane_dot2(const void *w0, const void *w1, const uint16_t *x, int64_t kb, int64_t ke,
-                                            int lane) {
+__device__ __forceinline__ float2 lane_dot2(const void *w0, const void *w1, const uint16_t *x, int64_t kb,
+                                            int64_t ke, int lane) {
     float a0 = 0.0f, a1 = 0.0f;
     if constexpr (VEC) {
         constexpr int E = vec_elems<FP8>;

@@ -51,9 +51,12 @@ inline float round_bf16(float f) { return bf16_bits_to_float(float_to_bf16_bits(
 inline float fp8_e4m3_to_float(fp8_t v) {
     const int sign = v & 0x80, exp = (v >> 3) & 0xf, man = v & 7;
     float r;
-    if (exp == 0xf && man == 7) r = NAN;
-    else if (exp == 0) r = std::ldexp(float(man), -9);
-    else r = std::ldexp(1.0f + float(man) / 8.0f, exp - 7);
+    if (exp == 0xf && man == 7)
+        r = NAN;
+    else if (exp == 0)
+        r = std::ldexp(float(man), -9);
+    else
+        r = std::ldexp(1.0f + float(man) / 8.0f, exp - 7);
     return sign ? -r : r;
 }
 
@@ -68,8 +71,8 @@ inline fp8_t float_to_fp8_e4m3(float f) {
         return fp8_t(sign | m);
     }
     int e = 0;
-    std::frexp(a, &e);                                   // a = fr · 2^e, fr in [0.5, 1)
-    int exp = e - 1;                                     // a = 1.m · 2^exp, exp in [-6, 8]
+    std::frexp(a, &e); // a = fr · 2^e, fr in [0.5, 1)
+    int exp = e - 1;   // a = 1.m · 2^exp, exp in [-6, 8]
     int m = int(std::nearbyint((std::ldexp(a, -exp) - 1.0f) * 8.0f));
     if (m == 8) {
         m = 0;

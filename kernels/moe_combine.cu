@@ -1,14 +1,15 @@
 // moe_combine (see moe_combine.cuh): grid (n_embd / 256, tokens), one thread per (t, i): every
 // load of a token is in flight at once (one block per token striding over n_embd waited on ten
 // load round trips).
-#include "moe_combine.cuh"
 #include "kernel_common.cuh"
+#include "moe_combine.cuh"
 
 namespace es {
 
 __global__ void __launch_bounds__(256) moe_combine_kernel(moe_combine_params p) {
     pdl_enter();
-    const int64_t t = blockIdx.y, K = p.n_expert_used, H = p.n_embd, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const int64_t t = blockIdx.y, K = p.n_expert_used, H = p.n_embd,
+                  i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= H) return;
     float acc = p.x[t * H + i];
     for (int64_t j = 0; j < K; ++j) acc += p.weights[t * K + j] * p.y[(t * K + j) * H + i];
@@ -17,7 +18,8 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(moe_combine_params p) 
 
 cudaError_t launch_moe_combine(const moe_combine_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0 || p.n_embd <= 0) return cudaSuccess;
-    return launch_kernel(moe_combine_kernel, dim3(ceil_div_u(p.n_embd, 256), unsigned(p.n_tokens)), 256, 0, stream, p);
+    return launch_kernel(moe_combine_kernel, dim3(ceil_div_u(p.n_embd, 256), unsigned(p.n_tokens)), 256, 0,
+                         stream, p);
 }
 
 } // namespace es

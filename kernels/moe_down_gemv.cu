@@ -4,8 +4,8 @@
 // FP8) and dot it with that slot's activations; thread 0 sums the quarters in order, scales,
 // weights and sums in choice order (fp32) and adds the total into y. (One warp per (t, n), with
 // three dependent load rounds, streamed at ~1.3 TB/s on the H200.)
-#include "moe_down_gemv.cuh"
 #include "kernel_common.cuh"
+#include "moe_down_gemv.cuh"
 
 namespace es {
 namespace {
@@ -85,7 +85,8 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
         float total = 0.0f;
         for (int64_t j = 0; j < K; ++j) {
             const int64_t e = p.ids[t * K + j], row = e * H + n;
-            const float v = warp_sum(lane_dot<FP8, VEC>(w + row * row_bytes, p.act + (t * K + j) * F, kb, ke, lane));
+            const float v =
+                warp_sum(lane_dot<FP8, VEC>(w + row * row_bytes, p.act + (t * K + j) * F, kb, ke, lane));
             __syncthreads(); // red[] of the previous choice is read
             if (lane == 0) red[warp][0] = v;
             __syncthreads();

@@ -19,7 +19,7 @@ struct moe_down_gemv_params {
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
     // Per-slot mode: when set, y is not touched; y_slots[t·k_used + j, n] = scale · Wd_e[n] · act
     // (unweighted), for moe_combine to add in choice order.
-    float *y_slots = nullptr;       // [n_tokens·n_expert_used, n_embd]
+    float *y_slots = nullptr; // [n_tokens·n_expert_used, n_embd]
 };
 
 void moe_down_gemv_ref(const moe_down_gemv_params &p);

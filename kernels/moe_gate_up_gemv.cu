@@ -1,9 +1,9 @@
 // moe_gate_up_gemv (see moe_gate_up_gemv.cuh): grid (n_ff_exp / 4, slots); one warp per
 // (slot, f) streams the expert's gate row f and up row f once (lane_dot2: 16-byte loads of both
-// rows interleaved, four in flight) against the token's activations (L1-resident), reduces by shuffles, and lane 0 writes
-// silu(g)·u. Only the n_tokens·n_expert_used selected (token, expert) rows are read.
-#include "moe_gate_up_gemv.cuh"
+// rows interleaved, four in flight) against the token's activations (L1-resident), reduces by shuffles, and
+// lane 0 writes silu(g)·u. Only the n_tokens·n_expert_used selected (token, expert) rows are read.
 #include "kernel_common.cuh"
+#include "moe_gate_up_gemv.cuh"
 
 namespace es {
 namespace {
@@ -20,7 +20,8 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
     const int64_t row_bytes = H * (FP8 ? 1 : 2);
     const uint16_t *x = p.x + t * H;
     // The scales' loads are in flight with the rows'.
-    const float g_scale = FP8 ? __ldg(p.w_scale + g_row) : 1.0f, u_scale = FP8 ? __ldg(p.w_scale + u_row) : 1.0f;
+    const float g_scale = FP8 ? __ldg(p.w_scale + g_row) : 1.0f,
+                u_scale = FP8 ? __ldg(p.w_scale + u_row) : 1.0f;
     const float2 gu = lane_dot2<FP8, VEC>(w + g_row * row_bytes, w + u_row * row_bytes, x, 0, H, lane);
     float g = warp_sum(gu.x), u = warp_sum(gu.y);
     if (lane == 0) {

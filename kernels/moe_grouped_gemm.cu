@@ -9,8 +9,8 @@
 // (a dot product ignores the order of its terms), one load serving two k16 steps; FP8 is widened
 // to BF16 exactly as the B fragments are built, its row scales applied in the epilogue. Unaligned
 // operands (odd k or lda, pointers) are staged by synchronous scalar loads instead.
-#include "moe_grouped_gemm.cuh"
 #include "kernel_common.cuh"
+#include "moe_grouped_gemm.cuh"
 
 namespace es {
 namespace {

@@ -14,19 +14,19 @@
 namespace es {
 
 struct moe_grouped_gemm_params {
-    const bf16_t *a = nullptr;          // activation rows [*, lda]
+    const bf16_t *a = nullptr; // activation rows [*, lda]
     int64_t lda = 0;
-    int64_t a_row_div = 1;              // n_expert_used when a holds token rows, 1 when slot rows
+    int64_t a_row_div = 1; // n_expert_used when a holds token rows, 1 when slot rows
     const int32_t *sorted_slots = nullptr, *offsets = nullptr, *tile_offsets = nullptr; // moe_plan
     int64_t n_expert = 0;
-    int64_t max_tiles = 0;              // moe_plan_max_tiles(…, moe_grouped_gemm_tile_rows)
-    const void *w = nullptr;            // [n_expert, w_rows, k]
+    int64_t max_tiles = 0;   // moe_plan_max_tiles(…, moe_grouped_gemm_tile_rows)
+    const void *w = nullptr; // [n_expert, w_rows, k]
     weight_format wfmt = weight_format::bf16;
-    const float *w_scale = nullptr;     // [n_expert, w_rows], FP8 only
+    const float *w_scale = nullptr; // [n_expert, w_rows], FP8 only
     int64_t k = 0, n = 0;
     bool glu = false;
-    bf16_t *out_act = nullptr;          // glu: [slots, ldo]
-    float *out_f32 = nullptr;           // plain: [slots, ldo]
+    bf16_t *out_act = nullptr; // glu: [slots, ldo]
+    float *out_f32 = nullptr;  // plain: [slots, ldo]
     int64_t ldo = 0;
 };
 

@@ -2,16 +2,16 @@
 // slots' experts (atomics), an exclusive scan over experts by thread 0 (n_expert ≤ 4096, cheap
 // next to the GEMMs it plans), then each slot claims a position in its expert's range with an
 // atomic cursor.
-#include "moe_plan.cuh"
 #include "kernel_common.cuh"
+#include "moe_plan.cuh"
 
 namespace es {
 
 __global__ void __launch_bounds__(1024) moe_plan_kernel(moe_plan_params p) {
     pdl_enter();
     extern __shared__ int sh[];
-    int *cnt = sh;                  // [n_expert]
-    int *cursor = sh + p.n_expert;  // [n_expert]
+    int *cnt = sh;                 // [n_expert]
+    int *cursor = sh + p.n_expert; // [n_expert]
     const int E = int(p.n_expert);
     for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
     __syncthreads();
@@ -39,7 +39,8 @@ __global__ void __launch_bounds__(1024) moe_plan_kernel(moe_plan_params p) {
 }
 
 cudaError_t launch_moe_plan(const moe_plan_params &p, cudaStream_t stream) {
-    if (p.n_expert <= 0 || p.n_expert > moe_plan_max_experts || p.tile_rows <= 0) return cudaErrorInvalidValue;
+    if (p.n_expert <= 0 || p.n_expert > moe_plan_max_experts || p.tile_rows <= 0)
+        return cudaErrorInvalidValue;
     const size_t smem = size_t(2 * p.n_expert) * sizeof(int);
     return launch_kernel(moe_plan_kernel, 1, 1024, smem, stream, p);
 }

@@ -4,11 +4,12 @@
 // 655 KB router of a 21B-A3B layer is read by many SMs at once, and its rows start moving into L2
 // before the kernel waits for its predecessor (one block per token was latency-bound at ~15 µs;
 // eight experts per block, one warp each, at ~18 µs with five dependent load rounds per warp). The last block
-// of a token to finish (a counter bumped after a fence) then does the rest for that token:
-// softmax (block max, then e^(l−max) · (1/sum), as the CPU), k rounds of a warp arg-max over
-// p + bias with the tie rule "greater, or equal and lower id", and the renormalized weights.
-#include "moe_router.cuh"
+// of a token to finish (a counter bumped after a fence) then does the rest for that token with
+// one warp (no block barriers): softmax (max, then e^(l−max) · (1/sum), as the CPU), k rounds of
+// a warp arg-max over p + bias with the tie rule "greater, or equal and lower id", and the
+// renormalized weights.
 #include "kernel_common.cuh"
+#include "moe_router.cuh"
 
 namespace es {
 
@@ -20,20 +21,21 @@ constexpr int k_experts_per_block = 2, k_warps_per_expert = 4;
 __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
     extern __shared__ __align__(16) float sm[];
     __shared__ float red[32];
-    __shared__ float s_max, s_inv;
     __shared__ bool s_last;
     const int64_t t = blockIdx.y, H = p.n_embd, E = p.n_expert, K = p.n_expert_used;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, n_warps = blockDim.x / 32;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
 
     const int64_t e = int64_t(blockIdx.x) * k_experts_per_block + warp / k_warps_per_expert;
     const int quarter = warp % k_warps_per_expert;
     const bool vec = (H % 4) == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15u) == 0 &&
                      (reinterpret_cast<uintptr_t>(p.x) & 7u) == 0;
-    const int64_t n4 = H / 4, q_begin = n4 * quarter / k_warps_per_expert, q_end = n4 * (quarter + 1) / k_warps_per_expert;
+    const int64_t n4 = H / 4, q_begin = n4 * quarter / k_warps_per_expert,
+                  q_end = n4 * (quarter + 1) / k_warps_per_expert;
     // The router's weights are never written by a kernel: this warp's slice heads for L2 while the
     // previous kernel finishes.
     if (vec && e < E)
-        for (int64_t i = q_begin * 4 + int64_t(lane) * 32; i < q_end * 4; i += 32 * 32) prefetch_l2(p.w + e * H + i);
+        for (int64_t i = q_begin * 4 + int64_t(lane) * 32; i < q_end * 4; i += 32 * 32)
+            prefetch_l2(p.w + e * H + i);
     pdl_enter();
     float acc = 0.0f;
     if (e < E) {
@@ -71,45 +73,32 @@ __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
     if (!s_last) return;
     __threadfence();
 
-    float *prob = sm;          // [n_expert]
-    float *score = sm + E;     // [n_expert] biased score, −inf once chosen
+    if (warp != 0) return; // one warp from here: no block barriers on the tail's latency path
+    float *prob = sm;      // [n_expert]
+    float *score = sm + E; // [n_expert] biased score, −inf once chosen
     int *chosen = reinterpret_cast<int *>(sm + 2 * E); // [n_expert_used] ids in choice order
-    for (int64_t i = tid; i < E; i += blockDim.x) prob[i] = __ldcg(p.logits + t * E + i);
-    if (tid == 0) p.counters[t] = 0; // ready for the next launch
-    __syncthreads();
+    // Lane l owns experts l, l + 32, …: softmax (max, e^(l−max), · 1/sum, as the CPU), then the
+    // biased scores, each lane touching only its own entries until the __syncwarp.
     float mx = -INFINITY;
-    for (int64_t i = tid; i < E; i += blockDim.x) mx = fmaxf(mx, prob[i]);
-    mx = warp_max(mx);
-    if (lane == 0) red[warp] = mx;
-    __syncthreads();
-    if (warp == 0) {
-        float v = lane < n_warps ? red[lane] : -INFINITY;
-        v = warp_max(v);
-        if (lane == 0) s_max = v;
+    for (int64_t i = lane; i < E; i += 32) {
+        const float v = __ldcg(p.logits + t * E + i);
+        prob[i] = v;
+        mx = fmaxf(mx, v);
     }
-    __syncthreads();
+    if (lane == 0) p.counters[t] = 0; // ready for the next launch
+    mx = warp_max(mx);
     float sum = 0.0f;
-    for (int64_t i = tid; i < E; i += blockDim.x) {
-        const float v = expf(prob[i] - s_max);
+    for (int64_t i = lane; i < E; i += 32) {
+        const float v = expf(prob[i] - mx);
         prob[i] = v;
         sum += v;
     }
-    sum = warp_sum(sum);
-    __syncthreads(); // red[] reuse
-    if (lane == 0) red[warp] = sum;
-    __syncthreads();
-    if (warp == 0) {
-        float v = lane < n_warps ? red[lane] : 0.0f;
-        v = warp_sum(v);
-        if (lane == 0) s_inv = 1.0f / v;
-    }
-    __syncthreads();
-    for (int64_t i = tid; i < E; i += blockDim.x) {
-        prob[i] *= s_inv;
+    const float inv = 1.0f / warp_sum(sum);
+    for (int64_t i = lane; i < E; i += 32) {
+        prob[i] *= inv;
         score[i] = prob[i] + p.bias[i];
     }
-    __syncthreads();
-    if (warp != 0) return;
+    __syncwarp();
     float chosen_sum = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
         float best = -INFINITY;
@@ -150,7 +139,8 @@ cudaError_t launch_moe_router(const moe_router_params &p, cudaStream_t stream) {
         p.n_expert_used > p.n_expert || !p.logits || !p.counters)
         return cudaErrorInvalidValue;
     const size_t smem = size_t(2 * p.n_expert + p.n_expert_used) * sizeof(float);
-    const dim3 grid(unsigned((p.n_expert + k_experts_per_block - 1) / k_experts_per_block), unsigned(p.n_tokens));
+    const dim3 grid(unsigned((p.n_expert + k_experts_per_block - 1) / k_experts_per_block),
+                    unsigned(p.n_tokens));
     return launch_kernel(moe_router_kernel, grid, 256, smem, stream, p);
 }
 

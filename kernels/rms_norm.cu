@@ -4,8 +4,8 @@
 // residual delta over a strided slice, accumulates its sum of squares, and a block reduction
 // (warp shuffles, then one warp over the warp partials) gives the row's scale. 1/sqrt is IEEE
 // (not rsqrtf) so the result tracks the CPU twin to rounding.
-#include "rms_norm.cuh"
 #include "kernel_common.cuh"
+#include "rms_norm.cuh"
 
 namespace es {
 
@@ -38,7 +38,8 @@ __global__ void rms_norm_kernel(rms_norm_params p) {
     __syncthreads();
     const float scale = row_scale;
     uint16_t *out = p.out + r * p.n_embd;
-    for (int64_t i = threadIdx.x; i < p.n_embd; i += blockDim.x) out[i] = f_to_bf16(bf16_to_f(p.weight[i]) * (x[i] * scale));
+    for (int64_t i = threadIdx.x; i < p.n_embd; i += blockDim.x)
+        out[i] = f_to_bf16(bf16_to_f(p.weight[i]) * (x[i] * scale));
 }
 
 // Rows of n_embd % 4 == 0 up to 256·4·V elements: each thread keeps its V float4 of the row in
@@ -94,11 +95,13 @@ __global__ void __launch_bounds__(256) rms_norm_vec_kernel(rms_norm_params p) {
 cudaError_t launch_rms_norm(const rms_norm_params &p, cudaStream_t stream) {
     if (p.n_rows <= 0) return cudaSuccess;
     const bool vec = p.n_embd % 4 == 0 && aligned16(p.x) && (!p.delta || aligned16(p.delta)) &&
-                     (reinterpret_cast<uintptr_t>(p.weight) & 7u) == 0 && (reinterpret_cast<uintptr_t>(p.out) & 7u) == 0;
+                     (reinterpret_cast<uintptr_t>(p.weight) & 7u) == 0 &&
+                     (reinterpret_cast<uintptr_t>(p.out) & 7u) == 0;
     const int64_t n4 = p.n_embd / 4;
     if (vec && n4 <= 256) return launch_kernel(rms_norm_vec_kernel<1>, unsigned(p.n_rows), 256, 0, stream, p);
     if (vec && n4 <= 512) return launch_kernel(rms_norm_vec_kernel<2>, unsigned(p.n_rows), 256, 0, stream, p);
-    if (vec && n4 <= 1024) return launch_kernel(rms_norm_vec_kernel<4>, unsigned(p.n_rows), 256, 0, stream, p);
+    if (vec && n4 <= 1024)
+        return launch_kernel(rms_norm_vec_kernel<4>, unsigned(p.n_rows), 256, 0, stream, p);
     return launch_kernel(rms_norm_kernel, unsigned(p.n_rows), 256, 0, stream, p);
 }
 

@@ -3,8 +3,8 @@
 // are in flight together (one block per token striding over 1,152 pairs waited ~9 µs on nine
 // load round trips).
 // sincosf (not __sincosf) keeps full accuracy at large angles (pos up to the model's context).
-#include "rope_kv.cuh"
 #include "kernel_common.cuh"
+#include "rope_kv.cuh"
 
 namespace es {
 
@@ -28,8 +28,9 @@ __global__ void __launch_bounds__(256) rope_kv_kernel(rope_kv_params p) {
         return;
     }
     const int32_t pos = p.pos[t];
-    const int64_t slot = int64_t(p.block_tables[int64_t(p.seq[t]) * p.bt_stride + pos / p.block_size]) * p.block_size +
-                         pos % p.block_size;
+    const int64_t slot =
+        int64_t(p.block_tables[int64_t(p.seq[t]) * p.bt_stride + pos / p.block_size]) * p.block_size +
+        pos % p.block_size;
     if (j < n_pairs) {
         const float a = row[h * hd + 2 * i], b = row[h * hd + 2 * i + 1], f = p.inv_freq[i];
         float sn, cs;
@@ -47,7 +48,8 @@ cudaError_t launch_rope_kv(const rope_kv_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0) return cudaSuccess;
     if (p.head_dim % 2 != 0) return cudaErrorInvalidValue;
     const int64_t items = (p.n_head + p.n_head_kv) * (p.head_dim / 2) + p.n_head_kv * p.head_dim;
-    return launch_kernel(rope_kv_kernel, dim3(unsigned(p.n_tokens), ceil_div_u(items, 256)), 256, 0, stream, p);
+    return launch_kernel(rope_kv_kernel, dim3(unsigned(p.n_tokens), ceil_div_u(items, 256)), 256, 0, stream,
+                         p);
 }
 
 } // namespace es
