@@ -81,8 +81,8 @@ std::vector<int32_t> attention_tiles(const int32_t *seq, int64_t n_tokens, int64
 void attention_ref(const attention_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 cudaError_t launch_attention(const attention_params &p, cudaStream_t stream);
-// The decode kernel (attention_decode.cu), which launch_attention uses when attention_decode_ok:
-// tiles of at most 8 rows (max_tile_tokens × q heads per KV head), head_dim 64, 128 or 256, and
+// The decode kernel (attention_decode.cu), which launch_attention uses when path is automatic and
+// attention_decode_ok holds: tiles of at most 8 rows (max_tile_tokens × q heads per KV head), head_dim 64, 128 or 256, and
 // for kv_splits > 1 both partial and counters.
 bool attention_decode_ok(const attention_params &p);
 cudaError_t launch_attention_decode(const attention_params &p, cudaStream_t stream);
