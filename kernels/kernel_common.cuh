@@ -124,16 +124,26 @@ __device__ __forceinline__ float wval(const void *w_row, int64_t k) {
         return bf16_to_f(static_cast<const uint16_t *>(w_row)[k]);
 }
 
+// 16 bytes of activations: through the read-only cache from global memory, or (XS) a plain load,
+// which also reads shared memory (the fused-norm kernels stage the normalized row there).
+template <bool XS>
+__device__ __forceinline__ uint4 load_x16(const uint16_t *x) {
+    if constexpr (XS)
+        return *reinterpret_cast<const uint4 *>(x);
+    else
+        return __ldg(reinterpret_cast<const uint4 *>(x));
+}
+
 // Σ over one 16-byte weight vector times the matching BF16 activations (x 16-byte aligned).
-template <bool FP8>
+template <bool FP8, bool XS = false>
 __device__ __forceinline__ float dot_vec(const uint4 w, const uint16_t *x) {
-    const uint4 x0 = __ldg(reinterpret_cast<const uint4 *>(x));
+    const uint4 x0 = load_x16<XS>(x);
     if constexpr (!FP8) {
         return bf16_lo(w.x) * bf16_lo(x0.x) + bf16_hi(w.x) * bf16_hi(x0.x) + bf16_lo(w.y) * bf16_lo(x0.y) +
                bf16_hi(w.y) * bf16_hi(x0.y) + bf16_lo(w.z) * bf16_lo(x0.z) + bf16_hi(w.z) * bf16_hi(x0.z) +
                bf16_lo(w.w) * bf16_lo(x0.w) + bf16_hi(w.w) * bf16_hi(x0.w);
     } else {
-        const uint4 x1 = __ldg(reinterpret_cast<const uint4 *>(x) + 1);
+        const uint4 x1 = load_x16<XS>(x + 8);
         const uint32_t wp[4] = {w.x, w.y, w.z, w.w};
         const uint32_t xp[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         float acc = 0.0f;
@@ -150,7 +160,7 @@ __device__ __forceinline__ float dot_vec(const uint4 w, const uint16_t *x) {
 // This lane's share of dot(w_row[kb:ke], x[kb:ke]); the caller reduces across the warp.
 // VEC needs 16-byte aligned rows and kb, ke multiples of vec_elems<FP8>. Four weight vectors
 // are loaded before use so several 16-byte loads are in flight per lane.
-template <bool FP8, bool VEC>
+template <bool FP8, bool VEC, bool XS = false>
 __device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, int64_t kb, int64_t ke,
                                           int lane) {
     float acc = 0.0f;
@@ -161,10 +171,10 @@ __device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, 
         for (; kk + 3 * 32 * E < ke; kk += 4 * 32 * E) {
             const uint4 a = __ldcs(wv + kk / E), b = __ldcs(wv + kk / E + 32), c = __ldcs(wv + kk / E + 64),
                         d = __ldcs(wv + kk / E + 96);
-            acc += dot_vec<FP8>(a, x + kk) + dot_vec<FP8>(b, x + kk + 32 * E) +
-                   dot_vec<FP8>(c, x + kk + 64 * E) + dot_vec<FP8>(d, x + kk + 96 * E);
+            acc += dot_vec<FP8, XS>(a, x + kk) + dot_vec<FP8, XS>(b, x + kk + 32 * E) +
+                   dot_vec<FP8, XS>(c, x + kk + 64 * E) + dot_vec<FP8, XS>(d, x + kk + 96 * E);
         }
-        for (; kk < ke; kk += 32 * E) acc += dot_vec<FP8>(__ldcs(wv + kk / E), x + kk);
+        for (; kk < ke; kk += 32 * E) acc += dot_vec<FP8, XS>(__ldcs(wv + kk / E), x + kk);
     } else {
         for (int64_t kk = kb + lane; kk < ke; kk += 32) acc += wval<FP8>(w_row, kk) * bf16_to_f(x[kk]);
     }
@@ -177,7 +187,7 @@ namespace es {
 
 // lane_dot for two weight rows against the same activations, their loads interleaved (twice the
 // bytes in flight per lane): the gate and up rows of one expert.
-template <bool FP8, bool VEC>
+template <bool FP8, bool VEC, bool XS = false>
 __device__ __forceinline__ float2 lane_dot2(const void *w0, const void *w1, const uint16_t *x, int64_t kb,
                                             int64_t ke, int lane) {
     float a0 = 0.0f, a1 = 0.0f;
@@ -188,13 +198,13 @@ __device__ __forceinline__ float2 lane_dot2(const void *w0, const void *w1, cons
         for (; kk + 32 * E < ke; kk += 2 * 32 * E) {
             const uint4 a = __ldcs(v0 + kk / E), b = __ldcs(v0 + kk / E + 32), c = __ldcs(v1 + kk / E),
                         d = __ldcs(v1 + kk / E + 32);
-            a0 += dot_vec<FP8>(a, x + kk) + dot_vec<FP8>(b, x + kk + 32 * E);
-            a1 += dot_vec<FP8>(c, x + kk) + dot_vec<FP8>(d, x + kk + 32 * E);
+            a0 += dot_vec<FP8, XS>(a, x + kk) + dot_vec<FP8, XS>(b, x + kk + 32 * E);
+            a1 += dot_vec<FP8, XS>(c, x + kk) + dot_vec<FP8, XS>(d, x + kk + 32 * E);
         }
         for (; kk < ke; kk += 32 * E) {
             const uint4 a = __ldcs(v0 + kk / E), c = __ldcs(v1 + kk / E);
-            a0 += dot_vec<FP8>(a, x + kk);
-            a1 += dot_vec<FP8>(c, x + kk);
+            a0 += dot_vec<FP8, XS>(a, x + kk);
+            a1 += dot_vec<FP8, XS>(c, x + kk);
         }
     } else {
         for (int64_t kk = kb + lane; kk < ke; kk += 32) {
@@ -204,6 +214,61 @@ __device__ __forceinline__ float2 lane_dot2(const void *w0, const void *w1, cons
         }
     }
     return make_float2(a0, a1);
+}
+
+} // namespace es
+
+namespace es {
+
+// ---- RMSNorm fused into a consumer kernel ------------------------------------------------------
+// The fused-norm kernels (gemv's norm_in and the MoE decode kernels) normalize their input rows
+// themselves instead of reading a separate rms_norm kernel's output: every block stages
+//   out[m][i] = bf16(w[i] · (x[m][i] · 1/sqrt(mean(x[m]²) + eps)))      (rms_norm's arithmetic)
+// for its mt ≤ MT rows in shared memory. Called by every thread of the block, after pdl_wait;
+// ends with a barrier. Needs H % 4 == 0, x and ldx 16-byte aligned, w 8-byte aligned; red holds
+// 32·MT floats. The sum of squares is in a different order from rms_norm's, so a value can round
+// to the neighbouring BF16 (the twins normalize with rms_norm_ref: tolerances cover it).
+template <int MT>
+__device__ __forceinline__ void block_rms_norm_to_smem(const float *x, int64_t ldx, int mt, const uint16_t *w,
+                                                       int64_t H, float eps, uint16_t *out, float *red) {
+    const int tid = threadIdx.x, nthr = blockDim.x, warp = tid / 32, lane = tid % 32, nw = nthr / 32;
+    const int64_t n4 = H / 4;
+    float ss[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
+    for (int64_t i = tid; i < n4; i += nthr)
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+            if (m < mt) {
+                const float4 v = reinterpret_cast<const float4 *>(x + m * ldx)[i];
+                ss[m] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+            }
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        const float v = warp_sum(ss[m]);
+        if (lane == 0) red[m * 32 + warp] = v;
+    }
+    __syncthreads();
+    float scale[MT];
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        const float v = warp_sum(lane < nw ? red[m * 32 + lane] : 0.0f);
+        scale[m] = 1.0f / sqrtf(v / float(H) + eps);
+    }
+    for (int64_t i = tid; i < n4; i += nthr) {
+        const uint2 wb = __ldg(reinterpret_cast<const uint2 *>(w) + i);
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+            if (m < mt) {
+                const float4 v = reinterpret_cast<const float4 *>(x + m * ldx)[i];
+                const float o0 = bf16_lo(wb.x) * (v.x * scale[m]), o1 = bf16_hi(wb.x) * (v.y * scale[m]),
+                            o2 = bf16_lo(wb.y) * (v.z * scale[m]), o3 = bf16_hi(wb.y) * (v.w * scale[m]);
+                reinterpret_cast<uint2 *>(out + m * H)[i] =
+                    make_uint2(uint32_t(f_to_bf16(o0)) | (uint32_t(f_to_bf16(o1)) << 16),
+                               uint32_t(f_to_bf16(o2)) | (uint32_t(f_to_bf16(o3)) << 16));
+            }
+    }
+    __syncthreads();
 }
 
 } // namespace es

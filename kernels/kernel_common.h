@@ -23,6 +23,18 @@ enum class weight_format : uint8_t { bf16, fp8_e4m3 };
 // The two FP8 encodings of activations (weights are always E4M3).
 enum class fp8_format : uint8_t { e4m3, e5m2 };
 
+// An RMSNorm fused into a consumer kernel's input (kernel_common.cuh: block_rms_norm_to_smem). When x is
+// set, the kernel reads these fp32 residual rows [n_tokens, n_embd] and normalizes them with `weight`
+// (rms_norm's arithmetic) instead of reading BF16 activations; when `out` is set too, one block also
+// writes the normalized rows there for later kernels. The twins run rms_norm_ref first.
+struct norm_in {
+    const float *x = nullptr;        // [n_tokens, n_embd]
+    const bf16_t *weight = nullptr;  // [n_embd]
+    float eps = 1e-5f;
+    bf16_t *out = nullptr;           // [n_tokens, n_embd] or null
+    bool on() const { return x != nullptr; }
+};
+
 inline constexpr float fp8_e4m3_max = 448.0f;
 inline constexpr float fp8_e5m2_max = 57344.0f;
 inline constexpr float fp8_format_max(fp8_format f) {
