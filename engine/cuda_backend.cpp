@@ -306,6 +306,9 @@ public:
         // kernel that gathers every choice of an output element (the default is per-slot rows
         // plus moe_combine).
         if (const char *md = std::getenv("ES_CUDA_MOE_DOWN")) m_moe_down_rows = std::string(md) != "gather";
+        // A measuring aid: ES_CUDA_FUSE=0 runs decode's fused launches (norm into the following
+        // GEMV, RoPE + KV write in the q/k/v GEMV's epilogue) as the separate kernels.
+        if (const char *fu = std::getenv("ES_CUDA_FUSE")) m_fuse = std::string(fu) != "0";
         // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
         // one of them (the results are wrong; the time saved is what those launches cost).
         if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {
@@ -957,9 +960,6 @@ private:
             nrm.n_rows = T;
             nrm.n_embd = H;
             nrm.eps = float(c.rms_eps);
-            op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
-            linear("qkv", L.wqkv, xn, H, qkv, qd + 2 * kvd, T, false);
-
             bf16_t *kc = m_kv_pool.at<bf16_t>() + size_t(il) * 2 * m_kv_layer_elems, *vc = kc + m_kv_layer_elems;
             rope_kv_params rp;
             rp.qkv = qkv;
@@ -976,7 +976,27 @@ private:
             rp.n_head_kv = c.n_head_kv;
             rp.head_dim = hd;
             rp.block_size = m_kv.block_size;
-            op("rope_kv", [&] { return launch_rope_kv(rp, m_stream); });
+            // Decode: norm → q/k/v → RoPE + KV write as one GEMV launch (gemv.cuh's fusions).
+            gemv_params fq;
+            if (T <= k_gemv_max_tokens && m_fuse) {
+                fq.w = L.wqkv.w;
+                fq.wfmt = L.wqkv.fmt;
+                fq.w_scale = L.wqkv.scale;
+                fq.n_tokens = T;
+                fq.n = L.wqkv.n;
+                fq.k = L.wqkv.k;
+                fq.norm = {x, L.attn_norm, float(c.rms_eps), nullptr};
+                fq.rope_on = true;
+                fq.rope = rp;
+                fq.k_splits = 1;
+            }
+            if (fq.rope_on && gemv_fusion_ok(fq)) {
+                op("norm+qkv+rope_kv gemv", [&] { return launch_gemv(fq, m_stream); });
+            } else {
+                op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
+                linear("qkv", L.wqkv, xn, H, qkv, qd + 2 * kvd, T, false);
+                op("rope_kv", [&] { return launch_rope_kv(rp, m_stream); });
+            }
 
             attention_params ap;
             ap.q = q;
@@ -1318,6 +1338,7 @@ private:
     cudaGraphExec_t m_last_graph = nullptr;
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;
+    bool m_fuse = true;
     bool m_record_routing = true;
     bool m_profiling = false;
     std::vector<cudaEvent_t> m_events;

@@ -518,6 +518,103 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
     });
 }
 
+// gemv's fusions (gemv.cuh): the input normalized in the kernel (norm_in) and/or the q|k|v
+// projection's RoPE + KV-write epilogue, against the twin (rms_norm_ref, gemv_ref, rope_kv_ref).
+void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                     bool rope) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const std::string name = shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
+                                        std::string(fp8 ? "fp8" : "bf16") + (rope ? " norm+rope_kv" : " norm"));
+    R.run("kernel", name, [&] {
+        const int64_t qd = n_head * hd, kvd = n_head_kv * hd, N = qd + 2 * kvd, bs = 16;
+        std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T));
+        const int32_t starts[] = {0, 1, 17, 4000, 130999, 63, 5, 300};
+        for (int64_t t = 0; t < T; ++t) {
+            pos[t] = starts[t % 8];
+            seq[t] = int32_t(t);
+        }
+        int64_t stride = 0;
+        for (int32_t q : pos) stride = std::max<int64_t>(stride, q / bs + 1);
+        std::vector<int32_t> bt(static_cast<size_t>(T * stride), 0);
+        for (int64_t t = 0; t < T; ++t) bt[t * stride + pos[t] / bs] = int32_t(t + 1); // distinct blocks
+        const int64_t n_blocks = T + 1;
+        std::vector<float> inv(static_cast<size_t>(hd / 2));
+        for (int64_t i = 0; i < hd / 2; ++i) inv[i] = 1.0f / std::pow(500000.0f, float(2 * i) / float(hd));
+        auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+        auto wb = rand_bf16(static_cast<size_t>(N * H), -0.05f, 0.05f);
+        std::vector<fp8_t> wq(static_cast<size_t>(N * H));
+        std::vector<float> sc(static_cast<size_t>(N));
+        if (fp8) {
+            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, H};
+            fp8_quantize_ref(q);
+        }
+        dvec<float> dx(x), dinv(inv), dsc(sc), dy(static_cast<size_t>(T * N));
+        dvec<bf16_t> dnw(nw), dwb(wb), dq(static_cast<size_t>(T * qd)), dk(static_cast<size_t>(n_blocks * bs * kvd)),
+            dv(static_cast<size_t>(n_blocks * bs * kvd)), dxn(static_cast<size_t>(T * H));
+        dvec<fp8_t> dwq(wq);
+        dvec<int32_t> dpos(pos), dseq(seq), dbt(bt);
+        gemv_params p;
+        p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
+        p.wfmt = f;
+        p.w_scale = fp8 ? dsc.get() : nullptr;
+        p.y = dy.get();
+        p.ldy = N;
+        p.n_tokens = T;
+        p.n = N;
+        p.k = H;
+        p.norm = {dx.get(), dnw.get(), 1e-5f, dxn.get()};
+        p.rope_on = rope;
+        p.rope.pos = dpos.get();
+        p.rope.seq = dseq.get();
+        p.rope.block_tables = dbt.get();
+        p.rope.bt_stride = stride;
+        p.rope.inv_freq = dinv.get();
+        p.rope.q_out = dq.get();
+        p.rope.k_cache = dk.get();
+        p.rope.v_cache = dv.get();
+        p.rope.n_head = n_head;
+        p.rope.n_head_kv = n_head_kv;
+        p.rope.head_dim = hd;
+        p.rope.block_size = bs;
+        if (!gemv_fusion_ok(p)) throw std::runtime_error("gemv_fusion_ok refused the case");
+        ck(launch_gemv(p, nullptr), "launch");
+        sync(name);
+        std::vector<float> y(static_cast<size_t>(T * N), 0.0f);
+        std::vector<bf16_t> q(static_cast<size_t>(T * qd)), k(static_cast<size_t>(n_blocks * bs * kvd), 0),
+            v(static_cast<size_t>(n_blocks * bs * kvd), 0), xn(static_cast<size_t>(T * H));
+        p.w = fp8 ? static_cast<const void *>(wq.data()) : wb.data();
+        p.w_scale = fp8 ? sc.data() : nullptr;
+        p.y = y.data();
+        p.norm = {x.data(), nw.data(), 1e-5f, xn.data()};
+        p.rope.pos = pos.data();
+        p.rope.seq = seq.data();
+        p.rope.block_tables = bt.data();
+        p.rope.inv_freq = inv.data();
+        p.rope.q_out = q.data();
+        p.rope.k_cache = k.data();
+        p.rope.v_cache = v.data();
+        gemv_ref(p);
+        R.add("kernel", name + " normalized rows", "max scaled err (bf16)", scaled_err(widen(dxn.download()), widen(xn)),
+              k_bf16_limit);
+        if (!rope) {
+            // The product against the twin fed the kernel's own normalized rows (a row's sum of
+            // squares in another order can round an element to the neighbouring BF16, checked above).
+            gemv_params g = p;
+            const std::vector<bf16_t> gxn = dxn.download();
+            g.norm = {};
+            g.x = gxn.data();
+            g.ldx = H;
+            gemv_ref(g);
+            R.add("kernel", name, "max scaled err", scaled_err(dy.download(), y), k_f32_limit);
+            return;
+        }
+        R.add("kernel", name + " q", "max scaled err (bf16)", scaled_err(widen(dq.download()), widen(q)), k_bf16_limit);
+        R.add("kernel", name + " k cache", "max scaled err (bf16)", scaled_err(widen(dk.download()), widen(k)), k_bf16_limit);
+        R.add("kernel", name + " v cache", "max scaled err (bf16)", scaled_err(widen(dv.download()), widen(v)), k_bf16_limit);
+    });
+}
+
 void test_fp8_quantize(runner &R, int64_t N, int64_t K) {
     const std::string name = shape_name("fp8_quantize", {{"N", N}, {"K", K}}, "edge rows");
     R.run("kernel", name, [&] {
@@ -1041,6 +1138,15 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_rms_norm(R, 4, 1024, false, true);
     test_rope_kv(R, 6, 2, 12);
     test_rope_kv(R, 16, 2, 128);
+    for (weight_format f : {weight_format::fp8_e4m3, weight_format::bf16}) {
+        test_gemv_fused(R, f, 1, 1024, 16, 2, 64, true);    // 0.3B decode
+        test_gemv_fused(R, f, 1, 2560, 20, 4, 128, true);   // 21B-A3B decode
+        test_gemv_fused(R, f, 5, 2560, 20, 4, 128, true);   // batch 5: MT = 8, three rows idle
+        test_gemv_fused(R, f, 8, 2560, 20, 4, 128, true);
+        test_gemv_fused(R, f, 3, 96, 6, 2, 12, true);       // head_dim / 2 odd
+        test_gemv_fused(R, f, 2, 96, 5, 1, 6, true);        // 42 rows: the last block half empty
+        test_gemv_fused(R, f, 2, 1024, 16, 2, 64, false);   // norm only
+    }
     test_attention(R, 16, 2, 128, {{0, 37}}, "prefill 37");
     test_attention(R, 6, 2, 12, {{50, 3}, {0, 20}}, "2 seqs");
     test_attention(R, 20, 4, 128, {{300, 1}}, "decode pos 300");

@@ -5,6 +5,9 @@
 // instructions per warp on a 32-key chunk, at ~6 cycles each: decode attention is latency-bound).
 //
 // Grid (tile, KV head, split); 128 threads. Split s takes a contiguous run of 32-key chunks.
+// Before its programmatic-launch wait a block reads what no kernel of this step writes — the
+// tiles, positions and block tables, and its first chunk's K/V rows of keys older than the
+// sequence's first token in the batch — so only q and this step's K/V rows are loaded after it.
 // Per chunk: one block-table lookup per key, then the chunk's K (row stride head_dim + 2, so lane
 // j reading key j hits distinct banks) and V staged in shared memory with 16-byte loads, all of a
 // thread's issued before its stores. Warp w owns rows w and w + 4 (both computed even when the
@@ -39,22 +42,63 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     __shared__ int row_pos[k_max_rows];
     __shared__ int64_t row_off[k_max_rows];
     __shared__ bool s_last;
-    pdl_enter();
 
+    // Everything up to pdl_enter reads only the batch's inputs and keys of earlier steps (no kernel
+    // of this step writes them), so it overlaps the previous kernel: the rows' positions, the first
+    // chunk's block-table lookups and its K/V rows older than this step.
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int group = int(p.n_head / p.n_head_kv), kvh = blockIdx.y;
-    const int t0 = p.tiles[2 * blockIdx.x], nt = p.tiles[2 * blockIdx.x + 1];
+    const int t0 = __ldg(p.tiles + 2 * blockIdx.x), nt = __ldg(p.tiles + 2 * blockIdx.x + 1);
     const int n_rows = nt * group; // ≤ 8: attention_decode_ok
     const int64_t qd = p.n_head * HD, kvd = p.n_head_kv * HD;
     const int split = blockIdx.z, n_splits = gridDim.z;
     if (tid < n_rows) {
         const int64_t t = t0 + tid / group, h = int64_t(kvh) * group + tid % group;
-        row_pos[tid] = p.pos[t];
+        row_pos[tid] = __ldg(p.pos + t);
         row_off[tid] = t * qd + h * HD;
     }
+    // Keys before the sequence's first token in this batch were written by earlier forward passes.
+    const int seq0 = __ldg(p.seq + t0);
+    int t_first = t0;
+    while (t_first > 0 && __ldg(p.seq + t_first - 1) == seq0) --t_first;
+    const int old_end = __ldg(p.pos + t_first);
     __syncthreads();
     int kv_len = 0;
     for (int r = 0; r < n_rows; ++r) kv_len = max(kv_len, row_pos[r] + 1);
+
+    const int n_chunks = (kv_len + k_chunk - 1) / k_chunk, per_split = (n_chunks + n_splits - 1) / n_splits;
+    const int c_begin = split * per_split, c_end = min(n_chunks, c_begin + per_split);
+    const int32_t *bt = p.block_tables + int64_t(seq0) * p.bt_stride;
+    const int bs = int(p.block_size);
+    uint4 kb[ITEMS], vb[ITEMS];
+    // Loads this thread's items of chunk c: the keys in [lo, hi) (others keep their values).
+    auto load_items = [&](int c0, int lo, int hi) {
+#pragma unroll
+        for (int i = 0; i < ITEMS; ++i) {
+            const int idx = tid + i * 128, j = idx / HV, cc = idx % HV;
+            const int64_t slot = key_slot[j];
+            if (slot >= 0 && c0 + j >= lo && c0 + j < hi) {
+                const int64_t base = slot * kvd + int64_t(kvh) * HD + cc * 8;
+                kb[i] = __ldg(reinterpret_cast<const uint4 *>(p.k_cache + base));
+                vb[i] = __ldg(reinterpret_cast<const uint4 *>(p.v_cache + base));
+            }
+        }
+    };
+    auto lookup_slots = [&](int c0) {
+        if (tid < k_chunk) {
+            const int key = c0 + tid;
+            key_slot[tid] = key < kv_len ? int64_t(__ldg(bt + key / bs)) * bs + key % bs : -1;
+        }
+    };
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
+    if (c_begin < c_end) {
+        lookup_slots(c_begin * k_chunk);
+        __syncthreads();
+        load_items(c_begin * k_chunk, 0, old_end);
+    }
+    pdl_enter();
+
     for (int idx = tid; idx < n_rows * HV; idx += 128) {
         const int r = idx / HV, c = idx % HV;
         const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p.q + row_off[r] + c * 8));
@@ -63,10 +107,6 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
         dst[1] = make_float4(bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w));
     }
 
-    const int n_chunks = (kv_len + k_chunk - 1) / k_chunk, per_split = (n_chunks + n_splits - 1) / n_splits;
-    const int c_begin = split * per_split, c_end = min(n_chunks, c_begin + per_split);
-    const int32_t *bt = p.block_tables + int64_t(p.seq[t0]) * p.bt_stride;
-    const int bs = int(p.block_size);
     const int r0 = warp, r1 = warp + 4;
     const bool has0 = r0 < n_rows, has1 = r1 < n_rows;
     const int pos0 = has0 ? row_pos[r0] : -1, pos1 = has1 ? row_pos[r1] : -1;
@@ -76,23 +116,15 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
 
     for (int c = c_begin; c < c_end; ++c) {
         const int c0 = c * k_chunk;
-        __syncthreads(); // the previous chunk (and, the first time, q) is no longer being written/read
-        if (tid < k_chunk) {
-            const int key = c0 + tid;
-            key_slot[tid] = key < kv_len ? int64_t(bt[key / bs]) * bs + key % bs : -1;
-        }
-        __syncthreads();
-        uint4 kb[ITEMS], vb[ITEMS];
+        if (c == c_begin) {
+            load_items(c0, old_end, kv_len); // this step's keys (written by the previous kernel)
+        } else {
+            __syncthreads(); // the previous chunk is no longer being read
+            lookup_slots(c0);
+            __syncthreads();
 #pragma unroll
-        for (int i = 0; i < ITEMS; ++i) {
-            const int idx = tid + i * 128, j = idx / HV, cc = idx % HV;
-            const int64_t slot = key_slot[j];
-            kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
-            if (slot >= 0) {
-                const int64_t base = slot * kvd + int64_t(kvh) * HD + cc * 8;
-                kb[i] = __ldg(reinterpret_cast<const uint4 *>(p.k_cache + base));
-                vb[i] = __ldg(reinterpret_cast<const uint4 *>(p.v_cache + base));
-            }
+            for (int i = 0; i < ITEMS; ++i) kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
+            load_items(c0, 0, kv_len);
         }
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
@@ -238,6 +270,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
 template <int HD>
 cudaError_t launch_hd(const attention_params &p, cudaStream_t stream) {
     const dim3 grid(unsigned(p.n_tiles), unsigned(p.n_head_kv), unsigned(p.kv_splits));
+    prefer_decode_carveout<attention_decode_kernel<HD>>();
     return launch_kernel(attention_decode_kernel<HD>, grid, 128, decode_smem_bytes<HD>(), stream, p);
 }
 

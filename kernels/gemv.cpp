@@ -1,9 +1,69 @@
 // CPU twin of gemv (see gemv.cuh): fp32 accumulation in k order.
 #include "gemv.cuh"
+#include "rms_norm.cuh"
+
+#include <algorithm>
+#include <vector>
 
 namespace es {
 
+bool gemv_fusion_ok(const gemv_params &p) {
+    if (!p.norm.on() && !p.rope_on) return true;
+    const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
+    const int64_t mt = p.n_tokens >= 5 ? 8 : p.n_tokens >= 3 ? 4 : p.n_tokens;
+    auto al16 = [](const void *q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+    if (p.k % (fp8 ? 16 : 8) != 0 || !al16(p.w)) return false;
+    if (p.norm.on() && (!p.norm.weight || !al16(p.norm.x) || (reinterpret_cast<uintptr_t>(p.norm.weight) & 7u) ||
+                        p.k % 4 != 0 || mt * p.k * 2 > gemv_norm_smem_max))
+        return false;
+    if (!p.norm.on() && (p.ldx % 8 != 0 || !al16(p.x))) return false;
+    if (p.rope_on) {
+        const rope_kv_params &r = p.rope;
+        if (!p.norm.on() || p.k_splits > 1 || r.head_dim <= 0 || r.head_dim % 2 != 0 ||
+            p.n != (r.n_head + 2 * r.n_head_kv) * r.head_dim || !r.q_out || !r.k_cache || !r.v_cache)
+            return false;
+    }
+    return true;
+}
+
 void gemv_ref(const gemv_params &p) {
+    if (p.norm.on() || p.rope_on) {
+        // The fusions as the separate kernels they replace: rms_norm, the plain GEMV, rope_kv.
+        std::vector<bf16_t> xn;
+        gemv_params q = p;
+        q.norm = {};
+        q.rope_on = false;
+        if (p.norm.on()) {
+            xn.resize(size_t(p.n_tokens * p.k));
+            std::vector<float> xs(p.norm.x, p.norm.x + p.n_tokens * p.k);
+            rms_norm_params r;
+            r.x = xs.data();
+            r.weight = p.norm.weight;
+            r.out = xn.data();
+            r.n_rows = p.n_tokens;
+            r.n_embd = p.k;
+            r.eps = p.norm.eps;
+            rms_norm_ref(r);
+            if (p.norm.out) std::copy(xn.begin(), xn.end(), p.norm.out);
+            q.x = xn.data();
+            q.ldx = p.k;
+        }
+        std::vector<float> y;
+        if (p.rope_on) {
+            y.assign(size_t(p.n_tokens * p.n), 0.0f);
+            q.y = y.data();
+            q.ldy = p.n;
+            q.accumulate = false;
+        }
+        gemv_ref(q);
+        if (p.rope_on) {
+            rope_kv_params r = p.rope;
+            r.qkv = y.data();
+            r.n_tokens = p.n_tokens;
+            rope_kv_ref(r);
+        }
+        return;
+    }
     for (int64_t m = 0; m < p.n_tokens; ++m)
         for (int64_t n = 0; n < p.n; ++n) {
             float acc = 0.0f;

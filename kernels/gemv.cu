@@ -4,7 +4,9 @@
 // partial sums, reduced by shuffles; lane 0 applies the FP8 scale and writes, adds, or (split-K)
 // atomically adds. Under programmatic launch the row slice is prefetched into L2 before the
 // kernel waits for its predecessor. Rows whose size or alignment does not allow 16-byte vectors take a scalar
-// path.
+// path. The fused variants (gemv.cuh) normalize the block's input rows into shared memory after the
+// wait (the weights are already on their way) and/or rotate q/k pairs in the epilogue: four rows
+// per block are two whole pairs.
 #include "gemv.cuh"
 #include "kernel_common.cuh"
 
@@ -16,11 +18,61 @@ namespace {
 constexpr int k_rows_per_block = 4;
 constexpr int64_t k_rows_head = 32768; // one-token GEMVs of at least this many rows: gemv_rows_kernel
 
-template <bool FP8, int MT, bool VEC>
+// The fused epilogue of the q|k|v projection (gemv.cuh: rope): the block's four rows are two
+// rotation pairs of one q or k head (or four v elements). Before the kernel waits, lane m < mt of
+// each warp looks up token m's cache slot and, for its warp's pair, the rotation's sin/cos (inputs
+// and weights only: no kernel writes them); after the dot products each warp leaves its row's
+// outputs in ep[warp][m], and warps 0 and 2 rotate their pair, one lane per token.
+struct rope_lane {
+    int64_t t = 0, slot = 0;
+    float sn = 0.0f, cs = 1.0f;
+};
+
+__device__ __forceinline__ rope_lane rope_prepare(const gemv_params &p, int64_t n, int64_t m0, int mt, int lane) {
+    rope_lane l;
+    const rope_kv_params &r = p.rope;
+    if (lane >= mt || n >= p.n) return l;
+    const int64_t hd = r.head_dim, qd = r.n_head * hd;
+    l.t = m0 + lane;
+    const int32_t pos = __ldg(r.pos + l.t);
+    if (n >= qd) // k or v: the token's cache slot
+        l.slot = int64_t(__ldg(r.block_tables + int64_t(__ldg(r.seq + l.t)) * r.bt_stride + pos / r.block_size)) *
+                     r.block_size +
+                 pos % r.block_size;
+    if (n < qd + r.n_head_kv * hd) sincosf(float(pos) * __ldg(r.inv_freq + (n % hd) / 2), &l.sn, &l.cs);
+    return l;
+}
+
+__device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float (*ep)[8], const rope_lane &l,
+                                              int64_t n, int mt, int warp, int lane) {
+    const rope_kv_params &r = p.rope;
+    const int64_t hd = r.head_dim, qd = r.n_head * hd, kvd = r.n_head_kv * hd;
+    if (lane >= mt || n >= p.n) return;
+    if (n < qd + kvd) { // a rotation pair: even warps own it
+        if (warp % 2) return;
+        const float a = ep[warp][lane], b = ep[warp + 1][lane];
+        const uint16_t o0 = f_to_bf16(a * l.cs - b * l.sn), o1 = f_to_bf16(b * l.cs + a * l.sn);
+        uint16_t *dst = n < qd ? r.q_out + l.t * qd + n : r.k_cache + l.slot * kvd + (n - qd);
+        dst[0] = o0;
+        dst[1] = o1;
+        return;
+    }
+    r.v_cache[l.slot * kvd + (n - qd - kvd)] = f_to_bf16(ep[warp][lane]);
+}
+
+// NORM: the block first normalizes its mt input rows into shared memory (norm_in); ROPE: the
+// rope_kv epilogue instead of writing y (both need VEC).
+template <bool FP8, int MT, bool VEC, bool NORM = false, bool ROPE = false>
 __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
+    static_assert(VEC || (!NORM && !ROPE), "the fusions take the vector path");
+    extern __shared__ __align__(16) unsigned char gemv_smem[];
+    __shared__ float red[NORM ? 32 * MT : 1];
+    __shared__ float ep[ROPE ? 4 : 1][8];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = int64_t(blockIdx.x) * k_rows_per_block + warp;
-    if (n >= p.n) return;
+    // Fused kernels keep every warp to the end (block barriers); others leave early.
+    if (!NORM && !ROPE && n >= p.n) return;
+    const bool has_row = n < p.n;
     const int64_t m0 = int64_t(blockIdx.y) * MT;
     const int mt = int(p.n_tokens - m0 < MT ? p.n_tokens - m0 : MT);
     constexpr int E = VEC ? vec_elems<FP8> : 1;
@@ -28,14 +80,32 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     int64_t chunk = (p.k + splits - 1) / splits;
     chunk = (chunk + 32 * E - 1) / (32 * E) * (32 * E);
     const int64_t kb = int64_t(blockIdx.z) * chunk, ke = min(p.k, kb + chunk);
-    const unsigned char *w_row = static_cast<const unsigned char *>(p.w) + n * p.k * (FP8 ? 1 : 2);
-    const uint16_t *x = p.x + m0 * p.ldx;
+    const int64_t nr = has_row ? n : 0; // rows past the end (fused kernels) read row 0, write nothing
+    const unsigned char *w_row = static_cast<const unsigned char *>(p.w) + nr * p.k * (FP8 ? 1 : 2);
     // No kernel writes weights: this warp's slice of its row starts moving into L2 while the
     // previous kernel finishes (programmatic launch), before the wait for the activations.
     constexpr int64_t line = FP8 ? 128 : 64; // elements per 128-byte line
-    for (int64_t kk = kb + lane * line; kk < ke; kk += 32 * line) prefetch_l2(w_row + kk * (FP8 ? 1 : 2));
-    const float scale = FP8 ? __ldg(p.w_scale + n) : 1.0f; // a weight too: loaded before the wait
+    if (has_row)
+        for (int64_t kk = kb + lane * line; kk < ke; kk += 32 * line) prefetch_l2(w_row + kk * (FP8 ? 1 : 2));
+    const float scale = FP8 ? __ldg(p.w_scale + nr) : 1.0f; // a weight too: loaded before the wait
+    // The fusions' other inputs are weights or uploaded inputs too (gemv.cuh): before the wait.
+    constexpr int NV = NORM ? 8 : 0; // norm weight float4 slots per thread: n_embd ≤ 4,096 in registers
+    norm_weight_regs<NV> nw;
+    if constexpr (NORM) norm_weight_preload<NV>(p.norm.weight, p.k, nw);
+    rope_lane rl;
+    if constexpr (ROPE) rl = rope_prepare(p, n, m0, mt, lane);
     pdl_enter();
+
+    const uint16_t *x = p.x + m0 * p.ldx;
+    int64_t ldx = p.ldx;
+    if constexpr (NORM) {
+        uint16_t *xs = reinterpret_cast<uint16_t *>(gemv_smem);
+        block_rms_norm_to_smem<MT, NV>(p.norm.x + m0 * p.k, p.k, mt, p.norm.weight, nw, p.k, p.norm.eps, xs, red);
+        if (p.norm.out && blockIdx.x == 0 && blockIdx.z == 0)
+            for (int64_t i = threadIdx.x; i < mt * p.k; i += blockDim.x) p.norm.out[m0 * p.k + i] = xs[i];
+        x = xs;
+        ldx = p.k;
+    }
 
     float acc[MT];
 #pragma unroll
@@ -53,22 +123,33 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
             for (int u = 0; u < U; ++u)
 #pragma unroll
                 for (int m = 0; m < MT; ++m)
-                    if (m < mt) acc[m] += dot_vec<FP8>(wq[u], x + m * p.ldx + kk + u * 32 * E);
+                    if (m < mt) acc[m] += dot_vec<FP8, NORM>(wq[u], x + m * ldx + kk + u * 32 * E);
         }
         for (; kk < ke; kk += 32 * E) {
             const uint4 a = __ldcs(wv + kk / E);
 #pragma unroll
             for (int m = 0; m < MT; ++m)
-                if (m < mt) acc[m] += dot_vec<FP8>(a, x + m * p.ldx + kk);
+                if (m < mt) acc[m] += dot_vec<FP8, NORM>(a, x + m * ldx + kk);
         }
     } else {
         for (int64_t kk = kb + lane; kk < ke; kk += 32) {
             const float wf = wval<FP8>(w_row, kk);
 #pragma unroll
             for (int m = 0; m < MT; ++m)
-                if (m < mt) acc[m] += wf * bf16_to_f(x[m * p.ldx + kk]);
+                if (m < mt) acc[m] += wf * bf16_to_f(x[m * ldx + kk]);
         }
     }
+    if constexpr (ROPE) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m) {
+            const float v = warp_sum(acc[m]) * scale;
+            if (lane == 0) ep[warp][m] = v;
+        }
+        __syncthreads();
+        rope_epilogue(p, ep, rl, n, mt, warp, lane);
+        return;
+    }
+    if (!has_row) return;
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
         const float v = warp_sum(acc[m]) * scale;
@@ -128,6 +209,30 @@ cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t st
     return launch_kernel(gemv_kernel<FP8, MT, false>, grid, 128, 0, stream, p);
 }
 
+template <bool FP8, int MT>
+cudaError_t launch_fused_mt(const gemv_params &p, dim3 grid, size_t smem, cudaStream_t stream) {
+    if (p.rope_on) {
+        prefer_decode_carveout<gemv_kernel<FP8, MT, true, true, true>>();
+        return launch_kernel(gemv_kernel<FP8, MT, true, true, true>, grid, 128, smem, stream, p);
+    }
+    prefer_decode_carveout<gemv_kernel<FP8, MT, true, true, false>>();
+    return launch_kernel(gemv_kernel<FP8, MT, true, true, false>, grid, 128, smem, stream, p);
+}
+
+template <bool FP8>
+cudaError_t launch_fused(const gemv_params &p, int mt, dim3 grid, size_t smem, cudaStream_t stream) {
+    switch (mt) {
+    case 1:
+        return launch_fused_mt<FP8, 1>(p, grid, smem, stream);
+    case 2:
+        return launch_fused_mt<FP8, 2>(p, grid, smem, stream);
+    case 4:
+        return launch_fused_mt<FP8, 4>(p, grid, smem, stream);
+    default:
+        return launch_fused_mt<FP8, 8>(p, grid, smem, stream);
+    }
+}
+
 template <bool FP8>
 cudaError_t launch_fmt(const gemv_params &p, int mt, bool vec, dim3 grid, cudaStream_t stream) {
     switch (mt) {
@@ -149,8 +254,10 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     if (p.k <= 0 || (p.wfmt == weight_format::fp8_e4m3 && !p.w_scale)) return cudaErrorInvalidValue;
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     const int64_t E = fp8 ? 16 : 8;
-    const bool vec = p.k % E == 0 && p.ldx % 8 == 0 && aligned16(p.w) && aligned16(p.x);
-    if (p.n_tokens == 1 && vec && p.n >= k_rows_head && p.k_splits <= 1) {
+    const bool fused = p.norm.on() || p.rope_on;
+    if (fused && !gemv_fusion_ok(p)) return cudaErrorInvalidValue;
+    const bool vec = fused || (p.k % E == 0 && p.ldx % 8 == 0 && aligned16(p.w) && aligned16(p.x));
+    if (!fused && p.n_tokens == 1 && vec && p.n >= k_rows_head && p.k_splits <= 1) {
         constexpr int RW = 4;
         const unsigned blocks = ceil_div_u(p.n, int64_t(k_rows_per_block) * RW);
         return fp8 ? launch_kernel(gemv_rows_kernel<true, RW>, blocks, 128, 0, stream, p)
@@ -158,7 +265,7 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     }
     const int mt = p.n_tokens >= 8 ? 8 : p.n_tokens >= 5 ? 8 : p.n_tokens >= 3 ? 4 : int(p.n_tokens);
     const unsigned gx = ceil_div_u(p.n, k_rows_per_block), gy = ceil_div_u(p.n_tokens, mt);
-    int splits = p.k_splits;
+    int splits = p.rope_on ? 1 : p.k_splits;
     if (splits <= 0) {
         // Fill about 132 SMs × 48 warps; each split keeps ≥ 4 vector steps per lane.
         const int64_t warps = int64_t(gx) * k_rows_per_block * gy, target = 132 * 48;
@@ -166,12 +273,16 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
         splits = warps * 2 >= target ? 1 : int(std::min<int64_t>(target / warps, max_splits));
         splits = std::max(1, std::min(splits, 64));
     }
-    if (splits > 1 && !p.accumulate) {
+    if (splits > 1 && !p.accumulate && !p.rope_on) {
         const cudaError_t e =
             cudaMemset2DAsync(p.y, size_t(p.ldy) * 4, 0, size_t(p.n) * 4, size_t(p.n_tokens), stream);
         if (e != cudaSuccess) return e;
     }
     const dim3 grid(gx, gy, unsigned(splits));
+    if (fused) {
+        const size_t smem = p.norm.on() ? size_t(mt * p.k * 2) : 0;
+        return fp8 ? launch_fused<true>(p, mt, grid, smem, stream) : launch_fused<false>(p, mt, grid, smem, stream);
+    }
     return fp8 ? launch_fmt<true>(p, mt, vec, grid, stream) : launch_fmt<false>(p, mt, vec, grid, stream);
 }
 

@@ -3,9 +3,17 @@
 // activations and fp32 accumulation and output. `accumulate` adds into y (the residual stream:
 // o_proj and down_proj fuse the residual add this way). Split-K (k_splits > 1) adds partial sums
 // with atomics; the launcher picks it when n is too small to fill the GPU (k_splits = 0).
+//
+// Two fusions for the decode path's q/k/v projection (both optional):
+// - `norm` (kernel_common.h: norm_in): the input is the fp32 residual stream norm.x [n_tokens, k],
+//   normalized in every block (rms_norm's arithmetic) instead of BF16 x: no separate rms_norm launch.
+// - `rope` (rope_on): W is the fused q|k|v projection and the epilogue applies rope_kv to the
+//   outputs instead of writing y: q' → rope.q_out, k' and v → the K/V pools at the token's slot
+//   (rope.qkv and rope.n_tokens are ignored). Needs `norm` too, no split-K and an even head_dim.
 #pragma once
 
 #include "kernel_common.h"
+#include "rope_kv.cuh"
 
 namespace es {
 
@@ -20,7 +28,17 @@ struct gemv_params {
     int64_t n_tokens = 0, n = 0, k = 0;
     bool accumulate = false;
     int k_splits = 0;                 // 0: launcher decides; 1: no split
+    norm_in norm;                     // fused RMSNorm of the input (then x is unused)
+    bool rope_on = false;             // fused RoPE + KV-write epilogue (then y is unused)
+    rope_kv_params rope;
 };
+
+// Shared memory the normalized rows may take (MT tokens × k BF16): under the default 48 KB per block.
+inline constexpr int64_t gemv_norm_smem_max = 44 * 1024;
+
+// Whether launch_gemv takes these fused inputs/epilogues (shared memory for the normalized rows,
+// 16-byte vectors, no split-K under rope): the backend falls back to separate launches otherwise.
+bool gemv_fusion_ok(const gemv_params &p);
 
 void gemv_ref(const gemv_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|hf|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|hf|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # report: the default model on the GPU, bench --json for a report (docs/reports.md), in
@@ -81,6 +81,17 @@ if [[ $mode == decode ]]; then
     done
     for skip in ${DECODE_SKIPS_MOE:-attention rms_norm moe_router moe_gate_up moe_down shared}; do
         dec "21b-a3b fp8 without $skip" ernie-4.5-21b-a3b fp8 0 ES_CUDA_SKIP_OPS=$skip
+    done
+fi
+if [[ $mode == fuse ]]; then
+    # Batch-1 decode with decode's fused launches on and off (ES_CUDA_FUSE=0: the separate kernels).
+    for spec in "ernie-4.5-0.3b fp8 0" "ernie-4.5-21b-a3b fp8 4" "ernie-4.5-21b-a3b fp8 0"; do
+        set -- $spec
+        for fuse in 1 0 1; do
+            echo "### decode $1 $2 layers=$3 ES_CUDA_FUSE=$fuse" | tee -a "$OUT/fuse.md"
+            ES_CUDA_FUSE=$fuse timeout 100 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --layers "$3" \
+                --pp 16 --tg 128 --reps 3 2>&1 | grep -E 'tg128|decode step' | tee -a "$OUT/fuse.md"
+        done
     done
 fi
 if [[ $mode == hf ]]; then
