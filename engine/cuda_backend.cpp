@@ -876,7 +876,9 @@ private:
         return false;
     }
 
-    void linear(const char *role, const dlin &L, const bf16_t *x, int64_t ldx, float *y, int64_t ldy, int64_t M, bool acc) {
+    // y_ready: accumulating into a y that neither of the last two launches writes (gemv.cuh).
+    void linear(const char *role, const dlin &L, const bf16_t *x, int64_t ldx, float *y, int64_t ldy, int64_t M, bool acc,
+                bool y_ready = false) {
         if (M <= 0) return;
         if (M > k_gemv_max_tokens) {
             if (L.fmt == weight_format::fp8_e4m3 && m_act != activation_format::bf16 &&
@@ -921,6 +923,7 @@ private:
         p.n = L.n;
         p.k = L.k;
         p.accumulate = acc;
+        p.y_ready = y_ready;
         op(std::string(role) + " gemv", [&] { return launch_gemv(p, m_stream); });
     }
 
@@ -1022,7 +1025,9 @@ private:
                 ap.counters = reinterpret_cast<unsigned *>(base + w.attn_counters);
             }
             op("attention", [&] { return launch_attention(ap, m_stream); });
-            linear("o_proj", L.wo, attn, qd, x, H, T, true); // residual add fused (accumulate)
+            // Residual add fused (accumulate); x was last written by the layer before's FFN (or
+            // the embedding), at least two launches back.
+            linear("o_proj", L.wo, attn, qd, x, H, T, true, true);
 
             nrm.weight = L.ffn_norm;
             op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });

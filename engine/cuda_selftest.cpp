@@ -493,6 +493,7 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
         p.n = N;
         p.k = K;
         p.accumulate = acc;
+        p.y_ready = acc; // read before the (here absent) wait; ignored under split-K
         p.k_splits = splits;
         ck(launch_gemv(p, nullptr), "launch");
         sync(name);

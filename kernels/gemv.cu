@@ -94,6 +94,10 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     if constexpr (NORM) norm_weight_preload<NV>(p.norm.weight, p.k, nw);
     rope_lane rl;
     if constexpr (ROPE) rl = rope_prepare(p, n, m0, mt, lane);
+    float prev[MT]; // y_ready: the values accumulated into, read before the wait (gemv.cuh)
+    const bool early = !ROPE && p.accumulate && p.y_ready && splits == 1 && has_row && lane == 0;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) prev[m] = early && m < mt ? __ldcg(p.y + (m0 + m) * p.ldy + n) : 0.0f;
     pdl_enter();
 
     const uint16_t *x = p.x + m0 * p.ldx;
@@ -158,7 +162,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
             if (splits > 1)
                 atomicAdd(dst, v);
             else
-                *dst = p.accumulate ? *dst + v : v;
+                *dst = early ? prev[m] + v : p.accumulate ? *dst + v : v;
         }
     }
 }

@@ -28,6 +28,11 @@ struct gemv_params {
     int64_t n_tokens = 0, n = 0, k = 0;
     bool accumulate = false;
     int k_splits = 0;                 // 0: launcher decides; 1: no split
+    // Accumulating into a y that no kernel of the last two launches writes (the residual stream
+    // under o_proj and the FFN's down projection): y is read before the programmatic-launch wait.
+    // Every kernel waits before it lets the next one launch (pdl_enter), so when this kernel
+    // starts, the launch two back has finished; the read bypasses L1 (ld.global.cg).
+    bool y_ready = false;
     norm_in norm;                     // fused RMSNorm of the input (then x is unused)
     bool rope_on = false;             // fused RoPE + KV-write epilogue (then y is unused)
     rope_kv_params rope;
