@@ -463,18 +463,20 @@ void test_moe_router(runner &R, int64_t T, int64_t H, int64_t E, int64_t K, bool
     });
 }
 
-void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool acc, int splits = 0) {
+void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool acc, int splits = 0,
+               scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name =
-        shape_name("gemv", {{"M", M}, {"N", N}, {"K", K}}, std::string(fp8 ? "fp8" : "bf16") + (acc ? " +acc" : "") +
-                                                               (splits > 1 ? " splitK=" + std::to_string(splits) : ""));
+        shape_name("gemv", {{"M", M}, {"N", N}, {"K", K}},
+                   std::string(fp8 ? "fp8" : "bf16") + (L == scale_layout::block128 ? " 128x128 blocks" : "") +
+                       (acc ? " +acc" : "") + (splits > 1 ? " splitK=" + std::to_string(splits) : ""));
     R.run("kernel", name, [&] {
         auto x = rand_bf16(static_cast<size_t>(M * K));
         auto wb = rand_bf16(static_cast<size_t>(N * K), -0.05f, 0.05f);
         std::vector<fp8_t> wq(static_cast<size_t>(N * K));
-        std::vector<float> sc(static_cast<size_t>(N));
+        std::vector<float> sc(size_t(fp8_scale_count(N, K, L)));
         if (fp8) {
-            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, K};
+            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, K, L};
             fp8_quantize_ref(q);
         }
         auto y0 = rand_f(static_cast<size_t>(M * N));
@@ -487,6 +489,7 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
         p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
         p.wfmt = f;
         p.w_scale = fp8 ? dsc.get() : nullptr;
+        p.w_layout = L;
         p.y = dy.get();
         p.ldy = N;
         p.n_tokens = M;
@@ -522,10 +525,11 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
 // gemv's fusions (gemv.cuh): the input normalized in the kernel (norm_in) and/or the q|k|v
 // projection's RoPE + KV-write epilogue, against the twin (rms_norm_ref, gemv_ref, rope_kv_ref).
 void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                     bool rope) {
+                     bool rope, scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name = shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (rope ? " norm+rope_kv" : " norm"));
+                                        std::string(fp8 ? "fp8" : "bf16") + (L == scale_layout::block128 ? " 128x128 blocks" : "") +
+                                            (rope ? " norm+rope_kv" : " norm"));
     R.run("kernel", name, [&] {
         const int64_t qd = n_head * hd, kvd = n_head_kv * hd, N = qd + 2 * kvd, bs = 16;
         std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T));
@@ -545,9 +549,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
         auto wb = rand_bf16(static_cast<size_t>(N * H), -0.05f, 0.05f);
         std::vector<fp8_t> wq(static_cast<size_t>(N * H));
-        std::vector<float> sc(static_cast<size_t>(N));
+        std::vector<float> sc(size_t(fp8_scale_count(N, H, L)));
         if (fp8) {
-            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, H};
+            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, H, L};
             fp8_quantize_ref(q);
         }
         dvec<float> dx(x), dinv(inv), dsc(sc), dy(static_cast<size_t>(T * N));
@@ -559,6 +563,7 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
         p.wfmt = f;
         p.w_scale = fp8 ? dsc.get() : nullptr;
+        p.w_layout = L;
         p.y = dy.get();
         p.ldy = N;
         p.n_tokens = T;
@@ -616,8 +621,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
     });
 }
 
-void test_fp8_quantize(runner &R, int64_t N, int64_t K) {
-    const std::string name = shape_name("fp8_quantize", {{"N", N}, {"K", K}}, "edge rows");
+void test_fp8_quantize(runner &R, int64_t N, int64_t K, scale_layout L = scale_layout::channel) {
+    const bool blk = L == scale_layout::block128;
+    const std::string name = shape_name("fp8_quantize", {{"N", N}, {"K", K}}, blk ? "128x128 blocks, edge rows" : "edge rows");
     R.run("kernel", name, [&] {
         auto w = rand_bf16(static_cast<size_t>(N * K), -0.3f, 0.3f);
         // Edge rows: all zero; one huge value (the rest round to subnormals/zero); tiny values.
@@ -626,13 +632,14 @@ void test_fp8_quantize(runner &R, int64_t N, int64_t K) {
         for (int64_t i = 0; i < K; ++i) w[2 * K + i] = float_to_bf16_bits(1e-30f * float(i % 5 - 2));
         dvec<bf16_t> dw(w);
         dvec<fp8_t> dq(static_cast<size_t>(N * K));
-        dvec<float> ds(static_cast<size_t>(N));
-        fp8_quantize_params p{dw.get(), dq.get(), ds.get(), N, K};
+        const size_t ns = size_t(fp8_scale_count(N, K, L));
+        dvec<float> ds(ns);
+        fp8_quantize_params p{dw.get(), dq.get(), ds.get(), N, K, L};
         ck(launch_fp8_quantize(p, nullptr), "launch");
         sync(name);
         std::vector<fp8_t> q(static_cast<size_t>(N * K));
-        std::vector<float> s(static_cast<size_t>(N));
-        p = fp8_quantize_params{w.data(), q.data(), s.data(), N, K};
+        std::vector<float> s(ns);
+        p = fp8_quantize_params{w.data(), q.data(), s.data(), N, K, L};
         fp8_quantize_ref(p);
         const auto gq = dq.download();
         const auto gs = ds.download();
@@ -644,14 +651,15 @@ void test_fp8_quantize(runner &R, int64_t N, int64_t K) {
         std::vector<float> deq, orig;
         for (int64_t r = 3; r < N; ++r)
             for (int64_t i = 0; i < K; ++i) {
-                deq.push_back(fp8_e4m3_to_float(gq[r * K + i]) * gs[r]);
+                deq.push_back(fp8_e4m3_to_float(gq[r * K + i]) * gs[fp8_scale_index(r, i, K, L)]);
                 orig.push_back(bf16_bits_to_float(w[r * K + i]));
             }
         R.add("kernel", name + " dequantized", "NMSE vs bf16", nmse(deq, orig), 5e-3);
         // The row's largest magnitude maps to ±448 and back to itself (up to the scale's rounding).
         const double big = std::fabs(double(bf16_bits_to_float(w[1 * K + 3])));
         R.add("kernel", name + " saturation", "|dequantized max| / |max|",
-              double(std::fabs(fp8_e4m3_to_float(gq[1 * K + 3]) * gs[1])) / big, 0.99999, false);
+              double(std::fabs(fp8_e4m3_to_float(gq[1 * K + 3]) * gs[fp8_scale_index(1, 3, K, L)])) / big, 0.99999,
+              false);
     });
 }
 
@@ -717,22 +725,23 @@ void test_act_quantize(runner &R, int64_t M, int64_t K, int64_t ldx, fp8_format 
     });
 }
 
-void test_fp8_dequantize(runner &R, int64_t N, int64_t K) {
-    const std::string name = shape_name("fp8_dequantize", {{"N", N}, {"K", K}});
+void test_fp8_dequantize(runner &R, int64_t N, int64_t K, scale_layout L = scale_layout::channel) {
+    const std::string name =
+        shape_name("fp8_dequantize", {{"N", N}, {"K", K}}, L == scale_layout::block128 ? "128x128 blocks" : "");
     R.run("kernel", name, [&] {
         auto w = rand_bf16(static_cast<size_t>(N * K));
         std::vector<fp8_t> q(static_cast<size_t>(N * K));
-        std::vector<float> s(static_cast<size_t>(N));
-        fp8_quantize_params qp{w.data(), q.data(), s.data(), N, K};
+        std::vector<float> s(size_t(fp8_scale_count(N, K, L)));
+        fp8_quantize_params qp{w.data(), q.data(), s.data(), N, K, L};
         fp8_quantize_ref(qp);
         dvec<fp8_t> dq(q);
         dvec<float> ds(s);
         dvec<bf16_t> dout(static_cast<size_t>(N * K));
-        fp8_dequantize_params p{dq.get(), ds.get(), dout.get(), N, K};
+        fp8_dequantize_params p{dq.get(), ds.get(), dout.get(), N, K, L};
         ck(launch_fp8_dequantize(p, nullptr), "launch");
         sync(name);
         std::vector<bf16_t> out(static_cast<size_t>(N * K));
-        p = fp8_dequantize_params{q.data(), s.data(), out.data(), N, K};
+        p = fp8_dequantize_params{q.data(), s.data(), out.data(), N, K, L};
         fp8_dequantize_ref(p);
         R.add("kernel", name, "max abs err (exact)", scaled_err(widen(dout.download()), widen(out)), 0.0);
     });
@@ -1209,6 +1218,18 @@ void run_kernel_tests(runner &R, int cc_major) {
     }
     test_fp8_quantize(R, 64, 2560);
     test_fp8_dequantize(R, 33, 100);
+    // 128×128 block scales: partial blocks in both dimensions, the GEMV's paths (one row per warp,
+    // the head's rows kernel, split-K, eight tokens, the fused q/k/v launch).
+    const scale_layout blk = scale_layout::block128;
+    test_fp8_quantize(R, 300, 2600, blk);
+    test_fp8_dequantize(R, 200, 272, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 1, 2560, 2560, false, 0, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 1, 40003, 1024, false, 0, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 2, 512, 1024, true, 4, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 8, 1536, 2560, true, 0, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 3, 1000, 48, false, 0, blk);
+    test_gemv_fused(R, weight_format::fp8_e4m3, 1, 2560, 20, 4, 128, true, blk);
+    test_gemv_fused(R, weight_format::fp8_e4m3, 3, 96, 6, 2, 12, true, blk);
     for (auto f : {fp8_format::e4m3, fp8_format::e5m2}) {
         test_act_quantize(R, 6, 2560, 2560, f); // 16-byte path
         test_act_quantize(R, 7, 100, 104, f);   // k not a multiple of 8: element path

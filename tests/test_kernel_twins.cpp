@@ -82,6 +82,7 @@ private slots:
     void attentionKernelChoice();
     void routerTiesAndBias();
     void gemvFp8Scale();
+    void fp8BlockScales();
     void moeGroupedEqualsDecodePath_data();
     void moeGroupedEqualsDecodePath();
     void planEdgeCases();
@@ -485,6 +486,61 @@ void TestKernelTwins::gemvFp8Scale() {
         for (int64_t k = 0; k < K; ++k)
             want += double(es::fp8_e4m3_to_float(q[n * K + k])) * s[n] * es::bf16_bits_to_float(x[k]);
         QVERIFY(std::fabs(y[n] - want) <= 1e-5 * (1.0 + std::fabs(want)));
+    }
+}
+
+// 128×128 block scales: every block's largest magnitude maps to ±448, each scale is its own
+// block's, and the GEMV twin equals the dequantized product (partial blocks in both dimensions).
+void TestKernelTwins::fp8BlockScales() {
+    const int64_t N = 300, K = 200, nkb = 2;
+    auto w = rand_bf16(static_cast<size_t>(N * K));
+    w[size_t(130 * K + 150)] = es::float_to_bf16_bits(-40.0f); // an outlier in block (1, 1) only
+    auto x = rand_bf16(static_cast<size_t>(K));
+    std::vector<es::fp8_t> q(w.size());
+    const auto L = es::scale_layout::block128;
+    QCOMPARE(es::fp8_scale_count(N, K, L), int64_t(3 * nkb));
+    std::vector<float> s(size_t(es::fp8_scale_count(N, K, L))), y(N);
+    es::fp8_quantize_params qp{w.data(), q.data(), s.data(), N, K, L};
+    es::fp8_quantize_ref(qp);
+    QCOMPARE(s[1 * nkb + 1], 40.0f / 448.0f);
+    for (int64_t rb = 0; rb < 3; ++rb)
+        for (int64_t cb = 0; cb < nkb; ++cb) {
+            float amax = 0.0f, qmax = 0.0f;
+            for (int64_t r = rb * 128; r < std::min<int64_t>(N, rb * 128 + 128); ++r)
+                for (int64_t c = cb * 128; c < std::min<int64_t>(K, cb * 128 + 128); ++c) {
+                    amax = std::max(amax, std::fabs(es::bf16_bits_to_float(w[size_t(r * K + c)])));
+                    qmax = std::max(qmax, std::fabs(es::fp8_e4m3_to_float(q[size_t(r * K + c)])));
+                    QCOMPARE(es::fp8_scale_index(r, c, K, L), rb * nkb + cb);
+                }
+            QCOMPARE(s[size_t(rb * nkb + cb)], amax / 448.0f);
+            QCOMPARE(qmax, 448.0f);
+        }
+    es::gemv_params p;
+    p.x = x.data();
+    p.ldx = K;
+    p.w = q.data();
+    p.wfmt = es::weight_format::fp8_e4m3;
+    p.w_scale = s.data();
+    p.w_layout = L;
+    p.y = y.data();
+    p.ldy = N;
+    p.n_tokens = 1;
+    p.n = N;
+    p.k = K;
+    es::gemv_ref(p);
+    std::vector<es::bf16_t> deq(w.size());
+    es::fp8_dequantize_params dp{q.data(), s.data(), deq.data(), N, K, L};
+    es::fp8_dequantize_ref(dp);
+    for (int64_t n = 0; n < N; ++n) {
+        double want = 0.0, dq = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+            const double wv = double(es::fp8_e4m3_to_float(q[size_t(n * K + k)])) * s[size_t(es::fp8_scale_index(n, k, K, L))];
+            want += wv * es::bf16_bits_to_float(x[size_t(k)]);
+            mag += std::fabs(wv * es::bf16_bits_to_float(x[size_t(k)]));
+            dq += double(es::bf16_bits_to_float(deq[size_t(n * K + k)])) * es::bf16_bits_to_float(x[size_t(k)]);
+        }
+        QVERIFY(std::fabs(y[size_t(n)] - want) <= 1e-5 * (1.0 + mag));
+        QVERIFY(std::fabs(dq - want) <= 1.0 / 256.0 * mag + 1e-9); // the dequantized copy: one BF16 rounding per weight
     }
 }
 
