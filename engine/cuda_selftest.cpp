@@ -17,6 +17,7 @@
 
 #include "act_quantize.cuh"
 #include "argmax.cuh"
+#include "topk_logits.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
 #include "fill_random.cuh"
@@ -1014,6 +1015,89 @@ void test_argmax(runner &R, int64_t rows, int64_t V) {
     });
 }
 
+// topk_logits vs its twin: exact ids and values (set and order), row max exact, sums within 1e-5
+// relative; launched twice (the per-row counters must re-arm), then timed (info row).
+void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
+    const std::string name = shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}}, "ties, NaN, -inf");
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(rows * V), -5, 5);
+        std::vector<float> temps(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+            float *row = x.data() + r * V;
+            temps[size_t(r)] = r == 1 ? 0.0f : 0.6f + 0.1f * float(r);
+            for (int64_t v = 0; v < V; v += 3) row[v] = std::round(row[v] * 4.0f) / 4.0f; // many ties
+            row[5000 % V] = row[90000 % V] = 9.0f; // a tie at the top: the lower id first
+            if (r % 3 == 1)
+                for (int64_t v = 0; v < V; v += 11) row[v] = NAN;
+            if (r % 4 == 2)
+                for (int64_t v = 1; v < V; v += 7) row[v] = -INFINITY;
+            if (r == 3) // a row without a finite value
+                for (int64_t v = 0; v < V; ++v) row[v] = v % 2 ? -INFINITY : NAN;
+        }
+        dvec<float> dx(x), dt(temps), dmax(static_cast<size_t>(rows));
+        dvec<int32_t> dids(static_cast<size_t>(rows * N));
+        dvec<float> dvals(static_cast<size_t>(rows * N));
+        dvec<double> dsum(static_cast<size_t>(rows));
+        dvec<uint8_t> scratch(topk_logits_scratch_bytes(rows, V, N));
+        dvec<unsigned> counters(static_cast<size_t>(rows));
+        topk_logits_params p;
+        p.logits = dx.get();
+        p.temperatures = dt.get();
+        p.ids = dids.get();
+        p.values = dvals.get();
+        p.row_max = dmax.get();
+        p.row_sum = dsum.get();
+        p.n_rows = rows;
+        p.n_vocab = V;
+        p.n_top = N;
+        p.scratch = scratch.get();
+        p.counters = counters.get();
+        std::vector<int32_t> ids(static_cast<size_t>(rows * N));
+        std::vector<float> vals(static_cast<size_t>(rows * N)), mx(static_cast<size_t>(rows));
+        std::vector<double> sums(static_cast<size_t>(rows));
+        topk_logits_params h = p;
+        h.logits = x.data();
+        h.temperatures = temps.data();
+        h.ids = ids.data();
+        h.values = vals.data();
+        h.row_max = mx.data();
+        h.row_sum = sums.data();
+        topk_logits_ref(h);
+        int64_t diff = 0, max_diff = 0;
+        double sum_err = 0.0;
+        for (int launch = 0; launch < 2; ++launch) {
+            ck(launch_topk_logits(p, nullptr), "launch");
+            sync(name);
+            const auto gi = dids.download();
+            const auto gv = dvals.download();
+            const auto gm = dmax.download();
+            const auto gs = dsum.download();
+            for (size_t i = 0; i < gi.size(); ++i) diff += gi[i] != ids[i] || std::memcmp(&gv[i], &vals[i], 4) != 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                max_diff += !(gm[size_t(r)] == mx[size_t(r)]);
+                const double ref = sums[size_t(r)];
+                sum_err = std::max(sum_err, std::abs(gs[size_t(r)] - ref) / std::max(ref, 1e-30));
+                if (ref == 0.0) sum_err = std::max(sum_err, std::abs(gs[size_t(r)]));
+            }
+        }
+        R.add("kernel", name, "candidates differing (id or value, exact, 2 launches)", double(diff), 0.0);
+        R.add("kernel", name, "row max differing (exact)", double(max_diff), 0.0);
+        R.add("kernel", name, "row sum max rel err", sum_err, 1e-5);
+        cudaEvent_t a = nullptr, b = nullptr;
+        ck(cudaEventCreate(&a), "cudaEventCreate");
+        ck(cudaEventCreate(&b), "cudaEventCreate");
+        ck(cudaEventRecord(a), "cudaEventRecord");
+        for (int i = 0; i < 100; ++i) ck(launch_topk_logits(p, nullptr), "launch");
+        ck(cudaEventRecord(b), "cudaEventRecord");
+        sync(name);
+        float ms = 0.0f;
+        ck(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        R.info("kernel", name, "µs per launch (100 back to back)", 1000.0 * ms / 100.0);
+    });
+}
+
 void test_fill_random(runner &R, int64_t n) {
     const std::string name = shape_name("fill_random", {{"n", n}});
     R.run("kernel", name, [&] {
@@ -1145,6 +1229,13 @@ void run_kernel_tests(runner &R, int cc_major) {
         destroy_gemm_lt_context(ctx);
     }
     test_argmax(R, 3, 103424);
+    for (int32_t N : {1, 64, 256}) {
+        test_topk_logits(R, 1, 103424, N);
+        test_topk_logits(R, 8, 103424, N);
+        test_topk_logits(R, 8, 3001, N); // a small odd vocabulary: two blocks per row, one partial
+    }
+    test_topk_logits(R, 5, 97, 64); // N below V in one block; and 5 rows
+    test_topk_logits(R, 2, 40, 64); // N > V: unused slots id -1
 }
 
 // ---- end to end --------------------------------------------------------------------------------
