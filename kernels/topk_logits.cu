@@ -5,8 +5,11 @@
 // the keys (bitonic, shared memory) and writes its first n_top to the scratch. The last block of
 // the row to finish (a counter bumped after a fence, reset by that block) merges: the row max,
 // the sum Σ_b sum_b · exp((max_b − max)/T) in double (a fixed tree order: deterministic), and the
-// top n_top of the blocks' sorted lists by repeated bitonic sorts of (current top, next lists)
-// in a 4096-key buffer. The values written are re-read from the row (exact, −0 stays −0).
+// top n_top of the blocks' sorted lists: τ = the largest of the blocks' n_top-th keys bounds the
+// answer from below (τ's block alone holds n_top keys ≥ τ), so only keys ≥ τ (a prefix of each
+// list, usually 1–2 × n_top keys in all) are gathered and sorted; when they overflow the
+// 4096-key buffer (rows with fewer than n_top values per block), repeated bitonic sorts of
+// (current top, next lists) do it. Values are re-read from the row (exact, −0 stays −0).
 #include "kernel_common.cuh"
 #include "topk_logits.cuh"
 
@@ -67,6 +70,23 @@ __device__ float block_max(float v, float *red) {
     return red[32];
 }
 
+__device__ unsigned long long block_max_u64(unsigned long long v, unsigned long long *red) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    __syncthreads();
+    if (lane == 0) red[warp] = v;
+    __syncthreads();
+    if (warp == 0) {
+        v = lane < int(blockDim.x / 32) ? red[lane] : 0ull;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, o));
+        if (lane == 0) red[32] = v;
+    }
+    __syncthreads();
+    return red[32];
+}
+
 __device__ double block_sum_d(double v, double *red) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
@@ -89,6 +109,8 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
     __shared__ unsigned long long keys[k_merge_keys];
     __shared__ float redf[33];
     __shared__ double redd[33];
+    __shared__ unsigned long long redk[33];
+    __shared__ int s_count;
     __shared__ bool s_last;
     pdl_enter();
     const int64_t r = blockIdx.y, V = p.n_vocab;
@@ -146,18 +168,39 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
         }
     S = block_sum_d(S, redd);
 
-    for (int j = tid; j < N; j += k_threads) keys[j] = __ldcg(&part_keys[j]);
-    const int per_round = (k_merge_keys - N) / N;
-    for (int first = 1; first < B; first += per_round) {
-        const int n_lists = min(per_round, B - first), count = N * (1 + n_lists);
+    unsigned long long tau = 0ull;
+    for (int i = tid; i < B; i += k_threads) tau = max(tau, __ldcg(&part_keys[int64_t(i) * N + (N - 1)]));
+    if (tid == 0) s_count = 0;
+    tau = block_max_u64(tau, redk); // its barriers also publish s_count = 0
+    for (int i = tid; i < B * N; i += k_threads) {
+        const unsigned long long k = __ldcg(&part_keys[i]);
+        if (k >= tau) {
+            const int at = atomicAdd(&s_count, 1);
+            if (at < k_merge_keys) keys[at] = k;
+        }
+    }
+    __syncthreads();
+    const int count = s_count; // >= N
+    if (count <= k_merge_keys) {
         int n = 2;
         while (n < count) n <<= 1;
-        for (int j = N + tid; j < n; j += k_threads)
-            keys[j] = j < count ? __ldcg(&part_keys[int64_t(first) * N + (j - N)]) : 0ull;
+        for (int j = count + tid; j < n; j += k_threads) keys[j] = 0ull;
         __syncthreads();
         block_sort_desc(keys, n);
+    } else {
+        for (int j = tid; j < N; j += k_threads) keys[j] = __ldcg(&part_keys[j]);
+        const int per_round = (k_merge_keys - N) / N;
+        for (int first = 1; first < B; first += per_round) {
+            const int n_lists = min(per_round, B - first), cnt = N * (1 + n_lists);
+            int n = 2;
+            while (n < cnt) n <<= 1;
+            for (int j = N + tid; j < n; j += k_threads)
+                keys[j] = j < cnt ? __ldcg(&part_keys[int64_t(first) * N + (j - N)]) : 0ull;
+            __syncthreads();
+            block_sort_desc(keys, n);
+        }
+        __syncthreads();
     }
-    if (B == 1) __syncthreads();
     for (int j = tid; j < N; j += k_threads) {
         const int32_t id = key_id(keys[j]);
         p.ids[r * N + j] = id;
