@@ -39,6 +39,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -1289,6 +1290,57 @@ std::vector<float> logits_prefill(backend &be, const std::vector<int32_t> &promp
     return logits;
 }
 
+// Decode steps asking for 64 logit candidates (batch::top_n, topk_logits inside the decode graph):
+// each step's candidates against the twin over the same step's full row (backend::logits_row).
+// Returns {candidate slots differing, max relative sum error, a wrong logits_row answer (0/1)}.
+std::array<double, 3> candidates_decode(backend &be, const std::vector<int32_t> &prompt) {
+    auto s = be.init_kv_cache({16, 4});
+    if (!s) throw test_failure(s.message());
+    const int64_t V = be.config().n_vocab;
+    const int32_t N = 64;
+    batch b;
+    b.seqs.resize(1);
+    b.seqs[0].block_table = {2, 0};
+    b.seqs[0].block_table.resize(static_cast<size_t>((prompt.size() + 15) / 16));
+    b.top_n = N;
+    b.temperatures = {0.8f};
+    std::array<double, 3> r{0, 0, 0};
+    std::vector<float> row(static_cast<size_t>(V)), tv(N), mx(1);
+    std::vector<int32_t> ti(N);
+    std::vector<double> ts(1);
+    for (size_t i = 0; i < prompt.size(); ++i) {
+        b.tokens = {prompt[i]};
+        b.pos = {int32_t(i)};
+        b.seq = {0};
+        b.logits_rows = {0};
+        forward_output out;
+        auto st = be.forward(b, out);
+        if (!st) throw test_failure(st.message());
+        const logit_candidate_rows &c = out.candidates;
+        if (c.top_n != N || c.ids.size() != size_t(N) || c.logits.size() != size_t(N) || c.row_sum.size() != 1 ||
+            !out.logits.empty())
+            throw test_failure("forward() with top_n did not return 64 candidates instead of the row");
+        if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
+        r[2] = std::max(r[2], be.logits_row(1, row).ok() ? 1.0 : 0.0); // no such row: must fail
+        if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
+        topk_logits_params h;
+        h.logits = row.data();
+        h.temperatures = b.temperatures.data();
+        h.ids = ti.data();
+        h.values = tv.data();
+        h.row_max = mx.data();
+        h.row_sum = ts.data();
+        h.n_rows = 1;
+        h.n_vocab = V;
+        h.n_top = N;
+        topk_logits_ref(h);
+        for (int32_t j = 0; j < N; ++j)
+            r[0] += c.ids[size_t(j)] != ti[size_t(j)] || std::memcmp(&c.logits[size_t(j)], &tv[size_t(j)], 4) != 0;
+        r[1] = std::max(r[1], std::abs(c.row_sum[0] - ts[0]) / std::max(ts[0], 1e-30));
+    }
+    return r;
+}
+
 // One token per step (decode path, CUDA graphs from the second step on).
 std::vector<float> logits_decode(backend &be, const std::vector<int32_t> &prompt) {
     auto s = be.init_kv_cache({16, 4});
@@ -1441,6 +1493,10 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " decode", "NMSE vs twin model", nmse(dec, twin_dec), twin_limit);
                 R.add("model", pn + " decode", "NMSE vs HF", nmse(dec, golden), hf_limit);
                 R.info("model", pn + " decode", "top-1 agreement with HF", top1_agreement(dec, golden, V));
+                const auto cand = candidates_decode(be, prompt);
+                R.add("model", pn + " decode candidates", "slots differing from the twin over logits_row (exact)", cand[0], 0.0);
+                R.add("model", pn + " decode candidates", "row sum max rel err", cand[1], 1e-5);
+                R.add("model", pn + " decode candidates", "logits_row accepted a row the step did not have", cand[2], 0.0);
                 if (!cpu_routing.ids.empty()) {
                     // Router choices of the first chunk against the CPU's: set overlap per token.
                     double same = 0, total = 0;

@@ -13,13 +13,15 @@ std::string sampling_params::validate() const {
     if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";
     if (!(min_p >= 0.0f && min_p <= 1.0f)) return "min_p must be in [0, 1]";
     if (!(repetition_penalty > 0.0f)) return "repetition_penalty must be > 0";
-    if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty)) return "penalties must be finite";
+    if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty))
+        return "penalties must be finite";
     if (max_tokens < 0) return "max_tokens must be >= 0";
     return {};
 }
 
 sampler::sampler(const sampling_params &p)
-    : m_p(p), m_seed(p.seed ? *p.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull ^ std::random_device{}()),
+    : m_p(p),
+      m_seed(p.seed ? *p.seed : std::random_device{}() * 0x9e3779b97f4a7c15ull ^ std::random_device{}()),
       m_rng(m_seed) {}
 
 namespace {
@@ -67,7 +69,8 @@ float sampler::penalized(int32_t id, float l) const {
     return l;
 }
 
-int32_t sampler::sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output) {
+int32_t sampler::sample(std::span<float> logits, std::span<const int32_t> prompt,
+                        std::span<const int32_t> output) {
     const int32_t n = int32_t(logits.size());
     if (n == 0) return 0;
     prepare_penalties(prompt, output);
@@ -190,7 +193,8 @@ std::optional<int32_t> sampler::sample_candidates(const logit_candidates &c, std
     int32_t certain_kept = 0; // weights fall along the walk: the min-p survivors are a prefix
     while (certain_kept < certain && m_w[size_t(certain_kept)] >= m_p.min_p) ++certain_kept;
     int32_t keep = -1; // the kept set as a walk prefix, when known
-    if (m_p.top_k > 0 && m_p.top_k <= certain_kept) keep = m_p.top_k;
+    if (m_p.top_k > 0 && m_p.top_k <= certain_kept)
+        keep = m_p.top_k;
     else if (m_p.min_p > 0.0f && weight(theta, mx, t) < m_p.min_p)
         keep = m_p.top_k > 0 ? std::min(m_p.top_k, certain_kept) : certain_kept;
 

@@ -67,8 +67,8 @@ struct sampling_params {
 struct logit_candidates {
     std::span<const int32_t> ids;  // [N] logit descending, ties → lower id; −1 after the last valid entry
     std::span<const float> logits; // [N] unpenalized
-    double sum = 0.0;              // Σ_v exp((l_v − max) / sum_temperature), NaN excluded; 0 if not computed
-    float sum_temperature = 0.0f;  // <= 0: no sum
+    double sum = 0.0; // Σ_v exp((l_v − max) / sum_temperature), NaN excluded; 0 if not computed
+    float sum_temperature = 0.0f; // <= 0: no sum
     int64_t n_vocab = 0;
 };
 

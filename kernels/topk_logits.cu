@@ -118,7 +118,9 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
     const float *x = p.logits + r * V;
     const float T = p.temperatures ? p.temperatures[r] : 0.0f;
     auto *part_keys = static_cast<unsigned long long *>(p.scratch) + (r * B) * N;
-    auto *part = reinterpret_cast<block_partial *>(static_cast<unsigned long long *>(p.scratch) + p.n_rows * B * N) + r * B;
+    auto *part =
+        reinterpret_cast<block_partial *>(static_cast<unsigned long long *>(p.scratch) + p.n_rows * B * N) +
+        r * B;
 
     // Phase 1: this block's chunk.
     const int64_t begin = int64_t(b) * k_chunk;

@@ -21,11 +21,11 @@ struct topk_logits_params {
     float *row_max = nullptr;            // [n_rows] largest non-NaN value (−inf if none)
     double *row_sum = nullptr;           // [n_rows]
     int64_t n_rows = 0, n_vocab = 0;
-    int32_t n_top = 64;                  // 1..topk_logits_max_top
+    int32_t n_top = 64; // 1..topk_logits_max_top
     // GPU scratch (topk_logits_scratch_bytes): per-block partial results and one counter per row
     // that must be zero before the first launch (the kernel leaves it zero again).
     void *scratch = nullptr;
-    unsigned *counters = nullptr;        // [n_rows]
+    unsigned *counters = nullptr; // [n_rows]
 };
 
 // Bytes of scratch the launcher needs for these shapes (0 for the twin).
