@@ -256,12 +256,14 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         std::printf("FP8 activations of steps above 8 tokens: %s%s%s; head %s, attention output %s\n",
                     activation_format_name(cb->activations()), cb->activation_note().empty() ? "" : " — ",
                     cb->activation_note().c_str(), cp.fp8.head ? "E4M3" : "BF16", cp.fp8.attn_out ? "E4M3" : "BF16");
-    std::printf("decode figures (tg, telemetry, batched) include sampling: %s; %lld tokens picked, %lld full rows "
-                "fetched\n",
-                be->supports_candidates()
-                    ? ("top-" + std::to_string(k_sample_top_n) + " logit candidates per row from the GPU, greedy pick").c_str()
-                    : "full logits rows, greedy pick",
-                (long long)picked, (long long)fetched_rows);
+    std::printf(
+        "decode figures (tg, telemetry, batched) include sampling: %s; %lld tokens picked, %lld full rows "
+        "fetched\n",
+        be->supports_candidates() ? ("top-" + std::to_string(k_sample_top_n) +
+                                     " logit candidates per row from the GPU, greedy pick")
+                                        .c_str()
+                                  : "full logits rows, greedy pick",
+        (long long)picked, (long long)fetched_rows);
     if (tps_untraced > 0.0)
         std::printf("telemetry (routing record of every MoE layer): tg%d %.1f tok/s with, %.1f without (%+.2f%%)\n", o.tg,
                     tps_traced, tps_untraced, 100.0 * (tps_traced / tps_untraced - 1.0));
@@ -297,8 +299,12 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                       seconds_since(t0));
         cb->set_profiling(false);
     }
-    results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
-                       {"roofline_tokens_per_s", roof}, {"mbu", mbu}, {"graph_replay_us", replay_us},
+    results.push_back({{"test", "tg" + std::to_string(o.tg)},
+                       {"tokens_per_s", tps},
+                       {"seconds", t},
+                       {"roofline_tokens_per_s", roof},
+                       {"mbu", mbu},
+                       {"graph_replay_us", replay_us},
                        {"tokens_per_s_with_routing_record", tps_traced},
                        {"tokens_per_s_without_routing_record", tps_untraced},
                        {"sampling", be->supports_candidates() ? "gpu_candidates_greedy" : "full_row_greedy"},

@@ -61,11 +61,11 @@ struct phase_times {
 // Each logits row reduced to its top_n candidates (kernels/topk_logits.cuh): values descending,
 // ties → lower id, NaN never a candidate, id −1 / −inf in unused slots.
 struct logit_candidate_rows {
-    int32_t top_n = 0;             // 0: not returned (forward_output::logits holds the rows)
-    std::vector<int32_t> ids;      // [rows, top_n]
-    std::vector<float> logits;     // [rows, top_n]
-    std::vector<float> row_max;    // [rows] largest non-NaN logit
-    std::vector<double> row_sum;   // [rows] Σ exp((l − max)/T_row) in double (0 where T_row <= 0)
+    int32_t top_n = 0;           // 0: not returned (forward_output::logits holds the rows)
+    std::vector<int32_t> ids;    // [rows, top_n]
+    std::vector<float> logits;   // [rows, top_n]
+    std::vector<float> row_max;  // [rows] largest non-NaN logit
+    std::vector<double> row_sum; // [rows] Σ exp((l − max)/T_row) in double (0 where T_row <= 0)
 };
 
 struct forward_output {

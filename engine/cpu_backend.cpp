@@ -68,8 +68,8 @@ public:
 
     backend_memory memory() const override {
         backend_memory m;
-        for (const fvec *v : {&m_x, &m_xn, &m_qkv, &m_attn, &m_rope_cos, &m_rope_sin, &m_rows, &m_gu, &m_act, &m_eout,
-                              &m_router, &m_gather, &m_last_logits})
+        for (const fvec *v : {&m_x, &m_xn, &m_qkv, &m_attn, &m_rope_cos, &m_rope_sin, &m_rows, &m_gu, &m_act,
+                              &m_eout, &m_router, &m_gather, &m_last_logits})
             m.reserved += v->capacity() * sizeof(float);
         m.in_use = m.reserved;
         m.device_total = physical_memory_bytes();
@@ -108,10 +108,11 @@ public:
     status logits_row(int32_t row, std::span<float> out) override {
         const int64_t V = m_cfg.n_vocab;
         if (row < 0 || int64_t(row) * V >= int64_t(m_last_logits.size()))
-            return error{"logits_row: row " + std::to_string(row) + " is not a logits row of the last forward pass"};
+            return error{"logits_row: row " + std::to_string(row) +
+                         " is not a logits row of the last forward pass"};
         if (int64_t(out.size()) != V)
-            return error{"logits_row: the output holds " + std::to_string(out.size()) + " values, n_vocab is " +
-                         std::to_string(V)};
+            return error{"logits_row: the output holds " + std::to_string(out.size()) +
+                         " values, n_vocab is " + std::to_string(V)};
         std::copy_n(m_last_logits.begin() + int64_t(row) * V, V, out.begin());
         return ok_status();
     }

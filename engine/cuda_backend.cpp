@@ -449,11 +449,12 @@ public:
         return catch_errors([&]() -> status {
             check_usable();
             if (row < 0 || row >= m_last_rows)
-                throw load_error("logits_row: row " + std::to_string(row) + " is not a logits row of the last forward pass (" +
+                throw load_error("logits_row: row " + std::to_string(row) +
+                                 " is not a logits row of the last forward pass (" +
                                  std::to_string(m_last_rows) + " rows)");
             if (int64_t(out.size()) != m_cfg.n_vocab)
-                throw load_error("logits_row: the output holds " + std::to_string(out.size()) + " values, n_vocab is " +
-                                 std::to_string(m_cfg.n_vocab));
+                throw load_error("logits_row: the output holds " + std::to_string(out.size()) +
+                                 " values, n_vocab is " + std::to_string(m_cfg.n_vocab));
             const size_t bytes = size_t(m_cfg.n_vocab) * 4;
             if (m_pinned_logits.bytes() < bytes)
                 m_pinned_logits.alloc(size_t(k_graph_max_tokens * m_cfg.n_vocab) * 4, "pinned logits buffer");
@@ -779,7 +780,9 @@ private:
     }
 
     // The candidates' output block for R rows of n: ids, logits, row max, then the 8-aligned sums.
-    static size_t cand_sums_offset(int64_t R, int64_t n) { return (size_t(R * n) * 8 + size_t(R) * 4 + 7) / 8 * 8; }
+    static size_t cand_sums_offset(int64_t R, int64_t n) {
+        return (size_t(R * n) * 8 + size_t(R) * 4 + 7) / 8 * 8;
+    }
     static size_t cand_bytes(int64_t R, int64_t n) { return cand_sums_offset(R, n) + size_t(R) * 8; }
 
     static int64_t round_cap(int64_t need, int64_t at_least) {
@@ -1234,8 +1237,10 @@ private:
             throw load_error("batch: top_n must be >= 0 and temperatures one per logits row");
         m_last_rows = 0; // logits_row() serves this forward's rows once it has finished
         out.candidates = logit_candidate_rows{};
-        if (top_n > 0) out.logits.clear();
-        else out.logits.resize(size_t(R * c.n_vocab)); // every element is written below
+        if (top_n > 0)
+            out.logits.clear();
+        else
+            out.logits.resize(size_t(R * c.n_vocab)); // every element is written below
         if (T == 0) return;
         m_top_n = top_n;
         int64_t stride = 1;
@@ -1290,9 +1295,11 @@ private:
         const size_t logit_bytes = top_n > 0 ? cand_bytes(R, top_n) : size_t(R * c.n_vocab) * 4;
         const bool via_pinned = R > 0 && (R <= k_graph_max_tokens || top_n > 0);
         if (via_pinned && m_pinned_logits.bytes() < logit_bytes)
-            m_pinned_logits.alloc(std::max(logit_bytes, size_t(k_graph_max_tokens * c.n_vocab) * 4), "pinned logits buffer");
+            m_pinned_logits.alloc(std::max(logit_bytes, size_t(k_graph_max_tokens * c.n_vocab) * 4),
+                                  "pinned logits buffer");
         if (R && top_n > 0)
-            ck(cudaMemcpyAsync(m_pinned_logits.at(), m_work.at(w.cand), logit_bytes, cudaMemcpyDeviceToHost, m_stream),
+            ck(cudaMemcpyAsync(m_pinned_logits.at(), m_work.at(w.cand), logit_bytes, cudaMemcpyDeviceToHost,
+                               m_stream),
                "candidates download");
         else if (R)
             ck(cudaMemcpyAsync(via_pinned ? m_pinned_logits.at() : static_cast<void *>(out.logits.data()), m_work.at(w.logits),
@@ -1312,9 +1319,11 @@ private:
             logit_candidate_rows &cr = out.candidates;
             const unsigned char *p = m_pinned_logits.at();
             cr.top_n = int32_t(top_n);
-            cr.ids.assign(reinterpret_cast<const int32_t *>(p), reinterpret_cast<const int32_t *>(p) + R * top_n);
+            cr.ids.assign(reinterpret_cast<const int32_t *>(p),
+                          reinterpret_cast<const int32_t *>(p) + R * top_n);
             p += size_t(R * top_n) * 4;
-            cr.logits.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R * top_n);
+            cr.logits.assign(reinterpret_cast<const float *>(p),
+                             reinterpret_cast<const float *>(p) + R * top_n);
             p += size_t(R * top_n) * 4;
             cr.row_max.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R);
             const double *sums = m_pinned_logits.at<double>(cand_sums_offset(R, top_n));
@@ -1340,7 +1349,8 @@ private:
         }
     }
 
-    using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>; // …, top_n
+    using graph_key =
+        std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>; // …, top_n
 
     bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride, int64_t kv_splits,
                             int64_t max_tile) {

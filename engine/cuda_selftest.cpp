@@ -17,7 +17,6 @@
 
 #include "act_quantize.cuh"
 #include "argmax.cuh"
-#include "topk_logits.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
 #include "fill_random.cuh"
@@ -34,6 +33,7 @@
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
 #include "silu_mul.cuh"
+#include "topk_logits.cuh"
 
 #include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
@@ -1019,7 +1019,8 @@ void test_argmax(runner &R, int64_t rows, int64_t V) {
 // topk_logits vs its twin: exact ids and values (set and order), row max exact, sums within 1e-5
 // relative; launched twice (the per-row counters must re-arm), then timed (info row).
 void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
-    const std::string name = shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}}, "ties, NaN, -inf");
+    const std::string name =
+        shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}}, "ties, NaN, -inf");
     R.run("kernel", name, [&] {
         auto x = rand_f(static_cast<size_t>(rows * V), -5, 5);
         std::vector<float> temps(static_cast<size_t>(rows));
@@ -1073,7 +1074,8 @@ void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
             const auto gv = dvals.download();
             const auto gm = dmax.download();
             const auto gs = dsum.download();
-            for (size_t i = 0; i < gi.size(); ++i) diff += gi[i] != ids[i] || std::memcmp(&gv[i], &vals[i], 4) != 0;
+            for (size_t i = 0; i < gi.size(); ++i)
+                diff += gi[i] != ids[i] || std::memcmp(&gv[i], &vals[i], 4) != 0;
             for (int64_t r = 0; r < rows; ++r) {
                 max_diff += !(gm[size_t(r)] == mx[size_t(r)]);
                 const double ref = sums[size_t(r)];
@@ -1317,8 +1319,8 @@ std::array<double, 3> candidates_decode(backend &be, const std::vector<int32_t> 
         auto st = be.forward(b, out);
         if (!st) throw test_failure(st.message());
         const logit_candidate_rows &c = out.candidates;
-        if (c.top_n != N || c.ids.size() != size_t(N) || c.logits.size() != size_t(N) || c.row_sum.size() != 1 ||
-            !out.logits.empty())
+        if (c.top_n != N || c.ids.size() != size_t(N) || c.logits.size() != size_t(N) ||
+            c.row_sum.size() != 1 || !out.logits.empty())
             throw test_failure("forward() with top_n did not return 64 candidates instead of the row");
         if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
         r[2] = std::max(r[2], be.logits_row(1, row).ok() ? 1.0 : 0.0); // no such row: must fail
@@ -1335,7 +1337,8 @@ std::array<double, 3> candidates_decode(backend &be, const std::vector<int32_t> 
         h.n_top = N;
         topk_logits_ref(h);
         for (int32_t j = 0; j < N; ++j)
-            r[0] += c.ids[size_t(j)] != ti[size_t(j)] || std::memcmp(&c.logits[size_t(j)], &tv[size_t(j)], 4) != 0;
+            r[0] += c.ids[size_t(j)] != ti[size_t(j)] ||
+                    std::memcmp(&c.logits[size_t(j)], &tv[size_t(j)], 4) != 0;
         r[1] = std::max(r[1], std::abs(c.row_sum[0] - ts[0]) / std::max(ts[0], 1e-30));
     }
     return r;
@@ -1494,9 +1497,11 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " decode", "NMSE vs HF", nmse(dec, golden), hf_limit);
                 R.info("model", pn + " decode", "top-1 agreement with HF", top1_agreement(dec, golden, V));
                 const auto cand = candidates_decode(be, prompt);
-                R.add("model", pn + " decode candidates", "slots differing from the twin over logits_row (exact)", cand[0], 0.0);
+                R.add("model", pn + " decode candidates",
+                      "slots differing from the twin over logits_row (exact)", cand[0], 0.0);
                 R.add("model", pn + " decode candidates", "row sum max rel err", cand[1], 1e-5);
-                R.add("model", pn + " decode candidates", "logits_row accepted a row the step did not have", cand[2], 0.0);
+                R.add("model", pn + " decode candidates", "logits_row accepted a row the step did not have",
+                      cand[2], 0.0);
                 if (!cpu_routing.ids.empty()) {
                     // Router choices of the first chunk against the CPU's: set overlap per token.
                     double same = 0, total = 0;

@@ -37,7 +37,8 @@ result<int32_t> sample_output_row(backend &be, forward_output &out, int32_t row,
     }
     if (out.logits.size() < size_t(row + 1) * size_t(V))
         return error{"the backend returned no logits for row " + std::to_string(row)};
-    return smp.sample(std::span<float>(out.logits.data() + size_t(row) * size_t(V), size_t(V)), prompt, output);
+    return smp.sample(std::span<float>(out.logits.data() + size_t(row) * size_t(V), size_t(V)), prompt,
+                      output);
 }
 
 result<generate_result> generate_tokens(backend &be, const std::vector<int32_t> &prompt, const sampling_params &sp,
@@ -79,7 +80,9 @@ result<generate_result> generate_tokens(backend &be, const std::vector<int32_t> 
         b.seq.assign(b.tokens.size(), 0);
         b.logits_rows.clear();
         if (end == prompt.size()) b.logits_rows.push_back(int32_t(b.tokens.size() - 1));
-        request_candidates(be, b, b.logits_rows.empty() ? std::span<sampler *const>() : std::span<sampler *const>(&smp_ptr, 1));
+        request_candidates(be, b,
+                           b.logits_rows.empty() ? std::span<sampler *const>()
+                                                 : std::span<sampler *const>(&smp_ptr, 1));
         if (auto s = be.forward(b, out); !s) return s.err();
     }
     res.prefill_ms = std::chrono::duration<double, std::milli>(clock::now() - t0).count();

@@ -202,8 +202,10 @@ void TestEngine::candidatesGiveSameTokens() {
             const int before = cand.fetched, rows_before = cand.candidate_rows;
             auto b = es::generate_tokens(cand, prompt, sp);
             QVERIFY2(a.ok() && b.ok(), "generate_tokens failed");
-            QVERIFY2(a->tokens == b->tokens, qPrintable(QString("setting %1 seed %2: candidates changed the tokens")
-                                                            .arg(setting).arg(seed)));
+            QVERIFY2(
+                a->tokens == b->tokens,
+                qPrintable(
+                    QString("setting %1 seed %2: candidates changed the tokens").arg(setting).arg(seed)));
             fetched += cand.fetched - before;
             decided_rows += (cand.candidate_rows - rows_before) - (cand.fetched - before);
         }

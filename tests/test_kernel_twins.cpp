@@ -628,8 +628,8 @@ void TestKernelTwins::topkLogits() {
             e = kind == "ties" ? float(int(nd(rng))) : nd(rng); // integers: many ties
             if (kind == "special") {
                 if (r == 0 && v % 3 == 0) e = NAN;
-                if (r == 1) e = v % 2 ? -INFINITY : NAN;     // no finite value
-                if (r == 2) e = NAN;                         // all NaN
+                if (r == 1) e = v % 2 ? -INFINITY : NAN; // no finite value
+                if (r == 2) e = NAN;                     // all NaN
                 if (r == 3 && v % 5 == 0) e = -INFINITY;
                 if (r == 3 && v == 7) e = -0.0f;
                 if (r == 3 && v == 9) e = 0.0f;
@@ -662,14 +662,18 @@ void TestKernelTwins::topkLogits() {
         QVERIFY2(mx[size_t(r)] == m || (std::isinf(m) && mx[size_t(r)] == m), qPrintable(where + ": max"));
         for (int j = 0; j < top; ++j) {
             const int32_t want = size_t(j) < all.size() ? all[size_t(j)] : -1;
-            QVERIFY2(ids[size_t(r * top + j)] == want,
-                     qPrintable(where + QString(" slot %1: id %2, expected %3").arg(j).arg(ids[size_t(r * top + j)]).arg(want)));
+            QVERIFY2(
+                ids[size_t(r * top + j)] == want,
+                qPrintable(
+                    where +
+                    QString(" slot %1: id %2, expected %3").arg(j).arg(ids[size_t(r * top + j)]).arg(want)));
             const float wv = want < 0 ? -INFINITY : row[want];
             QVERIFY2(std::memcmp(&vals[size_t(r * top + j)], &wv, 4) == 0, qPrintable(where + " value"));
         }
         long double s = 0;
         if (temps[size_t(r)] > 0 && std::isfinite(m))
-            for (int32_t v : all) s += std::exp(((long double)row[v] - (long double)m) / (long double)temps[size_t(r)]);
+            for (int32_t v : all)
+                s += std::exp(((long double)row[v] - (long double)m) / (long double)temps[size_t(r)]);
         QVERIFY2(std::abs(double(s) - sums[size_t(r)]) <= 1e-12 * std::max(1.0, double(s)),
                  qPrintable(where + QString(": sum %1, expected %2").arg(sums[size_t(r)]).arg(double(s))));
     }

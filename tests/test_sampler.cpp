@@ -12,9 +12,9 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <optional>
 #include <random>
-#include <numeric>
 
 using ids_t = std::vector<int32_t>;
 using logits_t = std::vector<float>;
@@ -87,7 +87,8 @@ cand_row make_candidates(const logits_t &l, int n, float temperature, double sum
     ids_t all;
     for (size_t v = 0; v < l.size(); ++v)
         if (!std::isnan(l[v])) all.push_back(int32_t(v));
-    std::stable_sort(all.begin(), all.end(), [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
+    std::stable_sort(all.begin(), all.end(),
+                     [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
     cand_row c;
     for (int j = 0; j < n; ++j) {
         c.ids.push_back(size_t(j) < all.size() ? all[size_t(j)] : -1);
@@ -108,7 +109,8 @@ logits_t zipf_logits(int n, double a, uint32_t seed) {
     std::iota(perm.begin(), perm.end(), 0);
     std::shuffle(perm.begin(), perm.end(), rng);
     logits_t l(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r) l[size_t(perm[size_t(r)])] = float(std::round(-a * std::log(1.0 + r) * 4.0) / 4.0);
+    for (int r = 0; r < n; ++r)
+        l[size_t(perm[size_t(r)])] = float(std::round(-a * std::log(1.0 + r) * 4.0) / 4.0);
     return l;
 }
 
@@ -544,25 +546,42 @@ void TestSampler::candidatesMatchSample_data() {
     QTest::addColumn<QString>("expect");
     QTest::newRow("greedy") << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
     QTest::newRow("greedy_n1") << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 1 << "decides";
-    QTest::newRow("temperature_heavy_tail") << 1.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "mixed";
-    QTest::newRow("temperature_peaked") << 0.8f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 3.0 << 64 << "mixed";
+    QTest::newRow("temperature_heavy_tail")
+        << 1.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "mixed";
+    QTest::newRow("temperature_peaked")
+        << 0.8f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 3.0 << 64 << "mixed";
     QTest::newRow("top_p_0.5") << 1.0f << 0 << 0.5f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("top_p_0.95_peaked") << 0.7f << 0 << 0.95f << 0.0f << 1.0f << 0.0f << 0.0f << 3.0 << 64 << "decides";
-    QTest::newRow("top_p_0.99_tail") << 1.0f << 0 << 0.99f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("top_p_0.95_peaked")
+        << 0.7f << 0 << 0.95f << 0.0f << 1.0f << 0.0f << 0.0f << 3.0 << 64 << "decides";
+    QTest::newRow("top_p_0.99_tail") << 1.0f << 0 << 0.99f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                     << "insufficient";
     QTest::newRow("top_k_40") << 1.0f << 40 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("top_k_64_eq_n") << 1.0f << 64 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("top_k_65_gt_n") << 1.0f << 65 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("top_k_20_top_p_0.8") << 0.9f << 20 << 0.8f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("min_p_0.05") << 1.0f << 0 << 1.0f << 0.05f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("min_p_0.001_tail") << 1.0f << 0 << 1.0f << 0.001f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("min_p_top_p") << 1.0f << 0 << 0.9f << 0.02f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("greedy_repetition") << 0.0f << 0 << 1.0f << 0.0f << 1.3f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("greedy_presence_frequency") << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.4f << 0.3f << 1.2 << 64 << "decides";
-    QTest::newRow("top_k_10_penalties") << 1.0f << 10 << 1.0f << 0.0f << 1.2f << 0.2f << 0.1f << 1.2 << 64 << "decides";
-    QTest::newRow("temperature_penalties") << 1.0f << 0 << 1.0f << 0.0f << 1.2f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("raising_repetition") << 0.0f << 0 << 1.0f << 0.0f << 0.8f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("negative_presence") << 1.0f << 5 << 1.0f << 0.0f << 1.0f << -0.5f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("complete_list_n_ge_v") << 1.0f << 0 << 1.0f << 0.0f << 1.2f << 0.1f << 0.0f << 1.2 << 256 << "decides";
+    QTest::newRow("top_k_64_eq_n") << 1.0f << 64 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                   << "decides";
+    QTest::newRow("top_k_65_gt_n") << 1.0f << 65 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                   << "insufficient";
+    QTest::newRow("top_k_20_top_p_0.8")
+        << 0.9f << 20 << 0.8f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
+    QTest::newRow("min_p_0.05") << 1.0f << 0 << 1.0f << 0.05f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                << "decides";
+    QTest::newRow("min_p_0.001_tail")
+        << 1.0f << 0 << 1.0f << 0.001f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("min_p_top_p") << 1.0f << 0 << 0.9f << 0.02f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                 << "decides";
+    QTest::newRow("greedy_repetition")
+        << 0.0f << 0 << 1.0f << 0.0f << 1.3f << 0.0f << 0.0f << 1.2 << 64 << "decides";
+    QTest::newRow("greedy_presence_frequency")
+        << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.4f << 0.3f << 1.2 << 64 << "decides";
+    QTest::newRow("top_k_10_penalties")
+        << 1.0f << 10 << 1.0f << 0.0f << 1.2f << 0.2f << 0.1f << 1.2 << 64 << "decides";
+    QTest::newRow("temperature_penalties")
+        << 1.0f << 0 << 1.0f << 0.0f << 1.2f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("raising_repetition")
+        << 0.0f << 0 << 1.0f << 0.0f << 0.8f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("negative_presence")
+        << 1.0f << 5 << 1.0f << 0.0f << 1.0f << -0.5f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("complete_list_n_ge_v")
+        << 1.0f << 0 << 1.0f << 0.0f << 1.2f << 0.1f << 0.0f << 1.2 << 256 << "decides";
 }
 
 void TestSampler::candidatesMatchSample() {
@@ -606,7 +625,10 @@ void TestSampler::candidatesMatchSample() {
             if (got) {
                 ++decided;
                 QVERIFY2(*got == want, qPrintable(QString("seed %1 step %2: candidates chose %3, sample() %4")
-                                                      .arg(seed).arg(step).arg(*got).arg(want)));
+                                                      .arg(seed)
+                                                      .arg(step)
+                                                      .arg(*got)
+                                                      .arg(want)));
             } else {
                 ++insufficient;
                 if (std::find(c.ids.begin(), c.ids.end(), want) != c.ids.end() && repetition == 1.0f &&
@@ -618,12 +640,14 @@ void TestSampler::candidatesMatchSample() {
             output.push_back(want);
         }
     }
-    if (expect == "decides") QVERIFY2(insufficient == 0, qPrintable(QString("%1 insufficient").arg(insufficient)));
+    if (expect == "decides")
+        QVERIFY2(insufficient == 0, qPrintable(QString("%1 insufficient").arg(insufficient)));
     if (expect == "insufficient") QVERIFY2(decided == 0, qPrintable(QString("%1 decided").arg(decided)));
     if (expect == "mixed")
         QVERIFY2(decided > 0 && insufficient > 0,
                  qPrintable(QString("decided %1, insufficient %2").arg(decided).arg(insufficient)));
-    QVERIFY2(needless <= 2, qPrintable(QString("%1 insufficient answers whose token was a candidate").arg(needless)));
+    QVERIFY2(needless <= 2,
+             qPrintable(QString("%1 insufficient answers whose token was a candidate").arg(needless)));
 }
 
 // NaN, ±inf and all −inf rows, through both paths.
@@ -653,9 +677,14 @@ void TestSampler::candidatesSpecialRows() {
                 const auto got = cand.sample_candidates(lc, {}, {});
                 if (got)
                     QVERIFY2(*got == want, qPrintable(QString("kind %1 T %2 seed %3: %4 vs %5")
-                                                          .arg(kind).arg(t).arg(seed).arg(*got).arg(want)));
+                                                          .arg(kind)
+                                                          .arg(t)
+                                                          .arg(seed)
+                                                          .arg(*got)
+                                                          .arg(want)));
                 if (kind == 1 || kind == 2 || kind == 4 || t == 0.0f)
-                    QVERIFY2(got.has_value(), qPrintable(QString("kind %1 T %2: insufficient").arg(kind).arg(t)));
+                    QVERIFY2(got.has_value(),
+                             qPrintable(QString("kind %1 T %2: insufficient").arg(kind).arg(t)));
             }
 }
 
