@@ -8,7 +8,8 @@ namespace es {
 
 void request_candidates(const backend &be, batch &b, std::span<sampler *const> samplers) {
     b.temperatures.clear();
-    b.top_n = be.supports_candidates() ? k_sample_top_n : 0;
+    // No rows to sample: no candidates (one CUDA graph fewer: top_n is part of its key).
+    b.top_n = be.supports_candidates() && !samplers.empty() ? k_sample_top_n : 0;
     if (!b.top_n) return;
     for (const sampler *s : samplers) b.temperatures.push_back(s->sum_temperature());
 }
