@@ -28,8 +28,8 @@ struct block_partial {
 
 __device__ __forceinline__ unsigned long long make_key(float v, int64_t id) {
     if (isnan(v)) return 0ull;
-    if (v == 0.0f) v = 0.0f; // −0 and +0 tie, as in the sampler's comparisons
-    const unsigned u = __float_as_uint(v);
+    unsigned u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) == 0) u = 0; // −0 and +0 tie, as in the sampler's comparisons
     const unsigned ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
     return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - unsigned(id));
 }
