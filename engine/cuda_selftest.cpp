@@ -1020,7 +1020,7 @@ void test_argmax(runner &R, int64_t rows, int64_t V) {
 // relative; launched twice (the per-row counters must re-arm), then timed (info row).
 void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
     const std::string name =
-        shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}}, "ties, NaN, -inf");
+        shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}}, "ties, NaN, -inf, mostly NaN");
     R.run("kernel", name, [&] {
         auto x = rand_f(static_cast<size_t>(rows * V), -5, 5);
         std::vector<float> temps(static_cast<size_t>(rows));
@@ -1033,6 +1033,9 @@ void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
                 for (int64_t v = 0; v < V; v += 11) row[v] = NAN;
             if (r % 4 == 2)
                 for (int64_t v = 1; v < V; v += 7) row[v] = -INFINITY;
+            if (r == 5) // few values per block: N = 256 takes the merge's overflow path
+                for (int64_t v = 0; v < V; ++v)
+                    if (v % 50) row[v] = NAN;
             if (r == 3) // a row without a finite value
                 for (int64_t v = 0; v < V; ++v) row[v] = v % 2 ? -INFINITY : NAN;
         }
