@@ -183,6 +183,29 @@ void TestEngine::candidatesGiveSameTokens() {
     auto m = es::load_model((data_dir + "/moe-shared").toStdString(), lp);
     QVERIFY(m.ok());
     es::backend &plain = *(*m)->be;
+    {
+        // The CPU backend's logits_row: the rows of the last forward, nothing else.
+        QVERIFY(!plain.supports_candidates());
+        QVERIFY(plain.init_kv_cache({16, 8}).ok());
+        es::batch b;
+        b.seqs = {{{0}}};
+        b.tokens = {1, 2};
+        b.pos = {0, 1};
+        b.seq = {0, 0};
+        b.logits_rows = {0, 1};
+        b.top_n = 64; // a request the CPU backend may ignore
+        es::forward_output out;
+        QVERIFY(plain.forward(b, out).ok());
+        const int64_t V = plain.config().n_vocab;
+        QCOMPARE(out.candidates.top_n, 0);
+        QCOMPARE(out.logits.size(), size_t(2 * V));
+        std::vector<float> row(static_cast<size_t>(V));
+        QVERIFY(plain.logits_row(1, row).ok());
+        QVERIFY(std::memcmp(row.data(), out.logits.data() + V, size_t(V) * 4) == 0);
+        QVERIFY(!plain.logits_row(2, row).ok());
+        std::vector<float> short_row(10);
+        QVERIFY(!plain.logits_row(0, short_row).ok());
+    }
     candidate_backend cand(plain, 6);
     const auto prompt = reference_ids("moe-shared", "prompt_ids");
     int fetched = 0, decided_rows = 0;
