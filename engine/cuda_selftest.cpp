@@ -33,11 +33,13 @@
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
 #include "silu_mul.cuh"
+#include "topk_logits.cuh"
 
 #include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -1121,6 +1123,94 @@ void test_argmax(runner &R, int64_t rows, int64_t V) {
     });
 }
 
+// topk_logits vs its twin: exact ids and values (set and order), row max exact, sums within 1e-5
+// relative; launched twice (the per-row counters must re-arm), then timed (info row).
+void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
+    const std::string name =
+        shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}}, "ties, NaN, -inf, mostly NaN");
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(rows * V), -5, 5);
+        std::vector<float> temps(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+            float *row = x.data() + r * V;
+            temps[size_t(r)] = r == 1 ? 0.0f : 0.6f + 0.1f * float(r);
+            for (int64_t v = 0; v < V; v += 3) row[v] = std::round(row[v] * 4.0f) / 4.0f; // many ties
+            row[5000 % V] = row[90000 % V] = 9.0f; // a tie at the top: the lower id first
+            if (r % 3 == 1)
+                for (int64_t v = 0; v < V; v += 11) row[v] = NAN;
+            if (r % 4 == 2)
+                for (int64_t v = 1; v < V; v += 7) row[v] = -INFINITY;
+            if (r == 5) // few values per block: N = 256 takes the merge's overflow path
+                for (int64_t v = 0; v < V; ++v)
+                    if (v % 50) row[v] = NAN;
+            if (r == 3) // a row without a finite value
+                for (int64_t v = 0; v < V; ++v) row[v] = v % 2 ? -INFINITY : NAN;
+        }
+        dvec<float> dx(x), dt(temps), dmax(static_cast<size_t>(rows));
+        dvec<int32_t> dids(static_cast<size_t>(rows * N));
+        dvec<float> dvals(static_cast<size_t>(rows * N));
+        dvec<double> dsum(static_cast<size_t>(rows));
+        dvec<uint8_t> scratch(topk_logits_scratch_bytes(rows, V, N));
+        dvec<unsigned> counters(static_cast<size_t>(rows));
+        topk_logits_params p;
+        p.logits = dx.get();
+        p.temperatures = dt.get();
+        p.ids = dids.get();
+        p.values = dvals.get();
+        p.row_max = dmax.get();
+        p.row_sum = dsum.get();
+        p.n_rows = rows;
+        p.n_vocab = V;
+        p.n_top = N;
+        p.scratch = scratch.get();
+        p.counters = counters.get();
+        std::vector<int32_t> ids(static_cast<size_t>(rows * N));
+        std::vector<float> vals(static_cast<size_t>(rows * N)), mx(static_cast<size_t>(rows));
+        std::vector<double> sums(static_cast<size_t>(rows));
+        topk_logits_params h = p;
+        h.logits = x.data();
+        h.temperatures = temps.data();
+        h.ids = ids.data();
+        h.values = vals.data();
+        h.row_max = mx.data();
+        h.row_sum = sums.data();
+        topk_logits_ref(h);
+        int64_t diff = 0, max_diff = 0;
+        double sum_err = 0.0;
+        for (int launch = 0; launch < 2; ++launch) {
+            ck(launch_topk_logits(p, nullptr), "launch");
+            sync(name);
+            const auto gi = dids.download();
+            const auto gv = dvals.download();
+            const auto gm = dmax.download();
+            const auto gs = dsum.download();
+            for (size_t i = 0; i < gi.size(); ++i)
+                diff += gi[i] != ids[i] || std::memcmp(&gv[i], &vals[i], 4) != 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                max_diff += !(gm[size_t(r)] == mx[size_t(r)]);
+                const double ref = sums[size_t(r)];
+                sum_err = std::max(sum_err, std::abs(gs[size_t(r)] - ref) / std::max(ref, 1e-30));
+                if (ref == 0.0) sum_err = std::max(sum_err, std::abs(gs[size_t(r)]));
+            }
+        }
+        R.add("kernel", name, "candidates differing (id or value, exact, 2 launches)", double(diff), 0.0);
+        R.add("kernel", name, "row max differing (exact)", double(max_diff), 0.0);
+        R.add("kernel", name, "row sum max rel err", sum_err, 1e-5);
+        cudaEvent_t a = nullptr, b = nullptr;
+        ck(cudaEventCreate(&a), "cudaEventCreate");
+        ck(cudaEventCreate(&b), "cudaEventCreate");
+        ck(cudaEventRecord(a), "cudaEventRecord");
+        for (int i = 0; i < 100; ++i) ck(launch_topk_logits(p, nullptr), "launch");
+        ck(cudaEventRecord(b), "cudaEventRecord");
+        sync(name);
+        float ms = 0.0f;
+        ck(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        R.info("kernel", name, "µs per launch (100 back to back)", 1000.0 * ms / 100.0);
+    });
+}
+
 void test_fill_random(runner &R, int64_t n) {
     const std::string name = shape_name("fill_random", {{"n", n}});
     R.run("kernel", name, [&] {
@@ -1273,6 +1363,13 @@ void run_kernel_tests(runner &R, int cc_major) {
         destroy_gemm_lt_context(ctx);
     }
     test_argmax(R, 3, 103424);
+    for (int32_t N : {1, 64, 256}) {
+        test_topk_logits(R, 1, 103424, N);
+        test_topk_logits(R, 8, 103424, N);
+        test_topk_logits(R, 8, 3001, N); // a small odd vocabulary: two blocks per row, one partial
+    }
+    test_topk_logits(R, 5, 97, 64); // N below V in one block; and 5 rows
+    test_topk_logits(R, 2, 40, 64); // N > V: unused slots id -1
 }
 
 // ---- end to end --------------------------------------------------------------------------------
@@ -1324,6 +1421,58 @@ std::vector<float> logits_prefill(backend &be, const std::vector<int32_t> &promp
         logits.insert(logits.end(), out.logits.begin(), out.logits.end());
     }
     return logits;
+}
+
+// Decode steps asking for 64 logit candidates (batch::top_n, topk_logits inside the decode graph):
+// each step's candidates against the twin over the same step's full row (backend::logits_row).
+// Returns {candidate slots differing, max relative sum error, a wrong logits_row answer (0/1)}.
+std::array<double, 3> candidates_decode(backend &be, const std::vector<int32_t> &prompt) {
+    auto s = be.init_kv_cache({16, 4});
+    if (!s) throw test_failure(s.message());
+    const int64_t V = be.config().n_vocab;
+    const int32_t N = 64;
+    batch b;
+    b.seqs.resize(1);
+    b.seqs[0].block_table = {2, 0};
+    b.seqs[0].block_table.resize(static_cast<size_t>((prompt.size() + 15) / 16));
+    b.top_n = N;
+    b.temperatures = {0.8f};
+    std::array<double, 3> r{0, 0, 0};
+    std::vector<float> row(static_cast<size_t>(V)), tv(N), mx(1);
+    std::vector<int32_t> ti(N);
+    std::vector<double> ts(1);
+    for (size_t i = 0; i < prompt.size(); ++i) {
+        b.tokens = {prompt[i]};
+        b.pos = {int32_t(i)};
+        b.seq = {0};
+        b.logits_rows = {0};
+        forward_output out;
+        auto st = be.forward(b, out);
+        if (!st) throw test_failure(st.message());
+        const logit_candidate_rows &c = out.candidates;
+        if (c.top_n != N || c.ids.size() != size_t(N) || c.logits.size() != size_t(N) ||
+            c.row_sum.size() != 1 || !out.logits.empty())
+            throw test_failure("forward() with top_n did not return 64 candidates instead of the row");
+        if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
+        r[2] = std::max(r[2], be.logits_row(1, row).ok() ? 1.0 : 0.0); // no such row: must fail
+        if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
+        topk_logits_params h;
+        h.logits = row.data();
+        h.temperatures = b.temperatures.data();
+        h.ids = ti.data();
+        h.values = tv.data();
+        h.row_max = mx.data();
+        h.row_sum = ts.data();
+        h.n_rows = 1;
+        h.n_vocab = V;
+        h.n_top = N;
+        topk_logits_ref(h);
+        for (int32_t j = 0; j < N; ++j)
+            r[0] += c.ids[size_t(j)] != ti[size_t(j)] ||
+                    std::memcmp(&c.logits[size_t(j)], &tv[size_t(j)], 4) != 0;
+        r[1] = std::max(r[1], std::abs(c.row_sum[0] - ts[0]) / std::max(ts[0], 1e-30));
+    }
+    return r;
 }
 
 // One token per step (decode path, CUDA graphs from the second step on).
@@ -1478,6 +1627,12 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " decode", "NMSE vs twin model", nmse(dec, twin_dec), twin_limit);
                 R.add("model", pn + " decode", "NMSE vs HF", nmse(dec, golden), hf_limit);
                 R.info("model", pn + " decode", "top-1 agreement with HF", top1_agreement(dec, golden, V));
+                const auto cand = candidates_decode(be, prompt);
+                R.add("model", pn + " decode candidates",
+                      "slots differing from the twin over logits_row (exact)", cand[0], 0.0);
+                R.add("model", pn + " decode candidates", "row sum max rel err", cand[1], 1e-5);
+                R.add("model", pn + " decode candidates", "logits_row accepted a row the step did not have",
+                      cand[2], 0.0);
                 if (!cpu_routing.ids.empty()) {
                     // Router choices of the first chunk against the CPU's: set overlap per token.
                     double same = 0, total = 0;

@@ -28,6 +28,7 @@
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
 #include "silu_mul.cuh"
+#include "topk_logits.cuh"
 
 #include <QDir>
 #include <QFile>
@@ -36,7 +37,9 @@
 #include <QJsonObject>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -87,6 +90,8 @@ private slots:
     void moeGroupedEqualsDecodePath();
     void planEdgeCases();
     void argmaxTies();
+    void topkLogits_data();
+    void topkLogits();
     void fillRandom();
     void fp8QuantizeRows();
     void twinModel_data();
@@ -647,6 +652,87 @@ void TestKernelTwins::argmaxTies() {
     es::argmax_ref({x.data(), out.data(), 2, 5});
     QCOMPARE(out[0], 1);
     QCOMPARE(out[1], 0);
+}
+
+// topk_logits' twin against a brute force: a stable sort of every non-NaN (value, id) by value
+// (ids ascending among ties), and the sum in long double.
+void TestKernelTwins::topkLogits_data() {
+    QTest::addColumn<int>("rows");
+    QTest::addColumn<int>("vocab");
+    QTest::addColumn<int>("top");
+    QTest::addColumn<QString>("kind");
+    QTest::newRow("ties_v37_n8") << 2 << 37 << 8 << "ties";
+    QTest::newRow("n_gt_v_v5_n8") << 1 << 5 << 8 << "random";
+    QTest::newRow("nan_inf_rows_v300_n64") << 4 << 300 << 64 << "special";
+    QTest::newRow("v103424_n1") << 1 << 103424 << 1 << "random";
+    QTest::newRow("v103424_n64_ties") << 3 << 103424 << 64 << "ties";
+    QTest::newRow("v103424_n256") << 2 << 103424 << 256 << "random";
+}
+
+void TestKernelTwins::topkLogits() {
+    QFETCH(int, rows);
+    QFETCH(int, vocab);
+    QFETCH(int, top);
+    QFETCH(QString, kind);
+    std::mt19937 rng(uint32_t(rows * 7919 + vocab + top));
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> x(static_cast<size_t>(rows) * size_t(vocab)), temps(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+        temps[size_t(r)] = r % 2 ? 0.7f : (r == 2 ? 0.0f : 1.3f);
+        for (int v = 0; v < vocab; ++v) {
+            float &e = x[size_t(r) * vocab + v];
+            e = kind == "ties" ? float(int(nd(rng))) : nd(rng); // integers: many ties
+            if (kind == "special") {
+                if (r == 0 && v % 3 == 0) e = NAN;
+                if (r == 1) e = v % 2 ? -INFINITY : NAN; // no finite value
+                if (r == 2) e = NAN;                     // all NaN
+                if (r == 3 && v % 5 == 0) e = -INFINITY;
+                if (r == 3 && v == 7) e = -0.0f;
+                if (r == 3 && v == 9) e = 0.0f;
+            }
+        }
+    }
+    std::vector<int32_t> ids(size_t(rows * top));
+    std::vector<float> vals(static_cast<size_t>(rows * top)), mx(static_cast<size_t>(rows));
+    std::vector<double> sums(static_cast<size_t>(rows));
+    es::topk_logits_params p;
+    p.logits = x.data();
+    p.temperatures = temps.data();
+    p.ids = ids.data();
+    p.values = vals.data();
+    p.row_max = mx.data();
+    p.row_sum = sums.data();
+    p.n_rows = rows;
+    p.n_vocab = vocab;
+    p.n_top = top;
+    es::topk_logits_ref(p);
+    for (int r = 0; r < rows; ++r) {
+        const float *row = &x[size_t(r) * vocab];
+        std::vector<int32_t> all;
+        for (int v = 0; v < vocab; ++v)
+            if (!std::isnan(row[v])) all.push_back(v);
+        std::stable_sort(all.begin(), all.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        float m = -INFINITY;
+        for (int32_t v : all) m = std::max(m, row[v]);
+        const QString where = QString("row %1").arg(r);
+        QVERIFY2(mx[size_t(r)] == m || (std::isinf(m) && mx[size_t(r)] == m), qPrintable(where + ": max"));
+        for (int j = 0; j < top; ++j) {
+            const int32_t want = size_t(j) < all.size() ? all[size_t(j)] : -1;
+            QVERIFY2(
+                ids[size_t(r * top + j)] == want,
+                qPrintable(
+                    where +
+                    QString(" slot %1: id %2, expected %3").arg(j).arg(ids[size_t(r * top + j)]).arg(want)));
+            const float wv = want < 0 ? -INFINITY : row[want];
+            QVERIFY2(std::memcmp(&vals[size_t(r * top + j)], &wv, 4) == 0, qPrintable(where + " value"));
+        }
+        long double s = 0;
+        if (temps[size_t(r)] > 0 && std::isfinite(m))
+            for (int32_t v : all)
+                s += std::exp(((long double)row[v] - (long double)m) / (long double)temps[size_t(r)]);
+        QVERIFY2(std::abs(double(s) - sums[size_t(r)]) <= 1e-12 * std::max(1.0, double(s)),
+                 qPrintable(where + QString(": sum %1, expected %2").arg(sums[size_t(r)]).arg(double(s))));
+    }
 }
 
 void TestKernelTwins::fillRandom() {
