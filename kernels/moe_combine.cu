@@ -12,6 +12,7 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(moe_combine_params p) 
                   i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= H) return;
     float acc = p.x[t * H + i];
+    if (p.y_shared) acc += p.y_shared[t * H + i];
     for (int64_t j = 0; j < K; ++j) acc += p.weights[t * K + j] * p.y[(t * K + j) * H + i];
     p.x[t * H + i] = acc;
 }

@@ -104,14 +104,32 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
 // Per-slot mode (y_slots set): grid (n_embd / 4, slots); one warp per (slot, n) streams row n of
 // the slot's expert (lane_dot: 16-byte loads, four in flight) and writes the scaled product;
 // moe_combine then adds the slots into the residual. Many small independent warps, as
-// moe_gate_up_gemv, instead of one block gathering every choice of (t, n).
+// moe_gate_up_gemv, instead of one block gathering every choice of (t, n). With the shared
+// experts (sh_w set) the grid has n_tokens more rows, first (scheduled first): their weights are
+// known, so their rows head for L2 and their scales load before pdl_wait.
 template <bool FP8, bool VEC>
 __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params p) {
-    pdl_enter();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t n = int64_t(blockIdx.x) * 4 + warp, s = blockIdx.y;
-    if (n >= p.n_embd) return;
-    const int64_t F = p.n_ff_exp, H = p.n_embd, row = int64_t(p.ids[s]) * H + n;
+    const int64_t n = int64_t(blockIdx.x) * 4 + warp, H = p.n_embd;
+    const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
+    if (int64_t(blockIdx.y) < n_sh) {
+        if (n >= H) {
+            pdl_enter();
+            return;
+        }
+        const int64_t t = blockIdx.y, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
+        const unsigned char *w = static_cast<const unsigned char *>(p.sh_w) + n * row_bytes;
+        for (int64_t b = int64_t(lane) * 128; b < row_bytes; b += 32 * 128) prefetch_l2(w + b);
+        const float scale = FP8 ? __ldg(p.sh_w_scale + n) : 1.0f;
+        pdl_enter();
+        const float v = warp_sum(lane_dot<FP8, VEC>(w, p.sh_act + t * F, 0, F, lane));
+        if (lane == 0) p.y_shared[t * H + n] = v * scale;
+        return;
+    }
+    pdl_enter();
+    const int64_t s = int64_t(blockIdx.y) - n_sh;
+    if (n >= H) return;
+    const int64_t F = p.n_ff_exp, row = int64_t(p.ids[s]) * H + n;
     const float scale = FP8 ? __ldg(p.w_scale + row) : 1.0f;
     const unsigned char *w = static_cast<const unsigned char *>(p.w) + row * F * (FP8 ? 1 : 2);
     const float v = warp_sum(lane_dot<FP8, VEC>(w, p.act + s * F, 0, F, lane));
@@ -124,9 +142,14 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
     if (p.n_tokens <= 0 || p.n_embd <= 0) return cudaSuccess;
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
-    const bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
+    bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
     if (p.y_slots) {
-        const dim3 grid(ceil_div_u(p.n_embd, 4), unsigned(p.n_tokens * p.n_expert_used));
+        if (p.sh_w) {
+            if (!p.sh_act || !p.y_shared || p.n_ff_sh <= 0 || (fp8 && !p.sh_w_scale)) return cudaErrorInvalidValue;
+            vec = vec && p.n_ff_sh % (fp8 ? 16 : 8) == 0 && aligned16(p.sh_w) && aligned16(p.sh_act);
+        }
+        const dim3 grid(ceil_div_u(p.n_embd, 4),
+                        unsigned(p.n_tokens * p.n_expert_used + (p.sh_w ? p.n_tokens : 0)));
         if (fp8) {
             if (vec) return launch_kernel(moe_down_rows_kernel<true, true>, grid, 128, 0, stream, p);
             return launch_kernel(moe_down_rows_kernel<true, false>, grid, 128, 0, stream, p);
