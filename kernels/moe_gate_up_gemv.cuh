@@ -14,12 +14,12 @@ namespace es {
 struct moe_gate_up_gemv_params {
     const bf16_t *x = nullptr;      // [n_tokens, n_embd] normalized hidden states (unused with norm)
     const int32_t *ids = nullptr;   // [n_tokens, n_expert_used], or null: expert 0 everywhere
-    norm_in norm;                   // fused input norm (kernel_common.h); off: x is read
     const void *w = nullptr;        // [n_expert, 2·n_ff_exp, n_embd]
     weight_format wfmt = weight_format::bf16;
     const float *w_scale = nullptr; // [n_expert, 2·n_ff_exp], FP8 only
     bf16_t *act = nullptr;          // [n_tokens·n_expert_used, n_ff_exp]
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
+    norm_in norm; // fused input norm (kernel_common.h); off: x is read
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared

@@ -10,9 +10,6 @@ namespace es {
 
 struct moe_router_params {
     const bf16_t *x = nullptr;    // [n_tokens, n_embd]; unused when norm is on
-    // Fused input norm (kernel_common.h): when on, every block normalizes its token's residual row
-    // itself (no separate rms_norm launch); norm.out, when set, receives the normalized rows.
-    norm_in norm;
     const float *w = nullptr;     // [n_expert, n_embd]
     const float *bias = nullptr;  // [n_expert]
     int32_t *ids = nullptr;       // [n_tokens, n_expert_used], in selection order
@@ -23,6 +20,9 @@ struct moe_router_params {
     // before the first launch (the kernel leaves it zero again).
     float *logits = nullptr;        // [n_tokens, n_expert]
     unsigned *counters = nullptr;   // [n_tokens]
+    // Fused input norm (kernel_common.h): when on, every block normalizes its token's residual row
+    // itself (no separate rms_norm launch); norm.out, when set, receives the normalized rows.
+    norm_in norm;
 };
 
 inline constexpr int64_t moe_router_max_experts = 4096;
