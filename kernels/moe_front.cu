@@ -2,8 +2,9 @@
 // (two experts per block, four warps per expert, each a quarter of the fp32 row: moe_router's
 // arithmetic, moe_router_device.cuh), the others the shared experts' gate/up rows (one row f
 // per warp: gate row f and up row f streamed together, 16-byte loads, four in flight, against
-// every token). Before pdl_wait each warp sends its weight rows towards L2 (router quarter, or
-// gate and up rows) and loads its FP8 scales; after it, every block normalizes the token rows
+// every token). Before pdl_wait each warp loads its router quarter into registers (up to 4,096
+// floats; the rest towards L2) or sends its gate and up rows towards L2 and loads their FP8
+// scales; after it, every block normalizes the token rows
 // into shared memory (block_rms_norm_to_smem, under the weights' fetch) and block 0 stores them
 // to norm.out for the routed experts' kernel. The last router block to finish (a counter) runs
 // the tail on one warp per token. The router's ~11 µs of latency overlaps the shared experts'
@@ -62,8 +63,11 @@ __device__ __forceinline__ void lane_dot2_rows(const void *w0, const void *w1, c
     }
 }
 
+// Four blocks per SM (≤ 64 registers): the 21B-A3B's 416 blocks then fit one wave on 132 SMs
+// (three per SM, at the ~80 registers ptxas picks otherwise, would leave a second wave; the price
+// is a 16-byte spill in the FP8 four-token variant).
 template <bool FP8, bool VEC, int MT>
-__global__ void __launch_bounds__(k_threads) moe_front_kernel(moe_front_params p, unsigned nr) {
+__global__ void __launch_bounds__(k_threads, 4) moe_front_kernel(moe_front_params p, unsigned nr) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint16_t *xs = reinterpret_cast<uint16_t *>(smem); // [mt, H] normalized rows; the tail reuses it
     __shared__ float red[32 * MT];
@@ -80,8 +84,9 @@ __global__ void __launch_bounds__(k_threads) moe_front_kernel(moe_front_params p
     const unsigned char *wg = static_cast<const unsigned char *>(p.sh_w) + f * row_bytes,
                         *wu = static_cast<const unsigned char *>(p.sh_w) + (F + f) * row_bytes;
     float gs = 1.0f, us = 1.0f;
+    float4 pre[k_router_pre];
     if (router) {
-        if (rvec && e < E) router_prefetch_quarter(p.router_w + e * H, H, quarter, lane);
+        if (rvec && e < E) router_preload_quarter(p.router_w + e * H, H, quarter, lane, pre);
     } else if (f < F) {
         for (int64_t b = int64_t(lane) * 128; b < row_bytes; b += 32 * 128) {
             prefetch_l2(wg + b);
@@ -99,7 +104,7 @@ __global__ void __launch_bounds__(k_threads) moe_front_kernel(moe_front_params p
     if (router) {
         float acc[MT];
         if (e < E)
-            router_lane_quarter<MT, true>(p.router_w + e * H, xs, H, mt, H, quarter, lane, rvec, acc);
+            router_lane_quarter<MT, true>(p.router_w + e * H, xs, H, mt, H, quarter, lane, rvec, pre, acc);
         else
 #pragma unroll
             for (int m = 0; m < MT; ++m) acc[m] = 0.0f;

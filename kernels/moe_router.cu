@@ -1,8 +1,8 @@
 // moe_router (see moe_router.cuh). Grid (expert pairs, tokens), 256 threads: warps 4i..4i+3 of
 // block b compute the logit of expert 2b + i, each over a quarter of n_embd (float4 loads, four
 // in flight, shuffle reduction, the quarters summed in order) into the logits scratch, so the
-// 655 KB router of a 21B-A3B layer is read by many SMs at once, and its rows start moving into L2
-// before the kernel waits for its predecessor (one block per token was latency-bound at ~15 µs;
+// 655 KB router of a 21B-A3B layer is read by many SMs at once, and its rows are loaded (into
+// registers, up to 4,096 floats per quarter) before the kernel waits for its predecessor (one block per token was latency-bound at ~15 µs;
 // eight experts per block, one warp each, at ~18 µs with five dependent load rounds per warp). The last block
 // of a token to finish (a counter bumped after a fence) then does the rest for that token with
 // one warp (no block barriers): softmax (max, then e^(l−max) · (1/sum), as the CPU), k rounds of
@@ -35,9 +35,11 @@ __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
     const void *xin = NI ? static_cast<const void *>(p.norm.x) : p.x;
     const bool vec = (H % 4) == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15u) == 0 &&
                      (NI || (reinterpret_cast<uintptr_t>(xin) & 7u) == 0);
-    // The router's weights are never written by a kernel: this warp's slice heads for L2 while the
+    // The router's weights are never written by a kernel: this lane's share of its quarter is
+    // loaded (the first k_router_pre float4s into registers, the rest towards L2) while the
     // previous kernel finishes.
-    if (vec && e < E) router_prefetch_quarter(p.w + e * H, H, quarter, lane);
+    float4 pre[k_router_pre];
+    if (vec && e < E) router_preload_quarter(p.w + e * H, H, quarter, lane, pre);
     pdl_enter();
     const uint16_t *x = NI ? nullptr : p.x + t * H;
     if constexpr (NI) {
@@ -49,7 +51,7 @@ __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
         x = xs;
     }
     float acc[1] = {0.0f};
-    if (e < E) router_lane_quarter<1, NI>(p.w + e * H, x, H, 1, H, quarter, lane, vec, acc);
+    if (e < E) router_lane_quarter<1, NI>(p.w + e * H, x, H, 1, H, quarter, lane, vec, pre, acc);
     const float v = warp_sum(acc[0]);
     if (lane == 0) red[warp] = v;
     __syncthreads();

@@ -10,30 +10,44 @@ namespace es {
 // Warps per expert logit: each streams a quarter of the expert's fp32 row.
 inline constexpr int k_router_warps_per_expert = 4;
 
-// Starts moving this warp's quarter of router row w (fp32, n_embd H) into L2: weights, so it may
-// run before pdl_wait. Only on the vector path (H % 4 == 0, w 16-byte aligned).
-__device__ __forceinline__ void router_prefetch_quarter(const float *w, int64_t H, int quarter, int lane) {
+// float4s of its quarter a lane loads into registers before pdl_wait (quarters of up to 4,096
+// floats: the whole row of n_embd ≤ 16,384); the rest of a longer quarter goes to L2 and is read
+// after the wait.
+inline constexpr int k_router_pre = 6;
+
+// Vector path (H % 4 == 0, w 16-byte aligned): this lane's first k_router_pre float4s of its
+// quarter of router row w into registers, the rest of the quarter towards L2. Weights, which no
+// kernel writes: called before pdl_wait, so the loads overlap the previous kernel's tail.
+__device__ __forceinline__ void router_preload_quarter(const float *w, int64_t H, int quarter, int lane,
+                                                       float4 (&pre)[k_router_pre]) {
     const int64_t n4 = H / 4, qb = n4 * quarter / k_router_warps_per_expert,
                   qe = n4 * (quarter + 1) / k_router_warps_per_expert;
-    for (int64_t i = qb * 4 + int64_t(lane) * 32; i < qe * 4; i += 32 * 32) prefetch_l2(w + i);
+    const float4 *w4 = reinterpret_cast<const float4 *>(w);
+#pragma unroll
+    for (int j = 0; j < k_router_pre; ++j) {
+        const int64_t i = qb + lane + 32 * j;
+        pre[j] = i < qe ? __ldg(w4 + i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (int64_t i = (qb + 32 * k_router_pre) * 4 + int64_t(lane) * 32; i < qe * 4; i += 32 * 32)
+        prefetch_l2(w + i);
 }
 
 // This lane's share of dot(w[quarter], x_m[quarter]) for the mt ≤ MT token rows x + m·ldx (BF16;
-// XS: in shared memory). vec: float4 weights and 4-element activation loads (H % 4 == 0, w
-// 16-byte and x 8-byte aligned), four loads in flight; else element by element. The caller
-// reduces over the warp and sums the quarters in order.
+// XS: in shared memory), in element order i = qb + lane, + 32, …. vec: float4 weights (the first
+// k_router_pre from `pre`, router_preload_quarter's) and 4-element activation loads (w 16-byte
+// and x 8-byte aligned); else element by element. The caller reduces over the warp and sums the
+// quarters in order.
 template <int MT, bool XS>
 __device__ __forceinline__ void router_lane_quarter(const float *w, const uint16_t *x, int64_t ldx, int mt,
-                                                    int64_t H, int quarter, int lane, bool vec, float (&acc)[MT]) {
+                                                    int64_t H, int quarter, int lane, bool vec,
+                                                    const float4 (&pre)[k_router_pre], float (&acc)[MT]) {
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
     if (vec) {
         const int64_t n4 = H / 4, qb = n4 * quarter / k_router_warps_per_expert,
                       qe = n4 * (quarter + 1) / k_router_warps_per_expert;
         const float4 *w4 = reinterpret_cast<const float4 *>(w);
-#pragma unroll 4
-        for (int64_t i = qb + lane; i < qe; i += 32) {
-            const float4 a = __ldg(w4 + i);
+        auto step = [&](const float4 a, int64_t i) {
 #pragma unroll
             for (int m = 0; m < MT; ++m)
                 if (m < mt) {
@@ -41,7 +55,14 @@ __device__ __forceinline__ void router_lane_quarter(const float *w, const uint16
                     const uint2 b = XS ? *xp : __ldg(xp);
                     acc[m] += a.x * bf16_lo(b.x) + a.y * bf16_hi(b.x) + a.z * bf16_lo(b.y) + a.w * bf16_hi(b.y);
                 }
+        };
+#pragma unroll
+        for (int j = 0; j < k_router_pre; ++j) {
+            const int64_t i = qb + lane + 32 * j;
+            if (i < qe) step(pre[j], i);
         }
+#pragma unroll 4
+        for (int64_t i = qb + lane + 32 * k_router_pre; i < qe; i += 32) step(__ldg(w4 + i), i);
     } else {
         const int64_t b = H * quarter / k_router_warps_per_expert,
                       en = H * (quarter + 1) / k_router_warps_per_expert;
