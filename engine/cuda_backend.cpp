@@ -307,6 +307,9 @@ public:
         // kernel that gathers every choice of an output element (the default is per-slot rows
         // plus moe_combine).
         if (const char *md = std::getenv("ES_CUDA_MOE_DOWN")) m_moe_down_rows = std::string(md) != "gather";
+        // A measuring aid: ES_CUDA_FUSE=0 runs decode's fused launches (norm into the following
+        // GEMV, RoPE + KV write in the q/k/v GEMV's epilogue) as the separate kernels.
+        if (const char *fu = std::getenv("ES_CUDA_FUSE")) m_fuse = std::string(fu) != "0";
         // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
         // one of them (the results are wrong; the time saved is what those launches cost).
         if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {
@@ -1003,15 +1006,16 @@ private:
             op("attention", [&] { return launch_attention(ap, m_stream); });
             linear("o_proj", L.wo, attn, qd, x, H, T, true); // residual add fused (accumulate)
 
+            nrm.weight = L.ffn_norm;
             // FFN / MoE. Decode-sized steps fuse the FFN norm into the next kernel: a dense MLP's
             // gate/up GEMV (norm_in), an MoE layer's moe_front (norm + router + shared gate/up).
+            // ES_CUDA_FUSE=0 (m_fuse) keeps the separate launches.
             norm_in ffn_in;
             ffn_in.x = x;
             ffn_in.weight = L.ffn_norm;
             ffn_in.eps = float(c.rms_eps);
             if (!L.is_moe) {
-                if (!swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T, &ffn_in)) {
-                    nrm.weight = L.ffn_norm;
+                if (!m_fuse || !swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T, &ffn_in)) {
                     op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
                     swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
                 }
@@ -1042,14 +1046,13 @@ private:
             fr.n_embd = H;
             // The shared experts' down projection as one more slot of the routed down launch
             // (per-slot mode), added first by moe_combine.
-            const bool front = T <= k_moe_gemv_max_tokens && moe_front_supported(fr);
+            const bool front = m_fuse && T <= k_moe_gemv_max_tokens && moe_front_supported(fr);
             const bool shared_slot = front && F_sh > 0 && m_moe_down_rows && L.sh_down.fmt == L.exp_down.fmt;
             if (front) {
                 op("moe_front", [&] { return launch_moe_front(fr, m_stream); });
                 if (F_sh > 0 && !shared_slot)
                     linear("shared down", L.sh_down, act, F_sh, x, H, T, true);
             } else {
-                nrm.weight = L.ffn_norm;
                 op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
                 moe_router_params mr;
                 mr.x = xn;
@@ -1103,6 +1106,7 @@ private:
                         d.sh_act = act;
                         d.y_shared = d.y_slots + T * K * H; // the workspace's extra T rows
                         d.n_ff_sh = F_sh;
+                        d.sh_ready = true; // moe_front wrote sh_act two launches back
                     }
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
                     moe_combine_params cb;
@@ -1113,6 +1117,7 @@ private:
                     cb.n_tokens = T;
                     cb.n_embd = H;
                     cb.n_expert_used = K;
+                    cb.x_ready = front; // x: o_proj's, before moe_front, gate/up and down
                     op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
                 } else {
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
@@ -1376,6 +1381,7 @@ private:
     cudaGraphExec_t m_last_graph = nullptr;
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;
+    bool m_fuse = true;
     bool m_record_routing = true;
     bool m_profiling = false;
     std::vector<cudaEvent_t> m_events;

@@ -941,10 +941,13 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
 }
 
 // moe_down_gemv's per-slot mode with the shared experts' slot, then moe_combine adding it first.
-void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe, int64_t Fs) {
+// ready: the shared slot before pdl_wait (sh_ready) and moe_combine's x_ready, as decode runs them
+// (here the inputs were uploaded before the launch, which is what those flags promise).
+void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe, int64_t Fs,
+                          bool ready) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name = shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
-                                        fp8 ? "fp8" : "bf16");
+                                        std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : ""));
     R.run("kernel", name, [&] {
         auto act = rand_bf16(static_cast<size_t>(T * K * Fe)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
         auto ids = random_topk_ids(T, E, K);
@@ -972,9 +975,11 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
         d.sh_act = dsha.get();
         d.y_shared = dys.get() + T * K * H;
         d.n_ff_sh = Fs;
+        d.sh_ready = ready;
         ck(launch_moe_down_gemv(d, nullptr), "launch");
         moe_combine_params cb{dys.get(), dwts.get(), dx.get(), T, H, K};
         cb.y_shared = d.y_shared;
+        cb.x_ready = ready;
         ck(launch_moe_combine(cb, nullptr), "combine launch");
         sync(name);
         std::vector<float> ys(static_cast<size_t>((T * K + T) * H)), x = x0;
@@ -1399,10 +1404,11 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_moe_front(R, f, 1, 40, 6, 2, 0, false);
         test_moe_front(R, f, 4, 64, 8, 2, 48, true);
         test_moe_front(R, f, 2, 1024, 64, 6, 3072, true);
-        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072);
-        test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072);
-        test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40);
-        test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17);
+        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true);
+        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, false);
+        test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072, true);
+        test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40, false);
+        test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, true);
     }
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);

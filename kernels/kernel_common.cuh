@@ -107,6 +107,25 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
+// The shared-memory carveout of the decode kernels that use shared memory (attention_decode, the
+// fused GEMVs): the smallest L1/shared split that holds a few of their blocks, 32 KB, which is the
+// split the driver picks for the kernels around them. Left to itself the driver picks the split
+// that maximizes the kernel's occupancy (132 KB for attention_decode): an SM must drain before it
+// changes splits, so every change stalled the programmatic-launch overlap twice per layer
+// (measured with ncu's launch__shared_mem_config_size; docs/benchmarks.md). A hint: kernels whose
+// blocks need more still get more. Set once per kernel, before its first launch.
+inline constexpr int k_decode_carveout_percent = 14; // of the SM's 228 KB on Hopper: 32 KB
+
+template <auto Kernel>
+void prefer_decode_carveout() {
+    static const bool done = [] {
+        cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, k_decode_carveout_percent);
+        (void)cudaGetLastError(); // a hint only: a refusal changes nothing
+        return true;
+    }();
+    (void)done;
+}
+
 } // namespace es
 
 namespace es {

@@ -15,6 +15,9 @@ struct moe_combine_params {
     float *x = nullptr;             // [n_tokens, n_embd]
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0;
     const float *y_shared = nullptr; // [n_tokens, n_embd] or null
+    // x was last written at least two launches back (decode: by o_proj, before moe_front): the
+    // kernel reads it through L2 before pdl_wait (kernels/README.md).
+    bool x_ready = false;
 };
 
 void moe_combine_ref(const moe_combine_params &p);

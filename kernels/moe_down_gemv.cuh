@@ -28,6 +28,11 @@ struct moe_down_gemv_params {
     const bf16_t *sh_act = nullptr;    // [n_tokens, n_ff_sh]
     float *y_shared = nullptr;         // [n_tokens, n_embd]
     int64_t n_ff_sh = 0;
+    // sh_act was written at least two launches back (moe_front before the routed gate/up): every
+    // kernel waits before it releases the next, so that kernel has finished when this one starts,
+    // and the shared slot is computed (its activations read through L2) and written before
+    // pdl_wait, in the shadow of the previous kernel.
+    bool sh_ready = false;
 };
 
 void moe_down_gemv_ref(const moe_down_gemv_params &p);

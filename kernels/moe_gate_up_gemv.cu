@@ -2,7 +2,9 @@
 // (slot, f) streams the expert's gate row f and up row f once (lane_dot2: 16-byte loads of both
 // rows interleaved, four in flight) against the token's activations (L1-resident), reduces by shuffles, and
 // lane 0 writes silu(g)·u. Only the n_tokens·n_expert_used selected (token, expert) rows are read.
-// With the fused norm (norm on): grid (n_ff_exp / 8, slots), each warp two rows f in turn; the
+// With the fused norm (norm on): 256-thread blocks, grid (n_ff_exp / 16, slots), each warp two
+// rows f in turn (the block's norm amortized over 16 rows; the 21B-A3B's dense 12,288-row MLP is
+// 768 blocks, one wave at six 5 KB blocks per SM in the decode carveout); the
 // rows of a dense MLP (ids null: known before the wait) and their scales start moving into L2
 // before pdl_wait, then every block normalizes its token's residual row into shared memory
 // (block_rms_norm_to_smem, under the weights' fetch) and reads the activations from there; the
@@ -14,7 +16,8 @@
 namespace es {
 namespace {
 
-constexpr int k_norm_rows_per_warp = 2; // fused norm: rows per warp, amortizing the block's norm
+// Fused norm: warps per block and rows per warp, amortizing the block's norm.
+constexpr int k_norm_warps = 8, k_norm_rows_per_warp = 2;
 
 template <bool FP8, bool VEC>
 __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_params p) {
@@ -42,13 +45,13 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
 }
 
 template <bool FP8, bool VEC>
-__global__ void __launch_bounds__(128) moe_gate_up_gemv_norm_kernel(moe_gate_up_gemv_params p) {
+__global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kernel(moe_gate_up_gemv_params p) {
     extern __shared__ __align__(16) uint16_t xs[]; // [n_embd] this token's normalized row
     __shared__ float red[32];
     constexpr int R = k_norm_rows_per_warp;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t s = blockIdx.y, t = s / p.n_expert_used, F = p.n_ff_exp, H = p.n_embd;
-    const int64_t f0 = (int64_t(blockIdx.x) * 4 + warp) * R;
+    const int64_t f0 = (int64_t(blockIdx.x) * k_norm_warps + warp) * R;
     const unsigned char *w = static_cast<const unsigned char *>(p.w);
     const int64_t row_bytes = H * (FP8 ? 1 : 2);
     float gs[R], us[R];
@@ -98,10 +101,15 @@ template <bool FP8>
 cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     const bool vec_w = p.n_embd % (FP8 ? 16 : 8) == 0 && aligned16(p.w);
     if (p.norm.on()) {
-        const dim3 grid(ceil_div_u(p.n_ff_exp, 4 * k_norm_rows_per_warp), unsigned(slots));
+        const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));
         const size_t smem = size_t(p.n_embd) * 2;
-        if (vec_w) return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, true>, grid, 128, smem, stream, p);
-        return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, false>, grid, 128, smem, stream, p);
+        const unsigned threads = k_norm_warps * 32;
+        if (vec_w) {
+            prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<FP8, true>>();
+            return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, true>, grid, threads, smem, stream, p);
+        }
+        prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<FP8, false>>();
+        return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, false>, grid, threads, smem, stream, p);
     }
     const dim3 grid(ceil_div_u(p.n_ff_exp, 4), unsigned(slots));
     if (vec_w && aligned16(p.x)) return launch_kernel(moe_gate_up_gemv_kernel<FP8, true>, grid, 128, 0, stream, p);
