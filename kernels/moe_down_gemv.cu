@@ -196,7 +196,8 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
     bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
     if (p.y_slots) {
         if (p.sh_w) {
-            if (!p.sh_act || !p.y_shared || p.n_ff_sh <= 0 || (fp8 && !p.sh_w_scale)) return cudaErrorInvalidValue;
+            if (!p.sh_act || !p.y_shared || p.n_ff_sh <= 0 || (fp8 && !p.sh_w_scale))
+                return cudaErrorInvalidValue;
             vec = vec && p.n_ff_sh % (fp8 ? 16 : 8) == 0 && aligned16(p.sh_w) && aligned16(p.sh_act);
         }
         const dim3 grid(ceil_div_u(p.n_embd, 4),

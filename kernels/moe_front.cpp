@@ -14,8 +14,8 @@ bool aligned(const void *q, uintptr_t a) { return (reinterpret_cast<uintptr_t>(q
 bool moe_front_supported(const moe_front_params &p) {
     return p.n_tokens >= 1 && p.n_tokens <= moe_front_max_tokens && p.n_expert >= 1 && p.n_expert <= 4096 &&
            p.n_expert_used >= 1 && p.n_expert_used <= p.n_expert && p.n_embd > 0 && p.n_embd % 4 == 0 &&
-           p.n_ff_sh >= 0 && moe_front_smem_bytes(p) <= 48 * 1024 && p.norm.x && p.norm.weight && p.norm.out &&
-           aligned(p.norm.x, 16) && aligned(p.norm.out, 16) && aligned(p.norm.weight, 8);
+           p.n_ff_sh >= 0 && moe_front_smem_bytes(p) <= 48 * 1024 && p.norm.x && p.norm.weight &&
+           p.norm.out && aligned(p.norm.x, 16) && aligned(p.norm.out, 16) && aligned(p.norm.weight, 8);
 }
 
 void moe_front_ref(const moe_front_params &p) {

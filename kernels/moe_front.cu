@@ -2,7 +2,7 @@
 // (two experts per block, four warps per expert, each a quarter of the fp32 row: moe_router's
 // arithmetic, moe_router_device.cuh), the others the shared experts' gate/up rows (one row f
 // per warp: gate row f and up row f streamed together, 16-byte loads, four in flight, against
-// every token). Before pdl_wait each warp loads its router quarter into registers (up to 4,096
+// every token). Before pdl_wait each warp loads its router quarter into registers (up to 768
 // floats; the rest towards L2) or sends its gate and up rows towards L2 and loads their FP8
 // scales; after it, every block normalizes the token rows
 // into shared memory (block_rms_norm_to_smem, under the weights' fetch) and block 0 stores them
@@ -122,11 +122,11 @@ __global__ void __launch_bounds__(k_threads, 4) moe_front_kernel(moe_front_param
             }
         // (Its opening barrier also ends every read of xs: the tail may reuse the memory.)
         if (!block_arrives_last(p.counter, nr)) return;
-        if (warp >= mt) return; // one warp per token from here: no block barriers
+        if (warp >= mt) return;                     // one warp per token from here: no block barriers
         if (warp == 0 && lane == 0) *p.counter = 0; // ready for the next launch
         float *sm = reinterpret_cast<float *>(smem) + warp * (2 * E + K);
-        router_tail_warp(p.logits + warp * E, p.bias, E, K, p.norm_min, p.ids + warp * K, p.weights + warp * K,
-                         sm, lane);
+        router_tail_warp(p.logits + warp * E, p.bias, E, K, p.norm_min, p.ids + warp * K,
+                         p.weights + warp * K, sm, lane);
         return;
     }
     if (f >= F) return;
@@ -165,8 +165,11 @@ cudaError_t launch_moe_front(const moe_front_params &p, cudaStream_t stream) {
     const dim3 grid(nr + ceil_div_u(p.n_ff_sh, k_warps));
     const size_t smem = moe_front_smem_bytes(p);
     const bool vec = p.n_embd % (fp8 ? 16 : 8) == 0 && aligned16(p.sh_w);
-    if (fp8) return vec ? launch_vec<true, true>(p, grid, smem, nr, stream) : launch_vec<true, false>(p, grid, smem, nr, stream);
-    return vec ? launch_vec<false, true>(p, grid, smem, nr, stream) : launch_vec<false, false>(p, grid, smem, nr, stream);
+    if (fp8)
+        return vec ? launch_vec<true, true>(p, grid, smem, nr, stream)
+                   : launch_vec<true, false>(p, grid, smem, nr, stream);
+    return vec ? launch_vec<false, true>(p, grid, smem, nr, stream)
+               : launch_vec<false, false>(p, grid, smem, nr, stream);
 }
 
 } // namespace es

@@ -23,8 +23,8 @@ struct moe_front_params {
     float *weights = nullptr;        // [n_tokens, n_expert_used]
     int64_t n_expert = 0, n_expert_used = 0;
     float norm_min = 1e-12f;
-    float *logits = nullptr;       // GPU scratch [n_tokens, n_expert]
-    unsigned *counter = nullptr;   // GPU scratch, zero before the first launch (left zero again)
+    float *logits = nullptr;     // GPU scratch [n_tokens, n_expert]
+    unsigned *counter = nullptr; // GPU scratch, zero before the first launch (left zero again)
     // shared experts' gate/up
     const void *sh_w = nullptr; // [2·n_ff_sh, n_embd]
     weight_format sh_wfmt = weight_format::bf16;

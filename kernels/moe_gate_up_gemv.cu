@@ -74,7 +74,8 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
     pdl_enter();
     const int64_t e = p.ids ? p.ids[s] : 0;
     block_rms_norm_to_smem<1>(p.norm.x + t * H, H, 1, p.norm.weight, H, p.norm.eps, xs, red);
-    if (p.norm.out && blockIdx.x == 0 && s % p.n_expert_used == 0) block_store_rows(xs, p.norm.out + t * H, 1, H);
+    if (p.norm.out && blockIdx.x == 0 && s % p.n_expert_used == 0)
+        block_store_rows(xs, p.norm.out + t * H, 1, H);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         const int64_t f = f0 + r;
@@ -112,7 +113,8 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
         return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, false>, grid, threads, smem, stream, p);
     }
     const dim3 grid(ceil_div_u(p.n_ff_exp, 4), unsigned(slots));
-    if (vec_w && aligned16(p.x)) return launch_kernel(moe_gate_up_gemv_kernel<FP8, true>, grid, 128, 0, stream, p);
+    if (vec_w && aligned16(p.x))
+        return launch_kernel(moe_gate_up_gemv_kernel<FP8, true>, grid, 128, 0, stream, p);
     return launch_kernel(moe_gate_up_gemv_kernel<FP8, false>, grid, 128, 0, stream, p);
 }
 

@@ -11,8 +11,8 @@ namespace es {
 bool moe_router_norm_ok(const moe_router_params &p) {
     const size_t tail = (size_t(2 * p.n_expert + p.n_expert_used) * sizeof(float) + 15) / 16 * 16;
     auto al = [](const void *q, uintptr_t a) { return (reinterpret_cast<uintptr_t>(q) & (a - 1)) == 0; };
-    return p.n_embd > 0 && p.n_embd % 4 == 0 && tail + size_t(p.n_embd) * 2 <= 48 * 1024 && al(p.norm.x, 16) &&
-           al(p.norm.weight, 8) && al(p.norm.out, 16);
+    return p.n_embd > 0 && p.n_embd % 4 == 0 && tail + size_t(p.n_embd) * 2 <= 48 * 1024 &&
+           al(p.norm.x, 16) && al(p.norm.weight, 8) && al(p.norm.out, 16);
 }
 
 void moe_router_ref(const moe_router_params &p) {

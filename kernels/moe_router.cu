@@ -2,14 +2,14 @@
 // block b compute the logit of expert 2b + i, each over a quarter of n_embd (float4 loads, four
 // in flight, shuffle reduction, the quarters summed in order) into the logits scratch, so the
 // 655 KB router of a 21B-A3B layer is read by many SMs at once, and its rows are loaded (into
-// registers, up to 4,096 floats per quarter) before the kernel waits for its predecessor (one block per token was latency-bound at ~15 µs;
-// eight experts per block, one warp each, at ~18 µs with five dependent load rounds per warp). The last block
-// of a token to finish (a counter bumped after a fence) then does the rest for that token with
-// one warp (no block barriers): softmax (max, then e^(l−max) · (1/sum), as the CPU), k rounds of
-// a warp arg-max over p + bias with the tie rule "greater, or equal and lower id", and the
-// renormalized weights. With norm_in, every block first normalizes its token's residual row into
-// shared memory (block_rms_norm_to_smem) and block 0 of the token stores it to norm.out. The
-// device code is shared with moe_front (moe_router_device.cuh).
+// registers: a whole row up to n_embd 3,072) before the kernel waits for its predecessor (one
+// block per token was latency-bound at ~15 µs; eight experts per block, one warp each, at ~18 µs
+// with five dependent load rounds per warp). The last block of a token to finish (a counter
+// bumped after a fence) then does the rest for that token with one warp (no block barriers):
+// softmax (max, then e^(l−max) · (1/sum), as the CPU), k rounds of a warp arg-max over p + bias
+// with the tie rule "greater, or equal and lower id", and the renormalized weights. With norm_in, every block
+// first normalizes its token's residual row into shared memory (block_rms_norm_to_smem) and block 0 of the
+// token stores it to norm.out. The device code is shared with moe_front (moe_router_device.cuh).
 #include "moe_router.cuh"
 #include "moe_router_device.cuh"
 
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
         p.logits[t * E + e] = s;
     }
     if (!block_arrives_last(&p.counters[t], gridDim.x)) return;
-    if (warp != 0) return; // one warp from here: no block barriers on the tail's latency path
+    if (warp != 0) return;            // one warp from here: no block barriers on the tail's latency path
     if (lane == 0) p.counters[t] = 0; // ready for the next launch
     router_tail_warp(p.logits + t * E, p.bias, E, K, p.norm_min, p.ids + t * K, p.weights + t * K, sm, lane);
 }
@@ -75,7 +75,8 @@ cudaError_t launch_moe_router(const moe_router_params &p, cudaStream_t stream) {
                     unsigned(p.n_tokens));
     if (p.norm.on()) {
         if (!p.norm.weight || !moe_router_norm_ok(p)) return cudaErrorInvalidValue;
-        return launch_kernel(moe_router_kernel<true>, grid, 256, tail_bytes(p) + size_t(p.n_embd) * 2, stream, p);
+        return launch_kernel(moe_router_kernel<true>, grid, 256, tail_bytes(p) + size_t(p.n_embd) * 2, stream,
+                             p);
     }
     const size_t smem = size_t(2 * p.n_expert + p.n_expert_used) * sizeof(float);
     return launch_kernel(moe_router_kernel<false>, grid, 256, smem, stream, p);

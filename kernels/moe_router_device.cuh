@@ -10,9 +10,9 @@ namespace es {
 // Warps per expert logit: each streams a quarter of the expert's fp32 row.
 inline constexpr int k_router_warps_per_expert = 4;
 
-// float4s of its quarter a lane loads into registers before pdl_wait (quarters of up to 4,096
-// floats: the whole row of n_embd ≤ 16,384); the rest of a longer quarter goes to L2 and is read
-// after the wait.
+// float4s of its quarter a lane loads into registers before pdl_wait (quarters of up to 768
+// floats: the whole row of n_embd ≤ 3,072, the 21B-A3B's 2,560); the rest of a longer quarter goes to L2 and
+// is read after the wait.
 inline constexpr int k_router_pre = 6;
 
 // Vector path (H % 4 == 0, w 16-byte aligned): this lane's first k_router_pre float4s of its
@@ -53,7 +53,8 @@ __device__ __forceinline__ void router_lane_quarter(const float *w, const uint16
                 if (m < mt) {
                     const uint2 *xp = reinterpret_cast<const uint2 *>(x + m * ldx) + i;
                     const uint2 b = XS ? *xp : __ldg(xp);
-                    acc[m] += a.x * bf16_lo(b.x) + a.y * bf16_hi(b.x) + a.z * bf16_lo(b.y) + a.w * bf16_hi(b.y);
+                    acc[m] +=
+                        a.x * bf16_lo(b.x) + a.y * bf16_hi(b.x) + a.z * bf16_lo(b.y) + a.w * bf16_hi(b.y);
                 }
         };
 #pragma unroll
@@ -98,8 +99,8 @@ __device__ __forceinline__ bool block_arrives_last(unsigned *counter, unsigned n
 __device__ __forceinline__ void router_tail_warp(const float *logits, const float *bias, int64_t E, int64_t K,
                                                  float norm_min, int32_t *ids, float *weights, float *sm,
                                                  int lane) {
-    float *prob = sm;      // [E]
-    float *score = sm + E; // [E] biased score, −inf once chosen
+    float *prob = sm;                                  // [E]
+    float *score = sm + E;                             // [E] biased score, −inf once chosen
     int *chosen = reinterpret_cast<int *>(sm + 2 * E); // [K] ids in choice order
     // Lane l owns experts l, l + 32, …, touching only its own entries until the __syncwarp.
     float mx = -INFINITY;
