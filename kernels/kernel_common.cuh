@@ -243,15 +243,66 @@ namespace es {
 // The fused-norm kernels (gemv's norm_in and the MoE decode kernels) normalize their input rows
 // themselves instead of reading a separate rms_norm kernel's output: every block stages
 //   out[m][i] = bf16(w[i] · (x[m][i] · 1/sqrt(mean(x[m]²) + eps)))      (rms_norm's arithmetic)
-// for its mt ≤ MT rows in shared memory. Called by every thread of the block, after pdl_wait;
-// ends with a barrier. Needs H % 4 == 0, x and ldx 16-byte aligned, w 8-byte aligned; red holds
-// 32·MT floats. The sum of squares is in a different order from rms_norm's, so a value can round
-// to the neighbouring BF16 (the twins normalize with rms_norm_ref: tolerances cover it).
-template <int MT>
+// for its mt ≤ MT rows in shared memory. Measured on the H200: a fusion pays only when it shortens
+// the chain of dependent memory round trips after pdl_wait, so the norm weight is loaded into
+// registers BEFORE the wait (norm_weight_preload: thread i holds float4 slots i, i + nthr, … up to
+// V of them) and a single row stays in registers between the sum of squares and the scaling.
+// block_rms_norm_to_smem is called by every thread of the block after pdl_wait and ends with a
+// barrier. Needs H % 4 == 0, x and ldx 16-byte aligned, w 8-byte aligned; red holds 32·MT floats.
+// The sum of squares is in a different order from rms_norm's, so a value can round to the
+// neighbouring BF16 (the twins normalize with rms_norm_ref: tolerances cover it).
+template <int V>
+struct norm_weight_regs {
+    uint2 w[V > 0 ? V : 1];
+};
+
+template <int V>
+__device__ __forceinline__ void norm_weight_preload(const uint16_t *w, int64_t H, norm_weight_regs<V> &r) {
+    const int64_t n4 = H / 4;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+        const int64_t i = threadIdx.x + int64_t(j) * blockDim.x;
+        if (i < n4) r.w[j] = __ldg(reinterpret_cast<const uint2 *>(w) + i);
+    }
+}
+
+__device__ __forceinline__ uint2 norm_scale4(uint2 wb, float4 v, float scale) {
+    const float o0 = bf16_lo(wb.x) * (v.x * scale), o1 = bf16_hi(wb.x) * (v.y * scale),
+                o2 = bf16_lo(wb.y) * (v.z * scale), o3 = bf16_hi(wb.y) * (v.w * scale);
+    return make_uint2(uint32_t(f_to_bf16(o0)) | (uint32_t(f_to_bf16(o1)) << 16),
+                      uint32_t(f_to_bf16(o2)) | (uint32_t(f_to_bf16(o3)) << 16));
+}
+
+template <int MT, int V>
 __device__ __forceinline__ void block_rms_norm_to_smem(const float *x, int64_t ldx, int mt, const uint16_t *w,
-                                                       int64_t H, float eps, uint16_t *out, float *red) {
+                                                       const norm_weight_regs<V> &wr, int64_t H, float eps,
+                                                       uint16_t *out, float *red) {
     const int tid = threadIdx.x, nthr = blockDim.x, warp = tid / 32, lane = tid % 32, nw = nthr / 32;
     const int64_t n4 = H / 4;
+    if (MT == 1 && V > 0 && n4 <= int64_t(V) * nthr) {
+        // One row, in registers: one pass over memory.
+        float4 v[V > 0 ? V : 1];
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const int64_t i = tid + int64_t(j) * nthr;
+            if (i < n4) {
+                v[j] = reinterpret_cast<const float4 *>(x)[i];
+                ss += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+            }
+        }
+        ss = warp_sum(ss);
+        if (lane == 0) red[warp] = ss;
+        __syncthreads();
+        const float scale = 1.0f / sqrtf(warp_sum(lane < nw ? red[lane] : 0.0f) / float(H) + eps);
+#pragma unroll
+        for (int j = 0; j < V; ++j) {
+            const int64_t i = tid + int64_t(j) * nthr;
+            if (i < n4) reinterpret_cast<uint2 *>(out)[i] = norm_scale4(wr.w[j], v[j], scale);
+        }
+        __syncthreads();
+        return;
+    }
     float ss[MT];
 #pragma unroll
     for (int m = 0; m < MT; ++m) ss[m] = 0.0f;
@@ -274,20 +325,28 @@ __device__ __forceinline__ void block_rms_norm_to_smem(const float *x, int64_t l
         const float v = warp_sum(lane < nw ? red[m * 32 + lane] : 0.0f);
         scale[m] = 1.0f / sqrtf(v / float(H) + eps);
     }
-    for (int64_t i = tid; i < n4; i += nthr) {
-        const uint2 wb = __ldg(reinterpret_cast<const uint2 *>(w) + i);
+    auto put = [&](int64_t i, uint2 wb) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
-            if (m < mt) {
-                const float4 v = reinterpret_cast<const float4 *>(x + m * ldx)[i];
-                const float o0 = bf16_lo(wb.x) * (v.x * scale[m]), o1 = bf16_hi(wb.x) * (v.y * scale[m]),
-                            o2 = bf16_lo(wb.y) * (v.z * scale[m]), o3 = bf16_hi(wb.y) * (v.w * scale[m]);
+            if (m < mt)
                 reinterpret_cast<uint2 *>(out + m * H)[i] =
-                    make_uint2(uint32_t(f_to_bf16(o0)) | (uint32_t(f_to_bf16(o1)) << 16),
-                               uint32_t(f_to_bf16(o2)) | (uint32_t(f_to_bf16(o3)) << 16));
-            }
+                    norm_scale4(wb, reinterpret_cast<const float4 *>(x + m * ldx)[i], scale[m]);
+    };
+#pragma unroll
+    for (int j = 0; j < V; ++j) { // the preloaded slots (compile-time register indices)
+        const int64_t i = tid + int64_t(j) * nthr;
+        if (i < n4) put(i, wr.w[j]);
     }
+    for (int64_t i = tid + int64_t(V) * nthr; i < n4; i += nthr) put(i, __ldg(reinterpret_cast<const uint2 *>(w) + i));
     __syncthreads();
+}
+
+// Without preloaded weights (they are read after the wait).
+template <int MT>
+__device__ __forceinline__ void block_rms_norm_to_smem(const float *x, int64_t ldx, int mt, const uint16_t *w,
+                                                       int64_t H, float eps, uint16_t *out, float *red) {
+    const norm_weight_regs<0> none{};
+    block_rms_norm_to_smem<MT, 0>(x, ldx, mt, w, none, H, eps, out, red);
 }
 
 } // namespace es

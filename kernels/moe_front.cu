@@ -17,6 +17,7 @@ namespace {
 
 constexpr int k_threads = 256, k_warps = k_threads / 32;
 constexpr int k_experts_per_block = k_warps / k_router_warps_per_expert;
+constexpr int k_norm_v = 3; // norm-weight slots per thread loaded before the wait: n_embd ≤ 3,072
 
 // This lane's share of the gate and up dots of one row pair against mt ≤ MT token rows in shared
 // memory (xs + m·H): lane_dot2's loads, the activations of every token per weight vector.
@@ -97,8 +98,10 @@ __global__ void __launch_bounds__(k_threads, 4) moe_front_kernel(moe_front_param
             us = __ldg(p.sh_w_scale + F + f);
         }
     }
+    norm_weight_regs<k_norm_v> nwr; // the norm weight too (kernel_common.cuh)
+    norm_weight_preload<k_norm_v>(p.norm.weight, H, nwr);
     pdl_enter();
-    block_rms_norm_to_smem<MT>(p.norm.x, H, mt, p.norm.weight, H, p.norm.eps, xs, red);
+    block_rms_norm_to_smem<MT, k_norm_v>(p.norm.x, H, mt, p.norm.weight, nwr, H, p.norm.eps, xs, red);
     if (blockIdx.x == 0) block_store_rows(xs, p.norm.out, mt, H);
 
     if (router) {

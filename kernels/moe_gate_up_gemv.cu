@@ -18,6 +18,7 @@ namespace {
 
 // Fused norm: warps per block and rows per warp, amortizing the block's norm.
 constexpr int k_norm_warps = 8, k_norm_rows_per_warp = 2;
+constexpr int k_norm_v = 3; // norm-weight slots per thread loaded before the wait: n_embd ≤ 3,072
 
 template <bool FP8, bool VEC>
 __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_params p) {
@@ -71,9 +72,11 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
             }
         }
     }
+    norm_weight_regs<k_norm_v> nwr; // the norm weight too (kernel_common.cuh)
+    norm_weight_preload<k_norm_v>(p.norm.weight, H, nwr);
     pdl_enter();
     const int64_t e = p.ids ? p.ids[s] : 0;
-    block_rms_norm_to_smem<1>(p.norm.x + t * H, H, 1, p.norm.weight, H, p.norm.eps, xs, red);
+    block_rms_norm_to_smem<1, k_norm_v>(p.norm.x + t * H, H, 1, p.norm.weight, nwr, H, p.norm.eps, xs, red);
     if (p.norm.out && blockIdx.x == 0 && s % p.n_expert_used == 0)
         block_store_rows(xs, p.norm.out + t * H, 1, H);
 #pragma unroll

@@ -40,13 +40,16 @@ __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
     // previous kernel finishes.
     float4 pre[k_router_pre];
     if (vec && e < E) router_preload_quarter(p.w + e * H, H, quarter, lane, pre);
+    constexpr int NV = NI ? 3 : 0; // norm-weight slots per thread loaded before the wait
+    norm_weight_regs<NV> nwr;
+    if constexpr (NI) norm_weight_preload<NV>(p.norm.weight, H, nwr);
     pdl_enter();
     const uint16_t *x = NI ? nullptr : p.x + t * H;
     if constexpr (NI) {
         // The token's normalized row, after the tail's scratch.
         uint16_t *xs = reinterpret_cast<uint16_t *>(sm + (2 * E + K + 3) / 4 * 4);
         __shared__ float nred[32];
-        block_rms_norm_to_smem<1>(p.norm.x + t * H, H, 1, p.norm.weight, H, p.norm.eps, xs, nred);
+        block_rms_norm_to_smem<1, NV>(p.norm.x + t * H, H, 1, p.norm.weight, nwr, H, p.norm.eps, xs, nred);
         if (blockIdx.x == 0 && p.norm.out) block_store_rows(xs, p.norm.out + t * H, 1, H);
         x = xs;
     }
