@@ -20,6 +20,7 @@
 #include "gemv.cuh"
 #include "moe_combine.cuh"
 #include "moe_down_gemv.cuh"
+#include "moe_front.cuh"
 #include "moe_gate_up_gemv.cuh"
 #include "moe_grouped_gemm.cuh"
 #include "moe_plan.cuh"
@@ -686,7 +687,7 @@ private:
     struct work_layout {
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
         size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
-        size_t router_logits, router_counters, attn_counters, attn_partial, zero_ids;
+        size_t router_logits, router_counters, attn_counters, attn_partial;
         // Logit candidates (batch::top_n): topk_logits' scratch and per-row counters (zeroed at
         // allocation, left zero by the kernel), and its output, packed for one download:
         // ids [R, n], logits [R, n], row max [R], then row sums [R] (double, 8-aligned).
@@ -740,7 +741,7 @@ private:
         w.wts = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 4);
         if (n_moe > 0) {
             w.act_e = take(size_t(T * K * c.n_ff_exp) * 2);
-            w.y_e = take(size_t(T * K * H) * 4);
+            w.y_e = take(size_t(T * (K + 1) * H) * 4); // + the shared experts' slot (decode)
             w.counts = take(size_t(E) * 4);
             w.offsets = take(size_t(E + 1) * 4);
             w.tile_offsets = take(size_t(E + 1) * 4);
@@ -753,7 +754,6 @@ private:
         w.router_logits = take(size_t(T * E) * 4);
         w.router_counters = take(size_t(T) * 4); // zeroed at allocation; the router leaves it zero
         w.attn_counters = take(size_t(T * c.n_head_kv) * 4); // the same for attention's split merging
-        w.zero_ids = take(size_t(T) * 4);        // zeroed at allocation: "expert 0" for fused dense gate/up
         w.topk_scratch = take(topk_logits_scratch_bytes(R, c.n_vocab, topk_logits_max_top));
         w.topk_counters = take(size_t(R) * 4);
         w.cand = take(cand_bytes(R, topk_logits_max_top));
@@ -809,7 +809,6 @@ private:
         m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
         ck(cudaMemsetAsync(m_work.at(w.router_counters), 0, size_t(w.T) * 4, m_stream), "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.attn_counters), 0, size_t(w.T * m_cfg.n_head_kv) * 4, m_stream), "workspace clear");
-        ck(cudaMemsetAsync(m_work.at(w.zero_ids), 0, size_t(w.T) * 4, m_stream), "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.topk_counters), 0, size_t(w.R) * 4, m_stream), "workspace clear");
         m_inputs.alloc(w.in_total, "the batch inputs");
         m_pinned.alloc(w.in_total, "pinned batch inputs");
@@ -1070,29 +1069,69 @@ private:
             linear("o_proj", L.wo, attn, qd, x, H, T, true, true);
 
             nrm.weight = L.ffn_norm;
-            op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
+            // FFN / MoE. Decode-sized steps fuse the FFN norm into the next kernel: a dense MLP's
+            // gate/up GEMV (norm_in), an MoE layer's moe_front (norm + router + shared gate/up).
+            // ES_CUDA_FUSE=0 (m_fuse) keeps the separate launches.
+            norm_in ffn_in;
+            ffn_in.x = x;
+            ffn_in.weight = L.ffn_norm;
+            ffn_in.eps = float(c.rms_eps);
             if (!L.is_moe) {
-                swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
+                if (!m_fuse || !swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T, &ffn_in)) {
+                    op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
+                    swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
+                }
                 continue;
             }
             int32_t *ids = reinterpret_cast<int32_t *>(base + w.ids) + moe_slot * T * K;
             float *wts = reinterpret_cast<float *>(base + w.wts) + moe_slot * T * K;
             ++moe_slot;
-            moe_router_params mr;
-            mr.x = xn;
-            mr.w = L.router;
-            mr.bias = L.bias;
-            mr.ids = ids;
-            mr.weights = wts;
-            mr.n_tokens = T;
-            mr.n_embd = H;
-            mr.n_expert = c.n_expert;
-            mr.n_expert_used = K;
-            mr.norm_min = float(c.moe_norm_min);
-            mr.logits = reinterpret_cast<float *>(base + w.router_logits);
-            mr.counters = reinterpret_cast<unsigned *>(base + w.router_counters);
-            op("moe_router", [&] { return launch_moe_router(mr, m_stream); });
-            if (c.n_expert_shared > 0) swiglu("shared", L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared, xn, x, gu, act, T);
+            const int64_t F_sh = c.n_ff_exp * c.n_expert_shared;
+            moe_front_params fr;
+            fr.norm = ffn_in;
+            fr.norm.out = xn; // for the routed experts' gate/up
+            fr.router_w = L.router;
+            fr.bias = L.bias;
+            fr.ids = ids;
+            fr.weights = wts;
+            fr.n_expert = c.n_expert;
+            fr.n_expert_used = K;
+            fr.norm_min = float(c.moe_norm_min);
+            fr.logits = reinterpret_cast<float *>(base + w.router_logits);
+            fr.counter = reinterpret_cast<unsigned *>(base + w.router_counters);
+            fr.sh_w = L.sh_gate_up.w;
+            fr.sh_wfmt = L.sh_gate_up.fmt;
+            fr.sh_w_scale = L.sh_gate_up.scale;
+            fr.sh_act = act;
+            fr.n_ff_sh = F_sh;
+            fr.n_tokens = T;
+            fr.n_embd = H;
+            // The shared experts' down projection as one more slot of the routed down launch
+            // (per-slot mode), added first by moe_combine.
+            const bool front = m_fuse && T <= k_moe_gemv_max_tokens && moe_front_supported(fr);
+            const bool shared_slot = front && F_sh > 0 && m_moe_down_rows && L.sh_down.fmt == L.exp_down.fmt;
+            if (front) {
+                op("moe_front", [&] { return launch_moe_front(fr, m_stream); });
+                if (F_sh > 0 && !shared_slot)
+                    linear("shared down", L.sh_down, act, F_sh, x, H, T, true);
+            } else {
+                op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
+                moe_router_params mr;
+                mr.x = xn;
+                mr.w = L.router;
+                mr.bias = L.bias;
+                mr.ids = ids;
+                mr.weights = wts;
+                mr.n_tokens = T;
+                mr.n_embd = H;
+                mr.n_expert = c.n_expert;
+                mr.n_expert_used = K;
+                mr.norm_min = float(c.moe_norm_min);
+                mr.logits = reinterpret_cast<float *>(base + w.router_logits);
+                mr.counters = reinterpret_cast<unsigned *>(base + w.router_counters);
+                op("moe_router", [&] { return launch_moe_router(mr, m_stream); });
+                if (F_sh > 0) swiglu("shared", L.sh_gate_up, L.sh_down, F_sh, xn, x, gu, act, T);
+            }
             bf16_t *act_e = reinterpret_cast<bf16_t *>(base + w.act_e);
             if (T <= k_moe_gemv_max_tokens) {
                 moe_gate_up_gemv_params g;
@@ -1123,14 +1162,24 @@ private:
                     // Per-slot rows, then the combine in choice order (faster than gathering
                     // every choice of an output element in one block: docs/benchmarks.md).
                     d.y_slots = reinterpret_cast<float *>(base + w.y_e);
+                    if (shared_slot) {
+                        d.sh_w = L.sh_down.w;
+                        d.sh_w_scale = L.sh_down.scale;
+                        d.sh_act = act;
+                        d.y_shared = d.y_slots + T * K * H; // the workspace's extra T rows
+                        d.n_ff_sh = F_sh;
+                        d.sh_ready = true; // moe_front wrote sh_act two launches back
+                    }
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
                     moe_combine_params cb;
                     cb.y = d.y_slots;
+                    cb.y_shared = d.y_shared;
                     cb.weights = wts;
                     cb.x = x;
                     cb.n_tokens = T;
                     cb.n_embd = H;
                     cb.n_expert_used = K;
+                    cb.x_ready = front; // x: o_proj's, before moe_front, gate/up and down
                     op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
                 } else {
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
@@ -1220,16 +1269,19 @@ private:
         }
     }
 
-    // y += down(silu(gate(x)) · up(x)) over T tokens (dense MLP and shared experts).
-    void swiglu(const char *role, const dlin &gate_up, const dlin &down, int64_t F, const bf16_t *x, float *y, float *gu,
-                bf16_t *act, int64_t T) {
+    // y += down(silu(gate(x)) · up(x)) over T tokens (dense MLP and shared experts). With `in`,
+    // x is instead the norm of in->x, fused into the gate/up GEMV: false, with nothing launched,
+    // when that path does not apply (more than two tokens, shapes the fused kernel cannot take);
+    // the caller then runs rms_norm and calls again without it.
+    bool swiglu(const char *role, const dlin &gate_up, const dlin &down, int64_t F, const bf16_t *x, float *y, float *gu,
+                bf16_t *act, int64_t T, const norm_in *in = nullptr) {
         const int64_t H = m_cfg.n_embd;
         if (T <= 2) {
             // Decode: gate/up GEMV with SiLU·up in its epilogue (the MoE kernel with one "expert"),
-            // one launch fewer per MLP.
+            // one launch fewer per MLP; with the norm fused, two fewer.
             moe_gate_up_gemv_params g;
             g.x = x;
-            g.ids = reinterpret_cast<const int32_t *>(m_work.at(m_lay.zero_ids));
+            g.ids = nullptr; // expert 0: a dense MLP
             g.w = gate_up.w;
             g.wfmt = gate_up.fmt;
             g.w_scale = gate_up.scale;
@@ -1238,10 +1290,18 @@ private:
             g.n_embd = H;
             g.n_expert_used = 1;
             g.n_ff_exp = F;
-            op(std::string(role) + " gate_up+silu gemv", [&] { return launch_moe_gate_up_gemv(g, m_stream); });
-            linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true);
-            return;
+            if (in) {
+                g.x = nullptr;
+                g.norm = *in;
+                if (!moe_gate_up_gemv_norm_ok(g)) return false;
+            }
+            op(std::string(role) + (in ? " norm+gate_up+silu gemv" : " gate_up+silu gemv"),
+               [&] { return launch_moe_gate_up_gemv(g, m_stream); });
+            // y (the residual) was last written by o_proj, at least two launches back.
+            linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true, true);
+            return true;
         }
+        if (in) return false;
         linear((std::string(role) + " gate_up").c_str(), gate_up, x, H, gu, 2 * F, T, false);
         silu_mul_params s;
         s.gate_up = gu;
@@ -1250,6 +1310,7 @@ private:
         s.n_ff = F;
         op("silu_mul", [&] { return launch_silu_mul(s, m_stream); });
         linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true);
+        return true;
     }
 
     void run(const batch &b, forward_output &out) {

@@ -26,6 +26,7 @@
 #include "gemv.cuh"
 #include "moe_combine.cuh"
 #include "moe_down_gemv.cuh"
+#include "moe_front.cuh"
 #include "moe_gate_up_gemv.cuh"
 #include "moe_grouped_gemm.cuh"
 #include "moe_plan.cuh"
@@ -844,6 +845,274 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
     });
 }
 
+// ---- the fused decode kernels (norm_in, moe_front, the shared-expert slot) ---------------------
+// Each compares the normalized rows the GPU stores (norm.out) with rms_norm's twin, then the rest
+// with the twins run on the GPU's own normalized rows, so a BF16 rounding of the fused norm (its
+// sum of squares is in another order) cannot flip a router choice and only the kernel is measured.
+
+// Same top-k set and order for every token (the router rows' rule); the count of such tokens.
+int64_t same_choices(const std::vector<int32_t> &a, const std::vector<int32_t> &b, int64_t T, int64_t K) {
+    int64_t same = 0;
+    for (int64_t t = 0; t < T; ++t) same += std::equal(a.begin() + t * K, a.begin() + (t + 1) * K, b.begin() + t * K);
+    return same;
+}
+
+// The ids, weights and (all tied) exact tie-break rows of a router result against its twin.
+void router_rows(runner &R, const std::string &name, const std::vector<int32_t> &gids, const std::vector<float> &gwts,
+                 const std::vector<int32_t> &ids, const std::vector<float> &wts, int64_t T, int64_t K, bool all_tied) {
+    const int64_t same = same_choices(gids, ids, T, K);
+    R.add("kernel", name + " ids", "tokens with the same top-k set and order", double(same), double(T), false);
+    if (same == T) R.add("kernel", name + " weights", "max scaled err", scaled_err(gwts, wts), 1e-5);
+    if (all_tied) {
+        int64_t lowest = 0; // every choice is the lowest free id: 0, 1, …, k−1
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < K; ++j) lowest += gids[t * K + j] == int32_t(j);
+        R.add("kernel", name + " ties", "choices that are the lowest id", double(lowest), double(T * K), false);
+    }
+}
+
+void test_moe_router_norm(runner &R, int64_t T, int64_t H, int64_t E, int64_t K, bool all_tied) {
+    const std::string name = shape_name("moe_router norm_in", {{"T", T}, {"H", H}, {"E", E}, {"k", K}}, all_tied ? "all tied" : "");
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+        auto w = all_tied ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : rand_f(static_cast<size_t>(E * H), -0.1f, 0.1f);
+        auto bias = all_tied ? std::vector<float>(static_cast<size_t>(E), 0.25f) : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
+        dvec<float> dx(x), dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E));
+        dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H));
+        dvec<int32_t> dids(static_cast<size_t>(T * K));
+        dvec<unsigned> dcount(static_cast<size_t>(T));
+        moe_router_params p;
+        p.norm.x = dx.get();
+        p.norm.weight = dnw.get();
+        p.norm.out = dxn.get();
+        p.w = dw.get();
+        p.bias = db.get();
+        p.ids = dids.get();
+        p.weights = dwt.get();
+        p.n_tokens = T;
+        p.n_embd = H;
+        p.n_expert = E;
+        p.n_expert_used = K;
+        p.logits = dlogits.get();
+        p.counters = dcount.get();
+        if (!moe_router_norm_ok(p)) throw std::runtime_error("moe_router_norm_ok refuses the shape");
+        ck(launch_moe_router(p, nullptr), "launch");
+        sync(name);
+        ck(launch_moe_router(p, nullptr), "second launch"); // the counters were left at zero
+        sync(name);
+        norm_in ni;
+        ni.x = x.data();
+        ni.weight = nw.data();
+        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
+        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
+        std::vector<int32_t> ids(static_cast<size_t>(T * K));
+        std::vector<float> wts(static_cast<size_t>(T * K));
+        moe_router_params r;
+        r.x = xn.data();
+        r.w = w.data();
+        r.bias = bias.data();
+        r.ids = ids.data();
+        r.weights = wts.data();
+        r.n_tokens = T;
+        r.n_embd = H;
+        r.n_expert = E;
+        r.n_expert_used = K;
+        moe_router_ref(r);
+        router_rows(R, name, dids.download(), dwt.download(), ids, wts, T, K, all_tied);
+    });
+}
+
+// moe_gate_up_gemv with the fused norm: a dense MLP (routed = false: ids null, one "expert") or
+// routed experts.
+void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t F, bool routed) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const int64_t E = routed ? 5 : 1, K = routed ? 3 : 1;
+    const std::string name = shape_name("moe_gate_up_gemv norm_in", {{"T", T}, {"H", H}, {"F", F}, {"k", K}},
+                                        std::string(fp8 ? "fp8" : "bf16") + (routed ? " routed" : " dense"));
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+        auto ids = random_topk_ids(T, E, K);
+        auto gu = make_expert_weights(f, E * 2 * F, H);
+        dvec<float> dx(x), dgus(gu.s);
+        dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * K * F));
+        dvec<fp8_t> dguq(gu.q);
+        dvec<int32_t> dids(ids);
+        moe_gate_up_gemv_params g;
+        g.ids = routed ? dids.get() : nullptr;
+        g.w = fp8 ? static_cast<const void *>(dguq.get()) : dgub.get();
+        g.wfmt = f;
+        g.w_scale = fp8 ? dgus.get() : nullptr;
+        g.act = dact.get();
+        g.n_tokens = T;
+        g.n_embd = H;
+        g.n_expert_used = K;
+        g.n_ff_exp = F;
+        g.norm.x = dx.get();
+        g.norm.weight = dnw.get();
+        g.norm.out = dxn.get();
+        if (!moe_gate_up_gemv_norm_ok(g)) throw std::runtime_error("moe_gate_up_gemv_norm_ok refuses the shape");
+        ck(launch_moe_gate_up_gemv(g, nullptr), "launch");
+        sync(name);
+        norm_in ni;
+        ni.x = x.data();
+        ni.weight = nw.data();
+        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
+        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
+        std::vector<bf16_t> act(static_cast<size_t>(T * K * F));
+        g.x = xn.data();
+        g.norm = norm_in{};
+        g.ids = routed ? ids.data() : nullptr;
+        g.w = fp8 ? static_cast<const void *>(gu.q.data()) : gu.b.data();
+        g.w_scale = fp8 ? gu.s.data() : nullptr;
+        g.act = act.data();
+        moe_gate_up_gemv_ref(g);
+        R.add("kernel", name, "max scaled err (bf16)", scaled_err(widen(dact.download()), widen(act)), k_bf16_limit);
+    });
+}
+
+void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fs, bool all_tied) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const std::string name = shape_name("moe_front", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"Fsh", Fs}},
+                                        std::string(fp8 ? "fp8" : "bf16") + (all_tied ? " all tied" : ""));
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+        auto w = all_tied ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : rand_f(static_cast<size_t>(E * H), -0.1f, 0.1f);
+        auto bias = all_tied ? std::vector<float>(static_cast<size_t>(E), 0.25f) : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
+        auto gu = make_expert_weights(f, 2 * Fs, H);
+        dvec<float> dx(x), dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E)), dgus(gu.s);
+        dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * Fs));
+        dvec<fp8_t> dguq(gu.q);
+        dvec<int32_t> dids(static_cast<size_t>(T * K));
+        dvec<unsigned> dcount(1);
+        moe_front_params p;
+        p.norm.x = dx.get();
+        p.norm.weight = dnw.get();
+        p.norm.out = dxn.get();
+        p.router_w = dw.get();
+        p.bias = db.get();
+        p.ids = dids.get();
+        p.weights = dwt.get();
+        p.n_expert = E;
+        p.n_expert_used = K;
+        p.logits = dlogits.get();
+        p.counter = dcount.get();
+        p.sh_w = Fs ? (fp8 ? static_cast<const void *>(dguq.get()) : dgub.get()) : nullptr;
+        p.sh_wfmt = f;
+        p.sh_w_scale = fp8 && Fs ? dgus.get() : nullptr;
+        p.sh_act = Fs ? dact.get() : nullptr;
+        p.n_ff_sh = Fs;
+        p.n_tokens = T;
+        p.n_embd = H;
+        if (!moe_front_supported(p)) throw std::runtime_error("moe_front_supported refuses the shape");
+        ck(launch_moe_front(p, nullptr), "launch");
+        sync(name);
+        ck(launch_moe_front(p, nullptr), "second launch"); // the counter was left at zero
+        sync(name);
+        norm_in ni;
+        ni.x = x.data();
+        ni.weight = nw.data();
+        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
+        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
+        std::vector<int32_t> ids(static_cast<size_t>(T * K));
+        std::vector<float> wts(static_cast<size_t>(T * K));
+        moe_router_params r;
+        r.x = xn.data();
+        r.w = w.data();
+        r.bias = bias.data();
+        r.ids = ids.data();
+        r.weights = wts.data();
+        r.n_tokens = T;
+        r.n_embd = H;
+        r.n_expert = E;
+        r.n_expert_used = K;
+        moe_router_ref(r);
+        router_rows(R, name, dids.download(), dwt.download(), ids, wts, T, K, all_tied);
+        if (Fs > 0) {
+            std::vector<bf16_t> act(static_cast<size_t>(T * Fs));
+            moe_gate_up_gemv_params g;
+            g.x = xn.data();
+            g.w = fp8 ? static_cast<const void *>(gu.q.data()) : gu.b.data();
+            g.wfmt = f;
+            g.w_scale = fp8 ? gu.s.data() : nullptr;
+            g.act = act.data();
+            g.n_tokens = T;
+            g.n_embd = H;
+            g.n_expert_used = 1;
+            g.n_ff_exp = Fs;
+            moe_gate_up_gemv_ref(g);
+            R.add("kernel", name + " shared act", "max scaled err (bf16)", scaled_err(widen(dact.download()), widen(act)),
+                  k_bf16_limit);
+        }
+    });
+}
+
+// moe_down_gemv's per-slot mode with the shared experts' slot, then moe_combine adding it first.
+// ready: the shared slot before pdl_wait (sh_ready) and moe_combine's x_ready, as decode runs them
+// (here the inputs were uploaded before the launch, which is what those flags promise).
+void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe, int64_t Fs,
+                          bool ready) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const std::string name = shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
+                                        std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : ""));
+    R.run("kernel", name, [&] {
+        auto act = rand_bf16(static_cast<size_t>(T * K * Fe)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
+        auto ids = random_topk_ids(T, E, K);
+        auto wts = rand_f(static_cast<size_t>(T * K), 0.0f, 0.5f);
+        auto dn = make_expert_weights(f, E * H, Fe), sh = make_expert_weights(f, H, Fs);
+        auto x0 = rand_f(static_cast<size_t>(T * H));
+        dvec<bf16_t> dact(act), dsha(sh_act), ddnb(dn.b), dshb(sh.b);
+        dvec<fp8_t> ddnq(dn.q), dshq(sh.q);
+        dvec<float> ddns(dn.s), dshs(sh.s), dwts(wts), dys(static_cast<size_t>((T * K + T) * H)), dx(x0);
+        dvec<int32_t> dids(ids);
+        moe_down_gemv_params d;
+        d.act = dact.get();
+        d.ids = dids.get();
+        d.weights = dwts.get();
+        d.w = fp8 ? static_cast<const void *>(ddnq.get()) : ddnb.get();
+        d.wfmt = f;
+        d.w_scale = fp8 ? ddns.get() : nullptr;
+        d.y_slots = dys.get();
+        d.n_tokens = T;
+        d.n_embd = H;
+        d.n_expert_used = K;
+        d.n_ff_exp = Fe;
+        d.sh_w = fp8 ? static_cast<const void *>(dshq.get()) : dshb.get();
+        d.sh_w_scale = fp8 ? dshs.get() : nullptr;
+        d.sh_act = dsha.get();
+        d.y_shared = dys.get() + T * K * H;
+        d.n_ff_sh = Fs;
+        d.sh_ready = ready;
+        ck(launch_moe_down_gemv(d, nullptr), "launch");
+        moe_combine_params cb{dys.get(), dwts.get(), dx.get(), T, H, K};
+        cb.y_shared = d.y_shared;
+        cb.x_ready = ready;
+        ck(launch_moe_combine(cb, nullptr), "combine launch");
+        sync(name);
+        std::vector<float> ys(static_cast<size_t>((T * K + T) * H)), x = x0;
+        d.act = act.data();
+        d.ids = ids.data();
+        d.weights = wts.data();
+        d.w = fp8 ? static_cast<const void *>(dn.q.data()) : dn.b.data();
+        d.w_scale = fp8 ? dn.s.data() : nullptr;
+        d.y_slots = ys.data();
+        d.sh_w = fp8 ? static_cast<const void *>(sh.q.data()) : sh.b.data();
+        d.sh_w_scale = fp8 ? sh.s.data() : nullptr;
+        d.sh_act = sh_act.data();
+        d.y_shared = ys.data() + T * K * H;
+        moe_down_gemv_ref(d);
+        R.add("kernel", name + " slots", "max scaled err", scaled_err(dys.download(), ys), k_f32_limit);
+        // The combine on the GPU's own slots (only the combine measured).
+        const auto gys = dys.download();
+        cb = moe_combine_params{gys.data(), wts.data(), x.data(), T, H, K};
+        cb.y_shared = gys.data() + T * K * H;
+        moe_combine_ref(cb);
+        R.add("kernel", name + " combine", "max scaled err", scaled_err(dx.download(), x), 1e-6);
+    });
+}
+
 void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
     const std::string name = shape_name("moe_plan", {{"slots", T * K}, {"E", E}});
     R.run("kernel", name, [&] {
@@ -1329,6 +1598,35 @@ void run_kernel_tests(runner &R, int cc_major) {
     for (auto f : {bf, f8}) {
         test_moe_gemv(R, f, 1, 2560, 8, 6, 1536);
         test_moe_gemv(R, f, 3, 40, 6, 3, 24);
+    }
+    // The fused decode kernels: the 21B-A3B's widths (hidden 2560, 64 experts, top-6, expert FFN
+    // 1536, shared FFN 3072, dense FFN 12288), the 0.3B's (hidden 1024, FFN 3072), odd shapes
+    // (hidden not a multiple of 8 or 16: scalar paths; FFN widths that leave partial blocks; an
+    // odd expert count), 1–4 tokens, router ties.
+    test_moe_router_norm(R, 1, 2560, 64, 6, false);
+    test_moe_router_norm(R, 3, 44, 7, 3, false);
+    test_moe_router_norm(R, 2, 64, 8, 2, true);
+    for (auto f : {bf, f8}) {
+        test_gate_up_norm(R, f, 1, 2560, 12288, false);
+        test_gate_up_norm(R, f, 2, 2560, 12288, false);
+        test_gate_up_norm(R, f, 1, 1024, 3072, false);
+        test_gate_up_norm(R, f, 2, 1024, 3072, false);
+        test_gate_up_norm(R, f, 2, 44, 23, false);
+        test_gate_up_norm(R, f, 3, 40, 37, true);
+        test_gate_up_norm(R, f, 1, 2560, 1536, true);
+        test_moe_front(R, f, 1, 2560, 64, 6, 3072, false);
+        test_moe_front(R, f, 2, 2560, 64, 6, 3072, false);
+        test_moe_front(R, f, 3, 2560, 64, 6, 3072, false);
+        test_moe_front(R, f, 4, 2560, 64, 6, 3072, false);
+        test_moe_front(R, f, 3, 44, 7, 3, 23, false);
+        test_moe_front(R, f, 1, 40, 6, 2, 0, false);
+        test_moe_front(R, f, 4, 64, 8, 2, 48, true);
+        test_moe_front(R, f, 2, 1024, 64, 6, 3072, true);
+        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true);
+        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, false);
+        test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072, true);
+        test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40, false);
+        test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, true);
     }
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);
