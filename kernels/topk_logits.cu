@@ -223,12 +223,180 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
     }
 }
 
+// ---- n_top ≤ 64: register sorting networks instead of shared-memory sorts ----------------------
+// The kernel above spends ~30 µs per launch in block-wide bitonic sorts (66 barrier-separated
+// stages of 2,048 keys, then the merge's sort), on every decode step's critical path. Only a
+// top-64 is needed: here a warp holds 64 keys as two per lane (elements 2·lane and 2·lane + 1),
+// sorts them with shuffles (no barriers), and two sorted lists merge into the top 64 of their
+// union by one bitonic step (max of one list against the other reversed) plus six clean-up
+// stages. Phase 1: each of 8 warps reduces its 256 keys to a sorted 64, the block's 8 lists merge
+// in a tree (three barriers), and the block's first n_top keys go to the scratch. Phase 2 (the
+// row's last block): each warp folds every 8th block list into its own, then the same tree.
+constexpr int k_fast_threads = 256, k_fast_max_top = 64;
+static_assert(k_chunk == k_fast_threads * 8, "eight keys per thread");
+
+// One compare-exchange stage of a bitonic network over the warp's 64 keys (distance j, block
+// size k: a run is descending where (element & k) == 0).
+__device__ __forceinline__ void warp64_stage(unsigned long long &a, unsigned long long &b, int k, int j, int lane) {
+    if (j == 1) {
+        const bool desc = ((2 * lane) & k) == 0;
+        const unsigned long long hi = max(a, b), lo = min(a, b);
+        a = desc ? hi : lo;
+        b = desc ? lo : hi;
+        return;
+    }
+    const int lj = j >> 1; // elements 2·lane + h and their partners e ^ j sit lj lanes apart
+    const unsigned long long pa = __shfl_xor_sync(0xffffffffu, a, lj), pb = __shfl_xor_sync(0xffffffffu, b, lj);
+    const bool lower = (lane & lj) == 0, desc = ((2 * lane) & k) == 0;
+    const bool keep_max = lower == desc;
+    a = keep_max ? max(a, pa) : min(a, pa);
+    b = keep_max ? max(b, pb) : min(b, pb);
+}
+
+__device__ __forceinline__ void warp64_sort(unsigned long long &a, unsigned long long &b, int lane) {
+#pragma unroll
+    for (int k = 2; k <= 64; k <<= 1)
+#pragma unroll
+        for (int j = k >> 1; j > 0; j >>= 1) warp64_stage(a, b, k, j, lane);
+}
+
+// (a, b) := the top 64 of the sorted lists (a, b) and (c, d), sorted.
+__device__ __forceinline__ void warp64_merge(unsigned long long &a, unsigned long long &b, unsigned long long c,
+                                             unsigned long long d, int lane) {
+    const unsigned long long r0 = __shfl_sync(0xffffffffu, d, 31 - lane), r1 = __shfl_sync(0xffffffffu, c, 31 - lane);
+    a = max(a, r0);
+    b = max(b, r1);
+#pragma unroll
+    for (int j = 32; j > 0; j >>= 1) warp64_stage(a, b, 64, j, lane);
+}
+
+// The block's 8 warp lists (in registers) → warp 0 holds the block's top 64. All threads call it.
+__device__ __forceinline__ void block64_tree(unsigned long long &a, unsigned long long &b, unsigned long long (*lists)[64],
+                                             int warp, int lane) {
+    for (int half = k_fast_threads / 64; half >= 1; half >>= 1) { // 4, 2, 1
+        if (warp >= half && warp < 2 * half) {
+            lists[warp - half][2 * lane] = a;
+            lists[warp - half][2 * lane + 1] = b;
+        }
+        __syncthreads();
+        if (warp < half) warp64_merge(a, b, lists[warp][2 * lane], lists[warp][2 * lane + 1], lane);
+        __syncthreads();
+    }
+}
+
+__global__ void __launch_bounds__(k_fast_threads) topk64_kernel(topk_logits_params p) {
+    __shared__ unsigned long long lists[4][64];
+    __shared__ float redf[33];
+    __shared__ double redd[33];
+    __shared__ bool s_last;
+    pdl_enter();
+    const int64_t r = blockIdx.y, V = p.n_vocab;
+    const int N = p.n_top, B = int(gridDim.x), b = int(blockIdx.x), tid = threadIdx.x, warp = tid / 32,
+              lane = tid % 32;
+    const float *x = p.logits + r * V;
+    const float T = p.temperatures ? p.temperatures[r] : 0.0f;
+    auto *part_keys = static_cast<unsigned long long *>(p.scratch) + (r * B) * N;
+    auto *part =
+        reinterpret_cast<block_partial *>(static_cast<unsigned long long *>(p.scratch) + p.n_rows * B * N) +
+        r * B;
+
+    // Phase 1: eight values per thread (coalesced), the warp's four groups of 64 sorted and merged.
+    const int64_t begin = int64_t(b) * k_chunk;
+    float v[8];
+    unsigned long long kq[8];
+    float m = -INFINITY;
+#pragma unroll
+    for (int q = 0; q < 8; ++q) {
+        const int64_t i = begin + q * k_fast_threads + tid;
+        v[q] = i < V ? __ldg(x + i) : NAN;
+        kq[q] = i < V ? make_key(v[q], i) : 0ull;
+        if (!isnan(v[q])) m = fmaxf(m, v[q]);
+    }
+#pragma unroll
+    for (int g = 0; g < 4; ++g) warp64_sort(kq[2 * g], kq[2 * g + 1], lane);
+    warp64_merge(kq[0], kq[1], kq[2], kq[3], lane);
+    warp64_merge(kq[4], kq[5], kq[6], kq[7], lane);
+    warp64_merge(kq[0], kq[1], kq[4], kq[5], lane);
+    unsigned long long ka = kq[0], kb = kq[1];
+    m = block_max(m, redf);
+    double s = 0.0;
+    if (T > 0.0f && isfinite(m)) {
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+            if (!isnan(v[q])) s += exp((double(v[q]) - double(m)) / double(T));
+    }
+    s = block_sum_d(s, redd);
+    block64_tree(ka, kb, lists, warp, lane);
+    if (warp == 0) {
+        if (2 * lane < N) part_keys[int64_t(b) * N + 2 * lane] = ka;
+        if (2 * lane + 1 < N) part_keys[int64_t(b) * N + 2 * lane + 1] = kb;
+    }
+    if (tid == 0) {
+        part[b].sum = s;
+        part[b].max = m;
+    }
+    __syncthreads();
+    if (tid == 0) {
+        __threadfence(); // this block's partials are visible before the counter says so
+        const unsigned done = atomicAdd(&p.counters[r], 1u);
+        s_last = done == unsigned(B - 1);
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+
+    // Phase 2 (the row's last block): max, sum (as the general kernel), and the lists' merge.
+    float M = -INFINITY;
+    for (int i = tid; i < B; i += k_fast_threads) M = fmaxf(M, __ldcg(&part[i].max));
+    M = block_max(M, redf);
+    double S = 0.0;
+    if (T > 0.0f && isfinite(M))
+        for (int i = tid; i < B; i += k_fast_threads) {
+            const float mb = __ldcg(&part[i].max);
+            if (isfinite(mb)) S += __ldcg(&part[i].sum) * exp((double(mb) - double(M)) / double(T));
+        }
+    S = block_sum_d(S, redd);
+    auto list_at = [&](int li, int e) { return e < N ? __ldcg(&part_keys[int64_t(li) * N + e]) : 0ull; };
+    ka = kb = 0ull;
+    constexpr int W = k_fast_threads / 32, PL = 8; // warps; lists a warp loads before merging
+    for (int base = warp; base < B; base += W * PL) {
+        unsigned long long c[PL], d[PL]; // all loads in flight before the first merge
+#pragma unroll
+        for (int q = 0; q < PL; ++q) {
+            const int li = base + q * W;
+            c[q] = li < B ? list_at(li, 2 * lane) : 0ull;
+            d[q] = li < B ? list_at(li, 2 * lane + 1) : 0ull;
+        }
+#pragma unroll
+        for (int q = 0; q < PL; ++q) warp64_merge(ka, kb, c[q], d[q], lane);
+    }
+    block64_tree(ka, kb, lists, warp, lane);
+    if (warp == 0) {
+        const unsigned long long kk[2] = {ka, kb};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int j = 2 * lane + h;
+            if (j >= N) continue;
+            const int32_t id = key_id(kk[h]);
+            p.ids[r * N + j] = id;
+            p.values[r * N + j] = id < 0 ? -INFINITY : x[id];
+        }
+    }
+    if (tid == 0) {
+        p.row_max[r] = M;
+        p.row_sum[r] = S;
+        p.counters[r] = 0; // re-armed for the next launch
+    }
+}
+
 cudaError_t launch_topk_logits(const topk_logits_params &p, cudaStream_t stream) {
     if (p.n_rows <= 0) return cudaSuccess;
     if (p.n_top < 1 || p.n_top > topk_logits_max_top || p.n_vocab < 1 || p.n_vocab >= (int64_t(1) << 31) ||
         p.n_rows > 65535 || !p.scratch || !p.counters)
         return cudaErrorInvalidValue;
     const unsigned blocks = ceil_div_u(p.n_vocab, k_chunk);
+    if (p.n_top <= k_fast_max_top)
+        return launch_kernel(topk64_kernel, dim3(blocks, unsigned(p.n_rows)), dim3(k_fast_threads), 0, stream, p);
     return launch_kernel(topk_logits_kernel, dim3(blocks, unsigned(p.n_rows)), dim3(k_threads), 0, stream, p);
 }
 
