@@ -293,7 +293,7 @@ std::string device_allocator::oom_message(size_t bytes, const std::string &what,
     std::string m = "out of GPU memory: " + what + " needs " + format_bytes(bytes) + " (" +
                     std::to_string(bytes) + " bytes; a new segment of " + format_bytes(segment_bytes(bytes)) +
                     ")";
-    m += "; the workspace allocator holds " + summary();
+    m += "; allocator: " + summary();
     if (released) m += " (" + format_bytes(released) + " of cached segments were given back first)";
     if (m_source.describe) {
         try {

@@ -263,7 +263,8 @@ private slots:
         QVERIFY2(m.startsWith("out of GPU memory: the forward pass's workspace (64 tokens) needs 16.0 MiB"),
                  qPrintable(m));
         QVERIFY2(m.contains("16777216 bytes"), qPrintable(m));
-        QVERIFY2(m.contains("reserved 12.0 MiB in 1 segment, in use 12.0 MiB, largest free block 0 B"),
+        QVERIFY2(m.contains(
+                     "; allocator: reserved 12.0 MiB in 1 segment, in use 12.0 MiB, largest free block 0 B"),
                  qPrintable(m));
         QVERIFY2(m.contains("2.0 MiB of cached segments were given back first"), qPrintable(m));
         QVERIFY2(m.contains("fake device: 12.0 MiB free"), qPrintable(m));
