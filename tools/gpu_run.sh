@@ -79,7 +79,7 @@ if [[ $mode == decode ]]; then
     for skip in ${DECODE_SKIPS:-attention rope_kv rms_norm qkv o_proj gate_up down head}; do
         dec "0.3b fp8 without $skip" ernie-4.5-0.3b fp8 0 ES_CUDA_SKIP_OPS=$skip
     done
-    for skip in ${DECODE_SKIPS_MOE:-attention rms_norm moe_router moe_gate_up moe_down shared}; do
+    for skip in ${DECODE_SKIPS_MOE:-attention rms_norm moe_front moe_gate_up moe_down}; do
         dec "21b-a3b fp8 without $skip" ernie-4.5-21b-a3b fp8 0 ES_CUDA_SKIP_OPS=$skip
     done
 fi
