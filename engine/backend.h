@@ -83,6 +83,10 @@ struct kv_cache_params {
 };
 
 // Memory the backend manages besides weights and KV (workspace) and what the device reports.
+// reserved: bytes the workspace holds (CUDA: the allocator's segments); in_use: bytes of it handed
+// out; largest_free: the largest block inside `reserved` a request gets without asking the
+// device (never the device's free memory). fragmentation = 1 − largest_free / (reserved − in_use),
+// 0 when nothing is free (device_allocator.h).
 struct backend_memory {
     uint64_t reserved = 0, in_use = 0, largest_free = 0; // workspace allocator
     uint64_t device_total = 0, device_free = 0;          // GPU: cudaMemGetInfo; CPU: RAM

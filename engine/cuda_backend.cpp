@@ -1,12 +1,15 @@
 // CUDA backend (see cuda_backend.h): device memory arenas (weights, KV pools, workspace), the
 // forward pass as a sequence of kernels from kernels/, CUDA graphs for decode-sized steps, and
 // the translation of every CUDA failure into an es::error. Device memory comes from plain
-// cudaMalloc, one allocation per arena. Invariants: one stream; the host waits for the stream
-// only at the end of forward() (logits and the routing record come back then).
+// cudaMalloc: one allocation per arena for weights and KV, per-step scratch from the caching
+// workspace allocator (device_allocator.h). Invariants: one stream; the host waits for the stream
+// only at the end of forward() (logits and the routing record come back then); a workspace block
+// a live CUDA graph captured is never freed (the allocator pins them until clear_graphs).
 #include "cuda_backend.h"
 
 #include "cuda_loader.h"
 #include "cuda_twin_model.h"
+#include "device_allocator.h"
 #include "dtype.h"
 
 #include "act_quantize.cuh"
@@ -157,6 +160,74 @@ public:
     size_t bytes() const { return m_bytes; }
 
 private:
+    void *m_p = nullptr;
+    size_t m_bytes = 0;
+};
+
+// The workspace allocator's segments: plain cudaMalloc on the current device (never managed
+// memory). Out of memory is nullptr, so the allocator can give its cache back and ask again; any
+// other CUDA error is thrown.
+device_memory_source cuda_memory_source() {
+    device_memory_source s;
+    s.alloc = [](size_t bytes) -> void * {
+        void *p = nullptr;
+        const cudaError_t e = cudaMalloc(&p, bytes);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError(); // not sticky: clear it
+            return nullptr;
+        }
+        ck(e, "cudaMalloc for the workspace");
+        return p;
+    };
+    s.free = [](void *p, size_t) {
+        if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+    };
+    s.describe = []() -> std::string {
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+            cudaGetLastError();
+            return {};
+        }
+        return "device: " + format_bytes(free_b) + " free of " + format_bytes(total_b);
+    };
+    return s;
+}
+
+// A block of the workspace allocator with device_buffer's interface, for per-step scratch (the
+// forward pass's workspace, the batch inputs, the FP8 dequantize and staging buffers). Out of
+// memory is an es::load_error naming the request and the allocator's state; so is reset() of a
+// block a live CUDA graph uses (it stays allocated: the graph still reads it).
+class workspace_buffer {
+public:
+    explicit workspace_buffer(device_allocator &a) : m_alloc(a) {}
+    ~workspace_buffer() {
+        if (m_p) (void)m_alloc.free(m_p); // the backend's destructor destroyed the graphs first
+    }
+    workspace_buffer(const workspace_buffer &) = delete;
+    workspace_buffer &operator=(const workspace_buffer &) = delete;
+
+    void alloc(size_t bytes, const std::string &what) {
+        reset();
+        if (bytes == 0) return;
+        result<void *> r = m_alloc.allocate(bytes, what);
+        if (!r) throw load_error(r.message());
+        m_p = *r;
+        m_bytes = bytes;
+    }
+    void reset() {
+        if (!m_p) return;
+        if (const status st = m_alloc.free(m_p); !st) throw load_error(st.message());
+        m_p = nullptr;
+        m_bytes = 0;
+    }
+    template <typename T = unsigned char>
+    T *at(size_t offset = 0) const {
+        return reinterpret_cast<T *>(static_cast<unsigned char *>(m_p) + offset);
+    }
+    size_t bytes() const { return m_bytes; }
+
+private:
+    device_allocator &m_alloc;
     void *m_p = nullptr;
     size_t m_bytes = 0;
 };
@@ -387,24 +458,38 @@ public:
         return ok ? 1000.0 * double(ms) / replays : 0.0;
     }
 
+    // The workspace figures are the allocator's (device_allocator_stats); the device's come from
+    // cudaMemGetInfo (0 when it fails, e.g. after a sticky error).
     cuda_memory_report memory_report() const override {
         cuda_memory_report r;
         r.weights_bytes = m_weights.bytes();
         r.kv_bytes = m_kv_pool.bytes();
-        r.workspace_bytes = m_work.bytes() + m_inputs.bytes() + m_deq.bytes() + m_staging.bytes();
+        const device_allocator_stats ws = m_ws.stats();
+        r.workspace_bytes = ws.reserved;
+        r.workspace_in_use_bytes = ws.in_use;
+        r.workspace_largest_free_bytes = ws.largest_free_block;
+        r.workspace_peak_bytes = ws.peak_in_use;
+        r.workspace_segments = ws.n_segments;
         r.library_bytes = k_cublas_workspace_bytes;
-        cudaMemGetInfo(&r.device_free_bytes, &r.device_total_bytes);
+        if (cudaMemGetInfo(&r.device_free_bytes, &r.device_total_bytes) != cudaSuccess) {
+            cudaGetLastError();
+            r.device_free_bytes = r.device_total_bytes = 0;
+        }
         return r;
     }
     backend_memory memory() const override {
         backend_memory m;
-        m.reserved = m_work.bytes() + m_inputs.bytes() + m_deq.bytes();
-        m.in_use = m.reserved;
+        const device_allocator_stats ws = m_ws.stats();
+        m.reserved = ws.reserved;
+        m.in_use = ws.in_use;
+        m.largest_free = ws.largest_free_block;
         size_t f = 0, t = 0;
-        cudaMemGetInfo(&f, &t);
+        if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+            cudaGetLastError();
+            f = t = 0;
+        }
         m.device_free = f;
         m.device_total = t;
-        m.largest_free = f;
         return m;
     }
 
@@ -814,6 +899,9 @@ private:
         m_pinned.alloc(w.in_total, "pinned batch inputs");
         m_pinned_out.alloc(size_t(std::max<int64_t>(n_moe_layers(), 1) * w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 8,
                            "pinned routing record");
+        // Layouts only grow: a segment the old layout emptied goes back to the device (the KV
+        // cache, cuBLASLt and other processes may need it); partly used ones stay as free blocks.
+        m_ws.release_cached();
         m_lay = w;
     }
 
@@ -822,6 +910,7 @@ private:
         for (auto &kv : m_graphs) cudaGraphExecDestroy(kv.second);
         m_graphs.clear();
         m_seen_keys.clear();
+        m_ws.unpin_all(); // no graph holds workspace pointers any more
     }
 
     // ---- the forward pass --------------------------------------------------------------------
@@ -1466,6 +1555,7 @@ private:
             return false;
         }
         m_graphs.emplace(key, exec);
+        m_ws.pin_in_use(); // the graph holds the workspace's raw pointers until clear_graphs
         m_last_graph = exec;
         ck(cudaGraphLaunch(exec, m_stream), "cudaGraphLaunch");
         return true;
@@ -1481,7 +1571,10 @@ private:
     std::string m_act_note;                            // why m_act differs from the request
     int64_t m_max_dense_lin = 0;                       // elements of the widest dense linear
 
-    device_buffer m_weights, m_staging, m_deq, m_kv_pool, m_work, m_inputs;
+    device_buffer m_weights, m_kv_pool;
+    // Per-step scratch from the caching workspace allocator (declared first: it outlives its blocks).
+    device_allocator m_ws{cuda_memory_source()};
+    workspace_buffer m_staging{m_ws}, m_deq{m_ws}, m_work{m_ws}, m_inputs{m_ws};
     pinned_buffer m_pinned, m_pinned_out, m_pinned_logits; // m_pinned_logits: full rows or candidates
     int64_t m_top_n = 0;     // candidates per row of the forward being enqueued (0: none)
     int64_t m_last_rows = 0; // logits rows of the last finished forward (logits_row())

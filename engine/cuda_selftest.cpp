@@ -1916,6 +1916,23 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.info("model", pn + " prefill", "NMSE vs CPU backend", nmse(pre, cpu));
                 R.info("model", pn + " prefill", "top-1 agreement with HF", top1_agreement(pre, golden, V));
                 R.info("model", pn + " prefill", "top-1 agreement with the twin model", top1_agreement(pre, twin, V));
+                // The workspace allocator's figures as telemetry gets them (backend::memory()):
+                // coherent after prefill steps and after graph-replayed decode steps.
+                auto memory_rows = [&](const std::string &stage) {
+                    const backend_memory bm = be.memory();
+                    const bool coherent = bm.in_use > 0 && bm.in_use <= bm.reserved &&
+                                          bm.largest_free <= bm.reserved - bm.in_use && bm.device_total > 0 &&
+                                          bm.device_free <= bm.device_total;
+                    R.add("model", pn + " memory " + stage,
+                          "workspace figures wrong (0: 0 < in use ≤ reserved, largest free ≤ reserved − in use)",
+                          coherent ? 0.0 : 1.0, 0.0);
+                    const uint64_t free_ws = bm.reserved - std::min(bm.reserved, bm.in_use);
+                    R.info("model", pn + " memory " + stage, "workspace reserved (MiB)", double(bm.reserved) / 1048576.0,
+                           "in use " + std::to_string(bm.in_use >> 10) + " KiB, largest free " +
+                               std::to_string(bm.largest_free >> 10) + " KiB, fragmentation " +
+                               std::to_string(free_ws ? 1.0 - double(bm.largest_free) / double(free_ws) : 0.0));
+                };
+                memory_rows("after prefill");
                 if (!v.decode) return;
                 twin_options td; // decode steps of one token: BF16 activations everywhere
                 td.activations = activation_format::bf16;
@@ -1931,6 +1948,7 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " decode candidates", "row sum max rel err", cand[1], 1e-5);
                 R.add("model", pn + " decode candidates", "logits_row accepted a row the step did not have",
                       cand[2], 0.0);
+                memory_rows("after decode");
                 if (!cpu_routing.ids.empty()) {
                     // Router choices of the first chunk against the CPU's: set overlap per token.
                     double same = 0, total = 0;
