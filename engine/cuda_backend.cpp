@@ -382,6 +382,9 @@ public:
         // A measuring aid: ES_CUDA_FUSE=0 runs decode's fused launches (norm into the following
         // GEMV, RoPE + KV write in the q/k/v GEMV's epilogue) as the separate kernels.
         if (const char *fu = std::getenv("ES_CUDA_FUSE")) m_fuse = std::string(fu) != "0";
+        // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
+        // carveout preference (kernel_common.h).
+        if (const char *co = std::getenv("ES_CUDA_CARVEOUT")) set_kernel_carveout(std::atoi(co));
         // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
         // one of them (the results are wrong; the time saved is what those launches cost).
         if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {

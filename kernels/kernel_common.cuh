@@ -104,6 +104,7 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
     cfg.stream = stream;
     cfg.attrs = attr;
     cfg.numAttrs = programmatic_launch() ? 1 : 0;
+    if (kernel_carveout() >= 0) apply_kernel_carveout(reinterpret_cast<const void *>(kernel));
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 

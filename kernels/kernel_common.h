@@ -175,6 +175,12 @@ ES_HOST_DEVICE inline int64_t fp8_scale_index(int64_t r, int64_t c, int64_t k, s
 // (ES_CUDA_PDL=0 in the environment keeps it off, for measuring). Off by default.
 void set_programmatic_launch(bool on);
 bool programmatic_launch();
+// One shared-memory carveout (percent of the SM's maximum) for every kernel launched through
+// launch_kernel, set once per kernel; −1 (the default): only the decode kernels' own hints
+// (kernel_common.cuh: prefer_decode_carveout). A measuring aid (ES_CUDA_CARVEOUT).
+void set_kernel_carveout(int percent);
+int kernel_carveout();
+void apply_kernel_carveout(const void *kernel);
 #endif
 
 } // namespace es

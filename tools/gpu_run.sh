@@ -94,6 +94,18 @@ if [[ $mode == fuse ]]; then
         done
     done
 fi
+if [[ $mode == carveout ]]; then
+    # Batch-1 decode with one shared-memory carveout for every kernel (ES_CUDA_CARVEOUT, percent)
+    # against the default (the decode kernels' own 32 KB hints).
+    for spec in "ernie-4.5-0.3b 0" "ernie-4.5-21b-a3b 0"; do
+        set -- $spec
+        for co in "" 28 14 "" 28; do
+            echo "### decode $1 layers=$2 ES_CUDA_CARVEOUT=${co:-default}" | tee -a "$OUT/carveout.md"
+            env ${co:+ES_CUDA_CARVEOUT=$co} timeout 100 "$CLI" bench --backend cuda --shape "$1" --precision fp8 \
+                --layers "$2" --pp 16 --tg 128 --reps 3 2>&1 | grep -E 'decode step' | tee -a "$OUT/carveout.md"
+        done
+    done
+fi
 if [[ $mode == ncu ]]; then
     # Per-kernel device time and shared-memory split of a few decode steps (ncu, clocks unlocked):
     # NCU_SHAPE (default ernie-4.5-21b-a3b) with 2 layers, fp8.
