@@ -45,6 +45,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     cp.precision = prec;
     cp.activations = to_activation_format(common.activations);
     cp.fp8 = to_fp8_policy(common);
+    cp.kv_cache = to_kv_cache_dtype(common.kv_cache);
     std::unique_ptr<model> loaded;
     std::unique_ptr<backend> random_be;
     backend *be = nullptr;
@@ -66,6 +67,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         lp.precision = prec;
         lp.activations = cp.activations;
         lp.fp8 = cp.fp8;
+        lp.kv_cache = cp.kv_cache;
         lp.need_tokenizer = false;
         auto m = load_model(o.model_dir, lp);
         if (!m) return fail(m.message());

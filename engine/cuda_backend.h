@@ -46,6 +46,7 @@ struct cuda_backend_params {
     // token for cuBLASLt's FP8 GEMM, bf16 dequantizes the weights instead.
     activation_format activations = activation_format::e4m3;
     fp8_policy fp8;                                    // FP8 weights: head and o_proj (model.h)
+    kv_cache_dtype kv_cache = kv_cache_dtype::bf16;    // paged KV pools in BF16 or FP8 E4M3 (model.h)
     bool use_graphs = true;                            // decode-sized steps replayed as CUDA graphs
     std::function<void(float progress)> on_progress;   // 0..1 while weights are uploaded
 };

@@ -120,8 +120,9 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
         }
         __syncthreads();
         const bool f8 = p.kv == kv_format::fp8_e4m3;
-        if (f8 && hd % 16 == 0) {
-            // FP8 pools: 16 elements per 16-byte load, widened to BF16 as staged (same layout).
+        if (DPL >= 2 && f8 && hd % 16 == 0) {
+            // FP8 pools: 16 elements per 16-byte load, widened to BF16 as staged (same layout; head
+            // dims ≤ 32 take the pairwise path below, which keeps that instance free of spills).
             const int hv16 = hd / 16;
             uint4 kb[DPL], vb[DPL];
 #pragma unroll

@@ -21,9 +21,9 @@ struct rope_kv_params {
     bf16_t *q_out = nullptr;             // [n_tokens, n_head·head_dim]
     void *k_cache = nullptr;             // [n_blocks·block_size, n_head_kv·head_dim] of `kv` elements
     void *v_cache = nullptr;
+    int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, block_size = 16;
     kv_format kv = kv_format::bf16;
     float k_scale = 1.0f, v_scale = 1.0f; // FP8 KV: per-tensor scales (stored = x / scale)
-    int64_t n_tokens = 0, n_head = 0, n_head_kv = 0, head_dim = 0, block_size = 16;
 };
 
 void rope_kv_ref(const rope_kv_params &p);
