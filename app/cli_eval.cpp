@@ -29,8 +29,8 @@ struct side {
 };
 
 // test_side: the side under test, which takes --kv-cache (the baseline keeps BF16 KV).
-result<side> load_side(const std::string &dir, const std::string &precision, const common_opts &o, bool need_tok,
-                       bool test_side) {
+result<side> load_side(const std::string &dir, const std::string &precision, const common_opts &o,
+                       bool need_tok, bool test_side) {
     model_load_params lp;
     lp.need_tokenizer = need_tok;
     lp.n_threads = o.threads;
@@ -52,7 +52,8 @@ result<side> load_side(const std::string &dir, const std::string &precision, con
     auto m = load_model(dir, lp);
     if (!m) return m.err();
     if (s.label.empty())
-        s.label = precision + (lp.kv_cache == kv_cache_dtype::fp8 ? ", fp8 KV" : "") + " (" + (*m)->be->name() + ")";
+        s.label = precision + (lp.kv_cache == kv_cache_dtype::fp8 ? ", fp8 KV" : "") + " (" +
+                  (*m)->be->name() + ")";
     s.m = std::move(*m);
     return s;
 }

@@ -23,8 +23,9 @@ int main(int argc, char **argv) {
                          }));
 
     common_opts common;
-    const char *kv_cache_help = "CUDA: KV cache elements, bf16 | fp8 (E4M3, scale 1.0 as vLLM's kv_cache_dtype=fp8: "
-                                "half the KV memory, twice the context or sequences)";
+    const char *kv_cache_help =
+        "CUDA: KV cache elements, bf16 | fp8 (E4M3, scale 1.0 as vLLM's kv_cache_dtype=fp8: "
+        "half the KV memory, twice the context or sequences)";
     auto add_common = [&](CLI::App *sub) {
         sub->add_option("--backend", common.backend, "cpu | cuda | auto")
             ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
@@ -176,8 +177,9 @@ int main(int argc, char **argv) {
     eval->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
     add_activations(eval); // the CPU's emulation of a precision rounds weights only
     eval->add_option("--kv-cache", common.kv_cache,
-                     std::string(kv_cache_help) + "; the tested side only (the baseline keeps BF16 KV), so "
-                                                  "--precision P --baseline P --kv-cache fp8 measures the FP8 KV alone")
+                     std::string(kv_cache_help) +
+                         "; the tested side only (the baseline keeps BF16 KV), so "
+                         "--precision P --baseline P --kv-cache fp8 measures the FP8 KV alone")
         ->check(CLI::IsMember({"bf16", "fp8"}))
         ->default_val("bf16");
     eval->add_option("--text", ev.text_file, "UTF-8 text to evaluate on (default: seeded random token ids)");

@@ -218,19 +218,22 @@ void add_kv_rows(runner &R, const std::string &name, kv_format kv, const std::ve
         std::vector<bf16_t> a(got.size() / 2), b(want.size() / 2);
         std::memcpy(a.data(), got.data(), a.size() * 2);
         std::memcpy(b.data(), want.data(), b.size() * 2);
-        R.add("kernel", name, exact ? "max abs err (exact)" : "max scaled err (bf16)", scaled_err(widen(a), widen(b)),
-              exact ? 0.0 : k_bf16_limit);
+        R.add("kernel", name, exact ? "max abs err (exact)" : "max scaled err (bf16)",
+              scaled_err(widen(a), widen(b)), exact ? 0.0 : k_bf16_limit);
         return;
     }
     double worst = got.size() == want.size() ? 0.0 : INFINITY;
     int64_t differ = 0;
-    const auto ord = [](uint8_t c) { return (c & 0x80) ? -int(c & 0x7f) : int(c & 0x7f); }; // monotonic in value
+    const auto ord = [](uint8_t c) {
+        return (c & 0x80) ? -int(c & 0x7f) : int(c & 0x7f);
+    }; // monotonic in value
     for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
         const int d = std::abs(ord(got[i]) - ord(want[i]));
         worst = std::max(worst, double(d));
         differ += d != 0;
     }
-    R.add("kernel", name, exact ? "max E4M3 code steps (exact)" : "max E4M3 code steps", worst, exact ? 0.0 : 1.0);
+    R.add("kernel", name, exact ? "max E4M3 code steps (exact)" : "max E4M3 code steps", worst,
+          exact ? 0.0 : 1.0);
     if (!exact) R.info("kernel", name, "E4M3 codes differing", double(differ));
 }
 
@@ -300,7 +303,8 @@ void test_rms_norm(runner &R, int64_t rows, int64_t H, bool delta, bool gather) 
 }
 
 void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd, kv_format kv = kv_format::bf16) {
-    const std::string name = shape_name("rope_kv", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}}) + kv_label(kv);
+    const std::string name =
+        shape_name("rope_kv", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}}) + kv_label(kv);
     R.run("kernel", name, [&] {
         const std::vector<int32_t> pos = {0, 1, 17, 4000, 131000};
         const int64_t T = int64_t(pos.size()), bs = 16, qd = n_head * hd, kvd = n_head_kv * hd;
@@ -353,7 +357,8 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd, kv_f
         rope_kv_ref(p);
         R.add("kernel", name + " q", "max scaled err (bf16)", scaled_err(widen(dq.download()), widen(q)), k_bf16_limit);
         add_kv_rows(R, name + " k cache", kv, dk.download(), k, false);
-        add_kv_rows(R, name + " v cache", kv, dv.download(), v, true); // no arithmetic but the scale's division
+        add_kv_rows(R, name + " v cache", kv, dv.download(), v,
+                    true); // no arithmetic but the scale's division
     });
 }
 
@@ -361,8 +366,9 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd, kv_f
 // positions before the first are in the cache too). The name says " tc" when the tensor-core
 // kernel runs (forced by path, or chosen by the automatic rule), " cuda-core" when forced off.
 void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                    const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label, int64_t splits = 1,
-                    int64_t bs = 16, attention_path path = attention_path::automatic, kv_format kv = kv_format::bf16) {
+                    const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label,
+                    int64_t splits = 1, int64_t bs = 16, attention_path path = attention_path::automatic,
+                    kv_format kv = kv_format::bf16) {
     attention_params shape; // the launcher's choice from the shape (the device buffers are aligned)
     std::vector<int32_t> seq_of;
     for (size_t s = 0; s < seqs.size(); ++s) seq_of.insert(seq_of.end(), size_t(seqs[s].second), int32_t(s));
@@ -376,10 +382,13 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
     shape.path = path;
     shape.kv = kv;
     const bool tc = attention_uses_tensor_cores(shape);
-    const std::string name = shape_name(
-        "attention", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
-        label + (splits > 1 ? " kv_splits=" + std::to_string(splits) : "") + (bs != 16 ? " bs=" + std::to_string(bs) : "") +
-            (tc ? " tc" : path == attention_path::cuda_core ? " cuda-core" : "") + kv_label(kv));
+    const std::string name = shape_name("attention", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
+                                        label + (splits > 1 ? " kv_splits=" + std::to_string(splits) : "") +
+                                            (bs != 16 ? " bs=" + std::to_string(bs) : "") +
+                                            (tc                                  ? " tc"
+                                             : path == attention_path::cuda_core ? " cuda-core"
+                                                                                 : "") +
+                                            kv_label(kv));
     R.run("kernel", name, [&] {
         const int64_t qd = n_head * hd, kvd = n_head_kv * hd;
         std::vector<int32_t> pos, seq;
@@ -401,7 +410,8 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         auto q = rand_bf16(static_cast<size_t>(T * qd), -2, 2);
         // K, V: BF16 pools, or FP8 ones quantized from the same kind of values (the twin reads the
         // same codes, widened as the kernels widen them).
-        const auto k = kv_pool_of(rand_bf16(static_cast<size_t>(n_blocks * bs * kvd), -2, 2), kv, k_test_k_scale),
+        const auto k = kv_pool_of(rand_bf16(static_cast<size_t>(n_blocks * bs * kvd), -2, 2), kv,
+                                  k_test_k_scale),
                    v = kv_pool_of(rand_bf16(static_cast<size_t>(n_blocks * bs * kvd)), kv, k_test_v_scale);
         const int64_t group = n_head / n_head_kv;
         const std::vector<int32_t> tiles = attention_tiles(seq.data(), T, group);
@@ -578,12 +588,13 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
 
 // gemv's fusions (gemv.cuh): the input normalized in the kernel (norm_in) and/or the q|k|v
 // projection's RoPE + KV-write epilogue, against the twin (rms_norm_ref, gemv_ref, rope_kv_ref).
-void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                     bool rope, kv_format kv = kv_format::bf16) {
+void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv,
+                     int64_t hd, bool rope, kv_format kv = kv_format::bf16) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name = shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (rope ? " norm+rope_kv" : " norm")) +
-                             kv_label(kv);
+    const std::string name =
+        shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
+                   std::string(fp8 ? "fp8" : "bf16") + (rope ? " norm+rope_kv" : " norm")) +
+        kv_label(kv);
     R.run("kernel", name, [&] {
         const int64_t qd = n_head * hd, kvd = n_head_kv * hd, N = qd + 2 * kvd, bs = 16;
         std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T));
@@ -1265,8 +1276,10 @@ void run_kernel_tests(runner &R, int cc_major) {
     {
         const auto f8kv = kv_format::fp8_e4m3;
         const auto au = attention_path::automatic, cc = attention_path::cuda_core;
-        test_attention(R, 16, 2, 128, {{5, 1}, {100, 1}, {700, 1}, {31, 1}}, "decode batch 4", 1, 16, au, f8kv);
-        test_attention(R, 16, 2, 128, {{5, 1}, {100, 1}, {700, 1}, {31, 1}}, "decode batch 4", 4, 16, au, f8kv);
+        test_attention(R, 16, 2, 128, {{5, 1}, {100, 1}, {700, 1}, {31, 1}}, "decode batch 4", 1, 16, au,
+                       f8kv);
+        test_attention(R, 16, 2, 128, {{5, 1}, {100, 1}, {700, 1}, {31, 1}}, "decode batch 4", 4, 16, au,
+                       f8kv);
         test_attention(R, 20, 4, 128, {{300, 1}}, "decode pos 300", 16, 16, au, f8kv);
         test_attention(R, 16, 2, 128, {{2047, 1}}, "decode pos 2047", 16, 7, au, f8kv);
         test_attention(R, 16, 2, 128, {{0, 1}}, "decode pos 0", 16, 16, au, f8kv);
@@ -1471,19 +1484,20 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
         fp8_policy flipped; // the other side of both choices of the per-layer policy
         flipped.head = true;
         flipped.attn_out = false;
-        for (const variant v : {variant{weight_precision::bf16, activation_format::e4m3, true, {}},
-                                variant{weight_precision::fp8, activation_format::e4m3, true, {}},
-                                variant{weight_precision::fp8, activation_format::e5m2, false, {}},
-                                variant{weight_precision::fp8, activation_format::e4m3, true, flipped},
-                                variant{weight_precision::bf16, activation_format::e4m3, true, {}, kv_cache_dtype::fp8},
-                                variant{weight_precision::fp8, activation_format::e4m3, true, {}, kv_cache_dtype::fp8}}) {
+        for (const variant v :
+             {variant{weight_precision::bf16, activation_format::e4m3, true, {}},
+              variant{weight_precision::fp8, activation_format::e4m3, true, {}},
+              variant{weight_precision::fp8, activation_format::e5m2, false, {}},
+              variant{weight_precision::fp8, activation_format::e4m3, true, flipped},
+              variant{weight_precision::bf16, activation_format::e4m3, true, {}, kv_cache_dtype::fp8},
+              variant{weight_precision::fp8, activation_format::e4m3, true, {}, kv_cache_dtype::fp8}}) {
             const weight_precision prec = v.prec;
             const bool fp8 = prec == weight_precision::fp8;
-            const std::string pn =
-                mname + (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
-                                   (v.policy.is_default() ? "" : ", head fp8, o_proj bf16")
-                             : " bf16") +
-                (v.kv == kv_cache_dtype::fp8 ? ", fp8 KV" : "");
+            const std::string pn = mname +
+                                   (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
+                                              (v.policy.is_default() ? "" : ", head fp8, o_proj bf16")
+                                        : " bf16") +
+                                   (v.kv == kv_cache_dtype::fp8 ? ", fp8 KV" : "");
             // Against the twin model (the same numerics on the CPU) the GPU must agree closely;
             // against HF the limit is what BF16 activations / FP8 weights and activations cost on
             // these tiny random models (the twin model measures the same figures without a GPU).
@@ -1509,7 +1523,9 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             const bool kv8 = v.kv == kv_cache_dtype::fp8;
             const double hf_limit = !fp8 ? (kv8 ? 5e-2 : 5e-3) : v.act == activation_format::e5m2 ? 0.2 : 0.1;
             const double twin_limit = kv8 ? 1e-3 : 1e-4,
-                         twin_limit_prefill = !fp8 ? twin_limit : v.act == activation_format::bf16 ? 2e-3 : 5e-2;
+                         twin_limit_prefill = !fp8                               ? twin_limit
+                                              : v.act == activation_format::bf16 ? 2e-3
+                                                                                 : 5e-2;
             R.run("model", pn, [&] {
                 auto twin_of = [&](const twin_options &to) {
                     auto cfg = load_model_config(dir);
@@ -1543,7 +1559,8 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 const auto pre = logits_prefill(be, prompt, &rr);
                 // The KV budget's unit (engine.cpp plans from it): the pools' real size per block.
                 const model_config &mc = (*m)->config;
-                const double kv_expect = 16.0 * double(mc.kv_dim()) * 2.0 * (kv8 ? 1.0 : 2.0) * double(mc.n_layer);
+                const double kv_expect =
+                    16.0 * double(mc.kv_dim()) * 2.0 * (kv8 ? 1.0 : 2.0) * double(mc.n_layer);
                 R.add("model", pn + " KV", "|kv_block_bytes − block·kv_dim·2·element·layers|",
                       std::abs(double(be.kv_block_bytes()) - kv_expect), 0.0);
                 // The twin of the prefill uses the activations the backend used (a refused FP8

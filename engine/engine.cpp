@@ -289,8 +289,10 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         const cuda_status_info &cs = cuda_status();
         e.device = cs.device.name;
         e.weights_bytes = cuda_weight_bytes(c, p.load.precision, p.load.fp8);
-        const uint64_t kv_elem = p.load.kv_cache == kv_cache_dtype::fp8 ? 1 : 2; // as the backend's kv_block_bytes
-        const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 2 * kv_elem * uint64_t(c.n_layer);
+        const uint64_t kv_elem =
+            p.load.kv_cache == kv_cache_dtype::fp8 ? 1 : 2; // as the backend's kv_block_bytes
+        const uint64_t block_bytes =
+            uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 2 * kv_elem * uint64_t(c.n_layer);
         e.kv_bytes = uint64_t(pick_kv_blocks(p, c, block_bytes)) * block_bytes;
         // The forward pass at a full token budget: logits in fp32 plus the widest activations
         // (q/k/v, gate/up of the routed experts of every token) in fp32, the FP8 prefill's BF16

@@ -25,14 +25,17 @@ result<const es_cuda_module_v1 *> cuda_table_for(const model_load_params &p, std
     // dropped silently, since the KV budget and the numerics were chosen for it.
     const bool kv_fp8 = p.kv_cache == kv_cache_dtype::fp8;
     if (p.kind == backend_kind::cpu) {
-        if (kv_fp8) return error{"an FP8 KV cache (--kv-cache fp8) needs the CUDA backend; the CPU backend keeps fp32 KV"};
+        if (kv_fp8)
+            return error{
+                "an FP8 KV cache (--kv-cache fp8) needs the CUDA backend; the CPU backend keeps fp32 KV"};
         return nullptr;
     }
     const cuda_status_info &st = cuda_status();
     if (st.available) return cuda_module();
     if (p.kind == backend_kind::cuda) return error{"the CUDA backend cannot run here: " + st.reason};
     if (kv_fp8)
-        return error{"an FP8 KV cache (--kv-cache fp8) needs the CUDA backend, which cannot run here: " + st.reason};
+        return error{"an FP8 KV cache (--kv-cache fp8) needs the CUDA backend, which cannot run here: " +
+                     st.reason};
     if (note) *note = "CUDA not used: " + st.reason;
     return nullptr;
 }

@@ -40,7 +40,9 @@ inline const char *activation_format_name(activation_format f) {
 // the context or sequences in the same budget — for a rounding of every cached key and value to
 // 3 mantissa bits. The CPU backend keeps fp32 KV and refuses fp8.
 enum class kv_cache_dtype { bf16, fp8 };
-inline const char *kv_cache_dtype_name(kv_cache_dtype d) { return d == kv_cache_dtype::bf16 ? "bf16" : "fp8"; }
+inline const char *kv_cache_dtype_name(kv_cache_dtype d) {
+    return d == kv_cache_dtype::bf16 ? "bf16" : "fp8";
+}
 
 // The per-layer precision policy of FP8 weights: which linears besides the q/k/v projections and
 // the MLPs (dense, shared and routed experts: always FP8) take E4M3. The router is always fp32,

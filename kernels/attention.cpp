@@ -65,7 +65,8 @@ void attention_ref(const attention_params &p) {
                 const int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
                 const int64_t k = slot * kvd + kvh * hd;
                 float s = 0.0f;
-                for (int64_t d = 0; d < hd; ++d) s += bf16_bits_to_float(q[d]) * kv_at(p.k_cache, p.kv, p.k_scale, k + d);
+                for (int64_t d = 0; d < hd; ++d)
+                    s += bf16_bits_to_float(q[d]) * kv_at(p.k_cache, p.kv, p.k_scale, k + d);
                 scores[j] = s * p.scale;
                 mx = std::max(mx, scores[j]);
             }

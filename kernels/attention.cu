@@ -133,8 +133,10 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
                     const int64_t slot = key_slot[idx / hv16];
                     if (slot >= 0) {
                         const int64_t base = slot * kvd + int64_t(kvh) * hd + (idx % hv16) * 16;
-                        kb[i] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base));
-                        vb[i] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base));
+                        kb[i] = __ldg(
+                            reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base));
+                        vb[i] = __ldg(
+                            reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base));
                     }
                 }
             }
@@ -167,10 +169,12 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
                 uint32_t kw = 0, vw = 0;
                 if (slot >= 0) {
                     const int64_t base = slot * kvd + int64_t(kvh) * hd + 2 * d2;
-                    kw = kv_read_fp8x4(*reinterpret_cast<const uint16_t *>(static_cast<const uint8_t *>(p.k_cache) + base),
+                    kw = kv_read_fp8x4(*reinterpret_cast<const uint16_t *>(
+                                           static_cast<const uint8_t *>(p.k_cache) + base),
                                        p.k_scale)
                              .x;
-                    vw = kv_read_fp8x4(*reinterpret_cast<const uint16_t *>(static_cast<const uint8_t *>(p.v_cache) + base),
+                    vw = kv_read_fp8x4(*reinterpret_cast<const uint16_t *>(
+                                           static_cast<const uint8_t *>(p.v_cache) + base),
                                        p.v_scale)
                              .x;
                 }
@@ -188,8 +192,10 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
                     const int64_t slot = key_slot[idx / hv];
                     if (slot >= 0) {
                         const int64_t base = slot * kvd + int64_t(kvh) * hd + (idx % hv) * 8;
-                        kb[i] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const bf16_t *>(p.k_cache) + base));
-                        vb[i] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const bf16_t *>(p.v_cache) + base));
+                        kb[i] = __ldg(
+                            reinterpret_cast<const uint4 *>(static_cast<const bf16_t *>(p.k_cache) + base));
+                        vb[i] = __ldg(
+                            reinterpret_cast<const uint4 *>(static_cast<const bf16_t *>(p.v_cache) + base));
                     }
                 }
             }
@@ -463,7 +469,8 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
     uint16_t *const qs = reinterpret_cast<uint16_t *>(smem_raw); // [k_tc_rows][LD]
     uint16_t *const ks = qs + k_tc_rows * LD;                    // [2][k_tc_keys][LD]
     uint16_t *const vs = ks + (F8 ? 1 : 2) * k_tc_keys * LD;     // [2 (F8: 1)][k_tc_keys][LD]
-    uint8_t *const kraw = reinterpret_cast<uint8_t *>(vs + (F8 ? 1 : 2) * k_tc_keys * LD); // F8: [2][k_tc_keys][HD]
+    uint8_t *const kraw =
+        reinterpret_cast<uint8_t *>(vs + (F8 ? 1 : 2) * k_tc_keys * LD); // F8: [2][k_tc_keys][HD]
     uint8_t *const vraw = kraw + 2 * k_tc_keys * HD;
     __shared__ int warp_top[k_tc_warps];
 
@@ -542,7 +549,8 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
             for (int i = 0; i < k_tc_keys / STEP; ++i) {
                 const int j = j0 + i * STEP;
                 const bool ok = key0 + i * STEP < kv_len;
-                const bf16_t *ksrc = static_cast<const bf16_t *>(p.k_cache), *vsrc = static_cast<const bf16_t *>(p.v_cache);
+                const bf16_t *ksrc = static_cast<const bf16_t *>(p.k_cache),
+                             *vsrc = static_cast<const bf16_t *>(p.v_cache);
                 if (ok) {
                     const int64_t e = (int64_t(bt[blk]) * bs + off) * kvd + int64_t(kvh) * HD + c * 8;
                     ksrc += e;
@@ -730,8 +738,8 @@ cudaError_t launch_prefill_kv(const attention_params &p, cudaStream_t stream) {
         if (e != cudaSuccess) return e;
     }
     const int64_t ctas = (p.n_tiles + k_tc_tiles - 1) / k_tc_tiles;
-    return launch_kernel(attention_prefill_kernel<HD, F8>, dim3(unsigned(ctas * p.n_head_kv)), k_tc_threads, smem,
-                         stream, p);
+    return launch_kernel(attention_prefill_kernel<HD, F8>, dim3(unsigned(ctas * p.n_head_kv)), k_tc_threads,
+                         smem, stream, p);
 }
 
 } // namespace
@@ -744,10 +752,10 @@ cudaError_t launch_attention(const attention_params &p, cudaStream_t stream) {
     if (p.path == attention_path::automatic && attention_decode_ok(p))
         return launch_attention_decode(p, stream);
     if (attention_uses_tensor_cores(p))
-        return p.kv == kv_format::fp8_e4m3
-                   ? (p.head_dim == 64 ? launch_prefill_kv<64, true>(p, stream) : launch_prefill_kv<128, true>(p, stream))
-                   : (p.head_dim == 64 ? launch_prefill_kv<64, false>(p, stream)
-                                       : launch_prefill_kv<128, false>(p, stream));
+        return p.kv == kv_format::fp8_e4m3 ? (p.head_dim == 64 ? launch_prefill_kv<64, true>(p, stream)
+                                                               : launch_prefill_kv<128, true>(p, stream))
+                                           : (p.head_dim == 64 ? launch_prefill_kv<64, false>(p, stream)
+                                                               : launch_prefill_kv<128, false>(p, stream));
     if (p.path == attention_path::tensor_core)
         return cudaErrorNotSupported; // forced on a shape it cannot run
     if (p.head_dim <= 32) return launch_dpl<1>(p, stream);

@@ -84,8 +84,10 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
             const int64_t slot = key_slot[j];
             if (slot >= 0 && c0 + j >= lo && c0 + j < hi) {
                 const int64_t base = (slot * kvd + int64_t(kvh) * HD + cc * EPV) * ES; // bytes
-                kb[i] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base));
-                vb[i] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base));
+                kb[i] =
+                    __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base));
+                vb[i] =
+                    __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base));
             }
         }
     };
@@ -298,7 +300,8 @@ cudaError_t launch_hd_kv(const attention_params &p, cudaStream_t stream) {
 
 template <int HD>
 cudaError_t launch_hd(const attention_params &p, cudaStream_t stream) {
-    return p.kv == kv_format::fp8_e4m3 ? launch_hd_kv<HD, true>(p, stream) : launch_hd_kv<HD, false>(p, stream);
+    return p.kv == kv_format::fp8_e4m3 ? launch_hd_kv<HD, true>(p, stream)
+                                       : launch_hd_kv<HD, false>(p, stream);
 }
 
 } // namespace

@@ -58,7 +58,8 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
             dst[1] = kv_store_fp8_d(x1, r.k_scale);
             return;
         }
-        uint16_t *dst = n < qd ? r.q_out + l.t * qd + n : static_cast<uint16_t *>(r.k_cache) + l.slot * kvd + (n - qd);
+        uint16_t *dst =
+            n < qd ? r.q_out + l.t * qd + n : static_cast<uint16_t *>(r.k_cache) + l.slot * kvd + (n - qd);
         dst[0] = f_to_bf16(x0);
         dst[1] = f_to_bf16(x1);
         return;

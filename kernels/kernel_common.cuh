@@ -54,8 +54,8 @@ __device__ __forceinline__ uint2 kv_read_fp8x4(uint32_t w, float scale) {
                       uint32_t(f_to_bf16(b.x * scale)) | (uint32_t(f_to_bf16(b.y * scale)) << 16));
 }
 __device__ __forceinline__ void kv_read_fp8x16(const uint4 &raw, float scale, uint4 &lo, uint4 &hi) {
-    const uint2 a = kv_read_fp8x4(raw.x, scale), b = kv_read_fp8x4(raw.y, scale), c = kv_read_fp8x4(raw.z, scale),
-                d = kv_read_fp8x4(raw.w, scale);
+    const uint2 a = kv_read_fp8x4(raw.x, scale), b = kv_read_fp8x4(raw.y, scale),
+                c = kv_read_fp8x4(raw.z, scale), d = kv_read_fp8x4(raw.w, scale);
     lo = make_uint4(a.x, a.y, b.x, b.y);
     hi = make_uint4(c.x, c.y, d.x, d.y);
 }

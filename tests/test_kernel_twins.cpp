@@ -1,11 +1,10 @@
 // The kernels' CPU twins (kernels/*.cpp), which the self-test uses as references for the GPU:
 // each against an independent computation or an invariant (FP8 codes round-trip, RoPE keeps
 // norms, attention over one key returns its value, an FP8 KV cache stores E4M3 of x / scale and
-// attention over it equals attention over the dequantized BF16 cache, the attention kernel choice follows its rule,
-// router ties go to the lower id, the grouped prefill expert path equals the per-token decode
-// path), then the twin model (the CUDA backend's
-// numerics emulated on the CPU) against the CPU backend on every reference checkpoint. Plain C++:
-// runs without a GPU or a CUDA toolkit.
+// attention over it equals attention over the dequantized BF16 cache, the attention kernel choice follows its
+// rule, router ties go to the lower id, the grouped prefill expert path equals the per-token decode path),
+// then the twin model (the CUDA backend's numerics emulated on the CPU) against the CPU backend on every
+// reference checkpoint. Plain C++: runs without a GPU or a CUDA toolkit.
 #include "cuda_twin_model.h"
 #include "model.h"
 #include "npy.h"
@@ -392,10 +391,11 @@ void TestKernelTwins::ropeKvFp8() {
     std::vector<float> inv(hd / 2);
     for (int64_t i = 0; i < hd / 2; ++i) inv[i] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
     const int64_t bs = 16, pool = 2 * bs * kvd;
-    std::vector<es::bf16_t> q(static_cast<size_t>(T * qd)), q16(q.size()), k16(static_cast<size_t>(pool)), v16(k16.size());
+    std::vector<es::bf16_t> q(static_cast<size_t>(T * qd)), q16(q.size()), k16(static_cast<size_t>(pool)),
+        v16(k16.size());
     std::vector<es::fp8_t> k8(static_cast<size_t>(pool), 0), v8(k8.size(), 0);
-    es::rope_kv_params p{qkv.data(), pos.data(), seq.data(), bt.data(), 2, inv.data(), q.data(), k8.data(), v8.data(),
-                         T, nh, nkv, hd, bs};
+    es::rope_kv_params p{qkv.data(), pos.data(), seq.data(), bt.data(), 2,   inv.data(), q.data(),
+                         k8.data(),  v8.data(),  T,          nh,        nkv, hd,         bs};
     p.kv = es::kv_format::fp8_e4m3;
     p.k_scale = 0.5f;
     p.v_scale = 1.5f;
@@ -789,7 +789,9 @@ void TestKernelTwins::twinModel() {
     const double e = nmse(*logits, golden->data);
     qInfo("%s %s (%s activations%s): twin model NMSE vs HF %.3e", qPrintable(QDir(dir).dirName()),
           fp8 ? "fp8" : "bf16", es::activation_format_name(to.activations), kv8 ? ", fp8 KV" : "", e);
-    const double limit = !fp8 ? (kv8 ? 5e-2 : 5e-3) : to.activations == es::activation_format::e5m2 ? 0.2 : 0.1;
+    const double limit = !fp8                                            ? (kv8 ? 5e-2 : 5e-3)
+                         : to.activations == es::activation_format::e5m2 ? 0.2
+                                                                         : 0.1;
     QVERIFY2(e <= limit, qPrintable(QString("NMSE %1").arg(e)));
 }
 
