@@ -285,6 +285,9 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         else e.note = "CUDA not used: " + cs.reason;
     }
     const model_config &c = *cfg;
+    if (!e.gpu && p.load.kv_cache == kv_cache_dtype::fp8) // as load_model: not silently fp32 KV
+        return error{"an FP8 KV cache (--kv-cache fp8) needs the CUDA backend" +
+                     (e.note.empty() ? std::string("; the CPU backend keeps fp32 KV") : " (" + e.note + ")")};
     if (e.gpu) {
         const cuda_status_info &cs = cuda_status();
         e.device = cs.device.name;
