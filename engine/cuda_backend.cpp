@@ -391,6 +391,7 @@ public:
         cuda_memory_report r;
         r.weights_bytes = m_weights.bytes();
         r.kv_bytes = m_kv_pool.bytes();
+        r.kv_cache = m_params.kv_cache;
         r.workspace_bytes = m_work.bytes() + m_inputs.bytes() + m_deq.bytes() + m_staging.bytes();
         r.library_bytes = k_cublas_workspace_bytes;
         cudaMemGetInfo(&r.device_free_bytes, &r.device_total_bytes);

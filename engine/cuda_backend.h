@@ -55,6 +55,7 @@ struct cuda_backend_params {
 struct cuda_memory_report {
     size_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, library_bytes = 0; // ours, by arena
     size_t device_free_bytes = 0, device_total_bytes = 0;                            // cudaMemGetInfo
+    kv_cache_dtype kv_cache = kv_cache_dtype::bf16; // the KV pools' element type (to_string names FP8)
     std::string to_string() const;
 };
 
