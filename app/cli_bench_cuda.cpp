@@ -283,6 +283,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
               prec == weight_precision::fp8 ? activation_format_name(cb->activations()) : "bf16"},
              {"fp8_head", prec == weight_precision::fp8 && cp.fp8.head},
              {"fp8_attn_out", prec == weight_precision::fp8 && cp.fp8.attn_out},
+             {"kv_cache", kv_cache_dtype_name(cp.kv_cache)},
              {"read_bandwidth_bytes_per_s", k_h200_read_bw},
              {"decode_bytes_per_token", bytes},
              {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes}});

@@ -793,6 +793,13 @@ void TestKernelTwins::twinModel() {
                          : to.activations == es::activation_format::e5m2 ? 0.2
                                                                          : 0.1;
     QVERIFY2(e <= limit, qPrintable(QString("NMSE %1").arg(e)));
+    if (kv8) { // the option reaches the cache: the same run with a BF16 cache differs
+        to.kv_cache = es::kv_cache_dtype::bf16;
+        auto bf_kv = es::twin_forward_logits(*cfg, *bound, prompt,
+                                             fp8 ? es::weight_precision::fp8 : es::weight_precision::bf16, to);
+        QVERIFY(bf_kv.ok());
+        QVERIFY(*bf_kv != *logits);
+    }
 }
 
 // The twin changes the numerics only for the tokens of steps above the GEMV threshold (quantized
