@@ -2,12 +2,16 @@
 // backend, with random weights of a real shape built on the GPU (or a model folder), reported in
 // cli_bench.cpp's table format. MBU = tok/s × weight bytes a decode step reads ÷ 4.55 TB/s (the
 // H200's measured read-streaming bandwidth, ../shared/docs/gpu.md). Times are wall-clock around
-// forward(), which includes the input upload and the logits download. The backend comes from the
-// CUDA module (cuda_loader.h); without a usable GPU the command fails with the reason.
+// forward(), which includes the input upload and the logits download (pp: the full row); decode
+// steps (tg, batched) ask for the engine's logit candidates and pick each token from them with a
+// greedy sampler, as a user's decode step does (the fed tokens stay pseudo-random, so runs stay
+// comparable). The backend comes from the CUDA module (cuda_loader.h); without a usable GPU the
+// command fails with the reason.
 #include "cli_commands.h"
 
 #include "cuda_loader.h"
 #include "cuda_module_abi.h"
+#include "generate.h"
 #include "model.h"
 
 #include <nlohmann/json.hpp>
@@ -97,6 +101,27 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
             b.pos[i] = pos0 + i;
         }
         b.logits_rows = {n - 1};
+        b.top_n = 0;
+        b.temperatures.clear();
+    };
+    // Decode steps: candidates requested as the engine does, the token picked from them (greedy).
+    sampling_params greedy_params;
+    greedy_params.temperature = 0.0f;
+    greedy_params.seed = 1;
+    sampler greedy(greedy_params);
+    sampler *const greedy_ptr = &greedy;
+    std::vector<float> row_scratch;
+    int64_t picked = 0, fetched_rows = 0; // tokens picked; of them, full rows fetched
+    auto decode_step = [&](int32_t pos) -> status {
+        fill(1, pos);
+        request_candidates(*be, b, std::span<sampler *const>(&greedy_ptr, 1));
+        if (auto s = be->forward(b, out); !s) return s;
+        bool fetched = false;
+        auto id = sample_output_row(*be, out, 0, greedy, {}, {}, row_scratch, &fetched);
+        if (!id) return id.err();
+        ++picked;
+        fetched_rows += fetched;
+        return ok_status();
     };
 
     nlohmann::json results = nlohmann::json::array();
@@ -123,10 +148,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     std::vector<double> runs;
     for (int r = 0; r < o.reps + 1; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
-        for (int32_t i = 0; i < o.tg; ++i) {
-            fill(1, i);
-            if (auto s = be->forward(b, out); !s) return fail(s.message());
-        }
+        for (int32_t i = 0; i < o.tg; ++i)
+            if (auto s = decode_step(i); !s) return fail(s.message());
         if (r > 0) runs.push_back(seconds_since(t0));
     }
     const double t = median(runs), tps = o.tg / t, roof = k_h200_read_bw / bytes, mbu = tps * bytes / k_h200_read_bw;
@@ -143,10 +166,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
             for (bool rec : {false, true}) {
                 cb->set_record_routing(rec);
                 const auto t0 = std::chrono::steady_clock::now();
-                for (int32_t i = 0; i < o.tg; ++i) {
-                    fill(1, i);
-                    if (auto s = be->forward(b, out); !s) return fail(s.message());
-                }
+                for (int32_t i = 0; i < o.tg; ++i)
+                    if (auto s = decode_step(i); !s) return fail(s.message());
                 (rec ? on : off).push_back(seconds_since(t0));
             }
         cb->set_record_routing(true);
@@ -176,6 +197,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                 bb.pos.clear();
                 bb.seq.clear();
                 bb.logits_rows.clear();
+                std::vector<sampler *> row_samplers;
                 for (int32_t q = 0; q < B; ++q) {
                     for (int32_t i = 0; i < n_per_seq; ++i) {
                         bb.tokens.push_back(int32_t((uint32_t(pos0 + i + 7919 * q) * 2654435761u) % uint32_t(cfg.n_vocab)));
@@ -183,9 +205,18 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                         bb.seq.push_back(q);
                     }
                     bb.logits_rows.push_back(int32_t(bb.tokens.size()) - 1);
+                    row_samplers.push_back(&greedy);
                 }
+                request_candidates(*be, bb, row_samplers);
                 const auto t0 = std::chrono::steady_clock::now();
                 if (auto s = be->forward(bb, out); !s) return s.err();
+                for (int32_t q = 0; q < B; ++q) {
+                    bool fetched = false;
+                    auto id = sample_output_row(*be, out, q, greedy, {}, {}, row_scratch, &fetched);
+                    if (!id) return id.err();
+                    ++picked;
+                    fetched_rows += fetched;
+                }
                 return seconds_since(t0);
             };
             std::vector<double> ttft, itl;
@@ -227,6 +258,14 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         std::printf("FP8 activations of steps above 8 tokens: %s%s%s; head %s, attention output %s\n",
                     activation_format_name(cb->activations()), cb->activation_note().empty() ? "" : " — ",
                     cb->activation_note().c_str(), cp.fp8.head ? "E4M3" : "BF16", cp.fp8.attn_out ? "E4M3" : "BF16");
+    std::printf(
+        "decode figures (tg, telemetry, batched) include sampling: %s; %lld tokens picked, %lld full rows "
+        "fetched\n",
+        be->supports_candidates() ? ("top-" + std::to_string(k_sample_top_n) +
+                                     " logit candidates per row from the GPU, greedy pick")
+                                        .c_str()
+                                  : "full logits rows, greedy pick",
+        (long long)picked, (long long)fetched_rows);
     if (tps_untraced > 0.0)
         std::printf("telemetry (routing record of every MoE layer): tg%d %.1f tok/s with, %.1f without (%+.2f%%)\n", o.tg,
                     tps_traced, tps_untraced, 100.0 * (tps_traced / tps_untraced - 1.0));
@@ -256,18 +295,23 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         const int32_t steps = std::min<int32_t>(32, o.tg);
         cb->set_profiling(true);
         t0 = std::chrono::steady_clock::now();
-        for (int32_t i = 0; i < steps; ++i) {
-            fill(1, i);
-            if (auto s = be->forward(b, out); !s) return fail(s.message());
-        }
+        for (int32_t i = 0; i < steps; ++i)
+            if (auto s = decode_step(i); !s) return fail(s.message());
         print_profile(("decode, " + std::to_string(steps) + " steps from position 0").c_str(), double(steps),
                       seconds_since(t0));
         cb->set_profiling(false);
     }
-    results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
-                       {"roofline_tokens_per_s", roof}, {"mbu", mbu}, {"graph_replay_us", replay_us},
+    results.push_back({{"test", "tg" + std::to_string(o.tg)},
+                       {"tokens_per_s", tps},
+                       {"seconds", t},
+                       {"roofline_tokens_per_s", roof},
+                       {"mbu", mbu},
+                       {"graph_replay_us", replay_us},
                        {"tokens_per_s_with_routing_record", tps_traced},
-                       {"tokens_per_s_without_routing_record", tps_untraced}});
+                       {"tokens_per_s_without_routing_record", tps_untraced},
+                       {"sampling", be->supports_candidates() ? "gpu_candidates_greedy" : "full_row_greedy"},
+                       {"candidates_per_row", be->supports_candidates() ? k_sample_top_n : 0},
+                       {"full_rows_fetched", fetched_rows}});
 
     if (!o.out_json.empty()) {
         const int driver = cuda_status().driver_version; // CUDA version the driver supports

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,12 @@ struct batch {
     std::vector<int32_t> seq;          // [n_tokens] index into seqs; a sequence's tokens are contiguous, positions increasing
     std::vector<batch_seq> seqs;
     std::vector<int32_t> logits_rows;  // token indices whose logits are wanted, in output order
+    // > 0: a backend that supports it (backend::supports_candidates) may return each row's top
+    // top_n candidates instead of the full row (forward_output::candidates); 0: full rows.
+    int32_t top_n = 0;
+    // [logits_rows.size()] or empty: the temperature of each row's softmax denominator
+    // (forward_output::cand_sum); <= 0 or absent: no sum.
+    std::vector<float> temperatures;
 
     int32_t n_tokens() const { return int32_t(tokens.size()); }
 };
@@ -51,8 +58,21 @@ struct phase_times {
     double total_ms = 0.0;
 };
 
+// Each logits row reduced to its top_n candidates (kernels/topk_logits.cuh): values descending,
+// ties → lower id, NaN never a candidate, id −1 / −inf in unused slots.
+struct logit_candidate_rows {
+    int32_t top_n = 0;           // 0: not returned (forward_output::logits holds the rows)
+    std::vector<int32_t> ids;    // [rows, top_n]
+    std::vector<float> logits;   // [rows, top_n]
+    std::vector<float> row_max;  // [rows] largest non-NaN logit
+    std::vector<double> row_sum; // [rows] Σ exp((l − max)/T_row) in double (0 where T_row <= 0)
+};
+
 struct forward_output {
-    std::vector<float> logits;    // [logits_rows.size(), n_vocab]
+    // [logits_rows.size(), n_vocab]; empty when `candidates` were returned instead
+    // (backend::logits_row fetches a full row then).
+    std::vector<float> logits;
+    logit_candidate_rows candidates;
     routing_record routing;
     phase_times phases;
 };
@@ -63,6 +83,10 @@ struct kv_cache_params {
 };
 
 // Memory the backend manages besides weights and KV (workspace) and what the device reports.
+// reserved: bytes the workspace holds (CUDA: the allocator's segments); in_use: bytes of it handed
+// out; largest_free: the largest block inside `reserved` a request gets without asking the
+// device (never the device's free memory). fragmentation = 1 − largest_free / (reserved − in_use),
+// 0 when nothing is free (device_allocator.h).
 struct backend_memory {
     uint64_t reserved = 0, in_use = 0, largest_free = 0; // workspace allocator
     uint64_t device_total = 0, device_free = 0;          // GPU: cudaMemGetInfo; CPU: RAM
@@ -87,6 +111,12 @@ public:
 
     // Runs one forward pass. Validates the batch (ids in vocab, positions inside blocks).
     virtual status forward(const batch &b, forward_output &out) = 0;
+
+    // Whether forward() honours batch::top_n (returns candidates instead of full rows).
+    virtual bool supports_candidates() const { return false; }
+    // Full logits of output row `row` of the last forward(), valid until the next forward() or
+    // init_kv_cache(); out.size() must be n_vocab. Same thread as forward().
+    virtual status logits_row(int32_t row, std::span<float> out) = 0;
 
     virtual size_t weights_bytes() const = 0;
     virtual backend_memory memory() const { return {}; }

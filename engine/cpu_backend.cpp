@@ -68,8 +68,8 @@ public:
 
     backend_memory memory() const override {
         backend_memory m;
-        for (const fvec *v : {&m_x, &m_xn, &m_qkv, &m_attn, &m_rope_cos, &m_rope_sin, &m_rows, &m_gu, &m_act, &m_eout,
-                              &m_router, &m_gather})
+        for (const fvec *v : {&m_x, &m_xn, &m_qkv, &m_attn, &m_rope_cos, &m_rope_sin, &m_rows, &m_gu, &m_act,
+                              &m_eout, &m_router, &m_gather, &m_last_logits})
             m.reserved += v->capacity() * sizeof(float);
         m.in_use = m.reserved;
         m.device_total = physical_memory_bytes();
@@ -105,8 +105,21 @@ public:
         });
     }
 
+    status logits_row(int32_t row, std::span<float> out) override {
+        const int64_t V = m_cfg.n_vocab;
+        if (row < 0 || int64_t(row) * V >= int64_t(m_last_logits.size()))
+            return error{"logits_row: row " + std::to_string(row) +
+                         " is not a logits row of the last forward pass"};
+        if (int64_t(out.size()) != V)
+            return error{"logits_row: the output holds " + std::to_string(out.size()) +
+                         " values, n_vocab is " + std::to_string(V)};
+        std::copy_n(m_last_logits.begin() + int64_t(row) * V, V, out.begin());
+        return ok_status();
+    }
+
     status forward(const batch &b, forward_output &out) override {
         return catch_errors([&]() -> status {
+            m_last_logits.clear();
             check_batch(b);
             omp_set_num_threads(m_threads);
             run(b, out);
@@ -272,8 +285,10 @@ private:
         m_rows.resize(size_t(R * H));
         for (int64_t r = 0; r < R; ++r)
             cpu::rms_norm(&m_x[b.logits_rows[r] * H], m_output_norm.data(), &m_rows[r * H], H, eps);
-        out.logits.resize(size_t(R * c.n_vocab));
-        linear(m_rows.data(), output_weights(), out.logits.data(), R, c.n_vocab, H);
+        out.candidates = logit_candidate_rows{}; // full rows always (batch::top_n is a request)
+        m_last_logits.resize(size_t(R * c.n_vocab));
+        linear(m_rows.data(), output_weights(), m_last_logits.data(), R, c.n_vocab, H);
+        out.logits.assign(m_last_logits.begin(), m_last_logits.end());
         out.phases.head_ms = ms_since(t_head);
         out.phases.total_ms = ms_since(t_begin);
     }
@@ -404,6 +419,7 @@ private:
     kv_cache_params m_kv;
     std::vector<fvec> m_k, m_v; // per layer: [n_blocks * block_size, kv_dim]
     // workspace, reused across steps
+    fvec m_last_logits; // [rows, n_vocab] of the last forward (logits_row)
     fvec m_x, m_xn, m_qkv, m_attn, m_rope_cos, m_rope_sin, m_rows, m_gu, m_act, m_eout, m_router, m_gather;
 };
 

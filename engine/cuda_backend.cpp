@@ -1,12 +1,15 @@
 // CUDA backend (see cuda_backend.h): device memory arenas (weights, KV pools, workspace), the
 // forward pass as a sequence of kernels from kernels/, CUDA graphs for decode-sized steps, and
 // the translation of every CUDA failure into an es::error. Device memory comes from plain
-// cudaMalloc, one allocation per arena. Invariants: one stream; the host waits for the stream
-// only at the end of forward() (logits and the routing record come back then).
+// cudaMalloc: one allocation per arena for weights and KV, per-step scratch from the caching
+// workspace allocator (device_allocator.h). Invariants: one stream; the host waits for the stream
+// only at the end of forward() (logits and the routing record come back then); a workspace block
+// a live CUDA graph captured is never freed (the allocator pins them until clear_graphs).
 #include "cuda_backend.h"
 
 #include "cuda_loader.h"
 #include "cuda_twin_model.h"
+#include "device_allocator.h"
 #include "dtype.h"
 
 #include "act_quantize.cuh"
@@ -20,6 +23,7 @@
 #include "gemv.cuh"
 #include "moe_combine.cuh"
 #include "moe_down_gemv.cuh"
+#include "moe_front.cuh"
 #include "moe_gate_up_gemv.cuh"
 #include "moe_grouped_gemm.cuh"
 #include "moe_plan.cuh"
@@ -27,6 +31,7 @@
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
 #include "silu_mul.cuh"
+#include "topk_logits.cuh"
 
 #include <cuda_runtime_api.h>
 
@@ -155,6 +160,74 @@ public:
     size_t bytes() const { return m_bytes; }
 
 private:
+    void *m_p = nullptr;
+    size_t m_bytes = 0;
+};
+
+// The workspace allocator's segments: plain cudaMalloc on the current device (never managed
+// memory). Out of memory is nullptr, so the allocator can give its cache back and ask again; any
+// other CUDA error is thrown.
+device_memory_source cuda_memory_source() {
+    device_memory_source s;
+    s.alloc = [](size_t bytes) -> void * {
+        void *p = nullptr;
+        const cudaError_t e = cudaMalloc(&p, bytes);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError(); // not sticky: clear it
+            return nullptr;
+        }
+        ck(e, "cudaMalloc for the workspace");
+        return p;
+    };
+    s.free = [](void *p, size_t) {
+        if (cudaFree(p) != cudaSuccess) cudaGetLastError();
+    };
+    s.describe = []() -> std::string {
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+            cudaGetLastError();
+            return {};
+        }
+        return "device: " + format_bytes(free_b) + " free of " + format_bytes(total_b);
+    };
+    return s;
+}
+
+// A block of the workspace allocator with device_buffer's interface, for per-step scratch (the
+// forward pass's workspace, the batch inputs, the FP8 dequantize and staging buffers). Out of
+// memory is an es::load_error naming the request and the allocator's state; so is reset() of a
+// block a live CUDA graph uses (it stays allocated: the graph still reads it).
+class workspace_buffer {
+public:
+    explicit workspace_buffer(device_allocator &a) : m_alloc(a) {}
+    ~workspace_buffer() {
+        if (m_p) (void)m_alloc.free(m_p); // the backend's destructor destroyed the graphs first
+    }
+    workspace_buffer(const workspace_buffer &) = delete;
+    workspace_buffer &operator=(const workspace_buffer &) = delete;
+
+    void alloc(size_t bytes, const std::string &what) {
+        reset();
+        if (bytes == 0) return;
+        result<void *> r = m_alloc.allocate(bytes, what);
+        if (!r) throw load_error(r.message());
+        m_p = *r;
+        m_bytes = bytes;
+    }
+    void reset() {
+        if (!m_p) return;
+        if (const status st = m_alloc.free(m_p); !st) throw load_error(st.message());
+        m_p = nullptr;
+        m_bytes = 0;
+    }
+    template <typename T = unsigned char>
+    T *at(size_t offset = 0) const {
+        return reinterpret_cast<T *>(static_cast<unsigned char *>(m_p) + offset);
+    }
+    size_t bytes() const { return m_bytes; }
+
+private:
+    device_allocator &m_alloc;
     void *m_p = nullptr;
     size_t m_bytes = 0;
 };
@@ -387,25 +460,39 @@ public:
         return ok ? 1000.0 * double(ms) / replays : 0.0;
     }
 
+    // The workspace figures are the allocator's (device_allocator_stats); the device's come from
+    // cudaMemGetInfo (0 when it fails, e.g. after a sticky error).
     cuda_memory_report memory_report() const override {
         cuda_memory_report r;
         r.weights_bytes = m_weights.bytes();
         r.kv_bytes = m_kv_pool.bytes();
         r.kv_cache = m_params.kv_cache;
-        r.workspace_bytes = m_work.bytes() + m_inputs.bytes() + m_deq.bytes() + m_staging.bytes();
+        const device_allocator_stats ws = m_ws.stats();
+        r.workspace_bytes = ws.reserved;
+        r.workspace_in_use_bytes = ws.in_use;
+        r.workspace_largest_free_bytes = ws.largest_free_block;
+        r.workspace_peak_bytes = ws.peak_in_use;
+        r.workspace_segments = ws.n_segments;
         r.library_bytes = k_cublas_workspace_bytes;
-        cudaMemGetInfo(&r.device_free_bytes, &r.device_total_bytes);
+        if (cudaMemGetInfo(&r.device_free_bytes, &r.device_total_bytes) != cudaSuccess) {
+            cudaGetLastError();
+            r.device_free_bytes = r.device_total_bytes = 0;
+        }
         return r;
     }
     backend_memory memory() const override {
         backend_memory m;
-        m.reserved = m_work.bytes() + m_inputs.bytes() + m_deq.bytes();
-        m.in_use = m.reserved;
+        const device_allocator_stats ws = m_ws.stats();
+        m.reserved = ws.reserved;
+        m.in_use = ws.in_use;
+        m.largest_free = ws.largest_free_block;
         size_t f = 0, t = 0;
-        cudaMemGetInfo(&f, &t);
+        if (cudaMemGetInfo(&f, &t) != cudaSuccess) {
+            cudaGetLastError();
+            f = t = 0;
+        }
         m.device_free = f;
         m.device_total = t;
-        m.largest_free = f;
         return m;
     }
 
@@ -445,6 +532,30 @@ public:
                     m_broken = e.what();
                 throw;
             }
+            return ok_status();
+        });
+    }
+
+    bool supports_candidates() const override { return true; }
+
+    status logits_row(int32_t row, std::span<float> out) override {
+        return catch_errors([&]() -> status {
+            check_usable();
+            if (row < 0 || row >= m_last_rows)
+                throw load_error("logits_row: row " + std::to_string(row) +
+                                 " is not a logits row of the last forward pass (" +
+                                 std::to_string(m_last_rows) + " rows)");
+            if (int64_t(out.size()) != m_cfg.n_vocab)
+                throw load_error("logits_row: the output holds " + std::to_string(out.size()) +
+                                 " values, n_vocab is " + std::to_string(m_cfg.n_vocab));
+            const size_t bytes = size_t(m_cfg.n_vocab) * 4;
+            if (m_pinned_logits.bytes() < bytes)
+                m_pinned_logits.alloc(size_t(k_graph_max_tokens * m_cfg.n_vocab) * 4, "pinned logits buffer");
+            ck(cudaMemcpyAsync(m_pinned_logits.at(), m_work.at(m_lay.logits + size_t(row) * bytes), bytes,
+                               cudaMemcpyDeviceToHost, m_stream),
+               "logits row download");
+            ck(cudaStreamSynchronize(m_stream), "logits row download");
+            std::memcpy(out.data(), m_pinned_logits.at(), bytes);
             return ok_status();
         });
     }
@@ -665,13 +776,17 @@ private:
     struct work_layout {
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
         size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
-        size_t router_logits, router_counters, attn_counters, attn_partial, zero_ids;
+        size_t router_logits, router_counters, attn_counters, attn_partial;
+        // Logit candidates (batch::top_n): topk_logits' scratch and per-row counters (zeroed at
+        // allocation, left zero by the kernel), and its output, packed for one download:
+        // ids [R, n], logits [R, n], row max [R], then row sums [R] (double, 8-aligned).
+        size_t topk_scratch = 0, topk_counters = 0, cand = 0;
         // FP8 activations of prefill-sized linears: [T, act_k] codes, [T] scales
         size_t act_q = 0, act_scale = 0;
         int64_t act_k = 0;
         size_t total = 0;
         // inputs (int32 region copied from the pinned mirror in one transfer)
-        size_t in_tokens, in_pos, in_seq, in_rows, in_tiles, in_bt, in_total;
+        size_t in_tokens, in_pos, in_seq, in_rows, in_temps, in_tiles, in_bt, in_total;
     };
 
     int64_t max_ff() const {
@@ -715,7 +830,7 @@ private:
         w.wts = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 4);
         if (n_moe > 0) {
             w.act_e = take(size_t(T * K * c.n_ff_exp) * 2);
-            w.y_e = take(size_t(T * K * H) * 4);
+            w.y_e = take(size_t(T * (K + 1) * H) * 4); // + the shared experts' slot (decode)
             w.counts = take(size_t(E) * 4);
             w.offsets = take(size_t(E + 1) * 4);
             w.tile_offsets = take(size_t(E + 1) * 4);
@@ -728,7 +843,9 @@ private:
         w.router_logits = take(size_t(T * E) * 4);
         w.router_counters = take(size_t(T) * 4); // zeroed at allocation; the router leaves it zero
         w.attn_counters = take(size_t(T * c.n_head_kv) * 4); // the same for attention's split merging
-        w.zero_ids = take(size_t(T) * 4);        // zeroed at allocation: "expert 0" for fused dense gate/up
+        w.topk_scratch = take(topk_logits_scratch_bytes(R, c.n_vocab, topk_logits_max_top));
+        w.topk_counters = take(size_t(R) * 4);
+        w.cand = take(cand_bytes(R, topk_logits_max_top));
         w.attn_partial = take(size_t(attention_partial_floats(std::min<int64_t>(T, k_graph_max_tokens), c.n_head,
                                                               c.n_head_kv, c.head_dim, k_decode_kv_splits)) * 4);
         if (m_params.precision == weight_precision::fp8 && m_params.activations != activation_format::bf16) {
@@ -747,11 +864,18 @@ private:
         w.in_pos = in(T);
         w.in_seq = in(T);
         w.in_rows = in(R);
+        w.in_temps = in(R); // fp32 bits
         w.in_tiles = in(2 * T);
         w.in_bt = in(bt);
         w.in_total = i;
         return w;
     }
+
+    // The candidates' output block for R rows of n: ids, logits, row max, then the 8-aligned sums.
+    static size_t cand_sums_offset(int64_t R, int64_t n) {
+        return (size_t(R * n) * 8 + size_t(R) * 4 + 7) / 8 * 8;
+    }
+    static size_t cand_bytes(int64_t R, int64_t n) { return cand_sums_offset(R, n) + size_t(R) * 8; }
 
     static int64_t round_cap(int64_t need, int64_t at_least) {
         int64_t c = at_least;
@@ -774,11 +898,14 @@ private:
         m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
         ck(cudaMemsetAsync(m_work.at(w.router_counters), 0, size_t(w.T) * 4, m_stream), "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.attn_counters), 0, size_t(w.T * m_cfg.n_head_kv) * 4, m_stream), "workspace clear");
-        ck(cudaMemsetAsync(m_work.at(w.zero_ids), 0, size_t(w.T) * 4, m_stream), "workspace clear");
+        ck(cudaMemsetAsync(m_work.at(w.topk_counters), 0, size_t(w.R) * 4, m_stream), "workspace clear");
         m_inputs.alloc(w.in_total, "the batch inputs");
         m_pinned.alloc(w.in_total, "pinned batch inputs");
         m_pinned_out.alloc(size_t(std::max<int64_t>(n_moe_layers(), 1) * w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 8,
                            "pinned routing record");
+        // Layouts only grow: a segment the old layout emptied goes back to the device (the KV
+        // cache, cuBLASLt and other processes may need it); partly used ones stay as free blocks.
+        m_ws.release_cached();
         m_lay = w;
     }
 
@@ -787,6 +914,7 @@ private:
         for (auto &kv : m_graphs) cudaGraphExecDestroy(kv.second);
         m_graphs.clear();
         m_seen_keys.clear();
+        m_ws.unpin_all(); // no graph holds workspace pointers any more
     }
 
     // ---- the forward pass --------------------------------------------------------------------
@@ -1039,29 +1167,69 @@ private:
             linear("o_proj", L.wo, attn, qd, x, H, T, true, true);
 
             nrm.weight = L.ffn_norm;
-            op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
+            // FFN / MoE. Decode-sized steps fuse the FFN norm into the next kernel: a dense MLP's
+            // gate/up GEMV (norm_in), an MoE layer's moe_front (norm + router + shared gate/up).
+            // ES_CUDA_FUSE=0 (m_fuse) keeps the separate launches.
+            norm_in ffn_in;
+            ffn_in.x = x;
+            ffn_in.weight = L.ffn_norm;
+            ffn_in.eps = float(c.rms_eps);
             if (!L.is_moe) {
-                swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
+                if (!m_fuse || !swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T, &ffn_in)) {
+                    op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
+                    swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
+                }
                 continue;
             }
             int32_t *ids = reinterpret_cast<int32_t *>(base + w.ids) + moe_slot * T * K;
             float *wts = reinterpret_cast<float *>(base + w.wts) + moe_slot * T * K;
             ++moe_slot;
-            moe_router_params mr;
-            mr.x = xn;
-            mr.w = L.router;
-            mr.bias = L.bias;
-            mr.ids = ids;
-            mr.weights = wts;
-            mr.n_tokens = T;
-            mr.n_embd = H;
-            mr.n_expert = c.n_expert;
-            mr.n_expert_used = K;
-            mr.norm_min = float(c.moe_norm_min);
-            mr.logits = reinterpret_cast<float *>(base + w.router_logits);
-            mr.counters = reinterpret_cast<unsigned *>(base + w.router_counters);
-            op("moe_router", [&] { return launch_moe_router(mr, m_stream); });
-            if (c.n_expert_shared > 0) swiglu("shared", L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared, xn, x, gu, act, T);
+            const int64_t F_sh = c.n_ff_exp * c.n_expert_shared;
+            moe_front_params fr;
+            fr.norm = ffn_in;
+            fr.norm.out = xn; // for the routed experts' gate/up
+            fr.router_w = L.router;
+            fr.bias = L.bias;
+            fr.ids = ids;
+            fr.weights = wts;
+            fr.n_expert = c.n_expert;
+            fr.n_expert_used = K;
+            fr.norm_min = float(c.moe_norm_min);
+            fr.logits = reinterpret_cast<float *>(base + w.router_logits);
+            fr.counter = reinterpret_cast<unsigned *>(base + w.router_counters);
+            fr.sh_w = L.sh_gate_up.w;
+            fr.sh_wfmt = L.sh_gate_up.fmt;
+            fr.sh_w_scale = L.sh_gate_up.scale;
+            fr.sh_act = act;
+            fr.n_ff_sh = F_sh;
+            fr.n_tokens = T;
+            fr.n_embd = H;
+            // The shared experts' down projection as one more slot of the routed down launch
+            // (per-slot mode), added first by moe_combine.
+            const bool front = m_fuse && T <= k_moe_gemv_max_tokens && moe_front_supported(fr);
+            const bool shared_slot = front && F_sh > 0 && m_moe_down_rows && L.sh_down.fmt == L.exp_down.fmt;
+            if (front) {
+                op("moe_front", [&] { return launch_moe_front(fr, m_stream); });
+                if (F_sh > 0 && !shared_slot)
+                    linear("shared down", L.sh_down, act, F_sh, x, H, T, true);
+            } else {
+                op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
+                moe_router_params mr;
+                mr.x = xn;
+                mr.w = L.router;
+                mr.bias = L.bias;
+                mr.ids = ids;
+                mr.weights = wts;
+                mr.n_tokens = T;
+                mr.n_embd = H;
+                mr.n_expert = c.n_expert;
+                mr.n_expert_used = K;
+                mr.norm_min = float(c.moe_norm_min);
+                mr.logits = reinterpret_cast<float *>(base + w.router_logits);
+                mr.counters = reinterpret_cast<unsigned *>(base + w.router_counters);
+                op("moe_router", [&] { return launch_moe_router(mr, m_stream); });
+                if (F_sh > 0) swiglu("shared", L.sh_gate_up, L.sh_down, F_sh, xn, x, gu, act, T);
+            }
             bf16_t *act_e = reinterpret_cast<bf16_t *>(base + w.act_e);
             if (T <= k_moe_gemv_max_tokens) {
                 moe_gate_up_gemv_params g;
@@ -1092,14 +1260,24 @@ private:
                     // Per-slot rows, then the combine in choice order (faster than gathering
                     // every choice of an output element in one block: docs/benchmarks.md).
                     d.y_slots = reinterpret_cast<float *>(base + w.y_e);
+                    if (shared_slot) {
+                        d.sh_w = L.sh_down.w;
+                        d.sh_w_scale = L.sh_down.scale;
+                        d.sh_act = act;
+                        d.y_shared = d.y_slots + T * K * H; // the workspace's extra T rows
+                        d.n_ff_sh = F_sh;
+                        d.sh_ready = true; // moe_front wrote sh_act two launches back
+                    }
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
                     moe_combine_params cb;
                     cb.y = d.y_slots;
+                    cb.y_shared = d.y_shared;
                     cb.weights = wts;
                     cb.x = x;
                     cb.n_tokens = T;
                     cb.n_embd = H;
                     cb.n_expert_used = K;
+                    cb.x_ready = front; // x: o_proj's, before moe_front, gate/up and down
                     op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
                 } else {
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
@@ -1170,18 +1348,38 @@ private:
         nrm.eps = float(c.rms_eps);
         op("rms_norm (head)", [&] { return launch_rms_norm(nrm, m_stream); });
         linear("head", m_head, xr, H, reinterpret_cast<float *>(base + w.logits), c.n_vocab, R, false);
+        if (m_top_n > 0 && R > 0) {
+            // Candidates instead of full rows: the logits stay in the workspace for logits_row().
+            const int64_t n = m_top_n;
+            topk_logits_params tk;
+            tk.logits = reinterpret_cast<const float *>(base + w.logits);
+            tk.temperatures = m_inputs.at<float>(w.in_temps);
+            tk.ids = reinterpret_cast<int32_t *>(base + w.cand);
+            tk.values = reinterpret_cast<float *>(base + w.cand + size_t(R * n) * 4);
+            tk.row_max = reinterpret_cast<float *>(base + w.cand + size_t(R * n) * 8);
+            tk.row_sum = reinterpret_cast<double *>(base + w.cand + cand_sums_offset(R, n));
+            tk.n_rows = R;
+            tk.n_vocab = c.n_vocab;
+            tk.n_top = int32_t(n);
+            tk.scratch = base + w.topk_scratch;
+            tk.counters = reinterpret_cast<unsigned *>(base + w.topk_counters);
+            op("topk_logits", [&] { return launch_topk_logits(tk, m_stream); });
+        }
     }
 
-    // y += down(silu(gate(x)) · up(x)) over T tokens (dense MLP and shared experts).
-    void swiglu(const char *role, const dlin &gate_up, const dlin &down, int64_t F, const bf16_t *x, float *y, float *gu,
-                bf16_t *act, int64_t T) {
+    // y += down(silu(gate(x)) · up(x)) over T tokens (dense MLP and shared experts). With `in`,
+    // x is instead the norm of in->x, fused into the gate/up GEMV: false, with nothing launched,
+    // when that path does not apply (more than two tokens, shapes the fused kernel cannot take);
+    // the caller then runs rms_norm and calls again without it.
+    bool swiglu(const char *role, const dlin &gate_up, const dlin &down, int64_t F, const bf16_t *x, float *y, float *gu,
+                bf16_t *act, int64_t T, const norm_in *in = nullptr) {
         const int64_t H = m_cfg.n_embd;
         if (T <= 2) {
             // Decode: gate/up GEMV with SiLU·up in its epilogue (the MoE kernel with one "expert"),
-            // one launch fewer per MLP.
+            // one launch fewer per MLP; with the norm fused, two fewer.
             moe_gate_up_gemv_params g;
             g.x = x;
-            g.ids = reinterpret_cast<const int32_t *>(m_work.at(m_lay.zero_ids));
+            g.ids = nullptr; // expert 0: a dense MLP
             g.w = gate_up.w;
             g.wfmt = gate_up.fmt;
             g.w_scale = gate_up.scale;
@@ -1190,10 +1388,18 @@ private:
             g.n_embd = H;
             g.n_expert_used = 1;
             g.n_ff_exp = F;
-            op(std::string(role) + " gate_up+silu gemv", [&] { return launch_moe_gate_up_gemv(g, m_stream); });
-            linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true);
-            return;
+            if (in) {
+                g.x = nullptr;
+                g.norm = *in;
+                if (!moe_gate_up_gemv_norm_ok(g)) return false;
+            }
+            op(std::string(role) + (in ? " norm+gate_up+silu gemv" : " gate_up+silu gemv"),
+               [&] { return launch_moe_gate_up_gemv(g, m_stream); });
+            // y (the residual) was last written by o_proj, at least two launches back.
+            linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true, true);
+            return true;
         }
+        if (in) return false;
         linear((std::string(role) + " gate_up").c_str(), gate_up, x, H, gu, 2 * F, T, false);
         silu_mul_params s;
         s.gate_up = gu;
@@ -1202,6 +1408,7 @@ private:
         s.n_ff = F;
         op("silu_mul", [&] { return launch_silu_mul(s, m_stream); });
         linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true);
+        return true;
     }
 
     void run(const batch &b, forward_output &out) {
@@ -1209,8 +1416,17 @@ private:
         const int64_t T = b.n_tokens(), R = int64_t(b.logits_rows.size()), S = int64_t(b.seqs.size());
         out.routing = routing_record{};
         out.routing.n_expert_used = int32_t(c.n_expert_used);
-        out.logits.resize(size_t(R * c.n_vocab)); // every element is written below
+        const int64_t top_n = b.top_n > 0 ? std::min<int64_t>(b.top_n, topk_logits_max_top) : 0;
+        if (b.top_n < 0 || (!b.temperatures.empty() && int64_t(b.temperatures.size()) != R))
+            throw load_error("batch: top_n must be >= 0 and temperatures one per logits row");
+        m_last_rows = 0; // logits_row() serves this forward's rows once it has finished
+        out.candidates = logit_candidate_rows{};
+        if (top_n > 0)
+            out.logits.clear();
+        else
+            out.logits.resize(size_t(R * c.n_vocab)); // every element is written below
         if (T == 0) return;
+        m_top_n = top_n;
         int64_t stride = 1;
         for (const auto &s : b.seqs) stride = std::max<int64_t>(stride, int64_t(s.block_table.size()));
         stride = round_cap(stride, 1);
@@ -1226,6 +1442,8 @@ private:
         std::memcpy(m_pinned.at(w.in_pos), b.pos.data(), size_t(T) * 4);
         std::memcpy(m_pinned.at(w.in_seq), b.seq.data(), size_t(T) * 4);
         if (R) std::memcpy(m_pinned.at(w.in_rows), b.logits_rows.data(), size_t(R) * 4);
+        for (int64_t r = 0; r < R; ++r)
+            m_pinned.at<float>(w.in_temps)[r] = b.temperatures.empty() ? 0.0f : b.temperatures[size_t(r)];
         std::memcpy(m_pinned.at(w.in_tiles), tiles.data(), tiles.size() * 4);
         int32_t *btp = m_pinned.at<int32_t>(w.in_bt);
         for (int64_t s = 0; s < S; ++s) {
@@ -1238,7 +1456,7 @@ private:
 
         const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
         const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos) : 1;
-        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits, max_tile);
+        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits, max_tile, top_n);
         bool done = false;
         if (m_params.use_graphs && !m_profiling && m_graph_error.empty() && T <= k_graph_max_tokens) {
             auto it = m_graphs.find(key);
@@ -1257,11 +1475,17 @@ private:
         // Outputs.
         // Decode-sized logits come through a pinned buffer (one DMA at full speed, then a host
         // copy), larger ones straight into the (pageable) output.
-        const size_t logit_bytes = size_t(R * c.n_vocab) * 4;
-        const bool via_pinned = R > 0 && R <= k_graph_max_tokens;
+        // Candidates: one small DMA of the packed block through the same pinned buffer.
+        const size_t logit_bytes = top_n > 0 ? cand_bytes(R, top_n) : size_t(R * c.n_vocab) * 4;
+        const bool via_pinned = R > 0 && (R <= k_graph_max_tokens || top_n > 0);
         if (via_pinned && m_pinned_logits.bytes() < logit_bytes)
-            m_pinned_logits.alloc(size_t(k_graph_max_tokens * c.n_vocab) * 4, "pinned logits buffer");
-        if (R)
+            m_pinned_logits.alloc(std::max(logit_bytes, size_t(k_graph_max_tokens * c.n_vocab) * 4),
+                                  "pinned logits buffer");
+        if (R && top_n > 0)
+            ck(cudaMemcpyAsync(m_pinned_logits.at(), m_work.at(w.cand), logit_bytes, cudaMemcpyDeviceToHost,
+                               m_stream),
+               "candidates download");
+        else if (R)
             ck(cudaMemcpyAsync(via_pinned ? m_pinned_logits.at() : static_cast<void *>(out.logits.data()), m_work.at(w.logits),
                                logit_bytes, cudaMemcpyDeviceToHost, m_stream),
                "logits download");
@@ -1275,7 +1499,23 @@ private:
         }
         ck(cudaStreamSynchronize(m_stream), "the forward pass");
         ck(cudaGetLastError(), "the forward pass");
-        if (via_pinned) std::memcpy(out.logits.data(), m_pinned_logits.at(), logit_bytes);
+        if (via_pinned && top_n > 0) {
+            logit_candidate_rows &cr = out.candidates;
+            const unsigned char *p = m_pinned_logits.at();
+            cr.top_n = int32_t(top_n);
+            cr.ids.assign(reinterpret_cast<const int32_t *>(p),
+                          reinterpret_cast<const int32_t *>(p) + R * top_n);
+            p += size_t(R * top_n) * 4;
+            cr.logits.assign(reinterpret_cast<const float *>(p),
+                             reinterpret_cast<const float *>(p) + R * top_n);
+            p += size_t(R * top_n) * 4;
+            cr.row_max.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R);
+            const double *sums = m_pinned_logits.at<double>(cand_sums_offset(R, top_n));
+            cr.row_sum.assign(sums, sums + R);
+        } else if (via_pinned) {
+            std::memcpy(out.logits.data(), m_pinned_logits.at(), logit_bytes);
+        }
+        m_last_rows = R;
         if (m_profiling) collect_profile();
         if (nk) {
             const int32_t *ids = m_pinned_out.at<int32_t>();
@@ -1293,7 +1533,8 @@ private:
         }
     }
 
-    using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>;
+    using graph_key =
+        std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>; // …, top_n
 
     bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride, int64_t kv_splits,
                             int64_t max_tile) {
@@ -1323,6 +1564,7 @@ private:
             return false;
         }
         m_graphs.emplace(key, exec);
+        m_ws.pin_in_use(); // the graph holds the workspace's raw pointers until clear_graphs
         m_last_graph = exec;
         ck(cudaGraphLaunch(exec, m_stream), "cudaGraphLaunch");
         return true;
@@ -1338,8 +1580,13 @@ private:
     std::string m_act_note;                            // why m_act differs from the request
     int64_t m_max_dense_lin = 0;                       // elements of the widest dense linear
 
-    device_buffer m_weights, m_staging, m_deq, m_kv_pool, m_work, m_inputs;
-    pinned_buffer m_pinned, m_pinned_out, m_pinned_logits;
+    device_buffer m_weights, m_kv_pool;
+    // Per-step scratch from the caching workspace allocator (declared first: it outlives its blocks).
+    device_allocator m_ws{cuda_memory_source()};
+    workspace_buffer m_staging{m_ws}, m_deq{m_ws}, m_work{m_ws}, m_inputs{m_ws};
+    pinned_buffer m_pinned, m_pinned_out, m_pinned_logits; // m_pinned_logits: full rows or candidates
+    int64_t m_top_n = 0;     // candidates per row of the forward being enqueued (0: none)
+    int64_t m_last_rows = 0; // logits rows of the last finished forward (logits_row())
     size_t m_tok_embd_off = 0, m_output_norm_off = 0, m_head_off = 0, m_inv_freq_off = 0;
     std::vector<dlayer> m_layers;
     dlin m_head, m_head_fp8;

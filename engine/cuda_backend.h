@@ -2,11 +2,12 @@
 // es_cuda_backend and the run-time module libexpertscope-cuda.so; the app reaches it through
 // cuda_loader.h and the module's table, cuda_module_abi.h): an es::backend that keeps BF16 or FP8
 // E4M3 (+ per-channel fp32 scales) weights, BF16 paged KV pools and a workspace in device memory
-// (plain cudaMalloc, never managed memory), runs the forward pass with the kernels of kernels/,
-// and turns every CUDA failure, out-of-memory included, into an es::error. Numerics: fp32 residual
-// stream, BF16 activations into every linear (except FP8 linears of steps of more than 8 tokens:
-// activations quantized per token to FP8, cuda_backend_params::activations), fp32 accumulation,
-// fp32 router and softmax (see ARCHITECTURE.md).
+// (plain cudaMalloc, never managed memory; the workspace through a caching allocator), runs the
+// forward pass with the kernels of kernels/, and turns every CUDA failure, out-of-memory included,
+// into an es::error. Numerics: fp32 residual stream, BF16 activations into every linear (except
+// FP8 linears of steps of more than 8 tokens: activations quantized per token to FP8,
+// cuda_backend_params::activations), fp32 accumulation, fp32 router and softmax (see
+// ARCHITECTURE.md).
 #pragma once
 
 #include "backend.h"
@@ -51,9 +52,13 @@ struct cuda_backend_params {
     std::function<void(float progress)> on_progress;   // 0..1 while weights are uploaded
 };
 
-// Where device memory went, for reports and telemetry.
+// Where device memory went, for reports and telemetry. workspace_bytes is what the workspace
+// allocator reserved (its segments); in use, largest free block, peak in use (since load) and the
+// segment count are its figures too (device_allocator.h has the definitions).
 struct cuda_memory_report {
     size_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, library_bytes = 0; // ours, by arena
+    size_t workspace_in_use_bytes = 0, workspace_largest_free_bytes = 0, workspace_peak_bytes = 0;
+    int64_t workspace_segments = 0;
     size_t device_free_bytes = 0, device_total_bytes = 0;                            // cudaMemGetInfo
     kv_cache_dtype kv_cache = kv_cache_dtype::bf16; // the KV pools' element type (to_string names FP8)
     std::string to_string() const;

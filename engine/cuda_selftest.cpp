@@ -26,6 +26,7 @@
 #include "gemv.cuh"
 #include "moe_combine.cuh"
 #include "moe_down_gemv.cuh"
+#include "moe_front.cuh"
 #include "moe_gate_up_gemv.cuh"
 #include "moe_grouped_gemm.cuh"
 #include "moe_plan.cuh"
@@ -33,11 +34,13 @@
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
 #include "silu_mul.cuh"
+#include "topk_logits.cuh"
 
 #include <cuda_runtime_api.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -530,18 +533,20 @@ void test_moe_router(runner &R, int64_t T, int64_t H, int64_t E, int64_t K, bool
     });
 }
 
-void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool acc, int splits = 0) {
+void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool acc, int splits = 0,
+               scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name =
-        shape_name("gemv", {{"M", M}, {"N", N}, {"K", K}}, std::string(fp8 ? "fp8" : "bf16") + (acc ? " +acc" : "") +
-                                                               (splits > 1 ? " splitK=" + std::to_string(splits) : ""));
+        shape_name("gemv", {{"M", M}, {"N", N}, {"K", K}},
+                   std::string(fp8 ? "fp8" : "bf16") + (L == scale_layout::block128 ? " 128x128 blocks" : "") +
+                       (acc ? " +acc" : "") + (splits > 1 ? " splitK=" + std::to_string(splits) : ""));
     R.run("kernel", name, [&] {
         auto x = rand_bf16(static_cast<size_t>(M * K));
         auto wb = rand_bf16(static_cast<size_t>(N * K), -0.05f, 0.05f);
         std::vector<fp8_t> wq(static_cast<size_t>(N * K));
-        std::vector<float> sc(static_cast<size_t>(N));
+        std::vector<float> sc(size_t(fp8_scale_count(N, K, L)));
         if (fp8) {
-            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, K};
+            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, K, L};
             fp8_quantize_ref(q);
         }
         auto y0 = rand_f(static_cast<size_t>(M * N));
@@ -554,6 +559,7 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
         p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
         p.wfmt = f;
         p.w_scale = fp8 ? dsc.get() : nullptr;
+        p.w_layout = L;
         p.y = dy.get();
         p.ldy = N;
         p.n_tokens = M;
@@ -588,13 +594,13 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
 
 // gemv's fusions (gemv.cuh): the input normalized in the kernel (norm_in) and/or the q|k|v
 // projection's RoPE + KV-write epilogue, against the twin (rms_norm_ref, gemv_ref, rope_kv_ref).
-void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv,
-                     int64_t hd, bool rope, kv_format kv = kv_format::bf16) {
+void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv, int64_t hd,
+                     bool rope, scale_layout L = scale_layout::channel, kv_format kv = kv_format::bf16) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name =
-        shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
-                   std::string(fp8 ? "fp8" : "bf16") + (rope ? " norm+rope_kv" : " norm")) +
-        kv_label(kv);
+    const std::string name = shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
+                                        std::string(fp8 ? "fp8" : "bf16") + (L == scale_layout::block128 ? " 128x128 blocks" : "") +
+                                            (rope ? " norm+rope_kv" : " norm")) +
+                             kv_label(kv);
     R.run("kernel", name, [&] {
         const int64_t qd = n_head * hd, kvd = n_head_kv * hd, N = qd + 2 * kvd, bs = 16;
         std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T));
@@ -614,9 +620,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
         auto wb = rand_bf16(static_cast<size_t>(N * H), -0.05f, 0.05f);
         std::vector<fp8_t> wq(static_cast<size_t>(N * H));
-        std::vector<float> sc(static_cast<size_t>(N));
+        std::vector<float> sc(size_t(fp8_scale_count(N, H, L)));
         if (fp8) {
-            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, H};
+            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, H, L};
             fp8_quantize_ref(q);
         }
         dvec<float> dx(x), dinv(inv), dsc(sc), dy(static_cast<size_t>(T * N));
@@ -629,6 +635,7 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
         p.wfmt = f;
         p.w_scale = fp8 ? dsc.get() : nullptr;
+        p.w_layout = L;
         p.y = dy.get();
         p.ldy = N;
         p.n_tokens = T;
@@ -689,8 +696,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
     });
 }
 
-void test_fp8_quantize(runner &R, int64_t N, int64_t K) {
-    const std::string name = shape_name("fp8_quantize", {{"N", N}, {"K", K}}, "edge rows");
+void test_fp8_quantize(runner &R, int64_t N, int64_t K, scale_layout L = scale_layout::channel) {
+    const bool blk = L == scale_layout::block128;
+    const std::string name = shape_name("fp8_quantize", {{"N", N}, {"K", K}}, blk ? "128x128 blocks, edge rows" : "edge rows");
     R.run("kernel", name, [&] {
         auto w = rand_bf16(static_cast<size_t>(N * K), -0.3f, 0.3f);
         // Edge rows: all zero; one huge value (the rest round to subnormals/zero); tiny values.
@@ -699,13 +707,14 @@ void test_fp8_quantize(runner &R, int64_t N, int64_t K) {
         for (int64_t i = 0; i < K; ++i) w[2 * K + i] = float_to_bf16_bits(1e-30f * float(i % 5 - 2));
         dvec<bf16_t> dw(w);
         dvec<fp8_t> dq(static_cast<size_t>(N * K));
-        dvec<float> ds(static_cast<size_t>(N));
-        fp8_quantize_params p{dw.get(), dq.get(), ds.get(), N, K};
+        const size_t ns = size_t(fp8_scale_count(N, K, L));
+        dvec<float> ds(ns);
+        fp8_quantize_params p{dw.get(), dq.get(), ds.get(), N, K, L};
         ck(launch_fp8_quantize(p, nullptr), "launch");
         sync(name);
         std::vector<fp8_t> q(static_cast<size_t>(N * K));
-        std::vector<float> s(static_cast<size_t>(N));
-        p = fp8_quantize_params{w.data(), q.data(), s.data(), N, K};
+        std::vector<float> s(ns);
+        p = fp8_quantize_params{w.data(), q.data(), s.data(), N, K, L};
         fp8_quantize_ref(p);
         const auto gq = dq.download();
         const auto gs = ds.download();
@@ -717,14 +726,15 @@ void test_fp8_quantize(runner &R, int64_t N, int64_t K) {
         std::vector<float> deq, orig;
         for (int64_t r = 3; r < N; ++r)
             for (int64_t i = 0; i < K; ++i) {
-                deq.push_back(fp8_e4m3_to_float(gq[r * K + i]) * gs[r]);
+                deq.push_back(fp8_e4m3_to_float(gq[r * K + i]) * gs[fp8_scale_index(r, i, K, L)]);
                 orig.push_back(bf16_bits_to_float(w[r * K + i]));
             }
         R.add("kernel", name + " dequantized", "NMSE vs bf16", nmse(deq, orig), 5e-3);
         // The row's largest magnitude maps to ±448 and back to itself (up to the scale's rounding).
         const double big = std::fabs(double(bf16_bits_to_float(w[1 * K + 3])));
         R.add("kernel", name + " saturation", "|dequantized max| / |max|",
-              double(std::fabs(fp8_e4m3_to_float(gq[1 * K + 3]) * gs[1])) / big, 0.99999, false);
+              double(std::fabs(fp8_e4m3_to_float(gq[1 * K + 3]) * gs[fp8_scale_index(1, 3, K, L)])) / big, 0.99999,
+              false);
     });
 }
 
@@ -790,22 +800,23 @@ void test_act_quantize(runner &R, int64_t M, int64_t K, int64_t ldx, fp8_format 
     });
 }
 
-void test_fp8_dequantize(runner &R, int64_t N, int64_t K) {
-    const std::string name = shape_name("fp8_dequantize", {{"N", N}, {"K", K}});
+void test_fp8_dequantize(runner &R, int64_t N, int64_t K, scale_layout L = scale_layout::channel) {
+    const std::string name =
+        shape_name("fp8_dequantize", {{"N", N}, {"K", K}}, L == scale_layout::block128 ? "128x128 blocks" : "");
     R.run("kernel", name, [&] {
         auto w = rand_bf16(static_cast<size_t>(N * K));
         std::vector<fp8_t> q(static_cast<size_t>(N * K));
-        std::vector<float> s(static_cast<size_t>(N));
-        fp8_quantize_params qp{w.data(), q.data(), s.data(), N, K};
+        std::vector<float> s(size_t(fp8_scale_count(N, K, L)));
+        fp8_quantize_params qp{w.data(), q.data(), s.data(), N, K, L};
         fp8_quantize_ref(qp);
         dvec<fp8_t> dq(q);
         dvec<float> ds(s);
         dvec<bf16_t> dout(static_cast<size_t>(N * K));
-        fp8_dequantize_params p{dq.get(), ds.get(), dout.get(), N, K};
+        fp8_dequantize_params p{dq.get(), ds.get(), dout.get(), N, K, L};
         ck(launch_fp8_dequantize(p, nullptr), "launch");
         sync(name);
         std::vector<bf16_t> out(static_cast<size_t>(N * K));
-        p = fp8_dequantize_params{q.data(), s.data(), out.data(), N, K};
+        p = fp8_dequantize_params{q.data(), s.data(), out.data(), N, K, L};
         fp8_dequantize_ref(p);
         R.add("kernel", name, "max abs err (exact)", scaled_err(widen(dout.download()), widen(out)), 0.0);
     });
@@ -903,6 +914,274 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         d.y = y.data();
         moe_down_gemv_ref(d);
         R.add("kernel", n2, "max scaled err", scaled_err(dy.download(), y), k_f32_limit);
+    });
+}
+
+// ---- the fused decode kernels (norm_in, moe_front, the shared-expert slot) ---------------------
+// Each compares the normalized rows the GPU stores (norm.out) with rms_norm's twin, then the rest
+// with the twins run on the GPU's own normalized rows, so a BF16 rounding of the fused norm (its
+// sum of squares is in another order) cannot flip a router choice and only the kernel is measured.
+
+// Same top-k set and order for every token (the router rows' rule); the count of such tokens.
+int64_t same_choices(const std::vector<int32_t> &a, const std::vector<int32_t> &b, int64_t T, int64_t K) {
+    int64_t same = 0;
+    for (int64_t t = 0; t < T; ++t) same += std::equal(a.begin() + t * K, a.begin() + (t + 1) * K, b.begin() + t * K);
+    return same;
+}
+
+// The ids, weights and (all tied) exact tie-break rows of a router result against its twin.
+void router_rows(runner &R, const std::string &name, const std::vector<int32_t> &gids, const std::vector<float> &gwts,
+                 const std::vector<int32_t> &ids, const std::vector<float> &wts, int64_t T, int64_t K, bool all_tied) {
+    const int64_t same = same_choices(gids, ids, T, K);
+    R.add("kernel", name + " ids", "tokens with the same top-k set and order", double(same), double(T), false);
+    if (same == T) R.add("kernel", name + " weights", "max scaled err", scaled_err(gwts, wts), 1e-5);
+    if (all_tied) {
+        int64_t lowest = 0; // every choice is the lowest free id: 0, 1, …, k−1
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < K; ++j) lowest += gids[t * K + j] == int32_t(j);
+        R.add("kernel", name + " ties", "choices that are the lowest id", double(lowest), double(T * K), false);
+    }
+}
+
+void test_moe_router_norm(runner &R, int64_t T, int64_t H, int64_t E, int64_t K, bool all_tied) {
+    const std::string name = shape_name("moe_router norm_in", {{"T", T}, {"H", H}, {"E", E}, {"k", K}}, all_tied ? "all tied" : "");
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+        auto w = all_tied ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : rand_f(static_cast<size_t>(E * H), -0.1f, 0.1f);
+        auto bias = all_tied ? std::vector<float>(static_cast<size_t>(E), 0.25f) : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
+        dvec<float> dx(x), dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E));
+        dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H));
+        dvec<int32_t> dids(static_cast<size_t>(T * K));
+        dvec<unsigned> dcount(static_cast<size_t>(T));
+        moe_router_params p;
+        p.norm.x = dx.get();
+        p.norm.weight = dnw.get();
+        p.norm.out = dxn.get();
+        p.w = dw.get();
+        p.bias = db.get();
+        p.ids = dids.get();
+        p.weights = dwt.get();
+        p.n_tokens = T;
+        p.n_embd = H;
+        p.n_expert = E;
+        p.n_expert_used = K;
+        p.logits = dlogits.get();
+        p.counters = dcount.get();
+        if (!moe_router_norm_ok(p)) throw std::runtime_error("moe_router_norm_ok refuses the shape");
+        ck(launch_moe_router(p, nullptr), "launch");
+        sync(name);
+        ck(launch_moe_router(p, nullptr), "second launch"); // the counters were left at zero
+        sync(name);
+        norm_in ni;
+        ni.x = x.data();
+        ni.weight = nw.data();
+        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
+        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
+        std::vector<int32_t> ids(static_cast<size_t>(T * K));
+        std::vector<float> wts(static_cast<size_t>(T * K));
+        moe_router_params r;
+        r.x = xn.data();
+        r.w = w.data();
+        r.bias = bias.data();
+        r.ids = ids.data();
+        r.weights = wts.data();
+        r.n_tokens = T;
+        r.n_embd = H;
+        r.n_expert = E;
+        r.n_expert_used = K;
+        moe_router_ref(r);
+        router_rows(R, name, dids.download(), dwt.download(), ids, wts, T, K, all_tied);
+    });
+}
+
+// moe_gate_up_gemv with the fused norm: a dense MLP (routed = false: ids null, one "expert") or
+// routed experts.
+void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t F, bool routed) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const int64_t E = routed ? 5 : 1, K = routed ? 3 : 1;
+    const std::string name = shape_name("moe_gate_up_gemv norm_in", {{"T", T}, {"H", H}, {"F", F}, {"k", K}},
+                                        std::string(fp8 ? "fp8" : "bf16") + (routed ? " routed" : " dense"));
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+        auto ids = random_topk_ids(T, E, K);
+        auto gu = make_expert_weights(f, E * 2 * F, H);
+        dvec<float> dx(x), dgus(gu.s);
+        dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * K * F));
+        dvec<fp8_t> dguq(gu.q);
+        dvec<int32_t> dids(ids);
+        moe_gate_up_gemv_params g;
+        g.ids = routed ? dids.get() : nullptr;
+        g.w = fp8 ? static_cast<const void *>(dguq.get()) : dgub.get();
+        g.wfmt = f;
+        g.w_scale = fp8 ? dgus.get() : nullptr;
+        g.act = dact.get();
+        g.n_tokens = T;
+        g.n_embd = H;
+        g.n_expert_used = K;
+        g.n_ff_exp = F;
+        g.norm.x = dx.get();
+        g.norm.weight = dnw.get();
+        g.norm.out = dxn.get();
+        if (!moe_gate_up_gemv_norm_ok(g)) throw std::runtime_error("moe_gate_up_gemv_norm_ok refuses the shape");
+        ck(launch_moe_gate_up_gemv(g, nullptr), "launch");
+        sync(name);
+        norm_in ni;
+        ni.x = x.data();
+        ni.weight = nw.data();
+        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
+        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
+        std::vector<bf16_t> act(static_cast<size_t>(T * K * F));
+        g.x = xn.data();
+        g.norm = norm_in{};
+        g.ids = routed ? ids.data() : nullptr;
+        g.w = fp8 ? static_cast<const void *>(gu.q.data()) : gu.b.data();
+        g.w_scale = fp8 ? gu.s.data() : nullptr;
+        g.act = act.data();
+        moe_gate_up_gemv_ref(g);
+        R.add("kernel", name, "max scaled err (bf16)", scaled_err(widen(dact.download()), widen(act)), k_bf16_limit);
+    });
+}
+
+void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fs, bool all_tied) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const std::string name = shape_name("moe_front", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"Fsh", Fs}},
+                                        std::string(fp8 ? "fp8" : "bf16") + (all_tied ? " all tied" : ""));
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+        auto w = all_tied ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : rand_f(static_cast<size_t>(E * H), -0.1f, 0.1f);
+        auto bias = all_tied ? std::vector<float>(static_cast<size_t>(E), 0.25f) : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
+        auto gu = make_expert_weights(f, 2 * Fs, H);
+        dvec<float> dx(x), dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E)), dgus(gu.s);
+        dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * Fs));
+        dvec<fp8_t> dguq(gu.q);
+        dvec<int32_t> dids(static_cast<size_t>(T * K));
+        dvec<unsigned> dcount(1);
+        moe_front_params p;
+        p.norm.x = dx.get();
+        p.norm.weight = dnw.get();
+        p.norm.out = dxn.get();
+        p.router_w = dw.get();
+        p.bias = db.get();
+        p.ids = dids.get();
+        p.weights = dwt.get();
+        p.n_expert = E;
+        p.n_expert_used = K;
+        p.logits = dlogits.get();
+        p.counter = dcount.get();
+        p.sh_w = Fs ? (fp8 ? static_cast<const void *>(dguq.get()) : dgub.get()) : nullptr;
+        p.sh_wfmt = f;
+        p.sh_w_scale = fp8 && Fs ? dgus.get() : nullptr;
+        p.sh_act = Fs ? dact.get() : nullptr;
+        p.n_ff_sh = Fs;
+        p.n_tokens = T;
+        p.n_embd = H;
+        if (!moe_front_supported(p)) throw std::runtime_error("moe_front_supported refuses the shape");
+        ck(launch_moe_front(p, nullptr), "launch");
+        sync(name);
+        ck(launch_moe_front(p, nullptr), "second launch"); // the counter was left at zero
+        sync(name);
+        norm_in ni;
+        ni.x = x.data();
+        ni.weight = nw.data();
+        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
+        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
+        std::vector<int32_t> ids(static_cast<size_t>(T * K));
+        std::vector<float> wts(static_cast<size_t>(T * K));
+        moe_router_params r;
+        r.x = xn.data();
+        r.w = w.data();
+        r.bias = bias.data();
+        r.ids = ids.data();
+        r.weights = wts.data();
+        r.n_tokens = T;
+        r.n_embd = H;
+        r.n_expert = E;
+        r.n_expert_used = K;
+        moe_router_ref(r);
+        router_rows(R, name, dids.download(), dwt.download(), ids, wts, T, K, all_tied);
+        if (Fs > 0) {
+            std::vector<bf16_t> act(static_cast<size_t>(T * Fs));
+            moe_gate_up_gemv_params g;
+            g.x = xn.data();
+            g.w = fp8 ? static_cast<const void *>(gu.q.data()) : gu.b.data();
+            g.wfmt = f;
+            g.w_scale = fp8 ? gu.s.data() : nullptr;
+            g.act = act.data();
+            g.n_tokens = T;
+            g.n_embd = H;
+            g.n_expert_used = 1;
+            g.n_ff_exp = Fs;
+            moe_gate_up_gemv_ref(g);
+            R.add("kernel", name + " shared act", "max scaled err (bf16)", scaled_err(widen(dact.download()), widen(act)),
+                  k_bf16_limit);
+        }
+    });
+}
+
+// moe_down_gemv's per-slot mode with the shared experts' slot, then moe_combine adding it first.
+// ready: the shared slot before pdl_wait (sh_ready) and moe_combine's x_ready, as decode runs them
+// (here the inputs were uploaded before the launch, which is what those flags promise).
+void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe, int64_t Fs,
+                          bool ready) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const std::string name = shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
+                                        std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : ""));
+    R.run("kernel", name, [&] {
+        auto act = rand_bf16(static_cast<size_t>(T * K * Fe)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
+        auto ids = random_topk_ids(T, E, K);
+        auto wts = rand_f(static_cast<size_t>(T * K), 0.0f, 0.5f);
+        auto dn = make_expert_weights(f, E * H, Fe), sh = make_expert_weights(f, H, Fs);
+        auto x0 = rand_f(static_cast<size_t>(T * H));
+        dvec<bf16_t> dact(act), dsha(sh_act), ddnb(dn.b), dshb(sh.b);
+        dvec<fp8_t> ddnq(dn.q), dshq(sh.q);
+        dvec<float> ddns(dn.s), dshs(sh.s), dwts(wts), dys(static_cast<size_t>((T * K + T) * H)), dx(x0);
+        dvec<int32_t> dids(ids);
+        moe_down_gemv_params d;
+        d.act = dact.get();
+        d.ids = dids.get();
+        d.weights = dwts.get();
+        d.w = fp8 ? static_cast<const void *>(ddnq.get()) : ddnb.get();
+        d.wfmt = f;
+        d.w_scale = fp8 ? ddns.get() : nullptr;
+        d.y_slots = dys.get();
+        d.n_tokens = T;
+        d.n_embd = H;
+        d.n_expert_used = K;
+        d.n_ff_exp = Fe;
+        d.sh_w = fp8 ? static_cast<const void *>(dshq.get()) : dshb.get();
+        d.sh_w_scale = fp8 ? dshs.get() : nullptr;
+        d.sh_act = dsha.get();
+        d.y_shared = dys.get() + T * K * H;
+        d.n_ff_sh = Fs;
+        d.sh_ready = ready;
+        ck(launch_moe_down_gemv(d, nullptr), "launch");
+        moe_combine_params cb{dys.get(), dwts.get(), dx.get(), T, H, K};
+        cb.y_shared = d.y_shared;
+        cb.x_ready = ready;
+        ck(launch_moe_combine(cb, nullptr), "combine launch");
+        sync(name);
+        std::vector<float> ys(static_cast<size_t>((T * K + T) * H)), x = x0;
+        d.act = act.data();
+        d.ids = ids.data();
+        d.weights = wts.data();
+        d.w = fp8 ? static_cast<const void *>(dn.q.data()) : dn.b.data();
+        d.w_scale = fp8 ? dn.s.data() : nullptr;
+        d.y_slots = ys.data();
+        d.sh_w = fp8 ? static_cast<const void *>(sh.q.data()) : sh.b.data();
+        d.sh_w_scale = fp8 ? sh.s.data() : nullptr;
+        d.sh_act = sh_act.data();
+        d.y_shared = ys.data() + T * K * H;
+        moe_down_gemv_ref(d);
+        R.add("kernel", name + " slots", "max scaled err", scaled_err(dys.download(), ys), k_f32_limit);
+        // The combine on the GPU's own slots (only the combine measured).
+        const auto gys = dys.download();
+        cb = moe_combine_params{gys.data(), wts.data(), x.data(), T, H, K};
+        cb.y_shared = gys.data() + T * K * H;
+        moe_combine_ref(cb);
+        R.add("kernel", name + " combine", "max scaled err", scaled_err(dx.download(), x), 1e-6);
     });
 }
 
@@ -1185,6 +1464,94 @@ void test_argmax(runner &R, int64_t rows, int64_t V) {
     });
 }
 
+// topk_logits vs its twin: exact ids and values (set and order), row max exact, sums within 1e-5
+// relative; launched twice (the per-row counters must re-arm), then timed (info row).
+void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
+    const std::string name =
+        shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}}, "ties, NaN, -inf, mostly NaN");
+    R.run("kernel", name, [&] {
+        auto x = rand_f(static_cast<size_t>(rows * V), -5, 5);
+        std::vector<float> temps(static_cast<size_t>(rows));
+        for (int64_t r = 0; r < rows; ++r) {
+            float *row = x.data() + r * V;
+            temps[size_t(r)] = r == 1 ? 0.0f : 0.6f + 0.1f * float(r);
+            for (int64_t v = 0; v < V; v += 3) row[v] = std::round(row[v] * 4.0f) / 4.0f; // many ties
+            row[5000 % V] = row[90000 % V] = 9.0f; // a tie at the top: the lower id first
+            if (r % 3 == 1)
+                for (int64_t v = 0; v < V; v += 11) row[v] = NAN;
+            if (r % 4 == 2)
+                for (int64_t v = 1; v < V; v += 7) row[v] = -INFINITY;
+            if (r == 5) // few values per block: N = 256 takes the merge's overflow path
+                for (int64_t v = 0; v < V; ++v)
+                    if (v % 50) row[v] = NAN;
+            if (r == 3) // a row without a finite value
+                for (int64_t v = 0; v < V; ++v) row[v] = v % 2 ? -INFINITY : NAN;
+        }
+        dvec<float> dx(x), dt(temps), dmax(static_cast<size_t>(rows));
+        dvec<int32_t> dids(static_cast<size_t>(rows * N));
+        dvec<float> dvals(static_cast<size_t>(rows * N));
+        dvec<double> dsum(static_cast<size_t>(rows));
+        dvec<uint8_t> scratch(topk_logits_scratch_bytes(rows, V, N));
+        dvec<unsigned> counters(static_cast<size_t>(rows));
+        topk_logits_params p;
+        p.logits = dx.get();
+        p.temperatures = dt.get();
+        p.ids = dids.get();
+        p.values = dvals.get();
+        p.row_max = dmax.get();
+        p.row_sum = dsum.get();
+        p.n_rows = rows;
+        p.n_vocab = V;
+        p.n_top = N;
+        p.scratch = scratch.get();
+        p.counters = counters.get();
+        std::vector<int32_t> ids(static_cast<size_t>(rows * N));
+        std::vector<float> vals(static_cast<size_t>(rows * N)), mx(static_cast<size_t>(rows));
+        std::vector<double> sums(static_cast<size_t>(rows));
+        topk_logits_params h = p;
+        h.logits = x.data();
+        h.temperatures = temps.data();
+        h.ids = ids.data();
+        h.values = vals.data();
+        h.row_max = mx.data();
+        h.row_sum = sums.data();
+        topk_logits_ref(h);
+        int64_t diff = 0, max_diff = 0;
+        double sum_err = 0.0;
+        for (int launch = 0; launch < 2; ++launch) {
+            ck(launch_topk_logits(p, nullptr), "launch");
+            sync(name);
+            const auto gi = dids.download();
+            const auto gv = dvals.download();
+            const auto gm = dmax.download();
+            const auto gs = dsum.download();
+            for (size_t i = 0; i < gi.size(); ++i)
+                diff += gi[i] != ids[i] || std::memcmp(&gv[i], &vals[i], 4) != 0;
+            for (int64_t r = 0; r < rows; ++r) {
+                max_diff += !(gm[size_t(r)] == mx[size_t(r)]);
+                const double ref = sums[size_t(r)];
+                sum_err = std::max(sum_err, std::abs(gs[size_t(r)] - ref) / std::max(ref, 1e-30));
+                if (ref == 0.0) sum_err = std::max(sum_err, std::abs(gs[size_t(r)]));
+            }
+        }
+        R.add("kernel", name, "candidates differing (id or value, exact, 2 launches)", double(diff), 0.0);
+        R.add("kernel", name, "row max differing (exact)", double(max_diff), 0.0);
+        R.add("kernel", name, "row sum max rel err", sum_err, 1e-5);
+        cudaEvent_t a = nullptr, b = nullptr;
+        ck(cudaEventCreate(&a), "cudaEventCreate");
+        ck(cudaEventCreate(&b), "cudaEventCreate");
+        ck(cudaEventRecord(a), "cudaEventRecord");
+        for (int i = 0; i < 100; ++i) ck(launch_topk_logits(p, nullptr), "launch");
+        ck(cudaEventRecord(b), "cudaEventRecord");
+        sync(name);
+        float ms = 0.0f;
+        ck(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        R.info("kernel", name, "µs per launch (100 back to back)", 1000.0 * ms / 100.0);
+    });
+}
+
 void test_fill_random(runner &R, int64_t n) {
     const std::string name = shape_name("fill_random", {{"n", n}});
     R.run("kernel", name, [&] {
@@ -1215,9 +1582,9 @@ void run_kernel_tests(runner &R, int cc_major) {
     // FP8 KV cache: the writers (rope_kv, the q/k/v GEMV's epilogue).
     test_rope_kv(R, 6, 2, 12, kv_format::fp8_e4m3);
     test_rope_kv(R, 16, 2, 128, kv_format::fp8_e4m3);
-    test_gemv_fused(R, weight_format::fp8_e4m3, 1, 2560, 20, 4, 128, true, kv_format::fp8_e4m3);
-    test_gemv_fused(R, weight_format::bf16, 5, 1024, 16, 2, 64, true, kv_format::fp8_e4m3);
-    test_gemv_fused(R, weight_format::bf16, 3, 96, 6, 2, 12, true, kv_format::fp8_e4m3);
+    test_gemv_fused(R, weight_format::fp8_e4m3, 1, 2560, 20, 4, 128, true, scale_layout::channel, kv_format::fp8_e4m3);
+    test_gemv_fused(R, weight_format::bf16, 5, 1024, 16, 2, 64, true, scale_layout::channel, kv_format::fp8_e4m3);
+    test_gemv_fused(R, weight_format::bf16, 3, 96, 6, 2, 12, true, scale_layout::channel, kv_format::fp8_e4m3);
     for (weight_format f : {weight_format::fp8_e4m3, weight_format::bf16}) {
         test_gemv_fused(R, f, 1, 1024, 16, 2, 64, true);    // 0.3B decode
         test_gemv_fused(R, f, 1, 2560, 20, 4, 128, true);   // 21B-A3B decode
@@ -1316,6 +1683,18 @@ void run_kernel_tests(runner &R, int cc_major) {
     }
     test_fp8_quantize(R, 64, 2560);
     test_fp8_dequantize(R, 33, 100);
+    // 128×128 block scales: partial blocks in both dimensions, the GEMV's paths (one row per warp,
+    // the head's rows kernel, split-K, eight tokens, the fused q/k/v launch).
+    const scale_layout blk = scale_layout::block128;
+    test_fp8_quantize(R, 300, 2600, blk);
+    test_fp8_dequantize(R, 200, 272, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 1, 2560, 2560, false, 0, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 1, 40003, 1024, false, 0, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 2, 512, 1024, true, 4, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 8, 1536, 2560, true, 0, blk);
+    test_gemv(R, weight_format::fp8_e4m3, 3, 1000, 48, false, 0, blk);
+    test_gemv_fused(R, weight_format::fp8_e4m3, 1, 2560, 20, 4, 128, true, blk);
+    test_gemv_fused(R, weight_format::fp8_e4m3, 3, 96, 6, 2, 12, true, blk);
     for (auto f : {fp8_format::e4m3, fp8_format::e5m2}) {
         test_act_quantize(R, 6, 2560, 2560, f); // 16-byte path
         test_act_quantize(R, 7, 100, 104, f);   // k not a multiple of 8: element path
@@ -1325,6 +1704,35 @@ void run_kernel_tests(runner &R, int cc_major) {
     for (auto f : {bf, f8}) {
         test_moe_gemv(R, f, 1, 2560, 8, 6, 1536);
         test_moe_gemv(R, f, 3, 40, 6, 3, 24);
+    }
+    // The fused decode kernels: the 21B-A3B's widths (hidden 2560, 64 experts, top-6, expert FFN
+    // 1536, shared FFN 3072, dense FFN 12288), the 0.3B's (hidden 1024, FFN 3072), odd shapes
+    // (hidden not a multiple of 8 or 16: scalar paths; FFN widths that leave partial blocks; an
+    // odd expert count), 1–4 tokens, router ties.
+    test_moe_router_norm(R, 1, 2560, 64, 6, false);
+    test_moe_router_norm(R, 3, 44, 7, 3, false);
+    test_moe_router_norm(R, 2, 64, 8, 2, true);
+    for (auto f : {bf, f8}) {
+        test_gate_up_norm(R, f, 1, 2560, 12288, false);
+        test_gate_up_norm(R, f, 2, 2560, 12288, false);
+        test_gate_up_norm(R, f, 1, 1024, 3072, false);
+        test_gate_up_norm(R, f, 2, 1024, 3072, false);
+        test_gate_up_norm(R, f, 2, 44, 23, false);
+        test_gate_up_norm(R, f, 3, 40, 37, true);
+        test_gate_up_norm(R, f, 1, 2560, 1536, true);
+        test_moe_front(R, f, 1, 2560, 64, 6, 3072, false);
+        test_moe_front(R, f, 2, 2560, 64, 6, 3072, false);
+        test_moe_front(R, f, 3, 2560, 64, 6, 3072, false);
+        test_moe_front(R, f, 4, 2560, 64, 6, 3072, false);
+        test_moe_front(R, f, 3, 44, 7, 3, 23, false);
+        test_moe_front(R, f, 1, 40, 6, 2, 0, false);
+        test_moe_front(R, f, 4, 64, 8, 2, 48, true);
+        test_moe_front(R, f, 2, 1024, 64, 6, 3072, true);
+        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true);
+        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, false);
+        test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072, true);
+        test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40, false);
+        test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, true);
     }
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);
@@ -1359,6 +1767,13 @@ void run_kernel_tests(runner &R, int cc_major) {
         destroy_gemm_lt_context(ctx);
     }
     test_argmax(R, 3, 103424);
+    for (int32_t N : {1, 64, 256}) {
+        test_topk_logits(R, 1, 103424, N);
+        test_topk_logits(R, 8, 103424, N);
+        test_topk_logits(R, 8, 3001, N); // a small odd vocabulary: two blocks per row, one partial
+    }
+    test_topk_logits(R, 5, 97, 64); // N below V in one block; and 5 rows
+    test_topk_logits(R, 2, 40, 64); // N > V: unused slots id -1
 }
 
 // ---- end to end --------------------------------------------------------------------------------
@@ -1410,6 +1825,58 @@ std::vector<float> logits_prefill(backend &be, const std::vector<int32_t> &promp
         logits.insert(logits.end(), out.logits.begin(), out.logits.end());
     }
     return logits;
+}
+
+// Decode steps asking for 64 logit candidates (batch::top_n, topk_logits inside the decode graph):
+// each step's candidates against the twin over the same step's full row (backend::logits_row).
+// Returns {candidate slots differing, max relative sum error, a wrong logits_row answer (0/1)}.
+std::array<double, 3> candidates_decode(backend &be, const std::vector<int32_t> &prompt) {
+    auto s = be.init_kv_cache({16, 4});
+    if (!s) throw test_failure(s.message());
+    const int64_t V = be.config().n_vocab;
+    const int32_t N = 64;
+    batch b;
+    b.seqs.resize(1);
+    b.seqs[0].block_table = {2, 0};
+    b.seqs[0].block_table.resize(static_cast<size_t>((prompt.size() + 15) / 16));
+    b.top_n = N;
+    b.temperatures = {0.8f};
+    std::array<double, 3> r{0, 0, 0};
+    std::vector<float> row(static_cast<size_t>(V)), tv(N), mx(1);
+    std::vector<int32_t> ti(N);
+    std::vector<double> ts(1);
+    for (size_t i = 0; i < prompt.size(); ++i) {
+        b.tokens = {prompt[i]};
+        b.pos = {int32_t(i)};
+        b.seq = {0};
+        b.logits_rows = {0};
+        forward_output out;
+        auto st = be.forward(b, out);
+        if (!st) throw test_failure(st.message());
+        const logit_candidate_rows &c = out.candidates;
+        if (c.top_n != N || c.ids.size() != size_t(N) || c.logits.size() != size_t(N) ||
+            c.row_sum.size() != 1 || !out.logits.empty())
+            throw test_failure("forward() with top_n did not return 64 candidates instead of the row");
+        if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
+        r[2] = std::max(r[2], be.logits_row(1, row).ok() ? 1.0 : 0.0); // no such row: must fail
+        if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
+        topk_logits_params h;
+        h.logits = row.data();
+        h.temperatures = b.temperatures.data();
+        h.ids = ti.data();
+        h.values = tv.data();
+        h.row_max = mx.data();
+        h.row_sum = ts.data();
+        h.n_rows = 1;
+        h.n_vocab = V;
+        h.n_top = N;
+        topk_logits_ref(h);
+        for (int32_t j = 0; j < N; ++j)
+            r[0] += c.ids[size_t(j)] != ti[size_t(j)] ||
+                    std::memcmp(&c.logits[size_t(j)], &tv[size_t(j)], 4) != 0;
+        r[1] = std::max(r[1], std::abs(c.row_sum[0] - ts[0]) / std::max(ts[0], 1e-30));
+    }
+    return r;
 }
 
 // One token per step (decode path, CUDA graphs from the second step on).
@@ -1580,6 +2047,23 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.info("model", pn + " prefill", "NMSE vs CPU backend", nmse(pre, cpu));
                 R.info("model", pn + " prefill", "top-1 agreement with HF", top1_agreement(pre, golden, V));
                 R.info("model", pn + " prefill", "top-1 agreement with the twin model", top1_agreement(pre, twin, V));
+                // The workspace allocator's figures as telemetry gets them (backend::memory()):
+                // coherent after prefill steps and after graph-replayed decode steps.
+                auto memory_rows = [&](const std::string &stage) {
+                    const backend_memory bm = be.memory();
+                    const bool coherent = bm.in_use > 0 && bm.in_use <= bm.reserved &&
+                                          bm.largest_free <= bm.reserved - bm.in_use && bm.device_total > 0 &&
+                                          bm.device_free <= bm.device_total;
+                    R.add("model", pn + " memory " + stage,
+                          "workspace figures wrong (0: 0 < in use ≤ reserved, largest free ≤ reserved − in use)",
+                          coherent ? 0.0 : 1.0, 0.0);
+                    const uint64_t free_ws = bm.reserved - std::min(bm.reserved, bm.in_use);
+                    R.info("model", pn + " memory " + stage, "workspace reserved (MiB)", double(bm.reserved) / 1048576.0,
+                           "in use " + std::to_string(bm.in_use >> 10) + " KiB, largest free " +
+                               std::to_string(bm.largest_free >> 10) + " KiB, fragmentation " +
+                               std::to_string(free_ws ? 1.0 - double(bm.largest_free) / double(free_ws) : 0.0));
+                };
+                memory_rows("after prefill");
                 if (!v.decode) return;
                 twin_options td; // decode steps of one token: BF16 activations everywhere
                 td.activations = activation_format::bf16;
@@ -1589,6 +2073,13 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " decode", "NMSE vs twin model", nmse(dec, twin_dec), twin_limit);
                 R.add("model", pn + " decode", "NMSE vs HF", nmse(dec, golden), hf_limit);
                 R.info("model", pn + " decode", "top-1 agreement with HF", top1_agreement(dec, golden, V));
+                const auto cand = candidates_decode(be, prompt);
+                R.add("model", pn + " decode candidates",
+                      "slots differing from the twin over logits_row (exact)", cand[0], 0.0);
+                R.add("model", pn + " decode candidates", "row sum max rel err", cand[1], 1e-5);
+                R.add("model", pn + " decode candidates", "logits_row accepted a row the step did not have",
+                      cand[2], 0.0);
+                memory_rows("after decode");
                 if (!cpu_routing.ids.empty()) {
                     // Router choices of the first chunk against the CPU's: set overlap per token.
                     double same = 0, total = 0;

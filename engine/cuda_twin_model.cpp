@@ -2,6 +2,10 @@
 // enqueue(), each step a kernel twin on host buffers. Weights are laid out as the backend lays
 // them out (q|k|v and gate|up concatenated, experts stacked), FP8 through fp8_quantize_ref; the
 // tokens of prefill-sized steps go into FP8 linears through act_quantize_ref and gemm_lt_fp8_ref.
+// Decode's fused kernels are their parts' twins in the same order: the FFN norm (rms_norm_ref,
+// fused into the dense gate/up GEMV or moe_front on the GPU), the router, the shared experts
+// (added into the residual before the routed ones), the routed experts' per-slot rows and
+// moe_combine.
 #include "cuda_twin_model.h"
 
 #include "dtype.h"
@@ -13,6 +17,7 @@
 #include "fp8_quantize.cuh"
 #include "gemm_lt.cuh"
 #include "gemv.cuh"
+#include "moe_combine.cuh"
 #include "moe_down_gemv.cuh"
 #include "moe_gate_up_gemv.cuh"
 #include "moe_router.cuh"
@@ -323,6 +328,12 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             g.n_expert_used = K;
             g.n_ff_exp = c.n_ff_exp;
             moe_gate_up_gemv_ref(g);
+            // The routed experts as the backend's default path has them: per-slot rows (decode:
+            // moe_down_gemv's y_slots; prefill: the grouped GEMM's), then moe_combine adding them
+            // into the residual in choice order. The shared experts went in first above: on the
+            // GPU, decode steps (moe_front) add them as moe_combine's y_shared, x + y_shared, the
+            // same fp32 sum as the accumulating linear of prefill steps and of this twin.
+            std::vector<float> y_e(static_cast<size_t>(T * K * H));
             moe_down_gemv_params d;
             d.act = act_e.data();
             d.ids = ids.data();
@@ -330,12 +341,20 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             d.w = edn.w();
             d.wfmt = fmt;
             d.w_scale = edn.scale();
-            d.y = x.data();
+            d.y_slots = y_e.data();
             d.n_tokens = T;
             d.n_embd = H;
             d.n_expert_used = K;
             d.n_ff_exp = c.n_ff_exp;
             moe_down_gemv_ref(d);
+            moe_combine_params cb;
+            cb.y = y_e.data();
+            cb.weights = wts.data();
+            cb.x = x.data();
+            cb.n_tokens = T;
+            cb.n_embd = H;
+            cb.n_expert_used = K;
+            moe_combine_ref(cb);
         }
         rms_norm_params nrm;
         nrm.x = x.data();

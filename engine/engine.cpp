@@ -6,6 +6,7 @@
 #include "engine.h"
 
 #include "cuda_loader.h"
+#include "generate.h"
 #include "scheduler.h"
 
 #include <algorithm>
@@ -137,6 +138,7 @@ struct engine::impl {
     uint64_t n_steps = 0;
     std::deque<step_record> ring;
     std::vector<uint64_t> expert_tokens, expert_window_sum;
+    std::vector<float> row_scratch; // a full logits row when candidates cannot decide
     std::vector<double> expert_weight;
     std::deque<std::vector<uint32_t>> window;
     std::vector<int32_t> moe_layers;
@@ -494,6 +496,7 @@ void engine::thread_main() {
         for (const scheduled_chunk &c : so.chunks) rec.seq_tokens.emplace_back(c.req->id, c.n_new);
 
         batch b;
+        std::vector<sampler *> row_samplers; // one per logits row
         for (size_t i = 0; i < so.chunks.size(); ++i) {
             const scheduled_chunk &c = so.chunks[i];
             b.seqs.push_back({c.req->blocks});
@@ -502,8 +505,14 @@ void engine::thread_main() {
                 b.pos.push_back(p);
                 b.seq.push_back(int32_t(i));
             }
-            if (c.samples) b.logits_rows.push_back(b.n_tokens() - 1);
+            if (c.samples) {
+                b.logits_rows.push_back(b.n_tokens() - 1);
+                row_samplers.push_back(I.live.at(c.req->id).smp.get());
+            }
         }
+        // Sampling rows come back as candidates where the backend can (the full row is fetched
+        // only when they cannot decide): nothing in the engine needs whole rows.
+        request_candidates(*I.mdl->be, b, row_samplers);
         forward_output out;
         const status st = I.mdl->be->forward(b, out);
         const auto t2 = clk::now();
@@ -562,17 +571,23 @@ void engine::thread_main() {
         // Sample and emit.
         const auto t3 = clk::now();
         std::vector<std::pair<request_id, std::string>> to_finish;
-        const int64_t V = I.mdl->config.n_vocab;
         int32_t logit_row = 0;
         double emit_ms = 0.0;
+        std::vector<std::pair<request_id, std::string>> to_fail;
         for (const auto &c : so.chunks) {
             if (!c.samples) continue;
             sched_request &sr = *c.req;
             live_request &lr = I.live.at(sr.id);
-            std::span<float> logits(out.logits.data() + size_t(logit_row++) * V, size_t(V));
             std::span<const int32_t> prompt(sr.tokens.data(), size_t(lr.n_prompt));
             std::span<const int32_t> output(sr.tokens.data() + lr.n_prompt, sr.tokens.size() - size_t(lr.n_prompt));
-            const int32_t id = lr.smp->sample(logits, prompt, output);
+            // sample_ms includes the full row's download when the candidates cannot decide.
+            const auto sampled =
+                sample_output_row(*I.mdl->be, out, logit_row++, *lr.smp, prompt, output, I.row_scratch);
+            if (!sampled) {
+                to_fail.emplace_back(sr.id, "sampling failed: " + sampled.err().message);
+                continue;
+            }
+            const int32_t id = *sampled;
             const auto te = clk::now();
             const int64_t now = I.now_us();
             {
@@ -601,6 +616,13 @@ void engine::thread_main() {
             emit_ms += ms(te, clk::now());
         }
         for (auto &[id, reason] : to_finish) finish(id, reason);
+        for (auto &[id, msg] : to_fail) {
+            auto it = I.live.find(id);
+            if (it == I.live.end()) continue;
+            fail(it->second.stream, msg);
+            I.sched->finish(id);
+            I.live.erase(it);
+        }
         const auto t4 = clk::now();
 
         rec.duration_ms = ms(t0, t4);

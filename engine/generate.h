@@ -7,6 +7,7 @@
 #include "sampler.h"
 
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,23 @@ struct generate_params {
     // Called for each generated token (stop tokens excluded); return false to stop.
     std::function<bool(int32_t)> on_token;
 };
+
+// Logit candidates per sampled row that the engine, generate_tokens and the CUDA benchmark ask
+// a backend for (batch::top_n) when it supports them: 64 hold nearly all of the mass at usual
+// temperatures, so a fallback to the full row is rare, and they come back in ~1 KB.
+inline constexpr int32_t k_sample_top_n = 64;
+
+// Sets b.top_n and b.temperatures for the rows in b.logits_rows (one sampler each, in order), or
+// clears them when the backend returns only full rows.
+void request_candidates(const backend &be, batch &b, std::span<sampler *const> samplers);
+
+// The token for output row `row` of `out`, the last forward() of `be`: from the row's candidates
+// when the backend returned them and they decide (sampler::sample_candidates), else from the full
+// row (out.logits, or fetched through backend::logits_row into `scratch`; *fetched is then set).
+// The same token as sampler::sample on the full row, always.
+result<int32_t> sample_output_row(backend &be, forward_output &out, int32_t row, sampler &smp,
+                                  std::span<const int32_t> prompt, std::span<const int32_t> output,
+                                  std::vector<float> &scratch, bool *fetched = nullptr);
 
 result<generate_result> generate_tokens(backend &be, const std::vector<int32_t> &prompt, const sampling_params &sp,
                                         const generate_params &gp = {});

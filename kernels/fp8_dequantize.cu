@@ -12,7 +12,7 @@ __global__ void fp8_dequantize_kernel(fp8_dequantize_params p) {
     const int64_t n = p.n * p.k;
     for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
          i += int64_t(gridDim.x) * blockDim.x)
-        p.out[i] = f_to_bf16(__fmul_rn(fp8_to_f(p.q[i]), p.scale[i / p.k]));
+        p.out[i] = f_to_bf16(__fmul_rn(fp8_to_f(p.q[i]), p.scale[fp8_scale_index(i / p.k, i % p.k, p.k, p.layout)]));
 }
 
 cudaError_t launch_fp8_dequantize(const fp8_dequantize_params &p, cudaStream_t stream) {

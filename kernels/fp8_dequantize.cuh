@@ -9,9 +9,10 @@ namespace es {
 
 struct fp8_dequantize_params {
     const fp8_t *q = nullptr;     // [n, k]
-    const float *scale = nullptr; // [n]
+    const float *scale = nullptr; // [fp8_scale_count(n, k, layout)]
     bf16_t *out = nullptr;        // [n, k]
     int64_t n = 0, k = 0;
+    scale_layout layout = scale_layout::channel;
 };
 
 void fp8_dequantize_ref(const fp8_dequantize_params &p);

@@ -11,8 +11,9 @@ namespace es {
 struct fp8_quantize_params {
     const bf16_t *w = nullptr; // [n, k]
     fp8_t *q = nullptr;        // [n, k]
-    float *scale = nullptr;    // [n]
+    float *scale = nullptr;    // [fp8_scale_count(n, k, layout)]
     int64_t n = 0, k = 0;
+    scale_layout layout = scale_layout::channel; // block128: one scale per 128×128 block (its amax / 448)
 };
 
 void fp8_quantize_ref(const fp8_quantize_params &p);

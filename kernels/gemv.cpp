@@ -64,6 +64,23 @@ void gemv_ref(const gemv_params &p) {
         }
         return;
     }
+    if (p.wfmt == weight_format::fp8_e4m3 && p.w_layout == scale_layout::block128) {
+        // Each 128-column block's partial product times its block's scale.
+        const int64_t nkb = (p.k + fp8_block - 1) / fp8_block;
+        for (int64_t m = 0; m < p.n_tokens; ++m)
+            for (int64_t n = 0; n < p.n; ++n) {
+                float acc = 0.0f;
+                for (int64_t cb = 0; cb < nkb; ++cb) {
+                    float part = 0.0f;
+                    for (int64_t k = cb * fp8_block; k < std::min(p.k, (cb + 1) * fp8_block); ++k)
+                        part += weight_at(p.w, p.wfmt, n * p.k + k) * bf16_bits_to_float(p.x[m * p.ldx + k]);
+                    acc += part * p.w_scale[(n / fp8_block) * nkb + cb];
+                }
+                float &dst = p.y[m * p.ldy + n];
+                dst = p.accumulate ? dst + acc : acc;
+            }
+        return;
+    }
     for (int64_t m = 0; m < p.n_tokens; ++m)
         for (int64_t n = 0; n < p.n; ++n) {
             float acc = 0.0f;

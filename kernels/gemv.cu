@@ -72,10 +72,12 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
 }
 
 // NORM: the block first normalizes its mt input rows into shared memory (norm_in); ROPE: the
-// rope_kv epilogue instead of writing y (both need VEC).
-template <bool FP8, int MT, bool VEC, bool NORM = false, bool ROPE = false>
+// rope_kv epilogue instead of writing y; BLK: FP8 weights with 128×128 block scales, applied to
+// each 16-byte vector's partial product (a vector never straddles blocks). All three need VEC.
+template <bool FP8, int MT, bool VEC, bool NORM = false, bool ROPE = false, bool BLK = false>
 __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
-    static_assert(VEC || (!NORM && !ROPE), "the fusions take the vector path");
+    static_assert(VEC || (!NORM && !ROPE && !BLK), "the fusions and block scales take the vector path");
+    static_assert(FP8 || !BLK, "block scales are FP8's");
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     __shared__ float red[NORM ? 32 * MT : 1];
     __shared__ float ep[ROPE ? 4 : 1][8];
@@ -98,7 +100,8 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     constexpr int64_t line = FP8 ? 128 : 64; // elements per 128-byte line
     if (has_row)
         for (int64_t kk = kb + lane * line; kk < ke; kk += 32 * line) prefetch_l2(w_row + kk * (FP8 ? 1 : 2));
-    const float scale = FP8 ? __ldg(p.w_scale + nr) : 1.0f; // a weight too: loaded before the wait
+    const float scale = FP8 && !BLK ? __ldg(p.w_scale + nr) : 1.0f; // a weight too: loaded before the wait
+    const float *bscale = p.w_scale + (nr / fp8_block) * ((p.k + fp8_block - 1) / fp8_block); // BLK: this row's
     // The fusions' other inputs are weights or uploaded inputs too (gemv.cuh): before the wait.
     constexpr int NV = NORM ? 8 : 0; // norm weight float4 slots per thread: n_embd ≤ 4,096 in registers
     norm_weight_regs<NV> nw;
@@ -135,16 +138,25 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
 #pragma unroll
             for (int u = 0; u < U; ++u) wq[u] = __ldcs(wv + kk / E + u * 32);
 #pragma unroll
-            for (int u = 0; u < U; ++u)
+            for (int u = 0; u < U; ++u) {
+                const float bs = BLK ? __ldg(bscale + (kk + u * 32 * E) / fp8_block) : 1.0f;
 #pragma unroll
                 for (int m = 0; m < MT; ++m)
-                    if (m < mt) acc[m] += dot_vec<FP8, NORM>(wq[u], x + m * ldx + kk + u * 32 * E);
+                    if (m < mt) {
+                        const float d = dot_vec<FP8, NORM>(wq[u], x + m * ldx + kk + u * 32 * E);
+                        acc[m] += BLK ? bs * d : d;
+                    }
+            }
         }
         for (; kk < ke; kk += 32 * E) {
             const uint4 a = __ldcs(wv + kk / E);
+            const float bs = BLK ? __ldg(bscale + kk / fp8_block) : 1.0f;
 #pragma unroll
             for (int m = 0; m < MT; ++m)
-                if (m < mt) acc[m] += dot_vec<FP8, NORM>(a, x + m * ldx + kk);
+                if (m < mt) {
+                    const float d = dot_vec<FP8, NORM>(a, x + m * ldx + kk);
+                    acc[m] += BLK ? bs * d : d;
+                }
         }
     } else {
         for (int64_t kk = kb + lane; kk < ke; kk += 32) {
@@ -182,8 +194,10 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
 // loads interleaved, so a warp has RW times the bytes in flight and the grid RW times fewer blocks
 // (one row per warp streamed the BF16 head at ~2.3 TB/s, its 25,856 blocks costing more than the
 // bytes). Same per-row arithmetic and order as gemv_kernel with MT = 1.
-template <bool FP8, int RW>
+// BLK: 128×128 block scales (the RW rows share a row block: 128 is a multiple of RW).
+template <bool FP8, int RW, bool BLK = false>
 __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
+    static_assert(128 % RW == 0, "a warp's rows in one scale block");
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n0 = (int64_t(blockIdx.x) * k_rows_per_block + warp) * RW;
     if (n0 >= p.n) return;
@@ -193,7 +207,8 @@ __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
     float scale[RW];
 #pragma unroll
     for (int r = 0; r < RW; ++r)
-        scale[r] = FP8 && n0 + r < p.n ? __ldg(p.w_scale + n0 + r) : 1.0f; // weights: before the wait
+        scale[r] = FP8 && !BLK && n0 + r < p.n ? __ldg(p.w_scale + n0 + r) : 1.0f; // weights: before the wait
+    const float *bscale = p.w_scale + (n0 / fp8_block) * ((p.k + fp8_block - 1) / fp8_block);
     pdl_enter();
     float acc[RW];
 #pragma unroll
@@ -204,9 +219,13 @@ __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
 #pragma unroll
         for (int r = 0; r < RW; ++r)
             if (n0 + r < p.n) wq[r] = __ldcs(reinterpret_cast<const uint4 *>(w + r * row_bytes) + kk / E);
+        const float bs = BLK ? __ldg(bscale + kk / fp8_block) : 1.0f;
 #pragma unroll
         for (int r = 0; r < RW; ++r)
-            if (n0 + r < p.n) acc[r] += dot_vec<FP8>(wq[r], p.x + kk);
+            if (n0 + r < p.n) {
+                const float d = dot_vec<FP8>(wq[r], p.x + kk);
+                acc[r] += BLK ? bs * d : d;
+            }
     }
 #pragma unroll
     for (int r = 0; r < RW; ++r) {
@@ -218,20 +237,33 @@ __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
     }
 }
 
+bool block_scaled(const gemv_params &p) {
+    return p.wfmt == weight_format::fp8_e4m3 && p.w_layout == scale_layout::block128;
+}
+
 template <bool FP8, int MT>
 cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t stream) {
+    if constexpr (FP8)
+        if (block_scaled(p)) return launch_kernel(gemv_kernel<FP8, MT, true, false, false, true>, grid, 128, 0, stream, p);
     if (vec) return launch_kernel(gemv_kernel<FP8, MT, true>, grid, 128, 0, stream, p);
     return launch_kernel(gemv_kernel<FP8, MT, false>, grid, 128, 0, stream, p);
 }
 
+template <bool FP8, int MT, bool BLK>
+cudaError_t launch_fused_blk(const gemv_params &p, dim3 grid, size_t smem, cudaStream_t stream) {
+    if (p.rope_on) {
+        prefer_decode_carveout<gemv_kernel<FP8, MT, true, true, true, BLK>>();
+        return launch_kernel(gemv_kernel<FP8, MT, true, true, true, BLK>, grid, 128, smem, stream, p);
+    }
+    prefer_decode_carveout<gemv_kernel<FP8, MT, true, true, false, BLK>>();
+    return launch_kernel(gemv_kernel<FP8, MT, true, true, false, BLK>, grid, 128, smem, stream, p);
+}
+
 template <bool FP8, int MT>
 cudaError_t launch_fused_mt(const gemv_params &p, dim3 grid, size_t smem, cudaStream_t stream) {
-    if (p.rope_on) {
-        prefer_decode_carveout<gemv_kernel<FP8, MT, true, true, true>>();
-        return launch_kernel(gemv_kernel<FP8, MT, true, true, true>, grid, 128, smem, stream, p);
-    }
-    prefer_decode_carveout<gemv_kernel<FP8, MT, true, true, false>>();
-    return launch_kernel(gemv_kernel<FP8, MT, true, true, false>, grid, 128, smem, stream, p);
+    if constexpr (FP8)
+        if (block_scaled(p)) return launch_fused_blk<FP8, MT, true>(p, grid, smem, stream);
+    return launch_fused_blk<FP8, MT, false>(p, grid, smem, stream);
 }
 
 template <bool FP8>
@@ -272,9 +304,12 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     const bool fused = p.norm.on() || p.rope_on;
     if (fused && !gemv_fusion_ok(p)) return cudaErrorInvalidValue;
     const bool vec = fused || (p.k % E == 0 && p.ldx % 8 == 0 && aligned16(p.w) && aligned16(p.x));
+    // Block scales need the vector path (a 16-element vector inside one 128-column block).
+    if (block_scaled(p) && !vec) return cudaErrorInvalidValue;
     if (!fused && p.n_tokens == 1 && vec && p.n >= k_rows_head && p.k_splits <= 1) {
         constexpr int RW = 4;
         const unsigned blocks = ceil_div_u(p.n, int64_t(k_rows_per_block) * RW);
+        if (block_scaled(p)) return launch_kernel(gemv_rows_kernel<true, RW, true>, blocks, 128, 0, stream, p);
         return fp8 ? launch_kernel(gemv_rows_kernel<true, RW>, blocks, 128, 0, stream, p)
                    : launch_kernel(gemv_rows_kernel<false, RW>, blocks, 128, 0, stream, p);
     }

@@ -22,7 +22,8 @@ struct gemv_params {
     int64_t ldx = 0;
     const void *w = nullptr;          // [n, k] in wfmt
     weight_format wfmt = weight_format::bf16;
-    const float *w_scale = nullptr;   // [n], FP8 only
+    const float *w_scale = nullptr;   // FP8 only: [fp8_scale_count(n, k, w_layout)]
+    scale_layout w_layout = scale_layout::channel; // block128 needs k % 16 == 0 (the vector path)
     float *y = nullptr;               // [n_tokens, ldy]
     int64_t ldy = 0;
     int64_t n_tokens = 0, n = 0, k = 0;

@@ -14,6 +14,13 @@
 #define ES_KERNELS_HAVE_LAUNCHERS 1
 #endif
 
+// Functions the twins and the kernels both call.
+#if defined(__CUDACC__)
+#define ES_HOST_DEVICE __host__ __device__
+#else
+#define ES_HOST_DEVICE
+#endif
+
 namespace es {
 
 using bf16_t = uint16_t; // raw BF16 bits (device code reinterprets as __nv_bfloat16)
@@ -145,6 +152,19 @@ inline float weight_at(const void *w, weight_format f, int64_t i) {
 }
 
 inline size_t weight_format_bytes(weight_format f) { return f == weight_format::bf16 ? 2 : 1; }
+
+// Where an FP8 weight matrix [n, k] keeps its fp32 scales: one per output channel (row), or one per
+// 128×128 block as DeepSeek-V3 ships its FP8 weights (a block's outlier then costs only its own
+// block precision): scale[(r / 128) · ceil(k / 128) + c / 128].
+enum class scale_layout : uint8_t { channel, block128 };
+inline constexpr int64_t fp8_block = 128; // a block scale covers fp8_block × fp8_block weights
+ES_HOST_DEVICE inline int64_t fp8_scale_count(int64_t n, int64_t k, scale_layout l) {
+    return l == scale_layout::channel ? n : ((n + fp8_block - 1) / fp8_block) * ((k + fp8_block - 1) / fp8_block);
+}
+// The scale of element (r, c) in an FP8 matrix with k columns.
+ES_HOST_DEVICE inline int64_t fp8_scale_index(int64_t r, int64_t c, int64_t k, scale_layout l) {
+    return l == scale_layout::channel ? r : (r / fp8_block) * ((k + fp8_block - 1) / fp8_block) + c / fp8_block;
+}
 
 // Element format of the paged KV cache (rope_kv writes it, attention reads it). fp8_e4m3 (vLLM's
 // kv_cache_dtype=fp8) halves the pools: with a per-tensor scale s (k_scale, v_scale; 1.0 without

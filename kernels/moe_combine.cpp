@@ -8,6 +8,7 @@ void moe_combine_ref(const moe_combine_params &p) {
     for (int64_t t = 0; t < p.n_tokens; ++t)
         for (int64_t i = 0; i < H; ++i) {
             float acc = p.x[t * H + i];
+            if (p.y_shared) acc += p.y_shared[t * H + i];
             for (int64_t j = 0; j < K; ++j) acc += p.weights[t * K + j] * p.y[(t * K + j) * H + i];
             p.x[t * H + i] = acc;
         }

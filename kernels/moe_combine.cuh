@@ -1,6 +1,8 @@
-// moe_combine: adds the routed experts' outputs into the residual stream after the grouped
-// (prefill) expert GEMMs: x[t, :] += Σ_j weights[t, j] · y[t·n_expert_used + j, :], fp32, in
-// choice order j = 0 … k−1 (deterministic: no atomics).
+// moe_combine: adds the experts' outputs into the residual stream after the grouped (prefill)
+// expert GEMMs or the per-slot decode down projection:
+//   x[t, :] = (x[t, :] + y_shared[t, :]) + Σ_j weights[t, j] · y[t·n_expert_used + j, :],
+// fp32, left to right: the shared experts' output first (when given, weight 1, as the CPU backend
+// adds them), then the routed ones in choice order j = 0 … k−1 (deterministic: no atomics).
 #pragma once
 
 #include "kernel_common.h"
@@ -12,6 +14,10 @@ struct moe_combine_params {
     const float *weights = nullptr; // [n_tokens, n_expert_used]
     float *x = nullptr;             // [n_tokens, n_embd]
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0;
+    const float *y_shared = nullptr; // [n_tokens, n_embd] or null
+    // x was last written at least two launches back (decode: by o_proj, before moe_front): the
+    // kernel reads it through L2 before pdl_wait (kernels/README.md).
+    bool x_ready = false;
 };
 
 void moe_combine_ref(const moe_combine_params &p);

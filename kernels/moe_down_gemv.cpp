@@ -15,6 +15,15 @@ void moe_down_gemv_ref(const moe_down_gemv_params &p) {
                     v += weight_at(p.w, p.wfmt, row * F + f) * bf16_bits_to_float(p.act[sl * F + f]);
                 p.y_slots[sl * H + n] = fp8 ? v * p.w_scale[row] : v;
             }
+        if (p.sh_w)
+            for (int64_t t = 0; t < p.n_tokens; ++t)
+                for (int64_t n = 0; n < H; ++n) {
+                    float v = 0.0f;
+                    for (int64_t f = 0; f < p.n_ff_sh; ++f)
+                        v += weight_at(p.sh_w, p.wfmt, n * p.n_ff_sh + f) *
+                             bf16_bits_to_float(p.sh_act[t * p.n_ff_sh + f]);
+                    p.y_shared[t * H + n] = fp8 ? v * p.sh_w_scale[n] : v;
+                }
         return;
     }
     for (int64_t t = 0; t < p.n_tokens; ++t)

@@ -101,17 +101,86 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
     }
 }
 
+// lane_dot over a whole row with the activations read through L2 (__ldcg), for activations a
+// kernel two launches back wrote, read before pdl_wait: the same products and order as lane_dot.
+template <bool FP8>
+__device__ __forceinline__ float dot_vec_l2x(const uint4 w, const uint16_t *x) {
+    const uint4 x0 = __ldcg(reinterpret_cast<const uint4 *>(x));
+    if constexpr (!FP8) {
+        return bf16_lo(w.x) * bf16_lo(x0.x) + bf16_hi(w.x) * bf16_hi(x0.x) + bf16_lo(w.y) * bf16_lo(x0.y) +
+               bf16_hi(w.y) * bf16_hi(x0.y) + bf16_lo(w.z) * bf16_lo(x0.z) + bf16_hi(w.z) * bf16_hi(x0.z) +
+               bf16_lo(w.w) * bf16_lo(x0.w) + bf16_hi(w.w) * bf16_hi(x0.w);
+    } else {
+        const uint4 x1 = __ldcg(reinterpret_cast<const uint4 *>(x + 8));
+        const uint32_t wp[4] = {w.x, w.y, w.z, w.w};
+        const uint32_t xp[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+        float acc = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float2 a = fp8x2_to_f2(wp[i] & 0xffffu), b = fp8x2_to_f2(wp[i] >> 16);
+            acc += a.x * bf16_lo(xp[2 * i]) + a.y * bf16_hi(xp[2 * i]) + b.x * bf16_lo(xp[2 * i + 1]) +
+                   b.y * bf16_hi(xp[2 * i + 1]);
+        }
+        return acc;
+    }
+}
+
+template <bool FP8, bool VEC>
+__device__ __forceinline__ float lane_dot_l2x(const void *w_row, const uint16_t *x, int64_t K, int lane) {
+    float acc = 0.0f;
+    if constexpr (VEC) {
+        constexpr int E = vec_elems<FP8>;
+        const uint4 *wv = static_cast<const uint4 *>(w_row);
+        int64_t kk = int64_t(lane) * E;
+        for (; kk + 3 * 32 * E < K; kk += 4 * 32 * E) {
+            const uint4 a = __ldcs(wv + kk / E), b = __ldcs(wv + kk / E + 32), c = __ldcs(wv + kk / E + 64),
+                        d = __ldcs(wv + kk / E + 96);
+            acc += dot_vec_l2x<FP8>(a, x + kk) + dot_vec_l2x<FP8>(b, x + kk + 32 * E) +
+                   dot_vec_l2x<FP8>(c, x + kk + 64 * E) + dot_vec_l2x<FP8>(d, x + kk + 96 * E);
+        }
+        for (; kk < K; kk += 32 * E) acc += dot_vec_l2x<FP8>(__ldcs(wv + kk / E), x + kk);
+    } else {
+        for (int64_t kk = lane; kk < K; kk += 32) acc += wval<FP8>(w_row, kk) * bf16_to_f(__ldcg(x + kk));
+    }
+    return acc;
+}
+
 // Per-slot mode (y_slots set): grid (n_embd / 4, slots); one warp per (slot, n) streams row n of
 // the slot's expert (lane_dot: 16-byte loads, four in flight) and writes the scaled product;
 // moe_combine then adds the slots into the residual. Many small independent warps, as
-// moe_gate_up_gemv, instead of one block gathering every choice of (t, n).
+// moe_gate_up_gemv, instead of one block gathering every choice of (t, n). With the shared
+// experts (sh_w set) the grid has n_tokens more rows, first (scheduled first): their weights are
+// known, so their rows head for L2 and their scales load before pdl_wait; with sh_ready (the
+// activations written two launches back) the whole shared slot runs before the wait.
 template <bool FP8, bool VEC>
 __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params p) {
-    pdl_enter();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t n = int64_t(blockIdx.x) * 4 + warp, s = blockIdx.y;
-    if (n >= p.n_embd) return;
-    const int64_t F = p.n_ff_exp, H = p.n_embd, row = int64_t(p.ids[s]) * H + n;
+    const int64_t n = int64_t(blockIdx.x) * 4 + warp, H = p.n_embd;
+    const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
+    if (int64_t(blockIdx.y) < n_sh) {
+        if (n >= H) {
+            pdl_enter();
+            return;
+        }
+        const int64_t t = blockIdx.y, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
+        const unsigned char *w = static_cast<const unsigned char *>(p.sh_w) + n * row_bytes;
+        const float scale = FP8 ? __ldg(p.sh_w_scale + n) : 1.0f;
+        if (p.sh_ready) { // everything before the wait (moe_down_gemv.cuh)
+            const float v = warp_sum(lane_dot_l2x<FP8, VEC>(w, p.sh_act + t * F, F, lane));
+            if (lane == 0) p.y_shared[t * H + n] = v * scale;
+            pdl_enter();
+            return;
+        }
+        for (int64_t b = int64_t(lane) * 128; b < row_bytes; b += 32 * 128) prefetch_l2(w + b);
+        pdl_enter();
+        const float v = warp_sum(lane_dot<FP8, VEC>(w, p.sh_act + t * F, 0, F, lane));
+        if (lane == 0) p.y_shared[t * H + n] = v * scale;
+        return;
+    }
+    pdl_enter();
+    const int64_t s = int64_t(blockIdx.y) - n_sh;
+    if (n >= H) return;
+    const int64_t F = p.n_ff_exp, row = int64_t(p.ids[s]) * H + n;
     const float scale = FP8 ? __ldg(p.w_scale + row) : 1.0f;
     const unsigned char *w = static_cast<const unsigned char *>(p.w) + row * F * (FP8 ? 1 : 2);
     const float v = warp_sum(lane_dot<FP8, VEC>(w, p.act + s * F, 0, F, lane));
@@ -124,9 +193,15 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
     if (p.n_tokens <= 0 || p.n_embd <= 0) return cudaSuccess;
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
-    const bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
+    bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
     if (p.y_slots) {
-        const dim3 grid(ceil_div_u(p.n_embd, 4), unsigned(p.n_tokens * p.n_expert_used));
+        if (p.sh_w) {
+            if (!p.sh_act || !p.y_shared || p.n_ff_sh <= 0 || (fp8 && !p.sh_w_scale))
+                return cudaErrorInvalidValue;
+            vec = vec && p.n_ff_sh % (fp8 ? 16 : 8) == 0 && aligned16(p.sh_w) && aligned16(p.sh_act);
+        }
+        const dim3 grid(ceil_div_u(p.n_embd, 4),
+                        unsigned(p.n_tokens * p.n_expert_used + (p.sh_w ? p.n_tokens : 0)));
         if (fp8) {
             if (vec) return launch_kernel(moe_down_rows_kernel<true, true>, grid, 128, 0, stream, p);
             return launch_kernel(moe_down_rows_kernel<true, false>, grid, 128, 0, stream, p);

@@ -20,6 +20,19 @@ struct moe_down_gemv_params {
     // Per-slot mode: when set, y is not touched; y_slots[t·k_used + j, n] = scale · Wd_e[n] · act
     // (unweighted), for moe_combine to add in choice order.
     float *y_slots = nullptr; // [n_tokens·n_expert_used, n_embd]
+    // Per-slot mode only: the shared experts as one more slot per token (sh_w set), unweighted:
+    // y_shared[t, n] = scale · Wsh[n] · sh_act[t], in the routed experts' format; moe_combine adds
+    // it first (weight 1), as the CPU backend adds the shared experts before the routed ones.
+    const void *sh_w = nullptr;        // [n_embd, n_ff_sh]
+    const float *sh_w_scale = nullptr; // [n_embd], FP8 only
+    const bf16_t *sh_act = nullptr;    // [n_tokens, n_ff_sh]
+    float *y_shared = nullptr;         // [n_tokens, n_embd]
+    int64_t n_ff_sh = 0;
+    // sh_act was written at least two launches back (moe_front before the routed gate/up): every
+    // kernel waits before it releases the next, so that kernel has finished when this one starts,
+    // and the shared slot is computed (its activations read through L2) and written before
+    // pdl_wait, in the shadow of the previous kernel.
+    bool sh_ready = false;
 };
 
 void moe_down_gemv_ref(const moe_down_gemv_params &p);

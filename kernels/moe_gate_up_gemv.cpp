@@ -1,18 +1,28 @@
 // CPU twin of moe_gate_up_gemv (see moe_gate_up_gemv.cuh).
 #include "moe_gate_up_gemv.cuh"
+#include "rms_norm.cuh"
 
 namespace es {
+
+bool moe_gate_up_gemv_norm_ok(const moe_gate_up_gemv_params &p) {
+    auto al = [](const void *q, uintptr_t a) { return (reinterpret_cast<uintptr_t>(q) & (a - 1)) == 0; };
+    return p.n_embd > 0 && p.n_embd % 4 == 0 && p.n_embd * 2 <= 48 * 1024 && al(p.norm.x, 16) &&
+           al(p.norm.weight, 8) && al(p.norm.out, 16);
+}
 
 void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
     const int64_t F = p.n_ff_exp, H = p.n_embd, K = p.n_expert_used;
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
+    std::vector<bf16_t> xn;
+    if (p.norm.on()) xn = norm_in_ref(p.norm, p.n_tokens, H);
+    const bf16_t *x = p.norm.on() ? xn.data() : p.x;
     for (int64_t s = 0; s < p.n_tokens * K; ++s) {
-        const int64_t t = s / K, e = p.ids[s];
+        const int64_t t = s / K, e = p.ids ? p.ids[s] : 0;
         for (int64_t f = 0; f < F; ++f) {
             const int64_t gr = e * 2 * F + f, ur = gr + F;
             float g = 0.0f, u = 0.0f;
             for (int64_t i = 0; i < H; ++i) {
-                const float xv = bf16_bits_to_float(p.x[t * H + i]);
+                const float xv = bf16_bits_to_float(x[t * H + i]);
                 g += weight_at(p.w, p.wfmt, gr * H + i) * xv;
                 u += weight_at(p.w, p.wfmt, ur * H + i) * xv;
             }

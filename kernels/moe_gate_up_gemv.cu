@@ -2,11 +2,23 @@
 // (slot, f) streams the expert's gate row f and up row f once (lane_dot2: 16-byte loads of both
 // rows interleaved, four in flight) against the token's activations (L1-resident), reduces by shuffles, and
 // lane 0 writes silu(g)·u. Only the n_tokens·n_expert_used selected (token, expert) rows are read.
+// With the fused norm (norm on): 256-thread blocks, grid (n_ff_exp / 16, slots), each warp two
+// rows f in turn (the block's norm amortized over 16 rows; the 21B-A3B's dense 12,288-row MLP is
+// 768 blocks, one wave at six 5 KB blocks per SM in the decode carveout); the
+// rows of a dense MLP (ids null: known before the wait) and their scales start moving into L2
+// before pdl_wait, then every block normalizes its token's residual row into shared memory
+// (block_rms_norm_to_smem, under the weights' fetch) and reads the activations from there; the
+// first block of each token also stores the normalized row to norm.out when it is set.
 #include "kernel_common.cuh"
 #include "moe_gate_up_gemv.cuh"
+#include "moe_router_device.cuh"
 
 namespace es {
 namespace {
+
+// Fused norm: warps per block and rows per warp, amortizing the block's norm.
+constexpr int k_norm_warps = 8, k_norm_rows_per_warp = 2;
+constexpr int k_norm_v = 3; // norm-weight slots per thread loaded before the wait: n_embd ≤ 3,072
 
 template <bool FP8, bool VEC>
 __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_params p) {
@@ -14,7 +26,7 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t f = int64_t(blockIdx.x) * 4 + warp, s = blockIdx.y;
     if (f >= p.n_ff_exp) return;
-    const int64_t t = s / p.n_expert_used, e = p.ids[s], F = p.n_ff_exp, H = p.n_embd;
+    const int64_t t = s / p.n_expert_used, e = p.ids ? p.ids[s] : 0, F = p.n_ff_exp, H = p.n_embd;
     const int64_t g_row = e * 2 * F + f, u_row = g_row + F;
     const unsigned char *w = static_cast<const unsigned char *>(p.w);
     const int64_t row_bytes = H * (FP8 ? 1 : 2);
@@ -33,6 +45,82 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
     }
 }
 
+template <bool FP8, bool VEC>
+__global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kernel(moe_gate_up_gemv_params p) {
+    extern __shared__ __align__(16) uint16_t xs[]; // [n_embd] this token's normalized row
+    __shared__ float red[32];
+    constexpr int R = k_norm_rows_per_warp;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t s = blockIdx.y, t = s / p.n_expert_used, F = p.n_ff_exp, H = p.n_embd;
+    const int64_t f0 = (int64_t(blockIdx.x) * k_norm_warps + warp) * R;
+    const unsigned char *w = static_cast<const unsigned char *>(p.w);
+    const int64_t row_bytes = H * (FP8 ? 1 : 2);
+    float gs[R], us[R];
+    if (!p.ids) {
+        // Expert 0: the rows are known, and no kernel writes weights, so they head for L2 while
+        // the previous kernel finishes.
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const int64_t f = f0 + r;
+            if (f < F) {
+                for (int64_t b = int64_t(lane) * 128; b < row_bytes; b += 32 * 128) {
+                    prefetch_l2(w + f * row_bytes + b);
+                    prefetch_l2(w + (F + f) * row_bytes + b);
+                }
+                gs[r] = FP8 ? __ldg(p.w_scale + f) : 1.0f;
+                us[r] = FP8 ? __ldg(p.w_scale + F + f) : 1.0f;
+            }
+        }
+    }
+    norm_weight_regs<k_norm_v> nwr; // the norm weight too (kernel_common.cuh)
+    norm_weight_preload<k_norm_v>(p.norm.weight, H, nwr);
+    pdl_enter();
+    const int64_t e = p.ids ? p.ids[s] : 0;
+    block_rms_norm_to_smem<1, k_norm_v>(p.norm.x + t * H, H, 1, p.norm.weight, nwr, H, p.norm.eps, xs, red);
+    if (p.norm.out && blockIdx.x == 0 && s % p.n_expert_used == 0)
+        block_store_rows(xs, p.norm.out + t * H, 1, H);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+        const int64_t f = f0 + r;
+        if (f >= F) break;
+        const int64_t g_row = e * 2 * F + f, u_row = g_row + F;
+        if (p.ids) {
+            gs[r] = FP8 ? __ldg(p.w_scale + g_row) : 1.0f;
+            us[r] = FP8 ? __ldg(p.w_scale + u_row) : 1.0f;
+        }
+        const float2 gu =
+            lane_dot2<FP8, VEC, true>(w + g_row * row_bytes, w + u_row * row_bytes, xs, 0, H, lane);
+        float g = warp_sum(gu.x), u = warp_sum(gu.y);
+        if (lane == 0) {
+            if (FP8) {
+                g *= gs[r];
+                u *= us[r];
+            }
+            p.act[s * F + f] = f_to_bf16(silu_f(g) * u);
+        }
+    }
+}
+
+template <bool FP8>
+cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
+    const bool vec_w = p.n_embd % (FP8 ? 16 : 8) == 0 && aligned16(p.w);
+    if (p.norm.on()) {
+        const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));
+        const size_t smem = size_t(p.n_embd) * 2;
+        const unsigned threads = k_norm_warps * 32;
+        if (vec_w) {
+            prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<FP8, true>>();
+            return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, true>, grid, threads, smem, stream, p);
+        }
+        prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<FP8, false>>();
+        return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, false>, grid, threads, smem, stream, p);
+    }
+    const dim3 grid(ceil_div_u(p.n_ff_exp, 4), unsigned(slots));
+    if (vec_w && aligned16(p.x))
+        return launch_kernel(moe_gate_up_gemv_kernel<FP8, true>, grid, 128, 0, stream, p);
+    return launch_kernel(moe_gate_up_gemv_kernel<FP8, false>, grid, 128, 0, stream, p);
+}
+
 } // namespace
 
 cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream_t stream) {
@@ -40,14 +128,8 @@ cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream
     if (slots <= 0 || p.n_ff_exp <= 0) return cudaSuccess;
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
-    const bool vec = p.n_embd % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.x);
-    const dim3 grid(ceil_div_u(p.n_ff_exp, 4), unsigned(slots));
-    if (fp8) {
-        if (vec) return launch_kernel(moe_gate_up_gemv_kernel<true, true>, grid, 128, 0, stream, p);
-        return launch_kernel(moe_gate_up_gemv_kernel<true, false>, grid, 128, 0, stream, p);
-    }
-    if (vec) return launch_kernel(moe_gate_up_gemv_kernel<false, true>, grid, 128, 0, stream, p);
-    return launch_kernel(moe_gate_up_gemv_kernel<false, false>, grid, 128, 0, stream, p);
+    if (p.norm.on() && (!p.norm.weight || !moe_gate_up_gemv_norm_ok(p))) return cudaErrorInvalidValue;
+    return fp8 ? launch_fmt<true>(p, slots, stream) : launch_fmt<false>(p, slots, stream);
 }
 
 } // namespace es

@@ -2,7 +2,9 @@
 // For each slot s = t·k_used + j (token t, choice j) with expert e = ids[s]:
 //   act[s, f] = bf16(silu(g) · u),  g = scale_g · Wg_e[f] · x_t,  u = scale_u · Wu_e[f] · x_t
 // Weights of all experts are one stack [n_expert, 2·n_ff_exp, n_embd] (gate rows, then up rows),
-// BF16 or FP8 E4M3 with per-row scales [n_expert, 2·n_ff_exp].
+// BF16 or FP8 E4M3 with per-row scales [n_expert, 2·n_ff_exp]. With ids null every slot uses
+// expert 0 (a dense MLP: n_expert_used = 1, the weights [2·n_ff, n_embd]). With norm on, x_t is
+// the RMSNorm of the residual row norm.x[t], computed by every block (no separate rms_norm).
 #pragma once
 
 #include "kernel_common.h"
@@ -10,14 +12,19 @@
 namespace es {
 
 struct moe_gate_up_gemv_params {
-    const bf16_t *x = nullptr;      // [n_tokens, n_embd] normalized hidden states
-    const int32_t *ids = nullptr;   // [n_tokens, n_expert_used]
+    const bf16_t *x = nullptr;      // [n_tokens, n_embd] normalized hidden states (unused with norm)
+    const int32_t *ids = nullptr;   // [n_tokens, n_expert_used], or null: expert 0 everywhere
     const void *w = nullptr;        // [n_expert, 2·n_ff_exp, n_embd]
     weight_format wfmt = weight_format::bf16;
     const float *w_scale = nullptr; // [n_expert, 2·n_ff_exp], FP8 only
     bf16_t *act = nullptr;          // [n_tokens·n_expert_used, n_ff_exp]
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
+    norm_in norm; // fused input norm (kernel_common.h); off: x is read
 };
+
+// The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared
+// memory), norm.x and norm.out 16-byte and norm.weight 8-byte aligned.
+bool moe_gate_up_gemv_norm_ok(const moe_gate_up_gemv_params &p);
 
 void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS

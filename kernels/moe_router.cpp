@@ -1,5 +1,6 @@
 // CPU twin of moe_router (see moe_router.cuh); the same rules as the CPU backend's router.
 #include "moe_router.cuh"
+#include "rms_norm.cuh"
 
 #include <algorithm>
 #include <numeric>
@@ -7,14 +8,24 @@
 
 namespace es {
 
+bool moe_router_norm_ok(const moe_router_params &p) {
+    const size_t tail = (size_t(2 * p.n_expert + p.n_expert_used) * sizeof(float) + 15) / 16 * 16;
+    auto al = [](const void *q, uintptr_t a) { return (reinterpret_cast<uintptr_t>(q) & (a - 1)) == 0; };
+    return p.n_embd > 0 && p.n_embd % 4 == 0 && tail + size_t(p.n_embd) * 2 <= 48 * 1024 &&
+           al(p.norm.x, 16) && al(p.norm.weight, 8) && al(p.norm.out, 16);
+}
+
 void moe_router_ref(const moe_router_params &p) {
     const int64_t H = p.n_embd, E = p.n_expert, K = p.n_expert_used;
+    std::vector<bf16_t> xn;
+    if (p.norm.on()) xn = norm_in_ref(p.norm, p.n_tokens, H);
+    const bf16_t *x = p.norm.on() ? xn.data() : p.x;
     std::vector<float> prob(static_cast<size_t>(E)), biased(static_cast<size_t>(E));
     std::vector<int32_t> order(static_cast<size_t>(E));
     for (int64_t t = 0; t < p.n_tokens; ++t) {
         for (int64_t e = 0; e < E; ++e) {
             float acc = 0.0f;
-            for (int64_t i = 0; i < H; ++i) acc += p.w[e * H + i] * bf16_bits_to_float(p.x[t * H + i]);
+            for (int64_t i = 0; i < H; ++i) acc += p.w[e * H + i] * bf16_bits_to_float(x[t * H + i]);
             prob[e] = acc;
         }
         const float mx = *std::max_element(prob.begin(), prob.end());

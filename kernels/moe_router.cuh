@@ -9,7 +9,7 @@
 namespace es {
 
 struct moe_router_params {
-    const bf16_t *x = nullptr;    // [n_tokens, n_embd]
+    const bf16_t *x = nullptr;    // [n_tokens, n_embd]; unused when norm is on
     const float *w = nullptr;     // [n_expert, n_embd]
     const float *bias = nullptr;  // [n_expert]
     int32_t *ids = nullptr;       // [n_tokens, n_expert_used], in selection order
@@ -20,9 +20,15 @@ struct moe_router_params {
     // before the first launch (the kernel leaves it zero again).
     float *logits = nullptr;        // [n_tokens, n_expert]
     unsigned *counters = nullptr;   // [n_tokens]
+    // Fused input norm (kernel_common.h): when on, every block normalizes its token's residual row
+    // itself (no separate rms_norm launch); norm.out, when set, receives the normalized rows.
+    norm_in norm;
 };
 
 inline constexpr int64_t moe_router_max_experts = 4096;
+// The fused norm's limits: n_embd % 4 == 0, its row fits the launch's shared memory beside the
+// tail's (48 KB), norm.x and norm.out 16-byte and norm.weight 8-byte aligned.
+bool moe_router_norm_ok(const moe_router_params &p);
 
 void moe_router_ref(const moe_router_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS

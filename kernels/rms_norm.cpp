@@ -1,6 +1,8 @@
 // CPU twin of rms_norm (see rms_norm.cuh).
 #include "rms_norm.cuh"
 
+#include <algorithm>
+
 namespace es {
 
 void rms_norm_ref(const rms_norm_params &p) {
@@ -16,6 +18,20 @@ void rms_norm_ref(const rms_norm_params &p) {
         for (int64_t i = 0; i < p.n_embd; ++i)
             p.out[r * p.n_embd + i] = float_to_bf16_bits(bf16_bits_to_float(p.weight[i]) * (x[i] * scale));
     }
+}
+
+std::vector<bf16_t> norm_in_ref(const norm_in &n, int64_t n_rows, int64_t n_embd) {
+    std::vector<bf16_t> out(static_cast<size_t>(n_rows * n_embd));
+    rms_norm_params p;
+    p.x = const_cast<float *>(n.x); // read only: no delta
+    p.weight = n.weight;
+    p.out = out.data();
+    p.n_rows = n_rows;
+    p.n_embd = n_embd;
+    p.eps = n.eps;
+    rms_norm_ref(p);
+    if (n.out) std::copy(out.begin(), out.end(), n.out);
+    return out;
 }
 
 } // namespace es

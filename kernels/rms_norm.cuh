@@ -6,6 +6,8 @@
 
 #include "kernel_common.h"
 
+#include <vector>
+
 namespace es {
 
 struct rms_norm_params {
@@ -19,6 +21,9 @@ struct rms_norm_params {
 };
 
 void rms_norm_ref(const rms_norm_params &p);
+// The twin of a fused input norm (kernel_common.h norm_in): rms_norm_ref of the n_rows rows of
+// n.x; the normalized rows are returned and, when n.out is set, also written there.
+std::vector<bf16_t> norm_in_ref(const norm_in &n, int64_t n_rows, int64_t n_embd);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 cudaError_t launch_rms_norm(const rms_norm_params &p, cudaStream_t stream);
 #endif

@@ -1,9 +1,13 @@
 // The engine end to end on the reference checkpoints: the worker thread, scheduler, paged KV
 // with prefix caching, sampler and telemetry together. Because the CPU backend is
 // batch-invariant, batched, prefix-cached and preempted runs must reproduce a lone cold run
-// exactly (tokens, and logits bit for bit at the backend level).
+// exactly (tokens, and logits bit for bit at the backend level). Sampling from logit candidates
+// (a backend that returns them, emulated here over the CPU backend with topk_logits' twin) gives
+// the tokens sampling from full rows gives.
 #include "engine.h"
+#include "generate.h"
 #include "model.h"
+#include "topk_logits.cuh"
 
 #include <QDir>
 #include <QFile>
@@ -82,12 +86,70 @@ bool wait_until(Pred p, std::chrono::milliseconds timeout = 5000ms) {
     return p();
 }
 
+// The CPU backend behind the candidates interface: when a batch asks for top_n, forward()
+// returns what the CUDA backend returns (topk_logits' twin over the rows) and keeps the rows for
+// logits_row(), counting the fetches. At most `cap` candidates per row (the test models' vocabularies
+// are small: a short list makes the sampler fall back to the full row now and then).
+class candidate_backend final : public es::backend {
+public:
+    candidate_backend(es::backend &inner, int32_t cap) : m_in(inner), m_cap(cap) {}
+    std::string name() const override { return "candidates over " + m_in.name(); }
+    const es::model_config &config() const override { return m_in.config(); }
+    es::status init_kv_cache(const es::kv_cache_params &p) override { return m_in.init_kv_cache(p); }
+    const es::kv_cache_params &kv_params() const override { return m_in.kv_params(); }
+    size_t kv_block_bytes() const override { return m_in.kv_block_bytes(); }
+    size_t weights_bytes() const override { return m_in.weights_bytes(); }
+    bool supports_candidates() const override { return true; }
+    es::status forward(const es::batch &b, es::forward_output &out) override {
+        if (auto s = m_in.forward(b, out); !s) return s;
+        m_rows = out.logits;
+        if (b.top_n <= 0) return es::ok_status();
+        const int32_t top = std::min(b.top_n, m_cap);
+        const int64_t R = int64_t(b.logits_rows.size()), n = top;
+        es::logit_candidate_rows &c = out.candidates;
+        c.top_n = top;
+        c.ids.resize(size_t(R * n));
+        c.logits.resize(size_t(R * n));
+        c.row_max.resize(size_t(R));
+        c.row_sum.resize(size_t(R));
+        es::topk_logits_params p;
+        p.logits = m_rows.data();
+        p.temperatures = b.temperatures.empty() ? nullptr : b.temperatures.data();
+        p.ids = c.ids.data();
+        p.values = c.logits.data();
+        p.row_max = c.row_max.data();
+        p.row_sum = c.row_sum.data();
+        p.n_rows = R;
+        p.n_vocab = config().n_vocab;
+        p.n_top = top;
+        es::topk_logits_ref(p);
+        out.logits.clear();
+        ++candidate_rows;
+        return es::ok_status();
+    }
+    es::status logits_row(int32_t row, std::span<float> out) override {
+        const int64_t V = config().n_vocab;
+        if (row < 0 || size_t(row + 1) * size_t(V) > m_rows.size() || int64_t(out.size()) != V)
+            return es::error{"logits_row: no such row"};
+        std::copy_n(m_rows.begin() + row * V, V, out.begin());
+        ++fetched;
+        return es::ok_status();
+    }
+    int fetched = 0, candidate_rows = 0;
+
+private:
+    es::backend &m_in;
+    int32_t m_cap;
+    std::vector<float> m_rows;
+};
+
 } // namespace
 
 class TestEngine : public QObject {
     Q_OBJECT
 private slots:
     void noModelAndBadFolder();
+    void candidatesGiveSameTokens();
     void matchesHfGreedy_data();
     void matchesHfGreedy();
     void chatStreamsText();
@@ -110,6 +172,68 @@ void TestEngine::noModelAndBadFolder() {
     QVERIFY(!st.ok());
     QVERIFY2(st.message().find("/nonexistent/model") != std::string::npos, st.message().c_str());
     QVERIFY(!e.has_model());
+}
+
+// generate_tokens (request_candidates + sample_output_row, shared with the engine's loop) on a
+// backend returning candidates against the same backend returning full rows: the same tokens for
+// every sampling setting; both the candidates' decisions and full-row fetches happen.
+void TestEngine::candidatesGiveSameTokens() {
+    es::model_load_params lp;
+    lp.need_tokenizer = false;
+    auto m = es::load_model((data_dir + "/moe-shared").toStdString(), lp);
+    QVERIFY(m.ok());
+    es::backend &plain = *(*m)->be;
+    {
+        // The CPU backend's logits_row: the rows of the last forward, nothing else.
+        QVERIFY(!plain.supports_candidates());
+        QVERIFY(plain.init_kv_cache({16, 8}).ok());
+        es::batch b;
+        b.seqs = {{{0}}};
+        b.tokens = {1, 2};
+        b.pos = {0, 1};
+        b.seq = {0, 0};
+        b.logits_rows = {0, 1};
+        b.top_n = 64; // a request the CPU backend may ignore
+        es::forward_output out;
+        QVERIFY(plain.forward(b, out).ok());
+        const int64_t V = plain.config().n_vocab;
+        QCOMPARE(out.candidates.top_n, 0);
+        QCOMPARE(out.logits.size(), size_t(2 * V));
+        std::vector<float> row(static_cast<size_t>(V));
+        QVERIFY(plain.logits_row(1, row).ok());
+        QVERIFY(std::memcmp(row.data(), out.logits.data() + V, size_t(V) * 4) == 0);
+        QVERIFY(!plain.logits_row(2, row).ok());
+        std::vector<float> short_row(10);
+        QVERIFY(!plain.logits_row(0, short_row).ok());
+    }
+    candidate_backend cand(plain, 6);
+    const auto prompt = reference_ids("moe-shared", "prompt_ids");
+    int fetched = 0, decided_rows = 0;
+    for (int setting = 0; setting < 5; ++setting)
+        for (uint64_t seed = 1; seed <= 3; ++seed) {
+            es::sampling_params sp;
+            sp.seed = seed;
+            sp.max_tokens = 12;
+            sp.temperature = setting == 0 ? 0.0f : 0.9f;
+            if (setting == 2) sp.top_k = 20;
+            if (setting == 3) sp.top_p = 0.8f;
+            if (setting == 4) {
+                sp.min_p = 0.05f;
+                sp.repetition_penalty = 1.3f;
+            }
+            auto a = es::generate_tokens(plain, prompt, sp);
+            const int before = cand.fetched, rows_before = cand.candidate_rows;
+            auto b = es::generate_tokens(cand, prompt, sp);
+            QVERIFY2(a.ok() && b.ok(), "generate_tokens failed");
+            QVERIFY2(
+                a->tokens == b->tokens,
+                qPrintable(
+                    QString("setting %1 seed %2: candidates changed the tokens").arg(setting).arg(seed)));
+            fetched += cand.fetched - before;
+            decided_rows += (cand.candidate_rows - rows_before) - (cand.fetched - before);
+        }
+    QVERIFY2(fetched > 0 && decided_rows > 0,
+             qPrintable(QString("fetched %1 rows, candidates decided %2").arg(fetched).arg(decided_rows)));
 }
 
 void TestEngine::matchesHfGreedy_data() {

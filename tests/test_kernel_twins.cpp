@@ -1,10 +1,12 @@
 // The kernels' CPU twins (kernels/*.cpp), which the self-test uses as references for the GPU:
 // each against an independent computation or an invariant (FP8 codes round-trip, RoPE keeps
 // norms, attention over one key returns its value, an FP8 KV cache stores E4M3 of x / scale and
-// attention over it equals attention over the dequantized BF16 cache, the attention kernel choice follows its
-// rule, router ties go to the lower id, the grouped prefill expert path equals the per-token decode path),
-// then the twin model (the CUDA backend's numerics emulated on the CPU) against the CPU backend on every
-// reference checkpoint. Plain C++: runs without a GPU or a CUDA toolkit.
+// attention over it equals attention over the dequantized BF16 cache, the attention kernel choice
+// follows its rule, router ties go to the lower id, the grouped prefill expert path equals the
+// per-token decode path, the fused decode kernels (norm_in, moe_front, the shared-expert slot)
+// equal their parts run one after the other), then the twin model (the CUDA backend's
+// numerics emulated on the CPU) against the CPU backend on every reference checkpoint. Plain C++:
+// runs without a GPU or a CUDA toolkit.
 #include "cuda_twin_model.h"
 #include "model.h"
 #include "npy.h"
@@ -21,6 +23,7 @@
 #include "gemv.cuh"
 #include "moe_combine.cuh"
 #include "moe_down_gemv.cuh"
+#include "moe_front.cuh"
 #include "moe_gate_up_gemv.cuh"
 #include "moe_grouped_gemm.cuh"
 #include "moe_plan.cuh"
@@ -28,6 +31,7 @@
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
 #include "silu_mul.cuh"
+#include "topk_logits.cuh"
 
 #include <QDir>
 #include <QFile>
@@ -36,7 +40,9 @@
 #include <QJsonObject>
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 
@@ -84,10 +90,17 @@ private slots:
     void attentionKernelChoice();
     void routerTiesAndBias();
     void gemvFp8Scale();
+    void fp8BlockScales();
     void moeGroupedEqualsDecodePath_data();
     void moeGroupedEqualsDecodePath();
     void planEdgeCases();
+    void fusedNormInputs();
+    void moeFrontEqualsParts_data();
+    void moeFrontEqualsParts();
+    void sharedSlotEqualsSharedLinear();
     void argmaxTies();
+    void topkLogits_data();
+    void topkLogits();
     void fillRandom();
     void fp8QuantizeRows();
     void twinModel_data();
@@ -601,6 +614,61 @@ void TestKernelTwins::gemvFp8Scale() {
     }
 }
 
+// 128×128 block scales: every block's largest magnitude maps to ±448, each scale is its own
+// block's, and the GEMV twin equals the dequantized product (partial blocks in both dimensions).
+void TestKernelTwins::fp8BlockScales() {
+    const int64_t N = 300, K = 200, nkb = 2;
+    auto w = rand_bf16(static_cast<size_t>(N * K));
+    w[size_t(130 * K + 150)] = es::float_to_bf16_bits(-40.0f); // an outlier in block (1, 1) only
+    auto x = rand_bf16(static_cast<size_t>(K));
+    std::vector<es::fp8_t> q(w.size());
+    const auto L = es::scale_layout::block128;
+    QCOMPARE(es::fp8_scale_count(N, K, L), int64_t(3 * nkb));
+    std::vector<float> s(size_t(es::fp8_scale_count(N, K, L))), y(N);
+    es::fp8_quantize_params qp{w.data(), q.data(), s.data(), N, K, L};
+    es::fp8_quantize_ref(qp);
+    QCOMPARE(s[1 * nkb + 1], 40.0f / 448.0f);
+    for (int64_t rb = 0; rb < 3; ++rb)
+        for (int64_t cb = 0; cb < nkb; ++cb) {
+            float amax = 0.0f, qmax = 0.0f;
+            for (int64_t r = rb * 128; r < std::min<int64_t>(N, rb * 128 + 128); ++r)
+                for (int64_t c = cb * 128; c < std::min<int64_t>(K, cb * 128 + 128); ++c) {
+                    amax = std::max(amax, std::fabs(es::bf16_bits_to_float(w[size_t(r * K + c)])));
+                    qmax = std::max(qmax, std::fabs(es::fp8_e4m3_to_float(q[size_t(r * K + c)])));
+                    QCOMPARE(es::fp8_scale_index(r, c, K, L), rb * nkb + cb);
+                }
+            QCOMPARE(s[size_t(rb * nkb + cb)], amax / 448.0f);
+            QCOMPARE(qmax, 448.0f);
+        }
+    es::gemv_params p;
+    p.x = x.data();
+    p.ldx = K;
+    p.w = q.data();
+    p.wfmt = es::weight_format::fp8_e4m3;
+    p.w_scale = s.data();
+    p.w_layout = L;
+    p.y = y.data();
+    p.ldy = N;
+    p.n_tokens = 1;
+    p.n = N;
+    p.k = K;
+    es::gemv_ref(p);
+    std::vector<es::bf16_t> deq(w.size());
+    es::fp8_dequantize_params dp{q.data(), s.data(), deq.data(), N, K, L};
+    es::fp8_dequantize_ref(dp);
+    for (int64_t n = 0; n < N; ++n) {
+        double want = 0.0, dq = 0.0, mag = 0.0;
+        for (int64_t k = 0; k < K; ++k) {
+            const double wv = double(es::fp8_e4m3_to_float(q[size_t(n * K + k)])) * s[size_t(es::fp8_scale_index(n, k, K, L))];
+            want += wv * es::bf16_bits_to_float(x[size_t(k)]);
+            mag += std::fabs(wv * es::bf16_bits_to_float(x[size_t(k)]));
+            dq += double(es::bf16_bits_to_float(deq[size_t(n * K + k)])) * es::bf16_bits_to_float(x[size_t(k)]);
+        }
+        QVERIFY(std::fabs(y[size_t(n)] - want) <= 1e-5 * (1.0 + mag));
+        QVERIFY(std::fabs(dq - want) <= 1.0 / 256.0 * mag + 1e-9); // the dequantized copy: one BF16 rounding per weight
+    }
+}
+
 void TestKernelTwins::moeGroupedEqualsDecodePath_data() {
     QTest::addColumn<bool>("fp8");
     QTest::newRow("bf16") << false;
@@ -686,6 +754,233 @@ void TestKernelTwins::moeGroupedEqualsDecodePath() {
     QCOMPARE(y_rows, y_pre);
 }
 
+namespace {
+std::vector<float> rand_f32(size_t n, float lo, float hi) {
+    std::uniform_real_distribution<float> d(lo, hi);
+    std::vector<float> v(n);
+    for (auto &x : v) x = d(g_rng);
+    return v;
+}
+std::vector<es::bf16_t> rms_rows(std::vector<float> x, const std::vector<es::bf16_t> &w, int64_t T, int64_t H) {
+    std::vector<es::bf16_t> out(static_cast<size_t>(T * H));
+    es::rms_norm_params p;
+    p.x = x.data();
+    p.weight = w.data();
+    p.out = out.data();
+    p.n_rows = T;
+    p.n_embd = H;
+    es::rms_norm_ref(p);
+    return out;
+}
+} // namespace
+
+// A fused input norm (norm_in) gives what rms_norm then the kernel on its output gives, bit for
+// bit, and stores the normalized rows where asked; the fused kernels' shape limits hold.
+void TestKernelTwins::fusedNormInputs() {
+    const int64_t T = 3, H = 40, E = 6, K = 2, F = 12;
+    auto x = rand_f32(static_cast<size_t>(T * H), -3, 3);
+    auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+    const auto xn = rms_rows(x, nw, T, H);
+    es::norm_in ni;
+    ni.x = x.data();
+    ni.weight = nw.data();
+    // Router.
+    auto w = rand_f32(static_cast<size_t>(E * H), -0.5f, 0.5f), bias = rand_f32(static_cast<size_t>(E), -0.02f, 0.02f);
+    std::vector<int32_t> ids_a(static_cast<size_t>(T * K)), ids_b(ids_a.size());
+    std::vector<float> wts_a(ids_a.size()), wts_b(ids_a.size());
+    es::moe_router_params r{xn.data(), w.data(), bias.data(), ids_a.data(), wts_a.data(), T, H, E, K, 1e-12f};
+    es::moe_router_ref(r);
+    std::vector<es::bf16_t> stored(xn.size());
+    r.x = nullptr;
+    r.ids = ids_b.data();
+    r.weights = wts_b.data();
+    r.norm = ni;
+    r.norm.out = stored.data();
+    es::moe_router_ref(r);
+    QCOMPARE(ids_b, ids_a);
+    QCOMPARE(wts_b, wts_a);
+    QCOMPARE(stored, xn);
+    // Dense gate/up (ids null: expert 0) against gemv + silu_mul.
+    auto wgu = rand_bf16(static_cast<size_t>(2 * F * H), -0.2f, 0.2f);
+    std::vector<es::bf16_t> act(static_cast<size_t>(T * F)), act2(act.size());
+    es::moe_gate_up_gemv_params g{nullptr, nullptr, wgu.data(), es::weight_format::bf16, nullptr, act.data(), T, H, 1, F};
+    g.norm = ni;
+    es::moe_gate_up_gemv_ref(g);
+    std::vector<float> gu(static_cast<size_t>(T * 2 * F));
+    es::gemv_params gp;
+    gp.x = xn.data();
+    gp.ldx = H;
+    gp.w = wgu.data();
+    gp.y = gu.data();
+    gp.ldy = 2 * F;
+    gp.n_tokens = T;
+    gp.n = 2 * F;
+    gp.k = H;
+    es::gemv_ref(gp);
+    es::silu_mul_ref({gu.data(), act2.data(), T, F});
+    QCOMPARE(act, act2);
+    // Limits.
+    QVERIFY(es::moe_gate_up_gemv_norm_ok(g));
+    QVERIFY(es::moe_router_norm_ok(r));
+    g.n_embd = 42; // not a multiple of 4
+    QVERIFY(!es::moe_gate_up_gemv_norm_ok(g));
+    g.n_embd = 32768; // the row does not fit 48 KB
+    QVERIFY(!es::moe_gate_up_gemv_norm_ok(g));
+    g.n_embd = H;
+    g.norm.x = x.data() + 1; // misaligned
+    QVERIFY(!es::moe_gate_up_gemv_norm_ok(g));
+}
+
+void TestKernelTwins::moeFrontEqualsParts_data() {
+    QTest::addColumn<bool>("fp8");
+    QTest::addColumn<int>("tokens");
+    QTest::newRow("bf16 T=1") << false << 1;
+    QTest::newRow("fp8 T=3") << true << 3;
+    QTest::newRow("fp8 T=4") << true << 4;
+}
+
+// moe_front == rms_norm, then the router, then the shared experts' gate/up GEMV with SiLU·up.
+void TestKernelTwins::moeFrontEqualsParts() {
+    QFETCH(bool, fp8);
+    QFETCH(int, tokens);
+    const int64_t T = tokens, H = 48, E = 8, K = 3, F = 20;
+    const auto fmt = fp8 ? es::weight_format::fp8_e4m3 : es::weight_format::bf16;
+    auto x = rand_f32(static_cast<size_t>(T * H), -2, 2);
+    auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+    auto rw = rand_f32(static_cast<size_t>(E * H), -0.5f, 0.5f), bias = rand_f32(static_cast<size_t>(E), -0.05f, 0.05f);
+    auto wgu = rand_bf16(static_cast<size_t>(2 * F * H), -0.2f, 0.2f);
+    std::vector<es::fp8_t> q(wgu.size());
+    std::vector<float> sc(static_cast<size_t>(2 * F));
+    es::fp8_quantize_ref({wgu.data(), q.data(), sc.data(), 2 * F, H});
+    const void *pw = fp8 ? static_cast<const void *>(q.data()) : wgu.data();
+
+    std::vector<es::bf16_t> xn(static_cast<size_t>(T * H)), act(static_cast<size_t>(T * F));
+    std::vector<int32_t> ids(static_cast<size_t>(T * K));
+    std::vector<float> wts(ids.size());
+    es::moe_front_params p;
+    p.norm.x = x.data();
+    p.norm.weight = nw.data();
+    p.norm.out = xn.data();
+    p.router_w = rw.data();
+    p.bias = bias.data();
+    p.ids = ids.data();
+    p.weights = wts.data();
+    p.n_expert = E;
+    p.n_expert_used = K;
+    p.sh_w = pw;
+    p.sh_wfmt = fmt;
+    p.sh_w_scale = fp8 ? sc.data() : nullptr;
+    p.sh_act = act.data();
+    p.n_ff_sh = F;
+    p.n_tokens = T;
+    p.n_embd = H;
+    QVERIFY(es::moe_front_supported(p));
+    es::moe_front_ref(p);
+
+    const auto xn2 = rms_rows(x, nw, T, H);
+    QCOMPARE(xn, xn2);
+    std::vector<int32_t> ids2(ids.size());
+    std::vector<float> wts2(ids.size());
+    es::moe_router_params r{xn2.data(), rw.data(), bias.data(), ids2.data(), wts2.data(), T, H, E, K, 1e-12f};
+    es::moe_router_ref(r);
+    QCOMPARE(ids, ids2);
+    QCOMPARE(wts, wts2);
+    std::vector<float> gu(static_cast<size_t>(T * 2 * F));
+    es::gemv_params gp;
+    gp.x = xn2.data();
+    gp.ldx = H;
+    gp.w = pw;
+    gp.wfmt = fmt;
+    gp.w_scale = fp8 ? sc.data() : nullptr;
+    gp.y = gu.data();
+    gp.ldy = 2 * F;
+    gp.n_tokens = T;
+    gp.n = 2 * F;
+    gp.k = H;
+    es::gemv_ref(gp);
+    std::vector<es::bf16_t> act2(act.size());
+    es::silu_mul_ref({gu.data(), act2.data(), T, F});
+    QCOMPARE(act, act2);
+
+    // What the fused kernel does not take.
+    es::moe_front_params bad = p;
+    bad.n_tokens = es::moe_front_max_tokens + 1;
+    QVERIFY(!es::moe_front_supported(bad));
+    bad = p;
+    bad.n_embd = 46;
+    QVERIFY(!es::moe_front_supported(bad));
+    bad = p;
+    bad.norm.out = nullptr; // the routed experts need the normalized rows
+    QVERIFY(!es::moe_front_supported(bad));
+    bad = p;
+    bad.n_embd = 8192; // four rows of 16 KB exceed 48 KB of shared memory
+    bad.n_tokens = 4;
+    QVERIFY(!es::moe_front_supported(bad));
+}
+
+// The shared experts as one more slot of the per-slot down projection, added first by
+// moe_combine, give bit for bit what an accumulating down GEMV then the routed combine give.
+void TestKernelTwins::sharedSlotEqualsSharedLinear() {
+    const int64_t T = 2, H = 24, E = 4, K = 2, F = 12, Fs = 20;
+    auto wdn = rand_bf16(static_cast<size_t>(E * H * F), -0.2f, 0.2f), wsh = rand_bf16(static_cast<size_t>(H * Fs), -0.2f, 0.2f);
+    std::vector<es::fp8_t> qdn(wdn.size()), qsh(wsh.size());
+    std::vector<float> sdn(static_cast<size_t>(E * H)), ssh(static_cast<size_t>(H));
+    es::fp8_quantize_ref({wdn.data(), qdn.data(), sdn.data(), E * H, F});
+    es::fp8_quantize_ref({wsh.data(), qsh.data(), ssh.data(), H, Fs});
+    auto act = rand_bf16(static_cast<size_t>(T * K * F)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
+    std::vector<int32_t> ids = {1, 3, 0, 1};
+    std::vector<float> wts = {0.7f, 0.3f, 0.55f, 0.45f};
+    const auto x0 = rand_f32(static_cast<size_t>(T * H), -1, 1);
+    for (bool fp8 : {false, true}) {
+        const auto fmt = fp8 ? es::weight_format::fp8_e4m3 : es::weight_format::bf16;
+        // Fused: routed slots + the shared slot, one combine.
+        std::vector<float> ys(static_cast<size_t>((T * K + T) * H)), xa = x0;
+        es::moe_down_gemv_params d;
+        d.act = act.data();
+        d.ids = ids.data();
+        d.weights = wts.data();
+        d.w = fp8 ? static_cast<const void *>(qdn.data()) : wdn.data();
+        d.wfmt = fmt;
+        d.w_scale = fp8 ? sdn.data() : nullptr;
+        d.y_slots = ys.data();
+        d.n_tokens = T;
+        d.n_embd = H;
+        d.n_expert_used = K;
+        d.n_ff_exp = F;
+        d.sh_w = fp8 ? static_cast<const void *>(qsh.data()) : wsh.data();
+        d.sh_w_scale = fp8 ? ssh.data() : nullptr;
+        d.sh_act = sh_act.data();
+        d.y_shared = ys.data() + T * K * H;
+        d.n_ff_sh = Fs;
+        es::moe_down_gemv_ref(d);
+        es::moe_combine_params cb{ys.data(), wts.data(), xa.data(), T, H, K};
+        cb.y_shared = d.y_shared;
+        es::moe_combine_ref(cb);
+        // Separate: the shared down GEMV accumulating into x, then the routed slots and combine.
+        std::vector<float> xb = x0;
+        es::gemv_params gp;
+        gp.x = sh_act.data();
+        gp.ldx = Fs;
+        gp.w = d.sh_w;
+        gp.wfmt = fmt;
+        gp.w_scale = d.sh_w_scale;
+        gp.y = xb.data();
+        gp.ldy = H;
+        gp.n_tokens = T;
+        gp.n = H;
+        gp.k = Fs;
+        gp.accumulate = true;
+        es::gemv_ref(gp);
+        std::vector<float> ys2(static_cast<size_t>(T * K * H));
+        d.sh_w = nullptr;
+        d.y_slots = ys2.data();
+        es::moe_down_gemv_ref(d);
+        es::moe_combine_ref({ys2.data(), wts.data(), xb.data(), T, H, K});
+        QCOMPARE(xa, xb);
+        QVERIFY(xa != x0);
+    }
+}
+
 void TestKernelTwins::planEdgeCases() {
     const std::vector<int32_t> ids = {2, 0, 2, 2, 0, 3};
     std::vector<int32_t> c(5), off(6), toff(6), sorted(6);
@@ -704,6 +999,87 @@ void TestKernelTwins::argmaxTies() {
     es::argmax_ref({x.data(), out.data(), 2, 5});
     QCOMPARE(out[0], 1);
     QCOMPARE(out[1], 0);
+}
+
+// topk_logits' twin against a brute force: a stable sort of every non-NaN (value, id) by value
+// (ids ascending among ties), and the sum in long double.
+void TestKernelTwins::topkLogits_data() {
+    QTest::addColumn<int>("rows");
+    QTest::addColumn<int>("vocab");
+    QTest::addColumn<int>("top");
+    QTest::addColumn<QString>("kind");
+    QTest::newRow("ties_v37_n8") << 2 << 37 << 8 << "ties";
+    QTest::newRow("n_gt_v_v5_n8") << 1 << 5 << 8 << "random";
+    QTest::newRow("nan_inf_rows_v300_n64") << 4 << 300 << 64 << "special";
+    QTest::newRow("v103424_n1") << 1 << 103424 << 1 << "random";
+    QTest::newRow("v103424_n64_ties") << 3 << 103424 << 64 << "ties";
+    QTest::newRow("v103424_n256") << 2 << 103424 << 256 << "random";
+}
+
+void TestKernelTwins::topkLogits() {
+    QFETCH(int, rows);
+    QFETCH(int, vocab);
+    QFETCH(int, top);
+    QFETCH(QString, kind);
+    std::mt19937 rng(uint32_t(rows * 7919 + vocab + top));
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> x(static_cast<size_t>(rows) * size_t(vocab)), temps(static_cast<size_t>(rows));
+    for (int r = 0; r < rows; ++r) {
+        temps[size_t(r)] = r % 2 ? 0.7f : (r == 2 ? 0.0f : 1.3f);
+        for (int v = 0; v < vocab; ++v) {
+            float &e = x[size_t(r) * vocab + v];
+            e = kind == "ties" ? float(int(nd(rng))) : nd(rng); // integers: many ties
+            if (kind == "special") {
+                if (r == 0 && v % 3 == 0) e = NAN;
+                if (r == 1) e = v % 2 ? -INFINITY : NAN; // no finite value
+                if (r == 2) e = NAN;                     // all NaN
+                if (r == 3 && v % 5 == 0) e = -INFINITY;
+                if (r == 3 && v == 7) e = -0.0f;
+                if (r == 3 && v == 9) e = 0.0f;
+            }
+        }
+    }
+    std::vector<int32_t> ids(size_t(rows * top));
+    std::vector<float> vals(static_cast<size_t>(rows * top)), mx(static_cast<size_t>(rows));
+    std::vector<double> sums(static_cast<size_t>(rows));
+    es::topk_logits_params p;
+    p.logits = x.data();
+    p.temperatures = temps.data();
+    p.ids = ids.data();
+    p.values = vals.data();
+    p.row_max = mx.data();
+    p.row_sum = sums.data();
+    p.n_rows = rows;
+    p.n_vocab = vocab;
+    p.n_top = top;
+    es::topk_logits_ref(p);
+    for (int r = 0; r < rows; ++r) {
+        const float *row = &x[size_t(r) * vocab];
+        std::vector<int32_t> all;
+        for (int v = 0; v < vocab; ++v)
+            if (!std::isnan(row[v])) all.push_back(v);
+        std::stable_sort(all.begin(), all.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+        float m = -INFINITY;
+        for (int32_t v : all) m = std::max(m, row[v]);
+        const QString where = QString("row %1").arg(r);
+        QVERIFY2(mx[size_t(r)] == m || (std::isinf(m) && mx[size_t(r)] == m), qPrintable(where + ": max"));
+        for (int j = 0; j < top; ++j) {
+            const int32_t want = size_t(j) < all.size() ? all[size_t(j)] : -1;
+            QVERIFY2(
+                ids[size_t(r * top + j)] == want,
+                qPrintable(
+                    where +
+                    QString(" slot %1: id %2, expected %3").arg(j).arg(ids[size_t(r * top + j)]).arg(want)));
+            const float wv = want < 0 ? -INFINITY : row[want];
+            QVERIFY2(std::memcmp(&vals[size_t(r * top + j)], &wv, 4) == 0, qPrintable(where + " value"));
+        }
+        long double s = 0;
+        if (temps[size_t(r)] > 0 && std::isfinite(m))
+            for (int32_t v : all)
+                s += std::exp(((long double)row[v] - (long double)m) / (long double)temps[size_t(r)]);
+        QVERIFY2(std::abs(double(s) - sums[size_t(r)]) <= 1e-12 * std::max(1.0, double(s)),
+                 qPrintable(where + QString(": sum %1, expected %2").arg(sums[size_t(r)]).arg(double(s))));
+    }
 }
 
 void TestKernelTwins::fillRandom() {

@@ -2,14 +2,19 @@
 // the filters (top-k, top-p, min-p) against the softmax they should keep, computed here in double
 // from the logits, checked empirically over many draws; temperature spreading the draws; the
 // repetition / presence / frequency penalties, read back from the logits the sampler modifies in
-// place (greedy path) and by making a seen token lose to another; and validate()'s messages.
+// place (greedy path) and by making a seen token lose to another; validate()'s messages; and
+// sample_candidates() against sample() on the same logits and seeds (same token whenever it
+// decides, "insufficient" exactly in the cases sampler.h names, the RNG untouched then).
 #include "sampler.h"
 
 #include <QtTest>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <random>
 
 using ids_t = std::vector<int32_t>;
 using logits_t = std::vector<float>;
@@ -70,12 +75,54 @@ logits_t test_logits(int n, uint32_t seed, bool ties) {
     return l;
 }
 
+// A backend's candidates for a row (kernels/topk_logits.cuh, computed here by brute force): the
+// top n non-NaN (value, id), values descending and ids ascending among ties, id −1 past the end;
+// the row sum in double scaled by `sum_scale` (a GPU's sum differs from the sampler's mass).
+struct cand_row {
+    ids_t ids;
+    logits_t logits;
+    double sum = 0.0;
+};
+cand_row make_candidates(const logits_t &l, int n, float temperature, double sum_scale = 1.0) {
+    ids_t all;
+    for (size_t v = 0; v < l.size(); ++v)
+        if (!std::isnan(l[v])) all.push_back(int32_t(v));
+    std::stable_sort(all.begin(), all.end(),
+                     [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
+    cand_row c;
+    for (int j = 0; j < n; ++j) {
+        c.ids.push_back(size_t(j) < all.size() ? all[size_t(j)] : -1);
+        c.logits.push_back(size_t(j) < all.size() ? l[size_t(all[size_t(j)])] : -INFINITY);
+    }
+    const double mx = all.empty() ? -INFINITY : l[size_t(all[0])];
+    if (temperature > 0 && std::isfinite(mx))
+        for (int32_t v : all) c.sum += std::exp((double(l[size_t(v)]) - mx) / double(temperature));
+    c.sum *= sum_scale;
+    return c;
+}
+
+// A vocabulary of n with mass ∝ (1 + rank)^(−a / T) over a shuffled id order; quarter-step
+// rounding makes ties.
+logits_t zipf_logits(int n, double a, uint32_t seed) {
+    std::mt19937 rng(seed);
+    ids_t perm(static_cast<size_t>(n));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    logits_t l(static_cast<size_t>(n));
+    for (int r = 0; r < n; ++r)
+        l[size_t(perm[size_t(r)])] = float(std::round(-a * std::log(1.0 + r) * 4.0) / 4.0);
+    return l;
+}
+
 } // namespace
 
 class TestSampler : public QObject {
     Q_OBJECT
 
 private slots:
+    void candidatesMatchSample_data();
+    void candidatesMatchSample();
+    void candidatesSpecialRows();
     void greedy_data();
     void greedy();
     void seedDeterminism_data();
@@ -481,6 +528,164 @@ void TestSampler::validate() {
         QCOMPARE(msg, QString());
     else
         QVERIFY2(msg.contains(error), qPrintable("message: \"" + msg + "\""));
+}
+
+// expect: "decides" (never insufficient), "insufficient" (always), "mixed" (both happen; an
+// insufficient answer must then be needed: the full row's token lies outside the candidates, or
+// the draw sits within the sum's tolerance of a boundary — allowed at most twice).
+void TestSampler::candidatesMatchSample_data() {
+    QTest::addColumn<float>("temperature");
+    QTest::addColumn<int>("top_k");
+    QTest::addColumn<float>("top_p");
+    QTest::addColumn<float>("min_p");
+    QTest::addColumn<float>("repetition");
+    QTest::addColumn<float>("presence");
+    QTest::addColumn<float>("frequency");
+    QTest::addColumn<double>("zipf");
+    QTest::addColumn<int>("n_top");
+    QTest::addColumn<QString>("expect");
+    QTest::newRow("greedy") << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
+    QTest::newRow("greedy_n1") << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 1 << "decides";
+    QTest::newRow("temperature_heavy_tail")
+        << 1.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "mixed";
+    QTest::newRow("temperature_peaked")
+        << 0.8f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 3.0 << 64 << "mixed";
+    QTest::newRow("top_p_0.5") << 1.0f << 0 << 0.5f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
+    QTest::newRow("top_p_0.95_peaked")
+        << 0.7f << 0 << 0.95f << 0.0f << 1.0f << 0.0f << 0.0f << 3.0 << 64 << "decides";
+    QTest::newRow("top_p_0.99_tail") << 1.0f << 0 << 0.99f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                     << "insufficient";
+    QTest::newRow("top_k_40") << 1.0f << 40 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
+    QTest::newRow("top_k_64_eq_n") << 1.0f << 64 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                   << "decides";
+    QTest::newRow("top_k_65_gt_n") << 1.0f << 65 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                   << "insufficient";
+    QTest::newRow("top_k_20_top_p_0.8")
+        << 0.9f << 20 << 0.8f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
+    QTest::newRow("min_p_0.05") << 1.0f << 0 << 1.0f << 0.05f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                << "decides";
+    QTest::newRow("min_p_0.001_tail")
+        << 1.0f << 0 << 1.0f << 0.001f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("min_p_top_p") << 1.0f << 0 << 0.9f << 0.02f << 1.0f << 0.0f << 0.0f << 1.2 << 64
+                                 << "decides";
+    QTest::newRow("greedy_repetition")
+        << 0.0f << 0 << 1.0f << 0.0f << 1.3f << 0.0f << 0.0f << 1.2 << 64 << "decides";
+    QTest::newRow("greedy_presence_frequency")
+        << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.4f << 0.3f << 1.2 << 64 << "decides";
+    QTest::newRow("top_k_10_penalties")
+        << 1.0f << 10 << 1.0f << 0.0f << 1.2f << 0.2f << 0.1f << 1.2 << 64 << "decides";
+    QTest::newRow("temperature_penalties")
+        << 1.0f << 0 << 1.0f << 0.0f << 1.2f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("raising_repetition")
+        << 0.0f << 0 << 1.0f << 0.0f << 0.8f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("negative_presence")
+        << 1.0f << 5 << 1.0f << 0.0f << 1.0f << -0.5f << 0.0f << 1.2 << 64 << "insufficient";
+    QTest::newRow("complete_list_n_ge_v")
+        << 1.0f << 0 << 1.0f << 0.0f << 1.2f << 0.1f << 0.0f << 1.2 << 256 << "decides";
+}
+
+void TestSampler::candidatesMatchSample() {
+    QFETCH(float, temperature);
+    QFETCH(int, top_k);
+    QFETCH(float, top_p);
+    QFETCH(float, min_p);
+    QFETCH(float, repetition);
+    QFETCH(float, presence);
+    QFETCH(float, frequency);
+    QFETCH(double, zipf);
+    QFETCH(int, n_top);
+    QFETCH(QString, expect);
+    const int vocab = n_top >= 256 ? 200 : 5000;
+    int decided = 0, insufficient = 0, needless = 0;
+    for (uint64_t seed = 1; seed <= 60; ++seed) {
+        es::sampling_params p = params(temperature, seed);
+        p.top_k = top_k;
+        p.top_p = top_p;
+        p.min_p = min_p;
+        p.repetition_penalty = repetition;
+        p.presence_penalty = presence;
+        p.frequency_penalty = frequency;
+        es::sampler full(p), cand(p);
+        const logits_t l = zipf_logits(vocab, zipf, uint32_t(seed));
+        // The prompt holds some of the top tokens, so penalties reorder the head.
+        ids_t prompt, output;
+        for (int r = 0; r < 6; ++r) prompt.push_back(int32_t((seed * 7 + r * 13) % vocab));
+        prompt.push_back(argmax(l));
+        for (int step = 0; step < 8; ++step) {
+            const double scale = 1.0 + 3e-6 * double(int(seed % 3) - 1); // a GPU sum's error
+            const cand_row c = make_candidates(l, n_top, cand.sum_temperature(), scale);
+            es::logit_candidates lc;
+            lc.ids = c.ids;
+            lc.logits = c.logits;
+            lc.sum = c.sum;
+            lc.sum_temperature = cand.sum_temperature();
+            lc.n_vocab = vocab;
+            const int32_t want = sample_once(full, l, prompt, output);
+            const std::optional<int32_t> got = cand.sample_candidates(lc, prompt, output);
+            if (got) {
+                ++decided;
+                QVERIFY2(*got == want, qPrintable(QString("seed %1 step %2: candidates chose %3, sample() %4")
+                                                      .arg(seed)
+                                                      .arg(step)
+                                                      .arg(*got)
+                                                      .arg(want)));
+            } else {
+                ++insufficient;
+                if (std::find(c.ids.begin(), c.ids.end(), want) != c.ids.end() && repetition == 1.0f &&
+                    presence == 0.0f && frequency == 0.0f && top_k <= n_top && min_p == 0.0f && top_p == 1.0f)
+                    ++needless;
+                // The fallback: the same sampler on the full row stays in step with `full`.
+                QCOMPARE(sample_once(cand, l, prompt, output), want);
+            }
+            output.push_back(want);
+        }
+    }
+    if (expect == "decides")
+        QVERIFY2(insufficient == 0, qPrintable(QString("%1 insufficient").arg(insufficient)));
+    if (expect == "insufficient") QVERIFY2(decided == 0, qPrintable(QString("%1 decided").arg(decided)));
+    if (expect == "mixed")
+        QVERIFY2(decided > 0 && insufficient > 0,
+                 qPrintable(QString("decided %1, insufficient %2").arg(decided).arg(insufficient)));
+    QVERIFY2(needless <= 2,
+             qPrintable(QString("%1 insufficient answers whose token was a candidate").arg(needless)));
+}
+
+// NaN, ±inf and all −inf rows, through both paths.
+void TestSampler::candidatesSpecialRows() {
+    const int n = 300;
+    for (int kind = 0; kind < 5; ++kind)
+        for (float t : {0.0f, 1.0f})
+            for (uint64_t seed = 1; seed <= 10; ++seed) {
+                logits_t l = zipf_logits(n, 1.2, uint32_t(seed));
+                for (int v = 0; v < n; ++v) {
+                    if (kind == 0 && v % 4 == 0) l[size_t(v)] = NAN;
+                    if (kind == 1) l[size_t(v)] = v % 3 ? -INFINITY : NAN; // nothing finite
+                    if (kind == 2 && (v == 17 || v == 250)) l[size_t(v)] = INFINITY;
+                    if (kind == 3 && v % 2) l[size_t(v)] = -INFINITY;
+                    if (kind == 4) l[size_t(v)] = v % 7 ? NAN : l[size_t(v)]; // fewer values than slots
+                }
+                es::sampling_params p = params(t, seed);
+                es::sampler full(p), cand(p);
+                const cand_row c = make_candidates(l, 64, cand.sum_temperature());
+                es::logit_candidates lc;
+                lc.ids = c.ids;
+                lc.logits = c.logits;
+                lc.sum = c.sum;
+                lc.sum_temperature = cand.sum_temperature();
+                lc.n_vocab = n;
+                const int32_t want = sample_once(full, l);
+                const auto got = cand.sample_candidates(lc, {}, {});
+                if (got)
+                    QVERIFY2(*got == want, qPrintable(QString("kind %1 T %2 seed %3: %4 vs %5")
+                                                          .arg(kind)
+                                                          .arg(t)
+                                                          .arg(seed)
+                                                          .arg(*got)
+                                                          .arg(want)));
+                if (kind == 1 || kind == 2 || kind == 4 || t == 0.0f)
+                    QVERIFY2(got.has_value(),
+                             qPrintable(QString("kind %1 T %2: insufficient").arg(kind).arg(t)));
+            }
 }
 
 QTEST_APPLESS_MAIN(TestSampler)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|hf|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # report: the default model on the GPU, bench --json for a report (docs/reports.md), in
@@ -79,7 +79,7 @@ if [[ $mode == decode ]]; then
     for skip in ${DECODE_SKIPS:-attention rope_kv rms_norm qkv o_proj gate_up down head}; do
         dec "0.3b fp8 without $skip" ernie-4.5-0.3b fp8 0 ES_CUDA_SKIP_OPS=$skip
     done
-    for skip in ${DECODE_SKIPS_MOE:-attention rms_norm moe_router moe_gate_up moe_down shared}; do
+    for skip in ${DECODE_SKIPS_MOE:-attention rms_norm moe_front moe_gate_up moe_down}; do
         dec "21b-a3b fp8 without $skip" ernie-4.5-21b-a3b fp8 0 ES_CUDA_SKIP_OPS=$skip
     done
 fi
@@ -93,6 +93,16 @@ if [[ $mode == fuse ]]; then
                 --pp 16 --tg 128 --reps 3 2>&1 | grep -E 'tg128|decode step' | tee -a "$OUT/fuse.md"
         done
     done
+fi
+if [[ $mode == ncu ]]; then
+    # Per-kernel device time and shared-memory split of a few decode steps (ncu, clocks unlocked):
+    # NCU_SHAPE (default ernie-4.5-21b-a3b) with 2 layers, fp8.
+    ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
+    timeout 200 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum,launch__shared_mem_config_size \
+        --csv --launch-skip "${NCU_SKIP:-150}" --launch-count "${NCU_COUNT:-30}" "$CLI" bench --backend cuda \
+        --shape "${NCU_SHAPE:-ernie-4.5-21b-a3b}" --precision fp8 --layers 2 --pp 16 --tg 16 --reps 1 >"$OUT/ncu.csv" 2>&1
+    grep -E '"gpu__time_duration|shared_mem_config' "$OUT/ncu.csv" | awk -F'","' '{print $5" | "$(NF-2)" | "$NF}' |
+        sed 's/(es::[^)]*)//g' | cut -c1-140 | tee "$OUT/ncu.md"
 fi
 if [[ $mode == hf ]]; then
     # The slow baseline: HF transformers (bf16) on the same shapes (tools/hf_bench.py).
