@@ -49,6 +49,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     cp.precision = prec;
     cp.activations = to_activation_format(common.activations);
     cp.fp8 = to_fp8_policy(common);
+    cp.kv_cache = to_kv_cache_dtype(common.kv_cache);
     std::unique_ptr<model> loaded;
     std::unique_ptr<backend> random_be;
     backend *be = nullptr;
@@ -70,6 +71,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         lp.precision = prec;
         lp.activations = cp.activations;
         lp.fp8 = cp.fp8;
+        lp.kv_cache = cp.kv_cache;
         lp.need_tokenizer = false;
         auto m = load_model(o.model_dir, lp);
         if (!m) return fail(m.message());
@@ -325,6 +327,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
               prec == weight_precision::fp8 ? activation_format_name(cb->activations()) : "bf16"},
              {"fp8_head", prec == weight_precision::fp8 && cp.fp8.head},
              {"fp8_attn_out", prec == weight_precision::fp8 && cp.fp8.attn_out},
+             {"kv_cache", kv_cache_dtype_name(cp.kv_cache)},
              {"read_bandwidth_bytes_per_s", k_h200_read_bw},
              {"decode_bytes_per_token", bytes},
              {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes}});

@@ -165,6 +165,7 @@ int cmd_logits(const std::string &model_dir, const std::string &ids_text, const 
     lp.precision = o.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
     lp.activations = to_activation_format(o.activations);
     lp.fp8 = to_fp8_policy(o);
+    lp.kv_cache = to_kv_cache_dtype(o.kv_cache);
     lp.n_threads = o.threads;
     lp.need_tokenizer = false;
     auto m = load_model(model_dir, lp);
@@ -191,6 +192,7 @@ int cmd_generate(const generate_opts &g, const common_opts &o) {
     lp.precision = o.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
     lp.activations = to_activation_format(o.activations);
     lp.fp8 = to_fp8_policy(o);
+    lp.kv_cache = to_kv_cache_dtype(o.kv_cache);
     lp.n_threads = o.threads;
     auto loaded = load_model(g.model_dir, lp);
     if (!loaded) return fail(loaded.message());

@@ -27,6 +27,7 @@ struct common_opts {
     std::string activations = "e4m3"; // CUDA, fp8 weights, prefill-sized steps: e4m3 | e5m2 | bf16
     bool fp8_head = false;            // CUDA, fp8 weights: the head in E4M3 too
     bool bf16_attn_out = false;       // CUDA, fp8 weights: o_proj kept BF16
+    std::string kv_cache = "bf16";    // CUDA: KV cache elements, bf16 | fp8 (E4M3)
 };
 
 // --fp8-head / --bf16-attn-out as the engine's per-layer precision policy.
@@ -42,6 +43,11 @@ inline activation_format to_activation_format(const std::string &s) {
     return s == "e5m2"   ? activation_format::e5m2
            : s == "bf16" ? activation_format::bf16
                          : activation_format::e4m3;
+}
+
+// --kv-cache as the engine's enum (the CLI checks the word).
+inline kv_cache_dtype to_kv_cache_dtype(const std::string &s) {
+    return s == "fp8" ? kv_cache_dtype::fp8 : kv_cache_dtype::bf16;
 }
 
 int cmd_info(const std::string &model_dir, bool json);

@@ -28,7 +28,9 @@ struct side {
     std::unique_ptr<model> m;
 };
 
-result<side> load_side(const std::string &dir, const std::string &precision, const common_opts &o, bool need_tok) {
+// test_side: the side under test, which takes --kv-cache (the baseline keeps BF16 KV).
+result<side> load_side(const std::string &dir, const std::string &precision, const common_opts &o,
+                       bool need_tok, bool test_side) {
     model_load_params lp;
     lp.need_tokenizer = need_tok;
     lp.n_threads = o.threads;
@@ -42,13 +44,16 @@ result<side> load_side(const std::string &dir, const std::string &precision, con
         lp.activations = to_activation_format(o.activations);
         lp.fp8 = to_fp8_policy(o);
         lp.emulate_precision_on_cpu = true;
+        if (test_side) lp.kv_cache = to_kv_cache_dtype(o.kv_cache);
         if (!lp.fp8.is_default() && lp.kind == backend_kind::cpu)
             return error{"--fp8-head / --bf16-attn-out: the CPU's emulation rounds the default policy's linears only; "
                          "use --backend cuda"};
     }
     auto m = load_model(dir, lp);
     if (!m) return m.err();
-    if (s.label.empty()) s.label = precision + " (" + (*m)->be->name() + ")";
+    if (s.label.empty())
+        s.label = precision + (lp.kv_cache == kv_cache_dtype::fp8 ? ", fp8 KV" : "") + " (" +
+                  (*m)->be->name() + ")";
     s.m = std::move(*m);
     return s;
 }
@@ -66,11 +71,13 @@ void log_softmax(const float *x, int64_t n, std::vector<double> &out) {
 } // namespace
 
 int cmd_eval(const eval_opts &e, const common_opts &o) {
-    if (e.precision == e.baseline) return fail("eval: --precision and --baseline are the same (" + e.precision + ")");
+    if (e.precision == e.baseline && o.kv_cache != "fp8")
+        return fail("eval: --precision and --baseline are the same (" + e.precision +
+                    "); with --kv-cache fp8 that measures the FP8 KV cache alone");
     const bool from_text = !e.text_file.empty();
-    auto base = load_side(e.model_dir, e.baseline, o, from_text);
+    auto base = load_side(e.model_dir, e.baseline, o, from_text, false);
     if (!base) return fail(base.message());
-    auto test = load_side(e.model_dir, e.precision, o, false);
+    auto test = load_side(e.model_dir, e.precision, o, false, true);
     if (!test) return fail(test.message());
     const model_config &c = base->m->config;
 

@@ -23,12 +23,18 @@ int main(int argc, char **argv) {
                          }));
 
     common_opts common;
+    const char *kv_cache_help =
+        "CUDA: KV cache elements, bf16 | fp8 (E4M3, scale 1.0 as vLLM's kv_cache_dtype=fp8: "
+        "half the KV memory, twice the context or sequences)";
     auto add_common = [&](CLI::App *sub) {
         sub->add_option("--backend", common.backend, "cpu | cuda | auto")
             ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
             ->default_val("cpu");
         sub->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
         sub->add_option("--precision", common.precision, "CUDA weights: bf16 | fp8 (E4M3, per-channel scales)")
+            ->check(CLI::IsMember({"bf16", "fp8"}))
+            ->default_val("bf16");
+        sub->add_option("--kv-cache", common.kv_cache, kv_cache_help)
             ->check(CLI::IsMember({"bf16", "fp8"}))
             ->default_val("bf16");
     };
@@ -170,6 +176,12 @@ int main(int argc, char **argv) {
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     eval->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
     add_activations(eval); // the CPU's emulation of a precision rounds weights only
+    eval->add_option("--kv-cache", common.kv_cache,
+                     std::string(kv_cache_help) +
+                         "; the tested side only (the baseline keeps BF16 KV), so "
+                         "--precision P --baseline P --kv-cache fp8 measures the FP8 KV alone")
+        ->check(CLI::IsMember({"bf16", "fp8"}))
+        ->default_val("bf16");
     eval->add_option("--text", ev.text_file, "UTF-8 text to evaluate on (default: seeded random token ids)");
     eval->add_option("--ctx", ev.ctx, "tokens per window (default 256)")->check(CLI::Range(2, 1 << 20));
     eval->add_option("--windows", ev.windows, "windows (default 4)")->check(CLI::Range(1, 100000));

@@ -33,6 +33,7 @@ int cmd_serve(const serve_opts &o, const common_opts &common) {
                      common.backend.c_str());
     }
     so.precision = common.precision;
+    so.kv_cache = common.kv_cache;
     so.kv_cache_bytes = o.kv_cache_mib << 20;
     so.host = o.host;
     so.port = o.port;

@@ -35,6 +35,7 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
                    : common.backend == "auto" ? backend_kind::automatic
                                               : backend_kind::cpu;
     ep.load.precision = common.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
+    ep.load.kv_cache = to_kv_cache_dtype(common.kv_cache);
     ep.load.n_threads = common.threads;
     ep.load.need_tokenizer = false;
     ep.max_num_seqs = *std::max_element(o.concurrency.begin(), o.concurrency.end());

@@ -411,14 +411,16 @@ public:
     std::string name() const override {
         return "cuda:" + std::to_string(m_params.device) + " " + m_dev.name +
                (m_params.precision == weight_precision::fp8
-                    ? std::string(" (fp8, ") + activation_format_name(m_act) + " activations)"
-                    : std::string(" (bf16)"));
+                    ? std::string(" (fp8, ") + activation_format_name(m_act) + " activations" +
+                          kv_name_suffix() + ")"
+                    : std::string(" (bf16") + kv_name_suffix() + ")");
     }
     const model_config &config() const override { return m_cfg; }
     size_t weights_bytes() const override { return m_weights.bytes(); }
     const kv_cache_params &kv_params() const override { return m_kv; }
     size_t kv_block_bytes() const override {
-        return size_t(m_kv.block_size) * size_t(m_cfg.kv_dim()) * 2 * 2 * size_t(m_cfg.n_layer);
+        return size_t(m_kv.block_size) * size_t(m_cfg.kv_dim()) * 2 * kv_format_bytes(kv_fmt()) *
+               size_t(m_cfg.n_layer);
     }
     weight_precision precision() const override { return m_params.precision; }
     activation_format activations() const override { return m_act; }
@@ -467,6 +469,7 @@ public:
         cuda_memory_report r;
         r.weights_bytes = m_weights.bytes();
         r.kv_bytes = m_kv_pool.bytes();
+        r.kv_cache = m_params.kv_cache;
         const device_allocator_stats ws = m_ws.stats();
         r.workspace_bytes = ws.reserved;
         r.workspace_in_use_bytes = ws.in_use;
@@ -506,9 +509,10 @@ public:
             m_kv_pool.reset();
             m_kv = kv_cache_params{};
             const size_t per_layer = size_t(p.n_blocks) * size_t(p.block_size) * size_t(m_cfg.kv_dim());
-            m_kv_pool.alloc(per_layer * 2 * 2 * size_t(m_cfg.n_layer),
-                            "the KV cache (" + std::to_string(p.n_blocks) + " blocks of " + std::to_string(p.block_size) +
-                                " tokens, BF16)");
+            m_kv_pool.alloc(per_layer * 2 * kv_format_bytes(kv_fmt()) * size_t(m_cfg.n_layer),
+                            "the KV cache (" + std::to_string(p.n_blocks) + " blocks of " +
+                                std::to_string(p.block_size) + " tokens, " +
+                                (kv_fmt() == kv_format::bf16 ? "BF16" : "FP8 E4M3") + ")");
             ck(cudaMemsetAsync(m_kv_pool.at(), 0, m_kv_pool.bytes(), m_stream), "KV cache clear");
             m_kv_layer_elems = per_layer;
             m_kv = p;
@@ -1094,7 +1098,10 @@ private:
             nrm.n_rows = T;
             nrm.n_embd = H;
             nrm.eps = float(c.rms_eps);
-            bf16_t *kc = m_kv_pool.at<bf16_t>() + size_t(il) * 2 * m_kv_layer_elems, *vc = kc + m_kv_layer_elems;
+            // Layer il's K pool, then its V pool, of kv_fmt() elements.
+            const size_t kv_pool_bytes = m_kv_layer_elems * kv_format_bytes(kv_fmt());
+            unsigned char *kc = m_kv_pool.at<unsigned char>() + size_t(il) * 2 * kv_pool_bytes,
+                          *vc = kc + kv_pool_bytes;
             rope_kv_params rp;
             rp.qkv = qkv;
             rp.pos = pos;
@@ -1110,6 +1117,7 @@ private:
             rp.n_head_kv = c.n_head_kv;
             rp.head_dim = hd;
             rp.block_size = m_kv.block_size;
+            rp.kv = kv_fmt(); // FP8: per-tensor scales 1.0 (k_scale, v_scale defaults)
             // Decode: norm → q/k/v → RoPE + KV write as one GEMV launch (gemv.cuh's fusions).
             gemv_params fq;
             if (T <= k_gemv_max_tokens && m_fuse) {
@@ -1149,6 +1157,7 @@ private:
             ap.n_head_kv = c.n_head_kv;
             ap.head_dim = hd;
             ap.block_size = m_kv.block_size;
+            ap.kv = kv_fmt();
             ap.scale = 1.0f / std::sqrt(float(hd));
             if (T <= k_graph_max_tokens && kv_splits > 1) {
                 ap.kv_splits = kv_splits;
@@ -1586,6 +1595,11 @@ private:
     dlin m_head, m_head_fp8;
     double m_decode_bytes = 0.0;
     kv_cache_params m_kv;
+    // The KV pools' element format (cuda_backend_params::kv_cache) and the name's mention of it.
+    kv_format kv_fmt() const {
+        return m_params.kv_cache == kv_cache_dtype::fp8 ? kv_format::fp8_e4m3 : kv_format::bf16;
+    }
+    std::string kv_name_suffix() const { return m_params.kv_cache == kv_cache_dtype::fp8 ? ", fp8 KV" : ""; }
     size_t m_kv_layer_elems = 0;
     work_layout m_lay{};
     std::map<graph_key, cudaGraphExec_t> m_graphs;

@@ -47,6 +47,7 @@ struct cuda_backend_params {
     // token for cuBLASLt's FP8 GEMM, bf16 dequantizes the weights instead.
     activation_format activations = activation_format::e4m3;
     fp8_policy fp8;                                    // FP8 weights: head and o_proj (model.h)
+    kv_cache_dtype kv_cache = kv_cache_dtype::bf16;    // paged KV pools in BF16 or FP8 E4M3 (model.h)
     bool use_graphs = true;                            // decode-sized steps replayed as CUDA graphs
     std::function<void(float progress)> on_progress;   // 0..1 while weights are uploaded
 };
@@ -59,6 +60,7 @@ struct cuda_memory_report {
     size_t workspace_in_use_bytes = 0, workspace_largest_free_bytes = 0, workspace_peak_bytes = 0;
     int64_t workspace_segments = 0;
     size_t device_free_bytes = 0, device_total_bytes = 0;                            // cudaMemGetInfo
+    kv_cache_dtype kv_cache = kv_cache_dtype::bf16; // the KV pools' element type (to_string names FP8)
     std::string to_string() const;
 };
 

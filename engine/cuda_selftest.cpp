@@ -204,6 +204,52 @@ std::string shape_name(const std::string &op, std::initializer_list<std::pair<co
     return s;
 }
 
+// FP8 KV cache (kernel_common.h's kv_format): the per-tensor scales of the kernel rows (not powers
+// of two, so the scale's arithmetic is exercised both ways).
+constexpr float k_test_k_scale = 0.75f, k_test_v_scale = 1.5f;
+
+std::string kv_label(kv_format kv) { return kv == kv_format::fp8_e4m3 ? " fp8 KV" : ""; }
+
+// A K or V pool (raw bytes of kv elements), GPU against twin. BF16: max scaled error (limit
+// k_bf16_limit, or exact). FP8: the largest distance between codes in E4M3 steps — 0 when exact,
+// else at most 1 (a value within fp32 rounding of an E4M3 rounding boundary may go either way when
+// the GPU computes it in another order or with fused multiply-adds; a wrong layout, scale or
+// conversion differs by many steps).
+void add_kv_rows(runner &R, const std::string &name, kv_format kv, const std::vector<uint8_t> &got,
+                 const std::vector<uint8_t> &want, bool exact) {
+    if (kv == kv_format::bf16) {
+        std::vector<bf16_t> a(got.size() / 2), b(want.size() / 2);
+        std::memcpy(a.data(), got.data(), a.size() * 2);
+        std::memcpy(b.data(), want.data(), b.size() * 2);
+        R.add("kernel", name, exact ? "max abs err (exact)" : "max scaled err (bf16)",
+              scaled_err(widen(a), widen(b)), exact ? 0.0 : k_bf16_limit);
+        return;
+    }
+    double worst = got.size() == want.size() ? 0.0 : INFINITY;
+    int64_t differ = 0;
+    const auto ord = [](uint8_t c) {
+        return (c & 0x80) ? -int(c & 0x7f) : int(c & 0x7f);
+    }; // monotonic in value
+    for (size_t i = 0; i < std::min(got.size(), want.size()); ++i) {
+        const int d = std::abs(ord(got[i]) - ord(want[i]));
+        worst = std::max(worst, double(d));
+        differ += d != 0;
+    }
+    R.add("kernel", name, exact ? "max E4M3 code steps (exact)" : "max E4M3 code steps", worst,
+          exact ? 0.0 : 1.0);
+    if (!exact) R.info("kernel", name, "E4M3 codes differing", double(differ));
+}
+
+// BF16 values → a pool of kv elements (raw bytes): BF16 as they are, FP8 stored as rope_kv stores them.
+std::vector<uint8_t> kv_pool_of(const std::vector<bf16_t> &v, kv_format kv, float scale) {
+    std::vector<uint8_t> out(v.size() * kv_format_bytes(kv));
+    if (kv == kv_format::bf16)
+        std::memcpy(out.data(), v.data(), out.size());
+    else
+        for (size_t i = 0; i < v.size(); ++i) out[i] = kv_store_fp8(bf16_bits_to_float(v[i]), scale);
+    return out;
+}
+
 // ---- kernel cases ------------------------------------------------------------------------------
 
 void test_embedding(runner &R, int64_t T, int64_t V, int64_t H) {
@@ -259,8 +305,9 @@ void test_rms_norm(runner &R, int64_t rows, int64_t H, bool delta, bool gather) 
     });
 }
 
-void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd) {
-    const std::string name = shape_name("rope_kv", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}});
+void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd, kv_format kv = kv_format::bf16) {
+    const std::string name =
+        shape_name("rope_kv", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}}) + kv_label(kv);
     R.run("kernel", name, [&] {
         const std::vector<int32_t> pos = {0, 1, 17, 4000, 131000};
         const int64_t T = int64_t(pos.size()), bs = 16, qd = n_head * hd, kvd = n_head_kv * hd;
@@ -277,8 +324,13 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd) {
         auto qkv = rand_f(static_cast<size_t>(T * (qd + 2 * kvd)), -2, 2);
         dvec<float> dqkv(qkv), dinv(inv);
         dvec<int32_t> dpos(pos), dseq(seq), dbt(bt);
-        dvec<bf16_t> dq(static_cast<size_t>(T * qd)), dk(static_cast<size_t>(n_blocks * bs * kvd)), dv(static_cast<size_t>(n_blocks * bs * kvd));
+        const size_t pool = static_cast<size_t>(n_blocks * bs * kvd) * kv_format_bytes(kv);
+        dvec<bf16_t> dq(static_cast<size_t>(T * qd));
+        dvec<uint8_t> dk(pool), dv(pool);
         rope_kv_params p;
+        p.kv = kv;
+        p.k_scale = k_test_k_scale;
+        p.v_scale = k_test_v_scale;
         p.qkv = dqkv.get();
         p.pos = dpos.get();
         p.seq = dseq.get();
@@ -295,7 +347,8 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd) {
         p.block_size = bs;
         ck(launch_rope_kv(p, nullptr), "launch");
         sync(name);
-        std::vector<bf16_t> q(static_cast<size_t>(T * qd)), k(static_cast<size_t>(n_blocks * bs * kvd), 0), v(static_cast<size_t>(n_blocks * bs * kvd), 0);
+        std::vector<bf16_t> q(static_cast<size_t>(T * qd));
+        std::vector<uint8_t> k(pool, 0), v(pool, 0);
         p.qkv = qkv.data();
         p.pos = pos.data();
         p.seq = seq.data();
@@ -306,8 +359,9 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd) {
         p.v_cache = v.data();
         rope_kv_ref(p);
         R.add("kernel", name + " q", "max scaled err (bf16)", scaled_err(widen(dq.download()), widen(q)), k_bf16_limit);
-        R.add("kernel", name + " k cache", "max scaled err (bf16)", scaled_err(widen(dk.download()), widen(k)), k_bf16_limit);
-        R.add("kernel", name + " v cache", "max abs err (exact)", scaled_err(widen(dv.download()), widen(v)), 0.0);
+        add_kv_rows(R, name + " k cache", kv, dk.download(), k, false);
+        add_kv_rows(R, name + " v cache", kv, dv.download(), v,
+                    true); // no arithmetic but the scale's division
     });
 }
 
@@ -315,8 +369,9 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd) {
 // positions before the first are in the cache too). The name says " tc" when the tensor-core
 // kernel runs (forced by path, or chosen by the automatic rule), " cuda-core" when forced off.
 void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                    const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label, int64_t splits = 1,
-                    int64_t bs = 16, attention_path path = attention_path::automatic) {
+                    const std::vector<std::pair<int32_t, int32_t>> &seqs, const std::string &label,
+                    int64_t splits = 1, int64_t bs = 16, attention_path path = attention_path::automatic,
+                    kv_format kv = kv_format::bf16) {
     attention_params shape; // the launcher's choice from the shape (the device buffers are aligned)
     std::vector<int32_t> seq_of;
     for (size_t s = 0; s < seqs.size(); ++s) seq_of.insert(seq_of.end(), size_t(seqs[s].second), int32_t(s));
@@ -328,11 +383,15 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
     shape.block_size = bs;
     shape.kv_splits = splits;
     shape.path = path;
+    shape.kv = kv;
     const bool tc = attention_uses_tensor_cores(shape);
-    const std::string name = shape_name(
-        "attention", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
-        label + (splits > 1 ? " kv_splits=" + std::to_string(splits) : "") + (bs != 16 ? " bs=" + std::to_string(bs) : "") +
-            (tc ? " tc" : path == attention_path::cuda_core ? " cuda-core" : ""));
+    const std::string name = shape_name("attention", {{"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
+                                        label + (splits > 1 ? " kv_splits=" + std::to_string(splits) : "") +
+                                            (bs != 16 ? " bs=" + std::to_string(bs) : "") +
+                                            (tc                                  ? " tc"
+                                             : path == attention_path::cuda_core ? " cuda-core"
+                                                                                 : "") +
+                                            kv_label(kv));
     R.run("kernel", name, [&] {
         const int64_t qd = n_head * hd, kvd = n_head_kv * hd;
         std::vector<int32_t> pos, seq;
@@ -352,10 +411,15 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         std::shuffle(perm.begin(), perm.end(), rng());
         for (size_t i = 0; i < bt.size(); ++i) bt[i] = perm[i];
         auto q = rand_bf16(static_cast<size_t>(T * qd), -2, 2);
-        auto k = rand_bf16(static_cast<size_t>(n_blocks * bs * kvd), -2, 2), v = rand_bf16(static_cast<size_t>(n_blocks * bs * kvd));
+        // K, V: BF16 pools, or FP8 ones quantized from the same kind of values (the twin reads the
+        // same codes, widened as the kernels widen them).
+        const auto k = kv_pool_of(rand_bf16(static_cast<size_t>(n_blocks * bs * kvd), -2, 2), kv,
+                                  k_test_k_scale),
+                   v = kv_pool_of(rand_bf16(static_cast<size_t>(n_blocks * bs * kvd)), kv, k_test_v_scale);
         const int64_t group = n_head / n_head_kv;
         const std::vector<int32_t> tiles = attention_tiles(seq.data(), T, group);
-        dvec<bf16_t> dq(q), dk(k), dv(v), dout(static_cast<size_t>(T * qd));
+        dvec<bf16_t> dq(q), dout(static_cast<size_t>(T * qd));
+        dvec<uint8_t> dk(k), dv(v);
         dvec<int32_t> dpos(pos), dseq(seq), dbt(bt), dtiles(tiles);
         attention_params p;
         p.q = dq.get();
@@ -374,6 +438,9 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         p.head_dim = hd;
         p.block_size = bs;
         p.scale = 1.0f / std::sqrt(float(hd));
+        p.kv = kv;
+        p.k_scale = k_test_k_scale;
+        p.v_scale = k_test_v_scale;
         dvec<float> dpart(static_cast<size_t>(attention_partial_floats(p.n_tiles, n_head, n_head_kv, hd, splits)));
         dvec<unsigned> dcounters(std::vector<unsigned>(static_cast<size_t>(p.n_tiles * n_head_kv), 0u));
         p.kv_splits = splits;
@@ -528,11 +595,12 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
 // gemv's fusions (gemv.cuh): the input normalized in the kernel (norm_in) and/or the q|k|v
 // projection's RoPE + KV-write epilogue, against the twin (rms_norm_ref, gemv_ref, rope_kv_ref).
 void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                     bool rope, scale_layout L = scale_layout::channel) {
+                     bool rope, scale_layout L = scale_layout::channel, kv_format kv = kv_format::bf16) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name = shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
                                         std::string(fp8 ? "fp8" : "bf16") + (L == scale_layout::block128 ? " 128x128 blocks" : "") +
-                                            (rope ? " norm+rope_kv" : " norm"));
+                                            (rope ? " norm+rope_kv" : " norm")) +
+                             kv_label(kv);
     R.run("kernel", name, [&] {
         const int64_t qd = n_head * hd, kvd = n_head_kv * hd, N = qd + 2 * kvd, bs = 16;
         std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T));
@@ -558,8 +626,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
             fp8_quantize_ref(q);
         }
         dvec<float> dx(x), dinv(inv), dsc(sc), dy(static_cast<size_t>(T * N));
-        dvec<bf16_t> dnw(nw), dwb(wb), dq(static_cast<size_t>(T * qd)), dk(static_cast<size_t>(n_blocks * bs * kvd)),
-            dv(static_cast<size_t>(n_blocks * bs * kvd)), dxn(static_cast<size_t>(T * H));
+        const size_t pool = static_cast<size_t>(n_blocks * bs * kvd) * kv_format_bytes(kv);
+        dvec<bf16_t> dnw(nw), dwb(wb), dq(static_cast<size_t>(T * qd)), dxn(static_cast<size_t>(T * H));
+        dvec<uint8_t> dk(pool), dv(pool);
         dvec<fp8_t> dwq(wq);
         dvec<int32_t> dpos(pos), dseq(seq), dbt(bt);
         gemv_params p;
@@ -586,12 +655,15 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         p.rope.n_head_kv = n_head_kv;
         p.rope.head_dim = hd;
         p.rope.block_size = bs;
+        p.rope.kv = kv;
+        p.rope.k_scale = k_test_k_scale;
+        p.rope.v_scale = k_test_v_scale;
         if (!gemv_fusion_ok(p)) throw std::runtime_error("gemv_fusion_ok refused the case");
         ck(launch_gemv(p, nullptr), "launch");
         sync(name);
         std::vector<float> y(static_cast<size_t>(T * N), 0.0f);
-        std::vector<bf16_t> q(static_cast<size_t>(T * qd)), k(static_cast<size_t>(n_blocks * bs * kvd), 0),
-            v(static_cast<size_t>(n_blocks * bs * kvd), 0), xn(static_cast<size_t>(T * H));
+        std::vector<bf16_t> q(static_cast<size_t>(T * qd)), xn(static_cast<size_t>(T * H));
+        std::vector<uint8_t> k(pool, 0), v(pool, 0);
         p.w = fp8 ? static_cast<const void *>(wq.data()) : wb.data();
         p.w_scale = fp8 ? sc.data() : nullptr;
         p.y = y.data();
@@ -619,8 +691,8 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
             return;
         }
         R.add("kernel", name + " q", "max scaled err (bf16)", scaled_err(widen(dq.download()), widen(q)), k_bf16_limit);
-        R.add("kernel", name + " k cache", "max scaled err (bf16)", scaled_err(widen(dk.download()), widen(k)), k_bf16_limit);
-        R.add("kernel", name + " v cache", "max scaled err (bf16)", scaled_err(widen(dv.download()), widen(v)), k_bf16_limit);
+        add_kv_rows(R, name + " k cache", kv, dk.download(), k, false);
+        add_kv_rows(R, name + " v cache", kv, dv.download(), v, false); // v: the GEMV's sums in another order
     });
 }
 
@@ -1507,6 +1579,12 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_rms_norm(R, 4, 1024, false, true);
     test_rope_kv(R, 6, 2, 12);
     test_rope_kv(R, 16, 2, 128);
+    // FP8 KV cache: the writers (rope_kv, the q/k/v GEMV's epilogue).
+    test_rope_kv(R, 6, 2, 12, kv_format::fp8_e4m3);
+    test_rope_kv(R, 16, 2, 128, kv_format::fp8_e4m3);
+    test_gemv_fused(R, weight_format::fp8_e4m3, 1, 2560, 20, 4, 128, true, scale_layout::channel, kv_format::fp8_e4m3);
+    test_gemv_fused(R, weight_format::bf16, 5, 1024, 16, 2, 64, true, scale_layout::channel, kv_format::fp8_e4m3);
+    test_gemv_fused(R, weight_format::bf16, 3, 96, 6, 2, 12, true, scale_layout::channel, kv_format::fp8_e4m3);
     for (weight_format f : {weight_format::fp8_e4m3, weight_format::bf16}) {
         test_gemv_fused(R, f, 1, 1024, 16, 2, 64, true);    // 0.3B decode
         test_gemv_fused(R, f, 1, 2560, 20, 4, 128, true);   // 21B-A3B decode
@@ -1560,6 +1638,34 @@ void run_kernel_tests(runner &R, int cc_major) {
     // The automatic choice on a prefill chunk (tensor cores), and the CUDA-core kernel on one.
     test_attention(R, 16, 2, 128, {{100, 300}}, "prefill 300 at 100");
     test_attention(R, 16, 2, 128, {{37, 200}}, "prefill 200 at 37", 1, 7, attention_path::cuda_core);
+    // FP8 KV cache: every reader. The decode kernel at head_dim 64 / 128 / 256, with and without
+    // splits; the general kernel (16-byte and pairwise staging, splits); the tensor-core kernel.
+    {
+        const auto f8kv = kv_format::fp8_e4m3;
+        const auto au = attention_path::automatic, cc = attention_path::cuda_core;
+        test_attention(R, 16, 2, 128, {{5, 1}, {100, 1}, {700, 1}, {31, 1}}, "decode batch 4", 1, 16, au,
+                       f8kv);
+        test_attention(R, 16, 2, 128, {{5, 1}, {100, 1}, {700, 1}, {31, 1}}, "decode batch 4", 4, 16, au,
+                       f8kv);
+        test_attention(R, 20, 4, 128, {{300, 1}}, "decode pos 300", 16, 16, au, f8kv);
+        test_attention(R, 16, 2, 128, {{2047, 1}}, "decode pos 2047", 16, 7, au, f8kv);
+        test_attention(R, 16, 2, 128, {{0, 1}}, "decode pos 0", 16, 16, au, f8kv);
+        test_attention(R, 8, 2, 64, {{40, 2}}, "decode 2 tokens", 2, 16, au, f8kv);
+        test_attention(R, 8, 1, 64, {{500, 1}, {3, 1}}, "decode batch 2", 8, 16, au, f8kv);
+        test_attention(R, 4, 2, 256, {{63, 1}, {64, 1}}, "decode hd 256", 5, 16, au, f8kv);
+        test_attention(R, 4, 2, 256, {{700, 1}}, "decode hd 256", 1, 16, au, f8kv);
+        test_attention(R, 40, 1, 64, {{10, 5}}, "group 40", 3, 16, au, f8kv);
+        test_attention(R, 6, 2, 12, {{50, 3}, {0, 20}}, "2 seqs", 4, 4, au, f8kv);
+        test_attention(R, 8, 8, 256, {{0, 2}, {33, 1}}, "hd 256", 1, 16, cc, f8kv);
+        test_attention(R, 16, 2, 128, {{37, 200}}, "prefill 200 at 37", 1, 7, cc, f8kv);
+        test_attention(R, 16, 2, 128, {{37, 200}}, "prefill 200 at 37", 1, 7, tc, f8kv);
+        test_attention(R, 16, 2, 128, {{0, 17}}, "prefill 17 at 0", 1, 16, tc, f8kv);
+        test_attention(R, 20, 4, 128, {{0, 700}}, "prefill 700 at 0", 1, 16, tc, f8kv);
+        test_attention(R, 20, 4, 128, {{5, 3}, {300, 1}, {0, 40}, {64, 1}}, "4 seqs", 1, 16, tc, f8kv);
+        test_attention(R, 8, 1, 64, {{37, 200}}, "prefill 200 at 37", 1, 16, tc, f8kv);
+        test_attention(R, 10, 2, 64, {{0, 64}, {20, 33}}, "2 seqs", 1, 7, tc, f8kv);
+        test_attention(R, 16, 2, 128, {{100, 300}}, "prefill 300 at 100", 1, 16, au, f8kv); // automatic: tc
+    }
     test_silu_mul(R, 3, 100);
     test_silu_mul(R, 1, 1536);
     test_moe_router(R, 5, 2560, 64, 6, false);
@@ -1840,20 +1946,25 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             activation_format act; // of prefill-sized FP8 linears (the backend's default: e4m3)
             bool decode;           // also the token-by-token decode (BF16 activations whatever act says)
             fp8_policy policy;     // FP8: the head and o_proj
+            kv_cache_dtype kv = kv_cache_dtype::bf16;
         };
         fp8_policy flipped; // the other side of both choices of the per-layer policy
         flipped.head = true;
         flipped.attn_out = false;
-        for (const variant v : {variant{weight_precision::bf16, activation_format::e4m3, true, {}},
-                                variant{weight_precision::fp8, activation_format::e4m3, true, {}},
-                                variant{weight_precision::fp8, activation_format::e5m2, false, {}},
-                                variant{weight_precision::fp8, activation_format::e4m3, true, flipped}}) {
+        for (const variant v :
+             {variant{weight_precision::bf16, activation_format::e4m3, true, {}},
+              variant{weight_precision::fp8, activation_format::e4m3, true, {}},
+              variant{weight_precision::fp8, activation_format::e5m2, false, {}},
+              variant{weight_precision::fp8, activation_format::e4m3, true, flipped},
+              variant{weight_precision::bf16, activation_format::e4m3, true, {}, kv_cache_dtype::fp8},
+              variant{weight_precision::fp8, activation_format::e4m3, true, {}, kv_cache_dtype::fp8}}) {
             const weight_precision prec = v.prec;
             const bool fp8 = prec == weight_precision::fp8;
-            const std::string pn =
-                mname + (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
-                                   (v.policy.is_default() ? "" : ", head fp8, o_proj bf16")
-                             : " bf16");
+            const std::string pn = mname +
+                                   (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
+                                              (v.policy.is_default() ? "" : ", head fp8, o_proj bf16")
+                                        : " bf16") +
+                                   (v.kv == kv_cache_dtype::fp8 ? ", fp8 KV" : "");
             // Against the twin model (the same numerics on the CPU) the GPU must agree closely;
             // against HF the limit is what BF16 activations / FP8 weights and activations cost on
             // these tiny random models (the twin model measures the same figures without a GPU).
@@ -1869,9 +1980,19 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             // gives ≫ 0.1); the exact checks are the act_quantize (identical codes and scales) and
             // gemm_lt fp8 (NMSE ≤ 1e-5) kernel rows above. E5M2 activations (two mantissa bits) cost the
             // most: the twin model measures 0.03–0.1 against HF on these models (E4M3: ≤ 0.042).
-            const double hf_limit = !fp8 ? 5e-3 : v.act == activation_format::e5m2 ? 0.2 : 0.1;
-            const double twin_limit = 1e-4,
-                         twin_limit_prefill = !fp8 ? 1e-4 : v.act == activation_format::bf16 ? 2e-3 : 5e-2;
+            //
+            // An FP8 KV cache rounds every key and value to 3 mantissa bits. Against the twin, which
+            // stores and reads the same E4M3 codes, the only difference is a value that the GPU
+            // computes within fp32 rounding of an E4M3 rounding boundary landing on the other
+            // code: 16× a BF16 step, about 16× rarer, so NMSE about 16× what a BF16 cache shows —
+            // the limits are 10× (a wrong layout, scale or conversion of the cache costs ≫ 1e-2).
+            // Against HF the KV rounding adds to the weights' (limit 10× BF16's for BF16 weights).
+            const bool kv8 = v.kv == kv_cache_dtype::fp8;
+            const double hf_limit = !fp8 ? (kv8 ? 5e-2 : 5e-3) : v.act == activation_format::e5m2 ? 0.2 : 0.1;
+            const double twin_limit = kv8 ? 1e-3 : 1e-4,
+                         twin_limit_prefill = !fp8                               ? twin_limit
+                                              : v.act == activation_format::bf16 ? 2e-3
+                                                                                 : 5e-2;
             R.run("model", pn, [&] {
                 auto twin_of = [&](const twin_options &to) {
                     auto cfg = load_model_config(dir);
@@ -1881,6 +2002,7 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                     if (!bound) throw test_failure(bound.message());
                     twin_options tt = to;
                     tt.fp8 = v.policy;
+                    tt.kv_cache = v.kv;
                     auto tw = twin_forward_logits(*cfg, *bound, prompt, prec, tt);
                     if (!tw) throw test_failure(tw.message());
                     return std::move(*tw);
@@ -1891,14 +2013,23 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 lp.precision = prec;
                 lp.activations = v.act;
                 lp.fp8 = v.policy;
+                lp.kv_cache = v.kv;
                 auto m = load_model(dir, lp);
                 if (!m) throw test_failure(m.message());
                 backend &be = *(*m)->be;
+                if (kv8 && be.name().find("fp8 KV") == std::string::npos)
+                    throw test_failure("the backend's name does not mention its FP8 KV cache: " + be.name());
                 // The will-it-fit estimate's weight bytes must be what the backend allocated.
                 const double est = double(cuda_weight_bytes((*m)->config, prec, v.policy)), got = double(be.weights_bytes());
                 R.add("model", pn + " load", "weights: |estimate − allocated| / allocated", std::abs(est - got) / got, 0.0);
                 routing_record rr;
                 const auto pre = logits_prefill(be, prompt, &rr);
+                // The KV budget's unit (engine.cpp plans from it): the pools' real size per block.
+                const model_config &mc = (*m)->config;
+                const double kv_expect =
+                    16.0 * double(mc.kv_dim()) * 2.0 * (kv8 ? 1.0 : 2.0) * double(mc.n_layer);
+                R.add("model", pn + " KV", "|kv_block_bytes − block·kv_dim·2·element·layers|",
+                      std::abs(double(be.kv_block_bytes()) - kv_expect), 0.0);
                 // The twin of the prefill uses the activations the backend used (a refused FP8
                 // GEMM falls back to BF16 activations: reported here, and as a failed kernel row).
                 const cuda_backend *cb = linked_cuda_module().as_cuda_backend(&be);

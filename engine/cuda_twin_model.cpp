@@ -223,7 +223,10 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
 
         std::vector<float> x(static_cast<size_t>(T * H)), qkv, gu, y;
         std::vector<bf16_t> xn(static_cast<size_t>(T * H)), q(static_cast<size_t>(T * qd)), attn(static_cast<size_t>(T * qd)), act;
-        std::vector<bf16_t> kc(static_cast<size_t>(n_blocks * bs * kvd)), vc(static_cast<size_t>(n_blocks * bs * kvd));
+        // K/V pools (bytes) of BF16 or E4M3 elements.
+        const kv_format kvf = o.kv_cache == kv_cache_dtype::fp8 ? kv_format::fp8_e4m3 : kv_format::bf16;
+        const size_t kv_pool_bytes = static_cast<size_t>(n_blocks * bs * kvd) * kv_format_bytes(kvf);
+        std::vector<uint8_t> kc(kv_pool_bytes), vc(kv_pool_bytes);
         embedding_ref({tokens.data(), tok_embd.data(), x.data(), T, H});
 
         for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -253,6 +256,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             rp.n_head_kv = c.n_head_kv;
             rp.head_dim = hd;
             rp.block_size = bs;
+            rp.kv = kvf;
             rope_kv_ref(rp);
             attention_params ap;
             ap.q = q.data();
@@ -270,6 +274,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             ap.n_head_kv = c.n_head_kv;
             ap.head_dim = hd;
             ap.block_size = bs;
+            ap.kv = kvf;
             ap.scale = 1.0f / std::sqrt(float(hd));
             attention_ref(ap);
             linear(make_lin({L.wo}, qd, fmt_o), attn, T, x, true, aplan);

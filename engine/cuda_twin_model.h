@@ -33,6 +33,9 @@ struct twin_options {
     std::vector<int64_t> steps;
     // FP8 weights: the head and the attention output projections as cuda_backend_params::fp8.
     fp8_policy fp8;
+    // The KV cache as cuda_backend_params::kv_cache: fp8 stores k' and v as E4M3 (scale 1.0) and
+    // attention reads them back widened, as the kernels do (store-then-read rounding).
+    kv_cache_dtype kv_cache = kv_cache_dtype::bf16;
 };
 
 // Logits [tokens.size(), n_vocab] of one sequence starting at position 0.

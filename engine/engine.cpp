@@ -287,11 +287,17 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         else e.note = "CUDA not used: " + cs.reason;
     }
     const model_config &c = *cfg;
+    if (!e.gpu && p.load.kv_cache == kv_cache_dtype::fp8) // as load_model: not silently fp32 KV
+        return error{"an FP8 KV cache (--kv-cache fp8) needs the CUDA backend" +
+                     (e.note.empty() ? std::string("; the CPU backend keeps fp32 KV") : " (" + e.note + ")")};
     if (e.gpu) {
         const cuda_status_info &cs = cuda_status();
         e.device = cs.device.name;
         e.weights_bytes = cuda_weight_bytes(c, p.load.precision, p.load.fp8);
-        const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 2 * 2 * uint64_t(c.n_layer);
+        const uint64_t kv_elem =
+            p.load.kv_cache == kv_cache_dtype::fp8 ? 1 : 2; // as the backend's kv_block_bytes
+        const uint64_t block_bytes =
+            uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 2 * kv_elem * uint64_t(c.n_layer);
         e.kv_bytes = uint64_t(pick_kv_blocks(p, c, block_bytes)) * block_bytes;
         // The forward pass at a full token budget: logits in fp32 plus the widest activations
         // (q/k/v, gate/up of the routed experts of every token) in fp32, the FP8 prefill's BF16
@@ -421,7 +427,10 @@ void engine::thread_main() {
         if (!m) return c.done->set_value(m.err());
         auto &mdl = *m;
         const model_config &cfg = mdl->config;
-        const int32_t n_blocks = pick_kv_blocks(m_params, cfg, uint64_t(m_params.block_size) * cfg.kv_dim() * 4 * 2 * cfg.n_layer);
+        // The budget in the pools' real bytes (kv_block_bytes: fp32 on the CPU, BF16 or FP8 on the
+        // GPU, so an FP8 KV cache holds twice the blocks), known once a minimal pool exists.
+        if (auto s = mdl->be->init_kv_cache({m_params.block_size, 2}); !s) return c.done->set_value(s.err());
+        const int32_t n_blocks = pick_kv_blocks(m_params, cfg, mdl->be->kv_block_bytes());
         if (auto s = mdl->be->init_kv_cache({m_params.block_size, n_blocks}); !s) return c.done->set_value(s.err());
         scheduler_params sp;
         sp.max_num_seqs = m_params.max_num_seqs;

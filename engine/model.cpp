@@ -21,10 +21,21 @@ namespace {
 // The CUDA module's table when the CUDA backend is to be used; null for the CPU (with the reason
 // in *note when `automatic` fell back); an error naming the reason when `cuda` cannot be had.
 result<const es_cuda_module_v1 *> cuda_table_for(const model_load_params &p, std::string *note) {
-    if (p.kind == backend_kind::cpu) return nullptr;
+    // An FP8 KV cache is the CUDA backend's (the CPU backend keeps fp32 KV): asked for, it is not
+    // dropped silently, since the KV budget and the numerics were chosen for it.
+    const bool kv_fp8 = p.kv_cache == kv_cache_dtype::fp8;
+    if (p.kind == backend_kind::cpu) {
+        if (kv_fp8)
+            return error{
+                "an FP8 KV cache (--kv-cache fp8) needs the CUDA backend; the CPU backend keeps fp32 KV"};
+        return nullptr;
+    }
     const cuda_status_info &st = cuda_status();
     if (st.available) return cuda_module();
     if (p.kind == backend_kind::cuda) return error{"the CUDA backend cannot run here: " + st.reason};
+    if (kv_fp8)
+        return error{"an FP8 KV cache (--kv-cache fp8) needs the CUDA backend, which cannot run here: " +
+                     st.reason};
     if (note) *note = "CUDA not used: " + st.reason;
     return nullptr;
 }
@@ -34,6 +45,7 @@ cuda_backend_params cuda_params_from(const model_load_params &p, const std::func
     cp.precision = p.precision;
     cp.activations = p.activations;
     cp.fp8 = p.fp8;
+    cp.kv_cache = p.kv_cache;
     cp.on_progress = progress;
     return cp;
 }

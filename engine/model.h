@@ -35,6 +35,15 @@ inline const char *activation_format_name(activation_format f) {
     return f == activation_format::e4m3 ? "e4m3" : f == activation_format::e5m2 ? "e5m2" : "bf16";
 }
 
+// The element type of the CUDA backend's paged KV cache: bf16, or fp8 (E4M3 with a per-tensor
+// scale of 1.0, as vLLM's kv_cache_dtype=fp8 without calibration), which halves KV memory — twice
+// the context or sequences in the same budget — for a rounding of every cached key and value to
+// 3 mantissa bits. The CPU backend keeps fp32 KV and refuses fp8.
+enum class kv_cache_dtype { bf16, fp8 };
+inline const char *kv_cache_dtype_name(kv_cache_dtype d) {
+    return d == kv_cache_dtype::bf16 ? "bf16" : "fp8";
+}
+
 // The per-layer precision policy of FP8 weights: which linears besides the q/k/v projections and
 // the MLPs (dense, shared and routed experts: always FP8) take E4M3. The router is always fp32,
 // embeddings and norms BF16.
@@ -49,6 +58,7 @@ struct model_load_params {
     weight_precision precision = weight_precision::bf16;
     activation_format activations = activation_format::e4m3; // CUDA, FP8 weights only (see above)
     fp8_policy fp8;                                          // CUDA, FP8 weights only
+    kv_cache_dtype kv_cache = kv_cache_dtype::bf16;          // CUDA only (see above)
     // The CPU backend keeps the checkpoint's exact values unless asked to emulate `precision`
     // (weights rounded as the GPU stores them; see cpu_weight_rounding).
     bool emulate_precision_on_cpu = false;

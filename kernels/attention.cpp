@@ -42,6 +42,14 @@ bool attention_uses_tensor_cores(const attention_params &p) {
            p.n_tokens * (p.n_head / p.n_head_kv) >= 16 * p.n_tiles;
 }
 
+namespace {
+// Element i of a K or V pool as the kernels read it (BF16, or FP8 widened: kv_read_fp8).
+float kv_at(const void *pool, kv_format f, float scale, int64_t i) {
+    return f == kv_format::bf16 ? bf16_bits_to_float(static_cast<const bf16_t *>(pool)[i])
+                                : bf16_bits_to_float(kv_read_fp8(static_cast<const fp8_t *>(pool)[i], scale));
+}
+} // namespace
+
 void attention_ref(const attention_params &p) {
     const int64_t hd = p.head_dim, qd = p.n_head * hd, kvd = p.n_head_kv * hd, group = p.n_head / p.n_head_kv;
     std::vector<float> scores, o(static_cast<size_t>(hd));
@@ -55,9 +63,10 @@ void attention_ref(const attention_params &p) {
             float mx = -INFINITY;
             for (int64_t j = 0; j < n_ctx; ++j) {
                 const int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
-                const bf16_t *k = p.k_cache + slot * kvd + kvh * hd;
+                const int64_t k = slot * kvd + kvh * hd;
                 float s = 0.0f;
-                for (int64_t d = 0; d < hd; ++d) s += bf16_bits_to_float(q[d]) * bf16_bits_to_float(k[d]);
+                for (int64_t d = 0; d < hd; ++d)
+                    s += bf16_bits_to_float(q[d]) * kv_at(p.k_cache, p.kv, p.k_scale, k + d);
                 scores[j] = s * p.scale;
                 mx = std::max(mx, scores[j]);
             }
@@ -69,8 +78,8 @@ void attention_ref(const attention_params &p) {
             std::fill(o.begin(), o.end(), 0.0f);
             for (int64_t j = 0; j < n_ctx; ++j) {
                 const int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
-                const bf16_t *v = p.v_cache + slot * kvd + kvh * hd;
-                for (int64_t d = 0; d < hd; ++d) o[d] += scores[j] * bf16_bits_to_float(v[d]);
+                const int64_t v = slot * kvd + kvh * hd;
+                for (int64_t d = 0; d < hd; ++d) o[d] += scores[j] * kv_at(p.v_cache, p.kv, p.v_scale, v + d);
             }
             for (int64_t d = 0; d < hd; ++d) p.out[t * qd + h * hd + d] = float_to_bf16_bits(o[d] / sum);
         }

@@ -119,7 +119,69 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
             key_slot[tid] = key < kv_len ? int64_t(bt[key / bs]) * bs + key % bs : -1;
         }
         __syncthreads();
-        if (vec) {
+        const bool f8 = p.kv == kv_format::fp8_e4m3;
+        if (DPL >= 2 && f8 && hd % 16 == 0) {
+            // FP8 pools: 16 elements per 16-byte load, widened to BF16 as staged (same layout; head
+            // dims ≤ 32 take the pairwise path below, which keeps that instance free of spills).
+            const int hv16 = hd / 16;
+            uint4 kb[DPL], vb[DPL];
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int idx = tid + i * 128;
+                kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
+                if (idx < k_chunk * hv16) {
+                    const int64_t slot = key_slot[idx / hv16];
+                    if (slot >= 0) {
+                        const int64_t base = slot * kvd + int64_t(kvh) * hd + (idx % hv16) * 16;
+                        kb[i] = __ldg(
+                            reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base));
+                        vb[i] = __ldg(
+                            reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base));
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int idx = tid + i * 128;
+                if (idx < k_chunk * hv16) {
+                    const int j = idx / hv16, c = idx % hv16;
+                    uint4 k_lo, k_hi, v_lo, v_hi;
+                    kv_read_fp8x16(kb[i], p.k_scale, k_lo, k_hi);
+                    kv_read_fp8x16(vb[i], p.v_scale, v_lo, v_hi);
+                    uint32_t *kd = reinterpret_cast<uint32_t *>(ks + j * (hd + 2) + c * 16);
+                    kd[0] = k_lo.x;
+                    kd[1] = k_lo.y;
+                    kd[2] = k_lo.z;
+                    kd[3] = k_lo.w;
+                    kd[4] = k_hi.x;
+                    kd[5] = k_hi.y;
+                    kd[6] = k_hi.z;
+                    kd[7] = k_hi.w;
+                    uint4 *vd = reinterpret_cast<uint4 *>(vs + j * hd + c * 16);
+                    vd[0] = v_lo;
+                    vd[1] = v_hi;
+                }
+            }
+        } else if (f8) {
+            for (int idx = tid; idx < k_chunk * half; idx += blockDim.x) {
+                const int j = idx / half, d2 = idx % half;
+                const int64_t slot = key_slot[j];
+                uint32_t kw = 0, vw = 0;
+                if (slot >= 0) {
+                    const int64_t base = slot * kvd + int64_t(kvh) * hd + 2 * d2;
+                    kw = kv_read_fp8x4(*reinterpret_cast<const uint16_t *>(
+                                           static_cast<const uint8_t *>(p.k_cache) + base),
+                                       p.k_scale)
+                             .x;
+                    vw = kv_read_fp8x4(*reinterpret_cast<const uint16_t *>(
+                                           static_cast<const uint8_t *>(p.v_cache) + base),
+                                       p.v_scale)
+                             .x;
+                }
+                *reinterpret_cast<uint32_t *>(ks + j * (hd + 2) + 2 * d2) = kw;
+                *reinterpret_cast<uint32_t *>(vs + j * hd + 2 * d2) = vw;
+            }
+        } else if (vec) {
             // 16-byte loads, all of this thread's issued before any store (DPL ≥ hd/32 of each).
             uint4 kb[DPL], vb[DPL];
 #pragma unroll
@@ -130,8 +192,10 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
                     const int64_t slot = key_slot[idx / hv];
                     if (slot >= 0) {
                         const int64_t base = slot * kvd + int64_t(kvh) * hd + (idx % hv) * 8;
-                        kb[i] = __ldg(reinterpret_cast<const uint4 *>(p.k_cache + base));
-                        vb[i] = __ldg(reinterpret_cast<const uint4 *>(p.v_cache + base));
+                        kb[i] = __ldg(
+                            reinterpret_cast<const uint4 *>(static_cast<const bf16_t *>(p.k_cache) + base));
+                        vb[i] = __ldg(
+                            reinterpret_cast<const uint4 *>(static_cast<const bf16_t *>(p.v_cache) + base));
                     }
                 }
             }
@@ -156,8 +220,8 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
                 uint32_t kw = 0, vw = 0;
                 if (slot >= 0) {
                     const int64_t base = slot * kvd + int64_t(kvh) * hd + 2 * d2;
-                    kw = *reinterpret_cast<const uint32_t *>(p.k_cache + base);
-                    vw = *reinterpret_cast<const uint32_t *>(p.v_cache + base);
+                    kw = *reinterpret_cast<const uint32_t *>(static_cast<const bf16_t *>(p.k_cache) + base);
+                    vw = *reinterpret_cast<const uint32_t *>(static_cast<const bf16_t *>(p.v_cache) + base);
                 }
                 *reinterpret_cast<uint32_t *>(ks + j * (hd + 2) + 2 * d2) = kw;
                 *reinterpret_cast<uint32_t *>(vs + j * hd + 2 * d2) = vw;
@@ -336,7 +400,11 @@ constexpr int k_tc_tiles = 2, k_tc_warps = 2 * k_tc_tiles, k_tc_rows = 16 * k_tc
 constexpr int k_tc_keys = 64;
 constexpr float k_log2e = 1.4426950408889634f;
 
-constexpr size_t tc_smem_bytes(int hd) { return size_t(k_tc_rows + 4 * k_tc_keys) * size_t(hd + 8) * 2; }
+// BF16 pools: Q + two K/V stages. FP8 pools: Q + one BF16 K/V stage + two raw E4M3 K/V stages.
+constexpr size_t tc_smem_bytes(int hd, bool f8) {
+    return f8 ? size_t(k_tc_rows + 2 * k_tc_keys) * size_t(hd + 8) * 2 + size_t(4 * k_tc_keys) * size_t(hd)
+              : size_t(k_tc_rows + 4 * k_tc_keys) * size_t(hd + 8) * 2;
+}
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -386,7 +454,9 @@ __device__ __forceinline__ int warp_min_i(int v) {
     return v;
 }
 
-template <int HD>
+// F8: E4M3 pools. cp.async brings a tile's raw bytes (double-buffered as for BF16); after it lands
+// the block widens it (fp8 · scale → BF16) into the single BF16 stage the MMAs read.
+template <int HD, bool F8>
 __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(attention_params p) {
     pdl_enter();
     static_assert(HD % 16 == 0 && (k_tc_rows * HD / 8) % k_tc_threads == 0 && k_tc_threads % (HD / 8) == 0 &&
@@ -398,7 +468,10 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
     extern __shared__ __align__(16) unsigned char smem_raw[];
     uint16_t *const qs = reinterpret_cast<uint16_t *>(smem_raw); // [k_tc_rows][LD]
     uint16_t *const ks = qs + k_tc_rows * LD;                    // [2][k_tc_keys][LD]
-    uint16_t *const vs = ks + 2 * k_tc_keys * LD;                // [2][k_tc_keys][LD]
+    uint16_t *const vs = ks + (F8 ? 1 : 2) * k_tc_keys * LD;     // [2 (F8: 1)][k_tc_keys][LD]
+    uint8_t *const kraw =
+        reinterpret_cast<uint8_t *>(vs + (F8 ? 1 : 2) * k_tc_keys * LD); // F8: [2][k_tc_keys][HD]
+    uint8_t *const vraw = kraw + 2 * k_tc_keys * HD;
     __shared__ int warp_top[k_tc_warps];
 
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, tig = lane % 4;
@@ -467,7 +540,7 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
 
         // K/V tile kt → stage: thread tid copies 16-byte chunk tid % CH of keys tid / CH + STEP·i. The
         // block and offset of its first key by one division, then stepped (no division per key).
-        auto load_kv = [&](int kt, int stage) {
+        auto load_kv_bf16 = [&](int kt, int stage) {
             constexpr int STEP = k_tc_threads / CH;
             uint16_t *kd = ks + stage * k_tc_keys * LD, *vd = vs + stage * k_tc_keys * LD;
             const int c = tid % CH, j0 = tid / CH, key0 = kt * k_tc_keys + j0;
@@ -476,7 +549,8 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
             for (int i = 0; i < k_tc_keys / STEP; ++i) {
                 const int j = j0 + i * STEP;
                 const bool ok = key0 + i * STEP < kv_len;
-                const bf16_t *ksrc = p.k_cache, *vsrc = p.v_cache;
+                const bf16_t *ksrc = static_cast<const bf16_t *>(p.k_cache),
+                             *vsrc = static_cast<const bf16_t *>(p.v_cache);
                 if (ok) {
                     const int64_t e = (int64_t(bt[blk]) * bs + off) * kvd + int64_t(kvh) * HD + c * 8;
                     ksrc += e;
@@ -486,6 +560,34 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
                 cp_async16(vd + j * LD + c * 8, vsrc, ok);
                 for (off += STEP; off >= bs; off -= bs) ++blk;
             }
+        };
+        // F8: the tile's raw bytes, 16-byte chunk tid % CHR of keys tid / CHR + STEP·i.
+        auto load_kv_raw = [&](int kt, int stage) {
+            constexpr int CHR = HD / 16, STEP = k_tc_threads / CHR;
+            uint8_t *kd = kraw + stage * k_tc_keys * HD, *vd = vraw + stage * k_tc_keys * HD;
+            const int c = tid % CHR, j0 = tid / CHR, key0 = kt * k_tc_keys + j0;
+            int blk = key0 / bs, off = key0 - blk * bs;
+#pragma unroll
+            for (int i = 0; i < k_tc_keys / STEP; ++i) {
+                const int j = j0 + i * STEP;
+                const bool ok = key0 + i * STEP < kv_len;
+                const uint8_t *ksrc = static_cast<const uint8_t *>(p.k_cache),
+                              *vsrc = static_cast<const uint8_t *>(p.v_cache);
+                if (ok) {
+                    const int64_t e = (int64_t(bt[blk]) * bs + off) * kvd + int64_t(kvh) * HD + c * 16;
+                    ksrc += e;
+                    vsrc += e;
+                }
+                cp_async16(kd + j * HD + c * 16, ksrc, ok);
+                cp_async16(vd + j * HD + c * 16, vsrc, ok);
+                for (off += STEP; off >= bs; off -= bs) ++blk;
+            }
+        };
+        auto load_kv = [&](int kt, int stage) {
+            if constexpr (F8)
+                load_kv_raw(kt, stage);
+            else
+                load_kv_bf16(kt, stage);
         };
         load_kv(0, 0);
         cp_async_commit(); // group: Q + KV tile 0
@@ -501,9 +603,26 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
             cp_async_commit();
             cp_async_wait<1>(); // this thread's copies of tile kt …
             __syncthreads();    // … and every thread's
+            if constexpr (F8) { // raw stage kt & 1 → the BF16 stage (read by the sync ending kt − 1)
+                constexpr int CHR = HD / 16;
+                const uint8_t *kr = kraw + (kt & 1) * k_tc_keys * HD, *vr = vraw + (kt & 1) * k_tc_keys * HD;
+#pragma unroll
+                for (int i = 0; i < k_tc_keys * CHR / k_tc_threads; ++i) {
+                    const int idx = tid + i * k_tc_threads, j = idx / CHR, c = idx % CHR;
+                    uint4 lo, hi;
+                    kv_read_fp8x16(*reinterpret_cast<const uint4 *>(kr + j * HD + c * 16), p.k_scale, lo, hi);
+                    reinterpret_cast<uint4 *>(ks + j * LD + c * 16)[0] = lo;
+                    reinterpret_cast<uint4 *>(ks + j * LD + c * 16)[1] = hi;
+                    kv_read_fp8x16(*reinterpret_cast<const uint4 *>(vr + j * HD + c * 16), p.v_scale, lo, hi);
+                    reinterpret_cast<uint4 *>(vs + j * LD + c * 16)[0] = lo;
+                    reinterpret_cast<uint4 *>(vs + j * LD + c * 16)[1] = hi;
+                }
+                __syncthreads();
+            }
             const int k0 = kt * k_tc_keys;
             if (k0 <= w_top) { // warp-uniform: some row of this warp sees a key of this tile
-                const uint16_t *kst = ks + (kt & 1) * k_tc_keys * LD, *vst = vs + (kt & 1) * k_tc_keys * LD;
+                const int st = F8 ? 0 : (kt & 1);
+                const uint16_t *kst = ks + st * k_tc_keys * LD, *vst = vs + st * k_tc_keys * LD;
                 // S = Q·Kᵀ: s[n] is keys k0 + 8n … + 7. K by ldmatrix, matrices (keys +0, d +0),
                 // (+0, +8), (+8, +0), (+8, +8): b0, b1 of n-tile 2·n2, then of 2·n2 + 1.
                 float s[k_tc_keys / 8][4];
@@ -610,17 +729,17 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
     }
 }
 
-template <int HD>
-cudaError_t launch_prefill(const attention_params &p, cudaStream_t stream) {
-    constexpr size_t smem = tc_smem_bytes(HD);
+template <int HD, bool F8>
+cudaError_t launch_prefill_kv(const attention_params &p, cudaStream_t stream) {
+    constexpr size_t smem = tc_smem_bytes(HD, F8);
     if constexpr (smem > 48 * 1024) {
-        const cudaError_t e = cudaFuncSetAttribute(attention_prefill_kernel<HD>,
+        const cudaError_t e = cudaFuncSetAttribute(attention_prefill_kernel<HD, F8>,
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
         if (e != cudaSuccess) return e;
     }
     const int64_t ctas = (p.n_tiles + k_tc_tiles - 1) / k_tc_tiles;
-    return launch_kernel(attention_prefill_kernel<HD>, dim3(unsigned(ctas * p.n_head_kv)), k_tc_threads, smem,
-                         stream, p);
+    return launch_kernel(attention_prefill_kernel<HD, F8>, dim3(unsigned(ctas * p.n_head_kv)), k_tc_threads,
+                         smem, stream, p);
 }
 
 } // namespace
@@ -633,7 +752,10 @@ cudaError_t launch_attention(const attention_params &p, cudaStream_t stream) {
     if (p.path == attention_path::automatic && attention_decode_ok(p))
         return launch_attention_decode(p, stream);
     if (attention_uses_tensor_cores(p))
-        return p.head_dim == 64 ? launch_prefill<64>(p, stream) : launch_prefill<128>(p, stream);
+        return p.kv == kv_format::fp8_e4m3 ? (p.head_dim == 64 ? launch_prefill_kv<64, true>(p, stream)
+                                                               : launch_prefill_kv<128, true>(p, stream))
+                                           : (p.head_dim == 64 ? launch_prefill_kv<64, false>(p, stream)
+                                                               : launch_prefill_kv<128, false>(p, stream));
     if (p.path == attention_path::tensor_core)
         return cudaErrorNotSupported; // forced on a shape it cannot run
     if (p.head_dim <= 32) return launch_dpl<1>(p, stream);

@@ -1,7 +1,8 @@
 // attention: causal GQA attention of every batch token over its own sequence's paged KV cache
-// (BF16 pools, layout as rope_kv.cuh), fp32 scores and softmax, scale 1/sqrt(head_dim) given by
-// the caller. Query token t attends to positions [0, pos[t]] of sequence seq[t] through its
-// block table.
+// (layout as rope_kv.cuh; BF16 pools, or E4M3 ones with kv = fp8_e4m3, every element read as the
+// BF16 of fp8 · k_scale or v_scale, kernel_common.h's kv_read_fp8, as the kernels stage it), fp32
+// scores and softmax, scale 1/sqrt(head_dim) given by the caller. Query token t attends to positions [0,
+// pos[t]] of sequence seq[t] through its block table.
 //
 // Work is cut into query tiles (plan on the host with attention_tiles): a tile is a run of
 // consecutive batch tokens of one sequence, at most attention_tile_tokens(group) of them, so that
@@ -25,8 +26,10 @@ enum class attention_path : int32_t { automatic, cuda_core, tensor_core };
 
 struct attention_params {
     const bf16_t *q = nullptr;       // [n_tokens, n_head·head_dim] post-RoPE
-    const bf16_t *k_cache = nullptr; // [n_blocks·block_size, n_head_kv·head_dim]
-    const bf16_t *v_cache = nullptr;
+    const void *k_cache = nullptr;   // [n_blocks·block_size, n_head_kv·head_dim] of `kv` elements
+    const void *v_cache = nullptr;
+    kv_format kv = kv_format::bf16;
+    float k_scale = 1.0f, v_scale = 1.0f;  // FP8 KV: read value = fp8 · scale
     const int32_t *pos = nullptr;          // [n_tokens]
     const int32_t *seq = nullptr;          // [n_tokens]
     const int32_t *block_tables = nullptr; // [n_seqs, bt_stride]
@@ -70,8 +73,8 @@ inline int64_t attention_partial_floats(int64_t n_tiles, int64_t n_head, int64_t
 inline constexpr int64_t attention_tc_min_tokens = 16;
 
 // Whether the tensor-core kernel can run p's shape (kv_splits 1, head_dim 64 or 128, group ≤ 32,
-// q / K / V / out 16-byte aligned), and whether launch_attention runs it for p (path and rule
-// above).
+// q / K / V / out 16-byte aligned; either KV format), and whether launch_attention runs it for p (path and
+// rule above).
 bool attention_tc_supported(const attention_params &p);
 bool attention_uses_tensor_cores(const attention_params &p);
 

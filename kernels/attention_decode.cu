@@ -10,7 +10,8 @@
 // sequence's first token in the batch — so only q and this step's K/V rows are loaded after it.
 // Per chunk: one block-table lookup per key, then the chunk's K (row stride head_dim + 2, so lane
 // j reading key j hits distinct banks) and V staged in shared memory with 16-byte loads, all of a
-// thread's issued before its stores. Warp w owns rows w and w + 4 (both computed even when the
+// thread's issued before its stores (an FP8 cache: 16 elements a load, widened to BF16 as stored,
+// so half the loads and the same shared layout). Warp w owns rows w and w + 4 (both computed even when the
 // second does not exist: the warps run side by side, so this costs no latency). Lane j scores key
 // j against both rows (fp32, two partial sums per row), online softmax per row (warp max, running
 // max m and sum l), then o += p_j · v_j with lane owning head_dim/32 consecutive dims and p_j
@@ -31,9 +32,13 @@ size_t decode_smem_bytes() {
     return size_t(k_max_rows) * HD * 4 + size_t(k_chunk) * (HD + 2) * 2 + size_t(k_chunk) * HD * 2;
 }
 
-template <int HD>
+// F8: E4M3 pools (attention.cuh); a 16-byte load brings 16 elements instead of 8, widened to BF16
+// (fp8 · scale) as they are staged, so shared memory and everything after it are as for BF16.
+template <int HD, bool F8>
 __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params p) {
-    constexpr int HALF = HD / 2, HV = HD / 8, DPL = HD / 32, ITEMS = k_chunk * HV / 128;
+    // HV: q's 16-byte vectors per head row; EPV, LV: K/V elements per 16-byte load and loads per row.
+    constexpr int HALF = HD / 2, HV = HD / 8, DPL = HD / 32, EPV = F8 ? 16 : 8, LV = HD / EPV,
+                  ES = F8 ? 1 : 2, ITEMS = k_chunk * LV / 128;
     extern __shared__ __align__(16) unsigned char smem_raw[];
     float *qs = reinterpret_cast<float *>(smem_raw);                   // [8][HD] fp32
     uint16_t *ks = reinterpret_cast<uint16_t *>(qs + k_max_rows * HD); // [32][HD + 2]
@@ -75,12 +80,14 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     auto load_items = [&](int c0, int lo, int hi) {
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            const int idx = tid + i * 128, j = idx / HV, cc = idx % HV;
+            const int idx = tid + i * 128, j = idx / LV, cc = idx % LV;
             const int64_t slot = key_slot[j];
             if (slot >= 0 && c0 + j >= lo && c0 + j < hi) {
-                const int64_t base = slot * kvd + int64_t(kvh) * HD + cc * 8;
-                kb[i] = __ldg(reinterpret_cast<const uint4 *>(p.k_cache + base));
-                vb[i] = __ldg(reinterpret_cast<const uint4 *>(p.v_cache + base));
+                const int64_t base = (slot * kvd + int64_t(kvh) * HD + cc * EPV) * ES; // bytes
+                kb[i] =
+                    __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base));
+                vb[i] =
+                    __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base));
             }
         }
     };
@@ -128,14 +135,31 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
         }
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
-            const int idx = tid + i * 128, j = idx / HV, cc = idx % HV;
+            const int idx = tid + i * 128, j = idx / LV, cc = idx % LV;
             uint32_t *kd =
-                reinterpret_cast<uint32_t *>(ks + j * (HD + 2) + cc * 8); // rows are 4-byte aligned
-            kd[0] = kb[i].x;
-            kd[1] = kb[i].y;
-            kd[2] = kb[i].z;
-            kd[3] = kb[i].w;
-            *reinterpret_cast<uint4 *>(vs + j * HD + cc * 8) = vb[i];
+                reinterpret_cast<uint32_t *>(ks + j * (HD + 2) + cc * EPV); // rows are 4-byte aligned
+            if constexpr (F8) {
+                uint4 k_lo, k_hi, v_lo, v_hi;
+                kv_read_fp8x16(kb[i], p.k_scale, k_lo, k_hi);
+                kv_read_fp8x16(vb[i], p.v_scale, v_lo, v_hi);
+                kd[0] = k_lo.x;
+                kd[1] = k_lo.y;
+                kd[2] = k_lo.z;
+                kd[3] = k_lo.w;
+                kd[4] = k_hi.x;
+                kd[5] = k_hi.y;
+                kd[6] = k_hi.z;
+                kd[7] = k_hi.w;
+                uint4 *vd = reinterpret_cast<uint4 *>(vs + j * HD + cc * EPV);
+                vd[0] = v_lo;
+                vd[1] = v_hi;
+            } else {
+                kd[0] = kb[i].x;
+                kd[1] = kb[i].y;
+                kd[2] = kb[i].z;
+                kd[3] = kb[i].w;
+                *reinterpret_cast<uint4 *>(vs + j * HD + cc * 8) = vb[i];
+            }
         }
         __syncthreads();
         if (!has0) continue; // warp-uniform
@@ -267,11 +291,17 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     }
 }
 
+template <int HD, bool F8>
+cudaError_t launch_hd_kv(const attention_params &p, cudaStream_t stream) {
+    const dim3 grid(unsigned(p.n_tiles), unsigned(p.n_head_kv), unsigned(p.kv_splits));
+    prefer_decode_carveout<attention_decode_kernel<HD, F8>>();
+    return launch_kernel(attention_decode_kernel<HD, F8>, grid, 128, decode_smem_bytes<HD>(), stream, p);
+}
+
 template <int HD>
 cudaError_t launch_hd(const attention_params &p, cudaStream_t stream) {
-    const dim3 grid(unsigned(p.n_tiles), unsigned(p.n_head_kv), unsigned(p.kv_splits));
-    prefer_decode_carveout<attention_decode_kernel<HD>>();
-    return launch_kernel(attention_decode_kernel<HD>, grid, 128, decode_smem_bytes<HD>(), stream, p);
+    return p.kv == kv_format::fp8_e4m3 ? launch_hd_kv<HD, true>(p, stream)
+                                       : launch_hd_kv<HD, false>(p, stream);
 }
 
 } // namespace

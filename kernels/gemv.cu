@@ -51,13 +51,24 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
     if (n < qd + kvd) { // a rotation pair: even warps own it
         if (warp % 2) return;
         const float a = ep[warp][lane], b = ep[warp + 1][lane];
-        const uint16_t o0 = f_to_bf16(a * l.cs - b * l.sn), o1 = f_to_bf16(b * l.cs + a * l.sn);
-        uint16_t *dst = n < qd ? r.q_out + l.t * qd + n : r.k_cache + l.slot * kvd + (n - qd);
-        dst[0] = o0;
-        dst[1] = o1;
+        const float x0 = a * l.cs - b * l.sn, x1 = b * l.cs + a * l.sn;
+        if (n >= qd && r.kv == kv_format::fp8_e4m3) { // k' into an FP8 cache
+            uint8_t *dst = static_cast<uint8_t *>(r.k_cache) + l.slot * kvd + (n - qd);
+            dst[0] = kv_store_fp8_d(x0, r.k_scale);
+            dst[1] = kv_store_fp8_d(x1, r.k_scale);
+            return;
+        }
+        uint16_t *dst =
+            n < qd ? r.q_out + l.t * qd + n : static_cast<uint16_t *>(r.k_cache) + l.slot * kvd + (n - qd);
+        dst[0] = f_to_bf16(x0);
+        dst[1] = f_to_bf16(x1);
         return;
     }
-    r.v_cache[l.slot * kvd + (n - qd - kvd)] = f_to_bf16(ep[warp][lane]);
+    const int64_t e = l.slot * kvd + (n - qd - kvd);
+    if (r.kv == kv_format::fp8_e4m3)
+        static_cast<uint8_t *>(r.v_cache)[e] = kv_store_fp8_d(ep[warp][lane], r.v_scale);
+    else
+        static_cast<uint16_t *>(r.v_cache)[e] = f_to_bf16(ep[warp][lane]);
 }
 
 // NORM: the block first normalizes its mt input rows into shared memory (norm_in); ROPE: the

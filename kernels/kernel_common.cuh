@@ -44,6 +44,26 @@ __device__ __forceinline__ uint32_t f2_to_fp8x2_as(float a, float b) {
                                              F == fp8_format::e4m3 ? __NV_E4M3 : __NV_E5M2));
 }
 
+// FP8 KV cache elements (kernel_common.h's kv_format): the host's kv_store_fp8 / kv_read_fp8 bit
+// for bit. kv_read_fp8x4: four E4M3 bytes (little-endian in w) → four BF16 of fp8 · scale, two per
+// word in the same order; kv_read_fp8x16: 16 bytes → 16 BF16 (lo: elements 0–7, hi: 8–15).
+__device__ __forceinline__ uint8_t kv_store_fp8_d(float x, float scale) { return f_to_fp8(x / scale); }
+// (lo, hi) → BF16x2, each rounded to nearest even (one cvt.rn.bf16x2.f32), lo in the low half.
+__device__ __forceinline__ uint32_t f2_to_bf16x2(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return uint32_t(__bfloat16_as_ushort(h.x)) | (uint32_t(__bfloat16_as_ushort(h.y)) << 16);
+}
+__device__ __forceinline__ uint2 kv_read_fp8x4(uint32_t w, float scale) {
+    const float2 a = fp8x2_to_f2(w & 0xffffu), b = fp8x2_to_f2(w >> 16);
+    return make_uint2(f2_to_bf16x2(a.x * scale, a.y * scale), f2_to_bf16x2(b.x * scale, b.y * scale));
+}
+__device__ __forceinline__ void kv_read_fp8x16(const uint4 &raw, float scale, uint4 &lo, uint4 &hi) {
+    const uint2 a = kv_read_fp8x4(raw.x, scale), b = kv_read_fp8x4(raw.y, scale),
+                c = kv_read_fp8x4(raw.z, scale), d = kv_read_fp8x4(raw.w, scale);
+    lo = make_uint4(a.x, a.y, b.x, b.y);
+    hi = make_uint4(c.x, c.y, d.x, d.y);
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

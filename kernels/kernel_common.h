@@ -166,6 +166,17 @@ ES_HOST_DEVICE inline int64_t fp8_scale_index(int64_t r, int64_t c, int64_t k, s
     return l == scale_layout::channel ? r : (r / fp8_block) * ((k + fp8_block - 1) / fp8_block) + c / fp8_block;
 }
 
+// Element format of the paged KV cache (rope_kv writes it, attention reads it). fp8_e4m3 (vLLM's
+// kv_cache_dtype=fp8) halves the pools: with a per-tensor scale s (k_scale, v_scale; 1.0 without
+// calibration, as vLLM) a value x is stored as the saturating E4M3 of x / s and read back as the
+// BF16 of fp8 · s (exact when s is a power of two), which every attention kernel then uses as it
+// uses a BF16 cache element. kv_store_fp8 / kv_read_fp8 are those two steps, the device's bit for bit.
+enum class kv_format : uint8_t { bf16, fp8_e4m3 };
+inline size_t kv_format_bytes(kv_format f) { return f == kv_format::bf16 ? 2 : 1; }
+inline const char *kv_format_name(kv_format f) { return f == kv_format::bf16 ? "bf16" : "fp8"; }
+inline fp8_t kv_store_fp8(float x, float scale) { return float_to_fp8_e4m3(x / scale); }
+inline bf16_t kv_read_fp8(fp8_t v, float scale) { return float_to_bf16_bits(fp8_e4m3_to_float(v) * scale); }
+
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 // Programmatic dependent launch (Hopper and later): when on, every launcher asks that its kernel
 // may start while the previous kernel on the stream is still finishing; each kernel then waits

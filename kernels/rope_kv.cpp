@@ -17,12 +17,28 @@ void rope_kv_ref(const rope_kv_params &p) {
                 const float c = std::cos(angle), s = std::sin(angle);
                 const float a = row[h * hd + 2 * i], b = row[h * hd + 2 * i + 1];
                 const float x0 = a * c - b * s, x1 = b * c + a * s;
-                bf16_t *dst = h < p.n_head ? p.q_out + t * qd + h * hd : p.k_cache + slot * kvd + (h - p.n_head) * hd;
-                dst[2 * i] = float_to_bf16_bits(x0);
-                dst[2 * i + 1] = float_to_bf16_bits(x1);
+                if (h < p.n_head) {
+                    p.q_out[t * qd + h * hd + 2 * i] = float_to_bf16_bits(x0);
+                    p.q_out[t * qd + h * hd + 2 * i + 1] = float_to_bf16_bits(x1);
+                    continue;
+                }
+                const int64_t e = slot * kvd + (h - p.n_head) * hd + 2 * i;
+                if (p.kv == kv_format::fp8_e4m3) {
+                    static_cast<fp8_t *>(p.k_cache)[e] = kv_store_fp8(x0, p.k_scale);
+                    static_cast<fp8_t *>(p.k_cache)[e + 1] = kv_store_fp8(x1, p.k_scale);
+                } else {
+                    static_cast<bf16_t *>(p.k_cache)[e] = float_to_bf16_bits(x0);
+                    static_cast<bf16_t *>(p.k_cache)[e + 1] = float_to_bf16_bits(x1);
+                }
             }
         }
-        for (int64_t j = 0; j < kvd; ++j) p.v_cache[slot * kvd + j] = float_to_bf16_bits(row[qd + kvd + j]);
+        for (int64_t j = 0; j < kvd; ++j) {
+            const float x = row[qd + kvd + j];
+            if (p.kv == kv_format::fp8_e4m3)
+                static_cast<fp8_t *>(p.v_cache)[slot * kvd + j] = kv_store_fp8(x, p.v_scale);
+            else
+                static_cast<bf16_t *>(p.v_cache)[slot * kvd + j] = float_to_bf16_bits(x);
+        }
     }
 }
 

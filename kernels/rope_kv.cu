@@ -35,12 +35,24 @@ __global__ void __launch_bounds__(256) rope_kv_kernel(rope_kv_params p) {
         const float a = row[h * hd + 2 * i], b = row[h * hd + 2 * i + 1], f = p.inv_freq[i];
         float sn, cs;
         sincosf(float(pos) * f, &sn, &cs);
-        uint16_t *kdst = p.k_cache + slot * kvd + (h - p.n_head) * hd + 2 * i;
-        kdst[0] = f_to_bf16(a * cs - b * sn);
-        kdst[1] = f_to_bf16(b * cs + a * sn);
+        const float k0 = a * cs - b * sn, k1 = b * cs + a * sn;
+        const int64_t e = slot * kvd + (h - p.n_head) * hd + 2 * i;
+        if (p.kv == kv_format::fp8_e4m3) {
+            uint8_t *kdst = static_cast<uint8_t *>(p.k_cache) + e;
+            kdst[0] = kv_store_fp8_d(k0, p.k_scale);
+            kdst[1] = kv_store_fp8_d(k1, p.k_scale);
+        } else {
+            uint16_t *kdst = static_cast<uint16_t *>(p.k_cache) + e;
+            kdst[0] = f_to_bf16(k0);
+            kdst[1] = f_to_bf16(k1);
+        }
     } else {
         const int64_t v = j - n_pairs;
-        p.v_cache[slot * kvd + v] = f_to_bf16(row[qd + kvd + v]);
+        const float x = row[qd + kvd + v];
+        if (p.kv == kv_format::fp8_e4m3)
+            static_cast<uint8_t *>(p.v_cache)[slot * kvd + v] = kv_store_fp8_d(x, p.v_scale);
+        else
+            static_cast<uint16_t *>(p.v_cache)[slot * kvd + v] = f_to_bf16(x);
     }
 }
 

@@ -77,6 +77,10 @@ void TestCli::failures_data() {
     QTest::newRow("prompt longer than context") << "config max_position_embeddings 2" << logits << "context";
     QTest::newRow("generate without tokenizer") << "rm tokenizer.model" << QStringList{"generate", "--model", "@DIR", "--prompt", "hi"} << "tokenizer.model";
     QTest::newRow("eval same precisions") << "" << QStringList{"eval", "--model", "@DIR", "--precision", "fp8", "--baseline", "fp8"} << "the same";
+    QTest::newRow("fp8 KV on the CPU") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1,2", "--out", "@DIR/o.npy", "--kv-cache", "fp8"} << "needs the CUDA backend";
+    QTest::newRow("unknown KV dtype") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1", "--out", "x", "--kv-cache", "int4"} << "int4";
+    QTest::newRow("eval fp8 KV on the CPU") << "" << QStringList{"eval", "--model", "@DIR", "--precision", "bf16", "--baseline", "bf16", "--kv-cache", "fp8"} << "needs the CUDA backend";
+    QTest::newRow("bench fp8 KV on the CPU") << "" << QStringList{"bench", "--shape", "ernie-4.5-0.3b", "--layers", "1", "--kv-cache", "fp8"} << "CUDA backend option";
     QTest::newRow("eval text without tokenizer") << "rm tokenizer.model" << QStringList{"eval", "--model", "@DIR", "--text", "@DIR/config.json"} << "tokenizer.model";
     QTest::newRow("bad temperature") << "" << QStringList{"generate", "--model", "@DIR", "--prompt", "hi", "--temperature", "-1"} << "temperature";
     QTest::newRow("serve without a model") << "" << QStringList{"serve", "--port", "0"} << "serve needs --model DIR or --shape NAME";

@@ -1,9 +1,10 @@
 // The kernels' CPU twins (kernels/*.cpp), which the self-test uses as references for the GPU:
 // each against an independent computation or an invariant (FP8 codes round-trip, RoPE keeps
-// norms, attention over one key returns its value, the attention kernel choice follows its rule,
-// router ties go to the lower id, the grouped prefill expert path equals the per-token decode
-// path, the fused decode kernels (norm_in, moe_front, the shared-expert slot) equal their parts
-// run one after the other), then the twin model (the CUDA backend's
+// norms, attention over one key returns its value, an FP8 KV cache stores E4M3 of x / scale and
+// attention over it equals attention over the dequantized BF16 cache, the attention kernel choice
+// follows its rule, router ties go to the lower id, the grouped prefill expert path equals the
+// per-token decode path, the fused decode kernels (norm_in, moe_front, the shared-expert slot)
+// equal their parts run one after the other), then the twin model (the CUDA backend's
 // numerics emulated on the CPU) against the CPU backend on every reference checkpoint. Plain C++:
 // runs without a GPU or a CUDA toolkit.
 #include "cuda_twin_model.h"
@@ -83,6 +84,8 @@ private slots:
     void rmsNorm();
     void ropeKeepsNorms();
     void attentionOneKey();
+    void ropeKvFp8();
+    void attentionFp8Kv();
     void attentionTiles();
     void attentionKernelChoice();
     void routerTiesAndBias();
@@ -387,6 +390,117 @@ void TestKernelTwins::attentionOneKey() {
     es::attention_ref(p);
     for (int64_t h = 0; h < nh; ++h)
         for (int64_t d = 0; d < hd; ++d) QCOMPARE(out[h * hd + d], v[(h / 2) * hd + d]);
+}
+
+// rope_kv into an FP8 cache: each k' and v element is stored as the saturating E4M3 of x / scale
+// (k' from the same rotation as ropeKeepsNorms), in the BF16 layout's slots at 1 byte each.
+void TestKernelTwins::ropeKvFp8() {
+    const int64_t nh = 2, nkv = 2, hd = 8, T = 3, qd = nh * hd, kvd = nkv * hd, row = qd + 2 * kvd;
+    std::vector<float> qkv(static_cast<size_t>(T * row));
+    std::uniform_real_distribution<float> u(-3, 3);
+    for (auto &v : qkv) v = u(g_rng);
+    qkv[size_t(2 * row + qd + kvd + 3)] = 1000.0f; // v / 1.5 = 667 > 448: saturates
+    std::vector<int32_t> pos = {0, 7, 20}, seq = {0, 0, 0}, bt = {1, 0};
+    std::vector<float> inv(hd / 2);
+    for (int64_t i = 0; i < hd / 2; ++i) inv[i] = 1.0f / std::pow(10000.0f, float(2 * i) / float(hd));
+    const int64_t bs = 16, pool = 2 * bs * kvd;
+    std::vector<es::bf16_t> q(static_cast<size_t>(T * qd)), q16(q.size()), k16(static_cast<size_t>(pool)),
+        v16(k16.size());
+    std::vector<es::fp8_t> k8(static_cast<size_t>(pool), 0), v8(k8.size(), 0);
+    es::rope_kv_params p{qkv.data(), pos.data(), seq.data(), bt.data(), 2,   inv.data(), q.data(),
+                         k8.data(),  v8.data(),  T,          nh,        nkv, hd,         bs};
+    p.kv = es::kv_format::fp8_e4m3;
+    p.k_scale = 0.5f;
+    p.v_scale = 1.5f;
+    es::rope_kv_ref(p);
+    es::rope_kv_params pb = p; // the BF16 cache: q must be the same
+    pb.q_out = q16.data();
+    pb.k_cache = k16.data();
+    pb.v_cache = v16.data();
+    pb.kv = es::kv_format::bf16;
+    es::rope_kv_ref(pb);
+    QVERIFY(q == q16);
+    int64_t nonzero = 0;
+    for (int64_t t = 0; t < T; ++t) {
+        const int64_t slot = int64_t(bt[pos[t] / bs]) * bs + pos[t] % bs;
+        const float *r = qkv.data() + t * row;
+        for (int64_t h = 0; h < nkv; ++h)
+            for (int64_t i = 0; i < hd / 2; ++i) {
+                const float ang = float(pos[t]) * inv[i], c = std::cos(ang), sn = std::sin(ang);
+                const float a = r[qd + h * hd + 2 * i], b = r[qd + h * hd + 2 * i + 1];
+                const size_t e = size_t(slot * kvd + h * hd + 2 * i);
+                QCOMPARE(int(k8[e]), int(es::float_to_fp8_e4m3((a * c - b * sn) / 0.5f)));
+                QCOMPARE(int(k8[e + 1]), int(es::float_to_fp8_e4m3((b * c + a * sn) / 0.5f)));
+            }
+        for (int64_t j = 0; j < kvd; ++j) {
+            const size_t e = size_t(slot * kvd + j);
+            QCOMPARE(int(v8[e]), int(es::float_to_fp8_e4m3(r[qd + kvd + j] / 1.5f)));
+            // Read back (fp8 · scale) within E4M3's half step of the value (16: 3 mantissa bits).
+            const float back = es::bf16_bits_to_float(es::kv_read_fp8(v8[e], 1.5f)), x = r[qd + kvd + j];
+            if (x < 448.0f * 1.5f) QVERIFY(std::fabs(back - x) <= std::fabs(x) / 16.0f + 1e-3f);
+            nonzero += v8[e] != 0;
+        }
+    }
+    QCOMPARE(nonzero, T * kvd);
+    QCOMPARE(int(v8[size_t((int64_t(bt[1]) * bs + 20 % bs) * kvd + 3)]), 0x7e); // saturated to +448
+    QCOMPARE(es::bf16_bits_to_float(es::kv_read_fp8(0x7e, 1.5f)), 672.0f);
+    // Slots no token wrote stay empty (1 byte per element: no write spilled past its element).
+    QCOMPARE(int(k8[size_t(bs * kvd + 10 * kvd)]), 0);
+}
+
+// Attention over an FP8 cache equals attention over the BF16 cache holding its dequantized values
+// (BF16 of fp8 · scale), bit for bit, and depends on the scales (a wrong one changes the output).
+void TestKernelTwins::attentionFp8Kv() {
+    const int64_t nh = 6, nkv = 2, hd = 16, kvd = nkv * hd, bs = 4, n_blocks = 8;
+    const int64_t pool = n_blocks * bs * kvd;
+    auto q = rand_bf16(static_cast<size_t>(3 * nh * hd), -2, 2);
+    std::uniform_real_distribution<float> u(-2, 2);
+    std::vector<es::fp8_t> k8(static_cast<size_t>(pool)), v8(k8.size());
+    const float ks = 0.75f, vs = 1.5f;
+    for (auto &c : k8) c = es::kv_store_fp8(u(g_rng), ks);
+    for (auto &c : v8) c = es::kv_store_fp8(u(g_rng), vs);
+    std::vector<es::bf16_t> k16(k8.size()), v16(v8.size());
+    for (size_t i = 0; i < k8.size(); ++i) {
+        k16[i] = es::kv_read_fp8(k8[i], ks);
+        v16[i] = es::kv_read_fp8(v8[i], vs);
+    }
+    std::vector<int32_t> pos = {9, 10, 11}, seq = {0, 0, 0}, bt = {5, 2, 7}, tiles = {0, 3};
+    std::vector<es::bf16_t> out8(q.size()), out16(q.size()), out_wrong(q.size());
+    es::attention_params p;
+    p.q = q.data();
+    p.pos = pos.data();
+    p.seq = seq.data();
+    p.block_tables = bt.data();
+    p.bt_stride = 3;
+    p.tiles = tiles.data();
+    p.n_tiles = 1;
+    p.n_tokens = 3;
+    p.n_head = nh;
+    p.n_head_kv = nkv;
+    p.head_dim = hd;
+    p.block_size = bs;
+    p.scale = 0.25f;
+    es::attention_params p16 = p;
+    p16.k_cache = k16.data();
+    p16.v_cache = v16.data();
+    p16.out = out16.data();
+    es::attention_ref(p16);
+    p.k_cache = k8.data();
+    p.v_cache = v8.data();
+    p.kv = es::kv_format::fp8_e4m3;
+    p.k_scale = ks;
+    p.v_scale = vs;
+    p.out = out8.data();
+    es::attention_ref(p);
+    QVERIFY(out8 == out16);
+    p.out = out_wrong.data();
+    p.v_scale = 1.0f;
+    es::attention_ref(p);
+    QVERIFY(out_wrong != out16);
+    p.v_scale = vs;
+    p.k_scale = 1.0f;
+    es::attention_ref(p);
+    QVERIFY(out_wrong != out16);
 }
 
 void TestKernelTwins::attentionTiles() {
@@ -1005,14 +1119,19 @@ void TestKernelTwins::twinModel_data() {
     QTest::addColumn<QString>("dir");
     QTest::addColumn<bool>("fp8");
     QTest::addColumn<int>("act"); // es::activation_format
+    QTest::addColumn<bool>("kv8"); // an FP8 KV cache
     const QDir data(ES_TEST_DATA_DIR);
     for (const QString &name : data.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name)) {
         if (!QFile::exists(data.filePath(name + "/ref_logits.npy"))) continue;
         QTest::newRow(qPrintable(name + " bf16"))
-            << data.filePath(name) << false << int(es::activation_format::bf16);
+            << data.filePath(name) << false << int(es::activation_format::bf16) << false;
         for (auto a : {es::activation_format::bf16, es::activation_format::e4m3, es::activation_format::e5m2})
             QTest::newRow(qPrintable(name + " fp8 " + es::activation_format_name(a) + " act"))
-                << data.filePath(name) << true << int(a);
+                << data.filePath(name) << true << int(a) << false;
+        QTest::newRow(qPrintable(name + " bf16, fp8 KV"))
+            << data.filePath(name) << false << int(es::activation_format::bf16) << true;
+        QTest::newRow(qPrintable(name + " fp8 e4m3 act, fp8 KV"))
+            << data.filePath(name) << true << int(es::activation_format::e4m3) << true;
     }
 }
 
@@ -1024,6 +1143,7 @@ void TestKernelTwins::twinModel() {
     QFETCH(QString, dir);
     QFETCH(bool, fp8);
     QFETCH(int, act);
+    QFETCH(bool, kv8);
     QFile f(dir + "/reference.json");
     QVERIFY(f.open(QIODevice::ReadOnly));
     std::vector<int32_t> prompt;
@@ -1038,14 +1158,24 @@ void TestKernelTwins::twinModel() {
     QVERIFY(bound.ok());
     es::twin_options to;
     to.activations = es::activation_format(act);
+    to.kv_cache = kv8 ? es::kv_cache_dtype::fp8 : es::kv_cache_dtype::bf16;
     auto logits = es::twin_forward_logits(*cfg, *bound, prompt,
                                           fp8 ? es::weight_precision::fp8 : es::weight_precision::bf16, to);
     QVERIFY2(logits.ok(), logits.ok() ? "" : logits.message().c_str());
     const double e = nmse(*logits, golden->data);
-    qInfo("%s %s (%s activations): twin model NMSE vs HF %.3e", qPrintable(QDir(dir).dirName()),
-          fp8 ? "fp8" : "bf16", es::activation_format_name(to.activations), e);
-    const double limit = !fp8 ? 5e-3 : to.activations == es::activation_format::e5m2 ? 0.2 : 0.1;
+    qInfo("%s %s (%s activations%s): twin model NMSE vs HF %.3e", qPrintable(QDir(dir).dirName()),
+          fp8 ? "fp8" : "bf16", es::activation_format_name(to.activations), kv8 ? ", fp8 KV" : "", e);
+    const double limit = !fp8                                            ? (kv8 ? 5e-2 : 5e-3)
+                         : to.activations == es::activation_format::e5m2 ? 0.2
+                                                                         : 0.1;
     QVERIFY2(e <= limit, qPrintable(QString("NMSE %1").arg(e)));
+    if (kv8) { // the option reaches the cache: the same run with a BF16 cache differs
+        to.kv_cache = es::kv_cache_dtype::bf16;
+        auto bf_kv = es::twin_forward_logits(*cfg, *bound, prompt,
+                                             fp8 ? es::weight_precision::fp8 : es::weight_precision::bf16, to);
+        QVERIFY(bf_kv.ok());
+        QVERIFY(*bf_kv != *logits);
+    }
 }
 
 // The twin changes the numerics only for the tokens of steps above the GEMV threshold (quantized

@@ -141,6 +141,8 @@ if [[ $mode == full || $mode == eval ]]; then
     ev default-fp8-bf16act --model resources/models/default --backend cuda --precision fp8 --activations bf16 --text README.md --windows 4 --ctx 256
     ev default-fp8-head --model resources/models/default --backend cuda --precision fp8 --fp8-head --text README.md --windows 4 --ctx 256
     ev default-bf16 --model resources/models/default --backend cuda --precision bf16 --text README.md --windows 4 --ctx 256
+    ev default-fp8-kvfp8 --model resources/models/default --backend cuda --precision fp8 --kv-cache fp8 --text README.md --windows 4 --ctx 256
+    ev default-bf16-kvfp8 --model resources/models/default --backend cuda --precision bf16 --kv-cache fp8 --text README.md --windows 4 --ctx 256
     ev moe-shared-fp8 --model tests/data/moe-shared --backend cuda --precision fp8 --windows 4 --ctx 64
 fi
 if [[ $mode == serve ]]; then
