@@ -56,6 +56,11 @@ constexpr int64_t k_gemv_max_tokens = cuda_gemv_max_tokens;
 constexpr int64_t k_moe_gemv_max_tokens = 4;
 // Steps with at most this many tokens are captured as CUDA graphs and replayed.
 constexpr int64_t k_graph_max_tokens = 8;
+// Steps of at most this many tokens fuse norms, RoPE/KV writes and the MoE front into fewer
+// launches (gemv.cuh, moe_front.cuh). Measured on the H200 (docs/benchmarks.md, session 4): one
+// token gains 3–5%; at 4 and 8 tokens the fused kernels, which normalize every row in every
+// block, lose 20–35% against the separate launches.
+constexpr int64_t k_fuse_max_tokens = 1;
 // Attention of decode-sized steps splits each sequence's KV range over up to this many blocks
 // (flash-decoding: a step has only n_head_kv tiles of work otherwise), one split per 32-position
 // chunk of the longest context in the step. Measured on the H200 (0.3B, tg128): always 16 splits
@@ -1120,7 +1125,7 @@ private:
             rp.kv = kv_fmt(); // FP8: per-tensor scales 1.0 (k_scale, v_scale defaults)
             // Decode: norm → q/k/v → RoPE + KV write as one GEMV launch (gemv.cuh's fusions).
             gemv_params fq;
-            if (T <= k_gemv_max_tokens && m_fuse) {
+            if (T <= k_fuse_max_tokens && m_fuse) {
                 fq.w = L.wqkv.w;
                 fq.wfmt = L.wqkv.fmt;
                 fq.w_scale = L.wqkv.scale;
@@ -1170,7 +1175,7 @@ private:
             linear("o_proj", L.wo, attn, qd, x, H, T, true, true);
 
             nrm.weight = L.ffn_norm;
-            // FFN / MoE. Decode-sized steps fuse the FFN norm into the next kernel: a dense MLP's
+            // FFN / MoE. One-token steps fuse the FFN norm into the next kernel: a dense MLP's
             // gate/up GEMV (norm_in), an MoE layer's moe_front (norm + router + shared gate/up).
             // ES_CUDA_FUSE=0 (m_fuse) keeps the separate launches.
             norm_in ffn_in;
@@ -1178,7 +1183,7 @@ private:
             ffn_in.weight = L.ffn_norm;
             ffn_in.eps = float(c.rms_eps);
             if (!L.is_moe) {
-                if (!m_fuse || !swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T, &ffn_in)) {
+                if (!m_fuse || T > k_fuse_max_tokens || !swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T, &ffn_in)) {
                     op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
                     swiglu("ffn", L.gate_up, L.down, c.n_ff, xn, x, gu, act, T);
                 }
@@ -1209,7 +1214,7 @@ private:
             fr.n_embd = H;
             // The shared experts' down projection as one more slot of the routed down launch
             // (per-slot mode), added first by moe_combine.
-            const bool front = m_fuse && T <= k_moe_gemv_max_tokens && moe_front_supported(fr);
+            const bool front = m_fuse && T <= k_fuse_max_tokens && moe_front_supported(fr);
             const bool shared_slot = front && F_sh > 0 && m_moe_down_rows && L.sh_down.fmt == L.exp_down.fmt;
             if (front) {
                 op("moe_front", [&] { return launch_moe_front(fr, m_stream); });
