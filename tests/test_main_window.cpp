@@ -53,6 +53,7 @@ private slots:
     void failedReplyKeepsItsProfile();
     void comparePrecisionsSideBySide();
     void statusBarSaysWhyTheGpuIsNotUsed();
+    void kvCacheMenuKeepsTheCpuWorking();
     void exportAndImportFromTheFileMenu();
 
 private:
@@ -287,6 +288,31 @@ void TestMainWindow::failedReplyKeepsItsProfile() {
 // A pane at another precision: its own session loads the same model with FP8 weights (emulated
 // on the CPU); "send to all panes" asks both; the replies record their precisions; closing the
 // pane releases the second session.
+// Model ▸ KV cache ▸ FP8 is remembered and reloads the model; on the CPU backend (this test's)
+// the model keeps loading and answering with its fp32 cache: the choice is the GPU's.
+void TestMainWindow::kvCacheMenuKeepsTheCpuWorking() {
+    QMenu *kv = nullptr;
+    for (QAction *top : m_window->menuBar()->actions())
+        if (top->menu() && top->text() == tr("&Model"))
+            for (QAction *a : top->menu()->actions())
+                if (a->menu() && a->text() == tr("&KV cache")) kv = a->menu();
+    QVERIFY(kv);
+    QList<QAction *> choices = kv->actions();
+    QCOMPARE(choices.size(), 2);
+    QVERIFY(choices[0]->isChecked()); // BF16 by default
+    QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
+    choices[1]->trigger();
+    QVERIFY(choices[1]->isChecked() && !choices[0]->isChecked());
+    QCOMPARE(m_session->options().kvCache, QString("fp8"));
+    QCOMPARE(QSettings().value("engine/kv_cache").toString(), QString("fp8"));
+    QVERIFY(loaded.wait(30000));
+    QVERIFY(m_session->isModelLoaded());
+    QVERIFY(!m_session->modelInfo().backend.contains("fp8 KV"));
+    sendAndWait("hello");
+    QVERIFY(!pane()->findChildren<MessageWidget *>().isEmpty());
+    QSettings().remove("engine/kv_cache");
+}
+
 void TestMainWindow::comparePrecisionsSideBySide() {
     ChatPane *first = pane();
     QCOMPARE(first->engineBadge(), QString("fp32"));

@@ -226,6 +226,26 @@ void MainWindow::buildMenus() {
             m_session->reconfigure(o);
         });
     }
+    auto *kvCaches = new QActionGroup(this);
+    QMenu *kvMenu = model->addMenu(tr("&KV cache"));
+    kvMenu->setToolTipsVisible(true);
+    for (auto [key, label] : {std::pair{"bf16", tr("BF16 (exact keys and values)")},
+                              {"fp8", tr("FP8 (E4M3: half the memory, on the GPU)")}}) {
+        QAction *a = kvMenu->addAction(label);
+        a->setCheckable(true);
+        a->setChecked(m_session->options().kvCache == key);
+        a->setToolTip(QString(key) == "fp8"
+                          ? tr("Keys and values stored in 8 bits: twice the context or replies in the same GPU "
+                               "memory, at some cost in accuracy. The CPU keeps its fp32 cache.")
+                          : tr("Keys and values stored in 16 bits, as the model computes them."));
+        kvCaches->addAction(a);
+        connect(a, &QAction::triggered, this, [this, key = QString(key)] {
+            EngineSessionOptions o = m_session->options();
+            o.kvCache = key;
+            QSettings().setValue("engine/kv_cache", key);
+            m_session->reconfigure(o);
+        });
+    }
 
     QMenu *help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About ExpertScope"), this, [this] {

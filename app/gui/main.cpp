@@ -190,6 +190,7 @@ int main(int argc, char **argv) {
     es::EngineSessionOptions options;
     options.backend = cli.isSet(backend) ? cli.value(backend) : settings.value("engine/backend", "auto").toString();
     options.precision = settings.value("engine/precision", "auto").toString();
+    options.kvCache = settings.value("engine/kv_cache", "bf16").toString();
     es::EngineSession session(options);
     const auto smokeFailed = std::make_shared<bool>(false);
     if (cli.isSet(smokeTest)) {

@@ -2,6 +2,7 @@
 // (a load or a reply), so an idle app costs nothing.
 #include "engine_session.h"
 
+#include "cuda_loader.h"
 #include "engine.h"
 
 #include <QDateTime>
@@ -29,6 +30,10 @@ engine_params make_params(const EngineSessionOptions &o) {
     p.load.kind = o.backend == "cuda" ? backend_kind::cuda : o.backend == "cpu" ? backend_kind::cpu : backend_kind::automatic;
     p.load.precision = o.precision == "bf16" ? weight_precision::bf16 : weight_precision::fp8;
     p.load.emulate_precision_on_cpu = o.precision == "bf16" || o.precision == "fp8";
+    // An FP8 KV cache where the model will run on the GPU (the CPU backend refuses one: the
+    // choice is the GPU's, and a machine without a usable GPU keeps working).
+    const bool gpu = o.backend == "cuda" || (o.backend != "cpu" && cuda_status().available);
+    p.load.kv_cache = o.kvCache == "fp8" && gpu ? kv_cache_dtype::fp8 : kv_cache_dtype::bf16;
     p.load.n_threads = o.threads;
     p.load.need_tokenizer = true;
     p.max_num_seqs = std::max(1, o.maxConcurrentReplies);

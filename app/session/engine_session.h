@@ -32,6 +32,9 @@ struct EngineSessionOptions {
     // weights on the GPU, and on the CPU the same rounding emulated (fp32 math) — so two panes
     // can compare precisions on any machine.
     QString precision = QStringLiteral("auto");
+    // bf16 | fp8: the GPU's KV cache (fp8: E4M3, half the memory, so twice the context or
+    // replies). The CPU keeps its fp32 cache: fp8 applies only when the model runs on the GPU.
+    QString kvCache = QStringLiteral("bf16");
     int threads = 0;                           // CPU threads, 0: all
     int maxConcurrentReplies = 8;
     int defaultMaxTokens = 1024;               // when neither the preset nor the conversation sets one

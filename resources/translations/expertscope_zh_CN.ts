@@ -1310,6 +1310,26 @@ dense</source>
         <source>&lt;p&gt;This loads the model a second time.&lt;/p&gt;&lt;p&gt;%1&lt;/p&gt;&lt;p&gt;Load anyway?&lt;/p&gt;</source>
         <translation>&lt;p&gt;这会再加载一次模型。&lt;/p&gt;&lt;p&gt;%1&lt;/p&gt;&lt;p&gt;仍然加载吗？&lt;/p&gt;</translation>
     </message>
+    <message>
+        <source>&amp;KV cache</source>
+        <translation>KV 缓存(&amp;K)</translation>
+    </message>
+    <message>
+        <source>BF16 (exact keys and values)</source>
+        <translation>BF16（键和值不失精度）</translation>
+    </message>
+    <message>
+        <source>FP8 (E4M3: half the memory, on the GPU)</source>
+        <translation>FP8（E4M3：内存减半，用于 GPU）</translation>
+    </message>
+    <message>
+        <source>Keys and values stored in 16 bits, as the model computes them.</source>
+        <translation>键和值以 16 位存储，与模型计算时一致。</translation>
+    </message>
+    <message>
+        <source>Keys and values stored in 8 bits: twice the context or replies in the same GPU memory, at some cost in accuracy. The CPU keeps its fp32 cache.</source>
+        <translation>键和值以 8 位存储：同样的 GPU 内存可容纳两倍的上下文或回复，精度略有损失。CPU 仍使用 fp32 缓存。</translation>
+    </message>
 </context>
 <context>
     <name>es::MemoryUsageView</name>
