@@ -2,6 +2,7 @@
 #include "backend.h"
 
 #include <string>
+#include <vector>
 
 namespace es {
 
@@ -20,6 +21,24 @@ void check_batch(const batch &b, const model_config &cfg, const kv_cache_params 
         if (b.pos[t] >= cfg.n_ctx_train)
             throw load_error("batch: position " + std::to_string(b.pos[t]) + " is past the model's context of " +
                              std::to_string(cfg.n_ctx_train));
+    }
+    // A sequence's tokens are one run with positions rising by one: the CUDA decode attention
+    // treats keys below the run's first position as written by earlier passes (read before its
+    // wait for this pass's K/V writes), and every backend writes K/V before attending.
+    std::vector<char> started(b.seqs.size(), 0);
+    for (size_t t = 0; t < T; ++t) {
+        const int32_t s = b.seq[t];
+        if (t > 0 && b.seq[t - 1] == s) {
+            if (b.pos[t] != b.pos[t - 1] + 1)
+                throw load_error("batch: the positions of sequence " + std::to_string(s) +
+                                 " do not rise by one (token " + std::to_string(t) + ": " + std::to_string(b.pos[t - 1]) +
+                                 " then " + std::to_string(b.pos[t]) + ")");
+        } else {
+            if (started[size_t(s)])
+                throw load_error("batch: the tokens of sequence " + std::to_string(s) + " are not contiguous (token " +
+                                 std::to_string(t) + ")");
+            started[size_t(s)] = 1;
+        }
     }
     for (const auto &s : b.seqs)
         for (int32_t blk : s.block_table)

@@ -27,7 +27,7 @@ struct batch_seq {
 struct batch {
     std::vector<int32_t> tokens;       // [n_tokens]
     std::vector<int32_t> pos;          // [n_tokens] position within its sequence
-    std::vector<int32_t> seq;          // [n_tokens] index into seqs; a sequence's tokens are contiguous, positions increasing
+    std::vector<int32_t> seq;          // [n_tokens] index into seqs; a sequence's tokens are one run, positions rising by one
     std::vector<batch_seq> seqs;
     std::vector<int32_t> logits_rows;  // token indices whose logits are wanted, in output order
     // > 0: a backend that supports it (backend::supports_candidates) may return each row's top

@@ -109,7 +109,8 @@ public:
         const int64_t V = m_cfg.n_vocab;
         if (row < 0 || int64_t(row) * V >= int64_t(m_last_logits.size()))
             return error{"logits_row: row " + std::to_string(row) +
-                         " is not a logits row of the last forward pass"};
+                         " is not a kept logits row of the last forward pass (rows are kept when a pass has at most " +
+                         std::to_string(k_kept_logits_rows) + ")"};
         if (int64_t(out.size()) != V)
             return error{"logits_row: the output holds " + std::to_string(out.size()) +
                          " values, n_vocab is " + std::to_string(V)};
@@ -286,9 +287,16 @@ private:
         for (int64_t r = 0; r < R; ++r)
             cpu::rms_norm(&m_x[b.logits_rows[r] * H], m_output_norm.data(), &m_rows[r * H], H, eps);
         out.candidates = logit_candidate_rows{}; // full rows always (batch::top_n is a request)
-        m_last_logits.resize(size_t(R * c.n_vocab));
-        linear(m_rows.data(), output_weights(), m_last_logits.data(), R, c.n_vocab, H);
-        out.logits.assign(m_last_logits.begin(), m_last_logits.end());
+        out.logits.resize(size_t(R * c.n_vocab));
+        linear(m_rows.data(), output_weights(), out.logits.data(), R, c.n_vocab, H);
+        // logits_row serves decode-sized forwards; the rows of every position (logits, eval) are
+        // not kept twice (at 2,048 positions of a 103k vocabulary that is 850 MB).
+        if (R <= k_kept_logits_rows) {
+            m_last_logits.assign(out.logits.begin(), out.logits.end());
+        } else {
+            m_last_logits.clear();
+            m_last_logits.shrink_to_fit();
+        }
         out.phases.head_ms = ms_since(t_head);
         out.phases.total_ms = ms_since(t_begin);
     }
@@ -419,7 +427,8 @@ private:
     kv_cache_params m_kv;
     std::vector<fvec> m_k, m_v; // per layer: [n_blocks * block_size, kv_dim]
     // workspace, reused across steps
-    fvec m_last_logits; // [rows, n_vocab] of the last forward (logits_row)
+    static constexpr int64_t k_kept_logits_rows = 64;
+    fvec m_last_logits; // [rows, n_vocab] of the last forward (logits_row), up to k_kept_logits_rows rows
     fvec m_x, m_xn, m_qkv, m_attn, m_rope_cos, m_rope_sin, m_rows, m_gu, m_act, m_eout, m_router, m_gather;
 };
 

@@ -205,6 +205,23 @@ void TestEngine::candidatesGiveSameTokens() {
         QVERIFY(!plain.logits_row(2, row).ok());
         std::vector<float> short_row(10);
         QVERIFY(!plain.logits_row(0, short_row).ok());
+        // check_batch: a sequence's tokens are one run with positions rising by one.
+        es::batch bad = b;
+        bad.seqs = {{{0}}, {{1}}};
+        bad.tokens = {1, 2, 3};
+        bad.pos = {0, 0, 1};
+        bad.seq = {0, 1, 0}; // sequence 0 in two runs
+        bad.logits_rows = {2};
+        auto st = plain.forward(bad, out);
+        QVERIFY(!st.ok());
+        QVERIFY2(st.message().find("not contiguous") != std::string::npos, st.message().c_str());
+        bad.seq = {0, 0, 1};
+        bad.pos = {0, 2, 0}; // a gap
+        st = plain.forward(bad, out);
+        QVERIFY(!st.ok());
+        QVERIFY2(st.message().find("do not rise by one") != std::string::npos, st.message().c_str());
+        bad.pos = {0, 1, 0};
+        QVERIFY(plain.forward(bad, out).ok());
     }
     candidate_backend cand(plain, 6);
     const auto prompt = reference_ids("moe-shared", "prompt_ids");
