@@ -1063,7 +1063,7 @@ private:
         p.n = L.n;
         p.k = L.k;
         p.accumulate = acc;
-        p.y_ready = y_ready;
+        p.y_ready = y_ready && m_skip_ops.empty(); // skipped launches shorten the two-launch distance
         op(std::string(role) + " gemv", [&] { return launch_gemv(p, m_stream); });
     }
 
@@ -1274,7 +1274,7 @@ private:
                         d.sh_act = act;
                         d.y_shared = d.y_slots + T * K * H; // the workspace's extra T rows
                         d.n_ff_sh = F_sh;
-                        d.sh_ready = true; // moe_front wrote sh_act two launches back
+                        d.sh_ready = m_skip_ops.empty(); // moe_front wrote sh_act two launches back
                     }
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
                     moe_combine_params cb;
@@ -1285,7 +1285,7 @@ private:
                     cb.n_tokens = T;
                     cb.n_embd = H;
                     cb.n_expert_used = K;
-                    cb.x_ready = front; // x: o_proj's, before moe_front, gate/up and down
+                    cb.x_ready = front && m_skip_ops.empty(); // x: o_proj's, before moe_front, gate/up and down
                     op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
                 } else {
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
