@@ -77,17 +77,20 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     const int bs = int(p.block_size);
     uint4 kb[ITEMS], vb[ITEMS];
     // Loads this thread's items of chunk c: the keys in [lo, hi) (others keep their values).
-    auto load_items = [&](int c0, int lo, int hi) {
+    // `fresh`: keys this step wrote, read after the wait through L2 (ld.global.cg): the
+    // read-only path may still hold a line an older key's pre-wait load brought in, which shares
+    // it when a row is shorter than 128 bytes (FP8, head_dim 64, one KV head).
+    auto load_items = [&](int c0, int lo, int hi, bool fresh) {
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int idx = tid + i * 128, j = idx / LV, cc = idx % LV;
             const int64_t slot = key_slot[j];
             if (slot >= 0 && c0 + j >= lo && c0 + j < hi) {
                 const int64_t base = (slot * kvd + int64_t(kvh) * HD + cc * EPV) * ES; // bytes
-                kb[i] =
-                    __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base));
-                vb[i] =
-                    __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base));
+                const uint4 *kp = reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base);
+                const uint4 *vp = reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base);
+                kb[i] = fresh ? __ldcg(kp) : __ldg(kp);
+                vb[i] = fresh ? __ldcg(vp) : __ldg(vp);
             }
         }
     };
@@ -102,7 +105,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     if (c_begin < c_end) {
         lookup_slots(c_begin * k_chunk);
         __syncthreads();
-        load_items(c_begin * k_chunk, 0, old_end);
+        load_items(c_begin * k_chunk, 0, old_end, false);
     }
     pdl_enter();
 
@@ -124,14 +127,14 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     for (int c = c_begin; c < c_end; ++c) {
         const int c0 = c * k_chunk;
         if (c == c_begin) {
-            load_items(c0, old_end, kv_len); // this step's keys (written by the previous kernel)
+            load_items(c0, old_end, kv_len, true); // this step's keys (written by the previous kernel)
         } else {
             __syncthreads(); // the previous chunk is no longer being read
             lookup_slots(c0);
             __syncthreads();
 #pragma unroll
             for (int i = 0; i < ITEMS; ++i) kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
-            load_items(c0, 0, kv_len);
+            load_items(c0, 0, kv_len, true);
         }
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
