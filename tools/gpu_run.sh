@@ -107,14 +107,20 @@ if [[ $mode == carveout ]]; then
     done
 fi
 if [[ $mode == ncu ]]; then
-    # Per-kernel device time and shared-memory split of a few decode steps (ncu, clocks unlocked):
-    # NCU_SHAPE (default ernie-4.5-21b-a3b) with 2 layers, fp8.
+    # Per-kernel device time (each kernel alone: ncu serializes), DRAM bytes and throughput, grid
+    # and shared-memory split of a few decode steps (clocks unlocked). NCU_SHAPES: "shape:skip …"
+    # (2 layers each, fp8); only the forward pass's kernels are counted (weight building's are
+    # filtered out), so the skip passes prefill and lands in decode.
     ncu_bin=$(command -v ncu || ls /usr/local/cuda*/bin/ncu 2>/dev/null | head -1)
-    timeout 200 "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum,launch__shared_mem_config_size \
-        --csv --launch-skip "${NCU_SKIP:-150}" --launch-count "${NCU_COUNT:-30}" "$CLI" bench --backend cuda \
-        --shape "${NCU_SHAPE:-ernie-4.5-21b-a3b}" --precision fp8 --layers 2 --pp 16 --tg 16 --reps 1 >"$OUT/ncu.csv" 2>&1
-    grep -E '"gpu__time_duration|shared_mem_config' "$OUT/ncu.csv" | awk -F'","' '{print $5" | "$(NF-2)" | "$NF}' |
-        sed 's/(es::[^)]*)//g' | cut -c1-140 | tee "$OUT/ncu.md"
+    for spec in ${NCU_SHAPES:-ernie-4.5-21b-a3b:40 ernie-4.5-0.3b:40}; do
+        shape=${spec%%:*} skip=${spec##*:}
+        echo "### ncu $shape, 2 layers, fp8, skip $skip" | tee -a "$OUT/ncu.md"
+        timeout 200 "$ncu_bin" --clock-control none --csv --launch-skip "$skip" --launch-count "${NCU_COUNT:-40}" \
+            --kernel-name regex:'gemv|attention|moe|topk|rms|embed|rope|silu|argmax' \
+            --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size,launch__block_size,launch__registers_per_thread,launch__shared_mem_config_size \
+            "$CLI" bench --backend cuda --shape "$shape" --precision fp8 --layers 2 --pp 16 --tg 16 --reps 1 >"$OUT/ncu-$shape.csv" 2>&1
+        python3 tools/ncu_table.py "$OUT/ncu-$shape.csv" | tee -a "$OUT/ncu.md"
+    done
 fi
 if [[ $mode == hf ]]; then
     # The slow baseline: HF transformers (bf16) on the same shapes (tools/hf_bench.py).
