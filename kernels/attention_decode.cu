@@ -1,48 +1,67 @@
 // attention, decode path (see attention.cuh; launch_attention picks it when attention_decode_ok
 // holds): tiles of at most 8 (token, q head) rows of one KV head — one token per sequence and up
 // to 8 q heads per KV head — and head_dim 64, 128 or 256, a compile-time constant here so that
-// index arithmetic is shifts and every inner loop unrolls (the general kernel spent ~3,500
-// instructions per warp on a 32-key chunk, at ~6 cycles each: decode attention is latency-bound).
+// index arithmetic is shifts and every inner loop unrolls.
 //
 // Grid (tile, KV head, split); 128 threads. Split s takes a contiguous run of 32-key chunks.
 // Before its programmatic-launch wait a block reads what no kernel of this step writes — the
 // tiles, positions and block tables, and its first chunk's K/V rows of keys older than the
 // sequence's first token in the batch — so only q and this step's K/V rows are loaded after it.
-// Per chunk: one block-table lookup per key, then the chunk's K (row stride head_dim + 2, so lane
-// j reading key j hits distinct banks) and V staged in shared memory with 16-byte loads, all of a
-// thread's issued before its stores (an FP8 cache: 16 elements a load, widened to BF16 as stored,
-// so half the loads and the same shared layout). Warp w owns rows w and w + 4 (both computed even when the
-// second does not exist: the warps run side by side, so this costs no latency). Lane j scores key
-// j against both rows (fp32, two partial sums per row), online softmax per row (warp max, running
-// max m and sum l), then o += p_j · v_j with lane owning head_dim/32 consecutive dims and p_j
-// broadcast by shuffle, over all 32 keys unrolled (keys past the row's position have p = 0 and
-// zero V). One split writes o / l in BF16. Several write (o, m, l) to `partial`, and the last
-// block of the (tile, KV head) to finish — a counter bumped after a fence, as moe_router — merges
-// them: m = max m_s, l = Σ l_s·e^(m_s − m), o = Σ o_s·e^(m_s − m) / l, and re-arms the counter.
+// Per chunk: one block-table lookup per key, then the chunk's K and V staged in shared memory
+// (BF16, row stride head_dim + 8: 16-byte rows whose fragment loads hit distinct banks) with
+// 16-byte loads, all of a thread's issued before its stores (an FP8 cache: 16 elements a load,
+// widened to BF16 as stored, so half the loads and the same shared layout).
+//
+// The arithmetic is on tensor cores (mma.sync m16n8k16, BF16 in, fp32 accumulate), the tile's ≤ 8
+// rows as the top half of the 16-row A operand (the bottom half is zero and never stored): warp w
+// scores keys 8w … 8w+7 against every row (S = Q·Kᵀ over head_dim/16 k-steps, two accumulator
+// chains), the scores go to shared memory, warp w then runs the online softmax of rows w and
+// w + 4 with lane j on key j (fp32; warp max and sum; running max m and sum l per row) and writes
+// the chunk's P in BF16 and each row's rescale factor e^(m_old − m_new); finally warp w rescales
+// and accumulates O += P·V for its head_dim/4 output columns (V's B fragments by transposed
+// ldmatrix). P rounded to BF16 as the MMA operand is flash-attention's choice too; the sum l is of
+// the fp32 values. The CUDA-core version this replaces spent ~1,100 dependent instructions per
+// warp and chunk at head_dim 128 (≈ 3 µs with one block per SM); this one ≈ 100.
+//
+// One split writes o / l in BF16. Several write (o, m, l) to `partial`, and the last block of the
+// (tile, KV head) to finish — a counter bumped after a fence, as moe_router — merges them:
+// m = max m_s, l = Σ l_s·e^(m_s − m), o = Σ o_s·e^(m_s − m) / l, and re-arms the counter.
 #include "attention.cuh"
 #include "kernel_common.cuh"
+#include "mma.cuh"
 
 namespace es {
 namespace {
 
 constexpr int k_chunk = 32, k_rows = 32, k_max_rows = 2 * 4; // k_rows: the partial buffer's row stride
 
+// Shared rows (Q, K, V) in BF16 elements: 16-byte aligned, and 8 consecutive rows' 16-byte pieces
+// in distinct banks (the stride is 4 words past a multiple of 32).
+template <int HD>
+constexpr int row_stride() {
+    return HD + 8;
+}
+
 template <int HD>
 size_t decode_smem_bytes() {
-    return size_t(k_max_rows) * HD * 4 + size_t(k_chunk) * (HD + 2) * 2 + size_t(k_chunk) * HD * 2;
+    return size_t(k_max_rows + 2 * k_chunk) * row_stride<HD>() * 2;
 }
 
 // F8: E4M3 pools (attention.cuh); a 16-byte load brings 16 elements instead of 8, widened to BF16
 // (fp8 · scale) as they are staged, so shared memory and everything after it are as for BF16.
 template <int HD, bool F8>
 __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params p) {
-    // HV: q's 16-byte vectors per head row; EPV, LV: K/V elements per 16-byte load and loads per row.
-    constexpr int HALF = HD / 2, HV = HD / 8, DPL = HD / 32, EPV = F8 ? 16 : 8, LV = HD / EPV,
-                  ES = F8 ? 1 : 2, ITEMS = k_chunk * LV / 128;
+    // RS: shared row stride; EPV, LV: K/V elements per 16-byte load and loads per row; KSTEPS: the
+    // QK MMA's k-steps; NT: the 8-column output tiles per warp in P·V; DPL: the merge's columns per lane.
+    constexpr int RS = row_stride<HD>(), EPV = F8 ? 16 : 8, LV = HD / EPV, ES = F8 ? 1 : 2,
+                  ITEMS = k_chunk * LV / 128, KSTEPS = HD / 16, NT = HD / 32, DPL = HD / 32;
     extern __shared__ __align__(16) unsigned char smem_raw[];
-    float *qs = reinterpret_cast<float *>(smem_raw);                   // [8][HD] fp32
-    uint16_t *ks = reinterpret_cast<uint16_t *>(qs + k_max_rows * HD); // [32][HD + 2]
-    uint16_t *vs = ks + k_chunk * (HD + 2);                            // [32][HD]
+    uint16_t *qs = reinterpret_cast<uint16_t *>(smem_raw); // [8][RS]
+    uint16_t *ks = qs + k_max_rows * RS;                    // [32][RS]
+    uint16_t *vs = ks + k_chunk * RS;                       // [32][RS]
+    __shared__ float s_s[k_max_rows][k_chunk];             // the chunk's scores
+    __shared__ __align__(16) uint16_t p_s[k_max_rows][k_chunk + 8]; // its P in BF16 (stride: no conflicts)
+    __shared__ float corr_s[k_max_rows], m_s[k_max_rows], l_s[k_max_rows];
     __shared__ int64_t key_slot[k_chunk];
     __shared__ int row_pos[k_max_rows];
     __shared__ int64_t row_off[k_max_rows];
@@ -51,7 +70,7 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     // Everything up to pdl_enter reads only the batch's inputs and keys of earlier steps (no kernel
     // of this step writes them), so it overlaps the previous kernel: the rows' positions, the first
     // chunk's block-table lookups and its K/V rows older than this step.
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     const int group = int(p.n_head / p.n_head_kv), kvh = blockIdx.y;
     const int t0 = __ldg(p.tiles + 2 * blockIdx.x), nt = __ldg(p.tiles + 2 * blockIdx.x + 1);
     const int n_rows = nt * group; // ≤ 8: attention_decode_ok
@@ -109,20 +128,18 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     }
     pdl_enter();
 
-    for (int idx = tid; idx < n_rows * HV; idx += 128) {
-        const int r = idx / HV, c = idx % HV;
-        const uint4 v = __ldg(reinterpret_cast<const uint4 *>(p.q + row_off[r] + c * 8));
-        float4 *dst = reinterpret_cast<float4 *>(qs + r * HD + c * 8);
-        dst[0] = make_float4(bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y));
-        dst[1] = make_float4(bf16_lo(v.z), bf16_hi(v.z), bf16_lo(v.w), bf16_hi(v.w));
+    // q rows in BF16 as they are; rows past the tile's are zero (their scores are never used).
+    for (int idx = tid; idx < k_max_rows * (HD / 8); idx += 128) {
+        const int r = idx / (HD / 8), c = idx % (HD / 8);
+        uint4 v = make_uint4(0, 0, 0, 0);
+        if (r < n_rows) v = __ldg(reinterpret_cast<const uint4 *>(p.q + row_off[r] + c * 8));
+        *reinterpret_cast<uint4 *>(qs + r * RS + c * 8) = v;
     }
 
-    const int r0 = warp, r1 = warp + 4;
-    const bool has0 = r0 < n_rows, has1 = r1 < n_rows;
-    const int pos0 = has0 ? row_pos[r0] : -1, pos1 = has1 ? row_pos[r1] : -1;
-    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f, o0[DPL], o1[DPL];
+    // Softmax state of the rows this warp owns (w and w + 4); O fragments of its output columns.
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.0f, 0.0f}, o[NT][4];
 #pragma unroll
-    for (int i = 0; i < DPL; ++i) o0[i] = o1[i] = 0.0f;
+    for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
     for (int c = c_begin; c < c_end; ++c) {
         const int c0 = c * k_chunk;
@@ -139,129 +156,103 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int idx = tid + i * 128, j = idx / LV, cc = idx % LV;
-            uint32_t *kd =
-                reinterpret_cast<uint32_t *>(ks + j * (HD + 2) + cc * EPV); // rows are 4-byte aligned
+            uint4 *kd = reinterpret_cast<uint4 *>(ks + j * RS + cc * EPV);
+            uint4 *vd = reinterpret_cast<uint4 *>(vs + j * RS + cc * EPV);
             if constexpr (F8) {
-                uint4 k_lo, k_hi, v_lo, v_hi;
-                kv_read_fp8x16(kb[i], p.k_scale, k_lo, k_hi);
-                kv_read_fp8x16(vb[i], p.v_scale, v_lo, v_hi);
-                kd[0] = k_lo.x;
-                kd[1] = k_lo.y;
-                kd[2] = k_lo.z;
-                kd[3] = k_lo.w;
-                kd[4] = k_hi.x;
-                kd[5] = k_hi.y;
-                kd[6] = k_hi.z;
-                kd[7] = k_hi.w;
-                uint4 *vd = reinterpret_cast<uint4 *>(vs + j * HD + cc * EPV);
-                vd[0] = v_lo;
-                vd[1] = v_hi;
+                kv_read_fp8x16(kb[i], p.k_scale, kd[0], kd[1]);
+                kv_read_fp8x16(vb[i], p.v_scale, vd[0], vd[1]);
             } else {
-                kd[0] = kb[i].x;
-                kd[1] = kb[i].y;
-                kd[2] = kb[i].z;
-                kd[3] = kb[i].w;
-                *reinterpret_cast<uint4 *>(vs + j * HD + cc * 8) = vb[i];
+                kd[0] = kb[i];
+                vd[0] = vb[i];
             }
         }
         __syncthreads();
-        if (!has0) continue; // warp-uniform
 
-        // Scores of key c0 + lane against rows r0 and r1 (r0's q again when r1 does not exist).
-        const uint32_t *kr = reinterpret_cast<const uint32_t *>(ks + lane * (HD + 2));
-        const float2 *qa = reinterpret_cast<const float2 *>(qs + r0 * HD);
-        const float2 *qb = reinterpret_cast<const float2 *>(qs + (has1 ? r1 : r0) * HD);
-        float sa0 = 0.0f, sa1 = 0.0f, sb0 = 0.0f, sb1 = 0.0f;
+        // S = Q·Kᵀ for keys 8·warp … 8·warp + 7 (rows g; the A operand's rows g + 8 are zero).
+        {
+            const uint32_t *qrow = reinterpret_cast<const uint32_t *>(qs + g * RS);
+            const uint32_t *krow = reinterpret_cast<const uint32_t *>(ks + (8 * warp + g) * RS);
+            float s0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
-        for (int d2 = 0; d2 < HALF; d2 += 2) {
-            const uint32_t w0 = kr[d2], w1 = kr[d2 + 1];
-            const float k0 = bf16_lo(w0), k1 = bf16_hi(w0), k2 = bf16_lo(w1), k3 = bf16_hi(w1);
-            const float2 a0 = qa[d2], a1 = qa[d2 + 1], b0 = qb[d2], b1 = qb[d2 + 1];
-            sa0 += a0.x * k0 + a0.y * k1;
-            sa1 += a1.x * k2 + a1.y * k3;
-            sb0 += b0.x * k0 + b0.y * k1;
-            sb1 += b1.x * k2 + b1.y * k3;
+            for (int kk = 0; kk < KSTEPS; ++kk) {
+                const uint32_t a[4] = {qrow[kk * 8 + t], 0u, qrow[kk * 8 + 4 + t], 0u};
+                mma_bf16(kk % 2 ? s1 : s0, a, krow[kk * 8 + t], krow[kk * 8 + 4 + t]);
+            }
+            s_s[g][8 * warp + 2 * t] = s0[0] + s1[0];
+            s_s[g][8 * warp + 2 * t + 1] = s0[1] + s1[1];
         }
+        __syncthreads();
+
+        // Online softmax of rows warp and warp + 4, lane = key (masked past the row's position).
         const int key = c0 + lane;
-        float pa = 0.0f, pb = 0.0f;
-        {
-            const float sv = key <= pos0 ? (sa0 + sa1) * p.scale : -INFINITY;
-            const float m_new = fmaxf(m0, warp_max(sv));
-            if (m_new != -INFINITY) { // else no key is visible to this row yet: nothing changes
-                pa = sv == -INFINITY ? 0.0f : expf(sv - m_new);
-                const float corr = expf(m0 - m_new); // m0 = −inf: 0
-                l0 = l0 * corr + warp_sum(pa);
 #pragma unroll
-                for (int i = 0; i < DPL; ++i) o0[i] *= corr;
-                m0 = m_new;
-            }
-        }
-        {
-            const float sv = key <= pos1 ? (sb0 + sb1) * p.scale : -INFINITY;
-            const float m_new = fmaxf(m1, warp_max(sv));
-            if (m_new != -INFINITY) {
-                pb = sv == -INFINITY ? 0.0f : expf(sv - m_new);
-                const float corr = expf(m1 - m_new);
-                l1 = l1 * corr + warp_sum(pb);
-#pragma unroll
-                for (int i = 0; i < DPL; ++i) o1[i] *= corr;
-                m1 = m_new;
-            }
-        }
-        const uint16_t *vrow = vs + lane * DPL;
-#pragma unroll
-        for (int j = 0; j < k_chunk; ++j) {
-            const float pja = __shfl_sync(0xffffffffu, pa, j), pjb = __shfl_sync(0xffffffffu, pb, j);
-            float v[DPL];
-            if constexpr (DPL == 2) {
-                const uint32_t u = *reinterpret_cast<const uint32_t *>(vrow + j * HD);
-                v[0] = bf16_lo(u);
-                v[1] = bf16_hi(u);
-            } else if constexpr (DPL == 4) {
-                const uint2 u = *reinterpret_cast<const uint2 *>(vrow + j * HD);
-                v[0] = bf16_lo(u.x);
-                v[1] = bf16_hi(u.x);
-                v[2] = bf16_lo(u.y);
-                v[3] = bf16_hi(u.y);
-            } else {
-                const uint4 u = *reinterpret_cast<const uint4 *>(vrow + j * HD);
-                const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    v[2 * i] = bf16_lo(w[i]);
-                    v[2 * i + 1] = bf16_hi(w[i]);
+        for (int h = 0; h < 2; ++h) {
+            const int r = warp + 4 * h;
+            float pv = 0.0f, corr = 1.0f;
+            if (r < n_rows) { // warp-uniform
+                const float sv = key <= row_pos[r] ? s_s[r][lane] * p.scale : -INFINITY;
+                const float m_new = fmaxf(m_run[h], warp_max(sv));
+                if (m_new != -INFINITY) { // else no key is visible to this row yet: nothing changes
+                    pv = sv == -INFINITY ? 0.0f : expf(sv - m_new);
+                    corr = expf(m_run[h] - m_new); // m_run = −inf: 0
+                    l_run[h] = l_run[h] * corr + warp_sum(pv);
+                    m_run[h] = m_new;
                 }
             }
+            p_s[r][lane] = f_to_bf16(pv);
+            if (lane == 0) corr_s[r] = corr;
+        }
+        __syncthreads();
+
+        // O = O·corr + P·V for this warp's columns: A = P (rows g), B = V by transposed ldmatrix
+        // (lane i gives key i's row; the four matrices are keys 0–7, 8–15, 16–23, 24–31).
+        {
+            const uint32_t *prow = reinterpret_cast<const uint32_t *>(&p_s[g][0]);
+            const uint32_t pa0[4] = {prow[t], 0u, prow[4 + t], 0u}, pa1[4] = {prow[8 + t], 0u, prow[12 + t], 0u};
+            const float cr = corr_s[g];
 #pragma unroll
-            for (int i = 0; i < DPL; ++i) {
-                o0[i] += pja * v[i];
-                o1[i] += pjb * v[i];
+            for (int j = 0; j < NT; ++j) {
+                o[j][0] *= cr;
+                o[j][1] *= cr;
+                uint32_t b[4];
+                ldsm_x4_t(b, vs + lane * RS + (warp * NT + j) * 8);
+                mma_bf16(o[j], pa0, b[0], b[1]);
+                mma_bf16(o[j], pa1, b[2], b[3]);
             }
         }
     }
 
-    auto store_out = [&](int r, const float *o, float inv) {
-        uint16_t *dst = p.out + row_off[r] + lane * DPL;
+    if (lane == 0)
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) dst[i] = f_to_bf16(o[i] * inv);
-    };
+        for (int h = 0; h < 2; ++h) {
+            const int r = warp + 4 * h;
+            m_s[r] = m_run[h];
+            l_s[r] = l_run[h];
+        }
+    __syncthreads();
     if (n_splits == 1) {
-        if (has0) store_out(r0, o0, 1.0f / l0);
-        if (has1) store_out(r1, o1, 1.0f / l1);
+        if (g < n_rows) {
+            const float inv = 1.0f / l_s[g];
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+                *reinterpret_cast<uint32_t *>(p.out + row_off[g] + (warp * NT + j) * 8 + 2 * t) =
+                    pack_bf16x2(o[j][0] * inv, o[j][1] * inv);
+        }
         return;
     }
     const int64_t slot_base = (int64_t(blockIdx.x) * gridDim.y + kvh) * n_splits;
-    auto store_partial = [&](int r, const float *o, float m, float l) {
-        float *part = p.partial + ((slot_base + split) * k_rows + r) * (HD + 2);
+    if (g < n_rows) {
+        float *part = p.partial + ((slot_base + split) * k_rows + g) * (HD + 2);
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) part[lane * DPL + i] = o[i];
-        if (lane == 0) {
-            part[HD] = m;
-            part[HD + 1] = l;
+        for (int j = 0; j < NT; ++j) {
+            part[(warp * NT + j) * 8 + 2 * t] = o[j][0];
+            part[(warp * NT + j) * 8 + 2 * t + 1] = o[j][1];
         }
-    };
-    if (has0) store_partial(r0, o0, m0, l0);
-    if (has1) store_partial(r1, o1, m1, l1);
+        if (warp == 0 && t == 0) {
+            part[HD] = m_s[g];
+            part[HD + 1] = l_s[g];
+        }
+    }
     __threadfence(); // this block's partials are visible before the counter says so
     __syncthreads();
     unsigned *counter = p.counters + int64_t(blockIdx.x) * gridDim.y + kvh;
@@ -270,6 +261,11 @@ __global__ void __launch_bounds__(128) attention_decode_kernel(attention_params 
     if (!s_last) return;
     __threadfence();
     if (tid == 0) *counter = 0; // re-armed for the next launch
+    auto store_out = [&](int r, const float *o, float inv) {
+        uint16_t *dst = p.out + row_off[r] + lane * DPL;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) dst[i] = f_to_bf16(o[i] * inv);
+    };
     for (int r = warp; r < n_rows; r += 4) {
         float ms = -INFINITY, ls = 0.0f;
         if (lane < n_splits) { // n_splits ≤ 32: lane s reads split s

@@ -10,6 +10,7 @@
 // to BF16 exactly as the B fragments are built, its row scales applied in the epilogue. Unaligned
 // operands (odd k or lda, pointers) are staged by synchronous scalar loads instead.
 #include "kernel_common.cuh"
+#include "mma.cuh"
 #include "moe_grouped_gemm.cuh"
 
 namespace es {
@@ -28,28 +29,6 @@ constexpr int stage_bytes(bool fp8) { return a_stage_bytes + w_stage_bytes(fp8);
 // an SM's 228 KB of shared memory either way.
 constexpr int stages(bool fp8) { return fp8 ? 4 : 3; }
 constexpr int smem_bytes(bool fp8) { return stages(fp8) * stage_bytes(fp8); }
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-// 16 bytes global → shared, asynchronously; bytes past src_bytes (0…16) are zero-filled and not
-// read.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-                 "{%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Two E4M3 values (low byte = low half) → BF16x2, exactly: E4M3 → f16 (exact; every nonzero
 // E4M3 value is a normal f16), then the f16 sign/exponent/mantissa bits moved into BF16 fields
