@@ -273,6 +273,24 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         std::printf("decode step at position %d: %.1f µs wall (forward()), %.1f µs on the GPU (its graph replayed alone, "
                     "%.0f tok/s, MBU %.1f%%)\n",
                     o.tg - 1, 1e6 * t / o.tg, replay_us, 1e6 / replay_us, 100.0 * bytes / (replay_us * 1e-6) / k_h200_read_bw);
+    if (o.timeline) {
+        // The same graph once more with each kernel's release time recorded (bench --timeline):
+        // a kernel's share of the step is the next release minus its own; "early" is how long
+        // before its release its pre-wait work (weight prefetch, …) was done.
+        const auto rows = cb->graph_timeline();
+        if (rows.empty()) {
+            std::printf("\ntimeline: not recorded (no decode graph, or recording failed)\n");
+        } else {
+            std::printf("\ntimeline of the decode step at position %d (one replay, µs from the first release):\n\n"
+                        "| # | launch | released | share | early |\n|---:|---|---:|---:|---:|\n",
+                        o.tg - 1);
+            for (size_t i = 0; i < rows.size(); ++i) {
+                const double share = i + 1 < rows.size() ? rows[i + 1].released_us - rows[i].released_us : 0.0;
+                std::printf("| %zu | %s | %.2f | %.2f | %.2f |\n", i, rows[i].name.c_str(), rows[i].released_us,
+                            share, rows[i].released_us - rows[i].ready_us);
+            }
+        }
+    }
     if (o.profile) {
         // Device time per launch name (events around each launch; graphs off meanwhile).
         auto print_profile = [&](const char *what, double steps, double wall_s) {

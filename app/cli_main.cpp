@@ -98,6 +98,9 @@ int main(int argc, char **argv) {
         ->delimiter(',')
         ->check(CLI::Range(1, 1024));
     bench->add_flag("--profile", b.profile, "CUDA: also print device time per kernel (prefill and decode)");
+    bench->add_flag("--timeline", b.timeline,
+                    "CUDA: also print when each kernel of the last decode step's graph was released by its "
+                    "predecessor (one replay)");
 #if ES_CLI_HAVE_REPORT
     bench->add_option("--report", b.report, "also write a report of the results to this file (needs --json)");
     bench->add_option("--report-format", b.report_format,

@@ -67,8 +67,9 @@ constexpr int64_t k_fuse_max_tokens = 1;
 // 847 tok/s, one split per 256 positions (so none below 256) 696 tok/s. The split count is part
 // of the CUDA graph key, so a long generation captures at most 16 graphs.
 constexpr int64_t k_decode_kv_splits = 16;
-int64_t decode_kv_splits(int64_t max_pos) {
-    return std::min<int64_t>(k_decode_kv_splits, max_pos / 32 + 1);
+// chunks: 32-position chunks per split at least (1 by default; ES_CUDA_KV_SPLIT_CHUNKS, a measuring aid).
+int64_t decode_kv_splits(int64_t max_pos, int64_t chunks = 1) {
+    return std::min<int64_t>(k_decode_kv_splits, max_pos / 32 / std::max<int64_t>(chunks, 1) + 1);
 }
 constexpr size_t k_cublas_workspace_bytes = size_t(32) << 20;
 
@@ -387,6 +388,8 @@ public:
         // A measuring aid: ES_CUDA_FUSE=0 runs decode's fused launches (norm into the following
         // GEMV, RoPE + KV write in the q/k/v GEMV's epilogue) as the separate kernels.
         if (const char *fu = std::getenv("ES_CUDA_FUSE")) m_fuse = std::string(fu) != "0";
+        if (const char *kc = std::getenv("ES_CUDA_KV_SPLIT_CHUNKS"))
+            m_kv_split_chunks = std::max(1, std::atoi(kc));
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
         // carveout preference (kernel_common.h).
         if (const char *co = std::getenv("ES_CUDA_CARVEOUT")) set_kernel_carveout(std::atoi(co));
@@ -466,6 +469,38 @@ public:
         if (b) cudaEventDestroy(b);
         cudaGetLastError();
         return ok ? 1000.0 * double(ms) / replays : 0.0;
+    }
+
+    std::vector<kernel_timeline_row> graph_timeline() override {
+        std::vector<kernel_timeline_row> rows;
+        const auto names = m_graph_ops.find(m_last_graph);
+        if (!m_last_graph || names == m_graph_ops.end() || !m_broken.empty()) return rows;
+        const size_t n = names->second.size(), words = 1 + 2 * size_t(kernel_timeline_max);
+        unsigned long long *buf = nullptr;
+        std::vector<unsigned long long> host(words, 0);
+        bool ok = cudaMalloc(reinterpret_cast<void **>(&buf), words * 8) == cudaSuccess &&
+                  cudaMemset(buf, 0, words * 8) == cudaSuccess && cudaDeviceSynchronize() == cudaSuccess &&
+                  set_kernel_timeline(buf) == cudaSuccess &&
+                  cudaGraphLaunch(m_last_graph, m_stream) == cudaSuccess &&
+                  cudaStreamSynchronize(m_stream) == cudaSuccess &&
+                  cudaMemcpy(host.data(), buf, words * 8, cudaMemcpyDeviceToHost) == cudaSuccess;
+        set_kernel_timeline(nullptr);
+        if (buf) cudaFree(buf);
+        cudaGetLastError();
+        const unsigned recorded = unsigned(host[0] & 0xffffffffu);
+        if (!ok || recorded == 0) return rows;
+        // A launch without pdl_enter (none in a decode graph today) would misalign the names:
+        // then the rows are numbered instead.
+        const size_t m = std::min<size_t>(recorded, kernel_timeline_max);
+        const double t0 = double(host[2]);
+        for (size_t i = 0; i < m; ++i) {
+            char label[32];
+            std::snprintf(label, sizeof label, "#%zu", i);
+            rows.push_back({m == n ? names->second[i] : std::string(label),
+                            (double(host[1 + 2 * i]) - t0) / 1000.0,
+                            (double(host[2 + 2 * i]) - t0) / 1000.0});
+        }
+        return rows;
     }
 
     // The workspace figures are the allocator's (device_allocator_stats); the device's come from
@@ -921,6 +956,7 @@ private:
         m_last_graph = nullptr;
         for (auto &kv : m_graphs) cudaGraphExecDestroy(kv.second);
         m_graphs.clear();
+        m_graph_ops.clear();
         m_seen_keys.clear();
         m_ws.unpin_all(); // no graph holds workspace pointers any more
     }
@@ -931,6 +967,7 @@ private:
     void op(const std::string &name, F &&launch) {
         for (const auto &o : m_skip_ops)
             if (name.find(o) != std::string::npos) return;
+        if (m_capture_ops) m_capture_ops->push_back(name);
         if (!m_profiling) {
             const cudaError_t e = launch();
             if (e == cudaErrorUnknown && name.find("gemm_lt") != std::string::npos)
@@ -1463,7 +1500,7 @@ private:
         ck(cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), in_bytes, cudaMemcpyHostToDevice, m_stream), "input upload");
 
         const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
-        const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos) : 1;
+        const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos, m_kv_split_chunks) : 1;
         const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits, max_tile, top_n);
         bool done = false;
         if (m_params.use_graphs && !m_profiling && m_graph_error.empty() && T <= k_graph_max_tokens) {
@@ -1548,6 +1585,11 @@ private:
                             int64_t max_tile) {
         cudaGraph_t graph = nullptr;
         ck(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+        std::vector<std::string> ops; // the launch names, for graph_timeline
+        struct stop_logging {
+            std::vector<std::string> *&log;
+            ~stop_logging() { log = nullptr; }
+        } guard{m_capture_ops = &ops};
         try {
             enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
         } catch (const load_error &e) {
@@ -1572,6 +1614,7 @@ private:
             return false;
         }
         m_graphs.emplace(key, exec);
+        m_graph_ops[exec] = std::move(ops);
         m_ws.pin_in_use(); // the graph holds the workspace's raw pointers until clear_graphs
         m_last_graph = exec;
         ck(cudaGraphLaunch(exec, m_stream), "cudaGraphLaunch");
@@ -1610,6 +1653,11 @@ private:
     std::map<graph_key, cudaGraphExec_t> m_graphs;
     std::set<graph_key> m_seen_keys;
     cudaGraphExec_t m_last_graph = nullptr;
+    // Launch names of each captured graph, in order (graph_timeline), and the list op() appends
+    // to while a capture runs.
+    std::map<cudaGraphExec_t, std::vector<std::string>> m_graph_ops;
+    std::vector<std::string> *m_capture_ops = nullptr;
+    int m_kv_split_chunks = 1; // ES_CUDA_KV_SPLIT_CHUNKS
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;
     bool m_fuse = true;

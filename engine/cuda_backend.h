@@ -71,6 +71,14 @@ struct kernel_profile_row {
     int64_t calls = 0;
 };
 
+// One kernel of a replayed decode graph (cuda_backend::graph_timeline), times in µs from the
+// first kernel's release: ready = its block (0, 0, 0) finished the work before its programmatic-
+// launch wait; released = the wait returned, i.e. the kernel before it had finished.
+struct kernel_timeline_row {
+    std::string name;
+    double ready_us = 0.0, released_us = 0.0;
+};
+
 // The extra calls of the CUDA backend (dynamic_cast a backend made below to reach them).
 class cuda_backend : public backend {
 public:
@@ -85,6 +93,10 @@ public:
     // returns the device time of one replay in µs (0 when no graph ran yet): a decode step's GPU
     // time without the host's share (input upload, launch, logits download, synchronization).
     virtual double graph_replay_us(int replays) = 0;
+    // Replays that graph once with the launch timeline on (kernel_common.h: set_kernel_timeline):
+    // one row per kernel in launch order (empty when no graph ran yet or recording failed). A
+    // kernel's share of the step is the next row's released minus its own.
+    virtual std::vector<kernel_timeline_row> graph_timeline() = 0;
     // Whether forward() brings back the routing record (expert ids and weights per MoE layer,
     // the telemetry's source); on by default. Off only to measure what recording costs.
     virtual void set_record_routing(bool on) = 0;

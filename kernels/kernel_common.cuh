@@ -103,9 +103,41 @@ __device__ __forceinline__ void prefetch_l2(const void *p) {
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
+// This translation unit's copy of the launch-timeline buffer (kernel_common.h: set_kernel_timeline).
+namespace {
+__device__ unsigned long long *g_kernel_timeline = nullptr;
+__host__ cudaError_t set_this_unit_kernel_timeline(unsigned long long *buf) {
+    return cudaMemcpyToSymbol(g_kernel_timeline, &buf, sizeof buf);
+}
+struct kernel_timeline_registrar {
+    kernel_timeline_registrar() { register_kernel_timeline_setter(&set_this_unit_kernel_timeline); }
+};
+const kernel_timeline_registrar g_kernel_timeline_registrar;
+} // namespace
+
+__device__ __forceinline__ unsigned long long global_timer_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
 // The usual opening of a kernel: wait for the previous kernel, then let the next one launch.
+// Block (0, 0, 0)'s thread 0 records the wait's start and end while a timeline is set.
 __device__ __forceinline__ void pdl_enter() {
+    unsigned long long *tl = nullptr, ready = 0;
+    if (threadIdx.x + threadIdx.y + threadIdx.z + blockIdx.x + blockIdx.y + blockIdx.z == 0) {
+        tl = g_kernel_timeline;
+        if (tl) ready = global_timer_ns();
+    }
     pdl_wait();
+    if (tl) {
+        const unsigned long long released = global_timer_ns();
+        const unsigned i = atomicAdd(reinterpret_cast<unsigned *>(tl), 1u);
+        if (i < kernel_timeline_max) {
+            tl[1 + 2 * i] = ready;
+            tl[2 + 2 * i] = released;
+        }
+    }
     pdl_release();
 }
 

@@ -192,6 +192,17 @@ bool programmatic_launch();
 void set_kernel_carveout(int percent);
 int kernel_carveout();
 void apply_kernel_carveout(const void *kernel);
+// Launch timeline (a measuring aid: expertscope-cli bench --timeline). While a buffer is set,
+// block (0, 0, 0) of every kernel records in pdl_enter the %globaltimer before and after its
+// programmatic-launch wait: buf[0] counts records (an unsigned, zero before the launches),
+// record i is buf[1 + 2i] (ready: its pre-wait work done) and buf[2 + 2i] (released: the kernel
+// before it finished), in release order, at most kernel_timeline_max records. nullptr switches it
+// off. Every translation unit that includes kernel_common.cuh holds its own copy of the pointer
+// (no relocatable device code) and registers a setter at load time; this sets them all.
+inline constexpr unsigned kernel_timeline_max = 4096;
+cudaError_t set_kernel_timeline(unsigned long long *buf);
+using kernel_timeline_setter = cudaError_t (*)(unsigned long long *);
+void register_kernel_timeline_setter(kernel_timeline_setter f);
 #endif
 
 } // namespace es

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <mutex>
 #include <unordered_set>
+#include <vector>
 
 namespace es {
 
@@ -34,6 +35,24 @@ void apply_kernel_carveout(const void *kernel) {
     if (!g_carveout_done.insert(kernel).second) return;
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
     (void)cudaGetLastError(); // a hint: a refusal changes nothing
+}
+
+namespace {
+std::vector<kernel_timeline_setter> &timeline_setters() {
+    static std::vector<kernel_timeline_setter> v; // filled by static initializers (one per unit)
+    return v;
+}
+} // namespace
+
+void register_kernel_timeline_setter(kernel_timeline_setter f) { timeline_setters().push_back(f); }
+
+cudaError_t set_kernel_timeline(unsigned long long *buf) {
+    cudaError_t first = cudaSuccess;
+    for (const kernel_timeline_setter f : timeline_setters()) {
+        const cudaError_t e = f(buf);
+        if (first == cudaSuccess) first = e;
+    }
+    return first;
 }
 
 } // namespace es
