@@ -376,7 +376,11 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
     std::vector<int32_t> seq_of;
     for (size_t s = 0; s < seqs.size(); ++s) seq_of.insert(seq_of.end(), size_t(seqs[s].second), int32_t(s));
     shape.n_tokens = int64_t(seq_of.size());
-    shape.n_tiles = int64_t(attention_tiles(seq_of.data(), shape.n_tokens, n_head / n_head_kv).size() / 2);
+    const std::vector<int32_t> shape_tiles = attention_tiles(seq_of.data(), shape.n_tokens, n_head / n_head_kv);
+    shape.n_tiles = int64_t(shape_tiles.size() / 2);
+    // As the engine passes it: the most tokens a tile holds (1 lets the decode kernel skip the plan).
+    for (size_t i = 1; i < shape_tiles.size(); i += 2)
+        shape.max_tile_tokens = std::max<int64_t>(shape.max_tile_tokens, shape_tiles[i]);
     shape.n_head = n_head;
     shape.n_head_kv = n_head_kv;
     shape.head_dim = hd;
@@ -431,6 +435,7 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         p.bt_stride = stride;
         p.tiles = dtiles.get();
         p.n_tiles = int64_t(tiles.size() / 2);
+        p.max_tile_tokens = shape.max_tile_tokens;
         p.out = dout.get();
         p.n_tokens = T;
         p.n_head = n_head;
