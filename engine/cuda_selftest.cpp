@@ -1489,11 +1489,23 @@ void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
                 for (int64_t v = 0; v < V; ++v) row[v] = v % 2 ? -INFINITY : NAN;
             if (r == 4) // every 2048-value block the same: the top keys differ by id only, across blocks
                 for (int64_t v = 2048; v < V; ++v) row[v] = row[v % 2048];
-            if (r == 6) // one value everywhere: every comparison a tie (the sorting-network fallbacks)
+            if (r == 6) // one value everywhere: every comparison a tie (the keys order by id)
                 for (int64_t v = 0; v < V; ++v) row[v] = 1.5f;
             if (r == 7) // the top values are zeros of both signs (the value is decoded from the key)
                 for (int64_t v = 0; v < V; ++v)
                     row[v] = v % 5 ? -std::abs(row[v]) - 0.5f : (v % 2 ? -0.0f : 0.0f);
+            if (r == 8) // a masked row: −inf but for every 997th value (the −inf slots order by id)
+                for (int64_t v = 0; v < V; ++v)
+                    if (v % 997) row[v] = -INFINITY;
+            // Rows 9, 10: the N ≤ 64 kernel's bounds loose, its sorting-network fallbacks taken: the
+            // top values of a block all in its warps' first 4 lanes (phase 1), in every other block
+            // (phase 2).
+            if (r == 9)
+                for (int64_t v = 0; v < V; ++v)
+                    if (v % 32 < 4) row[v] += 20.0f;
+            if (r == 10)
+                for (int64_t v = 0; v < V; ++v)
+                    if ((v / 2048) % 2 == 0) row[v] += 20.0f;
         }
         dvec<float> dx(x), dt(temps), dmax(static_cast<size_t>(rows));
         dvec<int32_t> dids(static_cast<size_t>(rows * N));

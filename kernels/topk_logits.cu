@@ -231,11 +231,13 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
 // issue-bound selects on 64-bit keys) do far more than a top-64 needs. Here each step only looks
 // at what can still be in the answer:
 //  Phase 1, per block of 2,048 values (256 threads, eight each):
-//   1. a lower bound t on the block's 64th value (as a 32-bit order key): each warp sorts its 32
-//      lane maxima (15 shuffle stages on 32-bit words) and keeps its 8th, 16th and 32nd largest;
-//      after one barrier t = max(min over warps of the 8th, the 4th largest of the 16ths, the 2nd
-//      largest of the 32nds): each is met by 64 distinct values (8 × 8, 4 × 16, 2 × 32 lanes);
-//   2. the survivors (keys with value ≥ t; usually ~100 of 2,048) go to shared memory through a
+//   1. a lower bound t on the block's 64th key: each warp sorts its 32 lane maxima (keys, so
+//      equal values order by id and ties cost nothing; 15 shuffle stages) and keeps the 8th, 16th
+//      and 32nd largest; after one barrier t = max(min over warps of the 8th, the 4th largest of
+//      the 16ths, the 2nd largest of the 32nds): each is met by 64 distinct keys (8 × 8, 4 × 16,
+//      2 × 32 lanes);
+//   2. the survivors (keys ≥ t; ~110 of 2,048 on average for random rows, at most ~190 in a host
+//      emulation over normal and Gumbel rows, 64 for constant ones) go to shared memory through a
 //      warp prefix sum and one shared atomic per warp; one barrier;
 //   3. each survivor's rank = the number of survivors with a greater key (keys are unique: the id
 //      is in them), counted by up to four threads per survivor over broadcast shared loads; one
@@ -245,14 +247,15 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
 //  Phase 2, the row's last block (the counter protocol of the general kernel): one round of loads
 //   (every list key into registers, each block's max, sum and k-th key for k = ⌈n_top/B⌉);
 //   t₂ = the ⌈n_top/k⌉-th largest of the blocks' k-th keys (each of that many lists holds k keys
-//   ≥ t₂, so the answer lies in the keys ≥ t₂: usually ~110 of the 3,264); survivors and ranks as
+//   ≥ t₂, so the answer lies in the keys ≥ t₂: usually ~110 of the 3,264), or τ = the largest of
+//   the lists' last keys where that is larger (equal values over many blocks); survivors and ranks as
 //   in phase 1, written as ids and values (the value decoded from the key; ±0 re-read from the row,
 //   the key keeps no sign for zero).
 //  Dependent steps for one row: ~15 + 7 shuffle stages, ~4 barriers and ~100–200 pipelined shared
 //  loads per phase, plus the memory round trips (the row, the counter, the partials) — against
 //  ~200 shuffle stages and ~20 barriers before.
-// When survivors exceed 256 (massive ties: e.g. a row of −inf, every value equal; lists of equal
-// values spread over many blocks; more than 256 blocks or 4,096 list keys in phase 2) that phase
+// When survivors exceed 256 (rows where neither bound is tight: none of the test rows in a host
+// emulation; more than 256 blocks or 4,096 list keys in phase 2 take it always) that phase
 // falls back to the sorting networks below: a warp holds 64 keys two per lane and sorts them with
 // shuffles, two sorted lists merge into the top 64 of their union by one bitonic step plus six
 // clean-up stages, and a block's 8 warp lists merge in a three-level tree. Correct for any input,
@@ -406,7 +409,7 @@ __device__ __forceinline__ int rank_survivors(const unsigned long long *cand, un
 __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_params p) {
     __shared__ unsigned long long s_buf[k_cap]; // survivors; the fallback's 4 lists of 64
     __shared__ unsigned s_part[k_fast_threads];
-    __shared__ unsigned s_bound[3][k_fast_warps];
+    __shared__ unsigned long long s_bound[3][k_fast_warps];
     __shared__ float s_wmax[k_fast_warps];
     __shared__ double s_wsum[k_fast_warps];
     __shared__ float redf[33];
@@ -432,7 +435,7 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
     const int64_t begin = int64_t(b) * k_chunk;
     unsigned long long kq[8];
     float m = -INFINITY;
-    unsigned srt = 0; // the lane's largest order key (0: none), then the warp's sorted
+    unsigned long long srt = 0; // the lane's largest key (0: none), then the warp's sorted
     {
         float v[8];
 #pragma unroll
@@ -441,7 +444,7 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
             v[q] = i < V ? __ldg(x + i) : NAN;
             kq[q] = i < V ? make_key(v[q], i) : 0ull;
             if (!isnan(v[q])) m = fmaxf(m, v[q]);
-            srt = max(srt, unsigned(kq[q] >> 32));
+            srt = max(srt, kq[q]);
         }
         m = warp_max(m);
         // Branch-free (one basic block with the sort below, so the scheduler can interleave the
@@ -458,7 +461,7 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
         for (int k = 2; k <= 32; k <<= 1)
 #pragma unroll
             for (int j = k >> 1; j > 0; j >>= 1) {
-                const unsigned o = __shfl_xor_sync(0xffffffffu, srt, j);
+                const unsigned long long o = __shfl_xor_sync(0xffffffffu, srt, j);
                 srt = (((lane & j) == 0) == ((lane & k) == 0)) ? max(srt, o) : min(srt, o);
             }
         s = warp_sum_d(s);
@@ -474,23 +477,25 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
 
     // t: lanes 8g..8g+7 hold group g's 8 values; the lane holding the kth largest of its group
     // (k = 8, 4, 2) offers it, and the largest offer wins. Every warp computes the same t.
-    unsigned t;
+    unsigned long long t;
     {
         const int g = lane >> 3, need = g == 0 ? 8 : (g == 1 ? 4 : 2);
-        const unsigned mine = g < 3 ? s_bound[g][lane & 7] : 0u;
+        const unsigned long long mine = g < 3 ? s_bound[g][lane & 7] : 0ull;
         int gt = 0, ge = 1;
 #pragma unroll
         for (int d = 1; d < 8; ++d) {
-            const unsigned o = __shfl_sync(0xffffffffu, mine, (lane & ~7) | ((lane + d) & 7));
+            const unsigned long long o = __shfl_sync(0xffffffffu, mine, (lane & ~7) | ((lane + d) & 7));
             gt += o > mine ? 1 : 0;
             ge += o >= mine ? 1 : 0;
         }
-        t = __reduce_max_sync(0xffffffffu, g < 3 && gt < need && ge >= need ? mine : 0u);
+        t = g < 3 && gt < need && ge >= need ? mine : 0ull;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) t = max(t, __shfl_xor_sync(0xffffffffu, t, o));
     }
     {
         bool keep[8];
 #pragma unroll
-        for (int q = 0; q < 8; ++q) keep[q] = kq[q] != 0ull && unsigned(kq[q] >> 32) >= t;
+        for (int q = 0; q < 8; ++q) keep[q] = kq[q] != 0ull && kq[q] >= t;
         append_survivors(kq, keep, s_buf, &s_count, lane);
     }
     // The block's max and its sum rescaled to it (warp w's part in s_wsum[w], read after the
@@ -605,11 +610,12 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
     }
     float mbt = -INFINITY;
     double sbt = 0.0;
-    unsigned long long cb = 0ull;
+    unsigned long long cb = 0ull, tau = 0ull;
     if (tid < B) {
         mbt = __ldcg(&part[tid].max);
         sbt = __ldcg(&part[tid].sum);
         cb = __ldcg(&part_keys[int64_t(tid) * N + (k - 1)]);
+        tau = __ldcg(&part_keys[int64_t(tid) * N + (N - 1)]);
         s_buf[tid] = cb;
     }
     if (tid == 0) {
@@ -628,7 +634,9 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
         // cb qualifies when at least `need` lists have a kth key ≥ it; t₂ = the largest that does.
         int ge = 0;
         for (int i = 0; i < B; ++i) ge += s_buf[i] >= cb ? 1 : 0;
-        if (ge >= need) atomicMax(&s_t2, cb);
+        // Also τ = the largest of the lists' last keys (its list alone holds N keys ≥ it): the
+        // better bound when equal values spread over many blocks (the keys then order by id).
+        atomicMax(&s_t2, ge >= need ? max(cb, tau) : tau);
     }
     {
         double c = 0.0;
