@@ -251,11 +251,13 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
 //   the lists' last keys where that is larger (equal values over many blocks); survivors and ranks as
 //   in phase 1, written as ids and values (the value decoded from the key; ±0 re-read from the row,
 //   the key keeps no sign for zero).
-//  Dependent steps for one row: ~15 + 7 shuffle stages, ~4 barriers and ~100–200 pipelined shared
-//  loads per phase, plus the memory round trips (the row, the counter, the partials) — against
-//  ~200 shuffle stages and ~20 barriers before.
-// When survivors exceed 256 (rows where neither bound is tight: none of the test rows in a host
-// emulation; more than 256 blocks or 4,096 list keys in phase 2 take it always) that phase
+//  Dependent steps for one row: phase 1 ~20 shuffle stages (warp max, then the sort) + ~12 (the
+//  bound, the prefix sum), 5 barriers and ~60–200 pipelined broadcast shared loads; phase 2 ~10
+//  shuffle stages, 4 barriers, ~B + 60–200 shared loads; plus the memory round trips (the row,
+//  fence and counter, the partials) — against ~200 shuffle stages and ~20 barriers before.
+// When survivors exceed 256 (loose bounds: e.g. a block's top values all in a few lanes of each
+// warp, or in every other block; the selftest has such rows) or, in phase 2, there are more
+// than 256 blocks or 4,096 list keys (a vocabulary past ~131k at n_top = 64), that phase
 // falls back to the sorting networks below: a warp holds 64 keys two per lane and sorts them with
 // shuffles, two sorted lists merge into the top 64 of their union by one bitonic step plus six
 // clean-up stages, and a block's 8 warp lists merge in a three-level tree. Correct for any input,
