@@ -1476,7 +1476,8 @@ void test_argmax(runner &R, int64_t rows, int64_t V) {
 // relative; launched twice (the per-row counters must re-arm), then timed (info row).
 void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
     const std::string name =
-        shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}}, "ties, NaN, -inf, mostly NaN");
+        shape_name("topk_logits", {{"rows", rows}, {"V", V}, {"N", N}},
+                   "ties, NaN, -inf, mostly NaN, periodic, constant, ±0 top");
     R.run("kernel", name, [&] {
         auto x = rand_f(static_cast<size_t>(rows * V), -5, 5);
         std::vector<float> temps(static_cast<size_t>(rows));
@@ -1494,6 +1495,25 @@ void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
                     if (v % 50) row[v] = NAN;
             if (r == 3) // a row without a finite value
                 for (int64_t v = 0; v < V; ++v) row[v] = v % 2 ? -INFINITY : NAN;
+            if (r == 4) // every 2048-value block the same: the top keys differ by id only, across blocks
+                for (int64_t v = 2048; v < V; ++v) row[v] = row[v % 2048];
+            if (r == 6) // one value everywhere: every comparison a tie (the keys order by id)
+                for (int64_t v = 0; v < V; ++v) row[v] = 1.5f;
+            if (r == 7) // the top values are zeros of both signs (the value is decoded from the key)
+                for (int64_t v = 0; v < V; ++v)
+                    row[v] = v % 5 ? -std::abs(row[v]) - 0.5f : (v % 2 ? -0.0f : 0.0f);
+            if (r == 8) // a masked row: −inf but for every 997th value (the −inf slots order by id)
+                for (int64_t v = 0; v < V; ++v)
+                    if (v % 997) row[v] = -INFINITY;
+            // Rows 9, 10: the N ≤ 64 kernel's bounds loose, its sorting-network fallbacks taken: the
+            // top values of a block all in its warps' first 4 lanes (phase 1), in every other block
+            // (phase 2).
+            if (r == 9)
+                for (int64_t v = 0; v < V; ++v)
+                    if (v % 32 < 4) row[v] += 20.0f;
+            if (r == 10)
+                for (int64_t v = 0; v < V; ++v)
+                    if ((v / 2048) % 2 == 0) row[v] += 20.0f;
         }
         dvec<float> dx(x), dt(temps), dmax(static_cast<size_t>(rows));
         dvec<int32_t> dids(static_cast<size_t>(rows * N));
@@ -1782,6 +1802,10 @@ void run_kernel_tests(runner &R, int cc_major) {
     }
     test_topk_logits(R, 5, 97, 64); // N below V in one block; and 5 rows
     test_topk_logits(R, 2, 40, 64); // N > V: unused slots id -1
+    test_topk_logits(R, 64, 103424, 64); // the largest decode batch
+    test_topk_logits(R, 3, 6144, 63);    // V a multiple of the block's 2048; N odd
+    test_topk_logits(R, 8, 2049, 64);    // a last block of one value
+    test_topk_logits(R, 8, 600000, 64);  // more lists than phase 2 holds in registers (293 blocks)
 }
 
 // ---- end to end --------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-// topk_logits (see topk_logits.cuh). Grid (ceil(n_vocab / 2048), n_rows), 1024 threads: block b of
+// topk_logits (see topk_logits.cuh). n_top ≤ 64 (the engine's case): topk64_kernel, further down,
+// with its own description. Larger n_top: grid (ceil(n_vocab / 2048), n_rows), 1024 threads: block b of
 // row r loads values [2048 b, 2048 b + 2048) as 64-bit keys (order-preserving bits of the value
 // above ~id, so one unsigned comparison is "greater value, or equal value and lower id"; NaN and
 // padding are key 0, −0 is keyed as +0), reduces its max and Σ exp((l − max_b)/T) in double, sorts
@@ -223,21 +224,56 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
     }
 }
 
-// ---- n_top ≤ 64: register sorting networks instead of shared-memory sorts ----------------------
-// The kernel above spends ~30 µs per launch in block-wide bitonic sorts (66 barrier-separated
-// stages of 2,048 keys, then the merge's sort), on every decode step's critical path. Only a
-// top-64 is needed: here a warp holds 64 keys as two per lane (elements 2·lane and 2·lane + 1),
-// sorts them with shuffles (no barriers), and two sorted lists merge into the top 64 of their
-// union by one bitonic step (max of one list against the other reversed) plus six clean-up
-// stages. Phase 1: each of 8 warps reduces its 256 keys to a sorted 64, the block's 8 lists merge
-// in a tree (three barriers), and the block's first n_top keys go to the scratch. Phase 2 (the
-// row's last block): each warp folds every 8th block list into its own, then the same tree.
-constexpr int k_fast_threads = 256, k_fast_max_top = 64;
+// ---- n_top ≤ 64: threshold, survivors, ranks --------------------------------------------------
+// The engine's case (decode asks for 64 candidates per row, once per step). The cost of this
+// kernel is a chain of dependent steps, not bandwidth: sorting networks over all 2,048 keys of a
+// block (the previous version: ~200 dependent shuffle stages and ~20 µs per launch, most of it
+// issue-bound selects on 64-bit keys) do far more than a top-64 needs. Here each step only looks
+// at what can still be in the answer:
+//  Phase 1, per block of 2,048 values (256 threads, eight each):
+//   1. a lower bound t on the block's 64th key: each warp sorts its 32 lane maxima (keys, so
+//      equal values order by id and ties cost nothing; 15 shuffle stages) and keeps the 8th, 16th
+//      and 32nd largest; after one barrier t = max(min over warps of the 8th, the 4th largest of
+//      the 16ths, the 2nd largest of the 32nds): each is met by 64 distinct keys (8 × 8, 4 × 16,
+//      2 × 32 lanes);
+//   2. the survivors (keys ≥ t; ~110 of 2,048 on average for random rows, at most ~190 in a host
+//      emulation over normal and Gumbel rows, 64 for constant ones) go to shared memory through a
+//      warp prefix sum and one shared atomic per warp; one barrier;
+//   3. each survivor's rank = the number of survivors with a greater key (keys are unique: the id
+//      is in them), counted by up to four threads per survivor over broadcast shared loads; one
+//      barrier; rank < n_top → the block's sorted list in the scratch, at its rank.
+//   The sum Σ exp((l − m_w)/T) is per warp relative to the warp's max m_w (no barrier before the
+//   exps), rescaled by exp((m_w − m_b)/T) to the block max m_b after the first barrier.
+//  Phase 2, the row's last block (the counter protocol of the general kernel): one round of loads
+//   (every list key into registers, each block's max, sum and k-th key for k = ⌈n_top/B⌉);
+//   t₂ = the ⌈n_top/k⌉-th largest of the blocks' k-th keys (each of that many lists holds k keys
+//   ≥ t₂, so the answer lies in the keys ≥ t₂: usually ~110 of the 3,264), or τ = the largest of
+//   the lists' last keys where that is larger (equal values over many blocks); survivors and ranks as
+//   in phase 1, written as ids and values (the value decoded from the key; ±0 re-read from the row,
+//   the key keeps no sign for zero).
+//  Dependent steps for one row: phase 1 ~20 shuffle stages (warp max, then the sort) + ~12 (the
+//  bound, the prefix sum), 5 barriers and ~60–200 pipelined broadcast shared loads; phase 2 ~10
+//  shuffle stages, 4 barriers, ~B + 60–200 shared loads; plus the memory round trips (the row,
+//  fence and counter, the partials) — against ~200 shuffle stages and ~20 barriers before.
+// When survivors exceed 256 (loose bounds: e.g. a block's top values all in a few lanes of each
+// warp, or in every other block; the selftest has such rows) or, in phase 2, there are more
+// than 256 blocks or 4,096 list keys (a vocabulary past ~131k at n_top = 64), that phase
+// falls back to the sorting networks below: a warp holds 64 keys two per lane and sorts them with
+// shuffles, two sorted lists merge into the top 64 of their union by one bitonic step plus six
+// clean-up stages, and a block's 8 warp lists merge in a three-level tree. Correct for any input,
+// slower. Both paths write the same lists; the fallback is taken per block (phase 1) or per row
+// (phase 2), a barrier-uniform condition.
+constexpr int k_fast_threads = 256, k_fast_max_top = 64, k_fast_warps = k_fast_threads / 32;
+constexpr int k_cap = 256;      // survivors ranked in shared memory
+constexpr int k_list_regs = 16; // phase 2's list keys per thread (B · n_top ≤ 4,096)
 static_assert(k_chunk == k_fast_threads * 8, "eight keys per thread");
+static_assert(k_cap <= k_fast_threads && k_cap == 4 * 64,
+              "one survivor per thread; the buffer doubles as 4 lists");
 
 // One compare-exchange stage of a bitonic network over the warp's 64 keys (distance j, block
 // size k: a run is descending where (element & k) == 0).
-__device__ __forceinline__ void warp64_stage(unsigned long long &a, unsigned long long &b, int k, int j, int lane) {
+__device__ __forceinline__ void warp64_stage(unsigned long long &a, unsigned long long &b, int k, int j,
+                                             int lane) {
     if (j == 1) {
         const bool desc = ((2 * lane) & k) == 0;
         const unsigned long long hi = max(a, b), lo = min(a, b);
@@ -246,7 +282,8 @@ __device__ __forceinline__ void warp64_stage(unsigned long long &a, unsigned lon
         return;
     }
     const int lj = j >> 1; // elements 2·lane + h and their partners e ^ j sit lj lanes apart
-    const unsigned long long pa = __shfl_xor_sync(0xffffffffu, a, lj), pb = __shfl_xor_sync(0xffffffffu, b, lj);
+    const unsigned long long pa = __shfl_xor_sync(0xffffffffu, a, lj),
+                             pb = __shfl_xor_sync(0xffffffffu, b, lj);
     const bool lower = (lane & lj) == 0, desc = ((2 * lane) & k) == 0;
     const bool keep_max = lower == desc;
     a = keep_max ? max(a, pa) : min(a, pa);
@@ -261,9 +298,10 @@ __device__ __forceinline__ void warp64_sort(unsigned long long &a, unsigned long
 }
 
 // (a, b) := the top 64 of the sorted lists (a, b) and (c, d), sorted.
-__device__ __forceinline__ void warp64_merge(unsigned long long &a, unsigned long long &b, unsigned long long c,
-                                             unsigned long long d, int lane) {
-    const unsigned long long r0 = __shfl_sync(0xffffffffu, d, 31 - lane), r1 = __shfl_sync(0xffffffffu, c, 31 - lane);
+__device__ __forceinline__ void warp64_merge(unsigned long long &a, unsigned long long &b,
+                                             unsigned long long c, unsigned long long d, int lane) {
+    const unsigned long long r0 = __shfl_sync(0xffffffffu, d, 31 - lane),
+                             r1 = __shfl_sync(0xffffffffu, c, 31 - lane);
     a = max(a, r0);
     b = max(b, r1);
 #pragma unroll
@@ -271,8 +309,8 @@ __device__ __forceinline__ void warp64_merge(unsigned long long &a, unsigned lon
 }
 
 // The block's 8 warp lists (in registers) → warp 0 holds the block's top 64. All threads call it.
-__device__ __forceinline__ void block64_tree(unsigned long long &a, unsigned long long &b, unsigned long long (*lists)[64],
-                                             int warp, int lane) {
+__device__ __forceinline__ void block64_tree(unsigned long long &a, unsigned long long &b,
+                                             unsigned long long (*lists)[64], int warp, int lane) {
     for (int half = k_fast_threads / 64; half >= 1; half >>= 1) { // 4, 2, 1
         if (warp >= half && warp < 2 * half) {
             lists[warp - half][2 * lane] = a;
@@ -284,56 +322,221 @@ __device__ __forceinline__ void block64_tree(unsigned long long &a, unsigned lon
     }
 }
 
-__global__ void __launch_bounds__(k_fast_threads) topk64_kernel(topk_logits_params p) {
-    __shared__ unsigned long long lists[4][64];
+__device__ __forceinline__ double warp_sum_d(double v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// e^a in double for a ≤ 0, branch-free (the library's exp branches to a slow path, which would
+// keep the scheduler from interleaving the exps with the warp sort): a = n·ln2 + r, |r| ≤ ln2/2,
+// e^r by its Taylor series to r^12 (remainder < 1e-14 relative), times 2^n made in the exponent
+// bits. a < −700 (and NaN) give e^−700 ≈ 1e−304: next to the max's own 1 in the sum, nothing.
+__device__ __forceinline__ double exp_nonpos(double a) {
+    a = fmax(a, -700.0);
+    const double n = rint(a * 1.4426950408889634);
+    double r = fma(n, -6.93147180369123816490e-01, a); // ln 2, high part (n · it is exact)
+    r = fma(n, -1.90821492927058770002e-10, r);        // ln 2, low part
+    double e = 1.0 / 479001600.0;                      // 1/12!
+    e = fma(e, r, 1.0 / 39916800.0);
+    e = fma(e, r, 1.0 / 3628800.0);
+    e = fma(e, r, 1.0 / 362880.0);
+    e = fma(e, r, 1.0 / 40320.0);
+    e = fma(e, r, 1.0 / 5040.0);
+    e = fma(e, r, 1.0 / 720.0);
+    e = fma(e, r, 1.0 / 120.0);
+    e = fma(e, r, 1.0 / 24.0);
+    e = fma(e, r, 1.0 / 6.0);
+    e = fma(e, r, 0.5);
+    e = fma(e, r, 1.0);
+    e = fma(e, r, 1.0);
+    return e * __longlong_as_double((long long)(int(n) + 1023) << 52);
+}
+
+// The value a key was made from (make_key's inverse); ±0 share a key, so zero is re-read.
+__device__ __forceinline__ float key_value(unsigned long long k, const float *x) {
+    const unsigned ord = unsigned(k >> 32);
+    if (ord == 0x80000000u) return x[key_id(k)];
+    return __uint_as_float((ord & 0x80000000u) ? (ord ^ 0x80000000u) : ~ord);
+}
+
+// Appends this thread's keys with keep[q] to cand (slots past k_cap are dropped; *count still
+// counts them): a warp prefix sum of the per-thread counts and one shared atomic per warp. The
+// order of the survivors is arbitrary (ranks do not depend on it). All lanes of the warp call it.
+template <int Q>
+__device__ __forceinline__ void append_survivors(const unsigned long long (&k)[Q], const bool (&keep)[Q],
+                                                 unsigned long long *cand, int *count, int lane) {
+    int n = 0;
+#pragma unroll
+    for (int q = 0; q < Q; ++q) n += keep[q] ? 1 : 0;
+    int incl = n;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const int y = __shfl_up_sync(0xffffffffu, incl, o);
+        if (lane >= o) incl += y;
+    }
+    int base = 0;
+    if (lane == 31 && incl > 0) base = atomicAdd(count, incl);
+    int pos = __shfl_sync(0xffffffffu, base, 31) + incl - n;
+#pragma unroll
+    for (int q = 0; q < Q; ++q)
+        if (keep[q]) {
+            if (pos < k_cap) cand[pos] = k[q];
+            ++pos;
+        }
+}
+
+// For tid < S: the rank of cand[tid] among cand[0, S) (the number of greater keys; the keys are
+// distinct, so the ranks are 0..S−1). S ≤ k_cap, the same in every thread; cand is complete (a
+// barrier since its last write) and is not written here. Up to four threads count for one
+// survivor, a warp's lanes reading the same key (a broadcast); one barrier.
+__device__ __forceinline__ int rank_survivors(const unsigned long long *cand, unsigned *part, int S,
+                                              int tid) {
+    const int P = S <= 64 ? 4 : (S <= 128 ? 2 : 1), ni = k_fast_threads / P, i = tid % ni, p = tid / ni;
+    const int chunk = (S + P - 1) / P, j0 = min(S, p * chunk), j1 = min(S, j0 + chunk);
+    if (i < S) {
+        const unsigned long long mine = cand[i];
+        unsigned c = 0;
+#pragma unroll 4
+        for (int j = j0; j < j1; ++j) c += cand[j] > mine ? 1u : 0u;
+        part[tid] = c;
+    }
+    __syncthreads();
+    int rank = 0;
+    if (tid < S)
+        for (int q = 0; q < P; ++q) rank += int(part[q * ni + tid]);
+    return rank;
+}
+
+__global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_params p) {
+    __shared__ unsigned long long s_buf[k_cap]; // survivors; the fallback's 4 lists of 64
+    __shared__ unsigned s_part[k_fast_threads];
+    __shared__ unsigned long long s_bound[3][k_fast_warps];
+    __shared__ float s_wmax[k_fast_warps];
+    __shared__ double s_wsum[k_fast_warps];
     __shared__ float redf[33];
     __shared__ double redd[33];
+    __shared__ unsigned long long s_t2;
+    __shared__ int s_count;
     __shared__ bool s_last;
+    auto *lists = reinterpret_cast<unsigned long long(*)[64]>(s_buf);
     pdl_enter();
     const int64_t r = blockIdx.y, V = p.n_vocab;
     const int N = p.n_top, B = int(gridDim.x), b = int(blockIdx.x), tid = threadIdx.x, warp = tid / 32,
               lane = tid % 32;
     const float *x = p.logits + r * V;
     const float T = p.temperatures ? p.temperatures[r] : 0.0f;
+    const double inv_t = T > 0.0f ? 1.0 / double(T) : 0.0;
     auto *part_keys = static_cast<unsigned long long *>(p.scratch) + (r * B) * N;
     auto *part =
         reinterpret_cast<block_partial *>(static_cast<unsigned long long *>(p.scratch) + p.n_rows * B * N) +
         r * B;
 
-    // Phase 1: eight values per thread (coalesced), the warp's four groups of 64 sorted and merged.
+    // Phase 1: eight values per thread (coalesced).
+    if (tid == 0) s_count = 0;
     const int64_t begin = int64_t(b) * k_chunk;
-    float v[8];
     unsigned long long kq[8];
     float m = -INFINITY;
+    unsigned long long srt = 0; // the lane's largest key (0: none), then the warp's sorted
+    {
+        float v[8];
 #pragma unroll
-    for (int q = 0; q < 8; ++q) {
-        const int64_t i = begin + q * k_fast_threads + tid;
-        v[q] = i < V ? __ldg(x + i) : NAN;
-        kq[q] = i < V ? make_key(v[q], i) : 0ull;
-        if (!isnan(v[q])) m = fmaxf(m, v[q]);
+        for (int q = 0; q < 8; ++q) {
+            const int64_t i = begin + q * k_fast_threads + tid;
+            v[q] = i < V ? __ldg(x + i) : NAN;
+            kq[q] = i < V ? make_key(v[q], i) : 0ull;
+            if (!isnan(v[q])) m = fmaxf(m, v[q]);
+            srt = max(srt, kq[q]);
+        }
+        m = warp_max(m);
+        // Branch-free (one basic block with the sort below, so the scheduler can interleave the
+        // FP64 exps with the sort's shuffles); what a row without a sum computes is dropped.
+        double s = 0.0;
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const double e = exp_nonpos((double(v[q]) - double(m)) * inv_t);
+            s += isnan(v[q]) ? 0.0 : e;
+        }
+        s = T > 0.0f && isfinite(m) ? s : 0.0;
+        // The warp's lane maxima sorted descending (lane i: the (i+1)-th largest).
+#pragma unroll
+        for (int k = 2; k <= 32; k <<= 1)
+#pragma unroll
+            for (int j = k >> 1; j > 0; j >>= 1) {
+                const unsigned long long o = __shfl_xor_sync(0xffffffffu, srt, j);
+                srt = (((lane & j) == 0) == ((lane & k) == 0)) ? max(srt, o) : min(srt, o);
+            }
+        s = warp_sum_d(s);
+        if (lane == 0) {
+            s_wmax[warp] = m;
+            s_wsum[warp] = s;
+        }
     }
+    if (lane == 7) s_bound[0][warp] = srt;
+    if (lane == 15) s_bound[1][warp] = srt;
+    if (lane == 31) s_bound[2][warp] = srt;
+    __syncthreads();
+
+    // t: lanes 8g..8g+7 hold group g's 8 values; the lane holding the kth largest of its group
+    // (k = 8, 4, 2) offers it, and the largest offer wins. Every warp computes the same t.
+    unsigned long long t;
+    {
+        const int g = lane >> 3, need = g == 0 ? 8 : (g == 1 ? 4 : 2);
+        const unsigned long long mine = g < 3 ? s_bound[g][lane & 7] : 0ull;
+        int gt = 0, ge = 1;
 #pragma unroll
-    for (int g = 0; g < 4; ++g) warp64_sort(kq[2 * g], kq[2 * g + 1], lane);
-    warp64_merge(kq[0], kq[1], kq[2], kq[3], lane);
-    warp64_merge(kq[4], kq[5], kq[6], kq[7], lane);
-    warp64_merge(kq[0], kq[1], kq[4], kq[5], lane);
-    unsigned long long ka = kq[0], kb = kq[1];
-    m = block_max(m, redf);
-    double s = 0.0;
-    if (T > 0.0f && isfinite(m)) {
+        for (int d = 1; d < 8; ++d) {
+            const unsigned long long o = __shfl_sync(0xffffffffu, mine, (lane & ~7) | ((lane + d) & 7));
+            gt += o > mine ? 1 : 0;
+            ge += o >= mine ? 1 : 0;
+        }
+        t = g < 3 && gt < need && ge >= need ? mine : 0ull;
 #pragma unroll
-        for (int q = 0; q < 8; ++q)
-            if (!isnan(v[q])) s += exp((double(v[q]) - double(m)) / double(T));
+        for (int o = 16; o > 0; o >>= 1) t = max(t, __shfl_xor_sync(0xffffffffu, t, o));
     }
-    s = block_sum_d(s, redd);
-    block64_tree(ka, kb, lists, warp, lane);
-    if (warp == 0) {
-        if (2 * lane < N) part_keys[int64_t(b) * N + 2 * lane] = ka;
-        if (2 * lane + 1 < N) part_keys[int64_t(b) * N + 2 * lane + 1] = kb;
+    {
+        bool keep[8];
+#pragma unroll
+        for (int q = 0; q < 8; ++q) keep[q] = kq[q] != 0ull && kq[q] >= t;
+        append_survivors(kq, keep, s_buf, &s_count, lane);
+    }
+    // The block's max and its sum rescaled to it (warp w's part in s_wsum[w], read after the
+    // next barrier by thread 0).
+    float mb = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < k_fast_warps; ++w) mb = fmaxf(mb, s_wmax[w]);
+    {
+        const float mw = s_wmax[warp];
+        const double sw = s_wsum[warp] * exp_nonpos((double(mw) - double(mb)) * inv_t);
+        __syncwarp(); // every lane has read s_wsum[warp] before lane 0 replaces it
+        if (lane == 0) s_wsum[warp] = T > 0.0f && isfinite(mb) && isfinite(mw) ? sw : 0.0;
+    }
+    __syncthreads();
+    const int S = s_count;
+    if (S <= k_cap) {
+        const int rank = rank_survivors(s_buf, s_part, S, tid);
+        if (tid < S && rank < N) part_keys[int64_t(b) * N + rank] = s_buf[tid];
+        for (int j = S + tid; j < N; j += k_fast_threads) part_keys[int64_t(b) * N + j] = 0ull;
+    } else {
+        // Fallback: the warp's four groups of 64 sorted and merged, then the block's tree.
+#pragma unroll
+        for (int g = 0; g < 4; ++g) warp64_sort(kq[2 * g], kq[2 * g + 1], lane);
+        warp64_merge(kq[0], kq[1], kq[2], kq[3], lane);
+        warp64_merge(kq[4], kq[5], kq[6], kq[7], lane);
+        warp64_merge(kq[0], kq[1], kq[4], kq[5], lane);
+        unsigned long long ka = kq[0], kb = kq[1];
+        block64_tree(ka, kb, lists, warp, lane);
+        if (warp == 0) {
+            if (2 * lane < N) part_keys[int64_t(b) * N + 2 * lane] = ka;
+            if (2 * lane + 1 < N) part_keys[int64_t(b) * N + 2 * lane + 1] = kb;
+        }
     }
     if (tid == 0) {
+        double s = 0.0;
+#pragma unroll
+        for (int w = 0; w < k_fast_warps; ++w) s += s_wsum[w];
         part[b].sum = s;
-        part[b].max = m;
+        part[b].max = mb;
     }
     __syncthreads();
     if (tid == 0) {
@@ -345,46 +548,135 @@ __global__ void __launch_bounds__(k_fast_threads) topk64_kernel(topk_logits_para
     if (!s_last) return;
     __threadfence();
 
-    // Phase 2 (the row's last block): max, sum (as the general kernel), and the lists' merge.
-    float M = -INFINITY;
-    for (int i = tid; i < B; i += k_fast_threads) M = fmaxf(M, __ldcg(&part[i].max));
-    M = block_max(M, redf);
-    double S = 0.0;
-    if (T > 0.0f && isfinite(M))
-        for (int i = tid; i < B; i += k_fast_threads) {
-            const float mb = __ldcg(&part[i].max);
-            if (isfinite(mb)) S += __ldcg(&part[i].sum) * exp((double(mb) - double(M)) / double(T));
-        }
-    S = block_sum_d(S, redd);
+    // Phase 2 (the row's last block).
     auto list_at = [&](int li, int e) { return e < N ? __ldcg(&part_keys[int64_t(li) * N + e]) : 0ull; };
-    ka = kb = 0ull;
-    constexpr int W = k_fast_threads / 32, PL = 8; // warps; lists a warp loads before merging
-    for (int base = warp; base < B; base += W * PL) {
-        unsigned long long c[PL], d[PL]; // all loads in flight before the first merge
+    // The lists' merge by sorting networks (the fallback): warp w folds every 8th list into its
+    // own, then the block's tree; warp 0 writes the result. All threads call it.
+    auto merge_lists = [&]() {
+        unsigned long long ka = 0ull, kb = 0ull;
+        constexpr int PL = 8; // lists a warp loads before merging
+        for (int base = warp; base < B; base += k_fast_warps * PL) {
+            unsigned long long c[PL], d[PL]; // all loads in flight before the first merge
 #pragma unroll
-        for (int q = 0; q < PL; ++q) {
-            const int li = base + q * W;
-            c[q] = li < B ? list_at(li, 2 * lane) : 0ull;
-            d[q] = li < B ? list_at(li, 2 * lane + 1) : 0ull;
+            for (int q = 0; q < PL; ++q) {
+                const int li = base + q * k_fast_warps;
+                c[q] = li < B ? list_at(li, 2 * lane) : 0ull;
+                d[q] = li < B ? list_at(li, 2 * lane + 1) : 0ull;
+            }
+#pragma unroll
+            for (int q = 0; q < PL; ++q) warp64_merge(ka, kb, c[q], d[q], lane);
         }
+        block64_tree(ka, kb, lists, warp, lane);
+        if (warp == 0) {
+            const unsigned long long kk[2] = {ka, kb};
 #pragma unroll
-        for (int q = 0; q < PL; ++q) warp64_merge(ka, kb, c[q], d[q], lane);
+            for (int h = 0; h < 2; ++h) {
+                const int j = 2 * lane + h;
+                if (j >= N) continue;
+                const int32_t id = key_id(kk[h]);
+                p.ids[r * N + j] = id;
+                p.values[r * N + j] = id < 0 ? -INFINITY : x[id];
+            }
+        }
+    };
+
+    if (B > k_fast_threads || B * N > k_list_regs * k_fast_threads) {
+        // Too many lists for one round of registers: the block max and sum by block reductions,
+        // the merge by sorting networks.
+        float M = -INFINITY;
+        for (int i = tid; i < B; i += k_fast_threads) M = fmaxf(M, __ldcg(&part[i].max));
+        M = block_max(M, redf);
+        double S2 = 0.0;
+        if (T > 0.0f && isfinite(M))
+            for (int i = tid; i < B; i += k_fast_threads) {
+                const float mbi = __ldcg(&part[i].max);
+                if (isfinite(mbi)) S2 += __ldcg(&part[i].sum) * exp((double(mbi) - double(M)) * inv_t);
+            }
+        S2 = block_sum_d(S2, redd);
+        merge_lists();
+        if (tid == 0) {
+            p.row_max[r] = M;
+            p.row_sum[r] = S2;
+            p.counters[r] = 0; // re-armed for the next launch
+        }
+        return;
     }
-    block64_tree(ka, kb, lists, warp, lane);
-    if (warp == 0) {
-        const unsigned long long kk[2] = {ka, kb};
+
+    // One round of loads: every list key, and block tid's max, sum and kth key.
+    const int k = (N + B - 1) / B, need = (N + k - 1) / k; // need ≤ B lists of k keys: ≥ N keys
+    unsigned long long kr[k_list_regs];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int j = 2 * lane + h;
-            if (j >= N) continue;
-            const int32_t id = key_id(kk[h]);
-            p.ids[r * N + j] = id;
-            p.values[r * N + j] = id < 0 ? -INFINITY : x[id];
-        }
+    for (int q = 0; q < k_list_regs; ++q) {
+        const int i = q * k_fast_threads + tid;
+        kr[q] = i < B * N ? __ldcg(&part_keys[i]) : 0ull;
+    }
+    float mbt = -INFINITY;
+    double sbt = 0.0;
+    unsigned long long cb = 0ull, tau = 0ull;
+    if (tid < B) {
+        mbt = __ldcg(&part[tid].max);
+        sbt = __ldcg(&part[tid].sum);
+        cb = __ldcg(&part_keys[int64_t(tid) * N + (k - 1)]);
+        tau = __ldcg(&part_keys[int64_t(tid) * N + (N - 1)]);
+        s_buf[tid] = cb;
     }
     if (tid == 0) {
+        s_t2 = 0ull;
+        s_count = 0;
+    }
+    {
+        const float w = warp_max(mbt);
+        if (lane == 0) s_wmax[warp] = w;
+    }
+    __syncthreads();
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < k_fast_warps; ++w) M = fmaxf(M, s_wmax[w]);
+    if (tid < B) {
+        // cb qualifies when at least `need` lists have a kth key ≥ it; t₂ = the largest that does.
+        int ge = 0;
+        for (int i = 0; i < B; ++i) ge += s_buf[i] >= cb ? 1 : 0;
+        // Also τ = the largest of the lists' last keys (its list alone holds N keys ≥ it): the
+        // better bound when equal values spread over many blocks (the keys then order by id).
+        atomicMax(&s_t2, ge >= need ? max(cb, tau) : tau);
+    }
+    {
+        double c = 0.0;
+        const double e = sbt * exp_nonpos((double(mbt) - double(M)) * inv_t);
+        if (tid < B && T > 0.0f && isfinite(M) && isfinite(mbt)) c = e;
+        c = warp_sum_d(c);
+        if (lane == 0) s_wsum[warp] = c;
+    }
+    __syncthreads();
+    {
+        const unsigned long long t2 = s_t2;
+        bool keep[k_list_regs];
+#pragma unroll
+        for (int q = 0; q < k_list_regs; ++q) keep[q] = kr[q] != 0ull && kr[q] >= t2;
+        append_survivors(kr, keep, s_buf, &s_count, lane);
+    }
+    __syncthreads();
+    const int S2 = s_count;
+    if (S2 <= k_cap) {
+        const int rank = rank_survivors(s_buf, s_part, S2, tid);
+        if (tid < S2 && rank < N) {
+            const unsigned long long key = s_buf[tid];
+            p.ids[r * N + rank] = key_id(key);
+            p.values[r * N + rank] = key_value(key, x);
+        }
+        for (int j = S2 + tid; j < N; j += k_fast_threads) {
+            p.ids[r * N + j] = -1;
+            p.values[r * N + j] = -INFINITY;
+        }
+    } else {
+        merge_lists();
+    }
+    if (tid == 0) {
+        double s = 0.0;
+#pragma unroll
+        for (int w = 0; w < k_fast_warps; ++w) s += s_wsum[w];
         p.row_max[r] = M;
-        p.row_sum[r] = S;
+        p.row_sum[r] = s;
         p.counters[r] = 0; // re-armed for the next launch
     }
 }
@@ -396,7 +688,8 @@ cudaError_t launch_topk_logits(const topk_logits_params &p, cudaStream_t stream)
         return cudaErrorInvalidValue;
     const unsigned blocks = ceil_div_u(p.n_vocab, k_chunk);
     if (p.n_top <= k_fast_max_top)
-        return launch_kernel(topk64_kernel, dim3(blocks, unsigned(p.n_rows)), dim3(k_fast_threads), 0, stream, p);
+        return launch_kernel(topk64_kernel, dim3(blocks, unsigned(p.n_rows)), dim3(k_fast_threads), 0, stream,
+                             p);
     return launch_kernel(topk_logits_kernel, dim3(blocks, unsigned(p.n_rows)), dim3(k_threads), 0, stream, p);
 }
 
