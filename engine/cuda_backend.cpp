@@ -56,6 +56,10 @@ constexpr int64_t k_gemv_max_tokens = cuda_gemv_max_tokens;
 constexpr int64_t k_moe_gemv_max_tokens = 4;
 // Steps with at most this many tokens are captured as CUDA graphs and replayed.
 constexpr int64_t k_graph_max_tokens = 8;
+// Captured decode graphs kept at most (least recently replayed dropped first). A graph is keyed by
+// the step's shape (tokens, rows, sequences, block-table stride, tiles, KV splits, …): one chat
+// needs a few dozen over a long reply, a server's mix of batches can ask for thousands.
+constexpr size_t k_max_graphs = 256;
 // Steps of at most this many tokens fuse norms, RoPE/KV writes and the MoE front into fewer
 // launches (gemv.cuh, moe_front.cuh). Measured on the H200 (docs/benchmarks.md, session 4): one
 // token gains 3–5%; at 4 and 8 tokens the fused kernels, which normalize every row in every
@@ -390,6 +394,7 @@ public:
         if (const char *fu = std::getenv("ES_CUDA_FUSE")) m_fuse = std::string(fu) != "0";
         if (const char *kc = std::getenv("ES_CUDA_KV_SPLIT_CHUNKS"))
             m_kv_split_chunks = std::max(1, std::atoi(kc));
+        if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
         // carveout preference (kernel_common.h).
         if (const char *co = std::getenv("ES_CUDA_CARVEOUT")) set_kernel_carveout(std::atoi(co));
@@ -956,6 +961,7 @@ private:
         m_last_graph = nullptr;
         for (auto &kv : m_graphs) cudaGraphExecDestroy(kv.second);
         m_graphs.clear();
+        m_graph_used.clear();
         m_graph_ops.clear();
         m_seen_keys.clear();
         m_ws.unpin_all(); // no graph holds workspace pointers any more
@@ -1507,6 +1513,7 @@ private:
             auto it = m_graphs.find(key);
             if (it != m_graphs.end()) {
                 m_last_graph = it->second;
+                m_graph_used[key] = ++m_graph_tick;
                 ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
                 done = true;
             } else if (m_seen_keys.count(key)) {
@@ -1581,6 +1588,24 @@ private:
     using graph_key =
         std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>; // …, top_n
 
+    // Drops the graph replayed longest ago (k_max_graphs; ES_CUDA_MAX_GRAPHS). The stream is drained first: that
+    // graph may be the one still running. Its workspace stays pinned until clear_graphs.
+    void evict_least_recent_graph() {
+        auto oldest = m_graph_used.begin();
+        for (auto it = m_graph_used.begin(); it != m_graph_used.end(); ++it)
+            if (it->second < oldest->second) oldest = it;
+        if (oldest == m_graph_used.end()) return;
+        const auto g = m_graphs.find(oldest->first);
+        if (g != m_graphs.end()) {
+            ck(cudaStreamSynchronize(m_stream), "graph eviction");
+            if (m_last_graph == g->second) m_last_graph = nullptr;
+            m_graph_ops.erase(g->second);
+            cudaGraphExecDestroy(g->second);
+            m_graphs.erase(g);
+        }
+        m_graph_used.erase(oldest);
+    }
+
     bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride, int64_t kv_splits,
                             int64_t max_tile) {
         cudaGraph_t graph = nullptr;
@@ -1613,7 +1638,9 @@ private:
             m_graph_error = std::string("graph instantiation failed: ") + cudaGetErrorString(e);
             return false;
         }
+        if (m_graphs.size() >= m_max_graphs) evict_least_recent_graph();
         m_graphs.emplace(key, exec);
+        m_graph_used[key] = ++m_graph_tick;
         m_graph_ops[exec] = std::move(ops);
         m_ws.pin_in_use(); // the graph holds the workspace's raw pointers until clear_graphs
         m_last_graph = exec;
@@ -1651,6 +1678,9 @@ private:
     size_t m_kv_layer_elems = 0;
     work_layout m_lay{};
     std::map<graph_key, cudaGraphExec_t> m_graphs;
+    std::map<graph_key, uint64_t> m_graph_used; // last capture or replay, for k_max_graphs
+    uint64_t m_graph_tick = 0;
+    size_t m_max_graphs = k_max_graphs; // ES_CUDA_MAX_GRAPHS (a testing aid: eviction with few graphs)
     std::set<graph_key> m_seen_keys;
     cudaGraphExec_t m_last_graph = nullptr;
     // Launch names of each captured graph, in order (graph_timeline), and the list op() appends
