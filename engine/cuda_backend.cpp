@@ -1588,8 +1588,9 @@ private:
     using graph_key =
         std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>; // …, top_n
 
-    // Drops the graph replayed longest ago (k_max_graphs; ES_CUDA_MAX_GRAPHS). The stream is drained first: that
-    // graph may be the one still running. Its workspace stays pinned until clear_graphs.
+    // Drops the graph replayed longest ago (k_max_graphs; ES_CUDA_MAX_GRAPHS). The stream is
+    // drained first: that graph may be the one still running. Its workspace stays pinned until
+    // clear_graphs.
     void evict_least_recent_graph() {
         auto oldest = m_graph_used.begin();
         for (auto it = m_graph_used.begin(); it != m_graph_used.end(); ++it)
