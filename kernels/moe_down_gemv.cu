@@ -192,11 +192,12 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
 // with NV > 0 (16-byte rows of at most NV vectors per lane: the 21B-A3B's 1,536-wide FP8 rows are
 // 3), every vector of the R rows is loaded before the first product (R·NV uint4 per lane; rows past
 // n_embd load row n0 again and store nothing); otherwise (NV = 0: longer or unaligned rows) the R
-// rows go one after another through lane_dot. (NV = 4 spilled a few bytes at R = 4 and is not
-// instantiated: rows of 4 vectors per lane take the NV = 0 path.) Each row's products and sums are lane_dot's
-// in its order (groups of four vectors while all four lie in the row, then one at a time), then the same
-// warp_sum and scale: the output is bit-identical to R = 1 (the twin does not change). The shared
-// rows (known before the wait) run R = 1's code row after row, all R rows' L2 prefetches first.
+// rows go one after another through lane_dot. (NV = 4 spilled a few bytes at R = 4, so it is not
+// instantiated: 4 vectors per lane take the NV = 0 path.) Each row's products and sums are
+// lane_dot's in its order (steps of four vectors while all four lie in the row, then one at a
+// time), then the same warp_sum and scale: the output is bit-identical to R = 1 (the twin does not
+// change). The shared rows (known before the wait) run R = 1's code row after row, their L2
+// prefetches first.
 template <bool FP8, bool VEC, int R, int NV>
 __global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_params p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
