@@ -187,12 +187,122 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
     if (lane == 0) p.y_slots[s * H + n] = v * scale;
 }
 
+// Per-slot mode with rows per warp (rows_per_warp = R > 1, a measuring aid: moe_down_gemv.cuh):
+// grid (n_embd / (4·R), slots + shared rows), each warp R consecutive n of one slot. Routed rows:
+// with NV > 0 (16-byte rows of at most NV vectors per lane: the 21B-A3B's 1,536-wide FP8 rows are
+// 3), every vector of the R rows is loaded before the first product (R·NV uint4 per lane; rows past
+// n_embd load row n0 again and store nothing); otherwise (NV = 0: longer or unaligned rows) the R
+// rows go one after another through lane_dot. (NV = 4 spilled a few bytes at R = 4, so it is not
+// instantiated: 4 vectors per lane take the NV = 0 path.) Each row's products and sums are
+// lane_dot's in its order (steps of four vectors while all four lie in the row, then one at a
+// time), then the same warp_sum and scale: the output is bit-identical to R = 1 (the twin does not
+// change). The shared rows (known before the wait) run R = 1's code row after row, their L2
+// prefetches first.
+template <bool FP8, bool VEC, int R, int NV>
+__global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_params p) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t n0 = (int64_t(blockIdx.x) * 4 + warp) * R, H = p.n_embd;
+    const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
+    if (int64_t(blockIdx.y) < n_sh) {
+        if (n0 >= H) {
+            pdl_enter();
+            return;
+        }
+        const int64_t t = blockIdx.y, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
+        const unsigned char *w = static_cast<const unsigned char *>(p.sh_w) + n0 * row_bytes;
+        const int nr = int(min(int64_t(R), H - n0)); // rows of this warp inside n_embd
+        // With sh_ready everything before the wait (moe_down_gemv.cuh); the rows one after another.
+        if (p.sh_ready) {
+#pragma unroll 1
+            for (int r = 0; r < nr; ++r) {
+                const float scale = FP8 ? __ldg(p.sh_w_scale + n0 + r) : 1.0f;
+                const float v =
+                    warp_sum(lane_dot_l2x<FP8, VEC>(w + r * row_bytes, p.sh_act + t * F, F, lane));
+                if (lane == 0) p.y_shared[t * H + n0 + r] = v * scale;
+            }
+            pdl_enter();
+            return;
+        }
+        for (int64_t b = int64_t(lane) * 128; b < nr * row_bytes; b += 32 * 128) prefetch_l2(w + b);
+        pdl_enter();
+#pragma unroll 1
+        for (int r = 0; r < nr; ++r) {
+            const float scale = FP8 ? __ldg(p.sh_w_scale + n0 + r) : 1.0f;
+            const float v = warp_sum(lane_dot<FP8, VEC>(w + r * row_bytes, p.sh_act + t * F, 0, F, lane));
+            if (lane == 0) p.y_shared[t * H + n0 + r] = v * scale;
+        }
+        return;
+    }
+    pdl_enter();
+    const int64_t s = int64_t(blockIdx.y) - n_sh;
+    if (n0 >= H) return;
+    const int64_t F = p.n_ff_exp, row_bytes = F * (FP8 ? 1 : 2), row0 = int64_t(p.ids[s]) * H + n0;
+    const unsigned char *w = static_cast<const unsigned char *>(p.w) + row0 * row_bytes;
+    const uint16_t *x = p.act + s * F;
+    if constexpr (VEC && NV > 0) {
+        float scale[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r) scale[r] = FP8 ? __ldg(p.w_scale + row0 + (n0 + r < H ? r : 0)) : 1.0f;
+        constexpr int E = vec_elems<FP8>;
+        const int64_t nvec = F / E; // vectors per row; this lane's i-th is lane + 32·i
+        uint4 wq[R][NV];
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            const uint4 *wv = reinterpret_cast<const uint4 *>(w + (n0 + r < H ? r : 0) * row_bytes);
+#pragma unroll
+            for (int i = 0; i < NV; ++i) wq[r][i] = __ldcs(wv + (lane + 32 * i < nvec ? lane + 32 * i : 0));
+        }
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            float a = 0.0f;
+#pragma unroll
+            for (int i = 0; i < NV; i += 4) {
+                const int64_t kk = int64_t(lane + 32 * i) * E;
+                if (i + 3 < NV && lane + 32 * (i + 3) < nvec) { // lane_dot's step of four
+                    a += dot_vec<FP8>(wq[r][i], x + kk) + dot_vec<FP8>(wq[r][i + 1], x + kk + 32 * E) +
+                         dot_vec<FP8>(wq[r][i + 2], x + kk + 64 * E) +
+                         dot_vec<FP8>(wq[r][i + 3], x + kk + 96 * E);
+                } else { // its steps of one
+#pragma unroll
+                    for (int j = i; j < i + 4 && j < NV; ++j)
+                        if (lane + 32 * j < nvec) a += dot_vec<FP8>(wq[r][j], x + int64_t(lane + 32 * j) * E);
+                }
+            }
+            if (n0 + r >= H) break;
+            a = warp_sum(a);
+            if (lane == 0) p.y_slots[s * H + n0 + r] = a * scale[r];
+        }
+    } else {
+        const int nr = int(min(int64_t(R), H - n0));
+#pragma unroll 1
+        for (int r = 0; r < nr; ++r) {
+            const float scale = FP8 ? __ldg(p.w_scale + row0 + r) : 1.0f;
+            const float v = warp_sum(lane_dot<FP8, VEC>(w + r * row_bytes, x, 0, F, lane));
+            if (lane == 0) p.y_slots[s * H + n0 + r] = v * scale;
+        }
+    }
+}
+
+// The rows-per-warp kernel whose NV holds every vector of this lane's routed rows, when one does.
+template <bool FP8, int R>
+cudaError_t launch_rows_r(const moe_down_gemv_params &p, bool vec, cudaStream_t stream) {
+    const dim3 grid(ceil_div_u(p.n_embd, 4 * R),
+                    unsigned(p.n_tokens * p.n_expert_used + (p.sh_w ? p.n_tokens : 0)));
+    const int64_t nv = vec ? (p.n_ff_exp / vec_elems<FP8> + 31) / 32 : 0; // vectors per lane per row
+    if (!vec) return launch_kernel(moe_down_rows_r_kernel<FP8, false, R, 0>, grid, 128, 0, stream, p);
+    if (nv <= 2) return launch_kernel(moe_down_rows_r_kernel<FP8, true, R, 2>, grid, 128, 0, stream, p);
+    if (nv <= 3) return launch_kernel(moe_down_rows_r_kernel<FP8, true, R, 3>, grid, 128, 0, stream, p);
+    return launch_kernel(moe_down_rows_r_kernel<FP8, true, R, 0>, grid, 128, 0, stream, p);
+}
+
 } // namespace
 
 cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0 || p.n_embd <= 0) return cudaSuccess;
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
+    if (p.rows_per_warp != 0 && p.rows_per_warp != 1 && p.rows_per_warp != 2 && p.rows_per_warp != 4)
+        return cudaErrorInvalidValue;
     bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
     if (p.y_slots) {
         if (p.sh_w) {
@@ -200,6 +310,10 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
                 return cudaErrorInvalidValue;
             vec = vec && p.n_ff_sh % (fp8 ? 16 : 8) == 0 && aligned16(p.sh_w) && aligned16(p.sh_act);
         }
+        if (p.rows_per_warp == 2)
+            return fp8 ? launch_rows_r<true, 2>(p, vec, stream) : launch_rows_r<false, 2>(p, vec, stream);
+        if (p.rows_per_warp == 4)
+            return fp8 ? launch_rows_r<true, 4>(p, vec, stream) : launch_rows_r<false, 4>(p, vec, stream);
         const dim3 grid(ceil_div_u(p.n_embd, 4),
                         unsigned(p.n_tokens * p.n_expert_used + (p.sh_w ? p.n_tokens : 0)));
         if (fp8) {

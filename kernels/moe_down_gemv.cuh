@@ -33,6 +33,10 @@ struct moe_down_gemv_params {
     // and the shared slot is computed (its activations read through L2) and written before
     // pdl_wait, in the shadow of the previous kernel.
     bool sh_ready = false;
+    // Per-slot mode only: output rows n per warp, 1, 2 or 4, 0 = the default (1); anything else is
+    // cudaErrorInvalidValue. A measuring aid (ES_CUDA_MOE_ROWS_PER_WARP): more rows per warp, their
+    // loads issued together, a grid that many times smaller; bit-identical output.
+    int rows_per_warp = 0;
 };
 
 void moe_down_gemv_ref(const moe_down_gemv_params &p);
