@@ -1983,20 +1983,29 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
         fp8_policy flipped; // the other side of both choices of the per-layer policy
         flipped.head = true;
         flipped.attn_out = false;
+        fp8_policy blk, blk_flipped; // 128×128 block scales (--fp8-scales block128)
+        blk.scales = blk_flipped.scales = scale_layout::block128;
+        blk_flipped.head = true;
+        blk_flipped.attn_out = false;
         for (const variant v :
              {variant{weight_precision::bf16, activation_format::e4m3, true, {}},
               variant{weight_precision::fp8, activation_format::e4m3, true, {}},
               variant{weight_precision::fp8, activation_format::e5m2, false, {}},
               variant{weight_precision::fp8, activation_format::e4m3, true, flipped},
               variant{weight_precision::bf16, activation_format::e4m3, true, {}, kv_cache_dtype::fp8},
-              variant{weight_precision::fp8, activation_format::e4m3, true, {}, kv_cache_dtype::fp8}}) {
+              variant{weight_precision::fp8, activation_format::e4m3, true, {}, kv_cache_dtype::fp8},
+              variant{weight_precision::fp8, activation_format::e4m3, true, blk},
+              variant{weight_precision::fp8, activation_format::e4m3, true, blk_flipped}}) {
             const weight_precision prec = v.prec;
             const bool fp8 = prec == weight_precision::fp8;
-            const std::string pn = mname +
-                                   (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
-                                              (v.policy.is_default() ? "" : ", head fp8, o_proj bf16")
-                                        : " bf16") +
-                                   (v.kv == kv_cache_dtype::fp8 ? ", fp8 KV" : "");
+            const bool blk_scales = fp8 && v.policy.scales == scale_layout::block128;
+            const std::string pn =
+                mname +
+                (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
+                           (v.policy.head ? ", head fp8" : "") + (v.policy.attn_out ? "" : ", o_proj bf16") +
+                           (blk_scales ? ", block128 scales" : "")
+                     : " bf16") +
+                (v.kv == kv_cache_dtype::fp8 ? ", fp8 KV" : "");
             // Against the twin model (the same numerics on the CPU) the GPU must agree closely;
             // against HF the limit is what BF16 activations / FP8 weights and activations cost on
             // these tiny random models (the twin model measures the same figures without a GPU).
@@ -2021,10 +2030,12 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             // Against HF the KV rounding adds to the weights' (limit 10× BF16's for BF16 weights).
             const bool kv8 = v.kv == kv_cache_dtype::fp8;
             const double hf_limit = !fp8 ? (kv8 ? 5e-2 : 5e-3) : v.act == activation_format::e5m2 ? 0.2 : 0.1;
+            // Block scales: prefill-sized steps take BF16 activations and dequantized weights (the
+            // backend's activation_note says so), hence the BF16-activation limit.
             const double twin_limit = kv8 ? 1e-3 : 1e-4,
-                         twin_limit_prefill = !fp8                               ? twin_limit
-                                              : v.act == activation_format::bf16 ? 2e-3
-                                                                                 : 5e-2;
+                         twin_limit_prefill = !fp8                                             ? twin_limit
+                                              : v.act == activation_format::bf16 || blk_scales ? 2e-3
+                                                                                               : 5e-2;
             R.run("model", pn, [&] {
                 auto twin_of = [&](const twin_options &to) {
                     auto cfg = load_model_config(dir);
@@ -2046,9 +2057,33 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 lp.activations = v.act;
                 lp.fp8 = v.policy;
                 lp.kv_cache = v.kv;
+                if (blk_scales) {
+                    // Block scales load where every FP8 matrix's k is a multiple of 16 and no layer
+                    // is MoE (the MoE kernels take per-channel scales so far); elsewhere the load
+                    // must be refused with a message naming the option.
+                    auto cfg = load_model_config(dir);
+                    if (!cfg) throw test_failure(cfg.message());
+                    const model_config &mc = *cfg;
+                    bool loads = mc.n_embd % 16 == 0 && (!v.policy.attn_out || mc.q_dim() % 16 == 0);
+                    for (int64_t il = 0; il < mc.n_layer; ++il)
+                        loads = loads && !mc.is_moe_layer(il) && mc.n_ff % 16 == 0;
+                    if (!loads) {
+                        auto refused = load_model(dir, lp);
+                        R.add("model", pn + " load",
+                              "block scales on shapes they cannot take: not refused by name",
+                              !refused && refused.message().find("--fp8-scales block128") != std::string::npos
+                                  ? 0.0
+                                  : 1.0,
+                              0.0);
+                        if (!refused) R.info("model", pn + " load", "refusal", 0.0, refused.message());
+                        return;
+                    }
+                }
                 auto m = load_model(dir, lp);
                 if (!m) throw test_failure(m.message());
                 backend &be = *(*m)->be;
+                if (blk_scales && be.name().find("block128") == std::string::npos)
+                    throw test_failure("the backend's name does not mention its block scales: " + be.name());
                 if (kv8 && be.name().find("fp8 KV") == std::string::npos)
                     throw test_failure("the backend's name does not mention its FP8 KV cache: " + be.name());
                 // The will-it-fit estimate's weight bytes must be what the backend allocated.
