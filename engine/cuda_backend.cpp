@@ -686,11 +686,6 @@ public:
                 max_dense_lin = std::max(max_dense_lin, 2 * c.n_ff * H);
                 continue;
             }
-            if (blk)
-                throw load_error(
-                    "--fp8-scales block128: layer " + std::to_string(il) +
-                    " is an MoE layer, and the MoE kernels take per-channel FP8 scales only so far "
-                    "(dense models only; --fp8-scales channel loads it)");
             L.router_off = take(size_t(c.n_expert * H) * 4);
             L.bias_off = take(size_t(c.n_expert) * 4);
             plan_lin(L.exp_gate_up, c.n_expert * 2 * c.n_ff_exp, H, lin_fmt, lp + "experts' gate/up",
@@ -1313,6 +1308,7 @@ private:
             fr.sh_w = L.sh_gate_up.w;
             fr.sh_wfmt = L.sh_gate_up.fmt;
             fr.sh_w_scale = L.sh_gate_up.scale;
+            fr.sh_w_layout = L.sh_gate_up.layout;
             fr.sh_act = act;
             fr.n_ff_sh = F_sh;
             fr.n_tokens = T;
@@ -1320,7 +1316,8 @@ private:
             // The shared experts' down projection as one more slot of the routed down launch
             // (per-slot mode), added first by moe_combine.
             const bool front = m_fuse && T <= k_fuse_max_tokens && moe_front_supported(fr);
-            const bool shared_slot = front && F_sh > 0 && m_moe_down_rows && L.sh_down.fmt == L.exp_down.fmt;
+            const bool shared_slot = front && F_sh > 0 && m_moe_down_rows &&
+                                     L.sh_down.fmt == L.exp_down.fmt && L.sh_down.layout == L.exp_down.layout;
             if (front) {
                 op("moe_front", [&] { return launch_moe_front(fr, m_stream); });
                 if (F_sh > 0 && !shared_slot)
@@ -1351,6 +1348,7 @@ private:
                 g.w = L.exp_gate_up.w;
                 g.wfmt = L.exp_gate_up.fmt;
                 g.w_scale = L.exp_gate_up.scale;
+                g.w_layout = L.exp_gate_up.layout;
                 g.act = act_e;
                 g.n_tokens = T;
                 g.n_embd = H;
@@ -1364,6 +1362,7 @@ private:
                 d.w = L.exp_down.w;
                 d.wfmt = L.exp_down.fmt;
                 d.w_scale = L.exp_down.scale;
+                d.w_layout = L.exp_down.layout; // the shared slot's too (shared_slot: the same layout)
                 d.y = x;
                 d.n_tokens = T;
                 d.n_embd = H;
@@ -1418,6 +1417,7 @@ private:
                 g.w = L.exp_gate_up.w;
                 g.wfmt = L.exp_gate_up.fmt;
                 g.w_scale = L.exp_gate_up.scale;
+                g.w_layout = L.exp_gate_up.layout;
                 g.k = H;
                 g.n = c.n_ff_exp;
                 g.glu = true;
@@ -1431,6 +1431,7 @@ private:
                 g.w = L.exp_down.w;
                 g.wfmt = L.exp_down.fmt;
                 g.w_scale = L.exp_down.scale;
+                g.w_layout = L.exp_down.layout;
                 g.k = c.n_ff_exp;
                 g.n = H;
                 g.glu = false;
@@ -1487,9 +1488,7 @@ private:
     bool swiglu(const char *role, const dlin &gate_up, const dlin &down, int64_t F, const bf16_t *x, float *y, float *gu,
                 bf16_t *act, int64_t T, const norm_in *in = nullptr) {
         const int64_t H = m_cfg.n_embd;
-        // moe_gate_up_gemv takes per-channel scales only: block-scaled gate/up weights take the
-        // GEMV (which has block scales), silu_mul and the down GEMV.
-        if (T <= 2 && gate_up.layout == scale_layout::channel) {
+        if (T <= 2) {
             // Decode: gate/up GEMV with SiLU·up in its epilogue (the MoE kernel with one "expert"),
             // one launch fewer per MLP; with the norm fused, two fewer.
             moe_gate_up_gemv_params g;
@@ -1498,6 +1497,7 @@ private:
             g.w = gate_up.w;
             g.wfmt = gate_up.fmt;
             g.w_scale = gate_up.scale;
+            g.w_layout = gate_up.layout;
             g.act = act;
             g.n_tokens = T;
             g.n_embd = H;

@@ -835,17 +835,26 @@ struct expert_weights {
     std::vector<fp8_t> q;
     std::vector<float> s;
 };
-expert_weights make_expert_weights(weight_format f, int64_t rows, int64_t k) {
+// FP8: `stack` matrices of rows / stack rows, each quantized with its own scale grid in layout L
+// (kernel_common.h: fp8_stack_scale_index), as the backend stores the routed experts.
+expert_weights make_expert_weights(weight_format f, int64_t rows, int64_t k,
+                                   scale_layout L = scale_layout::channel, int64_t stack = 1) {
     expert_weights w;
     w.b = rand_bf16(static_cast<size_t>(rows * k), -0.08f, 0.08f);
     if (f == weight_format::fp8_e4m3) {
+        const int64_t mr = rows / stack, cnt = fp8_scale_count(mr, k, L);
         w.q.resize(w.b.size());
-        w.s.resize(static_cast<size_t>(rows));
-        fp8_quantize_params p{w.b.data(), w.q.data(), w.s.data(), rows, k};
-        fp8_quantize_ref(p);
+        w.s.resize(static_cast<size_t>(stack * cnt));
+        for (int64_t e = 0; e < stack; ++e) {
+            fp8_quantize_params p{
+                w.b.data() + e * mr * k, w.q.data() + e * mr * k, w.s.data() + e * cnt, mr, k, L};
+            fp8_quantize_ref(p);
+        }
     }
     return w;
 }
+
+std::string blk_suffix(scale_layout L) { return L == scale_layout::block128 ? " 128x128 blocks" : ""; }
 
 std::vector<int32_t> random_topk_ids(int64_t T, int64_t E, int64_t K) {
     std::vector<int32_t> ids;
@@ -858,17 +867,18 @@ std::vector<int32_t> random_topk_ids(int64_t T, int64_t E, int64_t K) {
     return ids;
 }
 
-void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe) {
+void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
+                   scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string fmt = fp8 ? "fp8" : "bf16";
+    const std::string fmt = (fp8 ? "fp8" : "bf16") + blk_suffix(L);
     const std::string n1 = shape_name("moe_gate_up_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     const std::string n2 = shape_name("moe_down_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     R.run("kernel", n1, [&] {
         auto x = rand_bf16(static_cast<size_t>(T * H));
         auto ids = random_topk_ids(T, E, K);
         auto wts = rand_f(static_cast<size_t>(T * K), 0.0f, 0.5f);
-        auto gu = make_expert_weights(f, E * 2 * Fe, H);
-        auto dn = make_expert_weights(f, E * H, Fe);
+        auto gu = make_expert_weights(f, E * 2 * Fe, H, L, E);
+        auto dn = make_expert_weights(f, E * H, Fe, L, E);
         dvec<bf16_t> dx(x), dgub(gu.b), ddnb(dn.b), dact(static_cast<size_t>(T * K * Fe));
         dvec<fp8_t> dguq(gu.q), ddnq(dn.q);
         dvec<float> dgus(gu.s), ddns(dn.s), dwts(wts);
@@ -879,6 +889,7 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         g.w = fp8 ? static_cast<const void *>(dguq.get()) : dgub.get();
         g.wfmt = f;
         g.w_scale = fp8 ? dgus.get() : nullptr;
+        g.w_layout = L;
         g.act = dact.get();
         g.n_tokens = T;
         g.n_embd = H;
@@ -906,6 +917,7 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         d.w = fp8 ? static_cast<const void *>(ddnq.get()) : ddnb.get();
         d.wfmt = f;
         d.w_scale = fp8 ? ddns.get() : nullptr;
+        d.w_layout = L;
         d.y = dy.get();
         d.n_tokens = T;
         d.n_embd = H;
@@ -1005,16 +1017,18 @@ void test_moe_router_norm(runner &R, int64_t T, int64_t H, int64_t E, int64_t K,
 
 // moe_gate_up_gemv with the fused norm: a dense MLP (routed = false: ids null, one "expert") or
 // routed experts.
-void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t F, bool routed) {
+void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t F, bool routed,
+                       scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const int64_t E = routed ? 5 : 1, K = routed ? 3 : 1;
-    const std::string name = shape_name("moe_gate_up_gemv norm_in", {{"T", T}, {"H", H}, {"F", F}, {"k", K}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (routed ? " routed" : " dense"));
+    const std::string name =
+        shape_name("moe_gate_up_gemv norm_in", {{"T", T}, {"H", H}, {"F", F}, {"k", K}},
+                   std::string(fp8 ? "fp8" : "bf16") + (routed ? " routed" : " dense") + blk_suffix(L));
     R.run("kernel", name, [&] {
         auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
         auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
         auto ids = random_topk_ids(T, E, K);
-        auto gu = make_expert_weights(f, E * 2 * F, H);
+        auto gu = make_expert_weights(f, E * 2 * F, H, L, E);
         dvec<float> dx(x), dgus(gu.s);
         dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * K * F));
         dvec<fp8_t> dguq(gu.q);
@@ -1024,6 +1038,7 @@ void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t
         g.w = fp8 ? static_cast<const void *>(dguq.get()) : dgub.get();
         g.wfmt = f;
         g.w_scale = fp8 ? dgus.get() : nullptr;
+        g.w_layout = L;
         g.act = dact.get();
         g.n_tokens = T;
         g.n_embd = H;
@@ -1052,16 +1067,18 @@ void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t
     });
 }
 
-void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fs, bool all_tied) {
+void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fs,
+                    bool all_tied, scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name = shape_name("moe_front", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"Fsh", Fs}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (all_tied ? " all tied" : ""));
+    const std::string name =
+        shape_name("moe_front", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"Fsh", Fs}},
+                   std::string(fp8 ? "fp8" : "bf16") + (all_tied ? " all tied" : "") + blk_suffix(L));
     R.run("kernel", name, [&] {
         auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
         auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
         auto w = all_tied ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : rand_f(static_cast<size_t>(E * H), -0.1f, 0.1f);
         auto bias = all_tied ? std::vector<float>(static_cast<size_t>(E), 0.25f) : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
-        auto gu = make_expert_weights(f, 2 * Fs, H);
+        auto gu = make_expert_weights(f, 2 * Fs, H, L);
         dvec<float> dx(x), dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E)), dgus(gu.s);
         dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * Fs));
         dvec<fp8_t> dguq(gu.q);
@@ -1082,6 +1099,7 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
         p.sh_w = Fs ? (fp8 ? static_cast<const void *>(dguq.get()) : dgub.get()) : nullptr;
         p.sh_wfmt = f;
         p.sh_w_scale = fp8 && Fs ? dgus.get() : nullptr;
+        p.sh_w_layout = L;
         p.sh_act = Fs ? dact.get() : nullptr;
         p.n_ff_sh = Fs;
         p.n_tokens = T;
@@ -1117,6 +1135,7 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
             g.w = fp8 ? static_cast<const void *>(gu.q.data()) : gu.b.data();
             g.wfmt = f;
             g.w_scale = fp8 ? gu.s.data() : nullptr;
+            g.w_layout = L;
             g.act = act.data();
             g.n_tokens = T;
             g.n_embd = H;
@@ -1132,16 +1151,17 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
 // moe_down_gemv's per-slot mode with the shared experts' slot, then moe_combine adding it first.
 // ready: the shared slot before pdl_wait (sh_ready) and moe_combine's x_ready, as decode runs them
 // (here the inputs were uploaded before the launch, which is what those flags promise).
-void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe, int64_t Fs,
-                          bool ready) {
+void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
+                          int64_t Fs, bool ready, scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name = shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : ""));
+    const std::string name =
+        shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
+                   std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : "") + blk_suffix(L));
     R.run("kernel", name, [&] {
         auto act = rand_bf16(static_cast<size_t>(T * K * Fe)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
         auto ids = random_topk_ids(T, E, K);
         auto wts = rand_f(static_cast<size_t>(T * K), 0.0f, 0.5f);
-        auto dn = make_expert_weights(f, E * H, Fe), sh = make_expert_weights(f, H, Fs);
+        auto dn = make_expert_weights(f, E * H, Fe, L, E), sh = make_expert_weights(f, H, Fs, L);
         auto x0 = rand_f(static_cast<size_t>(T * H));
         dvec<bf16_t> dact(act), dsha(sh_act), ddnb(dn.b), dshb(sh.b);
         dvec<fp8_t> ddnq(dn.q), dshq(sh.q);
@@ -1154,6 +1174,7 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
         d.w = fp8 ? static_cast<const void *>(ddnq.get()) : ddnb.get();
         d.wfmt = f;
         d.w_scale = fp8 ? ddns.get() : nullptr;
+        d.w_layout = L;
         d.y_slots = dys.get();
         d.n_tokens = T;
         d.n_embd = H;
@@ -1235,12 +1256,14 @@ void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
 // the tile edges (0, 1, 63, 64, 65, 128 rows); otherwise random top-k with the last expert empty.
 // lda_pad: activation rows longer than k (a k that is not a multiple of 8 with 16-byte aligned rows).
 void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k,
-                       int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {}) {
+                       int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {},
+                       scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name = shape_name("moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
-                                            (counts.empty() ? "" : " edge groups") +
-                                            (lda_pad ? " lda=" + std::to_string(k + lda_pad) : ""));
+    const std::string name =
+        shape_name("moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
+                   std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
+                       (counts.empty() ? "" : " edge groups") +
+                       (lda_pad ? " lda=" + std::to_string(k + lda_pad) : "") + blk_suffix(L));
     R.run("kernel", name, [&] {
         const int64_t S = T * K, rows_a = glu ? T : S, w_rows = glu ? 2 * n : n, lda = k + lda_pad;
         std::vector<int32_t> ids;
@@ -1267,7 +1290,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         pl.sorted_slots = sorted.data();
         moe_plan_ref(pl);
         auto a = rand_bf16(static_cast<size_t>(rows_a * lda));
-        auto w = make_expert_weights(f, E * w_rows, k);
+        auto w = make_expert_weights(f, E * w_rows, k, L, E);
         dvec<bf16_t> da(a), dwb(w.b), dact(static_cast<size_t>(S * n));
         dvec<fp8_t> dwq(w.q);
         dvec<float> dws(w.s), dy(static_cast<size_t>(S * n));
@@ -1284,6 +1307,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
         p.wfmt = f;
         p.w_scale = fp8 ? dws.get() : nullptr;
+        p.w_layout = L;
         p.k = k;
         p.n = n;
         p.glu = glu;
@@ -1778,6 +1802,28 @@ void run_kernel_tests(runner &R, int cc_major) {
             for (int64_t k : {135, 100, 208})
                 test_grouped_gemm(R, f, glu, 107, 3, 6, k, glu ? 67 : 131, k == 100 ? 4 : 0, edge);
         }
+    // The MoE kernels with 128×128 block scales (each expert its own grid): the channel rows' real
+    // widths, and partial blocks in both dimensions (rows and k not multiples of 128).
+    test_moe_gemv(R, f8, 1, 2560, 8, 6, 1536, blk);
+    test_moe_gemv(R, f8, 3, 272, 6, 3, 144, blk);
+    test_moe_gemv(R, f8, 2, 48, 12, 10, 16, blk); // ten choices: the gather kernel's one-at-a-time loop
+    test_gate_up_norm(R, f8, 1, 2560, 12288, false, blk);
+    test_gate_up_norm(R, f8, 2, 1024, 3072, false, blk);
+    test_gate_up_norm(R, f8, 3, 272, 200, true, blk);
+    test_gate_up_norm(R, f8, 1, 2560, 1536, true, blk);
+    test_moe_front(R, f8, 1, 2560, 64, 6, 3072, false, blk);
+    test_moe_front(R, f8, 4, 2560, 64, 6, 3072, false, blk);
+    test_moe_front(R, f8, 3, 272, 7, 3, 200, false, blk);
+    test_moe_down_shared(R, f8, 1, 2560, 8, 6, 1536, 3072, true, blk);
+    test_moe_down_shared(R, f8, 4, 2560, 8, 6, 1536, 3072, false, blk);
+    test_moe_down_shared(R, f8, 3, 200, 6, 3, 144, 272, false, blk);
+    for (bool glu : {true, false}) {
+        test_grouped_gemm(R, f8, glu, 150, 4, 16, glu ? 512 : 256, glu ? 256 : 512, 0, {}, blk);
+        test_grouped_gemm(R, f8, glu, 300, 2, 4, 256, 192, 0, {}, blk);
+        const std::vector<int32_t> edge{0, 1, 64, 65, 63, 128};
+        for (int64_t k : {135, 100, 208})
+            test_grouped_gemm(R, f8, glu, 107, 3, 6, k, glu ? 67 : 131, k == 100 ? 4 : 0, edge, blk);
+    }
     test_moe_combine(R, 5, 40, 3);
     gemm_lt_context *ctx = nullptr;
     if (R.run("kernel", "gemm_lt context", [&] { ck(create_gemm_lt_context(&ctx, static_cast<size_t>(32) << 20), "create"); })) {
@@ -2058,15 +2104,15 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 lp.fp8 = v.policy;
                 lp.kv_cache = v.kv;
                 if (blk_scales) {
-                    // Block scales load where every FP8 matrix's k is a multiple of 16 and no layer
-                    // is MoE (the MoE kernels take per-channel scales so far); elsewhere the load
-                    // must be refused with a message naming the option.
+                    // Block scales load where every FP8 matrix's k is a multiple of 16 (the
+                    // kernels' 16-byte vectors); elsewhere the load must be refused with a message
+                    // naming the option.
                     auto cfg = load_model_config(dir);
                     if (!cfg) throw test_failure(cfg.message());
                     const model_config &mc = *cfg;
                     bool loads = mc.n_embd % 16 == 0 && (!v.policy.attn_out || mc.q_dim() % 16 == 0);
                     for (int64_t il = 0; il < mc.n_layer; ++il)
-                        loads = loads && !mc.is_moe_layer(il) && mc.n_ff % 16 == 0;
+                        loads = loads && (mc.is_moe_layer(il) ? mc.n_ff_exp % 16 == 0 : mc.n_ff % 16 == 0);
                     if (!loads) {
                         auto refused = load_model(dir, lp);
                         R.add("model", pn + " load",

@@ -59,10 +59,11 @@ std::vector<float> to_f32(const tensor_view &tv) {
     return f;
 }
 
-// Rows of several tensors stacked in order, then quantized (per row, or per 128×128 block of the
-// stacked matrix) when fp8.
+// Rows of several tensors stacked in order, then quantized (per row, or per 128×128 block) when
+// fp8; `stack` equal matrices (the routed experts) each with its own block grid, as the backend
+// stores them (kernel_common.h: fp8_stack_scale_index).
 twin_lin make_lin(const std::vector<const tensor_view *> &parts, int64_t k, weight_format fmt,
-                  scale_layout layout = scale_layout::channel) {
+                  scale_layout layout = scale_layout::channel, int64_t stack = 1) {
     twin_lin L;
     L.k = k;
     L.fmt = fmt;
@@ -78,9 +79,13 @@ twin_lin make_lin(const std::vector<const tensor_view *> &parts, int64_t k, weig
         if (L.layout == scale_layout::block128 && k % 16 != 0)
             throw load_error("twin model: --fp8-scales block128 needs k % 16 == 0 (a linear has k = " +
                              std::to_string(k) + ")");
-        L.s.resize(static_cast<size_t>(fp8_scale_count(L.n, k, L.layout)));
-        fp8_quantize_params p{L.b.data(), L.q.data(), L.s.data(), L.n, k, L.layout};
-        fp8_quantize_ref(p);
+        const int64_t mr = L.n / stack, cnt = fp8_scale_count(mr, k, L.layout);
+        L.s.resize(static_cast<size_t>(stack * cnt));
+        for (int64_t e = 0; e < stack; ++e) {
+            fp8_quantize_params p{
+                L.b.data() + e * mr * k, L.q.data() + e * mr * k, L.s.data() + e * cnt, mr, k, L.layout};
+            fp8_quantize_ref(p);
+        }
     }
     return L;
 }
@@ -307,10 +312,6 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
                 swiglu(L.ffn_gate, L.ffn_up, L.ffn_down, c.n_ff);
                 continue;
             }
-            if (fmt == weight_format::fp8_e4m3 && sl == scale_layout::block128)
-                throw load_error(
-                    "twin model: --fp8-scales block128: layer " + std::to_string(il) +
-                    " is an MoE layer, and the MoE kernels take per-channel FP8 scales only so far");
             const auto router = to_f32(*L.ffn_gate_inp), bias = to_f32(*L.ffn_exp_probs_b);
             std::vector<int32_t> ids(static_cast<size_t>(T * K));
             std::vector<float> wts(static_cast<size_t>(T * K));
@@ -334,7 +335,8 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
                 gu_parts.push_back(L.ffn_up_exps[e]);
                 down_parts.push_back(L.ffn_down_exps[e]);
             }
-            const twin_lin egu = make_lin(gu_parts, H, fmt), edn = make_lin(down_parts, c.n_ff_exp, fmt);
+            const twin_lin egu = make_lin(gu_parts, H, fmt, sl, c.n_expert),
+                           edn = make_lin(down_parts, c.n_ff_exp, fmt, sl, c.n_expert);
             std::vector<bf16_t> act_e(static_cast<size_t>(T * K * c.n_ff_exp));
             moe_gate_up_gemv_params g;
             g.x = xn.data();
@@ -342,6 +344,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             g.w = egu.w();
             g.wfmt = fmt;
             g.w_scale = egu.scale();
+            g.w_layout = egu.layout;
             g.act = act_e.data();
             g.n_tokens = T;
             g.n_embd = H;
@@ -361,6 +364,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             d.w = edn.w();
             d.wfmt = fmt;
             d.w_scale = edn.scale();
+            d.w_layout = edn.layout;
             d.y_slots = y_e.data();
             d.n_tokens = T;
             d.n_embd = H;

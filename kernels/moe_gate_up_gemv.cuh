@@ -16,10 +16,13 @@ struct moe_gate_up_gemv_params {
     const int32_t *ids = nullptr;   // [n_tokens, n_expert_used], or null: expert 0 everywhere
     const void *w = nullptr;        // [n_expert, 2·n_ff_exp, n_embd]
     weight_format wfmt = weight_format::bf16;
-    const float *w_scale = nullptr; // [n_expert, 2·n_ff_exp], FP8 only
+    const float *w_scale = nullptr; // FP8 only: [n_expert · fp8_scale_count(2·n_ff_exp, n_embd, w_layout)]
     bf16_t *act = nullptr;          // [n_tokens·n_expert_used, n_ff_exp]
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
     norm_in norm; // fused input norm (kernel_common.h); off: x is read
+    // block128: expert e's [2·n_ff_exp, n_embd] matrix has its own grid (fp8_stack_scale_index);
+    // needs n_embd % 16 == 0 and 16-byte aligned weights (and x without the norm).
+    scale_layout w_layout = scale_layout::channel;
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared
