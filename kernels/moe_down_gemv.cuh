@@ -1,7 +1,8 @@
 // moe_down_gemv: decode-sized routed-expert down-projection and weighted combine, added into the
 // residual stream:  y[t, n] += Σ_j weights[t, j] · scale · Wd_e[n] · act[t·k_used + j],  e = ids[t, j],
 // summed in choice order j (deterministic: one warp owns each (t, n), no atomics).
-// Weights: [n_expert, n_embd, n_ff_exp], BF16 or FP8 with scales [n_expert, n_embd].
+// Weights: [n_expert, n_embd, n_ff_exp], BF16 or FP8 with scales [n_expert, n_embd] (or per
+// 128×128 block of each expert: w_layout).
 #pragma once
 
 #include "kernel_common.h"

@@ -5,7 +5,7 @@
 //   ids, weights = moe_router(xn)                                  (softmax, biased top-k, renormalized)
 //   sh_act[t, f] = bf16(silu(scale_g · Wg[f] · xn[t]) · scale_u · Wu[f] · xn[t])
 // The shared experts' weights are [2·n_ff_sh, n_embd] (gate rows, then up rows), BF16 or FP8
-// E4M3 with per-row scales; n_ff_sh = 0 means no shared experts.
+// E4M3 with per-row (or 128×128 block: sh_w_layout) scales; n_ff_sh = 0 means no shared experts.
 #pragma once
 
 #include "kernel_common.h"

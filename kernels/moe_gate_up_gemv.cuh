@@ -2,7 +2,8 @@
 // For each slot s = t·k_used + j (token t, choice j) with expert e = ids[s]:
 //   act[s, f] = bf16(silu(g) · u),  g = scale_g · Wg_e[f] · x_t,  u = scale_u · Wu_e[f] · x_t
 // Weights of all experts are one stack [n_expert, 2·n_ff_exp, n_embd] (gate rows, then up rows),
-// BF16 or FP8 E4M3 with per-row scales [n_expert, 2·n_ff_exp]. With ids null every slot uses
+// BF16 or FP8 E4M3 with per-row scales [n_expert, 2·n_ff_exp] (or per 128×128 block of each
+// expert: w_layout). With ids null every slot uses
 // expert 0 (a dense MLP: n_expert_used = 1, the weights [2·n_ff, n_embd]). With norm on, x_t is
 // the RMSNorm of the residual row norm.x[t], computed by every block (no separate rms_norm).
 #pragma once

@@ -4,7 +4,7 @@
 //   glu:   out_act[s, f] = bf16(silu(sg · Wg_e[f]·a_s) · su · Wu_e[f]·a_s)   (gate rows f, up rows n + f)
 //   plain: out_f32[s, c] = sc · W_e[c]·a_s
 // Weights: one stack [n_expert, w_rows, k] (w_rows = 2n for glu, else n), BF16 or FP8 E4M3 with
-// per-row scales [n_expert, w_rows]. Tensor cores (mma.sync BF16, fp32 accumulate); FP8 weights
+// per-row scales [n_expert, w_rows] (or per 128×128 block: w_layout). Tensor cores (mma.sync BF16, fp32 accumulate); FP8 weights
 // are staged as bytes, widened to BF16 exactly in registers and scaled in the epilogue. Row tiles
 // of moe_grouped_gemm_tile_rows slots, one expert each (moe_plan's tile_rows must match).
 #pragma once
