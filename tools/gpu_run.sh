@@ -26,7 +26,7 @@ if ! grep -q '^backends: cpu, cuda (' "$OUT/gpu.txt"; then
 fi
 rc=0
 if [[ $mode == full || $mode == selftest ]]; then
-    timeout 300 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest.md"
+    timeout 450 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest.md"
     rc=${PIPESTATUS[0]}
     echo "selftest exit code: $rc" | tee -a "$OUT/selftest.md"
     if [[ $rc -ne 0 ]] && command -v compute-sanitizer >/dev/null; then
@@ -164,7 +164,7 @@ fi
 if [[ $mode == blk ]]; then
     # The selftest's block-scale rows (kernels and end-to-end), then decode/prefill speed with
     # block scales against per-channel ones on both shapes.
-    timeout 300 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest-blk-full.md" |
+    timeout 450 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest-blk-full.md" |
         grep -E '128x128 blocks|block128|^selftest on|FAIL' | tee "$OUT/blk.md"
     rc=${PIPESTATUS[0]}
     echo "selftest exit code: $rc" | tee -a "$OUT/blk.md"
