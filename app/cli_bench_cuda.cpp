@@ -255,9 +255,11 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                 "GPU memory: %s\nCUDA graphs: %s\n",
                 bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str(), cb->graph_status().c_str());
     if (prec == weight_precision::fp8)
-        std::printf("FP8 activations of steps above 8 tokens: %s%s%s; head %s, attention output %s\n",
-                    activation_format_name(cb->activations()), cb->activation_note().empty() ? "" : " — ",
-                    cb->activation_note().c_str(), cp.fp8.head ? "E4M3" : "BF16", cp.fp8.attn_out ? "E4M3" : "BF16");
+        std::printf(
+            "FP8 activations of steps above 8 tokens: %s%s%s; head %s, attention output %s; scales per %s\n",
+            activation_format_name(cb->activations()), cb->activation_note().empty() ? "" : " — ",
+            cb->activation_note().c_str(), cp.fp8.head ? "E4M3" : "BF16", cp.fp8.attn_out ? "E4M3" : "BF16",
+            cp.fp8.scales == scale_layout::block128 ? "128x128 block" : "output channel");
     std::printf(
         "decode figures (tg, telemetry, batched) include sampling: %s; %lld tokens picked, %lld full rows "
         "fetched\n",
@@ -345,6 +347,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
               prec == weight_precision::fp8 ? activation_format_name(cb->activations()) : "bf16"},
              {"fp8_head", prec == weight_precision::fp8 && cp.fp8.head},
              {"fp8_attn_out", prec == weight_precision::fp8 && cp.fp8.attn_out},
+             {"fp8_scales", prec == weight_precision::fp8 ? scale_layout_name(cp.fp8.scales) : "none"},
              {"kv_cache", kv_cache_dtype_name(cp.kv_cache)},
              {"read_bandwidth_bytes_per_s", k_h200_read_bw},
              {"decode_bytes_per_token", bytes},

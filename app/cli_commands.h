@@ -28,6 +28,7 @@ struct common_opts {
     bool fp8_head = false;            // CUDA, fp8 weights: the head in E4M3 too
     bool bf16_attn_out = false;       // CUDA, fp8 weights: o_proj kept BF16
     std::string kv_cache = "bf16";    // CUDA: KV cache elements, bf16 | fp8 (E4M3)
+    std::string fp8_scales = "channel"; // CUDA, fp8 weights: channel | block128 (one scale per 128×128)
 };
 
 // --fp8-head / --bf16-attn-out as the engine's per-layer precision policy.
@@ -35,6 +36,7 @@ inline fp8_policy to_fp8_policy(const common_opts &o) {
     fp8_policy p;
     p.head = o.fp8_head;
     p.attn_out = !o.bf16_attn_out;
+    p.scales = o.fp8_scales == "block128" ? scale_layout::block128 : scale_layout::channel;
     return p;
 }
 

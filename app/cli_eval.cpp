@@ -45,15 +45,19 @@ result<side> load_side(const std::string &dir, const std::string &precision, con
         lp.fp8 = to_fp8_policy(o);
         lp.emulate_precision_on_cpu = true;
         if (test_side) lp.kv_cache = to_kv_cache_dtype(o.kv_cache);
+        if (!test_side) lp.fp8.scales = scale_layout::channel; // as the KV cache: the tested side's alone
         if (!lp.fp8.is_default() && lp.kind == backend_kind::cpu)
-            return error{"--fp8-head / --bf16-attn-out: the CPU's emulation rounds the default policy's linears only; "
-                         "use --backend cuda"};
+            return error{"--fp8-head / --bf16-attn-out / --fp8-scales block128: the CPU's emulation rounds "
+                         "the default policy's linears only; use --backend cuda"};
     }
     auto m = load_model(dir, lp);
     if (!m) return m.err();
     if (s.label.empty())
-        s.label = precision + (lp.kv_cache == kv_cache_dtype::fp8 ? ", fp8 KV" : "") + " (" +
-                  (*m)->be->name() + ")";
+        s.label = precision +
+                  (lp.precision == weight_precision::fp8 && lp.fp8.scales == scale_layout::block128
+                       ? ", block128 scales"
+                       : "") +
+                  (lp.kv_cache == kv_cache_dtype::fp8 ? ", fp8 KV" : "") + " (" + (*m)->be->name() + ")";
     s.m = std::move(*m);
     return s;
 }
@@ -71,9 +75,11 @@ void log_softmax(const float *x, int64_t n, std::vector<double> &out) {
 } // namespace
 
 int cmd_eval(const eval_opts &e, const common_opts &o) {
-    if (e.precision == e.baseline && o.kv_cache != "fp8")
+    if (e.precision == e.baseline && o.kv_cache != "fp8" &&
+        !(e.precision == "fp8" && o.fp8_scales == "block128"))
         return fail("eval: --precision and --baseline are the same (" + e.precision +
-                    "); with --kv-cache fp8 that measures the FP8 KV cache alone");
+                    "); with --kv-cache fp8 that measures the FP8 KV cache alone, with fp8 and --fp8-scales "
+                    "block128 the block scales against per-channel ones");
     const bool from_text = !e.text_file.empty();
     auto base = load_side(e.model_dir, e.baseline, o, from_text, false);
     if (!base) return fail(base.message());

@@ -43,6 +43,13 @@ int main(int argc, char **argv) {
         "CUDA, --precision fp8: activations of steps of more than 8 tokens, quantized per "
         "token to e4m3 | e5m2 for FP8 GEMMs, or bf16 (weights dequantized); decode-sized "
         "steps always use bf16";
+    auto add_fp8_scales = [&](CLI::App *sub) {
+        sub->add_option("--fp8-scales", common.fp8_scales,
+                        "CUDA, --precision fp8: the weights' fp32 scales, channel (one per output channel) | "
+                        "block128 (one per 128x128 block; prefill-sized steps then dequantize to BF16)")
+            ->check(CLI::IsMember({"channel", "block128"}))
+            ->default_val("channel");
+    };
     auto add_activations = [&](CLI::App *sub) {
         sub->add_option("--activations", common.activations, activations_help)
             ->check(CLI::IsMember({"e4m3", "e5m2", "bf16"}))
@@ -51,6 +58,7 @@ int main(int argc, char **argv) {
         sub->add_flag("--fp8-head", common.fp8_head, "CUDA, --precision fp8: the LM head in E4M3 too (default BF16)");
         sub->add_flag("--bf16-attn-out", common.bf16_attn_out,
                       "CUDA, --precision fp8: keep the attention output projections BF16 (default E4M3)");
+        add_fp8_scales(sub);
     };
 
     std::string model_dir;
@@ -126,6 +134,7 @@ int main(int argc, char **argv) {
     sbench->add_option("--url", sb.url, "http://HOST:PORT of a running `serve`: streaming HTTP clients instead of the in-process engine");
     sbench->add_option("--api-key", sb.api_key, "with --url: Bearer key (default: env EXPERTSCOPE_API_KEY)")->envname("EXPERTSCOPE_API_KEY");
     add_common(sbench);
+    add_fp8_scales(sbench);
 
     serve_opts sv;
     auto *serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
@@ -152,6 +161,7 @@ int main(int argc, char **argv) {
     serve->add_option("--max-prompt-tokens", sv.max_prompt_tokens, "longer prompts get 400 (default: the context)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
     serve->add_option("--max-num-seqs", sv.max_num_seqs, "sequences batched per engine step (default 16)")->check(CLI::Range(1, 4096));
     add_common(serve);
+    add_fp8_scales(serve);
 
     routing_opts ro;
     auto *routing = app.add_subcommand("routing", "Per-layer Jensen-Shannon divergence between the expert shares of "

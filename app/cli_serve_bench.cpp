@@ -36,6 +36,7 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
                                               : backend_kind::cpu;
     ep.load.precision = common.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
     ep.load.kv_cache = to_kv_cache_dtype(common.kv_cache);
+    ep.load.fp8 = to_fp8_policy(common);
     ep.load.n_threads = common.threads;
     ep.load.need_tokenizer = false;
     ep.max_num_seqs = *std::max_element(o.concurrency.begin(), o.concurrency.end());

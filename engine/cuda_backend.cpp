@@ -242,15 +242,24 @@ private:
     size_t m_bytes = 0;
 };
 
-// A linear layer's weights in the weights arena: [n, k] in fmt, plus [n] fp32 scales for FP8.
-// Stacks of experts are one dlin with n = n_expert · rows per expert.
+// A linear layer's weights in the weights arena: [n, k] in fmt, plus fp32 scales for FP8 in
+// `layout`. Stacks of experts are one dlin with n = n_expert · rows per expert; with block scales
+// each expert's [grid_rows, k] matrix has its own grid of fp8_scale_count(grid_rows, k) scales,
+// expert e's at scale + e · fp8_scale_count(grid_rows, k, block128) (grid_rows = n: one matrix).
 struct dlin {
     size_t w_off = 0, s_off = 0;
     int64_t n = 0, k = 0;
     weight_format fmt = weight_format::bf16;
+    scale_layout layout = scale_layout::channel; // FP8 only
+    int64_t grid_rows = 0;                       // rows of one scale grid (a stack's expert; else n)
     const void *w = nullptr;
     const float *scale = nullptr;
-    size_t bytes() const { return size_t(n * k) * weight_format_bytes(fmt) + (fmt == weight_format::fp8_e4m3 ? size_t(n) * 4 : 0); }
+    int64_t grid_scales() const { return fp8_scale_count(grid_rows, k, layout); }
+    int64_t scale_count() const { return grid_rows > 0 ? n / grid_rows * grid_scales() : 0; }
+    size_t bytes() const {
+        return size_t(n * k) * weight_format_bytes(fmt) +
+               (fmt == weight_format::fp8_e4m3 ? size_t(scale_count()) * 4 : 0);
+    }
 };
 
 struct dlayer {
@@ -381,6 +390,12 @@ public:
                          std::to_string(dev.cc_minor) + ": BF16 activations, weights dequantized";
             m_act = activation_format::bf16;
         }
+        // Block scales: cuBLASLt's FP8 GEMM scales weights per row (outer vector) only.
+        if (m_act != activation_format::bf16 && p.fp8.scales == scale_layout::block128) {
+            m_act_note = "128x128 block scales (cuBLASLt's FP8 GEMM takes per-row weight scales only): BF16 "
+                         "activations, weights dequantized";
+            m_act = activation_format::bf16;
+        }
         // Programmatic dependent launch from Hopper on (kernel_common.h); ES_CUDA_PDL=0 keeps it
         // off, for measuring what it buys.
         const char *pdl = std::getenv("ES_CUDA_PDL");
@@ -433,8 +448,9 @@ public:
     std::string name() const override {
         return "cuda:" + std::to_string(m_params.device) + " " + m_dev.name +
                (m_params.precision == weight_precision::fp8
-                    ? std::string(" (fp8, ") + activation_format_name(m_act) + " activations" +
-                          kv_name_suffix() + ")"
+                    ? std::string(" (fp8, ") +
+                          (m_params.fp8.scales == scale_layout::block128 ? "block128 scales, " : "") +
+                          activation_format_name(m_act) + " activations" + kv_name_suffix() + ")"
                     : std::string(" (bf16") + kv_name_suffix() + ")");
     }
     const model_config &config() const override { return m_cfg; }
@@ -630,20 +646,35 @@ public:
             return off;
         };
         bool fp8_shapes_ok = true; // every FP8 linear fits cuBLASLt's FP8 rules (gemm_lt_fp8_dims_ok)
-        auto plan_lin = [&](dlin &L, int64_t n, int64_t k, weight_format f) {
+        const bool blk = fp8 && m_params.fp8.scales == scale_layout::block128;
+        int64_t max_grid = 0; // block scales: the largest matrix quantized in one piece
+        // `stack`: the number of matrices (experts) of grid_rows = n / stack rows each.
+        auto plan_lin = [&](dlin &L, int64_t n, int64_t k, weight_format f, const std::string &what,
+                            int64_t stack = 1) {
             L.n = n;
             L.k = k;
             L.fmt = f;
+            L.grid_rows = n / stack;
+            L.layout = f == weight_format::fp8_e4m3 && blk ? scale_layout::block128 : scale_layout::channel;
             if (f == weight_format::fp8_e4m3 && !gemm_lt_fp8_dims_ok(n, k)) fp8_shapes_ok = false;
+            if (L.layout == scale_layout::block128) {
+                if (k % 16 != 0)
+                    throw load_error(
+                        "--fp8-scales block128: " + what + " has " + std::to_string(k) +
+                        " input columns, not a multiple of 16 (the kernels' 16-byte FP8 vectors)");
+                max_grid = std::max(max_grid, L.grid_rows * k);
+            }
             L.w_off = take(size_t(n * k) * weight_format_bytes(f));
-            if (f == weight_format::fp8_e4m3) L.s_off = take(size_t(n) * 4);
+            if (f == weight_format::fp8_e4m3) L.s_off = take(size_t(L.scale_count()) * 4);
         };
         m_tok_embd_off = take(size_t(c.n_vocab * H) * 2);
         m_output_norm_off = take(size_t(H) * 2);
         if (!c.tie_word_embeddings) m_head_off = take(size_t(c.n_vocab * H) * 2);
         // fp8_policy::head: an E4M3 copy of the head, quantized from the BF16 table on the GPU.
         m_head_fp8 = dlin{};
-        if (fp8 && m_params.fp8.head) plan_lin(m_head_fp8, c.n_vocab, H, weight_format::fp8_e4m3);
+        if (fp8 && m_params.fp8.head)
+            plan_lin(m_head_fp8, c.n_vocab, H, weight_format::fp8_e4m3, "the LM head");
+        max_grid = 0; // the head is quantized from the BF16 table in place, not staged
         m_layers.assign(size_t(c.n_layer), dlayer{});
         int64_t max_piece = 0, max_dense_lin = 0;
         for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -651,26 +682,29 @@ public:
             L.is_moe = c.is_moe_layer(il);
             L.attn_norm_off = take(size_t(H) * 2);
             L.ffn_norm_off = take(size_t(H) * 2);
-            plan_lin(L.wqkv, qd + 2 * kvd, H, lin_fmt);
-            plan_lin(L.wo, H, qd, fp8 && m_params.fp8.attn_out ? lin_fmt : weight_format::bf16);
+            const std::string lp = "layer " + std::to_string(il) + "'s ";
+            plan_lin(L.wqkv, qd + 2 * kvd, H, lin_fmt, lp + "q/k/v projection");
+            plan_lin(L.wo, H, qd, fp8 && m_params.fp8.attn_out ? lin_fmt : weight_format::bf16,
+                     lp + "o_proj");
             max_piece = std::max({max_piece, qd * H, H * qd});
             max_dense_lin = std::max({max_dense_lin, (qd + 2 * kvd) * H, H * qd});
             if (!L.is_moe) {
-                plan_lin(L.gate_up, 2 * c.n_ff, H, lin_fmt);
-                plan_lin(L.down, H, c.n_ff, lin_fmt);
+                plan_lin(L.gate_up, 2 * c.n_ff, H, lin_fmt, lp + "gate/up projection");
+                plan_lin(L.down, H, c.n_ff, lin_fmt, lp + "down_proj");
                 max_piece = std::max(max_piece, c.n_ff * H);
                 max_dense_lin = std::max(max_dense_lin, 2 * c.n_ff * H);
                 continue;
             }
             L.router_off = take(size_t(c.n_expert * H) * 4);
             L.bias_off = take(size_t(c.n_expert) * 4);
-            plan_lin(L.exp_gate_up, c.n_expert * 2 * c.n_ff_exp, H, lin_fmt);
-            plan_lin(L.exp_down, c.n_expert * H, c.n_ff_exp, lin_fmt);
+            plan_lin(L.exp_gate_up, c.n_expert * 2 * c.n_ff_exp, H, lin_fmt, lp + "experts' gate/up",
+                     c.n_expert);
+            plan_lin(L.exp_down, c.n_expert * H, c.n_ff_exp, lin_fmt, lp + "experts' down_proj", c.n_expert);
             max_piece = std::max(max_piece, c.n_ff_exp * H);
             if (c.n_expert_shared > 0) {
                 const int64_t F = c.n_ff_exp * c.n_expert_shared;
-                plan_lin(L.sh_gate_up, 2 * F, H, lin_fmt);
-                plan_lin(L.sh_down, H, F, lin_fmt);
+                plan_lin(L.sh_gate_up, 2 * F, H, lin_fmt, lp + "shared experts' gate/up");
+                plan_lin(L.sh_down, H, F, lin_fmt, lp + "shared experts' down_proj");
                 max_piece = std::max(max_piece, F * H);
                 max_dense_lin = std::max(max_dense_lin, 2 * F * H);
             }
@@ -682,9 +716,12 @@ public:
         m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
         m_max_dense_lin = max_dense_lin;
         if (fp8) {
-            m_staging.alloc(size_t(max_piece) * 2, "the FP8 quantization staging buffer");
-            // The dequantize path's buffer: with BF16 activations, or for linears the FP8 GEMM
-            // cannot take (else allocated on a refusal, ensure_dequantize_buffer).
+            // Block scales quantize a whole matrix (its pieces staged together: a 128-row block
+            // may span q/k/v or gate/up); per-channel scales one piece at a time.
+            m_staging.alloc(size_t(blk ? std::max(max_piece, max_grid) : max_piece) * 2,
+                            "the FP8 quantization staging buffer");
+            // The dequantize path's buffer: with BF16 activations (always with block scales), or
+            // for linears the FP8 GEMM cannot take (else allocated on a refusal, ensure_dequantize_buffer).
             if (m_act == activation_format::bf16 || !fp8_shapes_ok) ensure_dequantize_buffer();
         }
         resolve_pointers();
@@ -703,6 +740,20 @@ public:
         auto piece = [&](dlin &L, int64_t row0, const std::string &name, int64_t rows) {
             if (L.fmt == weight_format::bf16) {
                 src.fill_bf16(name, rows, L.k, m_weights.at<bf16_t>(L.w_off) + row0 * L.k, m_stream);
+            } else if (L.layout == scale_layout::block128) {
+                // Staged at its row in the matrix's grid; quantized when the grid is complete.
+                src.fill_bf16(name, rows, L.k, m_staging.at<bf16_t>() + (row0 % L.grid_rows) * L.k, m_stream);
+                if ((row0 % L.grid_rows) + rows == L.grid_rows) {
+                    const int64_t g = row0 / L.grid_rows;
+                    fp8_quantize_params q;
+                    q.w = m_staging.at<bf16_t>();
+                    q.q = m_weights.at<fp8_t>(L.w_off) + g * L.grid_rows * L.k;
+                    q.scale = m_weights.at<float>(L.s_off) + g * L.grid_scales();
+                    q.n = L.grid_rows;
+                    q.k = L.k;
+                    q.layout = scale_layout::block128;
+                    op("fp8_quantize", [&] { return launch_fp8_quantize(q, m_stream); });
+                }
             } else {
                 src.fill_bf16(name, rows, L.k, m_staging.at<bf16_t>(), m_stream);
                 fp8_quantize_params q;
@@ -729,6 +780,7 @@ public:
             q.scale = m_weights.at<float>(m_head_fp8.s_off);
             q.n = c.n_vocab;
             q.k = H;
+            q.layout = m_head_fp8.layout;
             op("fp8_quantize", [&] { return launch_fp8_quantize(q, m_stream); });
         }
         if (auto *rs = dynamic_cast<random_source *>(&src)) rs->n_embd = H;
@@ -796,6 +848,7 @@ private:
         m_head.n = m_cfg.n_vocab;
         m_head.k = m_cfg.n_embd;
         m_head.fmt = weight_format::bf16; // BF16 at either precision unless fp8_policy::head
+        m_head.grid_rows = m_cfg.n_vocab;
         m_head.w = m_weights.at(m_cfg.tie_word_embeddings ? m_tok_embd_off : m_head_off);
         if (m_head_fp8.n) {
             m_head = m_head_fp8;
@@ -1073,8 +1126,9 @@ private:
                 bool y_ready = false) {
         if (M <= 0) return;
         if (M > k_gemv_max_tokens) {
+            // (m_act is bf16 with block scales: cuBLASLt's FP8 GEMM scales weights per row only.)
             if (L.fmt == weight_format::fp8_e4m3 && m_act != activation_format::bf16 &&
-                linear_fp8(role, L, x, ldx, y, ldy, M, acc))
+                L.layout == scale_layout::channel && linear_fp8(role, L, x, ldx, y, ldy, M, acc))
                 return;
             gemm_lt_params g;
             g.ctx = m_lt;
@@ -1097,6 +1151,7 @@ private:
                     d.out = m_deq.at<bf16_t>();
                     d.n = L.n;
                     d.k = L.k;
+                    d.layout = L.layout;
                     op(std::string(role) + " fp8_dequantize", [&] { return launch_fp8_dequantize(d, m_stream); });
                 }
                 op(std::string(role) + " gemm_lt", [&] { return launch_gemm_lt(g, m_stream); });
@@ -1109,6 +1164,7 @@ private:
         p.w = L.w;
         p.wfmt = L.fmt;
         p.w_scale = L.scale;
+        p.w_layout = L.layout;
         p.y = y;
         p.ldy = ldy;
         p.n_tokens = M;
@@ -1181,6 +1237,7 @@ private:
                 fq.w = L.wqkv.w;
                 fq.wfmt = L.wqkv.fmt;
                 fq.w_scale = L.wqkv.scale;
+                fq.w_layout = L.wqkv.layout;
                 fq.n_tokens = T;
                 fq.n = L.wqkv.n;
                 fq.k = L.wqkv.k;
@@ -1260,6 +1317,7 @@ private:
             fr.sh_w = L.sh_gate_up.w;
             fr.sh_wfmt = L.sh_gate_up.fmt;
             fr.sh_w_scale = L.sh_gate_up.scale;
+            fr.sh_w_layout = L.sh_gate_up.layout;
             fr.sh_act = act;
             fr.n_ff_sh = F_sh;
             fr.n_tokens = T;
@@ -1267,7 +1325,8 @@ private:
             // The shared experts' down projection as one more slot of the routed down launch
             // (per-slot mode), added first by moe_combine.
             const bool front = m_fuse && T <= k_fuse_max_tokens && moe_front_supported(fr);
-            const bool shared_slot = front && F_sh > 0 && m_moe_down_rows && L.sh_down.fmt == L.exp_down.fmt;
+            const bool shared_slot = front && F_sh > 0 && m_moe_down_rows &&
+                                     L.sh_down.fmt == L.exp_down.fmt && L.sh_down.layout == L.exp_down.layout;
             if (front) {
                 op("moe_front", [&] { return launch_moe_front(fr, m_stream); });
                 if (F_sh > 0 && !shared_slot)
@@ -1298,6 +1357,7 @@ private:
                 g.w = L.exp_gate_up.w;
                 g.wfmt = L.exp_gate_up.fmt;
                 g.w_scale = L.exp_gate_up.scale;
+                g.w_layout = L.exp_gate_up.layout;
                 g.act = act_e;
                 g.n_tokens = T;
                 g.n_embd = H;
@@ -1312,6 +1372,7 @@ private:
                 d.w = L.exp_down.w;
                 d.wfmt = L.exp_down.fmt;
                 d.w_scale = L.exp_down.scale;
+                d.w_layout = L.exp_down.layout; // the shared slot's too (shared_slot: the same layout)
                 d.y = x;
                 d.n_tokens = T;
                 d.n_embd = H;
@@ -1367,6 +1428,7 @@ private:
                 g.w = L.exp_gate_up.w;
                 g.wfmt = L.exp_gate_up.fmt;
                 g.w_scale = L.exp_gate_up.scale;
+                g.w_layout = L.exp_gate_up.layout;
                 g.k = H;
                 g.n = c.n_ff_exp;
                 g.glu = true;
@@ -1380,6 +1442,7 @@ private:
                 g.w = L.exp_down.w;
                 g.wfmt = L.exp_down.fmt;
                 g.w_scale = L.exp_down.scale;
+                g.w_layout = L.exp_down.layout;
                 g.k = c.n_ff_exp;
                 g.n = H;
                 g.glu = false;
@@ -1445,6 +1508,7 @@ private:
             g.w = gate_up.w;
             g.wfmt = gate_up.fmt;
             g.w_scale = gate_up.scale;
+            g.w_layout = gate_up.layout;
             g.act = act;
             g.n_tokens = T;
             g.n_embd = H;

@@ -835,17 +835,26 @@ struct expert_weights {
     std::vector<fp8_t> q;
     std::vector<float> s;
 };
-expert_weights make_expert_weights(weight_format f, int64_t rows, int64_t k) {
+// FP8: `stack` matrices of rows / stack rows, each quantized with its own scale grid in layout L
+// (kernel_common.h: fp8_stack_scale_index), as the backend stores the routed experts.
+expert_weights make_expert_weights(weight_format f, int64_t rows, int64_t k,
+                                   scale_layout L = scale_layout::channel, int64_t stack = 1) {
     expert_weights w;
     w.b = rand_bf16(static_cast<size_t>(rows * k), -0.08f, 0.08f);
     if (f == weight_format::fp8_e4m3) {
+        const int64_t mr = rows / stack, cnt = fp8_scale_count(mr, k, L);
         w.q.resize(w.b.size());
-        w.s.resize(static_cast<size_t>(rows));
-        fp8_quantize_params p{w.b.data(), w.q.data(), w.s.data(), rows, k};
-        fp8_quantize_ref(p);
+        w.s.resize(static_cast<size_t>(stack * cnt));
+        for (int64_t e = 0; e < stack; ++e) {
+            fp8_quantize_params p{
+                w.b.data() + e * mr * k, w.q.data() + e * mr * k, w.s.data() + e * cnt, mr, k, L};
+            fp8_quantize_ref(p);
+        }
     }
     return w;
 }
+
+std::string blk_suffix(scale_layout L) { return L == scale_layout::block128 ? " 128x128 blocks" : ""; }
 
 std::vector<int32_t> random_topk_ids(int64_t T, int64_t E, int64_t K) {
     std::vector<int32_t> ids;
@@ -869,17 +878,19 @@ double bit_diffs(const std::vector<T> &a, const std::vector<T> &b) {
 
 // rpw: moe_gate_up_gemv's rows_per_warp (above 1 only the gate/up rows, which also compare the
 // output with rows_per_warp 1's bit for bit; the down projection's gather mode has no such field).
-void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe, int rpw = 1) {
+void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
+                   scale_layout L = scale_layout::channel, int rpw = 1) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string fmt = std::string(fp8 ? "fp8" : "bf16") + (rpw > 1 ? " rows/warp " + std::to_string(rpw) : "");
+    const std::string fmt =
+        (fp8 ? "fp8" : "bf16") + blk_suffix(L) + (rpw > 1 ? " rows/warp " + std::to_string(rpw) : "");
     const std::string n1 = shape_name("moe_gate_up_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     const std::string n2 = shape_name("moe_down_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     R.run("kernel", n1, [&] {
         auto x = rand_bf16(static_cast<size_t>(T * H));
         auto ids = random_topk_ids(T, E, K);
         auto wts = rand_f(static_cast<size_t>(T * K), 0.0f, 0.5f);
-        auto gu = make_expert_weights(f, E * 2 * Fe, H);
-        auto dn = make_expert_weights(f, E * H, Fe);
+        auto gu = make_expert_weights(f, E * 2 * Fe, H, L, E);
+        auto dn = make_expert_weights(f, E * H, Fe, L, E);
         dvec<bf16_t> dx(x), dgub(gu.b), ddnb(dn.b), dact(static_cast<size_t>(T * K * Fe));
         dvec<fp8_t> dguq(gu.q), ddnq(dn.q);
         dvec<float> dgus(gu.s), ddns(dn.s), dwts(wts);
@@ -890,6 +901,7 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         g.w = fp8 ? static_cast<const void *>(dguq.get()) : dgub.get();
         g.wfmt = f;
         g.w_scale = fp8 ? dgus.get() : nullptr;
+        g.w_layout = L;
         g.act = dact.get();
         g.n_tokens = T;
         g.n_embd = H;
@@ -931,6 +943,7 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         d.w = fp8 ? static_cast<const void *>(ddnq.get()) : ddnb.get();
         d.wfmt = f;
         d.w_scale = fp8 ? ddns.get() : nullptr;
+        d.w_layout = L;
         d.y = dy.get();
         d.n_tokens = T;
         d.n_embd = H;
@@ -1030,16 +1043,18 @@ void test_moe_router_norm(runner &R, int64_t T, int64_t H, int64_t E, int64_t K,
 
 // moe_gate_up_gemv with the fused norm: a dense MLP (routed = false: ids null, one "expert") or
 // routed experts.
-void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t F, bool routed) {
+void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t F, bool routed,
+                       scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const int64_t E = routed ? 5 : 1, K = routed ? 3 : 1;
-    const std::string name = shape_name("moe_gate_up_gemv norm_in", {{"T", T}, {"H", H}, {"F", F}, {"k", K}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (routed ? " routed" : " dense"));
+    const std::string name =
+        shape_name("moe_gate_up_gemv norm_in", {{"T", T}, {"H", H}, {"F", F}, {"k", K}},
+                   std::string(fp8 ? "fp8" : "bf16") + (routed ? " routed" : " dense") + blk_suffix(L));
     R.run("kernel", name, [&] {
         auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
         auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
         auto ids = random_topk_ids(T, E, K);
-        auto gu = make_expert_weights(f, E * 2 * F, H);
+        auto gu = make_expert_weights(f, E * 2 * F, H, L, E);
         dvec<float> dx(x), dgus(gu.s);
         dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * K * F));
         dvec<fp8_t> dguq(gu.q);
@@ -1049,6 +1064,7 @@ void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t
         g.w = fp8 ? static_cast<const void *>(dguq.get()) : dgub.get();
         g.wfmt = f;
         g.w_scale = fp8 ? dgus.get() : nullptr;
+        g.w_layout = L;
         g.act = dact.get();
         g.n_tokens = T;
         g.n_embd = H;
@@ -1077,16 +1093,18 @@ void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t
     });
 }
 
-void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fs, bool all_tied) {
+void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fs,
+                    bool all_tied, scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name = shape_name("moe_front", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"Fsh", Fs}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (all_tied ? " all tied" : ""));
+    const std::string name =
+        shape_name("moe_front", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"Fsh", Fs}},
+                   std::string(fp8 ? "fp8" : "bf16") + (all_tied ? " all tied" : "") + blk_suffix(L));
     R.run("kernel", name, [&] {
         auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
         auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
         auto w = all_tied ? std::vector<float>(static_cast<size_t>(E * H), 0.0f) : rand_f(static_cast<size_t>(E * H), -0.1f, 0.1f);
         auto bias = all_tied ? std::vector<float>(static_cast<size_t>(E), 0.25f) : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
-        auto gu = make_expert_weights(f, 2 * Fs, H);
+        auto gu = make_expert_weights(f, 2 * Fs, H, L);
         dvec<float> dx(x), dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E)), dgus(gu.s);
         dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * Fs));
         dvec<fp8_t> dguq(gu.q);
@@ -1107,6 +1125,7 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
         p.sh_w = Fs ? (fp8 ? static_cast<const void *>(dguq.get()) : dgub.get()) : nullptr;
         p.sh_wfmt = f;
         p.sh_w_scale = fp8 && Fs ? dgus.get() : nullptr;
+        p.sh_w_layout = L;
         p.sh_act = Fs ? dact.get() : nullptr;
         p.n_ff_sh = Fs;
         p.n_tokens = T;
@@ -1142,6 +1161,7 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
             g.w = fp8 ? static_cast<const void *>(gu.q.data()) : gu.b.data();
             g.wfmt = f;
             g.w_scale = fp8 ? gu.s.data() : nullptr;
+            g.w_layout = L;
             g.act = act.data();
             g.n_tokens = T;
             g.n_embd = H;
@@ -1158,17 +1178,18 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
 // ready: the shared slot before pdl_wait (sh_ready) and moe_combine's x_ready, as decode runs them
 // (here the inputs were uploaded before the launch, which is what those flags promise).
 // rpw: rows_per_warp (above 1 the slots are also compared with rows_per_warp 1's bit for bit).
-void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe, int64_t Fs,
-                          bool ready, int rpw = 1) {
+void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
+                          int64_t Fs, bool ready, scale_layout L = scale_layout::channel, int rpw = 1) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name = shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : "") +
-                                            (rpw > 1 ? " rows/warp " + std::to_string(rpw) : ""));
+    const std::string name =
+        shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
+                   std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : "") + blk_suffix(L) +
+                       (rpw > 1 ? " rows/warp " + std::to_string(rpw) : ""));
     R.run("kernel", name, [&] {
         auto act = rand_bf16(static_cast<size_t>(T * K * Fe)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
         auto ids = random_topk_ids(T, E, K);
         auto wts = rand_f(static_cast<size_t>(T * K), 0.0f, 0.5f);
-        auto dn = make_expert_weights(f, E * H, Fe), sh = make_expert_weights(f, H, Fs);
+        auto dn = make_expert_weights(f, E * H, Fe, L, E), sh = make_expert_weights(f, H, Fs, L);
         auto x0 = rand_f(static_cast<size_t>(T * H));
         dvec<bf16_t> dact(act), dsha(sh_act), ddnb(dn.b), dshb(sh.b);
         dvec<fp8_t> ddnq(dn.q), dshq(sh.q);
@@ -1181,6 +1202,7 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
         d.w = fp8 ? static_cast<const void *>(ddnq.get()) : ddnb.get();
         d.wfmt = f;
         d.w_scale = fp8 ? ddns.get() : nullptr;
+        d.w_layout = L;
         d.y_slots = dys.get();
         d.n_tokens = T;
         d.n_embd = H;
@@ -1280,12 +1302,14 @@ void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
 // the tile edges (0, 1, 63, 64, 65, 128 rows); otherwise random top-k with the last expert empty.
 // lda_pad: activation rows longer than k (a k that is not a multiple of 8 with 16-byte aligned rows).
 void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k,
-                       int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {}) {
+                       int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {},
+                       scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name = shape_name("moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
-                                            (counts.empty() ? "" : " edge groups") +
-                                            (lda_pad ? " lda=" + std::to_string(k + lda_pad) : ""));
+    const std::string name =
+        shape_name("moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
+                   std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
+                       (counts.empty() ? "" : " edge groups") +
+                       (lda_pad ? " lda=" + std::to_string(k + lda_pad) : "") + blk_suffix(L));
     R.run("kernel", name, [&] {
         const int64_t S = T * K, rows_a = glu ? T : S, w_rows = glu ? 2 * n : n, lda = k + lda_pad;
         std::vector<int32_t> ids;
@@ -1312,7 +1336,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         pl.sorted_slots = sorted.data();
         moe_plan_ref(pl);
         auto a = rand_bf16(static_cast<size_t>(rows_a * lda));
-        auto w = make_expert_weights(f, E * w_rows, k);
+        auto w = make_expert_weights(f, E * w_rows, k, L, E);
         dvec<bf16_t> da(a), dwb(w.b), dact(static_cast<size_t>(S * n));
         dvec<fp8_t> dwq(w.q);
         dvec<float> dws(w.s), dy(static_cast<size_t>(S * n));
@@ -1329,6 +1353,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
         p.wfmt = f;
         p.w_scale = fp8 ? dws.get() : nullptr;
+        p.w_layout = L;
         p.k = k;
         p.n = n;
         p.glu = glu;
@@ -1782,9 +1807,9 @@ void run_kernel_tests(runner &R, int cc_major) {
         // unequal vector counts), 21 rows (warps past the end, a warp half inside), 24 rows,
         // 40-wide rows (the scalar path).
         for (int rpw : {2, 4}) {
-            test_moe_gemv(R, f, 1, 2560, 8, 6, 1536, rpw);
-            test_moe_gemv(R, f, 2, 640, 7, 4, 21, rpw);
-            test_moe_gemv(R, f, 3, 40, 6, 3, 24, rpw);
+            test_moe_gemv(R, f, 1, 2560, 8, 6, 1536, scale_layout::channel, rpw);
+            test_moe_gemv(R, f, 2, 640, 7, 4, 21, scale_layout::channel, rpw);
+            test_moe_gemv(R, f, 3, 40, 6, 3, 24, scale_layout::channel, rpw);
         }
     }
     // The fused decode kernels: the 21B-A3B's widths (hidden 2560, 64 experts, top-6, expert FFN
@@ -1820,11 +1845,11 @@ void run_kernel_tests(runner &R, int cc_major) {
         // partly past the end, routed and shared), odd widths (scalar paths), the shared slot before
         // and after the wait.
         for (int rpw : {2, 4}) {
-            test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true, rpw);
-            test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, false, rpw);
-            test_moe_down_shared(R, f, 2, 101, 7, 4, 640, 96, false, rpw);
-            test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40, true, rpw);
-            test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, false, rpw);
+            test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true, scale_layout::channel, rpw);
+            test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, false, scale_layout::channel, rpw);
+            test_moe_down_shared(R, f, 2, 101, 7, 4, 640, 96, false, scale_layout::channel, rpw);
+            test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40, true, scale_layout::channel, rpw);
+            test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, false, scale_layout::channel, rpw);
         }
     }
     test_moe_plan(R, 24, 6, 3);
@@ -1843,6 +1868,28 @@ void run_kernel_tests(runner &R, int cc_major) {
             for (int64_t k : {135, 100, 208})
                 test_grouped_gemm(R, f, glu, 107, 3, 6, k, glu ? 67 : 131, k == 100 ? 4 : 0, edge);
         }
+    // The MoE kernels with 128×128 block scales (each expert its own grid): the channel rows' real
+    // widths, and partial blocks in both dimensions (rows and k not multiples of 128).
+    test_moe_gemv(R, f8, 1, 2560, 8, 6, 1536, blk);
+    test_moe_gemv(R, f8, 3, 272, 6, 3, 144, blk);
+    test_moe_gemv(R, f8, 2, 48, 12, 10, 16, blk); // ten choices: the gather kernel's one-at-a-time loop
+    test_gate_up_norm(R, f8, 1, 2560, 12288, false, blk);
+    test_gate_up_norm(R, f8, 2, 1024, 3072, false, blk);
+    test_gate_up_norm(R, f8, 3, 272, 200, true, blk);
+    test_gate_up_norm(R, f8, 1, 2560, 1536, true, blk);
+    test_moe_front(R, f8, 1, 2560, 64, 6, 3072, false, blk);
+    test_moe_front(R, f8, 4, 2560, 64, 6, 3072, false, blk);
+    test_moe_front(R, f8, 3, 272, 7, 3, 200, false, blk);
+    test_moe_down_shared(R, f8, 1, 2560, 8, 6, 1536, 3072, true, blk);
+    test_moe_down_shared(R, f8, 4, 2560, 8, 6, 1536, 3072, false, blk);
+    test_moe_down_shared(R, f8, 3, 200, 6, 3, 144, 272, false, blk);
+    for (bool glu : {true, false}) {
+        test_grouped_gemm(R, f8, glu, 150, 4, 16, glu ? 512 : 256, glu ? 256 : 512, 0, {}, blk);
+        test_grouped_gemm(R, f8, glu, 300, 2, 4, 256, 192, 0, {}, blk);
+        const std::vector<int32_t> edge{0, 1, 64, 65, 63, 128};
+        for (int64_t k : {135, 100, 208})
+            test_grouped_gemm(R, f8, glu, 107, 3, 6, k, glu ? 67 : 131, k == 100 ? 4 : 0, edge, blk);
+    }
     test_moe_combine(R, 5, 40, 3);
     gemm_lt_context *ctx = nullptr;
     if (R.run("kernel", "gemm_lt context", [&] { ck(create_gemm_lt_context(&ctx, static_cast<size_t>(32) << 20), "create"); })) {
@@ -2048,20 +2095,29 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
         fp8_policy flipped; // the other side of both choices of the per-layer policy
         flipped.head = true;
         flipped.attn_out = false;
+        fp8_policy blk, blk_flipped; // 128×128 block scales (--fp8-scales block128)
+        blk.scales = blk_flipped.scales = scale_layout::block128;
+        blk_flipped.head = true;
+        blk_flipped.attn_out = false;
         for (const variant v :
              {variant{weight_precision::bf16, activation_format::e4m3, true, {}},
               variant{weight_precision::fp8, activation_format::e4m3, true, {}},
               variant{weight_precision::fp8, activation_format::e5m2, false, {}},
               variant{weight_precision::fp8, activation_format::e4m3, true, flipped},
               variant{weight_precision::bf16, activation_format::e4m3, true, {}, kv_cache_dtype::fp8},
-              variant{weight_precision::fp8, activation_format::e4m3, true, {}, kv_cache_dtype::fp8}}) {
+              variant{weight_precision::fp8, activation_format::e4m3, true, {}, kv_cache_dtype::fp8},
+              variant{weight_precision::fp8, activation_format::e4m3, true, blk},
+              variant{weight_precision::fp8, activation_format::e4m3, true, blk_flipped}}) {
             const weight_precision prec = v.prec;
             const bool fp8 = prec == weight_precision::fp8;
-            const std::string pn = mname +
-                                   (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
-                                              (v.policy.is_default() ? "" : ", head fp8, o_proj bf16")
-                                        : " bf16") +
-                                   (v.kv == kv_cache_dtype::fp8 ? ", fp8 KV" : "");
+            const bool blk_scales = fp8 && v.policy.scales == scale_layout::block128;
+            const std::string pn =
+                mname +
+                (fp8 ? std::string(" fp8 ") + activation_format_name(v.act) + " act" +
+                           (v.policy.head ? ", head fp8" : "") + (v.policy.attn_out ? "" : ", o_proj bf16") +
+                           (blk_scales ? ", block128 scales" : "")
+                     : " bf16") +
+                (v.kv == kv_cache_dtype::fp8 ? ", fp8 KV" : "");
             // Against the twin model (the same numerics on the CPU) the GPU must agree closely;
             // against HF the limit is what BF16 activations / FP8 weights and activations cost on
             // these tiny random models (the twin model measures the same figures without a GPU).
@@ -2086,10 +2142,14 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
             // Against HF the KV rounding adds to the weights' (limit 10× BF16's for BF16 weights).
             const bool kv8 = v.kv == kv_cache_dtype::fp8;
             const double hf_limit = !fp8 ? (kv8 ? 5e-2 : 5e-3) : v.act == activation_format::e5m2 ? 0.2 : 0.1;
+            // Block scales: prefill-sized steps take BF16 activations and dequantized weights (the
+            // backend's activation_note says so), hence the BF16-activation limit; the routed
+            // experts' grouped GEMM rounds each block-scaled weight to BF16 (fp8_dequantize's value)
+            // where the twin keeps the GEMV's fp32 product — ~2⁻⁹ per weight, far inside it.
             const double twin_limit = kv8 ? 1e-3 : 1e-4,
-                         twin_limit_prefill = !fp8                               ? twin_limit
-                                              : v.act == activation_format::bf16 ? 2e-3
-                                                                                 : 5e-2;
+                         twin_limit_prefill = !fp8                                             ? twin_limit
+                                              : v.act == activation_format::bf16 || blk_scales ? 2e-3
+                                                                                               : 5e-2;
             R.run("model", pn, [&] {
                 auto twin_of = [&](const twin_options &to) {
                     auto cfg = load_model_config(dir);
@@ -2111,9 +2171,33 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 lp.activations = v.act;
                 lp.fp8 = v.policy;
                 lp.kv_cache = v.kv;
+                if (blk_scales) {
+                    // Block scales load where every FP8 matrix's k is a multiple of 16 (the
+                    // kernels' 16-byte vectors); elsewhere the load must be refused with a message
+                    // naming the option.
+                    auto cfg = load_model_config(dir);
+                    if (!cfg) throw test_failure(cfg.message());
+                    const model_config &mc = *cfg;
+                    bool loads = mc.n_embd % 16 == 0 && (!v.policy.attn_out || mc.q_dim() % 16 == 0);
+                    for (int64_t il = 0; il < mc.n_layer; ++il)
+                        loads = loads && (mc.is_moe_layer(il) ? mc.n_ff_exp % 16 == 0 : mc.n_ff % 16 == 0);
+                    if (!loads) {
+                        auto refused = load_model(dir, lp);
+                        R.add("model", pn + " load",
+                              "block scales on shapes they cannot take: not refused by name",
+                              !refused && refused.message().find("--fp8-scales block128") != std::string::npos
+                                  ? 0.0
+                                  : 1.0,
+                              0.0);
+                        if (!refused) R.info("model", pn + " load", "refusal", 0.0, refused.message());
+                        return;
+                    }
+                }
                 auto m = load_model(dir, lp);
                 if (!m) throw test_failure(m.message());
                 backend &be = *(*m)->be;
+                if (blk_scales && be.name().find("block128") == std::string::npos)
+                    throw test_failure("the backend's name does not mention its block scales: " + be.name());
                 if (kv8 && be.name().find("fp8 KV") == std::string::npos)
                     throw test_failure("the backend's name does not mention its FP8 KV cache: " + be.name());
                 // The will-it-fit estimate's weight bytes must be what the backend allocated.

@@ -31,13 +31,15 @@
 namespace es {
 namespace {
 
-// A weight matrix as the backend stores it: BF16, or FP8 codes + per-row scales.
+// A weight matrix as the backend stores it: BF16, or FP8 codes + scales in `layout` (one grid
+// over the whole matrix, as the backend has every linear but the expert stacks).
 struct twin_lin {
     std::vector<bf16_t> b;
     std::vector<fp8_t> q;
     std::vector<float> s;
     int64_t n = 0, k = 0;
     weight_format fmt = weight_format::bf16;
+    scale_layout layout = scale_layout::channel;
     const void *w() const { return fmt == weight_format::bf16 ? static_cast<const void *>(b.data()) : q.data(); }
     const float *scale() const { return fmt == weight_format::bf16 ? nullptr : s.data(); }
 };
@@ -57,11 +59,15 @@ std::vector<float> to_f32(const tensor_view &tv) {
     return f;
 }
 
-// Rows of several tensors stacked in order, then quantized per row when fp8.
-twin_lin make_lin(const std::vector<const tensor_view *> &parts, int64_t k, weight_format fmt) {
+// Rows of several tensors stacked in order, then quantized (per row, or per 128×128 block) when
+// fp8; `stack` equal matrices (the routed experts) each with its own block grid, as the backend
+// stores them (kernel_common.h: fp8_stack_scale_index).
+twin_lin make_lin(const std::vector<const tensor_view *> &parts, int64_t k, weight_format fmt,
+                  scale_layout layout = scale_layout::channel, int64_t stack = 1) {
     twin_lin L;
     L.k = k;
     L.fmt = fmt;
+    L.layout = fmt == weight_format::fp8_e4m3 ? layout : scale_layout::channel;
     for (const tensor_view *tv : parts) {
         if (!tv) throw load_error("twin model: a tensor is missing");
         auto b = to_bf16(*tv);
@@ -70,9 +76,16 @@ twin_lin make_lin(const std::vector<const tensor_view *> &parts, int64_t k, weig
     L.n = int64_t(L.b.size()) / k;
     if (fmt == weight_format::fp8_e4m3) {
         L.q.resize(L.b.size());
-        L.s.resize(static_cast<size_t>(L.n));
-        fp8_quantize_params p{L.b.data(), L.q.data(), L.s.data(), L.n, k};
-        fp8_quantize_ref(p);
+        if (L.layout == scale_layout::block128 && k % 16 != 0)
+            throw load_error("twin model: --fp8-scales block128 needs k % 16 == 0 (a linear has k = " +
+                             std::to_string(k) + ")");
+        const int64_t mr = L.n / stack, cnt = fp8_scale_count(mr, k, L.layout);
+        L.s.resize(static_cast<size_t>(stack * cnt));
+        for (int64_t e = 0; e < stack; ++e) {
+            fp8_quantize_params p{
+                L.b.data() + e * mr * k, L.q.data() + e * mr * k, L.s.data() + e * cnt, mr, k, L.layout};
+            fp8_quantize_ref(p);
+        }
     }
     return L;
 }
@@ -97,13 +110,16 @@ void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vec
     p.w = L.w();
     p.wfmt = L.fmt;
     p.w_scale = L.scale();
+    p.w_layout = L.layout;
     p.y = y.data();
     p.ldy = L.n;
     p.n_tokens = T;
     p.n = L.n;
     p.k = L.k;
     p.accumulate = acc;
-    const bool fp8_gemm = ap.fp8_act && gemm_lt_fp8_dims_ok(L.n, L.k), deq_gemm = !fp8_gemm && L.k % 8 == 0 && L.n % 4 == 0;
+    // Block scales: never cuBLASLt's FP8 GEMM (per-row weight scales only), as in the backend.
+    const bool fp8_gemm = ap.fp8_act && L.layout == scale_layout::channel && gemm_lt_fp8_dims_ok(L.n, L.k),
+               deq_gemm = !fp8_gemm && L.k % 8 == 0 && L.n % 4 == 0;
     if (L.fmt != weight_format::fp8_e4m3 || !ap.any || (!fp8_gemm && !deq_gemm)) {
         gemv_ref(p);
         return;
@@ -133,6 +149,7 @@ void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vec
         d.out = wdq.data();
         d.n = L.n;
         d.k = L.k;
+        d.layout = L.layout;
         fp8_dequantize_ref(d);
     }
     for (int64_t t0 = 0; t0 < T;) {
@@ -202,6 +219,8 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             }
             if (start != T) throw load_error("twin model: the steps do not add up to the tokens");
             aplan.fp8_act = o.activations != activation_format::bf16;
+            // The backend's activations with block scales are BF16 (cuda_backend::activation_note).
+            if (o.fp8.scales == scale_layout::block128) aplan.fp8_act = false;
             aplan.any = fmt == weight_format::fp8_e4m3 &&
                         std::find(aplan.quant.begin(), aplan.quant.end(), 1) != aplan.quant.end();
         }
@@ -209,8 +228,10 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
         const float eps = float(c.rms_eps);
 
         const auto tok_embd = to_bf16(*t.tok_embd);
-        const twin_lin head = make_lin({c.tie_word_embeddings ? t.tok_embd : t.output}, H,
-                                       fmt == weight_format::fp8_e4m3 && o.fp8.head ? fmt : weight_format::bf16);
+        const scale_layout sl = o.fp8.scales;
+        const twin_lin head =
+            make_lin({c.tie_word_embeddings ? t.tok_embd : t.output}, H,
+                     fmt == weight_format::fp8_e4m3 && o.fp8.head ? fmt : weight_format::bf16, sl);
         const weight_format fmt_o = fmt == weight_format::fp8_e4m3 && !o.fp8.attn_out ? weight_format::bf16 : fmt;
         const auto out_norm = to_bf16(*t.output_norm);
         std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
@@ -240,7 +261,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             nrm.n_embd = H;
             nrm.eps = eps;
             rms_norm_ref(nrm);
-            linear(make_lin({L.wq, L.wk, L.wv}, H, fmt), xn, T, qkv, false, aplan);
+            linear(make_lin({L.wq, L.wk, L.wv}, H, fmt, sl), xn, T, qkv, false, aplan);
             rope_kv_params rp;
             rp.qkv = qkv.data();
             rp.pos = pos.data();
@@ -277,15 +298,15 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             ap.kv = kvf;
             ap.scale = 1.0f / std::sqrt(float(hd));
             attention_ref(ap);
-            linear(make_lin({L.wo}, qd, fmt_o), attn, T, x, true, aplan);
+            linear(make_lin({L.wo}, qd, fmt_o, sl), attn, T, x, true, aplan);
 
             nrm.weight = ffn_norm.data();
             rms_norm_ref(nrm);
             auto swiglu = [&](const tensor_view *g, const tensor_view *u, const tensor_view *d, int64_t F) {
-                linear(make_lin({g, u}, H, fmt), xn, T, gu, false, aplan);
+                linear(make_lin({g, u}, H, fmt, sl), xn, T, gu, false, aplan);
                 act.assign(static_cast<size_t>(T * F), 0);
                 silu_mul_ref({gu.data(), act.data(), T, F});
-                linear(make_lin({d}, F, fmt), act, T, x, true, aplan);
+                linear(make_lin({d}, F, fmt, sl), act, T, x, true, aplan);
             };
             if (!L.is_moe) {
                 swiglu(L.ffn_gate, L.ffn_up, L.ffn_down, c.n_ff);
@@ -314,7 +335,8 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
                 gu_parts.push_back(L.ffn_up_exps[e]);
                 down_parts.push_back(L.ffn_down_exps[e]);
             }
-            const twin_lin egu = make_lin(gu_parts, H, fmt), edn = make_lin(down_parts, c.n_ff_exp, fmt);
+            const twin_lin egu = make_lin(gu_parts, H, fmt, sl, c.n_expert),
+                           edn = make_lin(down_parts, c.n_ff_exp, fmt, sl, c.n_expert);
             std::vector<bf16_t> act_e(static_cast<size_t>(T * K * c.n_ff_exp));
             moe_gate_up_gemv_params g;
             g.x = xn.data();
@@ -322,6 +344,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             g.w = egu.w();
             g.wfmt = fmt;
             g.w_scale = egu.scale();
+            g.w_layout = egu.layout;
             g.act = act_e.data();
             g.n_tokens = T;
             g.n_embd = H;
@@ -341,6 +364,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             d.w = edn.w();
             d.wfmt = fmt;
             d.w_scale = edn.scale();
+            d.w_layout = edn.layout;
             d.y_slots = y_e.data();
             d.n_tokens = T;
             d.n_embd = H;

@@ -31,7 +31,9 @@ struct twin_options {
     // Token counts of the forward steps the sequence is fed in (they sum to tokens.size());
     // empty: one step of every token. Only whether a token's step exceeds the threshold matters.
     std::vector<int64_t> steps;
-    // FP8 weights: the head and the attention output projections as cuda_backend_params::fp8.
+    // FP8 weights: the head, the attention output projections and the scale layout as
+    // cuda_backend_params::fp8 (block128: prefill-sized steps take BF16 activations and the
+    // dequantized weights, as the backend does).
     fp8_policy fp8;
     // The KV cache as cuda_backend_params::kv_cache: fp8 stores k' and v as E4M3 (scale 1.0) and
     // attention reads them back widened, as the kernels do (store-then-read rounding).

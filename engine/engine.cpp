@@ -249,8 +249,13 @@ uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision, co
     const bool fp8 = precision == weight_precision::fp8;
     const uint64_t H = uint64_t(c.n_embd), qd = uint64_t(c.q_dim()), kvd = uint64_t(c.kv_dim());
     uint64_t total = 0;
-    auto lin_as = [&](uint64_t n, uint64_t k, bool q) { total += align(n * k * (q ? 1 : 2)) + (q ? align(n * 4) : 0); };
-    auto lin = [&](uint64_t n, uint64_t k) { lin_as(n, k, fp8); };
+    // An FP8 matrix's scales: per row, or per 128×128 block of each of its `stack` matrices (experts).
+    auto lin_as = [&](uint64_t n, uint64_t k, bool q, uint64_t stack = 1) {
+        const uint64_t scales =
+            stack * uint64_t(fp8_scale_count(int64_t(n / stack), int64_t(k), policy.scales));
+        total += align(n * k * (q ? 1 : 2)) + (q ? align(scales * 4) : 0);
+    };
+    auto lin = [&](uint64_t n, uint64_t k, uint64_t stack = 1) { lin_as(n, k, fp8, stack); };
     total += align(uint64_t(c.n_vocab) * H * 2) + align(H * 2);
     if (!c.tie_word_embeddings) total += align(uint64_t(c.n_vocab) * H * 2);
     if (fp8 && policy.head) lin_as(uint64_t(c.n_vocab), H, true); // the FP8 copy of the head
@@ -264,8 +269,8 @@ uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision, co
             continue;
         }
         total += align(uint64_t(c.n_expert) * H * 4) + align(uint64_t(c.n_expert) * 4);
-        lin(uint64_t(c.n_expert) * 2 * uint64_t(c.n_ff_exp), H);
-        lin(uint64_t(c.n_expert) * H, uint64_t(c.n_ff_exp));
+        lin(uint64_t(c.n_expert) * 2 * uint64_t(c.n_ff_exp), H, uint64_t(c.n_expert));
+        lin(uint64_t(c.n_expert) * H, uint64_t(c.n_ff_exp), uint64_t(c.n_expert));
         if (c.n_expert_shared > 0) {
             const uint64_t F = uint64_t(c.n_ff_exp * c.n_expert_shared);
             lin(2 * F, H);

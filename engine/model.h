@@ -3,6 +3,7 @@
 #pragma once
 
 #include "backend.h"
+#include "kernel_common.h"
 #include "model_config.h"
 #include "sampler.h"
 #include "tokenizer.h"
@@ -47,11 +48,20 @@ inline const char *kv_cache_dtype_name(kv_cache_dtype d) {
 // The per-layer precision policy of FP8 weights: which linears besides the q/k/v projections and
 // the MLPs (dense, shared and routed experts: always FP8) take E4M3. The router is always fp32,
 // embeddings and norms BF16.
+// `scales`: where the fp32 scales of every FP8 matrix sit (kernel_common.h: scale_layout): one
+// per output channel (the default), or one per 128×128 block (as DeepSeek-V3 ships its FP8
+// weights; an expert's matrix has its own block grid). Block scales need every FP8 matrix's
+// k to be a multiple of 16 (the kernels' 16-byte vectors) and take the dequantize + BF16 GEMM
+// path for prefill-sized steps (cuBLASLt's FP8 GEMM takes per-row scales only).
 struct fp8_policy {
     bool attn_out = true; // the attention output projection (o_proj) of every layer
     bool head = false;    // the LM head (a quantized copy when tied to the embeddings)
-    bool is_default() const { return attn_out && !head; }
+    scale_layout scales = scale_layout::channel;
+    bool is_default() const { return attn_out && !head && scales == scale_layout::channel; }
 };
+inline const char *scale_layout_name(scale_layout l) {
+    return l == scale_layout::channel ? "channel" : "block128";
+}
 
 struct model_load_params {
     backend_kind kind = backend_kind::cpu;

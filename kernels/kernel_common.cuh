@@ -232,9 +232,21 @@ __device__ __forceinline__ float dot_vec(const uint4 w, const uint16_t *x) {
 // This lane's share of dot(w_row[kb:ke], x[kb:ke]); the caller reduces across the warp.
 // VEC needs 16-byte aligned rows and kb, ke multiples of vec_elems<FP8>. Four weight vectors
 // are loaded before use so several 16-byte loads are in flight per lane.
-template <bool FP8, bool VEC, bool XS = false>
+// BLK (FP8, VEC): 128×128 block scales, bs the row's scales (bs[c / 128]: fp8_scale_index), each
+// 16-byte vector's product times its block's scale (a vector never straddles two blocks); the
+// caller then applies no row scale.
+template <bool BLK>
+__device__ __forceinline__ float blk_scaled(const float *bs, int64_t kk, float d) {
+    if constexpr (BLK)
+        return __ldg(bs + kk / fp8_block) * d;
+    else
+        return d;
+}
+
+template <bool FP8, bool VEC, bool XS = false, bool BLK = false>
 __device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, int64_t kb, int64_t ke,
-                                          int lane) {
+                                          int lane, const float *bs = nullptr) {
+    static_assert(!BLK || (FP8 && VEC), "block scales: FP8 weights, 16-byte vectors");
     float acc = 0.0f;
     if constexpr (VEC) {
         constexpr int E = vec_elems<FP8>;
@@ -243,10 +255,17 @@ __device__ __forceinline__ float lane_dot(const void *w_row, const uint16_t *x, 
         for (; kk + 3 * 32 * E < ke; kk += 4 * 32 * E) {
             const uint4 a = __ldcs(wv + kk / E), b = __ldcs(wv + kk / E + 32), c = __ldcs(wv + kk / E + 64),
                         d = __ldcs(wv + kk / E + 96);
-            acc += dot_vec<FP8, XS>(a, x + kk) + dot_vec<FP8, XS>(b, x + kk + 32 * E) +
-                   dot_vec<FP8, XS>(c, x + kk + 64 * E) + dot_vec<FP8, XS>(d, x + kk + 96 * E);
+            if constexpr (BLK)
+                acc += blk_scaled<BLK>(bs, kk, dot_vec<FP8, XS>(a, x + kk)) +
+                       blk_scaled<BLK>(bs, kk + 32 * E, dot_vec<FP8, XS>(b, x + kk + 32 * E)) +
+                       blk_scaled<BLK>(bs, kk + 64 * E, dot_vec<FP8, XS>(c, x + kk + 64 * E)) +
+                       blk_scaled<BLK>(bs, kk + 96 * E, dot_vec<FP8, XS>(d, x + kk + 96 * E));
+            else
+                acc += dot_vec<FP8, XS>(a, x + kk) + dot_vec<FP8, XS>(b, x + kk + 32 * E) +
+                       dot_vec<FP8, XS>(c, x + kk + 64 * E) + dot_vec<FP8, XS>(d, x + kk + 96 * E);
         }
-        for (; kk < ke; kk += 32 * E) acc += dot_vec<FP8, XS>(__ldcs(wv + kk / E), x + kk);
+        for (; kk < ke; kk += 32 * E)
+            acc += blk_scaled<BLK>(bs, kk, dot_vec<FP8, XS>(__ldcs(wv + kk / E), x + kk));
     } else {
         for (int64_t kk = kb + lane; kk < ke; kk += 32) acc += wval<FP8>(w_row, kk) * bf16_to_f(x[kk]);
     }
@@ -259,9 +278,12 @@ namespace es {
 
 // lane_dot for two weight rows against the same activations, their loads interleaved (twice the
 // bytes in flight per lane): the gate and up rows of one expert.
-template <bool FP8, bool VEC, bool XS = false>
+// BLK: block scales as lane_dot's, bs0 / bs1 the two rows' scales.
+template <bool FP8, bool VEC, bool XS = false, bool BLK = false>
 __device__ __forceinline__ float2 lane_dot2(const void *w0, const void *w1, const uint16_t *x, int64_t kb,
-                                            int64_t ke, int lane) {
+                                            int64_t ke, int lane, const float *bs0 = nullptr,
+                                            const float *bs1 = nullptr) {
+    static_assert(!BLK || (FP8 && VEC), "block scales: FP8 weights, 16-byte vectors");
     float a0 = 0.0f, a1 = 0.0f;
     if constexpr (VEC) {
         constexpr int E = vec_elems<FP8>;
@@ -270,13 +292,20 @@ __device__ __forceinline__ float2 lane_dot2(const void *w0, const void *w1, cons
         for (; kk + 32 * E < ke; kk += 2 * 32 * E) {
             const uint4 a = __ldcs(v0 + kk / E), b = __ldcs(v0 + kk / E + 32), c = __ldcs(v1 + kk / E),
                         d = __ldcs(v1 + kk / E + 32);
-            a0 += dot_vec<FP8, XS>(a, x + kk) + dot_vec<FP8, XS>(b, x + kk + 32 * E);
-            a1 += dot_vec<FP8, XS>(c, x + kk) + dot_vec<FP8, XS>(d, x + kk + 32 * E);
+            if constexpr (BLK) {
+                a0 += blk_scaled<BLK>(bs0, kk, dot_vec<FP8, XS>(a, x + kk)) +
+                      blk_scaled<BLK>(bs0, kk + 32 * E, dot_vec<FP8, XS>(b, x + kk + 32 * E));
+                a1 += blk_scaled<BLK>(bs1, kk, dot_vec<FP8, XS>(c, x + kk)) +
+                      blk_scaled<BLK>(bs1, kk + 32 * E, dot_vec<FP8, XS>(d, x + kk + 32 * E));
+            } else {
+                a0 += dot_vec<FP8, XS>(a, x + kk) + dot_vec<FP8, XS>(b, x + kk + 32 * E);
+                a1 += dot_vec<FP8, XS>(c, x + kk) + dot_vec<FP8, XS>(d, x + kk + 32 * E);
+            }
         }
         for (; kk < ke; kk += 32 * E) {
             const uint4 a = __ldcs(v0 + kk / E), c = __ldcs(v1 + kk / E);
-            a0 += dot_vec<FP8, XS>(a, x + kk);
-            a1 += dot_vec<FP8, XS>(c, x + kk);
+            a0 += blk_scaled<BLK>(bs0, kk, dot_vec<FP8, XS>(a, x + kk));
+            a1 += blk_scaled<BLK>(bs1, kk, dot_vec<FP8, XS>(c, x + kk));
         }
     } else {
         for (int64_t kk = kb + lane; kk < ke; kk += 32) {

@@ -166,6 +166,34 @@ ES_HOST_DEVICE inline int64_t fp8_scale_index(int64_t r, int64_t c, int64_t k, s
     return l == scale_layout::channel ? r : (r / fp8_block) * ((k + fp8_block - 1) / fp8_block) + c / fp8_block;
 }
 
+// A stack of matrices [rows, k] (the routed experts: [n_expert, rows, k]) keeps matrix e's scales
+// at e · fp8_scale_count(rows, k, l), each matrix its own grid (with block scales a 128-row block
+// never spans two experts); per-channel scales are then simply row e · rows + r.
+ES_HOST_DEVICE inline int64_t fp8_stack_scale_index(int64_t e, int64_t r, int64_t c, int64_t rows, int64_t k,
+                                                    scale_layout l) {
+    return e * fp8_scale_count(rows, k, l) + fp8_scale_index(r, c, k, l);
+}
+
+// Twins: row r of matrix e of a weight stack [*, rows, k] (w_row: its first element, `f`) dotted
+// with the activations x(c), the FP8 scale applied as the kernels apply it: per-channel after the
+// whole sum; block128 to each 128-column block's partial sum (gemv_ref's order). BF16: no scale.
+template <class X>
+inline float scaled_row_dot_ref(const void *w, weight_format f, int64_t w_row, int64_t k, const float *scale,
+                                scale_layout l, int64_t e, int64_t r, int64_t rows, X x) {
+    if (f == weight_format::fp8_e4m3 && l == scale_layout::block128) {
+        float acc = 0.0f;
+        for (int64_t c0 = 0; c0 < k; c0 += fp8_block) {
+            float part = 0.0f;
+            for (int64_t c = c0; c < k && c < c0 + fp8_block; ++c) part += weight_at(w, f, w_row + c) * x(c);
+            acc += part * scale[fp8_stack_scale_index(e, r, c0, rows, k, l)];
+        }
+        return acc;
+    }
+    float acc = 0.0f;
+    for (int64_t c = 0; c < k; ++c) acc += weight_at(w, f, w_row + c) * x(c);
+    return f == weight_format::fp8_e4m3 ? acc * scale[fp8_stack_scale_index(e, r, 0, rows, k, l)] : acc;
+}
+
 // Element format of the paged KV cache (rope_kv writes it, attention reads it). fp8_e4m3 (vLLM's
 // kv_cache_dtype=fp8) halves the pools: with a per-tensor scale s (k_scale, v_scale; 1.0 without
 // calibration, as vLLM) a value x is stored as the saturating E4M3 of x / s and read back as the

@@ -13,8 +13,10 @@ namespace {
 constexpr int k_max_used = 8; // choices handled with interleaved loads; more fall back to a loop
 constexpr int k_warps = 4;    // warps per output element, each a quarter of the row
 
-template <bool FP8, bool VEC>
+// BLK: 128×128 block scales, each 16-byte vector's product times its block's (no row scale).
+template <bool FP8, bool VEC, bool BLK = false>
 __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params p) {
+    static_assert(!BLK || (FP8 && VEC), "block scales: FP8 weights, 16-byte vectors");
     pdl_enter();
     __shared__ float red[k_warps][k_max_used];
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -32,17 +34,19 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
         __shared__ float s_scale[k_max_used], s_weight[k_max_used];
         if (threadIdx.x < K) {
             const int64_t e = p.ids[t * K + threadIdx.x];
-            s_scale[threadIdx.x] = FP8 ? p.w_scale[e * H + n] : 1.0f;
+            s_scale[threadIdx.x] = FP8 && !BLK ? p.w_scale[e * H + n] : 1.0f;
             s_weight[threadIdx.x] = p.weights[t * K + threadIdx.x];
         }
         // All choices at once: their weight rows' loads are independent, so they overlap.
         const unsigned char *rows[k_max_used];
         const uint16_t *acts[k_max_used];
+        const float *bs[k_max_used]; // BLK: the rows' block scales
         float acc[k_max_used];
 #pragma unroll
         for (int j = 0; j < k_max_used; ++j) {
-            const int64_t jj = j < K ? j : 0;
-            rows[j] = w + (int64_t(p.ids[t * K + jj]) * H + n) * row_bytes;
+            const int64_t jj = j < K ? j : 0, ej = p.ids[t * K + jj];
+            rows[j] = w + (ej * H + n) * row_bytes;
+            bs[j] = BLK ? p.w_scale + fp8_stack_scale_index(ej, n, 0, H, F, scale_layout::block128) : nullptr;
             acts[j] = p.act + (t * K + jj) * F;
             acc[j] = 0.0f;
         }
@@ -55,7 +59,7 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
                     if (j < K) wq[j] = __ldcs(reinterpret_cast<const uint4 *>(rows[j]) + kk / E);
 #pragma unroll
                 for (int j = 0; j < k_max_used; ++j)
-                    if (j < K) acc[j] += dot_vec<FP8>(wq[j], acts[j] + kk);
+                    if (j < K) acc[j] += blk_scaled<BLK>(bs[j], kk, dot_vec<FP8>(wq[j], acts[j] + kk));
             }
         } else {
             for (int64_t kk = kb + lane; kk < ke; kk += 32)
@@ -85,15 +89,17 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
         float total = 0.0f;
         for (int64_t j = 0; j < K; ++j) {
             const int64_t e = p.ids[t * K + j], row = e * H + n;
-            const float v =
-                warp_sum(lane_dot<FP8, VEC>(w + row * row_bytes, p.act + (t * K + j) * F, kb, ke, lane));
+            const float *bsr =
+                BLK ? p.w_scale + fp8_stack_scale_index(e, n, 0, H, F, scale_layout::block128) : nullptr;
+            const float v = warp_sum(lane_dot<FP8, VEC, false, BLK>(
+                w + row * row_bytes, p.act + (t * K + j) * F, kb, ke, lane, bsr));
             __syncthreads(); // red[] of the previous choice is read
             if (lane == 0) red[warp][0] = v;
             __syncthreads();
             if (threadIdx.x == 0) {
                 float s = 0.0f;
                 for (int q = 0; q < k_warps; ++q) s += red[q][0];
-                if (FP8) s *= p.w_scale[row];
+                if (FP8 && !BLK) s *= p.w_scale[row];
                 total += p.weights[t * K + j] * s;
             }
         }
@@ -125,8 +131,9 @@ __device__ __forceinline__ float dot_vec_l2x(const uint4 w, const uint16_t *x) {
     }
 }
 
-template <bool FP8, bool VEC>
-__device__ __forceinline__ float lane_dot_l2x(const void *w_row, const uint16_t *x, int64_t K, int lane) {
+template <bool FP8, bool VEC, bool BLK = false>
+__device__ __forceinline__ float lane_dot_l2x(const void *w_row, const uint16_t *x, int64_t K, int lane,
+                                              const float *bs = nullptr) {
     float acc = 0.0f;
     if constexpr (VEC) {
         constexpr int E = vec_elems<FP8>;
@@ -135,10 +142,13 @@ __device__ __forceinline__ float lane_dot_l2x(const void *w_row, const uint16_t 
         for (; kk + 3 * 32 * E < K; kk += 4 * 32 * E) {
             const uint4 a = __ldcs(wv + kk / E), b = __ldcs(wv + kk / E + 32), c = __ldcs(wv + kk / E + 64),
                         d = __ldcs(wv + kk / E + 96);
-            acc += dot_vec_l2x<FP8>(a, x + kk) + dot_vec_l2x<FP8>(b, x + kk + 32 * E) +
-                   dot_vec_l2x<FP8>(c, x + kk + 64 * E) + dot_vec_l2x<FP8>(d, x + kk + 96 * E);
+            acc += blk_scaled<BLK>(bs, kk, dot_vec_l2x<FP8>(a, x + kk)) +
+                   blk_scaled<BLK>(bs, kk + 32 * E, dot_vec_l2x<FP8>(b, x + kk + 32 * E)) +
+                   blk_scaled<BLK>(bs, kk + 64 * E, dot_vec_l2x<FP8>(c, x + kk + 64 * E)) +
+                   blk_scaled<BLK>(bs, kk + 96 * E, dot_vec_l2x<FP8>(d, x + kk + 96 * E));
         }
-        for (; kk < K; kk += 32 * E) acc += dot_vec_l2x<FP8>(__ldcs(wv + kk / E), x + kk);
+        for (; kk < K; kk += 32 * E)
+            acc += blk_scaled<BLK>(bs, kk, dot_vec_l2x<FP8>(__ldcs(wv + kk / E), x + kk));
     } else {
         for (int64_t kk = lane; kk < K; kk += 32) acc += wval<FP8>(w_row, kk) * bf16_to_f(__ldcg(x + kk));
     }
@@ -152,8 +162,9 @@ __device__ __forceinline__ float lane_dot_l2x(const void *w_row, const uint16_t 
 // experts (sh_w set) the grid has n_tokens more rows, first (scheduled first): their weights are
 // known, so their rows head for L2 and their scales load before pdl_wait; with sh_ready (the
 // activations written two launches back) the whole shared slot runs before the wait.
-template <bool FP8, bool VEC>
+template <bool FP8, bool VEC, bool BLK = false>
 __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params p) {
+    static_assert(!BLK || (FP8 && VEC), "block scales: FP8 weights, 16-byte vectors");
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = int64_t(blockIdx.x) * 4 + warp, H = p.n_embd;
     const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
@@ -164,26 +175,29 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
         }
         const int64_t t = blockIdx.y, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
         const unsigned char *w = static_cast<const unsigned char *>(p.sh_w) + n * row_bytes;
-        const float scale = FP8 ? __ldg(p.sh_w_scale + n) : 1.0f;
+        const float scale = FP8 && !BLK ? __ldg(p.sh_w_scale + n) : 1.0f;
+        const float *bs = BLK ? p.sh_w_scale + fp8_scale_index(n, 0, F, scale_layout::block128) : nullptr;
         if (p.sh_ready) { // everything before the wait (moe_down_gemv.cuh)
-            const float v = warp_sum(lane_dot_l2x<FP8, VEC>(w, p.sh_act + t * F, F, lane));
+            const float v = warp_sum(lane_dot_l2x<FP8, VEC, BLK>(w, p.sh_act + t * F, F, lane, bs));
             if (lane == 0) p.y_shared[t * H + n] = v * scale;
             pdl_enter();
             return;
         }
         for (int64_t b = int64_t(lane) * 128; b < row_bytes; b += 32 * 128) prefetch_l2(w + b);
         pdl_enter();
-        const float v = warp_sum(lane_dot<FP8, VEC>(w, p.sh_act + t * F, 0, F, lane));
+        const float v = warp_sum(lane_dot<FP8, VEC, false, BLK>(w, p.sh_act + t * F, 0, F, lane, bs));
         if (lane == 0) p.y_shared[t * H + n] = v * scale;
         return;
     }
     pdl_enter();
     const int64_t s = int64_t(blockIdx.y) - n_sh;
     if (n >= H) return;
-    const int64_t F = p.n_ff_exp, row = int64_t(p.ids[s]) * H + n;
-    const float scale = FP8 ? __ldg(p.w_scale + row) : 1.0f;
+    const int64_t F = p.n_ff_exp, e = p.ids[s], row = e * H + n;
+    const float scale = FP8 && !BLK ? __ldg(p.w_scale + row) : 1.0f;
+    const float *bs =
+        BLK ? p.w_scale + fp8_stack_scale_index(e, n, 0, H, F, scale_layout::block128) : nullptr;
     const unsigned char *w = static_cast<const unsigned char *>(p.w) + row * F * (FP8 ? 1 : 2);
-    const float v = warp_sum(lane_dot<FP8, VEC>(w, p.act + s * F, 0, F, lane));
+    const float v = warp_sum(lane_dot<FP8, VEC, false, BLK>(w, p.act + s * F, 0, F, lane, bs));
     if (lane == 0) p.y_slots[s * H + n] = v * scale;
 }
 
@@ -304,18 +318,21 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
     if (p.rows_per_warp != 0 && p.rows_per_warp != 1 && p.rows_per_warp != 2 && p.rows_per_warp != 4)
         return cudaErrorInvalidValue;
     bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
+    const bool blk = fp8 && p.w_layout == scale_layout::block128;
     if (p.y_slots) {
         if (p.sh_w) {
             if (!p.sh_act || !p.y_shared || p.n_ff_sh <= 0 || (fp8 && !p.sh_w_scale))
                 return cudaErrorInvalidValue;
             vec = vec && p.n_ff_sh % (fp8 ? 16 : 8) == 0 && aligned16(p.sh_w) && aligned16(p.sh_act);
         }
-        if (p.rows_per_warp == 2)
+        if (blk && !vec) return cudaErrorInvalidValue; // block scales: the vector path only
+        if (!blk && p.rows_per_warp == 2)
             return fp8 ? launch_rows_r<true, 2>(p, vec, stream) : launch_rows_r<false, 2>(p, vec, stream);
-        if (p.rows_per_warp == 4)
+        if (!blk && p.rows_per_warp == 4)
             return fp8 ? launch_rows_r<true, 4>(p, vec, stream) : launch_rows_r<false, 4>(p, vec, stream);
         const dim3 grid(ceil_div_u(p.n_embd, 4),
                         unsigned(p.n_tokens * p.n_expert_used + (p.sh_w ? p.n_tokens : 0)));
+        if (blk) return launch_kernel(moe_down_rows_kernel<true, true, true>, grid, 128, 0, stream, p);
         if (fp8) {
             if (vec) return launch_kernel(moe_down_rows_kernel<true, true>, grid, 128, 0, stream, p);
             return launch_kernel(moe_down_rows_kernel<true, false>, grid, 128, 0, stream, p);
@@ -324,6 +341,8 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
         return launch_kernel(moe_down_rows_kernel<false, false>, grid, 128, 0, stream, p);
     }
     const dim3 grid(unsigned(p.n_embd), unsigned(p.n_tokens));
+    if (blk && !vec) return cudaErrorInvalidValue;
+    if (blk) return launch_kernel(moe_down_gemv_kernel<true, true, true>, grid, 128, 0, stream, p);
     if (fp8) {
         if (vec) return launch_kernel(moe_down_gemv_kernel<true, true>, grid, 128, 0, stream, p);
         return launch_kernel(moe_down_gemv_kernel<true, false>, grid, 128, 0, stream, p);

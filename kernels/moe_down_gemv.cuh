@@ -1,7 +1,8 @@
 // moe_down_gemv: decode-sized routed-expert down-projection and weighted combine, added into the
 // residual stream:  y[t, n] += Σ_j weights[t, j] · scale · Wd_e[n] · act[t·k_used + j],  e = ids[t, j],
 // summed in choice order j (deterministic: one warp owns each (t, n), no atomics).
-// Weights: [n_expert, n_embd, n_ff_exp], BF16 or FP8 with scales [n_expert, n_embd].
+// Weights: [n_expert, n_embd, n_ff_exp], BF16 or FP8 with scales [n_expert, n_embd] (or per
+// 128×128 block of each expert: w_layout).
 #pragma once
 
 #include "kernel_common.h"
@@ -14,7 +15,7 @@ struct moe_down_gemv_params {
     const float *weights = nullptr; // [n_tokens, n_expert_used]
     const void *w = nullptr;        // [n_expert, n_embd, n_ff_exp]
     weight_format wfmt = weight_format::bf16;
-    const float *w_scale = nullptr; // [n_expert, n_embd], FP8 only
+    const float *w_scale = nullptr; // FP8 only: [n_expert · fp8_scale_count(n_embd, n_ff_exp, w_layout)]
     float *y = nullptr;             // [n_tokens, n_embd], accumulated into
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
     // Per-slot mode: when set, y is not touched; y_slots[t·k_used + j, n] = scale · Wd_e[n] · act
@@ -24,7 +25,7 @@ struct moe_down_gemv_params {
     // y_shared[t, n] = scale · Wsh[n] · sh_act[t], in the routed experts' format; moe_combine adds
     // it first (weight 1), as the CPU backend adds the shared experts before the routed ones.
     const void *sh_w = nullptr;        // [n_embd, n_ff_sh]
-    const float *sh_w_scale = nullptr; // [n_embd], FP8 only
+    const float *sh_w_scale = nullptr; // FP8 only: [fp8_scale_count(n_embd, n_ff_sh, w_layout)]
     const bf16_t *sh_act = nullptr;    // [n_tokens, n_ff_sh]
     float *y_shared = nullptr;         // [n_tokens, n_embd]
     int64_t n_ff_sh = 0;
@@ -37,6 +38,10 @@ struct moe_down_gemv_params {
     // cudaErrorInvalidValue. A measuring aid (ES_CUDA_MOE_ROWS_PER_WARP): more rows per warp, their
     // loads issued together, a grid that many times smaller; bit-identical output.
     int rows_per_warp = 0;
+    // block128 (w and sh_w): expert e's [n_embd, n_ff_exp] matrix has its own grid
+    // (fp8_stack_scale_index), the shared experts' one grid; needs n_ff_exp (and n_ff_sh) % 16 == 0
+    // and 16-byte aligned weights and activations.
+    scale_layout w_layout = scale_layout::channel;
 };
 
 void moe_down_gemv_ref(const moe_down_gemv_params &p);

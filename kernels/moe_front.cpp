@@ -38,6 +38,7 @@ void moe_front_ref(const moe_front_params &p) {
     g.w = p.sh_w;
     g.wfmt = p.sh_wfmt;
     g.w_scale = p.sh_w_scale;
+    g.w_layout = p.sh_w_layout;
     g.act = p.sh_act;
     g.n_tokens = p.n_tokens;
     g.n_embd = p.n_embd;

@@ -21,33 +21,43 @@ constexpr int k_norm_v = 3; // norm-weight slots per thread loaded before the wa
 
 // This lane's share of the gate and up dots of one row pair against mt ≤ MT token rows in shared
 // memory (xs + m·H): lane_dot2's loads, the activations of every token per weight vector.
-template <bool FP8, bool VEC, int MT>
+// BLK: 128×128 block scales (bs0, bs1: the rows' scales), per 16-byte vector as lane_dot2's.
+template <bool FP8, bool VEC, int MT, bool BLK = false>
 __device__ __forceinline__ void lane_dot2_rows(const void *w0, const void *w1, const uint16_t *xs, int64_t H,
-                                               int mt, int lane, float (&a0)[MT], float (&a1)[MT]) {
+                                               int mt, int lane, float (&a0)[MT], float (&a1)[MT],
+                                               const float *bs0 = nullptr, const float *bs1 = nullptr) {
+    static_assert(!BLK || (FP8 && VEC), "block scales: FP8 weights, 16-byte vectors");
 #pragma unroll
     for (int m = 0; m < MT; ++m) a0[m] = a1[m] = 0.0f;
     if constexpr (VEC) {
         constexpr int E = vec_elems<FP8>;
         const uint4 *v0 = static_cast<const uint4 *>(w0), *v1 = static_cast<const uint4 *>(w1);
         int64_t kk = int64_t(lane) * E;
-        for (; kk + 32 * E < H; kk += 2 * 32 * E) {
-            const uint4 a = __ldcs(v0 + kk / E), b = __ldcs(v0 + kk / E + 32), c = __ldcs(v1 + kk / E),
-                        d = __ldcs(v1 + kk / E + 32);
+        // Two vector pairs in flight per lane; BLK one (its scales' registers: the two-pair loop
+        // spilled under the four-blocks-per-SM register limit).
+        if constexpr (!BLK)
+            for (; kk + 32 * E < H; kk += 2 * 32 * E) {
+                const uint4 a = __ldcs(v0 + kk / E), b = __ldcs(v0 + kk / E + 32), c = __ldcs(v1 + kk / E),
+                            d = __ldcs(v1 + kk / E + 32);
 #pragma unroll
-            for (int m = 0; m < MT; ++m)
-                if (m < mt) {
-                    const uint16_t *x = xs + m * H + kk;
-                    a0[m] += dot_vec<FP8, true>(a, x) + dot_vec<FP8, true>(b, x + 32 * E);
-                    a1[m] += dot_vec<FP8, true>(c, x) + dot_vec<FP8, true>(d, x + 32 * E);
-                }
-        }
+                for (int m = 0; m < MT; ++m)
+                    if (m < mt) {
+                        const uint16_t *x = xs + m * H + kk;
+                        a0[m] += dot_vec<FP8, true>(a, x) + dot_vec<FP8, true>(b, x + 32 * E);
+                        a1[m] += dot_vec<FP8, true>(c, x) + dot_vec<FP8, true>(d, x + 32 * E);
+                    }
+            }
         for (; kk < H; kk += 32 * E) {
             const uint4 a = __ldcs(v0 + kk / E), c = __ldcs(v1 + kk / E);
+            const float s0 = BLK ? __ldg(bs0 + kk / fp8_block) : 1.0f,
+                        s1 = BLK ? __ldg(bs1 + kk / fp8_block) : 1.0f;
 #pragma unroll
             for (int m = 0; m < MT; ++m)
                 if (m < mt) {
-                    a0[m] += dot_vec<FP8, true>(a, xs + m * H + kk);
-                    a1[m] += dot_vec<FP8, true>(c, xs + m * H + kk);
+                    const float d0 = dot_vec<FP8, true>(a, xs + m * H + kk),
+                                d1 = dot_vec<FP8, true>(c, xs + m * H + kk);
+                    a0[m] += BLK ? s0 * d0 : d0;
+                    a1[m] += BLK ? s1 * d1 : d1;
                 }
         }
     } else {
@@ -67,7 +77,7 @@ __device__ __forceinline__ void lane_dot2_rows(const void *w0, const void *w1, c
 // Four blocks per SM (≤ 64 registers): the 21B-A3B's 416 blocks then fit one wave on 132 SMs
 // (three per SM, at the ~80 registers ptxas picks otherwise, would leave a second wave; the price
 // is a 16-byte spill in the FP8 four-token variant).
-template <bool FP8, bool VEC, int MT>
+template <bool FP8, bool VEC, int MT, bool BLK = false>
 __global__ void __launch_bounds__(k_threads, 4) moe_front_kernel(moe_front_params p, unsigned nr) {
     extern __shared__ __align__(16) unsigned char smem[];
     uint16_t *xs = reinterpret_cast<uint16_t *>(smem); // [mt, H] normalized rows; the tail reuses it
@@ -93,7 +103,7 @@ __global__ void __launch_bounds__(k_threads, 4) moe_front_kernel(moe_front_param
             prefetch_l2(wg + b);
             prefetch_l2(wu + b);
         }
-        if (FP8) {
+        if (FP8 && !BLK) {
             gs = __ldg(p.sh_w_scale + f);
             us = __ldg(p.sh_w_scale + F + f);
         }
@@ -134,7 +144,12 @@ __global__ void __launch_bounds__(k_threads, 4) moe_front_kernel(moe_front_param
     }
     if (f >= F) return;
     float g[MT], u[MT];
-    lane_dot2_rows<FP8, VEC, MT>(wg, wu, xs, H, mt, lane, g, u);
+    if constexpr (BLK)
+        lane_dot2_rows<FP8, VEC, MT, true>(
+            wg, wu, xs, H, mt, lane, g, u, p.sh_w_scale + fp8_scale_index(f, 0, H, scale_layout::block128),
+            p.sh_w_scale + fp8_scale_index(F + f, 0, H, scale_layout::block128));
+    else
+        lane_dot2_rows<FP8, VEC, MT>(wg, wu, xs, H, mt, lane, g, u);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
         const float gv = warp_sum(g[m]) * gs, uv = warp_sum(u[m]) * us;
@@ -142,18 +157,18 @@ __global__ void __launch_bounds__(k_threads, 4) moe_front_kernel(moe_front_param
     }
 }
 
-template <bool FP8, bool VEC>
+template <bool FP8, bool VEC, bool BLK = false>
 cudaError_t launch_vec(const moe_front_params &p, dim3 grid, size_t smem, unsigned nr, cudaStream_t stream) {
     switch (moe_front_rows(p.n_tokens)) {
     case 1:
         // Batch-1 decode: the decode carveout (kernel_common.cuh) holds four of its ≤ 6 KB blocks.
         // More rows keep the driver's choice (one 20 KB block per SM in 32 KB would need 4 waves).
-        prefer_decode_carveout<moe_front_kernel<FP8, VEC, 1>>();
-        return launch_kernel(moe_front_kernel<FP8, VEC, 1>, grid, k_threads, smem, stream, p, nr);
+        prefer_decode_carveout<moe_front_kernel<FP8, VEC, 1, BLK>>();
+        return launch_kernel(moe_front_kernel<FP8, VEC, 1, BLK>, grid, k_threads, smem, stream, p, nr);
     case 2:
-        return launch_kernel(moe_front_kernel<FP8, VEC, 2>, grid, k_threads, smem, stream, p, nr);
+        return launch_kernel(moe_front_kernel<FP8, VEC, 2, BLK>, grid, k_threads, smem, stream, p, nr);
     default:
-        return launch_kernel(moe_front_kernel<FP8, VEC, 4>, grid, k_threads, smem, stream, p, nr);
+        return launch_kernel(moe_front_kernel<FP8, VEC, 4, BLK>, grid, k_threads, smem, stream, p, nr);
     }
 }
 
@@ -168,6 +183,10 @@ cudaError_t launch_moe_front(const moe_front_params &p, cudaStream_t stream) {
     const dim3 grid(nr + ceil_div_u(p.n_ff_sh, k_warps));
     const size_t smem = moe_front_smem_bytes(p);
     const bool vec = p.n_embd % (fp8 ? 16 : 8) == 0 && aligned16(p.sh_w);
+    if (fp8 && p.sh_w_layout == scale_layout::block128) {
+        if (!vec && p.n_ff_sh > 0) return cudaErrorInvalidValue; // block scales: the vector path only
+        return launch_vec<true, true, true>(p, grid, smem, nr, stream);
+    }
     if (fp8)
         return vec ? launch_vec<true, true>(p, grid, smem, nr, stream)
                    : launch_vec<true, false>(p, grid, smem, nr, stream);

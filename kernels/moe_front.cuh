@@ -5,7 +5,7 @@
 //   ids, weights = moe_router(xn)                                  (softmax, biased top-k, renormalized)
 //   sh_act[t, f] = bf16(silu(scale_g · Wg[f] · xn[t]) · scale_u · Wu[f] · xn[t])
 // The shared experts' weights are [2·n_ff_sh, n_embd] (gate rows, then up rows), BF16 or FP8
-// E4M3 with per-row scales; n_ff_sh = 0 means no shared experts.
+// E4M3 with per-row (or 128×128 block: sh_w_layout) scales; n_ff_sh = 0 means no shared experts.
 #pragma once
 
 #include "kernel_common.h"
@@ -28,10 +28,13 @@ struct moe_front_params {
     // shared experts' gate/up
     const void *sh_w = nullptr; // [2·n_ff_sh, n_embd]
     weight_format sh_wfmt = weight_format::bf16;
-    const float *sh_w_scale = nullptr; // [2·n_ff_sh], FP8 only
+    const float *sh_w_scale = nullptr; // FP8 only: [fp8_scale_count(2·n_ff_sh, n_embd, sh_w_layout)]
     bf16_t *sh_act = nullptr;          // [n_tokens, n_ff_sh]
     int64_t n_ff_sh = 0;
     int64_t n_tokens = 0, n_embd = 0;
+    // block128: one grid over the [2·n_ff_sh, n_embd] matrix; needs n_embd % 16 == 0 and 16-byte
+    // aligned weights.
+    scale_layout sh_w_layout = scale_layout::channel;
 };
 
 // Whether the fused kernel takes these shapes: 1 ≤ n_tokens ≤ moe_front_max_tokens, 1 ≤ n_expert

@@ -12,7 +12,6 @@ bool moe_gate_up_gemv_norm_ok(const moe_gate_up_gemv_params &p) {
 
 void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
     const int64_t F = p.n_ff_exp, H = p.n_embd, K = p.n_expert_used;
-    const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     std::vector<bf16_t> xn;
     if (p.norm.on()) xn = norm_in_ref(p.norm, p.n_tokens, H);
     const bf16_t *x = p.norm.on() ? xn.data() : p.x;
@@ -20,16 +19,11 @@ void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
         const int64_t t = s / K, e = p.ids ? p.ids[s] : 0;
         for (int64_t f = 0; f < F; ++f) {
             const int64_t gr = e * 2 * F + f, ur = gr + F;
-            float g = 0.0f, u = 0.0f;
-            for (int64_t i = 0; i < H; ++i) {
-                const float xv = bf16_bits_to_float(x[t * H + i]);
-                g += weight_at(p.w, p.wfmt, gr * H + i) * xv;
-                u += weight_at(p.w, p.wfmt, ur * H + i) * xv;
-            }
-            if (fp8) {
-                g *= p.w_scale[gr];
-                u *= p.w_scale[ur];
-            }
+            auto xv = [&](int64_t i) { return bf16_bits_to_float(x[t * H + i]); };
+            const float g = scaled_row_dot_ref(p.w, p.wfmt, gr * H, H, p.w_scale, p.w_layout, e, f, 2 * F,
+                                               xv),
+                        u = scaled_row_dot_ref(p.w, p.wfmt, ur * H, H, p.w_scale, p.w_layout, e, F + f, 2 * F,
+                                               xv);
             p.act[s * F + f] = float_to_bf16_bits(g / (1.0f + std::exp(-g)) * u);
         }
     }

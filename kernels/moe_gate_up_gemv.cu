@@ -20,7 +20,8 @@ namespace {
 constexpr int k_norm_warps = 8, k_norm_rows_per_warp = 2;
 constexpr int k_norm_v = 3; // norm-weight slots per thread loaded before the wait: n_embd ≤ 3,072
 
-template <bool FP8, bool VEC>
+// BLK: 128×128 block scales (lane_dot2's), no row scale.
+template <bool FP8, bool VEC, bool BLK = false>
 __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_params p) {
     pdl_enter();
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -32,9 +33,14 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
     const int64_t row_bytes = H * (FP8 ? 1 : 2);
     const uint16_t *x = p.x + t * H;
     // The scales' loads are in flight with the rows'.
-    const float g_scale = FP8 ? __ldg(p.w_scale + g_row) : 1.0f,
-                u_scale = FP8 ? __ldg(p.w_scale + u_row) : 1.0f;
-    const float2 gu = lane_dot2<FP8, VEC>(w + g_row * row_bytes, w + u_row * row_bytes, x, 0, H, lane);
+    const float g_scale = FP8 && !BLK ? __ldg(p.w_scale + g_row) : 1.0f,
+                u_scale = FP8 && !BLK ? __ldg(p.w_scale + u_row) : 1.0f;
+    const float *bsg = BLK ? p.w_scale + fp8_stack_scale_index(e, f, 0, 2 * F, H, scale_layout::block128)
+                           : nullptr,
+                *bsu = BLK ? p.w_scale + fp8_stack_scale_index(e, F + f, 0, 2 * F, H, scale_layout::block128)
+                           : nullptr;
+    const float2 gu = lane_dot2<FP8, VEC, false, BLK>(w + g_row * row_bytes, w + u_row * row_bytes, x, 0, H,
+                                                      lane, bsg, bsu);
     float g = warp_sum(gu.x), u = warp_sum(gu.y);
     if (lane == 0) {
         if (FP8) {
@@ -124,7 +130,7 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_rows_kernel(moe_gate_up_
     }
 }
 
-template <bool FP8, bool VEC>
+template <bool FP8, bool VEC, bool BLK = false>
 __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kernel(moe_gate_up_gemv_params p) {
     extern __shared__ __align__(16) uint16_t xs[]; // [n_embd] this token's normalized row
     __shared__ float red[32];
@@ -146,8 +152,8 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
                     prefetch_l2(w + f * row_bytes + b);
                     prefetch_l2(w + (F + f) * row_bytes + b);
                 }
-                gs[r] = FP8 ? __ldg(p.w_scale + f) : 1.0f;
-                us[r] = FP8 ? __ldg(p.w_scale + F + f) : 1.0f;
+                gs[r] = FP8 && !BLK ? __ldg(p.w_scale + f) : 1.0f;
+                us[r] = FP8 && !BLK ? __ldg(p.w_scale + F + f) : 1.0f;
             }
         }
     }
@@ -164,11 +170,16 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
         if (f >= F) break;
         const int64_t g_row = e * 2 * F + f, u_row = g_row + F;
         if (p.ids) {
-            gs[r] = FP8 ? __ldg(p.w_scale + g_row) : 1.0f;
-            us[r] = FP8 ? __ldg(p.w_scale + u_row) : 1.0f;
+            gs[r] = FP8 && !BLK ? __ldg(p.w_scale + g_row) : 1.0f;
+            us[r] = FP8 && !BLK ? __ldg(p.w_scale + u_row) : 1.0f;
         }
-        const float2 gu =
-            lane_dot2<FP8, VEC, true>(w + g_row * row_bytes, w + u_row * row_bytes, xs, 0, H, lane);
+        const float *bsg = BLK ? p.w_scale + fp8_stack_scale_index(e, f, 0, 2 * F, H, scale_layout::block128)
+                               : nullptr,
+                    *bsu =
+                        BLK ? p.w_scale + fp8_stack_scale_index(e, F + f, 0, 2 * F, H, scale_layout::block128)
+                            : nullptr;
+        const float2 gu = lane_dot2<FP8, VEC, true, BLK>(w + g_row * row_bytes, w + u_row * row_bytes, xs, 0,
+                                                         H, lane, bsg, bsu);
         float g = warp_sum(gu.x), u = warp_sum(gu.y);
         if (lane == 0) {
             if (FP8) {
@@ -191,8 +202,24 @@ cudaError_t launch_rows(const moe_gate_up_gemv_params &p, int64_t slots, bool ve
     return launch_kernel(moe_gate_up_gemv_rows_kernel<FP8, true, R, 0>, grid, 128, 0, stream, p);
 }
 
+// Block scales (FP8 only, the vector path only).
+cudaError_t launch_blk(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
+    if (p.n_embd % 16 != 0 || !aligned16(p.w)) return cudaErrorInvalidValue;
+    if (p.norm.on()) {
+        const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));
+        prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<true, true, true>>();
+        return launch_kernel(moe_gate_up_gemv_norm_kernel<true, true, true>, grid, k_norm_warps * 32,
+                             size_t(p.n_embd) * 2, stream, p);
+    }
+    if (!aligned16(p.x)) return cudaErrorInvalidValue;
+    return launch_kernel(moe_gate_up_gemv_kernel<true, true, true>,
+                         dim3(ceil_div_u(p.n_ff_exp, 4), unsigned(slots)), 128, 0, stream, p);
+}
+
 template <bool FP8>
 cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
+    if constexpr (FP8)
+        if (p.w_layout == scale_layout::block128) return launch_blk(p, slots, stream);
     const bool vec_w = p.n_embd % (FP8 ? 16 : 8) == 0 && aligned16(p.w);
     if (p.norm.on()) {
         const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));

@@ -2,7 +2,8 @@
 // For each slot s = t·k_used + j (token t, choice j) with expert e = ids[s]:
 //   act[s, f] = bf16(silu(g) · u),  g = scale_g · Wg_e[f] · x_t,  u = scale_u · Wu_e[f] · x_t
 // Weights of all experts are one stack [n_expert, 2·n_ff_exp, n_embd] (gate rows, then up rows),
-// BF16 or FP8 E4M3 with per-row scales [n_expert, 2·n_ff_exp]. With ids null every slot uses
+// BF16 or FP8 E4M3 with per-row scales [n_expert, 2·n_ff_exp] (or per 128×128 block of each
+// expert: w_layout). With ids null every slot uses
 // expert 0 (a dense MLP: n_expert_used = 1, the weights [2·n_ff, n_embd]). With norm on, x_t is
 // the RMSNorm of the residual row norm.x[t], computed by every block (no separate rms_norm).
 #pragma once
@@ -16,7 +17,7 @@ struct moe_gate_up_gemv_params {
     const int32_t *ids = nullptr;   // [n_tokens, n_expert_used], or null: expert 0 everywhere
     const void *w = nullptr;        // [n_expert, 2·n_ff_exp, n_embd]
     weight_format wfmt = weight_format::bf16;
-    const float *w_scale = nullptr; // [n_expert, 2·n_ff_exp], FP8 only
+    const float *w_scale = nullptr; // FP8 only: [n_expert · fp8_scale_count(2·n_ff_exp, n_embd, w_layout)]
     bf16_t *act = nullptr;          // [n_tokens·n_expert_used, n_ff_exp]
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
     norm_in norm; // fused input norm (kernel_common.h); off: x is read
@@ -24,6 +25,9 @@ struct moe_gate_up_gemv_params {
     // anything else is cudaErrorInvalidValue. A measuring aid (ES_CUDA_MOE_ROWS_PER_WARP): more rows
     // per warp, their loads issued together, a grid that many times smaller; bit-identical output.
     int rows_per_warp = 0;
+    // block128: expert e's [2·n_ff_exp, n_embd] matrix has its own grid (fp8_stack_scale_index);
+    // needs n_embd % 16 == 0 and 16-byte aligned weights (and x without the norm).
+    scale_layout w_layout = scale_layout::channel;
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared

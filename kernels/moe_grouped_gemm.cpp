@@ -9,6 +9,13 @@ void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p) {
     auto row_dot = [&](int64_t e, int64_t row, const bf16_t *a) {
         const int64_t base = (e * w_rows + row) * k;
         float acc = 0.0f;
+        if (fp8 && p.w_layout == scale_layout::block128) { // weights as fp8_dequantize widens them
+            for (int64_t i = 0; i < k; ++i) {
+                const float s = p.w_scale[fp8_stack_scale_index(e, row, i, w_rows, k, p.w_layout)];
+                acc += round_bf16(weight_at(p.w, p.wfmt, base + i) * s) * bf16_bits_to_float(a[i]);
+            }
+            return acc;
+        }
         for (int64_t i = 0; i < k; ++i) acc += weight_at(p.w, p.wfmt, base + i) * bf16_bits_to_float(a[i]);
         return fp8 ? acc * p.w_scale[e * w_rows + row] : acc;
     };

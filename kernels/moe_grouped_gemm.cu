@@ -57,8 +57,15 @@ __device__ __forceinline__ uint4 pack8(const uint16_t (&t)[8]) {
 __device__ __forceinline__ int swz_bf16(int r, int c) { return r * 128 + ((c ^ ((r & 1) << 2)) << 4); }
 __device__ __forceinline__ int swz_fp8(int r, int c) { return r * 64 + ((c ^ (((r >> 1) & 1) << 1)) << 4); }
 
-template <bool FP8, bool GLU>
+// Two BF16 values times an fp32 scale, rounded to BF16 (BLK: a widened FP8 pair and its block scale).
+__device__ __forceinline__ uint32_t bf16x2_scaled(uint32_t v, float s) {
+    return uint32_t(f_to_bf16(bf16_lo(v) * s)) | (uint32_t(f_to_bf16(bf16_hi(v) * s)) << 16);
+}
+
+// BLK: 128×128 block scales, applied as the FP8 weights are widened (moe_grouped_gemm.cuh).
+template <bool FP8, bool GLU, bool BLK = false>
 __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_grouped_gemm_params p) {
+    static_assert(FP8 || !BLK, "block scales are FP8's");
     pdl_enter(); // the plan and the activations come from the kernels just before
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int row_slot[BM];
@@ -188,6 +195,19 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     for (int j = 0; j < 4; ++j)
         b_row[j] =
             (GLU ? (j < 2 ? warp * 16 + j * 8 : BW / 2 + warp * 16 + (j - 2) * 8) : warp * 32 + j * 8) + g;
+    // BLK: each fragment row's block-scale row in expert e's grid (rows past n, zero-filled, read
+    // a valid row's scales).
+    const float *b_scale[4];
+    if constexpr (BLK) {
+        const float *scale_e = p.w_scale + int64_t(e) * fp8_scale_count(w_rows, k, scale_layout::block128);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int r = b_row[j];
+            int64_t wr = GLU ? (r < BW / 2 ? n0 + r : n + n0 + (r - BW / 2)) : n0 + r;
+            if (wr >= w_rows) wr = w_rows - 1;
+            b_scale[j] = scale_e + fp8_scale_index(wr, 0, k, scale_layout::block128);
+        }
+    }
 
     constexpr int STAGES = stages(FP8);
     const int ktiles = int((k + BK - 1) / BK);
@@ -205,6 +225,11 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
 
         const unsigned char *st = smem + (kt % STAGES) * stage_bytes(FP8);
         const unsigned char *ws = st + a_stage_bytes;
+        float bsc[4]; // BLK: the stage's block scale per fragment row (BK divides fp8_block)
+        if constexpr (BLK) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) bsc[j] = __ldg(b_scale[j] + int64_t(kt) * BK / fp8_block);
+        }
 #pragma unroll
         for (int kk = 0; kk < BK / 32; ++kk) {
             const int lane_chunk = (kk * 4 + t) ^ ((g & 1) << 2); // 16-byte chunk of rows with parity g
@@ -219,6 +244,10 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
                     bf[j][1] = fp8x2_to_bf16x2(v.x >> 16);
                     bf[j][2] = fp8x2_to_bf16x2(v.y);
                     bf[j][3] = fp8x2_to_bf16x2(v.y >> 16);
+                    if constexpr (BLK) {
+#pragma unroll
+                        for (int q = 0; q < 4; ++q) bf[j][q] = bf16x2_scaled(bf[j][q], bsc[j]);
+                    }
                 } else {
                     const uint4 v = *reinterpret_cast<const uint4 *>(ws + b_row[j] * 128 + lane_chunk * 16);
                     bf[j][0] = v.x;
@@ -245,14 +274,14 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     cp_async_wait<0>(); // only empty groups remain; leave nothing in flight
 
     // ---- epilogue: accumulator (row g or g + 8 of m tile mt, columns 2t, 2t + 1 of block j) ------
-    const float *scale = FP8 ? p.w_scale + int64_t(e) * w_rows : nullptr;
+    const float *scale = FP8 && !BLK ? p.w_scale + int64_t(e) * w_rows : nullptr;
     if constexpr (GLU) {
         const bool vec_o = (reinterpret_cast<uintptr_t>(p.out_act) & 3u) == 0 && p.ldo % 2 == 0;
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
             const int64_t col = n0 + warp * 16 + j * 8 + 2 * t;
             float sg[2] = {1.0f, 1.0f}, su[2] = {1.0f, 1.0f};
-            if constexpr (FP8) {
+            if constexpr (FP8 && !BLK) {
 #pragma unroll
                 for (int q = 0; q < 2; ++q)
                     if (col + q < n) {
@@ -286,7 +315,7 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
         for (int j = 0; j < 4; ++j) {
             const int64_t col = n0 + warp * 32 + j * 8 + 2 * t;
             float sc[2] = {1.0f, 1.0f};
-            if constexpr (FP8) {
+            if constexpr (FP8 && !BLK) {
 #pragma unroll
                 for (int q = 0; q < 2; ++q)
                     if (col + q < n) sc[q] = scale[col + q];
@@ -310,10 +339,10 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     }
 }
 
-template <bool FP8, bool GLU>
+template <bool FP8, bool GLU, bool BLK = false>
 cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
     constexpr int smem = smem_bytes(FP8);
-    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU>;
+    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU, BLK>;
     // More than the default 48 KB of dynamic shared memory, and all of the SM's unified L1 /
     // shared memory given to shared memory (a hint), so that three blocks fit.
     if (const cudaError_t err =
@@ -335,6 +364,9 @@ cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if ((fp8 && !p.w_scale) || p.k <= 0 || p.n_expert <= 0 || (p.glu ? !p.out_act : !p.out_f32))
         return cudaErrorInvalidValue;
+    if (fp8 && p.w_layout == scale_layout::block128)
+        return p.glu ? launch_variant<true, true, true>(p, stream)
+                     : launch_variant<true, false, true>(p, stream);
     if (fp8) return p.glu ? launch_variant<true, true>(p, stream) : launch_variant<true, false>(p, stream);
     return p.glu ? launch_variant<false, true>(p, stream) : launch_variant<false, false>(p, stream);
 }

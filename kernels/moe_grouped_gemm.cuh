@@ -4,7 +4,7 @@
 //   glu:   out_act[s, f] = bf16(silu(sg · Wg_e[f]·a_s) · su · Wu_e[f]·a_s)   (gate rows f, up rows n + f)
 //   plain: out_f32[s, c] = sc · W_e[c]·a_s
 // Weights: one stack [n_expert, w_rows, k] (w_rows = 2n for glu, else n), BF16 or FP8 E4M3 with
-// per-row scales [n_expert, w_rows]. Tensor cores (mma.sync BF16, fp32 accumulate); FP8 weights
+// per-row scales [n_expert, w_rows] (or per 128×128 block: w_layout). Tensor cores (mma.sync BF16, fp32 accumulate); FP8 weights
 // are staged as bytes, widened to BF16 exactly in registers and scaled in the epilogue. Row tiles
 // of moe_grouped_gemm_tile_rows slots, one expert each (moe_plan's tile_rows must match).
 #pragma once
@@ -22,12 +22,16 @@ struct moe_grouped_gemm_params {
     int64_t max_tiles = 0;   // moe_plan_max_tiles(…, moe_grouped_gemm_tile_rows)
     const void *w = nullptr; // [n_expert, w_rows, k]
     weight_format wfmt = weight_format::bf16;
-    const float *w_scale = nullptr; // [n_expert, w_rows], FP8 only
+    const float *w_scale = nullptr; // FP8 only: [n_expert · fp8_scale_count(w_rows, k, w_layout)]
     int64_t k = 0, n = 0;
     bool glu = false;
     bf16_t *out_act = nullptr; // glu: [slots, ldo]
     float *out_f32 = nullptr;  // plain: [slots, ldo]
     int64_t ldo = 0;
+    // block128: expert e's [w_rows, k] matrix has its own grid (fp8_stack_scale_index); each FP8
+    // weight is widened to bf16(e4m3 · its block's scale) as the B fragments are built (a
+    // 64-wide k stage lies in one 128 block), fp8_dequantize's value, and no epilogue scale.
+    scale_layout w_layout = scale_layout::channel;
 };
 
 inline constexpr int64_t moe_grouped_gemm_tile_rows = 64;

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|moewaves|ncu|hf|eval|serve|report   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh blk      FP8 128x128 block scales (--fp8-scales block128): the selftest's
+#                                  block rows, then bench against per-channel scales (blk.md)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
 #                                  of real shapes (SERVE_SPECS="name:shape:precision …" to choose)
 # report: the default model on the GPU, bench --json for a report (docs/reports.md), in
@@ -24,7 +26,7 @@ if ! grep -q '^backends: cpu, cuda (' "$OUT/gpu.txt"; then
 fi
 rc=0
 if [[ $mode == full || $mode == selftest ]]; then
-    timeout 300 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest.md"
+    timeout 450 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest.md"
     rc=${PIPESTATUS[0]}
     echo "selftest exit code: $rc" | tee -a "$OUT/selftest.md"
     if [[ $rc -ne 0 ]] && command -v compute-sanitizer >/dev/null; then
@@ -166,6 +168,30 @@ if [[ $mode == full || $mode == eval ]]; then
     ev default-fp8-kvfp8 --model resources/models/default --backend cuda --precision fp8 --kv-cache fp8 --text README.md --windows 4 --ctx 256
     ev default-bf16-kvfp8 --model resources/models/default --backend cuda --precision bf16 --kv-cache fp8 --text README.md --windows 4 --ctx 256
     ev moe-shared-fp8 --model tests/data/moe-shared --backend cuda --precision fp8 --windows 4 --ctx 64
+    # 128x128 block scales (BF16 activations in prefill: cuBLASLt's FP8 GEMM takes per-row scales):
+    # against the exact checkpoint, against BF16 weights (with per-channel scales beside it at the
+    # same BF16 activations), and against per-channel scales directly.
+    ev default-fp8-blk --model resources/models/default --backend cuda --precision fp8 --fp8-scales block128 --text README.md --windows 4 --ctx 256
+    ev default-fp8-blk-vs-bf16 --model resources/models/default --backend cuda --precision fp8 --fp8-scales block128 --baseline bf16 --text README.md --windows 4 --ctx 256
+    ev default-fp8-bf16act-vs-bf16 --model resources/models/default --backend cuda --precision fp8 --activations bf16 --baseline bf16 --text README.md --windows 4 --ctx 256
+    ev default-fp8-blk-vs-channel --model resources/models/default --backend cuda --precision fp8 --fp8-scales block128 --baseline fp8 --text README.md --windows 4 --ctx 256
+    ev moe-shared-fp8-blk --model tests/data/moe-shared --backend cuda --precision fp8 --fp8-scales block128 --windows 4 --ctx 64
+fi
+if [[ $mode == blk ]]; then
+    # The selftest's block-scale rows (kernels and end-to-end), then decode/prefill speed with
+    # block scales against per-channel ones on both shapes.
+    timeout 450 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest-blk-full.md" |
+        grep -E '128x128 blocks|block128|^selftest on|FAIL' | tee "$OUT/blk.md"
+    rc=${PIPESTATUS[0]}
+    echo "selftest exit code: $rc" | tee -a "$OUT/blk.md"
+    for shape in ernie-4.5-0.3b ernie-4.5-21b-a3b; do
+        for scales in channel block128; do
+            echo "### bench $shape fp8 --fp8-scales $scales" | tee -a "$OUT/blk.md"
+            timeout 200 "$CLI" bench --backend cuda --shape "$shape" --precision fp8 --fp8-scales "$scales" \
+                --pp 512,2048 --tg 128 --reps 3 --json "$OUT/bench-blk-$shape-$scales.json" ${BENCH_ARGS:-} 2>&1 |
+                tee -a "$OUT/blk.md" || rc=1
+        done
+    done
 fi
 if [[ $mode == serve ]]; then
     # tools/serve_load_run.sh per shape: server in the background, serve-bench --url, /metrics, SIGTERM.

@@ -171,6 +171,7 @@ std::string api_server::load() {
     ep.load.n_threads = m->opt.threads;
     ep.load.precision = m->opt.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
     ep.load.kv_cache = m->opt.kv_cache == "fp8" ? kv_cache_dtype::fp8 : kv_cache_dtype::bf16;
+    ep.load.fp8.scales = m->opt.fp8_scales == "block128" ? scale_layout::block128 : scale_layout::channel;
     ep.load.need_tokenizer = !m->opt.random_shape;
     ep.max_num_seqs = m->opt.max_num_seqs;
     ep.kv_cache_bytes = m->opt.kv_cache_bytes;
