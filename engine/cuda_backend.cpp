@@ -409,14 +409,14 @@ public:
         if (const char *fu = std::getenv("ES_CUDA_FUSE")) m_fuse = std::string(fu) != "0";
         if (const char *kc = std::getenv("ES_CUDA_KV_SPLIT_CHUNKS"))
             m_kv_split_chunks = std::max(1, std::atoi(kc));
-        // A measuring aid: ES_CUDA_MOE_ROWS_PER_WARP=2 or 4 has each warp of decode's routed-expert
-        // gate/up and down GEMVs compute that many output rows, their loads issued together, in a
-        // grid that many times smaller (bit-identical output; kernels/README.md). Default 1.
-        if (const char *rw = std::getenv("ES_CUDA_MOE_ROWS_PER_WARP")) {
+        // A measuring aid: ES_CUDA_MOE_DOWN_ROWS_PER_WARP=1, 2 or 4 has each warp of decode's
+        // routed-expert down GEMV compute that many output rows, their loads issued together
+        // (bit-identical output); unset, the kernel's default (4 where the loads fit in registers).
+        if (const char *rw = std::getenv("ES_CUDA_MOE_DOWN_ROWS_PER_WARP")) {
             const std::string v(rw);
             if (v != "1" && v != "2" && v != "4")
-                throw load_error("ES_CUDA_MOE_ROWS_PER_WARP must be 1, 2 or 4, not '" + v + "'");
-            m_moe_rows_per_warp = std::stoi(v);
+                throw load_error("ES_CUDA_MOE_DOWN_ROWS_PER_WARP must be 1, 2 or 4, not '" + v + "'");
+            m_moe_down_rows_per_warp = std::stoi(v);
         }
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
@@ -1363,7 +1363,6 @@ private:
                 g.n_embd = H;
                 g.n_expert_used = K;
                 g.n_ff_exp = c.n_ff_exp;
-                g.rows_per_warp = m_moe_rows_per_warp;
                 op("moe_gate_up_gemv", [&] { return launch_moe_gate_up_gemv(g, m_stream); });
                 moe_down_gemv_params d;
                 d.act = act_e;
@@ -1378,7 +1377,7 @@ private:
                 d.n_embd = H;
                 d.n_expert_used = K;
                 d.n_ff_exp = c.n_ff_exp;
-                d.rows_per_warp = m_moe_rows_per_warp; // per-slot mode only
+                d.rows_per_warp = m_moe_down_rows_per_warp; // per-slot mode only
                 if (m_moe_down_rows) {
                     // Per-slot rows, then the combine in choice order (faster than gathering
                     // every choice of an output element in one block: docs/benchmarks.md).
@@ -1764,7 +1763,7 @@ private:
     std::map<cudaGraphExec_t, std::vector<std::string>> m_graph_ops;
     std::vector<std::string> *m_capture_ops = nullptr;
     int m_kv_split_chunks = 1; // ES_CUDA_KV_SPLIT_CHUNKS
-    int m_moe_rows_per_warp = 1; // ES_CUDA_MOE_ROWS_PER_WARP
+    int m_moe_down_rows_per_warp = 0; // ES_CUDA_MOE_DOWN_ROWS_PER_WARP; 0: the kernel's default
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;
     bool m_fuse = true;

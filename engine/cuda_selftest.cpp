@@ -867,7 +867,7 @@ std::vector<int32_t> random_topk_ids(int64_t T, int64_t E, int64_t K) {
     return ids;
 }
 
-// Elements of two GPU outputs whose bits differ (the rows-per-warp variants against one row per warp).
+// Elements of two GPU outputs whose bits differ (moe_down_gemv's rows per warp against one row per warp).
 template <typename T>
 double bit_diffs(const std::vector<T> &a, const std::vector<T> &b) {
     if (a.size() != b.size()) return double(std::max(a.size(), b.size()));
@@ -876,13 +876,10 @@ double bit_diffs(const std::vector<T> &a, const std::vector<T> &b) {
     return double(n);
 }
 
-// rpw: moe_gate_up_gemv's rows_per_warp (above 1 only the gate/up rows, which also compare the
-// output with rows_per_warp 1's bit for bit; the down projection's gather mode has no such field).
 void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                   scale_layout L = scale_layout::channel, int rpw = 1) {
+                   scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string fmt =
-        (fp8 ? "fp8" : "bf16") + blk_suffix(L) + (rpw > 1 ? " rows/warp " + std::to_string(rpw) : "");
+    const std::string fmt = (fp8 ? "fp8" : "bf16") + blk_suffix(L);
     const std::string n1 = shape_name("moe_gate_up_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     const std::string n2 = shape_name("moe_down_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     R.run("kernel", n1, [&] {
@@ -907,21 +904,8 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         g.n_embd = H;
         g.n_expert_used = K;
         g.n_ff_exp = Fe;
-        g.rows_per_warp = rpw;
         ck(launch_moe_gate_up_gemv(g, nullptr), "launch");
         sync(n1);
-        const auto got = dact.download();
-        if (rpw > 1) {
-            g.rows_per_warp = 1;
-            ck(launch_moe_gate_up_gemv(g, nullptr), "launch with rows_per_warp 1");
-            sync(n1);
-            R.add("kernel", n1 + " vs rows/warp 1", "elements whose bits differ", bit_diffs(got, dact.download()), 0.0);
-            g.rows_per_warp = 3;
-            const cudaError_t st = launch_moe_gate_up_gemv(g, nullptr);
-            R.add("kernel", n1 + " rows/warp 3", "refused (cudaErrorInvalidValue)", st == cudaErrorInvalidValue ? 1.0 : 0.0,
-                  1.0, false);
-            g.rows_per_warp = rpw;
-        }
         std::vector<bf16_t> act(static_cast<size_t>(T * K * Fe));
         g.x = x.data();
         g.ids = ids.data();
@@ -929,8 +913,7 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         g.w_scale = fp8 ? gu.s.data() : nullptr;
         g.act = act.data();
         moe_gate_up_gemv_ref(g);
-        R.add("kernel", n1, "max scaled err (bf16)", scaled_err(widen(got), widen(act)), k_bf16_limit);
-        if (rpw > 1) return;
+        R.add("kernel", n1, "max scaled err (bf16)", scaled_err(widen(dact.download()), widen(act)), k_bf16_limit);
 
         // Down: both sides start from the twin's activations so only this kernel is measured.
         dvec<bf16_t> dact2(act);
@@ -1177,14 +1160,16 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
 // moe_down_gemv's per-slot mode with the shared experts' slot, then moe_combine adding it first.
 // ready: the shared slot before pdl_wait (sh_ready) and moe_combine's x_ready, as decode runs them
 // (here the inputs were uploaded before the launch, which is what those flags promise).
-// rpw: rows_per_warp (above 1 the slots are also compared with rows_per_warp 1's bit for bit).
+// rpw: rows_per_warp, 0 = the kernel's default (2 for the 21B-A3B's FP8 widths and the small
+// shapes, 1 for its BF16 ones); 1 = one row per warp; 2 or 4 also compare the slots with one row
+// per warp's bit for bit.
 void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                          int64_t Fs, bool ready, scale_layout L = scale_layout::channel, int rpw = 1) {
+                          int64_t Fs, bool ready, scale_layout L = scale_layout::channel, int rpw = 0) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name =
         shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
                    std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : "") + blk_suffix(L) +
-                       (rpw > 1 ? " rows/warp " + std::to_string(rpw) : ""));
+                       (rpw > 0 ? " rows/warp " + std::to_string(rpw) : ""));
     R.run("kernel", name, [&] {
         auto act = rand_bf16(static_cast<size_t>(T * K * Fe)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
         auto ids = random_topk_ids(T, E, K);
@@ -1218,6 +1203,7 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
             // rows_per_warp 1 first, into a second buffer (this launch's inputs are ready as well).
             dvec<float> dys1(static_cast<size_t>((T * K + T) * H));
             moe_down_gemv_params d1 = d;
+            d1.rows_per_warp = 1;
             d1.y_slots = dys1.get();
             d1.y_shared = dys1.get() + T * K * H;
             ck(launch_moe_down_gemv(d1, nullptr), "launch with rows_per_warp 1");
@@ -1231,6 +1217,7 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
             R.add("kernel", name + " rows/warp 3", "refused (cudaErrorInvalidValue)",
                   launch_moe_down_gemv(d3, nullptr) == cudaErrorInvalidValue ? 1.0 : 0.0, 1.0, false);
         } else {
+            d.rows_per_warp = rpw;
             ck(launch_moe_down_gemv(d, nullptr), "launch");
         }
         moe_combine_params cb{dys.get(), dwts.get(), dx.get(), T, H, K};
@@ -1802,15 +1789,6 @@ void run_kernel_tests(runner &R, int cc_major) {
     for (auto f : {bf, f8}) {
         test_moe_gemv(R, f, 1, 2560, 8, 6, 1536);
         test_moe_gemv(R, f, 3, 40, 6, 3, 24);
-        // Rows per warp (ES_CUDA_MOE_ROWS_PER_WARP): the 21B-A3B's widths (FP8: every vector
-        // loaded first; BF16's 2,560-wide rows: one row after another), 640-wide rows (lanes with
-        // unequal vector counts), 21 rows (warps past the end, a warp half inside), 24 rows,
-        // 40-wide rows (the scalar path).
-        for (int rpw : {2, 4}) {
-            test_moe_gemv(R, f, 1, 2560, 8, 6, 1536, scale_layout::channel, rpw);
-            test_moe_gemv(R, f, 2, 640, 7, 4, 21, scale_layout::channel, rpw);
-            test_moe_gemv(R, f, 3, 40, 6, 3, 24, scale_layout::channel, rpw);
-        }
     }
     // The fused decode kernels: the 21B-A3B's widths (hidden 2560, 64 experts, top-6, expert FFN
     // 1536, shared FFN 3072, dense FFN 12288), the 0.3B's (hidden 1024, FFN 3072), odd shapes
@@ -1840,10 +1818,12 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072, true);
         test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40, false);
         test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, true);
-        // Rows per warp: the 21B-A3B's widths (FP8: every vector loaded first; BF16: 6 vectors a
-        // lane, one row after another), 640-wide rows (unequal lanes) with 101 rows (a warp
-        // partly past the end, routed and shared), odd widths (scalar paths), the shared slot before
-        // and after the wait.
+        // Rows per warp (the cases above: the default): the 21B-A3B's widths at one row per warp,
+        // and at 2 and 4 (FP8: every vector loaded first; BF16: 6 vectors a lane, one row after
+        // another), 640-wide rows (unequal lanes) with 101 rows (a warp partly past the end, routed
+        // and shared), odd widths (scalar paths), the shared slot before and after the wait.
+        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true, scale_layout::channel, 1);
+        test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072, false, scale_layout::channel, 1);
         for (int rpw : {2, 4}) {
             test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true, scale_layout::channel, rpw);
             test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, false, scale_layout::channel, rpw);

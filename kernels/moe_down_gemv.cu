@@ -201,7 +201,10 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
     if (lane == 0) p.y_slots[s * H + n] = v * scale;
 }
 
-// Per-slot mode with rows per warp (rows_per_warp = R > 1, a measuring aid: moe_down_gemv.cuh):
+// Per-slot mode with rows per warp (rows_per_warp = R > 1, moe_down_gemv.cuh; on the H200, in the
+// 21B-A3B's decode step, this launch's share of a layer is 10.8 µs at R = 1, 8.4–8.8 at R = 2 and
+// 5.4–5.6 at R = 4, but the routed gate/up before it, whose tail it overlaps, grows by 3.5 and 5 µs:
+// the step is 1,786 µs at R = 1, 1,741 at R = 2, 1,769 at R = 4 — hence the default, 2):
 // grid (n_embd / (4·R), slots + shared rows), each warp R consecutive n of one slot. Routed rows:
 // with NV > 0 (16-byte rows of at most NV vectors per lane: the 21B-A3B's 1,536-wide FP8 rows are
 // 3), every vector of the R rows is loaded before the first product (R·NV uint4 per lane; rows past
@@ -326,9 +329,14 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
             vec = vec && p.n_ff_sh % (fp8 ? 16 : 8) == 0 && aligned16(p.sh_w) && aligned16(p.sh_act);
         }
         if (blk && !vec) return cudaErrorInvalidValue; // block scales: the vector path only
-        if (!blk && p.rows_per_warp == 2)
+        int rpw = p.rows_per_warp;
+        if (rpw == 0) { // the default: two rows where their loads fit in registers together
+            const int64_t nv = (p.n_ff_exp / (fp8 ? 16 : 8) + 31) / 32; // vectors per lane per row
+            rpw = vec && nv <= 3 ? 2 : 1;
+        }
+        if (!blk && rpw == 2)
             return fp8 ? launch_rows_r<true, 2>(p, vec, stream) : launch_rows_r<false, 2>(p, vec, stream);
-        if (!blk && p.rows_per_warp == 4)
+        if (!blk && rpw == 4)
             return fp8 ? launch_rows_r<true, 4>(p, vec, stream) : launch_rows_r<false, 4>(p, vec, stream);
         const dim3 grid(ceil_div_u(p.n_embd, 4),
                         unsigned(p.n_tokens * p.n_expert_used + (p.sh_w ? p.n_tokens : 0)));

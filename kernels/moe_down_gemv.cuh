@@ -34,9 +34,11 @@ struct moe_down_gemv_params {
     // and the shared slot is computed (its activations read through L2) and written before
     // pdl_wait, in the shadow of the previous kernel.
     bool sh_ready = false;
-    // Per-slot mode only: output rows n per warp, 1, 2 or 4, 0 = the default (1); anything else is
-    // cudaErrorInvalidValue. A measuring aid (ES_CUDA_MOE_ROWS_PER_WARP): more rows per warp, their
-    // loads issued together, a grid that many times smaller; bit-identical output.
+    // Per-slot mode, per-channel scales: output rows n per warp, 1, 2 or 4; anything else is
+    // cudaErrorInvalidValue. More rows per warp, their loads issued together, a grid that many times
+    // smaller; bit-identical output. 0 = the default: 2 where a lane's share of each routed row fits
+    // in registers (16-byte rows of ≤ 3 vectors per lane, the 21B-A3B's FP8 rows), 1 otherwise.
+    // (Block scales always take one row per warp.)
     int rows_per_warp = 0;
     // block128 (w and sh_w): expert e's [n_embd, n_ff_exp] matrix has its own grid
     // (fp8_stack_scale_index), the shared experts' one grid; needs n_ff_exp (and n_ff_sh) % 16 == 0

@@ -51,85 +51,6 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
     }
 }
 
-// Rows per warp (rows_per_warp = R > 1, a measuring aid: moe_gate_up_gemv.cuh): grid
-// (n_ff_exp / (4·R), slots), each warp R consecutive f of one slot. With NV > 0 (16-byte rows of
-// at most NV vectors per lane: the 21B-A3B's 2,560-wide FP8 rows are 5), every vector of the R gate
-// and R up rows is loaded before the first product (2·R·NV uint4 per lane; rows past n_ff_exp load
-// row f0 again and store nothing); otherwise (NV = 0: longer or unaligned rows) the R rows go one
-// after another through lane_dot2. Each row's products and sums are lane_dot2's in its order (pairs
-// of vectors while both lie in the row, then the last one), then the same warp_sum, scale and
-// silu·up: the output is bit-identical to R = 1 (the twin does not change).
-template <bool FP8, bool VEC, int R, int NV>
-__global__ void __launch_bounds__(128) moe_gate_up_gemv_rows_kernel(moe_gate_up_gemv_params p) {
-    pdl_enter();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t f0 = (int64_t(blockIdx.x) * 4 + warp) * R, s = blockIdx.y;
-    if (f0 >= p.n_ff_exp) return;
-    const int64_t t = s / p.n_expert_used, e = p.ids ? p.ids[s] : 0, F = p.n_ff_exp, H = p.n_embd;
-    const unsigned char *w = static_cast<const unsigned char *>(p.w);
-    const int64_t row_bytes = H * (FP8 ? 1 : 2);
-    const uint16_t *x = p.x + t * H;
-    int64_t g_row[R];
-    float g_scale[R], u_scale[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        g_row[r] = e * 2 * F + (f0 + r < F ? f0 + r : f0);
-        g_scale[r] = FP8 ? __ldg(p.w_scale + g_row[r]) : 1.0f;
-        u_scale[r] = FP8 ? __ldg(p.w_scale + g_row[r] + F) : 1.0f;
-    }
-    float2 gu[R];
-    if constexpr (VEC && NV > 0) {
-        constexpr int E = vec_elems<FP8>;
-        const int64_t nvec = H / E; // vectors per row; this lane's i-th is lane + 32·i
-        uint4 wg[R][NV], wu[R][NV];
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            const uint4 *gv = reinterpret_cast<const uint4 *>(w + g_row[r] * row_bytes),
-                        *uv = reinterpret_cast<const uint4 *>(w + (g_row[r] + F) * row_bytes);
-#pragma unroll
-            for (int i = 0; i < NV; ++i) {
-                const int64_t v = lane + 32 * i < nvec ? lane + 32 * i : 0; // past the row: unused
-                wg[r][i] = __ldcs(gv + v);
-                wu[r][i] = __ldcs(uv + v);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            float a0 = 0.0f, a1 = 0.0f;
-#pragma unroll
-            for (int i = 0; i < NV; i += 2) {
-                const int64_t kk = int64_t(lane + 32 * i) * E;
-                if (i + 1 < NV && lane + 32 * (i + 1) < nvec) { // lane_dot2's pair step
-                    a0 += dot_vec<FP8>(wg[r][i], x + kk) + dot_vec<FP8>(wg[r][i + 1], x + kk + 32 * E);
-                    a1 += dot_vec<FP8>(wu[r][i], x + kk) + dot_vec<FP8>(wu[r][i + 1], x + kk + 32 * E);
-                } else if (lane + 32 * i < nvec) { // its tail step
-                    a0 += dot_vec<FP8>(wg[r][i], x + kk);
-                    a1 += dot_vec<FP8>(wu[r][i], x + kk);
-                }
-            }
-            gu[r] = make_float2(a0, a1);
-        }
-    } else {
-#pragma unroll
-        for (int r = 0; r < R; ++r)
-            gu[r] =
-                lane_dot2<FP8, VEC>(w + g_row[r] * row_bytes, w + (g_row[r] + F) * row_bytes, x, 0, H, lane);
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        const int64_t f = f0 + r;
-        if (f >= F) break;
-        float g = warp_sum(gu[r].x), u = warp_sum(gu[r].y);
-        if (lane == 0) {
-            if (FP8) {
-                g *= g_scale[r];
-                u *= u_scale[r];
-            }
-            p.act[s * F + f] = f_to_bf16(silu_f(g) * u);
-        }
-    }
-}
-
 template <bool FP8, bool VEC, bool BLK = false>
 __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kernel(moe_gate_up_gemv_params p) {
     extern __shared__ __align__(16) uint16_t xs[]; // [n_embd] this token's normalized row
@@ -191,17 +112,6 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
     }
 }
 
-// The rows-per-warp kernel whose NV holds every vector of this lane's rows, when one does.
-template <bool FP8, int R>
-cudaError_t launch_rows(const moe_gate_up_gemv_params &p, int64_t slots, bool vec, cudaStream_t stream) {
-    const dim3 grid(ceil_div_u(p.n_ff_exp, 4 * R), unsigned(slots));
-    const int64_t nv = vec ? (p.n_embd / vec_elems<FP8> + 31) / 32 : 0; // vectors per lane per row
-    if (!vec) return launch_kernel(moe_gate_up_gemv_rows_kernel<FP8, false, R, 0>, grid, 128, 0, stream, p);
-    if (nv <= 3) return launch_kernel(moe_gate_up_gemv_rows_kernel<FP8, true, R, 3>, grid, 128, 0, stream, p);
-    if (nv <= 5) return launch_kernel(moe_gate_up_gemv_rows_kernel<FP8, true, R, 5>, grid, 128, 0, stream, p);
-    return launch_kernel(moe_gate_up_gemv_rows_kernel<FP8, true, R, 0>, grid, 128, 0, stream, p);
-}
-
 // Block scales (FP8 only, the vector path only).
 cudaError_t launch_blk(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     if (p.n_embd % 16 != 0 || !aligned16(p.w)) return cudaErrorInvalidValue;
@@ -232,8 +142,6 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
         prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<FP8, false>>();
         return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, false>, grid, threads, smem, stream, p);
     }
-    if (p.rows_per_warp == 2) return launch_rows<FP8, 2>(p, slots, vec_w && aligned16(p.x), stream);
-    if (p.rows_per_warp == 4) return launch_rows<FP8, 4>(p, slots, vec_w && aligned16(p.x), stream);
     const dim3 grid(ceil_div_u(p.n_ff_exp, 4), unsigned(slots));
     if (vec_w && aligned16(p.x))
         return launch_kernel(moe_gate_up_gemv_kernel<FP8, true>, grid, 128, 0, stream, p);
@@ -247,8 +155,6 @@ cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream
     if (slots <= 0 || p.n_ff_exp <= 0) return cudaSuccess;
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
-    if (p.rows_per_warp != 0 && p.rows_per_warp != 1 && p.rows_per_warp != 2 && p.rows_per_warp != 4)
-        return cudaErrorInvalidValue;
     if (p.norm.on() && (!p.norm.weight || !moe_gate_up_gemv_norm_ok(p))) return cudaErrorInvalidValue;
     return fp8 ? launch_fmt<true>(p, slots, stream) : launch_fmt<false>(p, slots, stream);
 }

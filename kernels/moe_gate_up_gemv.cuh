@@ -21,10 +21,6 @@ struct moe_gate_up_gemv_params {
     bf16_t *act = nullptr;          // [n_tokens·n_expert_used, n_ff_exp]
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
     norm_in norm; // fused input norm (kernel_common.h); off: x is read
-    // Output rows f per warp of the unfused kernel (norm off): 1, 2 or 4, 0 = the default (1);
-    // anything else is cudaErrorInvalidValue. A measuring aid (ES_CUDA_MOE_ROWS_PER_WARP): more rows
-    // per warp, their loads issued together, a grid that many times smaller; bit-identical output.
-    int rows_per_warp = 0;
     // block128: expert e's [2·n_ff_exp, n_embd] matrix has its own grid (fp8_stack_scale_index);
     // needs n_embd % 16 == 0 and 16-byte aligned weights (and x without the norm).
     scale_layout w_layout = scale_layout::channel;
