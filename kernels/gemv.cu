@@ -5,8 +5,8 @@
 // atomically adds. Under programmatic launch the row slice is prefetched into L2 before the
 // kernel waits for its predecessor. Rows whose size or alignment does not allow 16-byte vectors take a scalar
 // path. The fused variants (gemv.cuh) normalize the block's input rows into shared memory after the
-// wait (the weights are already on their way) and/or rotate q/k pairs in the epilogue: four rows
-// per block are two whole pairs.
+// wait (the weights are already on their way; the norm weight was staged there before it) and/or
+// rotate q/k pairs in the epilogue: four rows per block are two whole pairs.
 #include "gemv.cuh"
 #include "kernel_common.cuh"
 
@@ -103,9 +103,8 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     const float scale = FP8 && !BLK ? __ldg(p.w_scale + nr) : 1.0f; // a weight too: loaded before the wait
     const float *bscale = p.w_scale + (nr / fp8_block) * ((p.k + fp8_block - 1) / fp8_block); // BLK: this row's
     // The fusions' other inputs are weights or uploaded inputs too (gemv.cuh): before the wait.
-    constexpr int NV = NORM ? 8 : 0; // norm weight float4 slots per thread: n_embd ≤ 4,096 in registers
-    norm_weight_regs<NV> nw;
-    if constexpr (NORM) norm_weight_preload<NV>(p.norm.weight, p.k, nw);
+    // The norm weight goes to shared memory, not registers (kernel_common.cuh: norm_weight_stage).
+    if constexpr (NORM) norm_weight_stage(p.norm.weight, p.k, reinterpret_cast<uint16_t *>(gemv_smem));
     rope_lane rl;
     if constexpr (ROPE) rl = rope_prepare(p, n, m0, mt, lane);
     float prev[MT]; // y_ready: the values accumulated into, read before the wait (gemv.cuh)
@@ -118,7 +117,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     int64_t ldx = p.ldx;
     if constexpr (NORM) {
         uint16_t *xs = reinterpret_cast<uint16_t *>(gemv_smem);
-        block_rms_norm_to_smem<MT, NV>(p.norm.x + m0 * p.k, p.k, mt, p.norm.weight, nw, p.k, p.norm.eps, xs, red);
+        block_rms_norm_staged<MT>(p.norm.x + m0 * p.k, p.k, mt, p.k, p.norm.eps, xs, red);
         if (p.norm.out && blockIdx.x == 0 && blockIdx.z == 0)
             for (int64_t i = threadIdx.x; i < mt * p.k; i += blockDim.x) p.norm.out[m0 * p.k + i] = xs[i];
         x = xs;
