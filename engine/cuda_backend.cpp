@@ -418,9 +418,6 @@ public:
                 throw load_error("ES_CUDA_MOE_DOWN_ROWS_PER_WARP must be 1, 2 or 4, not '" + v + "'");
             m_moe_down_rows_per_warp = std::stoi(v);
         }
-        // A measuring aid: ES_CUDA_MOE_MMA=0 runs decode's FP8 routed gate/up GEMV on CUDA cores
-        // instead of tensor cores (moe_gate_up_gemv.cu).
-        if (const char *mm = std::getenv("ES_CUDA_MOE_MMA")) m_moe_no_mma = std::string(mm) == "0";
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
         // carveout preference (kernel_common.h).
@@ -1361,7 +1358,6 @@ private:
                 g.wfmt = L.exp_gate_up.fmt;
                 g.w_scale = L.exp_gate_up.scale;
                 g.w_layout = L.exp_gate_up.layout;
-                g.no_mma = m_moe_no_mma;
                 g.act = act_e;
                 g.n_tokens = T;
                 g.n_embd = H;
@@ -1767,7 +1763,6 @@ private:
     std::map<cudaGraphExec_t, std::vector<std::string>> m_graph_ops;
     std::vector<std::string> *m_capture_ops = nullptr;
     int m_kv_split_chunks = 1; // ES_CUDA_KV_SPLIT_CHUNKS
-    bool m_moe_no_mma = false;        // ES_CUDA_MOE_MMA=0
     int m_moe_down_rows_per_warp = 0; // ES_CUDA_MOE_DOWN_ROWS_PER_WARP; 0: the kernel's default
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;

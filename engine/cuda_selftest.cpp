@@ -876,11 +876,10 @@ double bit_diffs(const std::vector<T> &a, const std::vector<T> &b) {
     return double(n);
 }
 
-// no_mma: FP8 gate/up on CUDA cores where the tensor-core kernel would run (n_embd % 64 == 0).
 void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                   scale_layout L = scale_layout::channel, bool no_mma = false) {
+                   scale_layout L = scale_layout::channel) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string fmt = (fp8 ? "fp8" : "bf16") + blk_suffix(L) + (no_mma ? " cuda cores" : "");
+    const std::string fmt = (fp8 ? "fp8" : "bf16") + blk_suffix(L);
     const std::string n1 = shape_name("moe_gate_up_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     const std::string n2 = shape_name("moe_down_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     R.run("kernel", n1, [&] {
@@ -905,7 +904,6 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         g.n_embd = H;
         g.n_expert_used = K;
         g.n_ff_exp = Fe;
-        g.no_mma = no_mma;
         ck(launch_moe_gate_up_gemv(g, nullptr), "launch");
         sync(n1);
         std::vector<bf16_t> act(static_cast<size_t>(T * K * Fe));
@@ -1792,14 +1790,6 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_moe_gemv(R, f, 1, 2560, 8, 6, 1536);
         test_moe_gemv(R, f, 3, 40, 6, 3, 24);
     }
-    // FP8 gate/up on tensor cores (the rows above at 2,560 and these): 4 tokens, 21 rows (a
-    // partial row tile, the second tile wholly past the end), 640 = 10 chunks over 4 warps
-    // (unequal counts), 64 = one chunk (three warps idle); and the CUDA-core kernel at the same widths.
-    test_moe_gemv(R, f8, 4, 2560, 64, 6, 1536);
-    test_moe_gemv(R, f8, 2, 640, 7, 4, 21);
-    test_moe_gemv(R, f8, 3, 64, 5, 2, 40);
-    test_moe_gemv(R, f8, 1, 2560, 8, 6, 1536, scale_layout::channel, true);
-    test_moe_gemv(R, f8, 2, 640, 7, 4, 21, scale_layout::channel, true);
     // The fused decode kernels: the 21B-A3B's widths (hidden 2560, 64 experts, top-6, expert FFN
     // 1536, shared FFN 3072, dense FFN 12288), the 0.3B's (hidden 1024, FFN 3072), odd shapes
     // (hidden not a multiple of 8 or 16: scalar paths; FFN widths that leave partial blocks; an

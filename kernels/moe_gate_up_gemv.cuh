@@ -24,10 +24,6 @@ struct moe_gate_up_gemv_params {
     // block128: expert e's [2·n_ff_exp, n_embd] matrix has its own grid (fp8_stack_scale_index);
     // needs n_embd % 16 == 0 and 16-byte aligned weights (and x without the norm).
     scale_layout w_layout = scale_layout::channel;
-    // A measuring aid (the backend's ES_CUDA_MOE_MMA=0): the CUDA-core kernel even where the
-    // tensor-core one applies (FP8, per-channel scales, norm off, n_embd % 64 == 0, 16-byte
-    // aligned weights and x).
-    bool no_mma = false;
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|mma   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh blk      FP8 128x128 block scales (--fp8-scales block128): the selftest's
 #                                  block rows, then bench against per-channel scales (blk.md)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
@@ -110,21 +110,6 @@ if [[ $mode == moewaves ]]; then
         awk -F'|' '$3 ~ /^ moe_down_gemv $/ { s += $5; n++ }
             END { printf "mean share of moe_down_gemv over %d layers: %.2f µs\n", n, s / n }' \
             "$OUT/moewaves-$rpw.txt" | tee -a "$OUT/moewaves.md"
-    done
-fi
-if [[ $mode == mma ]]; then
-    # Batch-1 decode of the 21B-A3B with the FP8 routed gate/up GEMV on tensor cores (the default)
-    # against CUDA cores (ES_CUDA_MOE_MMA=0), twice each: the step and the mean timeline share of
-    # every launch name.
-    for v in "" 0 "" 0; do
-        echo "### decode ernie-4.5-21b-a3b fp8 ES_CUDA_MOE_MMA=${v:-unset}" | tee -a "$OUT/mma.md"
-        env ${v:+ES_CUDA_MOE_MMA=$v} timeout 150 "$CLI" bench --backend cuda --shape ernie-4.5-21b-a3b \
-            --precision fp8 --pp 16 --tg 128 --reps 3 --timeline >"$OUT/mma.txt" 2>&1
-        echo "bench exit code: $?" | tee -a "$OUT/mma.md"
-        grep -E 'tg128|decode step|error|fail' "$OUT/mma.txt" | tee -a "$OUT/mma.md"
-        awk -F'|' 'NF > 5 && $2 ~ /^ [0-9]+ $/ { s[$3] += $5; n[$3]++ }
-            END { for (k in s) printf "mean share of%s(%d launches): %.2f µs\n", k, n[k], s[k] / n[k] }' \
-            "$OUT/mma.txt" | sort | tee -a "$OUT/mma.md"
     done
 fi
 if [[ $mode == carveout ]]; then
