@@ -401,15 +401,9 @@ public:
         const char *pdl = std::getenv("ES_CUDA_PDL");
         set_programmatic_launch(dev.cc_major >= 9 && !(pdl && std::string(pdl) == "0"));
         // A measuring aid: ES_CUDA_MOE_DOWN=gather keeps decode's routed down projection in one
-        // kernel that gathers every choice of an output element, =combine runs per-slot rows and
-        // then moe_combine (the default: per-slot rows whose last block per output rows combines).
-        if (const char *md = std::getenv("ES_CUDA_MOE_DOWN")) {
-            const std::string v(md);
-            if (v != "gather" && v != "combine" && v != "fused")
-                throw load_error("ES_CUDA_MOE_DOWN must be gather, combine or fused, not '" + v + "'");
-            m_moe_down_rows = v != "gather";
-            m_moe_down_fused = v == "fused";
-        }
+        // kernel that gathers every choice of an output element (the default is per-slot rows
+        // plus moe_combine).
+        if (const char *md = std::getenv("ES_CUDA_MOE_DOWN")) m_moe_down_rows = std::string(md) != "gather";
         // A measuring aid: ES_CUDA_FUSE=0 runs decode's fused launches (norm into the following
         // GEMV, RoPE + KV write in the q/k/v GEMV's epilogue) as the separate kernels.
         if (const char *fu = std::getenv("ES_CUDA_FUSE")) m_fuse = std::string(fu) != "0";
@@ -892,7 +886,7 @@ private:
     struct work_layout {
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
         size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
-        size_t router_logits, router_counters, attn_counters, combine_counters, attn_partial;
+        size_t router_logits, router_counters, attn_counters, attn_partial;
         // Logit candidates (batch::top_n): topk_logits' scratch and per-row counters (zeroed at
         // allocation, left zero by the kernel), and its output, packed for one download:
         // ids [R, n], logits [R, n], row max [R], then row sums [R] (double, 8-aligned).
@@ -959,7 +953,6 @@ private:
         w.router_logits = take(size_t(T * E) * 4);
         w.router_counters = take(size_t(T) * 4); // zeroed at allocation; the router leaves it zero
         w.attn_counters = take(size_t(T * c.n_head_kv) * 4); // the same for attention's split merging
-        w.combine_counters = take(size_t(T * ((c.n_embd + 3) / 4)) * 4); // and the down kernel's combine
         w.topk_scratch = take(topk_logits_scratch_bytes(R, c.n_vocab, topk_logits_max_top));
         w.topk_counters = take(size_t(R) * 4);
         w.cand = take(cand_bytes(R, topk_logits_max_top));
@@ -1015,8 +1008,6 @@ private:
         m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
         ck(cudaMemsetAsync(m_work.at(w.router_counters), 0, size_t(w.T) * 4, m_stream), "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.attn_counters), 0, size_t(w.T * m_cfg.n_head_kv) * 4, m_stream), "workspace clear");
-        ck(cudaMemsetAsync(m_work.at(w.combine_counters), 0, size_t(w.T * ((m_cfg.n_embd + 3) / 4)) * 4, m_stream),
-           "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.topk_counters), 0, size_t(w.R) * 4, m_stream), "workspace clear");
         m_inputs.alloc(w.in_total, "the batch inputs");
         m_pinned.alloc(w.in_total, "pinned batch inputs");
@@ -1399,25 +1390,17 @@ private:
                         d.n_ff_sh = F_sh;
                         d.sh_ready = m_skip_ops.empty(); // moe_front wrote sh_act two launches back
                     }
-                    // x: o_proj's, before moe_front, gate/up and down
-                    const bool x_ready = front && m_skip_ops.empty();
-                    if (m_moe_down_fused) { // the combine in the down kernel's last blocks
-                        d.combine_counters = reinterpret_cast<unsigned *>(base + w.combine_counters);
-                        d.x_ready = x_ready;
-                        op("moe_down_gemv+combine", [&] { return launch_moe_down_gemv(d, m_stream); });
-                    } else {
-                        op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
-                        moe_combine_params cb;
-                        cb.y = d.y_slots;
-                        cb.y_shared = d.y_shared;
-                        cb.weights = wts;
-                        cb.x = x;
-                        cb.n_tokens = T;
-                        cb.n_embd = H;
-                        cb.n_expert_used = K;
-                        cb.x_ready = x_ready;
-                        op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
-                    }
+                    op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
+                    moe_combine_params cb;
+                    cb.y = d.y_slots;
+                    cb.y_shared = d.y_shared;
+                    cb.weights = wts;
+                    cb.x = x;
+                    cb.n_tokens = T;
+                    cb.n_embd = H;
+                    cb.n_expert_used = K;
+                    cb.x_ready = front && m_skip_ops.empty(); // x: o_proj's, before moe_front, gate/up and down
+                    op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
                 } else {
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
                 }
@@ -1783,7 +1766,6 @@ private:
     int m_moe_down_rows_per_warp = 0; // ES_CUDA_MOE_DOWN_ROWS_PER_WARP; 0: the kernel's default
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;
-    bool m_moe_down_fused = true; // ES_CUDA_MOE_DOWN=combine: false
     bool m_fuse = true;
     bool m_record_routing = true;
     bool m_profiling = false;

@@ -1162,15 +1162,12 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
 // (here the inputs were uploaded before the launch, which is what those flags promise).
 // rpw: rows_per_warp, 0 = the kernel's default (2 for the 21B-A3B's FP8 widths and the small
 // shapes, 1 for its BF16 ones); 1 = one row per warp; 2 or 4 also compare the slots with one row
-// per warp's bit for bit. fused: the combine in the down kernel (combine_counters) instead of
-// moe_combine, and its counters zero again afterwards.
+// per warp's bit for bit.
 void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                          int64_t Fs, bool ready, scale_layout L = scale_layout::channel, int rpw = 0,
-                          bool fused = false) {
+                          int64_t Fs, bool ready, scale_layout L = scale_layout::channel, int rpw = 0) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name =
-        shape_name(fused ? "moe_down_gemv +shared +combine" : "moe_down_gemv +shared",
-                   {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
+        shape_name("moe_down_gemv +shared", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
                    std::string(fp8 ? "fp8" : "bf16") + (ready ? " ready" : "") + blk_suffix(L) +
                        (rpw > 0 ? " rows/warp " + std::to_string(rpw) : ""));
     R.run("kernel", name, [&] {
@@ -1224,24 +1221,10 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
             ck(launch_moe_down_gemv(d, nullptr), "launch");
         }
         moe_combine_params cb{dys.get(), dwts.get(), dx.get(), T, H, K};
-        dvec<unsigned> dctr(std::vector<unsigned>(static_cast<size_t>(T * ((H + 3) / 4)), 0u));
-        if (fused) { // again, combining this time (the slots are rewritten with the same values)
-            d.combine_counters = dctr.get();
-            d.y = dx.get();
-            d.x_ready = ready;
-            ck(launch_moe_down_gemv(d, nullptr), "launch with the combine");
-            d.combine_counters = nullptr;
-        } else {
-            cb.y_shared = d.y_shared;
-            cb.x_ready = ready;
-            ck(launch_moe_combine(cb, nullptr), "combine launch");
-        }
+        cb.y_shared = d.y_shared;
+        cb.x_ready = ready;
+        ck(launch_moe_combine(cb, nullptr), "combine launch");
         sync(name);
-        if (fused) {
-            const auto ctr = dctr.download();
-            R.add("kernel", name + " counters", "left non-zero",
-                  double(std::count_if(ctr.begin(), ctr.end(), [](unsigned v) { return v != 0; })), 0.0);
-        }
         std::vector<float> ys(static_cast<size_t>((T * K + T) * H)), x = x0;
         d.act = act.data();
         d.ids = ids.data();
@@ -1841,16 +1824,6 @@ void run_kernel_tests(runner &R, int cc_major) {
         // and shared), odd widths (scalar paths), the shared slot before and after the wait.
         test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true, scale_layout::channel, 1);
         test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072, false, scale_layout::channel, 1);
-        // The combine fused into the down kernel (decode's default): the default rows per warp
-        // and one, the shared slot before and after the wait, 4 tokens, odd widths (a partial
-        // last column block; the scalar path), 101 rows at 2 and 4 rows per warp.
-        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true, scale_layout::channel, 0, true);
-        test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072, false, scale_layout::channel, 0, true);
-        test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true, scale_layout::channel, 1, true);
-        test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40, true, scale_layout::channel, 0, true);
-        test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, false, scale_layout::channel, 0, true);
-        test_moe_down_shared(R, f, 2, 101, 7, 4, 640, 96, false, scale_layout::channel, 2, true);
-        test_moe_down_shared(R, f, 2, 101, 7, 4, 640, 96, true, scale_layout::channel, 4, true);
         for (int rpw : {2, 4}) {
             test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true, scale_layout::channel, rpw);
             test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, false, scale_layout::channel, rpw);
@@ -1888,7 +1861,6 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_moe_front(R, f8, 4, 2560, 64, 6, 3072, false, blk);
     test_moe_front(R, f8, 3, 272, 7, 3, 200, false, blk);
     test_moe_down_shared(R, f8, 1, 2560, 8, 6, 1536, 3072, true, blk);
-    test_moe_down_shared(R, f8, 4, 2560, 8, 6, 1536, 3072, false, blk, 0, true); // the fused combine
     test_moe_down_shared(R, f8, 4, 2560, 8, 6, 1536, 3072, false, blk);
     test_moe_down_shared(R, f8, 3, 200, 6, 3, 144, 272, false, blk);
     for (bool glu : {true, false}) {

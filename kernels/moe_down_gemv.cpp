@@ -1,5 +1,4 @@
 // CPU twin of moe_down_gemv (see moe_down_gemv.cuh).
-#include "moe_combine.cuh"
 #include "moe_down_gemv.cuh"
 
 namespace es {
@@ -20,11 +19,6 @@ void moe_down_gemv_ref(const moe_down_gemv_params &p) {
                     p.y_shared[t * H + n] = scaled_row_dot_ref(
                         p.sh_w, p.wfmt, n * p.n_ff_sh, p.n_ff_sh, p.sh_w_scale, p.w_layout, 0, n, H,
                         [&](int64_t f) { return bf16_bits_to_float(p.sh_act[t * p.n_ff_sh + f]); });
-        if (p.combine_counters) { // the fused combine: moe_combine's arithmetic
-            moe_combine_params cb{p.y_slots, p.weights, p.y, p.n_tokens, H, K};
-            cb.y_shared = p.sh_w ? p.y_shared : nullptr;
-            moe_combine_ref(cb);
-        }
         return;
     }
     for (int64_t t = 0; t < p.n_tokens; ++t)

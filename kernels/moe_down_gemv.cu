@@ -6,7 +6,6 @@
 // three dependent load rounds, streamed at ~1.3 TB/s on the H200.)
 #include "kernel_common.cuh"
 #include "moe_down_gemv.cuh"
-#include "moe_router_device.cuh"
 
 namespace es {
 namespace {
@@ -156,37 +155,6 @@ __device__ __forceinline__ float lane_dot_l2x(const void *w_row, const uint16_t 
     return acc;
 }
 
-// The fused combine (combine_counters: moe_down_gemv.cuh). Per-slot grids put the shared rows
-// first: grid row y is token y's shared slot below n_sh, else routed slot y − n_sh. A block's
-// output rows are [blockIdx.x · rows, + rows); thread i < rows owns row i in the tail.
-__device__ __forceinline__ int64_t slot_token(const moe_down_gemv_params &p) {
-    const int64_t n_sh = p.sh_w ? p.n_tokens : 0, y = blockIdx.y;
-    return y < n_sh ? y : (y - n_sh) / p.n_expert_used;
-}
-// Before the wait, with x_ready: this thread's row of the residual (only the last block uses it;
-// no block writes it before every block of the token has arrived, so every early read is current).
-__device__ __forceinline__ float combine_x_early(const moe_down_gemv_params &p, int rows) {
-    const int64_t n = int64_t(blockIdx.x) * rows + threadIdx.x;
-    if (!p.combine_counters || !p.x_ready || int(threadIdx.x) >= rows || n >= p.n_embd) return 0.0f;
-    return __ldcg(p.y + slot_token(p) * p.n_embd + n);
-}
-// After the block's rows are written, by every thread: the last of the token's K (+1 shared)
-// blocks over these rows adds them into y with moe_combine's arithmetic and order, and zeroes the
-// counter for the next launch (the slots written by other blocks are read through L2).
-__device__ __forceinline__ void combine_tail(const moe_down_gemv_params &p, int rows, float x_early) {
-    const int64_t t = slot_token(p), H = p.n_embd, K = p.n_expert_used;
-    unsigned *ctr = p.combine_counters + t * gridDim.x + blockIdx.x;
-    if (!block_arrives_last(ctr, unsigned(K + (p.sh_w ? 1 : 0)))) return;
-    const int64_t n = int64_t(blockIdx.x) * rows + threadIdx.x;
-    if (int(threadIdx.x) < rows && n < H) {
-        float acc = p.x_ready ? x_early : __ldcg(p.y + t * H + n);
-        if (p.sh_w) acc += __ldcg(p.y_shared + t * H + n);
-        for (int64_t j = 0; j < K; ++j) acc += __ldcg(p.weights + t * K + j) * __ldcg(p.y_slots + (t * K + j) * H + n);
-        p.y[t * H + n] = acc;
-    }
-    if (threadIdx.x == 0) *ctr = 0;
-}
-
 // Per-slot mode (y_slots set): grid (n_embd / 4, slots); one warp per (slot, n) streams row n of
 // the slot's expert (lane_dot: 16-byte loads, four in flight) and writes the scaled product;
 // moe_combine then adds the slots into the residual. Many small independent warps, as
@@ -195,7 +163,7 @@ __device__ __forceinline__ void combine_tail(const moe_down_gemv_params &p, int 
 // known, so their rows head for L2 and their scales load before pdl_wait; with sh_ready (the
 // activations written two launches back) the whole shared slot runs before the wait.
 template <bool FP8, bool VEC, bool BLK = false>
-__device__ __forceinline__ void moe_down_rows_body(const moe_down_gemv_params &p) {
+__global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params p) {
     static_assert(!BLK || (FP8 && VEC), "block scales: FP8 weights, 16-byte vectors");
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n = int64_t(blockIdx.x) * 4 + warp, H = p.n_embd;
@@ -233,13 +201,6 @@ __device__ __forceinline__ void moe_down_rows_body(const moe_down_gemv_params &p
     if (lane == 0) p.y_slots[s * H + n] = v * scale;
 }
 
-template <bool FP8, bool VEC, bool BLK = false>
-__global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params p) {
-    const float x_early = combine_x_early(p, 4);
-    moe_down_rows_body<FP8, VEC, BLK>(p);
-    if (p.combine_counters) combine_tail(p, 4, x_early);
-}
-
 // Per-slot mode with rows per warp (rows_per_warp = R > 1, moe_down_gemv.cuh; on the H200, in the
 // 21B-A3B's decode step, this launch's share of a layer is 10.8 µs at R = 1, 8.4–8.8 at R = 2 and
 // 5.4–5.6 at R = 4, but the routed gate/up before it, whose tail it overlaps, grows by 3.5 and 5 µs:
@@ -255,7 +216,7 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
 // change). The shared rows (known before the wait) run R = 1's code row after row, their L2
 // prefetches first.
 template <bool FP8, bool VEC, int R, int NV>
-__device__ __forceinline__ void moe_down_rows_r_body(const moe_down_gemv_params &p) {
+__global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_params p) {
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t n0 = (int64_t(blockIdx.x) * 4 + warp) * R, H = p.n_embd;
     const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
@@ -339,13 +300,6 @@ __device__ __forceinline__ void moe_down_rows_r_body(const moe_down_gemv_params 
     }
 }
 
-template <bool FP8, bool VEC, int R, int NV>
-__global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_params p) {
-    const float x_early = combine_x_early(p, 4 * R);
-    moe_down_rows_r_body<FP8, VEC, R, NV>(p);
-    if (p.combine_counters) combine_tail(p, 4 * R, x_early);
-}
-
 // The rows-per-warp kernel whose NV holds every vector of this lane's routed rows, when one does.
 template <bool FP8, int R>
 cudaError_t launch_rows_r(const moe_down_gemv_params &p, bool vec, cudaStream_t stream) {
@@ -368,7 +322,6 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
         return cudaErrorInvalidValue;
     bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
     const bool blk = fp8 && p.w_layout == scale_layout::block128;
-    if (p.combine_counters && (!p.y_slots || !p.y || !p.weights)) return cudaErrorInvalidValue;
     if (p.y_slots) {
         if (p.sh_w) {
             if (!p.sh_act || !p.y_shared || p.n_ff_sh <= 0 || (fp8 && !p.sh_w_scale))

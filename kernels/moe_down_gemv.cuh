@@ -18,8 +18,8 @@ struct moe_down_gemv_params {
     const float *w_scale = nullptr; // FP8 only: [n_expert · fp8_scale_count(n_embd, n_ff_exp, w_layout)]
     float *y = nullptr;             // [n_tokens, n_embd], accumulated into
     int64_t n_tokens = 0, n_embd = 0, n_expert_used = 0, n_ff_exp = 0;
-    // Per-slot mode: when set, y is not touched (unless combine_counters is set); y_slots[t·k_used
-    // + j, n] = scale · Wd_e[n] · act (unweighted), for moe_combine to add in choice order.
+    // Per-slot mode: when set, y is not touched; y_slots[t·k_used + j, n] = scale · Wd_e[n] · act
+    // (unweighted), for moe_combine to add in choice order.
     float *y_slots = nullptr; // [n_tokens·n_expert_used, n_embd]
     // Per-slot mode only: the shared experts as one more slot per token (sh_w set), unweighted:
     // y_shared[t, n] = scale · Wsh[n] · sh_act[t], in the routed experts' format; moe_combine adds
@@ -40,14 +40,6 @@ struct moe_down_gemv_params {
     // in registers (16-byte rows of ≤ 3 vectors per lane, the 21B-A3B's FP8 rows), 1 otherwise.
     // (Block scales always take one row per warp.)
     int rows_per_warp = 0;
-    // Per-slot mode, fused combine (combine_counters set: zeroed [n_tokens · ceil(n_embd / 4)]
-    // unsigned, left zero again): each block, once its rows are written, arrives at its token's
-    // counter for its output rows, and the last of the token's n_expert_used (+1 shared) blocks adds
-    // them into y as moe_combine does — y + y_shared, then the slots weighted in choice order — so
-    // no moe_combine launch follows. x_ready: y was last written at least two launches back, and
-    // the blocks read their rows of it before pdl_wait (moe_combine's x_ready).
-    unsigned *combine_counters = nullptr;
-    bool x_ready = false;
     // block128 (w and sh_w): expert e's [n_embd, n_ff_exp] matrix has its own grid
     // (fp8_stack_scale_index), the shared experts' one grid; needs n_ff_exp (and n_ff_sh) % 16 == 0
     // and 16-byte aligned weights and activations.

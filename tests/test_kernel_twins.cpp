@@ -753,21 +753,6 @@ void TestKernelTwins::moeBlockScales() {
             }
             QVERIFY(std::fabs(y[size_t(t * H + n)] - want) <= 1e-5 * (mag + 1e-6));
         }
-    // The combine fused into per-slot mode (combine_counters set): y += the slots in choice order.
-    std::vector<float> y3(static_cast<size_t>(T * H), 0.5f), ys3(y_slots.size());
-    std::vector<unsigned> ctr(static_cast<size_t>(T * ((H + 3) / 4)), 0u);
-    es::moe_down_gemv_params d3 = d2;
-    d3.y = y3.data();
-    d3.y_slots = ys3.data();
-    d3.combine_counters = ctr.data();
-    es::moe_down_gemv_ref(d3);
-    QVERIFY(ys3 == y_slots);
-    for (int64_t t = 0; t < T; ++t)
-        for (int64_t n = 0; n < H; ++n) {
-            float want = 0.5f;
-            for (int64_t j = 0; j < K; ++j) want += wts[size_t(t * K + j)] * y_slots[size_t((t * K + j) * H + n)];
-            QVERIFY(std::fabs(y3[size_t(t * H + n)] - want) <= 1e-6f * (std::fabs(want) + 1.0f));
-        }
     // The grouped GEMM: bf16(e4m3 · block scale) weights, fp8_dequantize's, then the BF16 product.
     std::vector<int32_t> counts(E), off(E + 1), toff(E + 1), sorted(S);
     es::moe_plan_ref({ids.data(), S, E, es::moe_grouped_gemm_tile_rows, counts.data(), off.data(),
