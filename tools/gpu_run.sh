@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh blk      FP8 128x128 block scales (--fp8-scales block128): the selftest's
 #                                  block rows, then bench against per-channel scales (blk.md)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
@@ -110,6 +110,21 @@ if [[ $mode == moewaves ]]; then
         awk -F'|' '$3 ~ /^ moe_down_gemv $/ { s += $5; n++ }
             END { printf "mean share of moe_down_gemv over %d layers: %.2f µs\n", n, s / n }' \
             "$OUT/moewaves-$rpw.txt" | tee -a "$OUT/moewaves.md"
+    done
+fi
+if [[ $mode == ab ]]; then
+    # Batch-1 decode, the default against AB_ENV (one environment assignment, a measuring aid of
+    # the backend, e.g. AB_ENV=ES_CUDA_MOE_DOWN=gather) on AB_SHAPE (the 21B-A3B by default),
+    # twice each: the step and the mean timeline share of every launch name (ab.md).
+    for v in "" "$AB_ENV" "" "$AB_ENV"; do
+        echo "### decode ${AB_SHAPE:-ernie-4.5-21b-a3b} fp8 ${v:-default}" | tee -a "$OUT/ab.md"
+        env $v timeout 150 "$CLI" bench --backend cuda --shape "${AB_SHAPE:-ernie-4.5-21b-a3b}" \
+            --precision fp8 --pp 16 --tg 128 --reps 3 --timeline >"$OUT/ab.txt" 2>&1
+        echo "bench exit code: $?" | tee -a "$OUT/ab.md"
+        grep -E 'tg128|decode step|error|fail' "$OUT/ab.txt" | tee -a "$OUT/ab.md"
+        awk -F'|' 'NF > 5 && $2 ~ /^ [0-9]+ $/ { s[$3] += $5; n[$3]++ }
+            END { for (k in s) printf "mean share of%s(%d launches): %.2f µs\n", k, n[k], s[k] / n[k] }' \
+            "$OUT/ab.txt" | sort | tee -a "$OUT/ab.md"
     done
 fi
 if [[ $mode == carveout ]]; then
