@@ -52,8 +52,9 @@ namespace {
 // Steps with at most this many tokens use the GEMV kernels (weights streamed once per step);
 // larger ones use cuBLASLt and the grouped expert GEMM (shared with the twin model).
 constexpr int64_t k_gemv_max_tokens = cuda_gemv_max_tokens;
-// Routed experts: GEMV per (token, choice) up to this many tokens, then grouped by expert.
-constexpr int64_t k_moe_gemv_max_tokens = 4;
+// Routed experts: GEMV per (token, choice) up to this many tokens, then grouped by expert
+// (ES_CUDA_MOE_GEMV_MAX_TOKENS, a measuring aid, changes it).
+constexpr int64_t k_moe_gemv_max_tokens = 8;
 // Steps with at most this many tokens are captured as CUDA graphs and replayed.
 constexpr int64_t k_graph_max_tokens = 8;
 // Captured decode graphs kept at most (least recently replayed dropped first). A graph is keyed by
@@ -418,6 +419,8 @@ public:
                 throw load_error("ES_CUDA_MOE_DOWN_ROWS_PER_WARP must be 1, 2 or 4, not '" + v + "'");
             m_moe_down_rows_per_warp = std::stoi(v);
         }
+        if (const char *mt = std::getenv("ES_CUDA_MOE_GEMV_MAX_TOKENS"))
+            m_moe_gemv_max_tokens = std::max(0, std::atoi(mt));
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
         // carveout preference (kernel_common.h).
@@ -1350,7 +1353,7 @@ private:
                 if (F_sh > 0) swiglu("shared", L.sh_gate_up, L.sh_down, F_sh, xn, x, gu, act, T);
             }
             bf16_t *act_e = reinterpret_cast<bf16_t *>(base + w.act_e);
-            if (T <= k_moe_gemv_max_tokens) {
+            if (T <= m_moe_gemv_max_tokens) {
                 moe_gate_up_gemv_params g;
                 g.x = xn;
                 g.ids = ids;
@@ -1763,6 +1766,7 @@ private:
     std::map<cudaGraphExec_t, std::vector<std::string>> m_graph_ops;
     std::vector<std::string> *m_capture_ops = nullptr;
     int m_kv_split_chunks = 1; // ES_CUDA_KV_SPLIT_CHUNKS
+    int64_t m_moe_gemv_max_tokens = k_moe_gemv_max_tokens; // ES_CUDA_MOE_GEMV_MAX_TOKENS
     int m_moe_down_rows_per_warp = 0; // ES_CUDA_MOE_DOWN_ROWS_PER_WARP; 0: the kernel's default
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;

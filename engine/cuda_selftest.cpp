@@ -1789,6 +1789,7 @@ void run_kernel_tests(runner &R, int cc_major) {
     for (auto f : {bf, f8}) {
         test_moe_gemv(R, f, 1, 2560, 8, 6, 1536);
         test_moe_gemv(R, f, 3, 40, 6, 3, 24);
+        test_moe_gemv(R, f, 8, 2560, 64, 6, 1536); // the most tokens decode runs through these
     }
     // The fused decode kernels: the 21B-A3B's widths (hidden 2560, 64 experts, top-6, expert FFN
     // 1536, shared FFN 3072, dense FFN 12288), the 0.3B's (hidden 1024, FFN 3072), odd shapes
@@ -1816,6 +1817,7 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, true);
         test_moe_down_shared(R, f, 1, 2560, 8, 6, 1536, 3072, false);
         test_moe_down_shared(R, f, 4, 2560, 8, 6, 1536, 3072, true);
+        test_moe_down_shared(R, f, 8, 2560, 64, 6, 1536, 3072, false);
         test_moe_down_shared(R, f, 3, 40, 6, 3, 24, 40, false);
         test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, true);
         // Rows per warp (the cases above: the default): the 21B-A3B's widths at one row per warp,
