@@ -191,60 +191,49 @@ void MainWindow::buildMenus() {
     QMenu *model = menuBar()->addMenu(tr("&Model"));
     model->addAction(tr("&Connect to server…"), this, &MainWindow::connectToServer);
     model->addSeparator();
-    auto *backends = new QActionGroup(this);
-    QMenu *backendMenu = model->addMenu(tr("&Backend"));
-    const QString current = m_session->options().backend;
-    for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}}) {
-        QAction *a = backendMenu->addAction(label);
+    // One checkable action per choice of an engine option (field, exclusive within group): the
+    // choice is remembered under setting and applied by reconfiguring the session.
+    auto addChoice = [this](QMenu *menu, QActionGroup *group, const QString &label, QString EngineSessionOptions::*field,
+                            const QString &setting, const QString &key) {
+        QAction *a = menu->addAction(label);
         a->setCheckable(true);
-        a->setChecked(current == key);
-        backends->addAction(a);
-        connect(a, &QAction::triggered, this, [this, key = QString(key)] {
+        a->setChecked(m_session->options().*field == key);
+        group->addAction(a);
+        connect(a, &QAction::triggered, this, [this, field, setting, key] {
             EngineSessionOptions o = m_session->options();
-            o.backend = key;
-            QSettings().setValue("engine/backend", key);
+            o.*field = key;
+            QSettings().setValue(setting, key);
             m_session->reconfigure(o);
         });
-    }
+        return a;
+    };
+    auto *backends = new QActionGroup(this);
+    QMenu *backendMenu = model->addMenu(tr("&Backend"));
+    for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}})
+        addChoice(backendMenu, backends, label, &EngineSessionOptions::backend, QStringLiteral("engine/backend"), key);
     auto *precisions = new QActionGroup(this);
     QMenu *precisionMenu = model->addMenu(tr("&Precision"));
     precisionMenu->setToolTipsVisible(true);
     for (auto [key, label] : {std::pair{"auto", tr("Automatic (FP8 on the GPU, exact on the CPU)")},
                               {"fp8", tr("FP8 (E4M3 weights)")},
                               {"bf16", tr("BF16 weights")}}) {
-        QAction *a = precisionMenu->addAction(label);
-        a->setCheckable(true);
-        a->setChecked(m_session->options().precision == key);
+        QAction *a = addChoice(precisionMenu, precisions, label, &EngineSessionOptions::precision,
+                               QStringLiteral("engine/precision"), key);
         if (QString(key) != "auto")
             a->setToolTip(tr("On the CPU the weights are rounded the same way and computed in fp32, so the "
                              "effect of the precision on answers and routing can be compared anywhere."));
-        precisions->addAction(a);
-        connect(a, &QAction::triggered, this, [this, key = QString(key)] {
-            EngineSessionOptions o = m_session->options();
-            o.precision = key;
-            QSettings().setValue("engine/precision", key);
-            m_session->reconfigure(o);
-        });
     }
     auto *kvCaches = new QActionGroup(this);
     QMenu *kvMenu = model->addMenu(tr("&KV cache"));
     kvMenu->setToolTipsVisible(true);
     for (auto [key, label] : {std::pair{"bf16", tr("BF16 (exact keys and values)")},
                               {"fp8", tr("FP8 (E4M3: half the memory, on the GPU)")}}) {
-        QAction *a = kvMenu->addAction(label);
-        a->setCheckable(true);
-        a->setChecked(m_session->options().kvCache == key);
+        QAction *a = addChoice(kvMenu, kvCaches, label, &EngineSessionOptions::kvCache,
+                               QStringLiteral("engine/kv_cache"), key);
         a->setToolTip(QString(key) == "fp8"
                           ? tr("Keys and values stored in 8 bits: twice the context or replies in the same GPU "
                                "memory, at some cost in accuracy. The CPU keeps its fp32 cache.")
                           : tr("Keys and values stored in 16 bits, as the model computes them."));
-        kvCaches->addAction(a);
-        connect(a, &QAction::triggered, this, [this, key = QString(key)] {
-            EngineSessionOptions o = m_session->options();
-            o.kvCache = key;
-            QSettings().setValue("engine/kv_cache", key);
-            m_session->reconfigure(o);
-        });
     }
 
     QMenu *help = menuBar()->addMenu(tr("&Help"));
