@@ -4,7 +4,8 @@
 // lane 0 writes silu(g)·u. Only the n_tokens·n_expert_used selected (token, expert) rows are read.
 // With the fused norm (norm on): 256-thread blocks, grid (n_ff_exp / 16, slots), each warp two
 // rows f in turn (the block's norm amortized over 16 rows; the 21B-A3B's dense 12,288-row MLP is
-// 768 blocks, one wave at six 5 KB blocks per SM in the decode carveout); the
+// 768 blocks: the decode carveout holds six 5 KB blocks per SM, but at 61 registers (ncu, session
+// 5) four fit, ~1.45 waves); the
 // rows of a dense MLP (ids null: known before the wait) and their scales start moving into L2
 // before pdl_wait, then every block normalizes its token's residual row into shared memory
 // (block_rms_norm_to_smem, under the weights' fetch) and reads the activations from there; the
