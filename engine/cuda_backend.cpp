@@ -421,6 +421,9 @@ public:
         }
         if (const char *mt = std::getenv("ES_CUDA_MOE_GEMV_MAX_TOKENS"))
             m_moe_gemv_max_tokens = std::max(0, std::atoi(mt));
+        // A measuring aid: ES_CUDA_MOE_SLOT_COUNTERS=0 has decode's routed down GEMV wait for the
+        // whole gate/up kernel instead of each slot's rows.
+        if (const char *sc = std::getenv("ES_CUDA_MOE_SLOT_COUNTERS")) m_moe_slot_counters = std::string(sc) != "0";
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
         // carveout preference (kernel_common.h).
@@ -889,7 +892,7 @@ private:
     struct work_layout {
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
         size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
-        size_t router_logits, router_counters, attn_counters, attn_partial;
+        size_t router_logits, router_counters, attn_counters, slot_rows, attn_partial;
         // Logit candidates (batch::top_n): topk_logits' scratch and per-row counters (zeroed at
         // allocation, left zero by the kernel), and its output, packed for one download:
         // ids [R, n], logits [R, n], row max [R], then row sums [R] (double, 8-aligned).
@@ -956,6 +959,7 @@ private:
         w.router_logits = take(size_t(T * E) * 4);
         w.router_counters = take(size_t(T) * 4); // zeroed at allocation; the router leaves it zero
         w.attn_counters = take(size_t(T * c.n_head_kv) * 4); // the same for attention's split merging
+        w.slot_rows = take(size_t(T * K) * 4); // the same: moe_combine resets it
         w.topk_scratch = take(topk_logits_scratch_bytes(R, c.n_vocab, topk_logits_max_top));
         w.topk_counters = take(size_t(R) * 4);
         w.cand = take(cand_bytes(R, topk_logits_max_top));
@@ -1011,6 +1015,8 @@ private:
         m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
         ck(cudaMemsetAsync(m_work.at(w.router_counters), 0, size_t(w.T) * 4, m_stream), "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.attn_counters), 0, size_t(w.T * m_cfg.n_head_kv) * 4, m_stream), "workspace clear");
+        ck(cudaMemsetAsync(m_work.at(w.slot_rows), 0, size_t(w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 4, m_stream),
+           "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.topk_counters), 0, size_t(w.R) * 4, m_stream), "workspace clear");
         m_inputs.alloc(w.in_total, "the batch inputs");
         m_pinned.alloc(w.in_total, "pinned batch inputs");
@@ -1362,6 +1368,14 @@ private:
                 g.w_scale = L.exp_gate_up.scale;
                 g.w_layout = L.exp_gate_up.layout;
                 g.act = act_e;
+                // Slot counters: the down kernel starts on each slot as soon as its rows are in
+                // (kernels/moe_down_gemv.cuh); not while launches are left out (a measuring aid
+                // that could leave the down kernel waiting for rows nobody writes).
+                unsigned *slot_rows =
+                    m_moe_slot_counters && m_moe_down_rows && m_skip_ops.empty()
+                        ? reinterpret_cast<unsigned *>(base + w.slot_rows)
+                        : nullptr;
+                g.slot_rows_done = slot_rows;
                 g.n_tokens = T;
                 g.n_embd = H;
                 g.n_expert_used = K;
@@ -1393,6 +1407,7 @@ private:
                         d.n_ff_sh = F_sh;
                         d.sh_ready = m_skip_ops.empty(); // moe_front wrote sh_act two launches back
                     }
+                    d.slot_rows_done = slot_rows;
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
                     moe_combine_params cb;
                     cb.y = d.y_slots;
@@ -1403,6 +1418,8 @@ private:
                     cb.n_embd = H;
                     cb.n_expert_used = K;
                     cb.x_ready = front && m_skip_ops.empty(); // x: o_proj's, before moe_front, gate/up and down
+                    cb.reset = slot_rows; // read by the down kernel, which has finished
+                    cb.n_reset = T * K;
                     op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
                 } else {
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
@@ -1770,6 +1787,7 @@ private:
     int m_moe_down_rows_per_warp = 0; // ES_CUDA_MOE_DOWN_ROWS_PER_WARP; 0: the kernel's default
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;
+    bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
     bool m_fuse = true;
     bool m_record_routing = true;
     bool m_profiling = false;

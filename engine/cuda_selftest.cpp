@@ -1247,6 +1247,115 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
     });
 }
 
+// Decode's routed experts as the backend chains them with slot counters: moe_gate_up_gemv
+// reporting each slot's rows, moe_down_gemv (per-slot, the shared slot before the wait) starting
+// on a slot once its rows are in, back to back under programmatic launch (pdl) so the two
+// kernels overlap, then moe_combine resetting the counters; against the twins' chain.
+void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
+                            int64_t Fs, int rpw, bool pdl) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const std::string name =
+        shape_name("moe gate/up → down, slot counters", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
+                   std::string(fp8 ? "fp8" : "bf16") + (rpw > 0 ? " rows/warp " + std::to_string(rpw) : "") +
+                       (pdl ? " programmatic launch" : ""));
+    R.run("kernel", name, [&] {
+        const bool was = programmatic_launch();
+        set_programmatic_launch(pdl);
+        struct restore {
+            bool on;
+            ~restore() { set_programmatic_launch(on); }
+        } keep{was};
+        const int64_t S = T * K;
+        auto x = rand_bf16(static_cast<size_t>(T * H)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
+        auto ids = random_topk_ids(T, E, K);
+        auto wts = rand_f(static_cast<size_t>(S), 0.0f, 0.5f);
+        auto gu = make_expert_weights(f, E * 2 * Fe, H, scale_layout::channel, E);
+        auto dn = make_expert_weights(f, E * H, Fe, scale_layout::channel, E);
+        auto sh = make_expert_weights(f, H, Fs, scale_layout::channel);
+        auto res0 = rand_f(static_cast<size_t>(T * H));
+        dvec<bf16_t> dx(x), dsha(sh_act), dgub(gu.b), ddnb(dn.b), dshb(sh.b), dact(static_cast<size_t>(S * Fe));
+        dvec<fp8_t> dguq(gu.q), ddnq(dn.q), dshq(sh.q);
+        dvec<float> dgus(gu.s), ddns(dn.s), dshs(sh.s), dwts(wts), dys(static_cast<size_t>((S + T) * H)), dres(res0);
+        dvec<int32_t> dids(ids);
+        dvec<unsigned> dctr(std::vector<unsigned>(static_cast<size_t>(S), 0u));
+        moe_gate_up_gemv_params g;
+        g.x = dx.get();
+        g.ids = dids.get();
+        g.w = fp8 ? static_cast<const void *>(dguq.get()) : dgub.get();
+        g.wfmt = f;
+        g.w_scale = fp8 ? dgus.get() : nullptr;
+        g.act = dact.get();
+        g.n_tokens = T;
+        g.n_embd = H;
+        g.n_expert_used = K;
+        g.n_ff_exp = Fe;
+        g.slot_rows_done = dctr.get();
+        moe_down_gemv_params d;
+        d.act = dact.get();
+        d.ids = dids.get();
+        d.weights = dwts.get();
+        d.w = fp8 ? static_cast<const void *>(ddnq.get()) : ddnb.get();
+        d.wfmt = f;
+        d.w_scale = fp8 ? ddns.get() : nullptr;
+        d.y_slots = dys.get();
+        d.n_tokens = T;
+        d.n_embd = H;
+        d.n_expert_used = K;
+        d.n_ff_exp = Fe;
+        d.sh_w = fp8 ? static_cast<const void *>(dshq.get()) : dshb.get();
+        d.sh_w_scale = fp8 ? dshs.get() : nullptr;
+        d.sh_act = dsha.get();
+        d.y_shared = dys.get() + S * H;
+        d.n_ff_sh = Fs;
+        d.sh_ready = true;
+        d.rows_per_warp = rpw;
+        d.slot_rows_done = dctr.get();
+        ck(launch_moe_gate_up_gemv(g, nullptr), "gate/up launch");
+        ck(launch_moe_down_gemv(d, nullptr), "down launch");
+        sync(name);
+        const auto counted = dctr.download();
+        R.add("kernel", name + " counters after down", "slots whose count is not F",
+              double(std::count_if(counted.begin(), counted.end(), [&](unsigned v) { return v != unsigned(Fe); })), 0.0);
+        moe_combine_params cb{dys.get(), dwts.get(), dres.get(), T, H, K};
+        cb.y_shared = d.y_shared;
+        cb.reset = dctr.get();
+        cb.n_reset = S;
+        ck(launch_moe_combine(cb, nullptr), "combine launch");
+        sync(name);
+        const auto after = dctr.download();
+        R.add("kernel", name + " counters after combine", "left non-zero",
+              double(std::count_if(after.begin(), after.end(), [](unsigned v) { return v != 0; })), 0.0);
+        // The twins' chain.
+        std::vector<bf16_t> act(static_cast<size_t>(S * Fe));
+        std::vector<float> ys(static_cast<size_t>((S + T) * H)), res = res0;
+        g.x = x.data();
+        g.ids = ids.data();
+        g.w = fp8 ? static_cast<const void *>(gu.q.data()) : gu.b.data();
+        g.w_scale = fp8 ? gu.s.data() : nullptr;
+        g.act = act.data();
+        g.slot_rows_done = nullptr;
+        moe_gate_up_gemv_ref(g);
+        d.act = act.data();
+        d.ids = ids.data();
+        d.weights = wts.data();
+        d.w = fp8 ? static_cast<const void *>(dn.q.data()) : dn.b.data();
+        d.w_scale = fp8 ? dn.s.data() : nullptr;
+        d.y_slots = ys.data();
+        d.sh_w = fp8 ? static_cast<const void *>(sh.q.data()) : sh.b.data();
+        d.sh_w_scale = fp8 ? sh.s.data() : nullptr;
+        d.sh_act = sh_act.data();
+        d.y_shared = ys.data() + S * H;
+        d.slot_rows_done = nullptr;
+        moe_down_gemv_ref(d);
+        cb = moe_combine_params{ys.data(), wts.data(), res.data(), T, H, K};
+        cb.y_shared = ys.data() + S * H;
+        moe_combine_ref(cb);
+        // The GPU's activations round to BF16 like the twin's, so an activation can differ by one
+        // BF16 step: the residual takes the BF16 tolerance.
+        R.add("kernel", name + " residual", "max scaled err", scaled_err(dres.download(), res), k_bf16_limit);
+    });
+}
+
 void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
     const std::string name = shape_name("moe_plan", {{"slots", T * K}, {"E", E}});
     R.run("kernel", name, [&] {
@@ -1834,6 +1943,19 @@ void run_kernel_tests(runner &R, int cc_major) {
             test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, false, scale_layout::channel, rpw);
         }
     }
+    // Slot counters between gate/up and down (decode's default): the 21B-A3B's widths at 1, 4
+    // and 8 tokens, one and four rows per warp, odd widths (scalar paths, partial blocks), and
+    // once without programmatic launch (the down kernel then starts after gate/up has finished).
+    const bool pdl = cc_major >= 9;
+    for (auto f : {bf, f8}) {
+        test_moe_slot_counters(R, f, 1, 2560, 64, 6, 1536, 3072, 0, pdl);
+        test_moe_slot_counters(R, f, 4, 2560, 64, 6, 1536, 3072, 0, pdl);
+        test_moe_slot_counters(R, f, 8, 2560, 64, 6, 1536, 3072, 0, pdl);
+        test_moe_slot_counters(R, f, 1, 2560, 64, 6, 1536, 3072, 1, pdl);
+        test_moe_slot_counters(R, f, 2, 2560, 64, 6, 1536, 3072, 4, pdl);
+        test_moe_slot_counters(R, f, 3, 44, 5, 2, 23, 17, 0, pdl);
+    }
+    test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, false);
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);
     for (auto f : {bf, f8})

@@ -141,6 +141,30 @@ __device__ __forceinline__ void pdl_enter() {
     pdl_release();
 }
 
+// Counters between two kernels in flight together (programmatic launch: the consumer's blocks
+// start only once every producer block has started, so a consumer block waiting for producer
+// blocks cannot keep them from running). The producer block, its results written, adds n
+// (every thread calls it: a barrier, then thread 0's fence and add, release); the consumer block
+// waits until the counter reaches target (thread 0 polls with acquire loads, then a barrier, after
+// which every thread's loads see what the producers wrote before their adds).
+__device__ __forceinline__ void block_count_add(unsigned *c, unsigned n) {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence();
+        atomicAdd(c, n);
+    }
+}
+__device__ __forceinline__ void block_count_wait(const unsigned *c, unsigned target) {
+    if (threadIdx.x == 0)
+        for (;;) {
+            unsigned v;
+            asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
+            if (v >= target) break;
+            __nanosleep(64);
+        }
+    __syncthreads();
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args…), with the programmatic-serialization
 // attribute when programmatic_launch() is on; returns the launch error.
 template <typename... Params, typename... Args>

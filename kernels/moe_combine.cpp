@@ -12,6 +12,7 @@ void moe_combine_ref(const moe_combine_params &p) {
             for (int64_t j = 0; j < K; ++j) acc += p.weights[t * K + j] * p.y[(t * K + j) * H + i];
             p.x[t * H + i] = acc;
         }
+    for (int64_t r = 0; p.reset && r < p.n_reset; ++r) p.reset[r] = 0;
 }
 
 } // namespace es

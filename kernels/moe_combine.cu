@@ -11,6 +11,8 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(moe_combine_params p) 
                   i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     const float x_early = p.x_ready && i < H ? __ldcg(p.x + t * H + i) : 0.0f;
     pdl_enter();
+    if (p.reset && blockIdx.x == 0 && blockIdx.y == 0)
+        for (int64_t r = threadIdx.x; r < p.n_reset; r += blockDim.x) p.reset[r] = 0;
     if (i >= H) return;
     float acc = p.x_ready ? x_early : p.x[t * H + i];
     if (p.y_shared) acc += p.y_shared[t * H + i];

@@ -18,6 +18,10 @@ struct moe_combine_params {
     // x was last written at least two launches back (decode: by o_proj, before moe_front): the
     // kernel reads it through L2 before pdl_wait (kernels/README.md).
     bool x_ready = false;
+    // Counters zeroed after the wait, by block (0, 0): decode's moe_gate_up_gemv slot_rows_done,
+    // which the down kernel before this one has finished waiting on.
+    unsigned *reset = nullptr;
+    int64_t n_reset = 0;
 };
 
 void moe_combine_ref(const moe_combine_params &p);

@@ -155,6 +155,17 @@ __device__ __forceinline__ float lane_dot_l2x(const void *w_row, const uint16_t 
     return acc;
 }
 
+// Per-slot mode's wait (moe_down_gemv.cuh: slot_rows_done): without counters every block waits
+// for the previous kernel; with them only block (0, 0) does, the others let the next kernel
+// launch, and a routed block (slot s ≥ 0) then waits for its slot's rows.
+__device__ __forceinline__ void slot_enter(const moe_down_gemv_params &p, int64_t s) {
+    if (!p.slot_rows_done || (blockIdx.x == 0 && blockIdx.y == 0))
+        pdl_enter();
+    else
+        pdl_release();
+    if (p.slot_rows_done && s >= 0) block_count_wait(p.slot_rows_done + s, unsigned(p.n_ff_exp));
+}
+
 // Per-slot mode (y_slots set): grid (n_embd / 4, slots); one warp per (slot, n) streams row n of
 // the slot's expert (lane_dot: 16-byte loads, four in flight) and writes the scaled product;
 // moe_combine then adds the slots into the residual. Many small independent warps, as
@@ -170,7 +181,7 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
     const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
     if (int64_t(blockIdx.y) < n_sh) {
         if (n >= H) {
-            pdl_enter();
+            slot_enter(p, -1);
             return;
         }
         const int64_t t = blockIdx.y, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
@@ -180,16 +191,16 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
         if (p.sh_ready) { // everything before the wait (moe_down_gemv.cuh)
             const float v = warp_sum(lane_dot_l2x<FP8, VEC, BLK>(w, p.sh_act + t * F, F, lane, bs));
             if (lane == 0) p.y_shared[t * H + n] = v * scale;
-            pdl_enter();
+            slot_enter(p, -1);
             return;
         }
         for (int64_t b = int64_t(lane) * 128; b < row_bytes; b += 32 * 128) prefetch_l2(w + b);
-        pdl_enter();
+        slot_enter(p, -1);
         const float v = warp_sum(lane_dot<FP8, VEC, false, BLK>(w, p.sh_act + t * F, 0, F, lane, bs));
         if (lane == 0) p.y_shared[t * H + n] = v * scale;
         return;
     }
-    pdl_enter();
+    slot_enter(p, int64_t(blockIdx.y) - n_sh);
     const int64_t s = int64_t(blockIdx.y) - n_sh;
     if (n >= H) return;
     const int64_t F = p.n_ff_exp, e = p.ids[s], row = e * H + n;
@@ -222,7 +233,7 @@ __global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_para
     const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
     if (int64_t(blockIdx.y) < n_sh) {
         if (n0 >= H) {
-            pdl_enter();
+            slot_enter(p, -1);
             return;
         }
         const int64_t t = blockIdx.y, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
@@ -237,11 +248,11 @@ __global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_para
                     warp_sum(lane_dot_l2x<FP8, VEC>(w + r * row_bytes, p.sh_act + t * F, F, lane));
                 if (lane == 0) p.y_shared[t * H + n0 + r] = v * scale;
             }
-            pdl_enter();
+            slot_enter(p, -1);
             return;
         }
         for (int64_t b = int64_t(lane) * 128; b < nr * row_bytes; b += 32 * 128) prefetch_l2(w + b);
-        pdl_enter();
+        slot_enter(p, -1);
 #pragma unroll 1
         for (int r = 0; r < nr; ++r) {
             const float scale = FP8 ? __ldg(p.sh_w_scale + n0 + r) : 1.0f;
@@ -250,7 +261,7 @@ __global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_para
         }
         return;
     }
-    pdl_enter();
+    slot_enter(p, int64_t(blockIdx.y) - n_sh);
     const int64_t s = int64_t(blockIdx.y) - n_sh;
     if (n0 >= H) return;
     const int64_t F = p.n_ff_exp, row_bytes = F * (FP8 ? 1 : 2), row0 = int64_t(p.ids[s]) * H + n0;
@@ -320,6 +331,7 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
     if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
     if (p.rows_per_warp != 0 && p.rows_per_warp != 1 && p.rows_per_warp != 2 && p.rows_per_warp != 4)
         return cudaErrorInvalidValue;
+    if (p.slot_rows_done && (!p.y_slots || (p.sh_w && !p.sh_ready))) return cudaErrorInvalidValue;
     bool vec = p.n_ff_exp % (fp8 ? 16 : 8) == 0 && aligned16(p.w) && aligned16(p.act);
     const bool blk = fp8 && p.w_layout == scale_layout::block128;
     if (p.y_slots) {

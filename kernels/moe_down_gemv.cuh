@@ -40,6 +40,13 @@ struct moe_down_gemv_params {
     // in registers (16-byte rows of ≤ 3 vectors per lane, the 21B-A3B's FP8 rows), 1 otherwise.
     // (Block scales always take one row per warp.)
     int rows_per_warp = 0;
+    // Per-slot mode: when set, moe_gate_up_gemv's slot_rows_done of the launch just before.
+    // Instead of waiting for that whole kernel, each routed block waits until its slot's counter
+    // reaches n_ff_exp (the slot's activations are all written), so the slots gate/up finished
+    // first are projected while it still runs; only block (0, 0) waits for the kernel itself (the
+    // launch after this one then still finds every launch before it finished). Needs sh_ready
+    // with the shared slot; the counters are not reset here (moe_combine's reset does it).
+    const unsigned *slot_rows_done = nullptr;
     // block128 (w and sh_w): expert e's [n_embd, n_ff_exp] matrix has its own grid
     // (fp8_stack_scale_index), the shared experts' one grid; needs n_ff_exp (and n_ff_sh) % 16 == 0
     // and 16-byte aligned weights and activations.

@@ -26,6 +26,7 @@ void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
                                                xv);
             p.act[s * F + f] = float_to_bf16_bits(g / (1.0f + std::exp(-g)) * u);
         }
+        if (p.slot_rows_done) p.slot_rows_done[s] += unsigned(F); // every row of the slot reported
     }
 }
 

@@ -21,13 +21,9 @@ namespace {
 constexpr int k_norm_warps = 8, k_norm_rows_per_warp = 2;
 constexpr int k_norm_v = 3; // norm-weight slots per thread loaded before the wait: n_embd ≤ 3,072
 
-// BLK: 128×128 block scales (lane_dot2's), no row scale.
-template <bool FP8, bool VEC, bool BLK = false>
-__global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_params p) {
-    pdl_enter();
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t f = int64_t(blockIdx.x) * 4 + warp, s = blockIdx.y;
-    if (f >= p.n_ff_exp) return;
+// One warp's row f of slot s (BLK: 128×128 block scales, lane_dot2's, no row scale).
+template <bool FP8, bool VEC, bool BLK>
+__device__ __forceinline__ void moe_gate_up_row(const moe_gate_up_gemv_params &p, int64_t f, int64_t s, int lane) {
     const int64_t t = s / p.n_expert_used, e = p.ids ? p.ids[s] : 0, F = p.n_ff_exp, H = p.n_embd;
     const int64_t g_row = e * 2 * F + f, u_row = g_row + F;
     const unsigned char *w = static_cast<const unsigned char *>(p.w);
@@ -50,6 +46,17 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
         }
         p.act[s * F + f] = f_to_bf16(silu_f(g) * u);
     }
+}
+
+// One warp per row; with slot_rows_done every block reports its rows (moe_gate_up_gemv.cuh).
+template <bool FP8, bool VEC, bool BLK = false>
+__global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_params p) {
+    pdl_enter();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t f = int64_t(blockIdx.x) * 4 + warp, s = blockIdx.y;
+    if (f < p.n_ff_exp) moe_gate_up_row<FP8, VEC, BLK>(p, f, s, lane);
+    if (p.slot_rows_done)
+        block_count_add(p.slot_rows_done + s, unsigned(min(int64_t(4), p.n_ff_exp - int64_t(blockIdx.x) * 4)));
 }
 
 template <bool FP8, bool VEC, bool BLK = false>
@@ -110,6 +117,10 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
             }
             p.act[s * F + f] = f_to_bf16(silu_f(g) * u);
         }
+    }
+    if (p.slot_rows_done) {
+        constexpr int64_t rows = int64_t(k_norm_warps) * R; // this block's, before the end of F
+        block_count_add(p.slot_rows_done + s, unsigned(min(rows, F - int64_t(blockIdx.x) * rows)));
     }
 }
 

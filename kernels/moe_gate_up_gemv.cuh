@@ -24,6 +24,10 @@ struct moe_gate_up_gemv_params {
     // block128: expert e's [2·n_ff_exp, n_embd] matrix has its own grid (fp8_stack_scale_index);
     // needs n_embd % 16 == 0 and 16-byte aligned weights (and x without the norm).
     scale_layout w_layout = scale_layout::channel;
+    // When set ([n_tokens·n_expert_used], zero before the launch): every block, its rows written,
+    // adds their count to its slot's counter, so moe_down_gemv (slot_rows_done) can start on a
+    // slot as soon as its n_ff_exp rows are there instead of waiting for this whole kernel.
+    unsigned *slot_rows_done = nullptr;
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared
