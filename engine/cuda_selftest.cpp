@@ -1261,10 +1261,18 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
     R.run("kernel", name, [&] {
         const bool was = programmatic_launch();
         set_programmatic_launch(pdl);
+        // A stream of its own, as the backend's (programmatic launch is a property of launches
+        // into one stream; the legacy default stream is not where the backend runs them).
+        cudaStream_t st = nullptr;
+        ck(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking), "stream");
         struct restore {
             bool on;
-            ~restore() { set_programmatic_launch(on); }
-        } keep{was};
+            cudaStream_t st;
+            ~restore() {
+                set_programmatic_launch(on);
+                cudaStreamDestroy(st);
+            }
+        } keep{was, st};
         const int64_t S = T * K;
         auto x = rand_bf16(static_cast<size_t>(T * H)), sh_act = rand_bf16(static_cast<size_t>(T * Fs));
         auto ids = random_topk_ids(T, E, K);
@@ -1310,8 +1318,8 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
         d.sh_ready = true;
         d.rows_per_warp = rpw;
         d.slot_rows_done = dctr.get();
-        ck(launch_moe_gate_up_gemv(g, nullptr), "gate/up launch");
-        ck(launch_moe_down_gemv(d, nullptr), "down launch");
+        ck(launch_moe_gate_up_gemv(g, st), "gate/up launch");
+        ck(launch_moe_down_gemv(d, st), "down launch");
         sync(name);
         const auto counted = dctr.download();
         R.add("kernel", name + " counters after down", "slots whose count is not F",
@@ -1320,7 +1328,7 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
         cb.y_shared = d.y_shared;
         cb.reset = dctr.get();
         cb.n_reset = S;
-        ck(launch_moe_combine(cb, nullptr), "combine launch");
+        ck(launch_moe_combine(cb, st), "combine launch");
         sync(name);
         const auto after = dctr.download();
         R.add("kernel", name + " counters after combine", "left non-zero",
