@@ -146,7 +146,9 @@ __device__ __forceinline__ void pdl_enter() {
 // blocks cannot keep them from running). The producer block, its results written, adds n
 // (every thread calls it: a barrier, then thread 0's fence and add, release); the consumer block
 // waits until the counter reaches target (thread 0 polls with acquire loads, then a barrier, after
-// which every thread's loads see what the producers wrote before their adds).
+// which every thread's loads see what the producers wrote before their adds). A wait that never
+// ends (a producer that does not count: a bug) traps after ~2^28 polls, tens of seconds, so it
+// fails the launch with an error instead of hanging the process.
 __device__ __forceinline__ void block_count_add(unsigned *c, unsigned n) {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -156,10 +158,11 @@ __device__ __forceinline__ void block_count_add(unsigned *c, unsigned n) {
 }
 __device__ __forceinline__ void block_count_wait(const unsigned *c, unsigned target) {
     if (threadIdx.x == 0)
-        for (;;) {
+        for (unsigned polls = 0;; ++polls) {
             unsigned v;
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
             if (v >= target) break;
+            if (polls == (1u << 28)) __trap();
             __nanosleep(64);
         }
     __syncthreads();
