@@ -884,6 +884,21 @@ void TestKernelTwins::moeGroupedEqualsDecodePath() {
     QCOMPARE(y_slots, ys);
     es::moe_combine_ref({y_slots.data(), wts.data(), y_rows.data(), T, H, K});
     QCOMPARE(y_rows, y_pre);
+    // Decode's slot counters (moe_gate_up_gemv.cuh): the twin counts every row of every slot, and
+    // the combine's reset zeroes them.
+    std::vector<unsigned> slot_counts(static_cast<size_t>(T * K), 3u);
+    es::moe_gate_up_gemv_params gc = g;
+    std::vector<es::bf16_t> act_counted(act.size());
+    gc.act = act_counted.data();
+    gc.slot_rows_done = slot_counts.data();
+    es::moe_gate_up_gemv_ref(gc);
+    QCOMPARE(act_counted, act);
+    for (unsigned c : slot_counts) QCOMPARE(c, unsigned(3 + F));
+    es::moe_combine_params cr{y_slots.data(), wts.data(), y_rows.data(), T, H, K};
+    cr.reset = slot_counts.data();
+    cr.n_reset = T * K;
+    es::moe_combine_ref(cr);
+    for (unsigned c : slot_counts) QCOMPARE(c, 0u);
 }
 
 namespace {
