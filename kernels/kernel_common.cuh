@@ -384,6 +384,25 @@ __device__ __forceinline__ uint2 norm_scale4(uint2 wb, float4 v, float scale) {
                       uint32_t(f_to_bf16(o2)) | (uint32_t(f_to_bf16(o3)) << 16));
 }
 
+// Every thread's partial sums of squares of MT rows → each row's 1/sqrt(mean + eps) in every
+// thread (a barrier inside; red holds 32·MT floats).
+template <int MT>
+__device__ __forceinline__ void block_rms_scales(const float (&ss)[MT], int64_t H, float eps, float *red,
+                                                 float (&scale)[MT]) {
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, nw = blockDim.x / 32;
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        const float v = warp_sum(ss[m]);
+        if (lane == 0) red[m * 32 + warp] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+        const float v = warp_sum(lane < nw ? red[m * 32 + lane] : 0.0f);
+        scale[m] = 1.0f / sqrtf(v / float(H) + eps);
+    }
+}
+
 template <int MT, int V>
 __device__ __forceinline__ void block_rms_norm_to_smem(const float *x, int64_t ldx, int mt, const uint16_t *w,
                                                        const norm_weight_regs<V> &wr, int64_t H, float eps,
@@ -424,18 +443,8 @@ __device__ __forceinline__ void block_rms_norm_to_smem(const float *x, int64_t l
                 const float4 v = reinterpret_cast<const float4 *>(x + m * ldx)[i];
                 ss[m] += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
             }
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-        const float v = warp_sum(ss[m]);
-        if (lane == 0) red[m * 32 + warp] = v;
-    }
-    __syncthreads();
     float scale[MT];
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-        const float v = warp_sum(lane < nw ? red[m * 32 + lane] : 0.0f);
-        scale[m] = 1.0f / sqrtf(v / float(H) + eps);
-    }
+    block_rms_scales<MT>(ss, H, eps, red, scale);
     auto put = [&](int64_t i, uint2 wb) {
 #pragma unroll
         for (int m = 0; m < MT; ++m)
@@ -481,7 +490,7 @@ template <int MT>
 __device__ __forceinline__ void block_rms_norm_staged(const float *x, int64_t ldx, int mt, int64_t H, float eps,
                                                       uint16_t *out, float *red) {
     constexpr int U = 8;
-    const int tid = threadIdx.x, nthr = blockDim.x, warp = tid / 32, lane = tid % 32, nw = nthr / 32;
+    const int tid = threadIdx.x, nthr = blockDim.x;
     const int64_t n4 = H / 4;
     asm volatile("cp.async.wait_all;\n" ::: "memory");
     float ss[MT];
@@ -502,18 +511,8 @@ __device__ __forceinline__ void block_rms_norm_staged(const float *x, int64_t ld
             for (int j = 0; j < U; ++j) ss[m] += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
         }
     }
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-        const float v = warp_sum(ss[m]);
-        if (lane == 0) red[m * 32 + warp] = v;
-    }
-    __syncthreads();
     float scale[MT];
-#pragma unroll
-    for (int m = 0; m < MT; ++m) {
-        const float v = warp_sum(lane < nw ? red[m * 32 + lane] : 0.0f);
-        scale[m] = 1.0f / sqrtf(v / float(H) + eps);
-    }
+    block_rms_scales<MT>(ss, H, eps, red, scale);
     constexpr int U2 = 4; // x is in L1 now: fewer loads at once, fewer registers
     for (int64_t i0 = tid; i0 < n4; i0 += int64_t(U2) * nthr) {
         uint2 wb[U2];
