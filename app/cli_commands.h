@@ -155,6 +155,7 @@ int cmd_bench_cuda(const bench_opts &b, const common_opts &o);
 struct selftest_opts {
     std::string data_dir = "tests/data";
     bool kernels_only = false, models_only = false;
+    std::string only; // --only
 };
 int cmd_selftest(const selftest_opts &o);
 

@@ -206,6 +206,7 @@ int main(int argc, char **argv) {
     selftest->add_option("--data", st.data_dir, "folder of reference checkpoints (default tests/data)");
     selftest->add_flag("--kernels-only", st.kernels_only, "skip the end-to-end model checks");
     selftest->add_flag("--models-only", st.models_only, "skip the kernel checks");
+    selftest->add_option("--only", st.only, "run only the checks whose name contains TEXT (e.g. \"moe_front\")");
 
 #if ES_CLI_HAVE_REPORT
     report_opts rp;

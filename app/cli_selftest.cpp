@@ -28,6 +28,7 @@ int cmd_selftest(const selftest_opts &o) {
     so.data_dir = o.data_dir;
     so.kernels = !o.models_only;
     so.models = !o.kernels_only;
+    so.only = o.only;
     bool header = false;
     so.on_row = [&](const selftest_row &r) {
         if (!header) {
@@ -53,6 +54,7 @@ int cmd_selftest(const selftest_opts &o) {
         std::printf("selftest: skipped (no usable GPU: %s)\n", rep.skip_reason.c_str());
         return 0;
     }
+    if (rep.rows.empty() && !o.only.empty()) return fail("selftest: no check's name contains '" + o.only + "'");
     int n_fail = 0, n_pass = 0;
     for (const auto &r : rep.rows) (r.pass ? n_pass : n_fail)++;
     std::printf("\nselftest on %s: %d checks, %d failed — %s\n", rep.device.c_str(), n_pass + n_fail, n_fail,

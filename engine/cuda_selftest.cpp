@@ -173,6 +173,7 @@ public:
     // Runs one case; an exception becomes a failed row. Returns false on a sticky CUDA error.
     template <typename F>
     bool run(const std::string &group, const std::string &name, F &&f) {
+        if (!m_o.only.empty() && name.find(m_o.only) == std::string::npos) return true;
         try {
             f();
         } catch (const std::exception &e) {

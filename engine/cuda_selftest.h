@@ -26,6 +26,7 @@ struct selftest_row {
 struct selftest_options {
     std::filesystem::path data_dir;                   // reference checkpoints (tests/data); empty: skip models
     bool kernels = true, models = true;
+    std::string only; // non-empty: only the checks whose name contains it
     std::function<void(const selftest_row &)> on_row; // streaming output as rows finish
 };
 

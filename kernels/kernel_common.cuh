@@ -4,6 +4,8 @@
 
 #include "kernel_common.h"
 
+#include <cstdio>
+
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
@@ -147,8 +149,8 @@ __device__ __forceinline__ void pdl_enter() {
 // (every thread calls it: a barrier, then thread 0's fence and add, release); the consumer block
 // waits until the counter reaches target (thread 0 polls with acquire loads, then a barrier, after
 // which every thread's loads see what the producers wrote before their adds). A wait that never
-// ends (a producer that does not count: a bug) traps after ~2^28 polls, tens of seconds, so it
-// fails the launch with an error instead of hanging the process.
+// ends (a producer that does not count: a bug) prints the count it waited for and traps after
+// ~2^24 polls (seconds), so it fails the launch with an error instead of hanging the process.
 __device__ __forceinline__ void block_count_add(unsigned *c, unsigned n) {
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -162,7 +164,11 @@ __device__ __forceinline__ void block_count_wait(const unsigned *c, unsigned tar
             unsigned v;
             asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(c) : "memory");
             if (v >= target) break;
-            if (polls == (1u << 28)) __trap();
+            if (polls == (1u << 24)) { // ~10 s: a count nobody will make; say which, then stop
+                printf("expertscope: block (%d, %d, %d) waited for a count of %u at %p, found %u; trapping\n",
+                       blockIdx.x, blockIdx.y, blockIdx.z, target, static_cast<const void *>(c), v);
+                __trap();
+            }
             __nanosleep(64);
         }
     __syncthreads();
