@@ -33,6 +33,28 @@ size_t attention_smem_bytes(int64_t hd) {
 // RPW: rows per warp the registers are sized for (2 when a tile has at most 8 rows, as in
 // decode with up to 8 q heads per KV head; 8 otherwise) — unrolled loops over unused rows cost
 // issue slots, and decode is latency-bound.
+// A thread's DPL 16-byte pieces of the chunk's K and V rows (EPP elements of ES bytes a piece,
+// `pieces` a row; piece idx = tid + 128·i is key idx / pieces), all loads issued before any use;
+// zero past the sequence's keys (key_slot < 0) and past the chunk.
+template <int DPL, int EPP, int ES>
+__device__ __forceinline__ void load_kv_pieces(const attention_params &p, const int64_t *key_slot, int pieces,
+                                               int64_t kvd, int kvh, int hd, int tid, uint4 (&kb)[DPL],
+                                               uint4 (&vb)[DPL]) {
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+        const int idx = tid + i * 128;
+        kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
+        if (idx < k_chunk * pieces) {
+            const int64_t slot = key_slot[idx / pieces];
+            if (slot >= 0) {
+                const int64_t off = (slot * kvd + int64_t(kvh) * hd + (idx % pieces) * EPP) * ES;
+                kb[i] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + off));
+                vb[i] = __ldg(reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + off));
+            }
+        }
+    }
+}
+
 template <int DPL, int RPW>
 __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
     constexpr int k_rows_per_warp = RPW;
@@ -126,21 +148,7 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
             // dims ≤ 32 take the pairwise path below, which keeps that instance free of spills).
             const int hv16 = hd / 16;
             uint4 kb[DPL], vb[DPL];
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) {
-                const int idx = tid + i * 128;
-                kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
-                if (idx < k_chunk * hv16) {
-                    const int64_t slot = key_slot[idx / hv16];
-                    if (slot >= 0) {
-                        const int64_t base = slot * kvd + int64_t(kvh) * hd + (idx % hv16) * 16;
-                        kb[i] = __ldg(
-                            reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base));
-                        vb[i] = __ldg(
-                            reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.v_cache) + base));
-                    }
-                }
-            }
+            load_kv_pieces<DPL, 16, 1>(p, key_slot, hv16, kvd, kvh, hd, tid, kb, vb);
 #pragma unroll
             for (int i = 0; i < DPL; ++i) {
                 const int idx = tid + i * 128;
@@ -185,21 +193,7 @@ __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
         } else if (vec) {
             // 16-byte loads, all of this thread's issued before any store (DPL ≥ hd/32 of each).
             uint4 kb[DPL], vb[DPL];
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) {
-                const int idx = tid + i * 128;
-                kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
-                if (idx < k_chunk * hv) {
-                    const int64_t slot = key_slot[idx / hv];
-                    if (slot >= 0) {
-                        const int64_t base = slot * kvd + int64_t(kvh) * hd + (idx % hv) * 8;
-                        kb[i] = __ldg(
-                            reinterpret_cast<const uint4 *>(static_cast<const bf16_t *>(p.k_cache) + base));
-                        vb[i] = __ldg(
-                            reinterpret_cast<const uint4 *>(static_cast<const bf16_t *>(p.v_cache) + base));
-                    }
-                }
-            }
+            load_kv_pieces<DPL, 8, 2>(p, key_slot, hv, kvd, kvh, hd, tid, kb, vb);
 #pragma unroll
             for (int i = 0; i < DPL; ++i) {
                 const int idx = tid + i * 128;
@@ -502,56 +496,34 @@ __global__ void __launch_bounds__(k_tc_threads, 2) attention_prefill_kernel(atte
         // top ≥ 0 (a tile has ≥ 1 token); keys past the pass's highest position are never loaded.
         const int kv_len = top + 1, n_kt = (kv_len + k_tc_keys - 1) / k_tc_keys;
 
-        // K/V tile kt → stage: thread tid copies 16-byte chunk tid % CH of keys tid / CH + STEP·i. The
-        // block and offset of its first key by one division, then stepped (no division per key).
-        auto load_kv_bf16 = [&](int kt, int stage) {
-            constexpr int STEP = k_tc_threads / CH;
-            uint16_t *kd = ks + stage * k_tc_keys * LD, *vd = vs + stage * k_tc_keys * LD;
-            const int c = tid % CH, j0 = tid / CH, key0 = kt * k_tc_keys + j0;
-            int blk = key0 / bs, off = key0 - blk * bs;
-#pragma unroll
-            for (int i = 0; i < k_tc_keys / STEP; ++i) {
-                const int j = j0 + i * STEP;
-                const bool ok = key0 + i * STEP < kv_len;
-                const bf16_t *ksrc = static_cast<const bf16_t *>(p.k_cache),
-                             *vsrc = static_cast<const bf16_t *>(p.v_cache);
-                if (ok) {
-                    const int64_t e = (int64_t(bt[blk]) * bs + off) * kvd + int64_t(kvh) * HD + c * 8;
-                    ksrc += e;
-                    vsrc += e;
-                }
-                cp_async16(kd + j * LD + c * 8, ksrc, ok);
-                cp_async16(vd + j * LD + c * 8, vsrc, ok);
-                for (off += STEP; off >= bs; off -= bs) ++blk;
-            }
-        };
-        // F8: the tile's raw bytes, 16-byte chunk tid % CHR of keys tid / CHR + STEP·i.
-        auto load_kv_raw = [&](int kt, int stage) {
-            constexpr int CHR = HD / 16, STEP = k_tc_threads / CHR;
-            uint8_t *kd = kraw + stage * k_tc_keys * HD, *vd = vraw + stage * k_tc_keys * HD;
-            const int c = tid % CHR, j0 = tid / CHR, key0 = kt * k_tc_keys + j0;
-            int blk = key0 / bs, off = key0 - blk * bs;
-#pragma unroll
-            for (int i = 0; i < k_tc_keys / STEP; ++i) {
-                const int j = j0 + i * STEP;
-                const bool ok = key0 + i * STEP < kv_len;
-                const uint8_t *ksrc = static_cast<const uint8_t *>(p.k_cache),
-                              *vsrc = static_cast<const uint8_t *>(p.v_cache);
-                if (ok) {
-                    const int64_t e = (int64_t(bt[blk]) * bs + off) * kvd + int64_t(kvh) * HD + c * 16;
-                    ksrc += e;
-                    vsrc += e;
-                }
-                cp_async16(kd + j * HD + c * 16, ksrc, ok);
-                cp_async16(vd + j * HD + c * 16, vsrc, ok);
-                for (off += STEP; off >= bs; off -= bs) ++blk;
-            }
-        };
+        // K/V tile kt → stage: thread tid copies 16-byte chunk tid % CHN of keys tid / CHN + STEP·i
+        // (BF16: 8 elements a chunk into rows of LD; F8: the tile's raw bytes, 16 a chunk, rows of
+        // HD). The block and offset of its first key by one division, then stepped (no division
+        // per key).
         auto load_kv = [&](int kt, int stage) {
-            if constexpr (F8)
-                load_kv_raw(kt, stage);
-            else
-                load_kv_bf16(kt, stage);
+            constexpr int EPC = F8 ? 16 : 8, ES = F8 ? 1 : 2, CHN = HD / EPC, STEP = k_tc_threads / CHN,
+                          DLD = F8 ? HD : LD; // elements a chunk, bytes an element, chunks a row, …
+            unsigned char *kd = F8 ? kraw + stage * k_tc_keys * HD
+                                   : reinterpret_cast<unsigned char *>(ks + stage * k_tc_keys * LD),
+                          *vd = F8 ? vraw + stage * k_tc_keys * HD
+                                   : reinterpret_cast<unsigned char *>(vs + stage * k_tc_keys * LD);
+            const int c = tid % CHN, j0 = tid / CHN, key0 = kt * k_tc_keys + j0;
+            int blk = key0 / bs, off = key0 - blk * bs;
+#pragma unroll
+            for (int i = 0; i < k_tc_keys / STEP; ++i) {
+                const int j = j0 + i * STEP;
+                const bool ok = key0 + i * STEP < kv_len;
+                const unsigned char *ksrc = static_cast<const unsigned char *>(p.k_cache),
+                                    *vsrc = static_cast<const unsigned char *>(p.v_cache);
+                if (ok) {
+                    const int64_t e = ((int64_t(bt[blk]) * bs + off) * kvd + int64_t(kvh) * HD + c * EPC) * ES;
+                    ksrc += e;
+                    vsrc += e;
+                }
+                cp_async16(kd + (j * DLD + c * EPC) * ES, ksrc, ok);
+                cp_async16(vd + (j * DLD + c * EPC) * ES, vsrc, ok);
+                for (off += STEP; off >= bs; off -= bs) ++blk;
+            }
         };
         load_kv(0, 0);
         cp_async_commit(); // group: Q + KV tile 0

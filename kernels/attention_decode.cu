@@ -65,7 +65,6 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     __shared__ int64_t key_slot[k_chunk];
     __shared__ int row_pos[k_max_rows];
     __shared__ int64_t row_off[k_max_rows];
-    __shared__ bool s_last;
 
     // Everything up to pdl_enter reads only the batch's inputs and keys of earlier steps (no kernel
     // of this step writes them), so it overlaps the previous kernel: the rows' positions, the first
@@ -279,13 +278,8 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
             part[HD + 1] = l_s[g];
         }
     }
-    __threadfence(); // this block's partials are visible before the counter says so
-    __syncthreads();
     unsigned *counter = p.counters + int64_t(blockIdx.x) * gridDim.y + kvh;
-    if (tid == 0) s_last = atomicAdd(counter, 1u) == unsigned(n_splits - 1);
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!block_arrives_last(counter, unsigned(n_splits))) return;
     if (tid == 0) *counter = 0; // re-armed for the next launch
     // The merge in one round trip (per 4 splits): thread → (row, 8 consecutive columns), every
     // split's (m, l) and o for them loaded at once, folded in online (m = max, rescale by

@@ -4,13 +4,12 @@
 
 #include "kernel_common.h"
 
-#include <cstdio>
-
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
+#include <cstdio>
 #include <utility>
 
 namespace es {
@@ -174,6 +173,22 @@ __device__ __forceinline__ void block_count_wait(const unsigned *c, unsigned tar
     __syncthreads();
 }
 
+// Called by every thread once the block's results are written: true in every thread of the last
+// of n_blocks blocks to arrive at *counter (bumped after a fence, so the others' writes are
+// visible to it). The caller resets the counter for the next launch.
+__device__ __forceinline__ bool block_arrives_last(unsigned *counter, unsigned n_blocks) {
+    __shared__ bool s_last;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        __threadfence(); // this block's results are visible before the counter says so
+        s_last = atomicAdd(counter, 1u) == n_blocks - 1;
+    }
+    __syncthreads();
+    const bool last = s_last;
+    if (last) __threadfence();
+    return last;
+}
+
 // Launches kernel<<<grid, block, smem, stream>>>(args…), with the programmatic-serialization
 // attribute when programmatic_launch() is on; returns the launch error.
 template <typename... Params, typename... Args>
@@ -239,16 +254,15 @@ __device__ __forceinline__ uint4 load_x16(const uint16_t *x) {
         return __ldg(reinterpret_cast<const uint4 *>(x));
 }
 
-// Σ over one 16-byte weight vector times the matching BF16 activations (x 16-byte aligned).
-template <bool FP8, bool XS = false>
-__device__ __forceinline__ float dot_vec(const uint4 w, const uint16_t *x) {
-    const uint4 x0 = load_x16<XS>(x);
+// Σ over one 16-byte weight vector times the matching BF16 activations, loaded: x0 the first
+// eight, x1 (FP8 only: sixteen weights) the next eight.
+template <bool FP8>
+__device__ __forceinline__ float dot_vec_loaded(const uint4 w, const uint4 x0, const uint4 x1) {
     if constexpr (!FP8) {
         return bf16_lo(w.x) * bf16_lo(x0.x) + bf16_hi(w.x) * bf16_hi(x0.x) + bf16_lo(w.y) * bf16_lo(x0.y) +
                bf16_hi(w.y) * bf16_hi(x0.y) + bf16_lo(w.z) * bf16_lo(x0.z) + bf16_hi(w.z) * bf16_hi(x0.z) +
                bf16_lo(w.w) * bf16_lo(x0.w) + bf16_hi(w.w) * bf16_hi(x0.w);
     } else {
-        const uint4 x1 = load_x16<XS>(x + 8);
         const uint32_t wp[4] = {w.x, w.y, w.z, w.w};
         const uint32_t xp[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
         float acc = 0.0f;
@@ -260,6 +274,13 @@ __device__ __forceinline__ float dot_vec(const uint4 w, const uint16_t *x) {
         }
         return acc;
     }
+}
+
+// The same with the activations at x (16-byte aligned), loaded as load_x16<XS>.
+template <bool FP8, bool XS = false>
+__device__ __forceinline__ float dot_vec(const uint4 w, const uint16_t *x) {
+    const uint4 x0 = load_x16<XS>(x);
+    return dot_vec_loaded<FP8>(w, x0, FP8 ? load_x16<XS>(x + 8) : x0);
 }
 
 // This lane's share of dot(w_row[kb:ke], x[kb:ke]); the caller reduces across the warp.

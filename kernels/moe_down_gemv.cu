@@ -7,6 +7,8 @@
 #include "kernel_common.cuh"
 #include "moe_down_gemv.cuh"
 
+#include <type_traits>
+
 namespace es {
 namespace {
 
@@ -112,23 +114,7 @@ __global__ void __launch_bounds__(128) moe_down_gemv_kernel(moe_down_gemv_params
 template <bool FP8>
 __device__ __forceinline__ float dot_vec_l2x(const uint4 w, const uint16_t *x) {
     const uint4 x0 = __ldcg(reinterpret_cast<const uint4 *>(x));
-    if constexpr (!FP8) {
-        return bf16_lo(w.x) * bf16_lo(x0.x) + bf16_hi(w.x) * bf16_hi(x0.x) + bf16_lo(w.y) * bf16_lo(x0.y) +
-               bf16_hi(w.y) * bf16_hi(x0.y) + bf16_lo(w.z) * bf16_lo(x0.z) + bf16_hi(w.z) * bf16_hi(x0.z) +
-               bf16_lo(w.w) * bf16_lo(x0.w) + bf16_hi(w.w) * bf16_hi(x0.w);
-    } else {
-        const uint4 x1 = __ldcg(reinterpret_cast<const uint4 *>(x + 8));
-        const uint32_t wp[4] = {w.x, w.y, w.z, w.w};
-        const uint32_t xp[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-        float acc = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const float2 a = fp8x2_to_f2(wp[i] & 0xffffu), b = fp8x2_to_f2(wp[i] >> 16);
-            acc += a.x * bf16_lo(xp[2 * i]) + a.y * bf16_hi(xp[2 * i]) + b.x * bf16_lo(xp[2 * i + 1]) +
-                   b.y * bf16_hi(xp[2 * i + 1]);
-        }
-        return acc;
-    }
+    return dot_vec_loaded<FP8>(w, x0, FP8 ? __ldcg(reinterpret_cast<const uint4 *>(x + 8)) : x0);
 }
 
 template <bool FP8, bool VEC, bool BLK = false>
@@ -166,6 +152,44 @@ __device__ __forceinline__ void slot_enter(const moe_down_gemv_params &p, int64_
     if (p.slot_rows_done && s >= 0) block_count_wait(p.slot_rows_done + s, unsigned(p.n_ff_exp));
 }
 
+// Both per-slot kernels' shared-experts rows: rows [n0, n0 + nr) of token blockIdx.y's shared
+// slot on one warp, one after another (0 ≤ nr ≤ MAXR; 0: rows past n_embd). With sh_ready
+// everything runs before the wait (moe_down_gemv.cuh), the activations read through L2;
+// otherwise the rows head for L2, the block waits, then the rows run.
+template <bool FP8, bool VEC, bool BLK, int MAXR>
+__device__ __forceinline__ void shared_slot_rows(const moe_down_gemv_params &p, int64_t n0, int nr, int lane) {
+    const int64_t t = blockIdx.y, H = p.n_embd, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
+    const unsigned char *w = static_cast<const unsigned char *>(p.sh_w) + n0 * row_bytes;
+    const uint16_t *x = p.sh_act + t * F;
+    auto row = [&](int r, auto l2x) {
+        const int64_t n = n0 + r;
+        const float scale = FP8 && !BLK ? __ldg(p.sh_w_scale + n) : 1.0f;
+        const float *bs = BLK ? p.sh_w_scale + fp8_scale_index(n, 0, F, scale_layout::block128) : nullptr;
+        float v;
+        if constexpr (decltype(l2x)::value)
+            v = warp_sum(lane_dot_l2x<FP8, VEC, BLK>(w + r * row_bytes, x, F, lane, bs));
+        else
+            v = warp_sum(lane_dot<FP8, VEC, false, BLK>(w + r * row_bytes, x, 0, F, lane, bs));
+        if (lane == 0) p.y_shared[t * H + n] = v * scale;
+    };
+    auto rows = [&](auto l2x) {
+        if constexpr (MAXR == 1) {
+            if (nr > 0) row(0, l2x);
+        } else {
+#pragma unroll 1
+            for (int r = 0; r < nr; ++r) row(r, l2x);
+        }
+    };
+    if (p.sh_ready) {
+        rows(std::true_type{});
+        slot_enter(p, -1);
+        return;
+    }
+    for (int64_t b = int64_t(lane) * 128; b < nr * row_bytes; b += 32 * 128) prefetch_l2(w + b);
+    slot_enter(p, -1);
+    rows(std::false_type{});
+}
+
 // Per-slot mode (y_slots set): grid (n_embd / 4, slots); one warp per (slot, n) streams row n of
 // the slot's expert (lane_dot: 16-byte loads, four in flight) and writes the scaled product;
 // moe_combine then adds the slots into the residual. Many small independent warps, as
@@ -180,24 +204,7 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
     const int64_t n = int64_t(blockIdx.x) * 4 + warp, H = p.n_embd;
     const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
     if (int64_t(blockIdx.y) < n_sh) {
-        if (n >= H) {
-            slot_enter(p, -1);
-            return;
-        }
-        const int64_t t = blockIdx.y, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
-        const unsigned char *w = static_cast<const unsigned char *>(p.sh_w) + n * row_bytes;
-        const float scale = FP8 && !BLK ? __ldg(p.sh_w_scale + n) : 1.0f;
-        const float *bs = BLK ? p.sh_w_scale + fp8_scale_index(n, 0, F, scale_layout::block128) : nullptr;
-        if (p.sh_ready) { // everything before the wait (moe_down_gemv.cuh)
-            const float v = warp_sum(lane_dot_l2x<FP8, VEC, BLK>(w, p.sh_act + t * F, F, lane, bs));
-            if (lane == 0) p.y_shared[t * H + n] = v * scale;
-            slot_enter(p, -1);
-            return;
-        }
-        for (int64_t b = int64_t(lane) * 128; b < row_bytes; b += 32 * 128) prefetch_l2(w + b);
-        slot_enter(p, -1);
-        const float v = warp_sum(lane_dot<FP8, VEC, false, BLK>(w, p.sh_act + t * F, 0, F, lane, bs));
-        if (lane == 0) p.y_shared[t * H + n] = v * scale;
+        shared_slot_rows<FP8, VEC, BLK, 1>(p, n, n < H ? 1 : 0, lane);
         return;
     }
     slot_enter(p, int64_t(blockIdx.y) - n_sh);
@@ -232,33 +239,7 @@ __global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_para
     const int64_t n0 = (int64_t(blockIdx.x) * 4 + warp) * R, H = p.n_embd;
     const int64_t n_sh = p.sh_w ? p.n_tokens : 0; // leading grid rows of the shared experts
     if (int64_t(blockIdx.y) < n_sh) {
-        if (n0 >= H) {
-            slot_enter(p, -1);
-            return;
-        }
-        const int64_t t = blockIdx.y, F = p.n_ff_sh, row_bytes = F * (FP8 ? 1 : 2);
-        const unsigned char *w = static_cast<const unsigned char *>(p.sh_w) + n0 * row_bytes;
-        const int nr = int(min(int64_t(R), H - n0)); // rows of this warp inside n_embd
-        // With sh_ready everything before the wait (moe_down_gemv.cuh); the rows one after another.
-        if (p.sh_ready) {
-#pragma unroll 1
-            for (int r = 0; r < nr; ++r) {
-                const float scale = FP8 ? __ldg(p.sh_w_scale + n0 + r) : 1.0f;
-                const float v =
-                    warp_sum(lane_dot_l2x<FP8, VEC>(w + r * row_bytes, p.sh_act + t * F, F, lane));
-                if (lane == 0) p.y_shared[t * H + n0 + r] = v * scale;
-            }
-            slot_enter(p, -1);
-            return;
-        }
-        for (int64_t b = int64_t(lane) * 128; b < nr * row_bytes; b += 32 * 128) prefetch_l2(w + b);
-        slot_enter(p, -1);
-#pragma unroll 1
-        for (int r = 0; r < nr; ++r) {
-            const float scale = FP8 ? __ldg(p.sh_w_scale + n0 + r) : 1.0f;
-            const float v = warp_sum(lane_dot<FP8, VEC>(w + r * row_bytes, p.sh_act + t * F, 0, F, lane));
-            if (lane == 0) p.y_shared[t * H + n0 + r] = v * scale;
-        }
+        shared_slot_rows<FP8, VEC, false, R>(p, n0, int(max(int64_t(0), min(int64_t(R), H - n0))), lane);
         return;
     }
     slot_enter(p, int64_t(blockIdx.y) - n_sh);

@@ -76,22 +76,6 @@ __device__ __forceinline__ void router_lane_quarter(const float *w, const uint16
     }
 }
 
-// Called by every thread once the block's results are written: true in every thread of the last
-// of n_blocks blocks to arrive at *counter (bumped after a fence, so the others' writes are
-// visible to it). The caller resets the counter for the next launch.
-__device__ __forceinline__ bool block_arrives_last(unsigned *counter, unsigned n_blocks) {
-    __shared__ bool s_last;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence(); // this block's results are visible before the counter says so
-        s_last = atomicAdd(counter, 1u) == n_blocks - 1;
-    }
-    __syncthreads();
-    const bool last = s_last;
-    if (last) __threadfence();
-    return last;
-}
-
 // The router's tail for one token on one warp (no block barriers): softmax of logits[0, E) (max,
 // e^(l−max) · (1/sum), as the CPU), k rounds of a warp arg-max over p + bias with the tie rule
 // "greater, or equal and lower id", ids in choice order and weights p / max(Σ p, norm_min).

@@ -120,7 +120,6 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
     __shared__ double redd[33];
     __shared__ unsigned long long redk[33];
     __shared__ int s_count;
-    __shared__ bool s_last;
     pdl_enter();
     const int64_t r = blockIdx.y, V = p.n_vocab;
     const int N = p.n_top, B = int(gridDim.x), b = int(blockIdx.x), tid = threadIdx.x;
@@ -157,15 +156,7 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
         part[b].sum = s;
         part[b].max = m;
     }
-    __syncthreads();
-    if (tid == 0) {
-        __threadfence(); // this block's partials are visible before the counter says so
-        const unsigned done = atomicAdd(&p.counters[r], 1u);
-        s_last = done == unsigned(B - 1);
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!block_arrives_last(&p.counters[r], unsigned(B))) return;
 
     // Phase 2 (the row's last block): max, sum, merge.
     float M = -INFINITY;
@@ -418,7 +409,6 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
     __shared__ double redd[33];
     __shared__ unsigned long long s_t2;
     __shared__ int s_count;
-    __shared__ bool s_last;
     auto *lists = reinterpret_cast<unsigned long long(*)[64]>(s_buf);
     pdl_enter();
     const int64_t r = blockIdx.y, V = p.n_vocab;
@@ -538,15 +528,7 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
         part[b].sum = s;
         part[b].max = mb;
     }
-    __syncthreads();
-    if (tid == 0) {
-        __threadfence(); // this block's partials are visible before the counter says so
-        const unsigned done = atomicAdd(&p.counters[r], 1u);
-        s_last = done == unsigned(B - 1);
-    }
-    __syncthreads();
-    if (!s_last) return;
-    __threadfence();
+    if (!block_arrives_last(&p.counters[r], unsigned(B))) return;
 
     // Phase 2 (the row's last block).
     auto list_at = [&](int li, int e) { return e < N ? __ldcg(&part_keys[int64_t(li) * N + e]) : 0ull; };
