@@ -30,9 +30,6 @@ size_t attention_smem_bytes(int64_t hd) {
            size_t(k_chunk) * size_t(hd) * 2;
 }
 
-// RPW: rows per warp the registers are sized for (2 when a tile has at most 8 rows, as in
-// decode with up to 8 q heads per KV head; 8 otherwise) — unrolled loops over unused rows cost
-// issue slots, and decode is latency-bound.
 // A thread's DPL 16-byte pieces of the chunk's K and V rows (EPP elements of ES bytes a piece,
 // `pieces` a row; piece idx = tid + 128·i is key idx / pieces), all loads issued before any use;
 // zero past the sequence's keys (key_slot < 0) and past the chunk.
@@ -55,6 +52,9 @@ __device__ __forceinline__ void load_kv_pieces(const attention_params &p, const 
     }
 }
 
+// RPW: rows per warp the registers are sized for (2 when a tile has at most 8 rows, as in
+// decode with up to 8 q heads per KV head; 8 otherwise) — unrolled loops over unused rows cost
+// issue slots, and decode is latency-bound.
 template <int DPL, int RPW>
 __global__ void __launch_bounds__(128) attention_kernel(attention_params p) {
     constexpr int k_rows_per_warp = RPW;
