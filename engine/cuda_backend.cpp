@@ -412,7 +412,7 @@ public:
             m_kv_split_chunks = std::max(1, std::atoi(kc));
         // A measuring aid: ES_CUDA_MOE_DOWN_ROWS_PER_WARP=1, 2 or 4 has each warp of decode's
         // routed-expert down GEMV compute that many output rows, their loads issued together
-        // (bit-identical output); unset, the kernel's default (4 where the loads fit in registers).
+        // (bit-identical output); unset, the kernel's default (2 where the loads fit in registers).
         if (const char *rw = std::getenv("ES_CUDA_MOE_DOWN_ROWS_PER_WARP")) {
             const std::string v(rw);
             if (v != "1" && v != "2" && v != "4")
