@@ -151,7 +151,8 @@ TelemetryView EngineSession::telemetry() const {
     for (const step_record &r : t->recent_steps) {
         StepView s{r.step,      r.t_start_us,  r.duration_ms, r.n_seqs,       r.n_prefill_tokens,
                    r.n_decode_tokens, r.n_preempted, r.schedule_ms, r.forward_ms, r.sample_ms,
-                   r.emit_ms,   r.attention_ms, r.moe_ms,     r.dense_ms,     r.head_ms};
+                   r.emit_ms,   r.attention_ms, r.moe_ms,     r.dense_ms,     r.head_ms,
+                   {},          {}}; // seqIds, seqTokens: filled below
         s.seqIds.reserve(qsizetype(r.seq_tokens.size()));
         s.seqTokens.reserve(qsizetype(r.seq_tokens.size()));
         for (const auto &[id, n] : r.seq_tokens) {
