@@ -417,6 +417,7 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
     const float *x = p.logits + r * V;
     const float T = p.temperatures ? p.temperatures[r] : 0.0f;
     const double inv_t = T > 0.0f ? 1.0 / double(T) : 0.0;
+    const float inv_tf = float(fmin(inv_t, 3.0e38)); // finite: (m − m) · inv_tf is 0, not NaN
     auto *part_keys = static_cast<unsigned long long *>(p.scratch) + (r * B) * N;
     auto *part =
         reinterpret_cast<block_partial *>(static_cast<unsigned long long *>(p.scratch) + p.n_rows * B * N) +
@@ -440,14 +441,17 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
         }
         m = warp_max(m);
         // Branch-free (one basic block with the sort below, so the scheduler can interleave the
-        // FP64 exps with the sort's shuffles); what a row without a sum computes is dropped.
-        double s = 0.0;
+        // exps with the sort's shuffles); what a row without a sum computes is dropped. The
+        // lane's eight terms (each ≤ 1, relative to the warp's max) in fp32 with the fast exp
+        // (relative error ~3e-7 where a term counts), their sum in double from here on: the FP64
+        // exps were a seventh of this phase's instructions (ncu, docs/benchmarks.md).
+        float sf = 0.0f;
 #pragma unroll
         for (int q = 0; q < 8; ++q) {
-            const double e = exp_nonpos((double(v[q]) - double(m)) * inv_t);
-            s += isnan(v[q]) ? 0.0 : e;
+            const float e = __expf((v[q] - m) * inv_tf);
+            sf += isnan(v[q]) ? 0.0f : e;
         }
-        s = T > 0.0f && isfinite(m) ? s : 0.0;
+        double s = T > 0.0f && isfinite(m) ? double(sf) : 0.0;
         // The warp's lane maxima sorted descending (lane i: the (i+1)-th largest).
 #pragma unroll
         for (int k = 2; k <= 32; k <<= 1)
@@ -614,13 +618,21 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
     float M = -INFINITY;
 #pragma unroll
     for (int w = 0; w < k_fast_warps; ++w) M = fmaxf(M, s_wmax[w]);
-    if (tid < B) {
+    {
         // cb qualifies when at least `need` lists have a kth key ≥ it; t₂ = the largest that does.
-        int ge = 0;
-        for (int i = 0; i < B; ++i) ge += s_buf[i] >= cb ? 1 : 0;
         // Also τ = the largest of the lists' last keys (its list alone holds N keys ≥ it): the
         // better bound when equal values spread over many blocks (the keys then order by id).
-        atomicMax(&s_t2, ge >= need ? max(cb, tau) : tau);
+        unsigned long long bound = 0ull;
+        if (tid < B) {
+            int ge = 0;
+            for (int i = 0; i < B; ++i) ge += s_buf[i] >= cb ? 1 : 0;
+            bound = ge >= need ? max(cb, tau) : tau;
+        }
+        // The warp's largest, then one shared atomic a warp (a 64-bit shared atomicMax is a
+        // compare-and-swap loop, B threads on one word would retry in turn).
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) bound = max(bound, __shfl_xor_sync(0xffffffffu, bound, o));
+        if (lane == 0 && warp * 32 < B) atomicMax(&s_t2, bound);
     }
     {
         double c = 0.0;
