@@ -8,10 +8,15 @@
 # tools/gpu_run.sh finds it there).
 #
 #   tools/gpu_pack.sh [--no-build]        then run the printed command with carry [".device"]
+#   tools/gpu_pack.sh --as-old            packs this tree's CUDA module into .device/old/lib/expertscope/
+#                                         instead (kept by later packs): the baseline of `tools/gpu_run.sh
+#                                         abbuild`, loaded by the next pack's CLI, so of the same commit
+#                                         (e.g. `git stash; tools/gpu_pack.sh --as-old; git stash pop;
+#                                         tools/gpu_pack.sh`); the module's build id must match the CLI's
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda} # BUILD=build/headless: the headless preset's build
-if [[ "${1:-}" != "--no-build" ]]; then
+if [[ "${1:-}" != "--no-build" ]]; then # (--as-old builds too)
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DES_BUILD_GUI=OFF -DES_BUILD_TESTS=OFF -DES_BUILD_CLI=ON \
         -DES_CUDA_ARCHITECTURES=90a >/dev/null
     ninja -C "$BUILD" expertscope-cli es_cuda_module
@@ -22,8 +27,18 @@ MODULE="$BUILD/app/libexpertscope-cuda.so"
 if readelf -d "$BIN" | grep -Eq 'NEEDED.*lib(cudart|cublas|cuda)'; then
     echo "gpu_pack: $BIN links a CUDA library; only the module may" >&2; exit 1
 fi
+if [[ "${1:-}" == "--as-old" ]]; then
+    rm -rf .device/old
+    mkdir -p .device/old/lib/expertscope
+    cp "$MODULE" .device/old/lib/expertscope/
+    echo "gpu_pack: the baseline module is in .device/old/lib/expertscope/"
+    exit 0
+fi
+old=""
+if [[ -d .device/old ]]; then old=$(mktemp -d) && mv .device/old "$old/"; fi
 rm -rf .device
 mkdir -p .device/bin .device/lib/expertscope
+if [[ -n "$old" ]]; then mv "$old/old" .device/ && rmdir "$old"; fi
 cp "$BIN" .device/bin/
 cp "$MODULE" .device/lib/expertscope/
 # Non-system libraries the CLI and the module link (cuBLASLt excepted: the device has it).

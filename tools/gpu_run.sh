@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abbuild   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh blk      FP8 128x128 block scales (--fp8-scales block128): the selftest's
 #                                  block rows, then bench against per-channel scales (blk.md)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
@@ -125,6 +125,20 @@ if [[ $mode == ab ]]; then
         awk -F'|' 'NF > 5 && $2 ~ /^ [0-9]+ $/ { s[$3] += $5; n[$3]++ }
             END { for (k in s) printf "mean share of%s(%d launches): %.2f µs\n", k, n[k], s[k] / n[k] }' \
             "$OUT/ab.txt" | sort | tee -a "$OUT/ab.md"
+    done
+fi
+if [[ $mode == abbuild ]]; then
+    # Batch-1 decode, two CUDA modules of one commit alternating, three times each: the baseline
+    # in .device/old/lib/expertscope/ (tools/gpu_pack.sh --as-old) against .device's, on AB_SHAPES
+    # (abbuild.md).
+    oldmod=$PWD/.device/old/lib/expertscope/libexpertscope-cuda.so
+    [[ -f $oldmod ]] || { echo "gpu_run: no $oldmod (tools/gpu_pack.sh --as-old)" >&2; exit 2; }
+    for shape in ${AB_SHAPES:-ernie-4.5-0.3b ernie-4.5-21b-a3b}; do
+        for mod in "$oldmod" "" "$oldmod" "" "$oldmod" ""; do
+            echo "### decode $shape fp8, module ${mod:-new}" | tee -a "$OUT/abbuild.md"
+            EXPERTSCOPE_CUDA_MODULE=$mod timeout 100 "$CLI" bench --backend cuda --shape "$shape" --precision fp8 \
+                --pp 16 --tg 128 --reps 3 2>&1 | grep -E 'tg128 |decode step|error' | tee -a "$OUT/abbuild.md"
+        done
     done
 fi
 if [[ $mode == carveout ]]; then
