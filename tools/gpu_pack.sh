@@ -12,7 +12,9 @@
 #                                         instead (kept by later packs): the baseline of `tools/gpu_run.sh
 #                                         abbuild`, loaded by the next pack's CLI, so of the same commit
 #                                         (e.g. `git stash; tools/gpu_pack.sh --as-old; git stash pop;
-#                                         tools/gpu_pack.sh`); the module's build id must match the CLI's
+#                                         tools/gpu_pack.sh`); the module's build id must match the CLI's.
+#                                         It travels with every carry of .device (11 MB): rm -rf
+#                                         .device/old when done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda} # BUILD=build/headless: the headless preset's build
