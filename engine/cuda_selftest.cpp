@@ -1897,6 +1897,12 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_gemv(R, f, 1, 64, 2560, false);
         test_gemv(R, f, 2, 512, 1024, true, 4);
         test_gemv(R, f, 8, 1536, 2560, true);
+        // One token, a lane's share of the row preloaded before the wait (≤ 6 vectors, ≥ 4 MB):
+        // the whole six, an uneven last round and a partial last block; then a matrix below 4 MB
+        // (the L2 path).
+        test_gemv(R, f, 1, 2048, f == f8 ? 3072 : 1536, true);
+        test_gemv(R, f, 1, 4100, 1040, false);
+        test_gemv(R, f, 1, 700, 40, true);
     }
     test_fp8_quantize(R, 64, 2560);
     test_fp8_dequantize(R, 33, 100);

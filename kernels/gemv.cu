@@ -3,10 +3,11 @@
 // tokens' activations (MT = 1, 2, 4 or 8; more tokens run as more grid rows). Lanes keep MT fp32
 // partial sums, reduced by shuffles; lane 0 applies the FP8 scale and writes, adds, or (split-K)
 // atomically adds. Under programmatic launch the row slice is prefetched into L2 before the
-// kernel waits for its predecessor. Rows whose size or alignment does not allow 16-byte vectors take a scalar
-// path. The fused variants (gemv.cuh) normalize the block's input rows into shared memory after the
-// wait (the weights are already on their way; the norm weight was staged there before it) and/or
-// rotate q/k pairs in the epilogue: four rows per block are two whole pairs.
+// kernel waits for its predecessor (one token, a lane's share of at most six 16-byte vectors of
+// a matrix of at least 4 MB: loaded into registers instead). Rows whose size or alignment does
+// not allow 16-byte vectors take a scalar path. The fused variants (gemv.cuh) normalize the block's input
+// rows into shared memory after the wait (the weights are already on their way; the norm weight was staged
+// there before it) and/or rotate q/k pairs in the epilogue: four rows per block are two whole pairs.
 #include "gemv.cuh"
 #include "kernel_common.cuh"
 
@@ -74,10 +75,20 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
 // NORM: the block first normalizes its mt input rows into shared memory (norm_in); ROPE: the
 // rope_kv epilogue instead of writing y; BLK: FP8 weights with 128×128 block scales, applied to
 // each 16-byte vector's partial product (a vector never straddles blocks). All three need VEC.
-template <bool FP8, int MT, bool VEC, bool NORM = false, bool ROPE = false, bool BLK = false>
+// PRE (one token, no split, a lane's share of the row ≤ k_pre_vectors, a matrix of at least
+// k_pre_min_bytes): the lane loads its whole share into registers before the wait instead of
+// asking L2 for it, so after the wait only the activations travel. What it saves is the matrix's
+// trip from L2 to the SMs after the wait; measured on the H200 (docs/benchmarks.md, session 8):
+// the 21B-A3B's o_proj (6.5 MB) 1 µs faster a layer, the 0.3B's o_proj and down (2 and 3 MB)
+// together 2 µs slower a step, so the floor sits between them.
+constexpr int k_pre_vectors = 6;
+constexpr int64_t k_pre_min_bytes = int64_t(4) << 20;
+template <bool FP8, int MT, bool VEC, bool NORM = false, bool ROPE = false, bool BLK = false,
+          bool PRE = false>
 __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     static_assert(VEC || (!NORM && !ROPE && !BLK), "the fusions and block scales take the vector path");
     static_assert(FP8 || !BLK, "block scales are FP8's");
+    static_assert(!PRE || (MT == 1 && VEC && !NORM && !ROPE && !BLK), "the preload: one token, plain rows");
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     __shared__ float red[NORM ? 32 * MT : 1];
     __shared__ float ep[ROPE ? 4 : 1][8];
@@ -98,8 +109,16 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     // No kernel writes weights: this warp's slice of its row starts moving into L2 while the
     // previous kernel finishes (programmatic launch), before the wait for the activations.
     constexpr int64_t line = FP8 ? 128 : 64; // elements per 128-byte line
-    if (has_row)
+    uint4 pre[PRE ? k_pre_vectors : 1];
+    if constexpr (PRE) {
+#pragma unroll
+        for (int i = 0; i < k_pre_vectors; ++i) {
+            const int64_t kk = kb + (int64_t(lane) + 32 * i) * E;
+            if (kk < ke) pre[i] = __ldcs(reinterpret_cast<const uint4 *>(w_row) + kk / E);
+        }
+    } else if (has_row) {
         for (int64_t kk = kb + lane * line; kk < ke; kk += 32 * line) prefetch_l2(w_row + kk * (FP8 ? 1 : 2));
+    }
     const float scale = FP8 && !BLK ? __ldg(p.w_scale + nr) : 1.0f; // a weight too: loaded before the wait
     const float *bscale = p.w_scale + (nr / fp8_block) * ((p.k + fp8_block - 1) / fp8_block); // BLK: this row's
     // The fusions' other inputs are weights or uploaded inputs too (gemv.cuh): before the wait.
@@ -127,7 +146,13 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     float acc[MT];
 #pragma unroll
     for (int m = 0; m < MT; ++m) acc[m] = 0.0f;
-    if constexpr (VEC) {
+    if constexpr (PRE) {
+#pragma unroll
+        for (int i = 0; i < k_pre_vectors; ++i) {
+            const int64_t kk = kb + (int64_t(lane) + 32 * i) * E;
+            if (kk < ke) acc[0] += dot_vec<FP8>(pre[i], x + kk);
+        }
+    } else if constexpr (VEC) {
         const uint4 *wv = reinterpret_cast<const uint4 *>(w_row);
         int64_t kk = kb + int64_t(lane) * E;
         // U weight vectors in flight per lane (more for few tokens, where registers are free).
@@ -244,6 +269,11 @@ template <bool FP8, int MT>
 cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t stream) {
     if constexpr (FP8)
         if (block_scaled(p)) return launch_kernel(gemv_kernel<FP8, MT, true, false, false, true>, grid, 128, 0, stream, p);
+    if constexpr (MT == 1)
+        if (vec && grid.z == 1 && p.k <= int64_t(k_pre_vectors) * 32 * vec_elems<FP8> &&
+            p.n * p.k * (FP8 ? 1 : 2) >= k_pre_min_bytes)
+            return launch_kernel(gemv_kernel<FP8, 1, true, false, false, false, true>, grid, 128, 0, stream,
+                                 p);
     if (vec) return launch_kernel(gemv_kernel<FP8, MT, true>, grid, 128, 0, stream, p);
     return launch_kernel(gemv_kernel<FP8, MT, false>, grid, 128, 0, stream, p);
 }
