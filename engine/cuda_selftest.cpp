@@ -1810,6 +1810,9 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_gemv_fused(R, f, 3, 96, 6, 2, 12, true);       // head_dim / 2 odd
         test_gemv_fused(R, f, 2, 96, 5, 1, 6, true);        // 42 rows: the last block half empty
         test_gemv_fused(R, f, 2, 1024, 16, 2, 64, false);   // norm only
+        // One token, matrices of 6 MB and more: uneven lanes (FP8 2,000: 125 vectors), norm only.
+        test_gemv_fused(R, f, 1, f == weight_format::fp8_e4m3 ? 2000 : 1024, 32, 8, 64, true);
+        test_gemv_fused(R, f, 1, f == weight_format::fp8_e4m3 ? 2560 : 1280, 32, 8, 128, false);
     }
     test_attention(R, 16, 2, 128, {{0, 37}}, "prefill 37");
     test_attention(R, 6, 2, 12, {{50, 3}, {0, 20}}, "2 seqs");
@@ -1928,6 +1931,8 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_moe_gemv(R, f, 1, 2560, 8, 6, 1536);
         test_moe_gemv(R, f, 3, 40, 6, 3, 24);
         test_moe_gemv(R, f, 8, 2560, 64, 6, 1536); // the most tokens decode runs through these
+        // 125 vectors a row (lanes of 4 and of 3), a partial block of gate/up rows
+        test_moe_gemv(R, f, 2, f == f8 ? 2000 : 1000, 8, 3, 37);
     }
     // The fused decode kernels: the 21B-A3B's widths (hidden 2560, 64 experts, top-6, expert FFN
     // 1536, shared FFN 3072, dense FFN 12288), the 0.3B's (hidden 1024, FFN 3072), odd shapes

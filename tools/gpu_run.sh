@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abbuild   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abbuild|only   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh blk      FP8 128x128 block scales (--fp8-scales block128): the selftest's
 #                                  block rows, then bench against per-channel scales (blk.md)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
@@ -32,6 +32,16 @@ if [[ $mode == full || $mode == selftest ]]; then
     if [[ $rc -ne 0 ]] && command -v compute-sanitizer >/dev/null; then
         timeout 150 compute-sanitizer --print-limit 12 "$CLI" selftest --kernels-only 2>&1 | tail -80 >"$OUT/sanitizer.txt"
     fi
+fi
+if [[ $mode == only ]]; then
+    # The selftest's checks whose names contain one of ONLY's '|'-separated texts (selftest-only.md).
+    IFS='|' read -ra only <<<"${ONLY:?ONLY=\"text|text…\"}"
+    for t in "${only[@]}"; do
+        timeout 300 "$CLI" selftest --data tests/data --only "$t" 2>&1 | tee -a "$OUT/selftest-only.md"
+        c=${PIPESTATUS[0]}
+        echo "selftest --only \"$t\" exit code: $c" | tee -a "$OUT/selftest-only.md"
+        [[ $c -ne 0 ]] && rc=$c
+    done
 fi
 if [[ $mode == full || $mode == bench ]]; then
     bench() { # shape, precision, extra args
@@ -126,6 +136,34 @@ if [[ $mode == ab ]]; then
             END { for (k in s) printf "mean share of%s(%d launches): %.2f µs\n", k, n[k], s[k] / n[k] }' \
             "$OUT/ab.txt" | sort | tee -a "$OUT/ab.md"
     done
+fi
+if [[ $mode == abenv ]]; then
+    # Batch-1 decode under several settings of the backend's measuring aids in one run, alternating,
+    # AB_ROUNDS times each (2 by default): AB_VARIANTS is a space-separated list whose entries are
+    # "default" or comma-separated environment assignments, e.g.
+    #   AB_VARIANTS="default ES_CUDA_GEMV_PRELOAD=1 ES_CUDA_GEMV_PRELOAD=1,ES_CUDA_FUSE=0"
+    # on AB_SHAPES (the 21B-A3B by default). abenv.md: each run's step and launch shares, then the
+    # mean GPU step per variant.
+    for shape in ${AB_SHAPES:-ernie-4.5-21b-a3b}; do
+        for ((r = 0; r < ${AB_ROUNDS:-2}; ++r)); do
+            for v in ${AB_VARIANTS:-default}; do
+                assign=""
+                [[ $v != default ]] && assign=${v//,/ }
+                echo "### decode $shape fp8 $v" | tee -a "$OUT/abenv.md"
+                env $assign timeout 150 "$CLI" bench --backend cuda --shape "$shape" --precision fp8 --pp 16 \
+                    --tg 128 --reps 3 --timeline >"$OUT/abenv.txt" 2>&1
+                echo "bench exit code: $?" | tee -a "$OUT/abenv.md"
+                grep -E 'tg128|decode step|error|fail' "$OUT/abenv.txt" | tee -a "$OUT/abenv.md"
+                awk -F'|' 'NF > 5 && $2 ~ /^ [0-9]+ $/ { s[$3] += $5; n[$3]++ }
+                    END { for (k in s) printf "mean share of%s(%d launches): %.2f µs\n", k, n[k], s[k] / n[k] }' \
+                    "$OUT/abenv.txt" | sort | tee -a "$OUT/abenv.md"
+            done
+        done
+    done
+    echo "### mean GPU step per variant" | tee -a "$OUT/abenv.md"
+    awk '/^### decode / { v = $3 " " $5 } /decode step at position/ {
+            for (i = 1; i <= NF; ++i) if ($(i + 1) == "µs" && $(i + 3) == "the" && $(i + 4) == "GPU") { s[v] += $i; n[v]++ } }
+        END { for (k in s) printf "%s: %.1f µs (%d runs)\n", k, s[k] / n[k], n[k] }' "$OUT/abenv.md" | sort | tee -a "$OUT/abenv.md"
 fi
 if [[ $mode == abbuild ]]; then
     # Batch-1 decode, two CUDA modules of one commit alternating, three times each: the baseline
