@@ -141,7 +141,7 @@ if [[ $mode == abenv ]]; then
     # Batch-1 decode under several settings of the backend's measuring aids in one run, alternating,
     # AB_ROUNDS times each (2 by default): AB_VARIANTS is a space-separated list whose entries are
     # "default" or comma-separated environment assignments, e.g.
-    #   AB_VARIANTS="default ES_CUDA_GEMV_PRELOAD=1 ES_CUDA_GEMV_PRELOAD=1,ES_CUDA_FUSE=0"
+    #   AB_VARIANTS="default ES_CUDA_MOE_SLOT_COUNTERS=0 ES_CUDA_WEIGHTS_PAD_KB=2048,ES_CUDA_FUSE=0"
     # on AB_SHAPES (the 21B-A3B by default). abenv.md: each run's step and launch shares, then the
     # mean GPU step per variant.
     for shape in ${AB_SHAPES:-ernie-4.5-21b-a3b}; do
