@@ -685,8 +685,11 @@ public:
         // ES_CUDA_WEIGHTS_TAIL_KB=N after them. On the H200 the decode step depends on the weight
         // allocation's size, not on where the layers lie in it: 2 MiB more, either way, made the
         // 21B-A3B's step 3% slower, and an FP8 head copy's 253 MiB 5% (docs/benchmarks.md, session 9).
-        if (const char *pad = std::getenv("ES_CUDA_WEIGHTS_PAD_KB"))
-            take(size_t(std::clamp<long long>(std::strtoll(pad, nullptr, 10), 0, 1LL << 30)) << 10); // ≤ 1 TiB
+        auto env_kib = [](const char *name) -> size_t { // 0 when unset; at most 1 TiB
+            const char *v = std::getenv(name);
+            return v ? size_t(std::clamp<long long>(std::strtoll(v, nullptr, 10), 0, 1LL << 30)) << 10 : 0;
+        };
+        if (const size_t pad = env_kib("ES_CUDA_WEIGHTS_PAD_KB")) take(pad);
         m_layers.assign(size_t(c.n_layer), dlayer{});
         int64_t max_piece = 0, max_dense_lin = 0;
         for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -723,8 +726,7 @@ public:
         }
         m_inv_freq_off = take(size_t(c.head_dim / 2) * 4);
         // The same after them (the layers stay where they are; only the arena grows).
-        if (const char *pad = std::getenv("ES_CUDA_WEIGHTS_TAIL_KB"))
-            take(size_t(std::clamp<long long>(std::strtoll(pad, nullptr, 10), 0, 1LL << 30)) << 10); // ≤ 1 TiB
+        if (const size_t pad = env_kib("ES_CUDA_WEIGHTS_TAIL_KB")) take(pad);
         // An FP8 head takes the dequantize path too when its step does (as the twin model has it).
         if (m_head_fp8.n) max_dense_lin = std::max(max_dense_lin, c.n_vocab * H);
 
