@@ -122,19 +122,27 @@ if [[ $mode == moewaves ]]; then
             "$OUT/moewaves-$rpw.txt" | tee -a "$OUT/moewaves.md"
     done
 fi
+# One batch-1 decode of SHAPE (fp8) under the given environment assignments, with the timeline:
+# "### decode SHAPE fp8 LABEL", the step, and the mean timeline share of every launch name, into
+# $OUT/NAME.md (the run's whole output in $OUT/NAME.txt).  decode_timed NAME SHAPE LABEL [VAR=VALUE…]
+decode_timed() {
+    local name=$1 shape=$2 label=$3
+    shift 3
+    echo "### decode $shape fp8 $label" | tee -a "$OUT/$name.md"
+    env "$@" timeout 150 "$CLI" bench --backend cuda --shape "$shape" --precision fp8 --pp 16 --tg 128 --reps 3 \
+        --timeline >"$OUT/$name.txt" 2>&1
+    echo "bench exit code: $?" | tee -a "$OUT/$name.md"
+    grep -E 'tg128|decode step|error|fail' "$OUT/$name.txt" | tee -a "$OUT/$name.md"
+    awk -F'|' 'NF > 5 && $2 ~ /^ [0-9]+ $/ { s[$3] += $5; n[$3]++ }
+        END { for (k in s) printf "mean share of%s(%d launches): %.2f µs\n", k, n[k], s[k] / n[k] }' \
+        "$OUT/$name.txt" | sort | tee -a "$OUT/$name.md"
+}
 if [[ $mode == ab ]]; then
     # Batch-1 decode, the default against AB_ENV (one environment assignment, a measuring aid of
     # the backend, e.g. AB_ENV=ES_CUDA_MOE_DOWN=gather) on AB_SHAPE (the 21B-A3B by default),
     # twice each: the step and the mean timeline share of every launch name (ab.md).
     for v in "" "$AB_ENV" "" "$AB_ENV"; do
-        echo "### decode ${AB_SHAPE:-ernie-4.5-21b-a3b} fp8 ${v:-default}" | tee -a "$OUT/ab.md"
-        env $v timeout 150 "$CLI" bench --backend cuda --shape "${AB_SHAPE:-ernie-4.5-21b-a3b}" \
-            --precision fp8 --pp 16 --tg 128 --reps 3 --timeline >"$OUT/ab.txt" 2>&1
-        echo "bench exit code: $?" | tee -a "$OUT/ab.md"
-        grep -E 'tg128|decode step|error|fail' "$OUT/ab.txt" | tee -a "$OUT/ab.md"
-        awk -F'|' 'NF > 5 && $2 ~ /^ [0-9]+ $/ { s[$3] += $5; n[$3]++ }
-            END { for (k in s) printf "mean share of%s(%d launches): %.2f µs\n", k, n[k], s[k] / n[k] }' \
-            "$OUT/ab.txt" | sort | tee -a "$OUT/ab.md"
+        decode_timed ab "${AB_SHAPE:-ernie-4.5-21b-a3b}" "${v:-default}" $v
     done
 fi
 if [[ $mode == abenv ]]; then
@@ -149,14 +157,7 @@ if [[ $mode == abenv ]]; then
             for v in ${AB_VARIANTS:-default}; do
                 assign=""
                 [[ $v != default ]] && assign=${v//,/ }
-                echo "### decode $shape fp8 $v" | tee -a "$OUT/abenv.md"
-                env $assign timeout 150 "$CLI" bench --backend cuda --shape "$shape" --precision fp8 --pp 16 \
-                    --tg 128 --reps 3 --timeline >"$OUT/abenv.txt" 2>&1
-                echo "bench exit code: $?" | tee -a "$OUT/abenv.md"
-                grep -E 'tg128|decode step|error|fail' "$OUT/abenv.txt" | tee -a "$OUT/abenv.md"
-                awk -F'|' 'NF > 5 && $2 ~ /^ [0-9]+ $/ { s[$3] += $5; n[$3]++ }
-                    END { for (k in s) printf "mean share of%s(%d launches): %.2f µs\n", k, n[k], s[k] / n[k] }' \
-                    "$OUT/abenv.txt" | sort | tee -a "$OUT/abenv.md"
+                decode_timed abenv "$shape" "$v" $assign
             done
         done
     done
