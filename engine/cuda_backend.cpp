@@ -460,7 +460,7 @@ public:
                     : std::string(" (bf16") + kv_name_suffix() + ")");
     }
     const model_config &config() const override { return m_cfg; }
-    size_t weights_bytes() const override { return m_weights.bytes(); }
+    size_t weights_bytes() const override { return m_weights.bytes() + m_head_weights.bytes(); }
     const kv_cache_params &kv_params() const override { return m_kv; }
     size_t kv_block_bytes() const override {
         return size_t(m_kv.block_size) * size_t(m_cfg.kv_dim()) * 2 * kv_format_bytes(kv_fmt()) *
@@ -543,7 +543,7 @@ public:
     // cudaMemGetInfo (0 when it fails, e.g. after a sticky error).
     cuda_memory_report memory_report() const override {
         cuda_memory_report r;
-        r.weights_bytes = m_weights.bytes();
+        r.weights_bytes = m_weights.bytes() + m_head_weights.bytes();
         r.kv_bytes = m_kv_pool.bytes();
         r.kv_cache = m_params.kv_cache;
         const device_allocator_stats ws = m_ws.stats();
@@ -676,15 +676,25 @@ public:
         m_tok_embd_off = take(size_t(c.n_vocab * H) * 2);
         m_output_norm_off = take(size_t(H) * 2);
         if (!c.tie_word_embeddings) m_head_off = take(size_t(c.n_vocab * H) * 2);
-        // fp8_policy::head: an E4M3 copy of the head, quantized from the BF16 table on the GPU.
+        // fp8_policy::head: an E4M3 copy of the head, quantized from the BF16 table on the GPU, in
+        // an allocation of its own: growing the weights' allocation by its size made the
+        // 21B-A3B's decode 2-5% slower on the H200 (docs/benchmarks.md, sessions 9 and 10), so the
+        // layers' allocation stays the same size with and without it.
         m_head_fp8 = dlin{};
-        if (fp8 && m_params.fp8.head)
+        size_t head_arena = 0;
+        if (fp8 && m_params.fp8.head) {
+            const size_t layers_arena = arena;
+            arena = 0;
             plan_lin(m_head_fp8, c.n_vocab, H, weight_format::fp8_e4m3, "the LM head");
+            head_arena = arena;
+            arena = layers_arena;
+        }
         max_grid = 0; // the head is quantized from the BF16 table in place, not staged
         // Measuring aids: ES_CUDA_WEIGHTS_PAD_KB=N leaves N KiB unused before the layers' weights,
         // ES_CUDA_WEIGHTS_TAIL_KB=N after them. On the H200 the decode step depends on the weight
         // allocation's size, not on where the layers lie in it: 2 MiB more, either way, made the
-        // 21B-A3B's step 3% slower, and an FP8 head copy's 253 MiB 5% (docs/benchmarks.md, session 9).
+        // 21B-A3B's step 3% slower, and an FP8 head copy's 253 MiB 5% (docs/benchmarks.md, session 9;
+        // the copy has had an allocation of its own since session 10).
         auto env_kib = [](const char *name) -> size_t { // 0 when unset; at most 1 TiB
             const char *v = std::getenv(name);
             return v ? size_t(std::clamp<long long>(std::strtoll(v, nullptr, 10), 0, 1LL << 30)) << 10 : 0;
@@ -731,6 +741,7 @@ public:
         if (m_head_fp8.n) max_dense_lin = std::max(max_dense_lin, c.n_vocab * H);
 
         m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
+        m_head_weights.alloc(head_arena, "the FP8 copy of the LM head"); // (nothing when head_arena is 0)
         m_max_dense_lin = max_dense_lin;
         if (fp8) {
             // Block scales quantize a whole matrix (its pieces staged together: a 128-row block
@@ -793,8 +804,8 @@ public:
         if (m_head_fp8.n) {
             fp8_quantize_params q;
             q.w = m_weights.at<bf16_t>(c.tie_word_embeddings ? m_tok_embd_off : m_head_off);
-            q.q = m_weights.at<fp8_t>(m_head_fp8.w_off);
-            q.scale = m_weights.at<float>(m_head_fp8.s_off);
+            q.q = m_head_weights.at<fp8_t>(m_head_fp8.w_off);
+            q.scale = m_head_weights.at<float>(m_head_fp8.s_off);
             q.n = c.n_vocab;
             q.k = H;
             q.layout = m_head_fp8.layout;
@@ -869,8 +880,8 @@ private:
         m_head.w = m_weights.at(m_cfg.tie_word_embeddings ? m_tok_embd_off : m_head_off);
         if (m_head_fp8.n) {
             m_head = m_head_fp8;
-            m_head.w = m_weights.at(m_head_fp8.w_off);
-            m_head.scale = m_weights.at<float>(m_head_fp8.s_off);
+            m_head.w = m_head_weights.at(m_head_fp8.w_off);
+            m_head.scale = m_head_weights.at<float>(m_head_fp8.s_off);
         }
     }
 
@@ -1765,6 +1776,7 @@ private:
     int64_t m_max_dense_lin = 0;                       // elements of the widest dense linear
 
     device_buffer m_weights, m_kv_pool;
+    device_buffer m_head_weights; // the FP8 head copy (fp8_policy::head), apart from m_weights
     // Per-step scratch from the caching workspace allocator (declared first: it outlives its blocks).
     device_allocator m_ws{cuda_memory_source()};
     workspace_buffer m_staging{m_ws}, m_deq{m_ws}, m_work{m_ws}, m_inputs{m_ws};
