@@ -215,10 +215,15 @@ __global__ void __launch_bounds__(128) moe_down_rows_kernel(moe_down_gemv_params
     const float *bs =
         BLK ? p.w_scale + fp8_stack_scale_index(e, n, 0, H, F, scale_layout::block128) : nullptr;
     const unsigned char *w = static_cast<const unsigned char *>(p.w) + row * F * (FP8 ? 1 : 2);
-    const float v = warp_sum(lane_dot<FP8, VEC, false, BLK>(w, p.act + s * F, 0, F, lane, bs));
+    const float v = warp_sum(lane_dot<FP8, VEC, true, BLK>(w, p.act + s * F, 0, F, lane, bs));
     if (lane == 0) p.y_slots[s * H + n] = v * scale;
 }
 
+// Both per-slot kernels read the routed activations by plain loads (dot_vec's and lane_dot's XS):
+// with slot counters the gate/up kernel writes them while this one runs, and only the coherent
+// path is ordered by block_count_wait's acquire (the read-only __ldg path is not; on the H200 the
+// two measured the same).
+//
 // Per-slot mode with rows per warp (rows_per_warp = R > 1, moe_down_gemv.cuh; on the H200, in the
 // 21B-A3B's decode step, this launch's share of a layer is 10.8 µs at R = 1, 8.4–8.8 at R = 2 and
 // 5.4–5.6 at R = 4, but the routed gate/up before it, whose tail it overlaps, grows by 3.5 and 5 µs:
@@ -268,13 +273,15 @@ __global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_para
             for (int i = 0; i < NV; i += 4) {
                 const int64_t kk = int64_t(lane + 32 * i) * E;
                 if (i + 3 < NV && lane + 32 * (i + 3) < nvec) { // lane_dot's step of four
-                    a += dot_vec<FP8>(wq[r][i], x + kk) + dot_vec<FP8>(wq[r][i + 1], x + kk + 32 * E) +
-                         dot_vec<FP8>(wq[r][i + 2], x + kk + 64 * E) +
-                         dot_vec<FP8>(wq[r][i + 3], x + kk + 96 * E);
+                    a += dot_vec<FP8, true>(wq[r][i], x + kk) +
+                         dot_vec<FP8, true>(wq[r][i + 1], x + kk + 32 * E) +
+                         dot_vec<FP8, true>(wq[r][i + 2], x + kk + 64 * E) +
+                         dot_vec<FP8, true>(wq[r][i + 3], x + kk + 96 * E);
                 } else { // its steps of one
 #pragma unroll
                     for (int j = i; j < i + 4 && j < NV; ++j)
-                        if (lane + 32 * j < nvec) a += dot_vec<FP8>(wq[r][j], x + int64_t(lane + 32 * j) * E);
+                        if (lane + 32 * j < nvec)
+                            a += dot_vec<FP8, true>(wq[r][j], x + int64_t(lane + 32 * j) * E);
                 }
             }
             if (n0 + r >= H) break;
@@ -286,7 +293,7 @@ __global__ void __launch_bounds__(128) moe_down_rows_r_kernel(moe_down_gemv_para
 #pragma unroll 1
         for (int r = 0; r < nr; ++r) {
             const float scale = FP8 ? __ldg(p.w_scale + row0 + r) : 1.0f;
-            const float v = warp_sum(lane_dot<FP8, VEC>(w + r * row_bytes, x, 0, F, lane));
+            const float v = warp_sum(lane_dot<FP8, VEC, true>(w + r * row_bytes, x, 0, F, lane));
             if (lane == 0) p.y_slots[s * H + n0 + r] = v * scale;
         }
     }
