@@ -80,9 +80,60 @@ __device__ __forceinline__ void router_lane_quarter(const float *w, const uint16
 // e^(l−max) · (1/sum), as the CPU), k rounds of a warp arg-max over p + bias with the tie rule
 // "greater, or equal and lower id", ids in choice order and weights p / max(Σ p, norm_min).
 // sm: 2·E + K floats of this warp's own shared memory.
+//
+// Up to 64 experts (two a lane) the choice is by rank instead of k rounds: each expert's rank is
+// the number of experts ahead of it under that rule (each lane compares its two scores with all
+// 64, by shuffles, at once), and rank r < k puts it at choice r — the same ids in the same order,
+// without k dependent arg-max rounds. The logits and the biases load together. (A NaN score
+// ranks as −∞, so the ids stay valid experts.)
+__device__ __forceinline__ void router_tail_warp64(const float *logits, const float *bias, int64_t E, int64_t K,
+                                                   float norm_min, int32_t *ids, float *weights, float *sm,
+                                                   int lane) {
+    const bool v0 = lane < E, v1 = lane + 32 < E;
+    const float l0 = v0 ? __ldcg(logits + lane) : -INFINITY, l1 = v1 ? __ldcg(logits + lane + 32) : -INFINITY;
+    const float b0 = v0 ? bias[lane] : 0.0f, b1 = v1 ? bias[lane + 32] : 0.0f;
+    const float mx = warp_max(fmaxf(l0, l1));
+    const float e0 = v0 ? expf(l0 - mx) : 0.0f, e1 = v1 ? expf(l1 - mx) : 0.0f;
+    float sum = 0.0f; // in the lane's order of ids, as router_tail_warp
+    if (v0) sum += e0;
+    if (v1) sum += e1;
+    const float inv = 1.0f / warp_sum(sum);
+    const float p0 = e0 * inv, p1 = e1 * inv;
+    float s0 = p0 + b0, s1 = p1 + b1;
+    if (!(s0 == s0)) s0 = -INFINITY;
+    if (!(s1 == s1)) s1 = -INFINITY;
+    // Experts ahead of a score s at id i: greater, or equal and lower id (valid ids only).
+    int r0 = 0, r1 = 0;
+#pragma unroll 8
+    for (int src = 0; src < 32; ++src) {
+        const float t0 = __shfl_sync(0xffffffffu, s0, src), t1 = __shfl_sync(0xffffffffu, s1, src);
+        const bool w0 = src < E, w1 = src + 32 < E; // ids src and src + 32
+        r0 += (w0 && (t0 > s0 || (t0 == s0 && src < lane))) + (w1 && (t1 > s0 || (t1 == s0 && src + 32 < lane)));
+        r1 += (w0 && (t0 > s1 || (t0 == s1 && src < lane + 32))) + (w1 && (t1 > s1 || (t1 == s1 && src < lane)));
+    }
+    float *cp = sm; // [K] the chosen experts' p in choice order
+    if (v0 && r0 < K) {
+        ids[r0] = lane;
+        cp[r0] = p0;
+    }
+    if (v1 && r1 < K) {
+        ids[r1] = lane + 32;
+        cp[r1] = p1;
+    }
+    __syncwarp();
+    float chosen_sum = 0.0f; // in choice order, as router_tail_warp (every lane the same)
+    for (int64_t j = 0; j < K; ++j) chosen_sum += cp[j];
+    const float denom = fmaxf(chosen_sum, norm_min);
+    for (int64_t j = lane; j < K; j += 32) weights[j] = cp[j] / denom;
+}
+
 __device__ __forceinline__ void router_tail_warp(const float *logits, const float *bias, int64_t E, int64_t K,
                                                  float norm_min, int32_t *ids, float *weights, float *sm,
                                                  int lane) {
+    if (E <= 64) {
+        router_tail_warp64(logits, bias, E, K, norm_min, ids, weights, sm, lane);
+        return;
+    }
     float *prob = sm;                                  // [E]
     float *score = sm + E;                             // [E] biased score, −inf once chosen
     int *chosen = reinterpret_cast<int *>(sm + 2 * E); // [K] ids in choice order
