@@ -428,6 +428,10 @@ public:
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
         // carveout preference (kernel_common.h).
         if (const char *co = std::getenv("ES_CUDA_CARVEOUT")) set_kernel_carveout(std::atoi(co));
+        // A measuring aid: ES_CUDA_GEMV_PRELOAD_MIN_KB=KiB moves the floor above which one-token
+        // GEMVs load their rows into registers before the wait (gemv.cuh; default 4096).
+        if (const char *pm = std::getenv("ES_CUDA_GEMV_PRELOAD_MIN_KB"))
+            set_gemv_preload_min_bytes(int64_t(std::max(0, std::atoi(pm))) << 10);
         // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
         // one of them (the results are wrong; the time saved is what those launches cost).
         if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {

@@ -12,6 +12,7 @@
 #include "kernel_common.cuh"
 
 #include <algorithm>
+#include <atomic>
 
 namespace es {
 namespace {
@@ -76,13 +77,13 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
 // rope_kv epilogue instead of writing y; BLK: FP8 weights with 128×128 block scales, applied to
 // each 16-byte vector's partial product (a vector never straddles blocks). All three need VEC.
 // PRE (one token, no split, a lane's share of the row ≤ k_pre_vectors, a matrix of at least
-// k_pre_min_bytes): the lane loads its whole share into registers before the wait instead of
+// gemv_preload_min_bytes()): the lane loads its whole share into registers before the wait instead of
 // asking L2 for it, so after the wait only the activations travel. What it saves is the matrix's
 // trip from L2 to the SMs after the wait; measured on the H200 (docs/benchmarks.md, session 8):
 // the 21B-A3B's o_proj (6.5 MB) 1 µs faster a layer, the 0.3B's o_proj and down (2 and 3 MB)
 // together 2 µs slower a step, so the floor sits between them.
 constexpr int k_pre_vectors = 6;
-constexpr int64_t k_pre_min_bytes = int64_t(4) << 20;
+std::atomic<int64_t> g_pre_min_bytes{int64_t(4) << 20}; // set_gemv_preload_min_bytes
 template <bool FP8, int MT, bool VEC, bool NORM = false, bool ROPE = false, bool BLK = false,
           bool PRE = false>
 __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
@@ -271,7 +272,7 @@ cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t st
         if (block_scaled(p)) return launch_kernel(gemv_kernel<FP8, MT, true, false, false, true>, grid, 128, 0, stream, p);
     if constexpr (MT == 1)
         if (vec && grid.z == 1 && p.k <= int64_t(k_pre_vectors) * 32 * vec_elems<FP8> &&
-            p.n * p.k * (FP8 ? 1 : 2) >= k_pre_min_bytes)
+            p.n * p.k * (FP8 ? 1 : 2) >= g_pre_min_bytes.load(std::memory_order_relaxed))
             return launch_kernel(gemv_kernel<FP8, 1, true, false, false, false, true>, grid, 128, 0, stream,
                                  p);
     if (vec) return launch_kernel(gemv_kernel<FP8, MT, true>, grid, 128, 0, stream, p);
@@ -324,6 +325,9 @@ cudaError_t launch_fmt(const gemv_params &p, int mt, bool vec, dim3 grid, cudaSt
 }
 
 } // namespace
+
+void set_gemv_preload_min_bytes(int64_t bytes) { g_pre_min_bytes.store(std::max<int64_t>(0, bytes)); }
+int64_t gemv_preload_min_bytes() { return g_pre_min_bytes.load(std::memory_order_relaxed); }
 
 cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0 || p.n <= 0) return cudaSuccess;

@@ -49,6 +49,11 @@ bool gemv_fusion_ok(const gemv_params &p);
 void gemv_ref(const gemv_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream);
+// One-token GEMVs of matrices of at least this many bytes (default 4 MiB) load a lane's share of
+// its row into registers before the programmatic-launch wait instead of asking L2 for it (gemv.cu:
+// PRE). Process-wide; a measuring aid (ES_CUDA_GEMV_PRELOAD_MIN_KB).
+void set_gemv_preload_min_bytes(int64_t bytes);
+int64_t gemv_preload_min_bytes();
 #endif
 
 } // namespace es

@@ -1,0 +1,285 @@
+// SPDX-License-Identifier: GPL-3.0-or-later
+// handoff_bench: what one kernel boundary of the decode chain costs, three ways. A chain of K
+// one-token GEMVs (n × n FP8-sized byte weights, one warp a row, each kernel's input the previous
+// one's output) captured in a CUDA graph and replayed:
+//   plain     stream order (no programmatic launch)
+//   pdl       programmatic launch: every block loads its weights into registers, then
+//             griddepcontrol.wait, then lets the next kernel launch (kernels/kernel_common.cuh:
+//             pdl_enter)
+//   counters  programmatic launch; block 0 waits as above, every other block lets the next
+//             kernel launch at once and waits for a counter of the previous kernel's blocks
+//             (block_count_add / block_count_wait), so "two launches back has finished" still
+//             holds through block 0
+// and each with 4 or 8 warps a block and its weights in registers, asked of L2, or loaded after
+// the wait. Prints µs a kernel for each and checks that the toy chains' outputs agree bit for bit.
+// Built with -DHANDOFF_WITH_ES against es_kernels, the engine's own GEMV (launch_gemv) runs in the
+// same kind of chain at the 0.3B's and the 21B-A3B's shapes. Usage: handoff_bench [K [replays]]
+//   nvcc -O3 -std=c++17 -arch=sm_90a -DHANDOFF_WITH_ES -Ikernels -o handoff_bench tools/handoff_bench.cu \
+//        build/cuda/kernels/libes_kernels.a build/cuda/kernels/libes_kernel_refs.a -lcublasLt
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#ifdef HANDOFF_WITH_ES
+#include "gemv.cuh"
+#endif
+
+#define CHECK(x)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t e_ = (x);                                                                                \
+        if (e_ != cudaSuccess) {                                                                             \
+            std::fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_));         \
+            std::exit(1);                                                                                    \
+        }                                                                                                    \
+    } while (0)
+
+__device__ __forceinline__ void grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+__device__ __forceinline__ void grid_release() {
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+// One GEMV of the chain: y[r] = tanh(4e-4 · Σ_c (w[r][c] − 128) · x[c]), n rows of n bytes, a warp a row.
+// Each lane holds n / 32 bytes of its row (n = 1024: two 16-byte vectors).
+// WMODE: 0 the lane's weights into registers before the wait, 1 asked of L2 before the wait
+// (prefetch.global.L2) and loaded after it, 2 loaded after the wait only.
+template <int MODE, int VECS, int WARPS, int WMODE>
+__global__ void __launch_bounds__(32 * WARPS)
+    chain_gemv(const uint8_t *__restrict__ w, const float *x, float *y, int n, const unsigned *wait_count,
+               unsigned wait_target, unsigned *done_count) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int row = blockIdx.x * WARPS + warp;
+    uint4 wv[VECS];
+    const uint4 *wr = reinterpret_cast<const uint4 *>(w + size_t(row) * n);
+    if (WMODE == 0)
+#pragma unroll
+        for (int v = 0; v < VECS; ++v) wv[v] = __ldcs(wr + v * 32 + lane);
+    if (WMODE == 1)
+        for (int off = lane * 128; off < n; off += 32 * 128)
+            asm volatile("prefetch.global.L2 [%0];" ::"l"(w + size_t(row) * n + off));
+    if (MODE == 1 || (MODE == 2 && blockIdx.x == 0)) grid_wait();
+    if (MODE != 0) grid_release();
+    if (MODE == 2 && blockIdx.x != 0 && wait_count) {
+        if (threadIdx.x == 0)
+            for (;;) {
+                unsigned c;
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(c) : "l"(wait_count) : "memory");
+                if (c >= wait_target) break;
+                __nanosleep(32);
+            }
+        __syncthreads();
+    }
+    if (WMODE != 0)
+#pragma unroll
+        for (int v = 0; v < VECS; ++v) wv[v] = __ldcs(wr + v * 32 + lane);
+    float acc = 0.0f;
+#pragma unroll
+    for (int v = 0; v < VECS; ++v) {
+        const int c0 = (v * 32 + lane) * 16;
+        const uint8_t *b = reinterpret_cast<const uint8_t *>(&wv[v]);
+        const float4 *xs = reinterpret_cast<const float4 *>(x + c0);
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const float4 xv = xs[q];
+            acc += (float(b[4 * q]) - 128.0f) * xv.x + (float(b[4 * q + 1]) - 128.0f) * xv.y +
+                   (float(b[4 * q + 2]) - 128.0f) * xv.z + (float(b[4 * q + 3]) - 128.0f) * xv.w;
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+    if (lane == 0) y[row] = tanhf(acc * 4e-4f);
+    if (MODE == 2) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            atomicAdd(done_count, 1u);
+        }
+    }
+}
+
+struct Chain {
+    int n, k;
+    uint8_t *w;
+    float *act; // (k + 1) · n
+    unsigned *counts;
+};
+
+template <int MODE, int WARPS, int WMODE>
+void launch_chain(const Chain &c, cudaStream_t s) {
+    constexpr int VECS = 2; // n = 1024
+    const unsigned blocks = unsigned(c.n / WARPS);
+    if (MODE == 2) CHECK(cudaMemsetAsync(c.counts, 0, sizeof(unsigned) * c.k, s));
+    for (int i = 0; i < c.k; ++i) {
+        cudaLaunchConfig_t cfg{};
+        cfg.gridDim = dim3(blocks);
+        cfg.blockDim = dim3(32 * WARPS);
+        cfg.stream = s;
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = (MODE != 0 && i > 0) ? 1 : 0;
+        const uint8_t *w = c.w + size_t(i) * c.n * c.n;
+        const float *x = c.act + size_t(i) * c.n;
+        float *y = c.act + size_t(i + 1) * c.n;
+        const unsigned *wc = i > 0 ? c.counts + (i - 1) : nullptr;
+        CHECK(cudaLaunchKernelEx(&cfg, chain_gemv<MODE, VECS, WARPS, WMODE>, w, x, y, c.n, wc, blocks,
+                                 c.counts + i));
+    }
+}
+
+__global__ void fill(uint8_t *w, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+         i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        w[i] = uint8_t(h);
+    }
+}
+
+#ifdef HANDOFF_WITH_ES
+// The engine's own one-token GEMV (kernels/gemv.cu) in the same kind of chain: K launches of
+// launch_gemv, FP8 weights [n, k] (scales 1), a constant BF16 input, each launch adding into one
+// fp32 output (no y_ready: the previous launch writes it) — so only the kernel's own hand-off
+// and work are measured, as the toy chain's.
+struct EsChain {
+    int64_t n, k;
+    int count;
+    uint8_t *w;
+    float *scale, *y;
+    uint16_t *x;
+};
+// PRE: 1 sets the register preload's floor to 0 for these launches (gemv.cuh:
+// set_gemv_preload_min_bytes), so any matrix whose row share fits takes it.
+template <int64_t N, int64_t K, int PRE = 0>
+void launch_es_chain(const Chain &c, cudaStream_t s) {
+    static EsChain e{};
+    if (!e.w) {
+        e = {N, K, c.k, nullptr, nullptr, nullptr, nullptr};
+        CHECK(cudaMalloc(&e.w, size_t(e.count) * N * K));
+        CHECK(cudaMalloc(&e.scale, sizeof(float) * N));
+        CHECK(cudaMalloc(&e.y, sizeof(float) * N));
+        CHECK(cudaMalloc(&e.x, 2 * K));
+        CHECK(cudaMemset(e.y, 0, sizeof(float) * N));
+        fill<<<1024, 256>>>(e.w, size_t(e.count) * N * K, 777u);
+        std::vector<float> one(N, 1.0f / 64);
+        CHECK(cudaMemcpy(e.scale, one.data(), sizeof(float) * N, cudaMemcpyHostToDevice));
+        std::vector<uint16_t> xb(K, 0x3c00); // bf16 0.0078125
+        CHECK(cudaMemcpy(e.x, xb.data(), 2 * K, cudaMemcpyHostToDevice));
+        CHECK(cudaDeviceSynchronize());
+    }
+    es::set_programmatic_launch(true);
+    const int64_t floor = es::gemv_preload_min_bytes();
+    if (PRE) es::set_gemv_preload_min_bytes(0);
+    for (int i = 0; i < e.count; ++i) {
+        es::gemv_params p;
+        p.x = reinterpret_cast<const es::bf16_t *>(e.x);
+        p.ldx = K;
+        p.w = e.w + size_t(i) * N * K;
+        p.wfmt = es::weight_format::fp8_e4m3;
+        p.w_scale = e.scale;
+        p.y = e.y;
+        p.ldy = N;
+        p.n_tokens = 1;
+        p.n = N;
+        p.k = K;
+        p.accumulate = true;
+        p.k_splits = 1;
+        CHECK(es::launch_gemv(p, s));
+    }
+    es::set_gemv_preload_min_bytes(floor);
+}
+#endif
+
+int main(int argc, char **argv) {
+    Chain c{1024, argc > 1 ? std::atoi(argv[1]) : 180, nullptr, nullptr, nullptr};
+    const int reps = argc > 2 ? std::atoi(argv[2]) : 200;
+    const size_t wbytes = size_t(c.k) * c.n * c.n;
+    CHECK(cudaMalloc(&c.w, wbytes));
+    CHECK(cudaMalloc(&c.act, sizeof(float) * (c.k + 1) * c.n));
+    CHECK(cudaMalloc(&c.counts, sizeof(unsigned) * c.k));
+    fill<<<1024, 256>>>(c.w, wbytes, 12345u);
+    std::vector<float> x0(c.n);
+    for (int i = 0; i < c.n; ++i) x0[i] = float((i * 37) % 101 - 50) / 50.0f;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    struct Variant {
+        const char *name;
+        void (*launch)(const Chain &, cudaStream_t);
+    };
+    const Variant vars[] = {
+        {"plain, 8 warps, weights in registers", launch_chain<0, 8, 0>},
+        {"pdl, 8 warps, weights in registers", launch_chain<1, 8, 0>},
+        {"counters, 8 warps, weights in registers", launch_chain<2, 8, 0>},
+        {"pdl, 4 warps, weights in registers", launch_chain<1, 4, 0>},
+        {"pdl, 8 warps, weights L2-prefetched", launch_chain<1, 8, 1>},
+        {"pdl, 4 warps, weights L2-prefetched", launch_chain<1, 4, 1>},
+        {"pdl, 8 warps, weights loaded after the wait", launch_chain<1, 8, 2>},
+        {"pdl, 4 warps, weights loaded after the wait", launch_chain<1, 4, 2>},
+#ifdef HANDOFF_WITH_ES
+        {"es::launch_gemv FP8 1024 x 1024 (the 0.3B's o_proj)", launch_es_chain<1024, 1024>},
+        {"es::launch_gemv FP8 1024 x 1024, registers", launch_es_chain<1024, 1024, 1>},
+        {"es::launch_gemv FP8 1024 x 3072 (the 0.3B's down)", launch_es_chain<1024, 3072>},
+        {"es::launch_gemv FP8 1024 x 3072, registers", launch_es_chain<1024, 3072, 1>},
+        {"es::launch_gemv FP8 3072 x 1024 (a 3 MB matrix of short rows)", launch_es_chain<3072, 1024>},
+        {"es::launch_gemv FP8 3072 x 1024, registers", launch_es_chain<3072, 1024, 1>},
+        {"es::launch_gemv FP8 2560 x 2560 (the 21B-A3B's o_proj: registers)", launch_es_chain<2560, 2560>},
+#endif
+    };
+    constexpr int nv = sizeof vars / sizeof vars[0], rounds = 5;
+    std::vector<float> outs[nv];
+    double us[nv][rounds];
+    cudaGraphExec_t exec[nv];
+    for (int m = 0; m < nv; ++m) {
+        vars[m].launch(c, s); // once eagerly: set-up outside the capture, warm-up
+        CHECK(cudaStreamSynchronize(s));
+        cudaGraph_t g;
+        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+        vars[m].launch(c, s);
+        CHECK(cudaStreamEndCapture(s, &g));
+        CHECK(cudaGraphInstantiate(&exec[m], g, 0));
+        CHECK(cudaGraphDestroy(g));
+    }
+    for (int r = 0; r < rounds; ++r)
+        for (int m = 0; m < nv; ++m) {
+            CHECK(cudaMemcpyAsync(c.act, x0.data(), sizeof(float) * c.n, cudaMemcpyHostToDevice, s));
+            for (int i = 0; i < 10; ++i) CHECK(cudaGraphLaunch(exec[m], s));
+            CHECK(cudaEventRecord(e0, s));
+            for (int i = 0; i < reps; ++i) CHECK(cudaGraphLaunch(exec[m], s));
+            CHECK(cudaEventRecord(e1, s));
+            CHECK(cudaEventSynchronize(e1));
+            float ms = 0;
+            CHECK(cudaEventElapsedTime(&ms, e0, e1));
+            us[m][r] = 1e3 * ms / reps / c.k;
+            outs[m].resize(c.n);
+            CHECK(cudaMemcpy(outs[m].data(), c.act + size_t(c.k) * c.n, sizeof(float) * c.n,
+                             cudaMemcpyDeviceToHost));
+        }
+    std::printf("chain of %d one-token GEMVs, %d x %d bytes (%.2f MB each); %d replays x %d rounds\n", c.k,
+                c.n, c.n, c.n * double(c.n) / 1e6, reps, rounds);
+    std::printf(
+        "| variant | us a kernel (each round) | mean | x pdl, 8 warps, registers |\n|---|---|---:|---:|\n");
+    double mean[nv];
+    for (int m = 0; m < nv; ++m) {
+        mean[m] = 0;
+        for (int r = 0; r < rounds; ++r) mean[m] += us[m][r] / rounds;
+    }
+    bool same = true;
+    for (int m = 0; m < nv; ++m) {
+        std::printf("| %s |", vars[m].name);
+        for (int r = 0; r < rounds; ++r) std::printf(" %.3f", us[m][r]);
+        std::printf(" | %.3f | %.3f |\n", mean[m], mean[m] / mean[1]);
+        if (std::strncmp(vars[m].name, "es::", 4) != 0)
+            same = same && std::memcmp(outs[0].data(), outs[m].data(), sizeof(float) * c.n) == 0;
+    }
+    std::printf("outputs of the chains %s (y[0] = %g)\n", same ? "agree bit for bit" : "DIFFER", outs[0][0]);
+    return same ? 0 : 1;
+}
