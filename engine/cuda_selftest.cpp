@@ -1894,6 +1894,7 @@ void run_kernel_tests(runner &R, int cc_major) {
     for (auto f : {bf, f8}) {
         test_gemv(R, f, 1, 2560, 2560, false);
         test_gemv(R, f, 1, 40003, 1024, false); // the head's kernel (≥ 32,768 rows), a partial last warp
+        test_gemv(R, f, 1, 103424, 1024, false); // the 0.3B's head: several row groups a warp (one wave)
         test_gemv(R, f, 1, 32769, 512, true);
         test_gemv(R, f, 3, 1000, 40, false);
         test_gemv(R, f, 13, 100, 100, false);

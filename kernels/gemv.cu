@@ -216,50 +216,70 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
 }
 
 // One token, very many rows (the LM head: 103,424): each warp takes RW consecutive rows, their
-// loads interleaved, so a warp has RW times the bytes in flight and the grid RW times fewer blocks
-// (one row per warp streamed the BF16 head at ~2.3 TB/s, its 25,856 blocks costing more than the
-// bytes). Same per-row arithmetic and order as gemv_kernel with MT = 1.
+// loads interleaved, so a warp has RW times the bytes in flight (one row per warp streamed the
+// BF16 head at ~2.3 TB/s, its 25,856 blocks costing more than the bytes). Persistent: the grid is
+// one wave (resident_blocks) and warp w takes row groups w, w + W, … (W the grid's warps), where a
+// block per group's four warps left a partial last wave and the blocks' scheduling: on the H200
+// the 0.3B's BF16 head (212 MB) 55.6 → 51.5 µs, the 21B-A3B's (530 MB) 133.5 → 125.3 µs, against a
+// read-only stream of the same bytes at 50.2 and 122.4 (tools/handoff_bench.cu head). Same
+// per-row arithmetic and order as gemv_kernel with MT = 1 (and as before: the same bits).
 // BLK: 128×128 block scales (the RW rows share a row block: 128 is a multiple of RW).
 template <bool FP8, int RW, bool BLK = false>
 __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
     static_assert(128 % RW == 0, "a warp's rows in one scale block");
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t n0 = (int64_t(blockIdx.x) * k_rows_per_block + warp) * RW;
-    if (n0 >= p.n) return;
+    const int64_t groups = (p.n + RW - 1) / RW, stride = int64_t(gridDim.x) * k_rows_per_block;
+    int64_t g = int64_t(blockIdx.x) * k_rows_per_block + warp;
+    if (g >= groups) return;
     constexpr int E = vec_elems<FP8>;
-    const int64_t row_bytes = p.k * (FP8 ? 1 : 2);
-    const unsigned char *w = static_cast<const unsigned char *>(p.w) + n0 * row_bytes;
+    const int64_t row_bytes = p.k * (FP8 ? 1 : 2), kb_per_row = (p.k + fp8_block - 1) / fp8_block;
     float scale[RW];
 #pragma unroll
-    for (int r = 0; r < RW; ++r)
-        scale[r] = FP8 && !BLK && n0 + r < p.n ? __ldg(p.w_scale + n0 + r) : 1.0f; // weights: before the wait
-    const float *bscale = p.w_scale + (n0 / fp8_block) * ((p.k + fp8_block - 1) / fp8_block);
+    for (int r = 0; r < RW; ++r) // the first group's, a weight: before the wait
+        scale[r] = FP8 && !BLK && g * RW + r < p.n ? __ldg(p.w_scale + g * RW + r) : 1.0f;
     pdl_enter();
-    float acc[RW];
+    for (bool first = true; g < groups; g += stride, first = false) {
+        const int64_t n0 = g * RW;
+        const unsigned char *w = static_cast<const unsigned char *>(p.w) + n0 * row_bytes;
+        if (!first)
 #pragma unroll
-    for (int r = 0; r < RW; ++r) acc[r] = 0.0f;
+            for (int r = 0; r < RW; ++r)
+                scale[r] = FP8 && !BLK && n0 + r < p.n ? __ldg(p.w_scale + n0 + r) : 1.0f;
+        const float *bscale = p.w_scale + (n0 / fp8_block) * kb_per_row;
+        float acc[RW];
+#pragma unroll
+        for (int r = 0; r < RW; ++r) acc[r] = 0.0f;
 #pragma unroll 2
-    for (int64_t kk = int64_t(lane) * E; kk < p.k; kk += 32 * E) {
-        uint4 wq[RW];
+        for (int64_t kk = int64_t(lane) * E; kk < p.k; kk += 32 * E) {
+            uint4 wq[RW];
 #pragma unroll
-        for (int r = 0; r < RW; ++r)
-            if (n0 + r < p.n) wq[r] = __ldcs(reinterpret_cast<const uint4 *>(w + r * row_bytes) + kk / E);
-        const float bs = BLK ? __ldg(bscale + kk / fp8_block) : 1.0f;
+            for (int r = 0; r < RW; ++r)
+                if (n0 + r < p.n) wq[r] = __ldcs(reinterpret_cast<const uint4 *>(w + r * row_bytes) + kk / E);
+            const float bs = BLK ? __ldg(bscale + kk / fp8_block) : 1.0f;
 #pragma unroll
-        for (int r = 0; r < RW; ++r)
-            if (n0 + r < p.n) {
-                const float d = dot_vec<FP8>(wq[r], p.x + kk);
-                acc[r] += BLK ? bs * d : d;
+            for (int r = 0; r < RW; ++r)
+                if (n0 + r < p.n) {
+                    const float d = dot_vec<FP8>(wq[r], p.x + kk);
+                    acc[r] += BLK ? bs * d : d;
+                }
+        }
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+            const float v = warp_sum(acc[r]) * scale[r];
+            if (lane == 0 && n0 + r < p.n) {
+                float *dst = p.y + n0 + r;
+                *dst = p.accumulate ? *dst + v : v;
             }
-    }
-#pragma unroll
-    for (int r = 0; r < RW; ++r) {
-        const float v = warp_sum(acc[r]) * scale[r];
-        if (lane == 0 && n0 + r < p.n) {
-            float *dst = p.y + n0 + r;
-            *dst = p.accumulate ? *dst + v : v;
         }
     }
+}
+
+// The rows kernel's grid: a block per four row groups, at most one wave.
+template <bool FP8, int RW, bool BLK = false>
+cudaError_t launch_rows(const gemv_params &p, cudaStream_t stream) {
+    const unsigned need = ceil_div_u(p.n, int64_t(k_rows_per_block) * RW),
+                   wave = resident_blocks(reinterpret_cast<const void *>(gemv_rows_kernel<FP8, RW, BLK>), 128, 0);
+    return launch_kernel(gemv_rows_kernel<FP8, RW, BLK>, wave > 0 ? std::min(need, wave) : need, 128, 0, stream, p);
 }
 
 bool block_scaled(const gemv_params &p) {
@@ -341,10 +361,8 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     if (block_scaled(p) && !vec) return cudaErrorInvalidValue;
     if (!fused && p.n_tokens == 1 && vec && p.n >= k_rows_head && p.k_splits <= 1) {
         constexpr int RW = 4;
-        const unsigned blocks = ceil_div_u(p.n, int64_t(k_rows_per_block) * RW);
-        if (block_scaled(p)) return launch_kernel(gemv_rows_kernel<true, RW, true>, blocks, 128, 0, stream, p);
-        return fp8 ? launch_kernel(gemv_rows_kernel<true, RW>, blocks, 128, 0, stream, p)
-                   : launch_kernel(gemv_rows_kernel<false, RW>, blocks, 128, 0, stream, p);
+        if (block_scaled(p)) return launch_rows<true, RW, true>(p, stream);
+        return fp8 ? launch_rows<true, RW>(p, stream) : launch_rows<false, RW>(p, stream);
     }
     const int mt = p.n_tokens >= 8 ? 8 : p.n_tokens >= 5 ? 8 : p.n_tokens >= 3 ? 4 : int(p.n_tokens);
     const unsigned gx = ceil_div_u(p.n, k_rows_per_block), gy = ceil_div_u(p.n_tokens, mt);

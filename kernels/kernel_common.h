@@ -220,6 +220,10 @@ bool programmatic_launch();
 void set_kernel_carveout(int percent);
 int kernel_carveout();
 void apply_kernel_carveout(const void *kernel);
+// How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of this kernel
+// the current device holds at once (blocks an SM × SMs; cached per kernel and device): the grid
+// of a persistent kernel, one wave. 0 when the runtime cannot say (the caller then keeps its grid).
+unsigned resident_blocks(const void *kernel, int threads, size_t smem);
 // Launch timeline (a measuring aid: expertscope-cli bench --timeline). While a buffer is set,
 // block (0, 0, 0) of every kernel records in pdl_enter the %globaltimer before and after its
 // programmatic-launch wait: buf[0] counts records (an unsigned, zero before the launches),

@@ -2,8 +2,10 @@
 #include "kernel_common.cuh"
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <unordered_set>
+#include <utility>
 #include <vector>
 
 namespace es {
@@ -35,6 +37,31 @@ void apply_kernel_carveout(const void *kernel) {
     if (!g_carveout_done.insert(kernel).second) return;
     cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, percent);
     (void)cudaGetLastError(); // a hint: a refusal changes nothing
+}
+
+namespace {
+std::mutex g_resident_mutex;
+std::map<std::pair<const void *, int>, unsigned> g_resident; // (kernel, device) → blocks
+} // namespace
+
+unsigned resident_blocks(const void *kernel, int threads, size_t smem) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    std::lock_guard<std::mutex> lock(g_resident_mutex);
+    const auto key = std::make_pair(kernel, dev);
+    if (const auto it = g_resident.find(key); it != g_resident.end()) return it->second;
+    int per_sm = 0, sms = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    const unsigned blocks = unsigned(std::max(per_sm, 0)) * unsigned(std::max(sms, 0));
+    g_resident.emplace(key, blocks);
+    return blocks;
 }
 
 namespace {
