@@ -278,8 +278,10 @@ __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
 template <bool FP8, int RW, bool BLK = false>
 cudaError_t launch_rows(const gemv_params &p, cudaStream_t stream) {
     const unsigned need = ceil_div_u(p.n, int64_t(k_rows_per_block) * RW),
-                   wave = resident_blocks(reinterpret_cast<const void *>(gemv_rows_kernel<FP8, RW, BLK>), 128, 0);
-    return launch_kernel(gemv_rows_kernel<FP8, RW, BLK>, wave > 0 ? std::min(need, wave) : need, 128, 0, stream, p);
+                   wave = resident_blocks(reinterpret_cast<const void *>(gemv_rows_kernel<FP8, RW, BLK>), 128,
+                                          0);
+    return launch_kernel(gemv_rows_kernel<FP8, RW, BLK>, wave > 0 ? std::min(need, wave) : need, 128, 0,
+                         stream, p);
 }
 
 bool block_scaled(const gemv_params &p) {

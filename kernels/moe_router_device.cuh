@@ -86,9 +86,9 @@ __device__ __forceinline__ void router_lane_quarter(const float *w, const uint16
 // 64, by shuffles, at once), and rank r < k puts it at choice r — the same ids in the same order,
 // without k dependent arg-max rounds. The logits and the biases load together. (A NaN score
 // ranks as −∞, so the ids stay valid experts.)
-__device__ __forceinline__ void router_tail_warp64(const float *logits, const float *bias, int64_t E, int64_t K,
-                                                   float norm_min, int32_t *ids, float *weights, float *sm,
-                                                   int lane) {
+__device__ __forceinline__ void router_tail_warp64(const float *logits, const float *bias, int64_t E,
+                                                   int64_t K, float norm_min, int32_t *ids, float *weights,
+                                                   float *sm, int lane) {
     const bool v0 = lane < E, v1 = lane + 32 < E;
     const float l0 = v0 ? __ldcg(logits + lane) : -INFINITY, l1 = v1 ? __ldcg(logits + lane + 32) : -INFINITY;
     const float b0 = v0 ? bias[lane] : 0.0f, b1 = v1 ? bias[lane + 32] : 0.0f;
@@ -108,8 +108,10 @@ __device__ __forceinline__ void router_tail_warp64(const float *logits, const fl
     for (int src = 0; src < 32; ++src) {
         const float t0 = __shfl_sync(0xffffffffu, s0, src), t1 = __shfl_sync(0xffffffffu, s1, src);
         const bool w0 = src < E, w1 = src + 32 < E; // ids src and src + 32
-        r0 += (w0 && (t0 > s0 || (t0 == s0 && src < lane))) + (w1 && (t1 > s0 || (t1 == s0 && src + 32 < lane)));
-        r1 += (w0 && (t0 > s1 || (t0 == s1 && src < lane + 32))) + (w1 && (t1 > s1 || (t1 == s1 && src < lane)));
+        r0 += (w0 && (t0 > s0 || (t0 == s0 && src < lane))) +
+              (w1 && (t1 > s0 || (t1 == s0 && src + 32 < lane)));
+        r1 += (w0 && (t0 > s1 || (t0 == s1 && src < lane + 32))) +
+              (w1 && (t1 > s1 || (t1 == s1 && src < lane)));
     }
     float *cp = sm; // [K] the chosen experts' p in choice order
     if (v0 && r0 < K) {

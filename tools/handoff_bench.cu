@@ -26,6 +26,7 @@
 
 #ifdef HANDOFF_WITH_ES
 #include "gemv.cuh"
+#include "kernel_common.cuh"
 #endif
 
 #define CHECK(x)                                                                                             \
@@ -196,7 +197,170 @@ void launch_es_chain(const Chain &c, cudaStream_t s) {
 }
 #endif
 
+#ifdef HANDOFF_WITH_ES
+// `handoff_bench head`: the LM head's one-token BF16 GEMV (n = 103,424 rows) as the engine runs it
+// (launch_gemv: gemv_rows_kernel, a block per 16 rows), against a read-only stream of the same
+// bytes (the ceiling) and a persistent variant of the engine's kernel (a grid of one wave, each
+// warp taking every W-th group of RW rows: the same per-row arithmetic and order, so the same
+// bits). Each is replayed as a graph of `count` launches back to back under programmatic launch.
+__global__ void __launch_bounds__(128) stream_read(const uint4 *w, size_t n_vec, unsigned *sink) {
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_vec;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const uint4 v = __ldcs(w + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) sink[0] = acc; // keeps the loads
+}
+
+// Clears each BF16 element's top exponent bit: finite values below 2.
+__global__ void mask_bf16(uint16_t *w, size_t n) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
+        w[i] &= 0xbfffu;
+}
+
+template <int RW>
+__global__ void __launch_bounds__(128) head_persistent(es::gemv_params p) {
+    const int lane = threadIdx.x % 32;
+    const int64_t warps = int64_t(gridDim.x) * 4, groups = (p.n + RW - 1) / RW;
+    constexpr int E = 8; // BF16
+    const int64_t row_bytes = p.k * 2;
+    es::pdl_enter();
+    for (int64_t g = int64_t(blockIdx.x) * 4 + threadIdx.x / 32; g < groups; g += warps) {
+        const int64_t n0 = g * RW;
+        const unsigned char *w = static_cast<const unsigned char *>(p.w) + n0 * row_bytes;
+        float acc[RW];
+#pragma unroll
+        for (int r = 0; r < RW; ++r) acc[r] = 0.0f;
+#pragma unroll 2
+        for (int64_t kk = int64_t(lane) * E; kk < p.k; kk += 32 * E) {
+            uint4 wq[RW];
+#pragma unroll
+            for (int r = 0; r < RW; ++r)
+                if (n0 + r < p.n) wq[r] = __ldcs(reinterpret_cast<const uint4 *>(w + r * row_bytes) + kk / E);
+#pragma unroll
+            for (int r = 0; r < RW; ++r)
+                if (n0 + r < p.n) acc[r] += es::dot_vec<false>(wq[r], p.x + kk);
+        }
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+            const float v = es::warp_sum(acc[r]);
+            if (lane == 0 && n0 + r < p.n) p.y[n0 + r] = v;
+        }
+    }
+}
+
+int head_main(int count, int reps) {
+    const int64_t n = 103424;
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    es::set_programmatic_launch(true);
+    std::printf("| head (BF16, %lld rows) | k | MB | variant | us a launch | TB/s | x engine "
+                "|\n|---|---:|---:|---|---:|---:|---:|\n",
+                (long long)n);
+    for (int64_t k : {int64_t(1024), int64_t(2560)}) {
+        const size_t bytes = size_t(n) * k * 2;
+        uint8_t *w;
+        uint16_t *x;
+        float *y;
+        unsigned *sink;
+        CHECK(cudaMalloc(&w, bytes));
+        CHECK(cudaMalloc(&x, 2 * k));
+        CHECK(cudaMalloc(&y, 4 * (2 * n)));
+        CHECK(cudaMalloc(&sink, 4));
+        fill<<<1024, 256>>>(w, bytes, 99u);
+        mask_bf16<<<1024, 256>>>(reinterpret_cast<uint16_t *>(w), bytes / 2); // no Inf or NaN
+        std::vector<uint16_t> xb(k);
+        for (int64_t i = 0; i < k; ++i) xb[i] = uint16_t(0x3c00 + (i % 64));
+        CHECK(cudaMemcpy(x, xb.data(), 2 * k, cudaMemcpyHostToDevice));
+        es::gemv_params p;
+        p.x = reinterpret_cast<const es::bf16_t *>(x);
+        p.ldx = k;
+        p.w = w;
+        p.wfmt = es::weight_format::bf16;
+        p.y = y;
+        p.ldy = n;
+        p.n_tokens = 1;
+        p.n = n;
+        p.k = k;
+        p.k_splits = 1;
+        int occ = 0;
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, head_persistent<4>, 128, 0));
+        auto launch = [&](int v) {
+            if (v == 0) {
+                CHECK(es::launch_gemv(p, s));
+            } else if (v == 1) {
+                stream_read<<<sms * 16, 128, 0, s>>>(reinterpret_cast<const uint4 *>(w), bytes / 16, sink);
+                CHECK(cudaGetLastError());
+            } else {
+                es::gemv_params q = p;
+                q.y = y + n; // its own output, compared with the engine's below
+                cudaLaunchConfig_t cfg{};
+                cfg.gridDim = dim3(unsigned(sms * occ));
+                cfg.blockDim = dim3(128);
+                cfg.stream = s;
+                cudaLaunchAttribute attr[1];
+                attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                attr[0].val.programmaticStreamSerializationAllowed = 1;
+                cfg.attrs = attr;
+                cfg.numAttrs = 1;
+                CHECK(cudaLaunchKernelEx(&cfg, head_persistent<4>, q));
+            }
+        };
+        const char *names[3] = {"launch_gemv (gemv_rows_kernel)", "read-only stream (the ceiling)",
+                                "persistent rows kernel, one wave"};
+        double us[3] = {0, 0, 0};
+        cudaGraphExec_t exec[3];
+        for (int v = 0; v < 3; ++v) {
+            launch(v);
+            CHECK(cudaStreamSynchronize(s));
+            cudaGraph_t g;
+            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+            for (int i = 0; i < count; ++i) launch(v);
+            CHECK(cudaStreamEndCapture(s, &g));
+            CHECK(cudaGraphInstantiate(&exec[v], g, 0));
+            CHECK(cudaGraphDestroy(g));
+        }
+        const int rounds = 5;
+        for (int r = 0; r < rounds; ++r)
+            for (int v = 0; v < 3; ++v) {
+                CHECK(cudaGraphLaunch(exec[v], s));
+                CHECK(cudaEventRecord(e0, s));
+                for (int i = 0; i < reps; ++i) CHECK(cudaGraphLaunch(exec[v], s));
+                CHECK(cudaEventRecord(e1, s));
+                CHECK(cudaEventSynchronize(e1));
+                float ms = 0;
+                CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                us[v] += 1e3 * ms / reps / count / rounds;
+            }
+        for (int v = 0; v < 3; ++v)
+            std::printf("| | %lld | %.1f | %s | %.2f | %.2f | %.3f |\n", (long long)k, bytes / 1e6, names[v],
+                        us[v], bytes / (us[v] * 1e-6) / 1e12, us[v] / us[0]);
+        std::vector<float> a(n), b(n);
+        CHECK(cudaMemcpy(a.data(), y, 4 * n, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(b.data(), y + n, 4 * n, cudaMemcpyDeviceToHost));
+        std::printf("(k = %lld: persistent kernel %s the engine's, %d blocks an SM)\n", (long long)k,
+                    std::memcmp(a.data(), b.data(), 4 * n) == 0 ? "bit-identical to" : "DIFFERS from", occ);
+        for (int v = 0; v < 3; ++v) CHECK(cudaGraphExecDestroy(exec[v]));
+        CHECK(cudaFree(w));
+        CHECK(cudaFree(x));
+        CHECK(cudaFree(y));
+        CHECK(cudaFree(sink));
+    }
+    return 0;
+}
+#endif
+
 int main(int argc, char **argv) {
+#ifdef HANDOFF_WITH_ES
+    if (argc > 1 && std::strcmp(argv[1], "head") == 0)
+        return head_main(argc > 2 ? std::atoi(argv[2]) : 20, argc > 3 ? std::atoi(argv[3]) : 20);
+#endif
     Chain c{1024, argc > 1 ? std::atoi(argv[1]) : 180, nullptr, nullptr, nullptr};
     const int reps = argc > 2 ? std::atoi(argv[2]) : 200;
     const size_t wbytes = size_t(c.k) * c.n * c.n;
