@@ -13,7 +13,10 @@
 // and each with 4 or 8 warps a block and its weights in registers, asked of L2, or loaded after
 // the wait. Prints µs a kernel for each and checks that the toy chains' outputs agree bit for bit.
 // Built with -DHANDOFF_WITH_ES against es_kernels, the engine's own GEMV (launch_gemv) runs in the
-// same kind of chain at the 0.3B's and the 21B-A3B's shapes. Usage: handoff_bench [K [replays]]
+// same kind of chain at the 0.3B's and the 21B-A3B's shapes, and `handoff_bench head [launches
+// [replays]]` times the LM head's GEMV against a read-only stream of its bytes (head_main below).
+// Usage: handoff_bench [K [replays]] | handoff_bench head [launches [replays]]; the machine runs
+// the binary built here (it carries cudart; cuBLASLt is not needed by what it calls):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -DHANDOFF_WITH_ES -Ikernels -o handoff_bench tools/handoff_bench.cu \
 //        build/cuda/kernels/libes_kernels.a build/cuda/kernels/libes_kernel_refs.a -lcublasLt
 #include <cuda_runtime.h>
