@@ -146,6 +146,31 @@ __global__ void fill(uint8_t *w, size_t n, uint32_t seed) {
     }
 }
 
+// The launches `enqueue` makes on s, captured into an instantiated graph.
+template <typename F>
+cudaGraphExec_t capture(cudaStream_t s, F &&enqueue) {
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    enqueue();
+    CHECK(cudaStreamEndCapture(s, &g));
+    CHECK(cudaGraphInstantiate(&exec, g, 0));
+    CHECK(cudaGraphDestroy(g));
+    return exec;
+}
+
+// Milliseconds of `reps` replays of exec back to back (after `warm` untimed ones).
+float time_replays(cudaGraphExec_t exec, cudaStream_t s, int warm, int reps, cudaEvent_t e0, cudaEvent_t e1) {
+    for (int i = 0; i < warm; ++i) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; ++i) CHECK(cudaGraphLaunch(exec, s));
+    CHECK(cudaEventRecord(e1, s));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return ms;
+}
+
 #ifdef HANDOFF_WITH_ES
 // The engine's own one-token GEMV (kernels/gemv.cu) in the same kind of chain: K launches of
 // launch_gemv, FP8 weights [n, k] (scales 1), a constant BF16 input, each launch adding into one
@@ -202,10 +227,9 @@ void launch_es_chain(const Chain &c, cudaStream_t s) {
 
 #ifdef HANDOFF_WITH_ES
 // `handoff_bench head`: the LM head's one-token BF16 GEMV (n = 103,424 rows) as the engine runs it
-// (launch_gemv: gemv_rows_kernel, a block per 16 rows), against a read-only stream of the same
-// bytes (the ceiling) and a persistent variant of the engine's kernel (a grid of one wave, each
-// warp taking every W-th group of RW rows: the same per-row arithmetic and order, so the same
-// bits). Each is replayed as a graph of `count` launches back to back under programmatic launch.
+// (launch_gemv: gemv_rows_kernel) against a read-only stream of the same bytes (the ceiling), each
+// replayed as a graph of `count` launches back to back under programmatic launch. (Session 11
+// measured the persistent form of gemv_rows_kernel here as a copy first: handoff-head.md.)
 __global__ void __launch_bounds__(128) stream_read(const uint4 *w, size_t n_vec, unsigned *sink) {
     uint32_t acc = 0;
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_vec;
@@ -220,37 +244,6 @@ __global__ void __launch_bounds__(128) stream_read(const uint4 *w, size_t n_vec,
 __global__ void mask_bf16(uint16_t *w, size_t n) {
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
         w[i] &= 0xbfffu;
-}
-
-template <int RW>
-__global__ void __launch_bounds__(128) head_persistent(es::gemv_params p) {
-    const int lane = threadIdx.x % 32;
-    const int64_t warps = int64_t(gridDim.x) * 4, groups = (p.n + RW - 1) / RW;
-    constexpr int E = 8; // BF16
-    const int64_t row_bytes = p.k * 2;
-    es::pdl_enter();
-    for (int64_t g = int64_t(blockIdx.x) * 4 + threadIdx.x / 32; g < groups; g += warps) {
-        const int64_t n0 = g * RW;
-        const unsigned char *w = static_cast<const unsigned char *>(p.w) + n0 * row_bytes;
-        float acc[RW];
-#pragma unroll
-        for (int r = 0; r < RW; ++r) acc[r] = 0.0f;
-#pragma unroll 2
-        for (int64_t kk = int64_t(lane) * E; kk < p.k; kk += 32 * E) {
-            uint4 wq[RW];
-#pragma unroll
-            for (int r = 0; r < RW; ++r)
-                if (n0 + r < p.n) wq[r] = __ldcs(reinterpret_cast<const uint4 *>(w + r * row_bytes) + kk / E);
-#pragma unroll
-            for (int r = 0; r < RW; ++r)
-                if (n0 + r < p.n) acc[r] += es::dot_vec<false>(wq[r], p.x + kk);
-        }
-#pragma unroll
-        for (int r = 0; r < RW; ++r) {
-            const float v = es::warp_sum(acc[r]);
-            if (lane == 0 && n0 + r < p.n) p.y[n0 + r] = v;
-        }
-    }
 }
 
 int head_main(int count, int reps) {
@@ -274,7 +267,7 @@ int head_main(int count, int reps) {
         unsigned *sink;
         CHECK(cudaMalloc(&w, bytes));
         CHECK(cudaMalloc(&x, 2 * k));
-        CHECK(cudaMalloc(&y, 4 * (2 * n)));
+        CHECK(cudaMalloc(&y, 4 * n));
         CHECK(cudaMalloc(&sink, 4));
         fill<<<1024, 256>>>(w, bytes, 99u);
         mask_bf16<<<1024, 256>>>(reinterpret_cast<uint16_t *>(w), bytes / 2); // no Inf or NaN
@@ -292,64 +285,32 @@ int head_main(int count, int reps) {
         p.n = n;
         p.k = k;
         p.k_splits = 1;
-        int occ = 0;
-        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, head_persistent<4>, 128, 0));
         auto launch = [&](int v) {
             if (v == 0) {
                 CHECK(es::launch_gemv(p, s));
-            } else if (v == 1) {
+            } else {
                 stream_read<<<sms * 16, 128, 0, s>>>(reinterpret_cast<const uint4 *>(w), bytes / 16, sink);
                 CHECK(cudaGetLastError());
-            } else {
-                es::gemv_params q = p;
-                q.y = y + n; // its own output, compared with the engine's below
-                cudaLaunchConfig_t cfg{};
-                cfg.gridDim = dim3(unsigned(sms * occ));
-                cfg.blockDim = dim3(128);
-                cfg.stream = s;
-                cudaLaunchAttribute attr[1];
-                attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                attr[0].val.programmaticStreamSerializationAllowed = 1;
-                cfg.attrs = attr;
-                cfg.numAttrs = 1;
-                CHECK(cudaLaunchKernelEx(&cfg, head_persistent<4>, q));
             }
         };
-        const char *names[3] = {"launch_gemv (gemv_rows_kernel)", "read-only stream (the ceiling)",
-                                "persistent rows kernel, one wave"};
-        double us[3] = {0, 0, 0};
-        cudaGraphExec_t exec[3];
-        for (int v = 0; v < 3; ++v) {
+        const char *names[2] = {"launch_gemv (gemv_rows_kernel)", "read-only stream (the ceiling)"};
+        double us[2] = {0, 0};
+        cudaGraphExec_t exec[2];
+        for (int v = 0; v < 2; ++v) {
             launch(v);
             CHECK(cudaStreamSynchronize(s));
-            cudaGraph_t g;
-            CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-            for (int i = 0; i < count; ++i) launch(v);
-            CHECK(cudaStreamEndCapture(s, &g));
-            CHECK(cudaGraphInstantiate(&exec[v], g, 0));
-            CHECK(cudaGraphDestroy(g));
+            exec[v] = capture(s, [&] {
+                for (int i = 0; i < count; ++i) launch(v);
+            });
         }
         const int rounds = 5;
         for (int r = 0; r < rounds; ++r)
-            for (int v = 0; v < 3; ++v) {
-                CHECK(cudaGraphLaunch(exec[v], s));
-                CHECK(cudaEventRecord(e0, s));
-                for (int i = 0; i < reps; ++i) CHECK(cudaGraphLaunch(exec[v], s));
-                CHECK(cudaEventRecord(e1, s));
-                CHECK(cudaEventSynchronize(e1));
-                float ms = 0;
-                CHECK(cudaEventElapsedTime(&ms, e0, e1));
-                us[v] += 1e3 * ms / reps / count / rounds;
-            }
-        for (int v = 0; v < 3; ++v)
+            for (int v = 0; v < 2; ++v)
+                us[v] += 1e3 * time_replays(exec[v], s, 1, reps, e0, e1) / reps / count / rounds;
+        for (int v = 0; v < 2; ++v)
             std::printf("| | %lld | %.1f | %s | %.2f | %.2f | %.3f |\n", (long long)k, bytes / 1e6, names[v],
                         us[v], bytes / (us[v] * 1e-6) / 1e12, us[v] / us[0]);
-        std::vector<float> a(n), b(n);
-        CHECK(cudaMemcpy(a.data(), y, 4 * n, cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(b.data(), y + n, 4 * n, cudaMemcpyDeviceToHost));
-        std::printf("(k = %lld: persistent kernel %s the engine's, %d blocks an SM)\n", (long long)k,
-                    std::memcmp(a.data(), b.data(), 4 * n) == 0 ? "bit-identical to" : "DIFFERS from", occ);
-        for (int v = 0; v < 3; ++v) CHECK(cudaGraphExecDestroy(exec[v]));
+        for (int v = 0; v < 2; ++v) CHECK(cudaGraphExecDestroy(exec[v]));
         CHECK(cudaFree(w));
         CHECK(cudaFree(x));
         CHECK(cudaFree(y));
@@ -408,24 +369,12 @@ int main(int argc, char **argv) {
     for (int m = 0; m < nv; ++m) {
         vars[m].launch(c, s); // once eagerly: set-up outside the capture, warm-up
         CHECK(cudaStreamSynchronize(s));
-        cudaGraph_t g;
-        CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        vars[m].launch(c, s);
-        CHECK(cudaStreamEndCapture(s, &g));
-        CHECK(cudaGraphInstantiate(&exec[m], g, 0));
-        CHECK(cudaGraphDestroy(g));
+        exec[m] = capture(s, [&] { vars[m].launch(c, s); });
     }
     for (int r = 0; r < rounds; ++r)
         for (int m = 0; m < nv; ++m) {
             CHECK(cudaMemcpyAsync(c.act, x0.data(), sizeof(float) * c.n, cudaMemcpyHostToDevice, s));
-            for (int i = 0; i < 10; ++i) CHECK(cudaGraphLaunch(exec[m], s));
-            CHECK(cudaEventRecord(e0, s));
-            for (int i = 0; i < reps; ++i) CHECK(cudaGraphLaunch(exec[m], s));
-            CHECK(cudaEventRecord(e1, s));
-            CHECK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            us[m][r] = 1e3 * ms / reps / c.k;
+            us[m][r] = 1e3 * time_replays(exec[m], s, 10, reps, e0, e1) / reps / c.k;
             outs[m].resize(c.n);
             CHECK(cudaMemcpy(outs[m].data(), c.act + size_t(c.k) * c.n, sizeof(float) * c.n,
                              cudaMemcpyDeviceToHost));
