@@ -1234,7 +1234,13 @@ private:
         ep.out = x;
         ep.n_tokens = T;
         ep.n_embd = H;
-        op("embedding", [&] { return launch_embedding(ep, m_stream); });
+        // One-token steps fold the embedding into layer 0's fused q/k/v GEMV (gemv.cuh: embd_table);
+        // otherwise it is its own launch, before layer 0.
+        bool embedded = false;
+        auto embed = [&] {
+            if (!embedded) op("embedding", [&] { return launch_embedding(ep, m_stream); });
+            embedded = true;
+        };
 
         int64_t moe_slot = 0;
         for (int64_t il = 0; il < c.n_layer; ++il) {
@@ -1281,8 +1287,20 @@ private:
                 fq.rope = rp;
                 fq.k_splits = 1;
             }
+            if (il == 0 && fq.rope_on && T == 1 && m_skip_ops.empty()) {
+                gemv_params fe = fq; // the embedding too, if the fused kernel takes it
+                fe.embd_tokens = tokens;
+                fe.embd_table = ep.table;
+                fe.embd_out = x;
+                if (gemv_fusion_ok(fe)) {
+                    fq = fe;
+                    embedded = true;
+                }
+            }
+            embed();
             if (fq.rope_on && gemv_fusion_ok(fq)) {
-                op("norm+qkv+rope_kv gemv", [&] { return launch_gemv(fq, m_stream); });
+                op(fq.embd_table ? "embedding+norm+qkv+rope_kv gemv" : "norm+qkv+rope_kv gemv",
+                   [&] { return launch_gemv(fq, m_stream); });
             } else {
                 op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
                 linear("qkv", L.wqkv, xn, H, qkv, qd + 2 * kvd, T, false);
@@ -1505,6 +1523,8 @@ private:
                 op("moe_combine", [&] { return launch_moe_combine(cb, m_stream); });
             }
         }
+
+        embed(); // a model without layers (bench --layers 0)
 
         // Head: final norm of the requested rows only, then logits.
         bf16_t *xr = reinterpret_cast<bf16_t *>(base + w.xr);

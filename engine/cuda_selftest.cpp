@@ -603,13 +603,18 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
 
 // gemv's fusions (gemv.cuh): the input normalized in the kernel (norm_in) and/or the q|k|v
 // projection's RoPE + KV-write epilogue, against the twin (rms_norm_ref, gemv_ref, rope_kv_ref).
-void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv, int64_t hd,
-                     bool rope, scale_layout L = scale_layout::channel, kv_format kv = kv_format::bf16) {
+// embd: the embedding folded in too (one token): the input row a table row, widened into the
+// residual stream, which is checked exactly.
+void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv,
+                     int64_t hd, bool rope, scale_layout L = scale_layout::channel,
+                     kv_format kv = kv_format::bf16, bool embd = false) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name = shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
-                                        std::string(fp8 ? "fp8" : "bf16") + (L == scale_layout::block128 ? " 128x128 blocks" : "") +
-                                            (rope ? " norm+rope_kv" : " norm")) +
-                             kv_label(kv);
+    const std::string name =
+        shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
+                   std::string(fp8 ? "fp8" : "bf16") +
+                       (L == scale_layout::block128 ? " 128x128 blocks" : "") + (embd ? " embedding+" : " ") +
+                       (rope ? "norm+rope_kv" : "norm")) +
+        kv_label(kv);
     R.run("kernel", name, [&] {
         const int64_t qd = n_head * hd, kvd = n_head_kv * hd, N = qd + 2 * kvd, bs = 16;
         std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T));
@@ -626,6 +631,13 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         std::vector<float> inv(static_cast<size_t>(hd / 2));
         for (int64_t i = 0; i < hd / 2; ++i) inv[i] = 1.0f / std::pow(500000.0f, float(2 * i) / float(hd));
         auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        const int64_t V = embd ? 1000 : 0;
+        const std::vector<bf16_t> table =
+            embd ? rand_bf16(static_cast<size_t>(V * H), -3.0f, 3.0f) : std::vector<bf16_t>();
+        const std::vector<int32_t> tok(static_cast<size_t>(T),
+                                       int32_t(V > 0 ? V - 1 : 0)); // the table's last row
+        dvec<bf16_t> dtab(table);
+        dvec<int32_t> dtok(tok);
         auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
         auto wb = rand_bf16(static_cast<size_t>(N * H), -0.05f, 0.05f);
         std::vector<fp8_t> wq(static_cast<size_t>(N * H));
@@ -651,6 +663,11 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         p.n = N;
         p.k = H;
         p.norm = {dx.get(), dnw.get(), 1e-5f, dxn.get()};
+        if (embd) {
+            p.embd_tokens = dtok.get();
+            p.embd_table = dtab.get();
+            p.embd_out = dx.get();
+        }
         p.rope_on = rope;
         p.rope.pos = dpos.get();
         p.rope.seq = dseq.get();
@@ -677,6 +694,11 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         p.w_scale = fp8 ? sc.data() : nullptr;
         p.y = y.data();
         p.norm = {x.data(), nw.data(), 1e-5f, xn.data()};
+        if (embd) {
+            p.embd_tokens = tok.data();
+            p.embd_table = table.data();
+            p.embd_out = x.data();
+        }
         p.rope.pos = pos.data();
         p.rope.seq = seq.data();
         p.rope.block_tables = bt.data();
@@ -685,6 +707,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         p.rope.k_cache = k.data();
         p.rope.v_cache = v.data();
         gemv_ref(p);
+        if (embd)
+            R.add("kernel", name + " residual rows", "max abs err (exact)", scaled_err(dx.download(), x),
+                  0.0);
         R.add("kernel", name + " normalized rows", "max scaled err (bf16)", scaled_err(widen(dxn.download()), widen(xn)),
               k_bf16_limit);
         if (!rope) {
@@ -693,6 +718,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
             gemv_params g = p;
             const std::vector<bf16_t> gxn = dxn.download();
             g.norm = {};
+            g.embd_tokens = nullptr;
+            g.embd_table = nullptr;
+            g.embd_out = nullptr;
             g.x = gxn.data();
             g.ldx = H;
             gemv_ref(g);
@@ -1807,6 +1835,11 @@ void run_kernel_tests(runner &R, int cc_major) {
     for (weight_format f : {weight_format::fp8_e4m3, weight_format::bf16}) {
         test_gemv_fused(R, f, 1, 1024, 16, 2, 64, true);    // 0.3B decode
         test_gemv_fused(R, f, 1, 2560, 20, 4, 128, true);   // 21B-A3B decode
+        test_gemv_fused(R, f, 1, 1024, 16, 2, 64, true, scale_layout::channel, kv_format::bf16,
+                        true); // layer 0
+        test_gemv_fused(R, f, 1, 2560, 20, 4, 128, true, scale_layout::channel, kv_format::fp8_e4m3, true);
+        test_gemv_fused(R, f, 1, 96, 6, 2, 12, false, scale_layout::channel, kv_format::bf16,
+                        true);                              // no rope
         test_gemv_fused(R, f, 5, 2560, 20, 4, 128, true);   // batch 5: MT = 8, three rows idle
         test_gemv_fused(R, f, 8, 2560, 20, 4, 128, true);
         test_gemv_fused(R, f, 3, 96, 6, 2, 12, true);       // head_dim / 2 odd

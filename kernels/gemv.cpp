@@ -1,5 +1,6 @@
 // CPU twin of gemv (see gemv.cuh): fp32 accumulation in k order.
 #include "gemv.cuh"
+#include "embedding.cuh"
 #include "rms_norm.cuh"
 
 #include <algorithm>
@@ -13,9 +14,15 @@ bool gemv_fusion_ok(const gemv_params &p) {
     const int64_t mt = p.n_tokens >= 5 ? 8 : p.n_tokens >= 3 ? 4 : p.n_tokens;
     auto al16 = [](const void *q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
     if (p.k % (fp8 ? 16 : 8) != 0 || !al16(p.w)) return false;
-    if (p.norm.on() && (!p.norm.weight || !al16(p.norm.x) || (reinterpret_cast<uintptr_t>(p.norm.weight) & 7u) ||
-                        p.k % 4 != 0 || mt * p.k * 2 > gemv_norm_smem_max))
+    const bool embd = p.embd_table != nullptr;
+    if (p.norm.on() &&
+        (!p.norm.weight || !al16(p.norm.x) || (reinterpret_cast<uintptr_t>(p.norm.weight) & 7u) ||
+         p.k % 4 != 0 || gemv_norm_smem_bytes(mt, p.k, embd) > gemv_norm_smem_max))
         return false;
+    if (embd && (!p.norm.on() || p.n_tokens != 1 || !p.embd_tokens || !p.embd_out || !al16(p.embd_out) ||
+                 p.norm.x != p.embd_out || (reinterpret_cast<uintptr_t>(p.embd_table) & 7u)))
+        return false;
+    if (!embd && (p.embd_tokens || p.embd_out)) return false;
     if (!p.norm.on() && (p.ldx % 8 != 0 || !al16(p.x))) return false;
     if (p.rope_on) {
         const rope_kv_params &r = p.rope;
@@ -33,6 +40,18 @@ void gemv_ref(const gemv_params &p) {
         gemv_params q = p;
         q.norm = {};
         q.rope_on = false;
+        q.embd_tokens = nullptr;
+        q.embd_table = nullptr;
+        q.embd_out = nullptr;
+        if (p.embd_table) { // the embedding first, into the residual stream (embedding_ref's widening)
+            embedding_params e;
+            e.tokens = p.embd_tokens;
+            e.table = p.embd_table;
+            e.out = p.embd_out;
+            e.n_tokens = p.n_tokens;
+            e.n_embd = p.k;
+            embedding_ref(e);
+        }
         if (p.norm.on()) {
             xn.resize(size_t(p.n_tokens * p.k));
             std::vector<float> xs(p.norm.x, p.norm.x + p.n_tokens * p.k);

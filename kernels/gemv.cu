@@ -73,6 +73,35 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
         static_cast<uint16_t *>(r.v_cache)[e] = f_to_bf16(ep[warp][lane]);
 }
 
+// The embedding folded into the fused GEMV (gemv.cuh: embd_table): every thread widens its share
+// of the mt table rows into xe (shared memory, mt × k fp32) and, with out set (one block), into the
+// residual stream too; 4 BF16 a load, a thread's loads of a round issued together before its
+// stores (a plain loop would wait on each store: embedding.cu). Ends with a barrier.
+__device__ __forceinline__ void block_embed_rows(const int32_t *tokens, const uint16_t *table, int64_t k,
+                                                 int mt, float *xe, float *out) {
+    constexpr int U = 8; // 4,096 elements a round at 128 threads
+    const int64_t n4 = k / 4, nthr = blockDim.x;
+    for (int m = 0; m < mt; ++m) {
+        const uint2 *row = reinterpret_cast<const uint2 *>(table + int64_t(tokens[m]) * k);
+        for (int64_t i0 = threadIdx.x; i0 < n4; i0 += U * nthr) {
+            uint2 v[U];
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (i0 + u * nthr < n4) v[u] = __ldg(row + i0 + u * nthr);
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int64_t i = i0 + u * nthr;
+                if (i >= n4) break;
+                const float4 f =
+                    make_float4(bf16_lo(v[u].x), bf16_hi(v[u].x), bf16_lo(v[u].y), bf16_hi(v[u].y));
+                reinterpret_cast<float4 *>(xe + m * k)[i] = f;
+                if (out) reinterpret_cast<float4 *>(out + m * k)[i] = f;
+            }
+        }
+    }
+    __syncthreads();
+}
+
 // NORM: the block first normalizes its mt input rows into shared memory (norm_in); ROPE: the
 // rope_kv epilogue instead of writing y; BLK: FP8 weights with 128×128 block scales, applied to
 // each 16-byte vector's partial product (a vector never straddles blocks). All three need VEC.
@@ -137,7 +166,15 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     int64_t ldx = p.ldx;
     if constexpr (NORM) {
         uint16_t *xs = reinterpret_cast<uint16_t *>(gemv_smem);
-        block_rms_norm_staged<MT>(p.norm.x + m0 * p.k, p.k, mt, p.k, p.norm.eps, xs, red);
+        const float *xin = p.norm.x + m0 * p.k;
+        if constexpr (MT == 1)  // the embedding folded in (one token: gemv_fusion_ok): the table's
+            if (p.embd_table) { // row, widened, staged after xs
+                float *xe = reinterpret_cast<float *>(gemv_smem + (p.k * 2 + 15) / 16 * 16);
+                block_embed_rows(p.embd_tokens + m0, p.embd_table, p.k, 1, xe,
+                                 blockIdx.x == 0 && blockIdx.z == 0 ? p.embd_out + m0 * p.k : nullptr);
+                xin = xe;
+            }
+        block_rms_norm_staged<MT>(xin, p.k, mt, p.k, p.norm.eps, xs, red);
         if (p.norm.out && blockIdx.x == 0 && blockIdx.z == 0)
             for (int64_t i = threadIdx.x; i < mt * p.k; i += blockDim.x) p.norm.out[m0 * p.k + i] = xs[i];
         x = xs;
@@ -384,7 +421,7 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     }
     const dim3 grid(gx, gy, unsigned(splits));
     if (fused) {
-        const size_t smem = p.norm.on() ? size_t(mt * p.k * 2) : 0;
+        const size_t smem = p.norm.on() ? size_t(gemv_norm_smem_bytes(mt, p.k, p.embd_table != nullptr)) : 0;
         return fp8 ? launch_fused<true>(p, mt, grid, smem, stream) : launch_fused<false>(p, mt, grid, smem, stream);
     }
     return fp8 ? launch_fmt<true>(p, mt, vec, grid, stream) : launch_fmt<false>(p, mt, vec, grid, stream);

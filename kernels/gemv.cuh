@@ -35,12 +35,24 @@ struct gemv_params {
     // starts, the launch two back has finished; the read bypasses L1 (ld.global.cg).
     bool y_ready = false;
     norm_in norm;                     // fused RMSNorm of the input (then x is unused)
+    // The embedding folded in (decode's first layer; one token, needs norm): the input rows are the table's
+    // rows embd_table[embd_tokens[m]], BF16 widened exactly as the embedding kernel does, instead of
+    // norm.x; one block also writes them, widened, to embd_out (the residual stream the layers add
+    // into). norm.x must then point at embd_out (unread).
+    const int32_t *embd_tokens = nullptr; // [n_tokens]
+    const bf16_t *embd_table = nullptr;   // [vocab, k]
+    float *embd_out = nullptr;            // [n_tokens, k]
     bool rope_on = false;             // fused RoPE + KV-write epilogue (then y is unused)
     rope_kv_params rope;
 };
 
-// Shared memory the normalized rows may take (MT tokens × k BF16): under the default 48 KB per block.
+// Shared memory the normalized rows may take (MT tokens × k BF16, and with the embedding folded in
+// the widened rows too, MT × k fp32): under the default 48 KB per block.
 inline constexpr int64_t gemv_norm_smem_max = 44 * 1024;
+inline int64_t gemv_norm_smem_bytes(int64_t mt, int64_t k, bool embd) {
+    const int64_t rows = (mt * k * 2 + 15) / 16 * 16;
+    return embd ? rows + mt * k * 4 : mt * k * 2;
+}
 
 // Whether launch_gemv takes these fused inputs/epilogues (shared memory for the normalized rows,
 // 16-byte vectors, no split-K under rope): the backend falls back to separate launches otherwise.
