@@ -258,8 +258,9 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
 // one wave (resident_blocks) and warp w takes row groups w, w + W, … (W the grid's warps), where a
 // block per group's four warps left a partial last wave and the blocks' scheduling: on the H200
 // the 0.3B's BF16 head (212 MB) 55.6 → 51.4 µs, the 21B-A3B's (530 MB) 133.5 → 121.8 µs, against a
-// read-only stream of the same bytes at 49.5 and 119.2 (tools/handoff_bench.cu head; in the decode
-// step the head's share 55 → 50 and 130 → 122 µs). Same per-row arithmetic and order as
+// read-only stream of the same bytes at 49.5 and 119.2 (tools/handoff_bench.cu head, before and
+// after from two runs: docs/benchmarks.md, session 11; in the decode step, same run, the head's
+// share 55 → 50 and 130 → 122 µs). Same per-row arithmetic and order as
 // gemv_kernel with MT = 1 (and as before: the same bits).
 // BLK: 128×128 block scales (the RW rows share a row block: 128 is a multiple of RW).
 template <bool FP8, int RW, bool BLK = false>
