@@ -73,33 +73,22 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
         static_cast<uint16_t *>(r.v_cache)[e] = f_to_bf16(ep[warp][lane]);
 }
 
-// The embedding folded into the fused GEMV (gemv.cuh: embd_table): every thread widens its share
-// of the mt table rows into xe (shared memory, mt × k fp32) and, with out set (one block), into the
-// residual stream too; 4 BF16 a load, a thread's loads of a round issued together before its
-// stores (a plain loop would wait on each store: embedding.cu). Ends with a barrier.
-__device__ __forceinline__ void block_embed_rows(const int32_t *tokens, const uint16_t *table, int64_t k,
-                                                 int mt, float *xe, float *out) {
+// The embedding folded into the fused GEMV (gemv.cuh: embd_table), one block's part: the token's
+// table row widened into the residual stream (out); 4 BF16 a load, a thread's loads of a round
+// issued together before its stores (a plain loop would wait on each store: embedding.cu). The
+// norm reads the row itself (bf16_row), so no block stages it.
+__device__ __forceinline__ void block_embed_row_out(const uint16_t *row, int64_t k, float *out) {
     constexpr int U = 8; // 4,096 elements a round at 128 threads
     const int64_t n4 = k / 4, nthr = blockDim.x;
-    for (int m = 0; m < mt; ++m) {
-        const uint2 *row = reinterpret_cast<const uint2 *>(table + int64_t(tokens[m]) * k);
-        for (int64_t i0 = threadIdx.x; i0 < n4; i0 += U * nthr) {
-            uint2 v[U];
+    for (int64_t i0 = threadIdx.x; i0 < n4; i0 += U * nthr) {
+        float4 v[U];
 #pragma unroll
-            for (int u = 0; u < U; ++u)
-                if (i0 + u * nthr < n4) v[u] = __ldg(row + i0 + u * nthr);
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * nthr < n4) v[u] = bf16_row{row}(0, i0 + u * nthr);
 #pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int64_t i = i0 + u * nthr;
-                if (i >= n4) break;
-                const float4 f =
-                    make_float4(bf16_lo(v[u].x), bf16_hi(v[u].x), bf16_lo(v[u].y), bf16_hi(v[u].y));
-                reinterpret_cast<float4 *>(xe + m * k)[i] = f;
-                if (out) reinterpret_cast<float4 *>(out + m * k)[i] = f;
-            }
-        }
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * nthr < n4) reinterpret_cast<float4 *>(out)[i0 + u * nthr] = v[u];
     }
-    __syncthreads();
 }
 
 // NORM: the block first normalizes its mt input rows into shared memory (norm_in); ROPE: the
@@ -166,15 +155,15 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     int64_t ldx = p.ldx;
     if constexpr (NORM) {
         uint16_t *xs = reinterpret_cast<uint16_t *>(gemv_smem);
-        const float *xin = p.norm.x + m0 * p.k;
-        if constexpr (MT == 1)  // the embedding folded in (one token: gemv_fusion_ok): the table's
-            if (p.embd_table) { // row, widened, staged after xs
-                float *xe = reinterpret_cast<float *>(gemv_smem + (p.k * 2 + 15) / 16 * 16);
-                block_embed_rows(p.embd_tokens + m0, p.embd_table, p.k, 1, xe,
-                                 blockIdx.x == 0 && blockIdx.z == 0 ? p.embd_out + m0 * p.k : nullptr);
-                xin = xe;
+        bool embedded = false;
+        if constexpr (MT == 1)  // the embedding folded in (one token: gemv_fusion_ok): the norm reads
+            if (p.embd_table) { // the table's row, widened; block 0 writes it to the residual stream
+                const uint16_t *row = p.embd_table + int64_t(p.embd_tokens[m0]) * p.k;
+                if (blockIdx.x == 0 && blockIdx.z == 0) block_embed_row_out(row, p.k, p.embd_out + m0 * p.k);
+                block_rms_norm_staged<1>(bf16_row{row}, 1, p.k, p.norm.eps, xs, red);
+                embedded = true;
             }
-        block_rms_norm_staged<MT>(xin, p.k, mt, p.k, p.norm.eps, xs, red);
+        if (!embedded) block_rms_norm_staged<MT>(p.norm.x + m0 * p.k, p.k, mt, p.k, p.norm.eps, xs, red);
         if (p.norm.out && blockIdx.x == 0 && blockIdx.z == 0)
             for (int64_t i = threadIdx.x; i < mt * p.k; i += blockDim.x) p.norm.out[m0 * p.k + i] = xs[i];
         x = xs;

@@ -510,11 +510,27 @@ __device__ __forceinline__ void norm_weight_stage(const uint16_t *w, int64_t H, 
     }
 }
 
-// After pdl_wait, by every thread (ends with a barrier): the rows of x normalized into out, the
-// weight taken from out (norm_weight_stage). The first pass over x issues up to 8 float4 loads
-// per thread at once, the second, which finds x in L1, 4.
-template <int MT>
-__device__ __forceinline__ void block_rms_norm_staged(const float *x, int64_t ldx, int mt, int64_t H, float eps,
+// The rows a staged norm reads: src(m, i) is element group i (4 values) of row m as fp32.
+struct f32_rows { // fp32 rows with a leading dimension
+    const float *x;
+    int64_t ldx;
+    __device__ __forceinline__ float4 operator()(int m, int64_t i) const {
+        return reinterpret_cast<const float4 *>(x + m * ldx)[i];
+    }
+};
+struct bf16_row { // one BF16 row (an embedding table's), widened exactly
+    const uint16_t *row;
+    __device__ __forceinline__ float4 operator()(int, int64_t i) const {
+        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(row) + i);
+        return make_float4(bf16_lo(v.x), bf16_hi(v.x), bf16_lo(v.y), bf16_hi(v.y));
+    }
+};
+
+// After pdl_wait, by every thread (ends with a barrier): the rows of src normalized into out, the
+// weight taken from out (norm_weight_stage). The first pass over the rows issues up to 8 loads
+// per thread at once, the second, which finds them in L1, 4.
+template <int MT, typename Rows>
+__device__ __forceinline__ void block_rms_norm_staged(const Rows &src, int mt, int64_t H, float eps,
                                                       uint16_t *out, float *red) {
     constexpr int U = 8;
     const int tid = threadIdx.x, nthr = blockDim.x;
@@ -526,13 +542,12 @@ __device__ __forceinline__ void block_rms_norm_staged(const float *x, int64_t ld
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
         if (m >= mt) break;
-        const float4 *xr = reinterpret_cast<const float4 *>(x + m * ldx);
         for (int64_t i0 = tid; i0 < n4; i0 += int64_t(U) * nthr) {
             float4 v[U];
 #pragma unroll
             for (int j = 0; j < U; ++j) {
                 const int64_t i = i0 + int64_t(j) * nthr;
-                v[j] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                v[j] = i < n4 ? src(m, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
 #pragma unroll
             for (int j = 0; j < U; ++j) ss[m] += v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
@@ -551,12 +566,11 @@ __device__ __forceinline__ void block_rms_norm_staged(const float *x, int64_t ld
 #pragma unroll
         for (int m = MT - 1; m >= 0; --m) { // row 0 last: it overwrites the weight
             if (m >= mt) continue;
-            const float4 *xr = reinterpret_cast<const float4 *>(x + m * ldx);
             float4 v[U2];
 #pragma unroll
             for (int j = 0; j < U2; ++j) {
                 const int64_t i = i0 + int64_t(j) * nthr;
-                if (i < n4) v[j] = xr[i];
+                if (i < n4) v[j] = src(m, i);
             }
 #pragma unroll
             for (int j = 0; j < U2; ++j) {
@@ -566,6 +580,12 @@ __device__ __forceinline__ void block_rms_norm_staged(const float *x, int64_t ld
         }
     }
     __syncthreads();
+}
+
+template <int MT>
+__device__ __forceinline__ void block_rms_norm_staged(const float *x, int64_t ldx, int mt, int64_t H,
+                                                      float eps, uint16_t *out, float *red) {
+    block_rms_norm_staged<MT>(f32_rows{x, ldx}, mt, H, eps, out, red);
 }
 
 // Without preloaded weights (they are read after the wait).
