@@ -1820,7 +1820,8 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_embedding(R, 7, 1000, 40);
     test_embedding(R, 1, 103424, 64);
     test_embedding(R, 3, 5000, 2560); // 16-byte vectors, a partial last round
-    test_embedding(R, 2, 300, 36);    // a width that is no multiple of 8: one element at a time
+    test_embedding(R, 2, 300, 36);    // 4-element loads, one partial round
+    test_embedding(R, 2, 300, 38);    // a width that is no multiple of 4: one element at a time
     test_rms_norm(R, 5, 40, true, false);
     test_rms_norm(R, 3, 2560, false, false);
     test_rms_norm(R, 4, 1024, false, true);

@@ -73,24 +73,6 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
         static_cast<uint16_t *>(r.v_cache)[e] = f_to_bf16(ep[warp][lane]);
 }
 
-// The embedding folded into the fused GEMV (gemv.cuh: embd_table), one block's part: the token's
-// table row widened into the residual stream (out); 4 BF16 a load, a thread's loads of a round
-// issued together before its stores (a plain loop would wait on each store: embedding.cu). The
-// norm reads the row itself (bf16_row), so no block stages it.
-__device__ __forceinline__ void block_embed_row_out(const uint16_t *row, int64_t k, float *out) {
-    constexpr int U = 8; // 4,096 elements a round at 128 threads
-    const int64_t n4 = k / 4, nthr = blockDim.x;
-    for (int64_t i0 = threadIdx.x; i0 < n4; i0 += U * nthr) {
-        float4 v[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (i0 + u * nthr < n4) v[u] = bf16_row{row}(0, i0 + u * nthr);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if (i0 + u * nthr < n4) reinterpret_cast<float4 *>(out)[i0 + u * nthr] = v[u];
-    }
-}
-
 // NORM: the block first normalizes its mt input rows into shared memory (norm_in); ROPE: the
 // rope_kv epilogue instead of writing y; BLK: FP8 weights with 128×128 block scales, applied to
 // each 16-byte vector's partial product (a vector never straddles blocks). All three need VEC.
@@ -159,7 +141,7 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
         if constexpr (MT == 1)  // the embedding folded in (one token: gemv_fusion_ok): the norm reads
             if (p.embd_table) { // the table's row, widened; block 0 writes it to the residual stream
                 const uint16_t *row = p.embd_table + int64_t(p.embd_tokens[m0]) * p.k;
-                if (blockIdx.x == 0 && blockIdx.z == 0) block_embed_row_out(row, p.k, p.embd_out + m0 * p.k);
+                if (blockIdx.x == 0 && blockIdx.z == 0) block_widen_bf16_row(row, p.k, p.embd_out + m0 * p.k);
                 block_rms_norm_staged<1>(bf16_row{row}, 1, p.k, p.norm.eps, xs, red);
                 embedded = true;
             }

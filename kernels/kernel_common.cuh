@@ -526,6 +526,24 @@ struct bf16_row { // one BF16 row (an embedding table's), widened exactly
     }
 };
 
+// A BF16 row of n elements (n % 4 == 0, row 8-byte and out 16-byte aligned) widened exactly into
+// out by the block: 4 elements a load, a thread's U loads of a round issued together before its
+// stores (a loop of load-store pairs waits on each store: ptxas cannot tell the row from out).
+// The embedding kernel's rows and the embedding folded into layer 0's GEMV (gemv.cu).
+__device__ __forceinline__ void block_widen_bf16_row(const uint16_t *row, int64_t n, float *out) {
+    constexpr int U = 8; // 4,096 elements a round at 128 threads, 8,192 at 256
+    const int64_t n4 = n / 4, nthr = blockDim.x;
+    for (int64_t i0 = threadIdx.x; i0 < n4; i0 += U * nthr) {
+        float4 v[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * nthr < n4) v[u] = bf16_row{row}(0, i0 + u * nthr);
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+            if (i0 + u * nthr < n4) reinterpret_cast<float4 *>(out)[i0 + u * nthr] = v[u];
+    }
+}
+
 // After pdl_wait, by every thread (ends with a barrier): the rows of src normalized into out, the
 // weight taken from out (norm_weight_stage). The first pass over the rows issues up to 8 loads
 // per thread at once, the second, which finds them in L1, 4.
