@@ -84,13 +84,23 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     if (!cb) return fail("bench --backend cuda: the loaded backend is not the CUDA backend");
     const model_config &cfg = be->config();
 
+    // Each test gets a context of its own size, as llama-bench gives each test n_prompt + n_gen
+    // positions: the pp tests max(pp) + 1, the tg test tg + 1 (one KV cache and block table of
+    // that length; the workspace keeps its largest size). Before session 11 one context of
+    // max(pp, tg) + 1 served all tests, so tg128 decoded with a 2,049-position context's tables.
     const int32_t max_pp = *std::max_element(o.pp.begin(), o.pp.end());
-    const int64_t n_ctx = std::min<int64_t>(cfg.n_ctx_train, std::max<int64_t>(max_pp, o.tg) + 1);
-    const int32_t n_blocks = int32_t((n_ctx + 15) / 16);
-    if (auto s = be->init_kv_cache({16, n_blocks}); !s) return fail(s.message());
     batch b;
     b.seqs.resize(1);
-    for (int32_t i = 0; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
+    int64_t n_ctx = 0;
+    auto size_context = [&](int64_t positions) -> status {
+        n_ctx = std::min<int64_t>(cfg.n_ctx_train, positions);
+        const int32_t n_blocks = int32_t((n_ctx + 15) / 16);
+        if (auto s = be->init_kv_cache({16, n_blocks}); !s) return s;
+        b.seqs[0].block_table.clear();
+        for (int32_t i = 0; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
+        return ok_status();
+    };
+    if (auto s = size_context(int64_t(max_pp) + 1); !s) return fail(s.message());
     forward_output out;
     auto fill = [&](int32_t n, int32_t pos0) {
         b.tokens.resize(size_t(n));
@@ -144,6 +154,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
 
     // Decode from an empty context, one token per step, as llama-bench's tg (warm-up run first:
     // the first steps of a new shape run eagerly, then as a CUDA graph).
+    if (o.tg > cfg.n_ctx_train) return fail("--tg " + std::to_string(o.tg) + " is outside the context");
+    if (auto s = size_context(int64_t(o.tg) + 1); !s) return fail(s.message());
     const double bytes = cb->decode_weight_bytes();
     std::vector<double> runs;
     for (int r = 0; r < o.reps + 1; ++r) {
@@ -307,6 +319,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                             double(r.calls) / steps, 100.0 * r.total_ms / std::max(total, 1e-9));
         };
         const int32_t pp = o.pp.front();
+        if (auto s = size_context(int64_t(max_pp) + 1); !s) return fail(s.message());
         fill(pp, 0);
         cb->set_profiling(true);
         auto t0 = std::chrono::steady_clock::now();
