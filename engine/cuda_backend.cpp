@@ -927,9 +927,35 @@ private:
         size_t act_q = 0, act_scale = 0;
         int64_t act_k = 0;
         size_t total = 0;
-        // inputs (int32 region copied from the pinned mirror in one transfer)
-        size_t in_tokens, in_pos, in_seq, in_rows, in_temps, in_tiles, in_bt, in_total;
+        size_t in_total = 0; // the inputs' device region and its pinned mirror (input_layout)
     };
+
+    // The batch's inputs (int32 and fp32 bits), packed for this forward's T, R and block-table
+    // length so that one transfer of in_total bytes carries them: a layout sized for the workspace's
+    // largest T would upload its empty tails every step (40 KB a decode step after a 2,048-token
+    // prefill, 6 us of a 0.3B step on the H200). A graph's key holds T, R and the table's size,
+    // so the offsets a graph was captured with are the offsets of every replay under that key.
+    struct input_layout {
+        size_t tokens, pos, seq, rows, temps, tiles, bt, total;
+    };
+    static input_layout make_input_layout(int64_t T, int64_t R, int64_t bt) {
+        input_layout l{};
+        size_t i = 0;
+        auto in = [&](int64_t n) { // each array 16-byte aligned, as the workspace's were
+            const size_t r = i;
+            i += (size_t(n) * 4 + 15) / 16 * 16;
+            return r;
+        };
+        l.tokens = in(T);
+        l.pos = in(T);
+        l.seq = in(T);
+        l.rows = in(R);
+        l.temps = in(R); // fp32 bits
+        l.tiles = in(2 * T);
+        l.bt = in(bt);
+        l.total = i;
+        return l;
+    }
 
     int64_t max_ff() const {
         int64_t f = 0;
@@ -997,20 +1023,7 @@ private:
             w.act_scale = take(size_t(T) * 4);
         }
         w.total = o;
-        size_t i = 0;
-        auto in = [&](int64_t n) {
-            const size_t r = i;
-            i += size_t(n) * 4;
-            return r;
-        };
-        w.in_tokens = in(T);
-        w.in_pos = in(T);
-        w.in_seq = in(T);
-        w.in_rows = in(R);
-        w.in_temps = in(R); // fp32 bits
-        w.in_tiles = in(2 * T);
-        w.in_bt = in(bt);
-        w.in_total = i;
+        w.in_total = make_input_layout(T, R, bt).total;
         return w;
     }
 
@@ -1224,9 +1237,10 @@ private:
         bf16_t *attn = reinterpret_cast<bf16_t *>(base + w.attn);
         float *gu = reinterpret_cast<float *>(base + w.gu);
         bf16_t *act = reinterpret_cast<bf16_t *>(base + w.act);
-        const int32_t *tokens = m_inputs.at<int32_t>(w.in_tokens), *pos = m_inputs.at<int32_t>(w.in_pos),
-                      *seq = m_inputs.at<int32_t>(w.in_seq), *rows = m_inputs.at<int32_t>(w.in_rows),
-                      *tiles = m_inputs.at<int32_t>(w.in_tiles), *bt = m_inputs.at<int32_t>(w.in_bt);
+        const input_layout &il = m_in;
+        const int32_t *tokens = m_inputs.at<int32_t>(il.tokens), *pos = m_inputs.at<int32_t>(il.pos),
+                      *seq = m_inputs.at<int32_t>(il.seq), *rows = m_inputs.at<int32_t>(il.rows),
+                      *tiles = m_inputs.at<int32_t>(il.tiles), *bt = m_inputs.at<int32_t>(il.bt);
 
         embedding_params ep;
         ep.tokens = tokens;
@@ -1543,7 +1557,7 @@ private:
             const int64_t n = m_top_n;
             topk_logits_params tk;
             tk.logits = reinterpret_cast<const float *>(base + w.logits);
-            tk.temperatures = m_inputs.at<float>(w.in_temps);
+            tk.temperatures = m_inputs.at<float>(m_in.temps);
             tk.ids = reinterpret_cast<int32_t *>(base + w.cand);
             tk.values = reinterpret_cast<float *>(base + w.cand + size_t(R * n) * 4);
             tk.row_max = reinterpret_cast<float *>(base + w.cand + size_t(R * n) * 8);
@@ -1628,22 +1642,24 @@ private:
         ensure_workspace(T, R, S * stride);
         const work_layout &w = m_lay;
 
-        // Inputs → pinned mirror → one transfer.
-        std::memcpy(m_pinned.at(w.in_tokens), b.tokens.data(), size_t(T) * 4);
-        std::memcpy(m_pinned.at(w.in_pos), b.pos.data(), size_t(T) * 4);
-        std::memcpy(m_pinned.at(w.in_seq), b.seq.data(), size_t(T) * 4);
-        if (R) std::memcpy(m_pinned.at(w.in_rows), b.logits_rows.data(), size_t(R) * 4);
+        // Inputs → pinned mirror → one transfer of this batch's bytes.
+        m_in = make_input_layout(T, R, S * stride);
+        const input_layout &il = m_in;
+        std::memcpy(m_pinned.at(il.tokens), b.tokens.data(), size_t(T) * 4);
+        std::memcpy(m_pinned.at(il.pos), b.pos.data(), size_t(T) * 4);
+        std::memcpy(m_pinned.at(il.seq), b.seq.data(), size_t(T) * 4);
+        if (R) std::memcpy(m_pinned.at(il.rows), b.logits_rows.data(), size_t(R) * 4);
         for (int64_t r = 0; r < R; ++r)
-            m_pinned.at<float>(w.in_temps)[r] = b.temperatures.empty() ? 0.0f : b.temperatures[size_t(r)];
-        std::memcpy(m_pinned.at(w.in_tiles), tiles.data(), tiles.size() * 4);
-        int32_t *btp = m_pinned.at<int32_t>(w.in_bt);
+            m_pinned.at<float>(il.temps)[r] = b.temperatures.empty() ? 0.0f : b.temperatures[size_t(r)];
+        std::memcpy(m_pinned.at(il.tiles), tiles.data(), tiles.size() * 4);
+        int32_t *btp = m_pinned.at<int32_t>(il.bt);
         for (int64_t s = 0; s < S; ++s) {
             const auto &tbl = b.seqs[s].block_table;
             std::copy(tbl.begin(), tbl.end(), btp + s * stride);
             std::fill(btp + s * stride + int64_t(tbl.size()), btp + (s + 1) * stride, 0);
         }
-        const size_t in_bytes = w.in_bt + size_t(S * stride) * 4;
-        ck(cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), in_bytes, cudaMemcpyHostToDevice, m_stream), "input upload");
+        ck(cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), il.total, cudaMemcpyHostToDevice, m_stream),
+           "input upload");
 
         const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
         const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos, m_kv_split_chunks) : 1;
@@ -1819,6 +1835,7 @@ private:
     std::string kv_name_suffix() const { return m_params.kv_cache == kv_cache_dtype::fp8 ? ", fp8 KV" : ""; }
     size_t m_kv_layer_elems = 0;
     work_layout m_lay{};
+    input_layout m_in{}; // the inputs of the forward being enqueued or captured
     std::map<graph_key, cudaGraphExec_t> m_graphs;
     std::map<graph_key, uint64_t> m_graph_used; // last capture or replay, for k_max_graphs
     uint64_t m_graph_tick = 0;
