@@ -917,12 +917,11 @@ private:
     // ---- workspace ---------------------------------------------------------------------------
     struct work_layout {
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
-        size_t x, xn, qkv, q, attn, gu, act, ids, wts, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
+        size_t x, xn, qkv, q, attn, gu, act, out, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
         size_t router_logits, router_counters, attn_counters, slot_rows, attn_partial;
         // Logit candidates (batch::top_n): topk_logits' scratch and per-row counters (zeroed at
-        // allocation, left zero by the kernel), and its output, packed for one download:
-        // ids [R, n], logits [R, n], row max [R], then row sums [R] (double, 8-aligned).
-        size_t topk_scratch = 0, topk_counters = 0, cand = 0;
+        // allocation, left zero by the kernel); its output is in the download block (out_layout).
+        size_t topk_scratch = 0, topk_counters = 0;
         // FP8 activations of prefill-sized linears: [T, act_k] codes, [T] scales
         size_t act_q = 0, act_scale = 0;
         int64_t act_k = 0;
@@ -954,6 +953,24 @@ private:
         l.tiles = in(2 * T);
         l.bt = in(bt);
         l.total = i;
+        return l;
+    }
+
+    // The download block of a forward (work_layout::out): the routing record, ids [n_moe, T, K]
+    // then weights [n_moe, T, K], then the candidates — ids [R, n], logits [R, n], row max [R],
+    // row sums [R] (double, 8-aligned) — 16-byte aligned after them. Placed for this forward's T
+    // (a graph's key holds T), so a step with candidates downloads its record and its candidates
+    // in one transfer (two more for the record cost the 21B-A3B's step ~0.5–1%: the telemetry's
+    // price in sessions 10–12).
+    struct out_layout {
+        size_t ids, wts, cand;
+    };
+    out_layout make_out_layout(int64_t T) const {
+        const size_t nk = size_t(n_moe_layers() * T * std::max<int64_t>(m_cfg.n_expert_used, 1));
+        out_layout l;
+        l.ids = m_lay.out;
+        l.wts = l.ids + nk * 4;
+        l.cand = l.ids + (nk * 8 + 15) / 16 * 16;
         return l;
     }
 
@@ -994,8 +1011,9 @@ private:
         w.attn = take(size_t(T * qd) * 2);
         w.gu = take(size_t(T * 2 * F) * 4);
         w.act = take(size_t(T * F) * 2);
-        w.ids = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 4);
-        w.wts = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 4);
+        // The step's download block (out_layout): the routing record's ids and weights, then the
+        // logit candidates, placed for each forward's T and R so one transfer brings them all.
+        w.out = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 8 + 16 + cand_bytes(R, topk_logits_max_top));
         if (n_moe > 0) {
             w.act_e = take(size_t(T * K * c.n_ff_exp) * 2);
             w.y_e = take(size_t(T * (K + 1) * H) * 4); // + the shared experts' slot (decode)
@@ -1014,7 +1032,6 @@ private:
         w.slot_rows = take(size_t(T * K) * 4); // the same: moe_combine resets it
         w.topk_scratch = take(topk_logits_scratch_bytes(R, c.n_vocab, topk_logits_max_top));
         w.topk_counters = take(size_t(R) * 4);
-        w.cand = take(cand_bytes(R, topk_logits_max_top));
         w.attn_partial = take(size_t(attention_partial_floats(std::min<int64_t>(T, k_graph_max_tokens), c.n_head,
                                                               c.n_head_kv, c.head_dim, k_decode_kv_splits)) * 4);
         if (m_params.precision == weight_precision::fp8 && m_params.activations != activation_format::bf16) {
@@ -1365,8 +1382,8 @@ private:
                 }
                 continue;
             }
-            int32_t *ids = reinterpret_cast<int32_t *>(base + w.ids) + moe_slot * T * K;
-            float *wts = reinterpret_cast<float *>(base + w.wts) + moe_slot * T * K;
+            int32_t *ids = reinterpret_cast<int32_t *>(base + m_out.ids) + moe_slot * T * K;
+            float *wts = reinterpret_cast<float *>(base + m_out.wts) + moe_slot * T * K;
             ++moe_slot;
             const int64_t F_sh = c.n_ff_exp * c.n_expert_shared;
             moe_front_params fr;
@@ -1558,10 +1575,11 @@ private:
             topk_logits_params tk;
             tk.logits = reinterpret_cast<const float *>(base + w.logits);
             tk.temperatures = m_inputs.at<float>(m_in.temps);
-            tk.ids = reinterpret_cast<int32_t *>(base + w.cand);
-            tk.values = reinterpret_cast<float *>(base + w.cand + size_t(R * n) * 4);
-            tk.row_max = reinterpret_cast<float *>(base + w.cand + size_t(R * n) * 8);
-            tk.row_sum = reinterpret_cast<double *>(base + w.cand + cand_sums_offset(R, n));
+            const size_t cand = m_out.cand;
+            tk.ids = reinterpret_cast<int32_t *>(base + cand);
+            tk.values = reinterpret_cast<float *>(base + cand + size_t(R * n) * 4);
+            tk.row_max = reinterpret_cast<float *>(base + cand + size_t(R * n) * 8);
+            tk.row_sum = reinterpret_cast<double *>(base + cand + cand_sums_offset(R, n));
             tk.n_rows = R;
             tk.n_vocab = c.n_vocab;
             tk.n_top = int32_t(n);
@@ -1644,6 +1662,7 @@ private:
 
         // Inputs → pinned mirror → one transfer of this batch's bytes.
         m_in = make_input_layout(T, R, S * stride);
+        m_out = make_out_layout(T);
         const input_layout &il = m_in;
         std::memcpy(m_pinned.at(il.tokens), b.tokens.data(), size_t(T) * 4);
         std::memcpy(m_pinned.at(il.pos), b.pos.data(), size_t(T) * 4);
@@ -1683,33 +1702,34 @@ private:
         // Outputs.
         // Decode-sized logits come through a pinned buffer (one DMA at full speed, then a host
         // copy), larger ones straight into the (pageable) output.
-        // Candidates: one small DMA of the packed block through the same pinned buffer.
+        // Candidates: one small DMA of the download block (out_layout) through the same pinned
+        // buffer, the routing record with them when it is on; with full logits rows the record
+        // comes in a transfer of its own.
+        const int64_t n_moe = n_moe_layers(), K = c.n_expert_used, nk = m_record_routing ? n_moe * T * K : 0;
         const size_t logit_bytes = top_n > 0 ? cand_bytes(R, top_n) : size_t(R * c.n_vocab) * 4;
         const bool via_pinned = R > 0 && (R <= k_graph_max_tokens || top_n > 0);
-        if (via_pinned && m_pinned_logits.bytes() < logit_bytes)
-            m_pinned_logits.alloc(std::max(logit_bytes, size_t(k_graph_max_tokens * c.n_vocab) * 4),
+        const size_t cand_rel = m_out.cand - m_out.ids; // the candidates' offset in the block
+        const bool cand_block = R > 0 && top_n > 0;
+        if (via_pinned && m_pinned_logits.bytes() < cand_rel + logit_bytes)
+            m_pinned_logits.alloc(std::max(cand_rel + logit_bytes, size_t(k_graph_max_tokens * c.n_vocab) * 4),
                                   "pinned logits buffer");
-        if (R && top_n > 0)
-            ck(cudaMemcpyAsync(m_pinned_logits.at(), m_work.at(w.cand), logit_bytes, cudaMemcpyDeviceToHost,
-                               m_stream),
+        if (cand_block) {
+            const size_t from = nk ? 0 : cand_rel; // the record too when it is on
+            ck(cudaMemcpyAsync(m_pinned_logits.at(from), m_work.at(m_out.ids + from), cand_rel - from + logit_bytes,
+                               cudaMemcpyDeviceToHost, m_stream),
                "candidates download");
-        else if (R)
+        } else if (R)
             ck(cudaMemcpyAsync(via_pinned ? m_pinned_logits.at() : static_cast<void *>(out.logits.data()), m_work.at(w.logits),
                                logit_bytes, cudaMemcpyDeviceToHost, m_stream),
                "logits download");
-        const int64_t n_moe = n_moe_layers(), K = c.n_expert_used, nk = m_record_routing ? n_moe * T * K : 0;
-        if (nk) {
-            ck(cudaMemcpyAsync(m_pinned_out.at(), m_work.at(w.ids), size_t(nk) * 4, cudaMemcpyDeviceToHost, m_stream),
+        if (nk && !cand_block)
+            ck(cudaMemcpyAsync(m_pinned_out.at(), m_work.at(m_out.ids), size_t(nk) * 8, cudaMemcpyDeviceToHost, m_stream),
                "routing download");
-            ck(cudaMemcpyAsync(m_pinned_out.at(size_t(nk) * 4), m_work.at(w.wts), size_t(nk) * 4, cudaMemcpyDeviceToHost,
-                               m_stream),
-               "routing download");
-        }
         ck(cudaStreamSynchronize(m_stream), "the forward pass");
         ck(cudaGetLastError(), "the forward pass");
         if (via_pinned && top_n > 0) {
             logit_candidate_rows &cr = out.candidates;
-            const unsigned char *p = m_pinned_logits.at();
+            const unsigned char *p = m_pinned_logits.at(cand_rel);
             cr.top_n = int32_t(top_n);
             cr.ids.assign(reinterpret_cast<const int32_t *>(p),
                           reinterpret_cast<const int32_t *>(p) + R * top_n);
@@ -1718,7 +1738,7 @@ private:
                              reinterpret_cast<const float *>(p) + R * top_n);
             p += size_t(R * top_n) * 4;
             cr.row_max.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R);
-            const double *sums = m_pinned_logits.at<double>(cand_sums_offset(R, top_n));
+            const double *sums = m_pinned_logits.at<double>(cand_rel + cand_sums_offset(R, top_n));
             cr.row_sum.assign(sums, sums + R);
         } else if (via_pinned) {
             std::memcpy(out.logits.data(), m_pinned_logits.at(), logit_bytes);
@@ -1726,8 +1746,9 @@ private:
         m_last_rows = R;
         if (m_profiling) collect_profile();
         if (nk) {
-            const int32_t *ids = m_pinned_out.at<int32_t>();
-            const float *wts = m_pinned_out.at<float>(size_t(nk) * 4);
+            const unsigned char *rec = cand_block ? m_pinned_logits.at() : m_pinned_out.at();
+            const int32_t *ids = reinterpret_cast<const int32_t *>(rec);
+            const float *wts = reinterpret_cast<const float *>(rec + size_t(nk) * 4);
             int64_t m = 0;
             for (int64_t il = 0; il < c.n_layer; ++il) {
                 if (!m_layers[il].is_moe) continue;
@@ -1836,6 +1857,7 @@ private:
     size_t m_kv_layer_elems = 0;
     work_layout m_lay{};
     input_layout m_in{}; // the inputs of the forward being enqueued or captured
+    out_layout m_out{};  // its download block
     std::map<graph_key, cudaGraphExec_t> m_graphs;
     std::map<graph_key, uint64_t> m_graph_used; // last capture or replay, for k_max_graphs
     uint64_t m_graph_tick = 0;
