@@ -931,9 +931,9 @@ private:
 
     // The batch's inputs (int32 and fp32 bits), packed for this forward's T, R and block-table
     // length so that one transfer of in_total bytes carries them: a layout sized for the workspace's
-    // largest T would upload its empty tails every step (40 KB a decode step after a 2,048-token
-    // prefill, 6 us of a 0.3B step on the H200). A graph's key holds T, R and the table's size,
-    // so the offsets a graph was captured with are the offsets of every replay under that key.
+    // largest T would upload its empty tails every step (~40 KB a decode step after a 2,048-token
+    // prefill). A graph's key holds T, R and the table's size, so the offsets a graph was captured
+    // with are the offsets of every replay under that key.
     struct input_layout {
         size_t tokens, pos, seq, rows, temps, tiles, bt, total;
     };
@@ -960,8 +960,8 @@ private:
     // then weights [n_moe, T, K], then the candidates — ids [R, n], logits [R, n], row max [R],
     // row sums [R] (double, 8-aligned) — 16-byte aligned after them. Placed for this forward's T
     // (a graph's key holds T), so a step with candidates downloads its record and its candidates
-    // in one transfer (two more for the record cost the 21B-A3B's step ~0.5–1%: the telemetry's
-    // price in sessions 10–12).
+    // in one transfer, where the record took two more (on the H200 the telemetry's price on the
+    // 4-layer 21B-A3B went −1.0% → −0.2% of tg128: docs/benchmarks.md, session 12).
     struct out_layout {
         size_t ids, wts, cand;
     };
