@@ -86,7 +86,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
 
     // Each test gets a context of its own size, as llama-bench gives each test n_prompt + n_gen
     // positions: the pp tests max(pp) + 1, the tg test tg + 1 (one KV cache and block table of
-    // that length; the workspace keeps its largest size). Before session 11 one context of
+    // that length; the workspace keeps its largest size). Until session 12 one context of
     // max(pp, tg) + 1 served all tests, so tg128 decoded with a 2,049-position context's tables.
     const int32_t max_pp = *std::max_element(o.pp.begin(), o.pp.end());
     batch b;
