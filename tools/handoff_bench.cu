@@ -15,12 +15,14 @@
 // Built with -DHANDOFF_WITH_ES against es_kernels, the engine's own GEMV (launch_gemv) runs in the
 // same kind of chain at the 0.3B's and the 21B-A3B's shapes, and `handoff_bench head [launches
 // [replays]]` times the LM head's GEMV against a read-only stream of its bytes (head_main below).
-// Usage: handoff_bench [K [replays]] | handoff_bench head [launches [replays]]; the machine runs
+// `handoff_bench ramp [launches [replays]]` times read-only streams of 2–512 MB a launch (ramp_main).
+// Usage: handoff_bench [K [replays]] | handoff_bench head|ramp [launches [replays]]; the machine runs
 // the binary built here (it carries cudart; cuBLASLt is not needed by what it calls):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -DHANDOFF_WITH_ES -Ikernels -o handoff_bench tools/handoff_bench.cu \
 //        build/cuda/kernels/libes_kernels.a build/cuda/kernels/libes_kernel_refs.a -lcublasLt
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -246,6 +248,75 @@ __global__ void mask_bf16(uint16_t *w, size_t n) {
         w[i] &= 0xbfffu;
 }
 
+// The same stream behind the programmatic-launch wait (as every decode kernel): it starts only
+// when the previous launch has finished, and lets the next one launch at once.
+__global__ void __launch_bounds__(128) stream_read_pdl(const uint4 *w, size_t n_vec, unsigned *sink) {
+    grid_wait();
+    grid_release();
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_vec;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const uint4 v = __ldcs(w + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
+// `handoff_bench ramp [launches [replays]]`: what a read-only stream of S bytes gets when it is one
+// launch of a chain, for the sizes of the decode step's launches (2–64 MB) and beyond: `launches`
+// streams of S each over consecutive regions of a 2 GB buffer (no region in L2 when its turn
+// comes), back to back in one graph, behind the programmatic-launch wait and in plain stream order.
+int ramp_main(int count, int reps) {
+    cudaStream_t s;
+    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    int sms = 0;
+    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const size_t total = size_t(2) << 30;
+    uint8_t *w;
+    unsigned *sink;
+    CHECK(cudaMalloc(&w, total));
+    CHECK(cudaMalloc(&sink, 4));
+    fill<<<1024, 256>>>(w, total, 7u);
+    CHECK(cudaDeviceSynchronize());
+    std::printf("| MB a launch | launches | order | us a launch | TB/s |\n|---:|---:|---|---:|---:|\n");
+    for (double mb : {2.0, 4.0, 9.2, 16.0, 23.6, 32.0, 47.2, 64.0, 128.0, 256.0, 512.0}) {
+        const size_t bytes = size_t(mb * 1e6) / 16 * 16;
+        const int n = int(std::min<size_t>(size_t(count), total / bytes));
+        for (int pdl = 0; pdl < 2; ++pdl) {
+            auto launch_all = [&] {
+                for (int i = 0; i < n; ++i) {
+                    const uint4 *src = reinterpret_cast<const uint4 *>(w + size_t(i) * bytes);
+                    cudaLaunchAttribute attr[1];
+                    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+                    attr[0].val.programmaticStreamSerializationAllowed = 1;
+                    cudaLaunchConfig_t cfg = {};
+                    cfg.gridDim = dim3(unsigned(sms * 16));
+                    cfg.blockDim = dim3(128);
+                    cfg.stream = s;
+                    cfg.attrs = attr;
+                    cfg.numAttrs = pdl;
+                    CHECK(cudaLaunchKernelEx(&cfg, pdl ? stream_read_pdl : stream_read, src, bytes / 16, sink));
+                }
+            };
+            launch_all();
+            CHECK(cudaStreamSynchronize(s));
+            cudaGraphExec_t exec = capture(s, launch_all);
+            double us = 0.0;
+            const int rounds = 3;
+            for (int r = 0; r < rounds; ++r) us += 1e3 * time_replays(exec, s, 1, reps, e0, e1) / reps / n / rounds;
+            std::printf("| %.1f | %d | %s | %.2f | %.2f |\n", bytes / 1e6, n, pdl ? "programmatic" : "stream", us,
+                        bytes / (us * 1e-6) / 1e12);
+            CHECK(cudaGraphExecDestroy(exec));
+        }
+    }
+    CHECK(cudaFree(w));
+    CHECK(cudaFree(sink));
+    return 0;
+}
+
 int head_main(int count, int reps) {
     const int64_t n = 103424;
     cudaStream_t s;
@@ -322,6 +393,8 @@ int head_main(int count, int reps) {
 
 int main(int argc, char **argv) {
 #ifdef HANDOFF_WITH_ES
+    if (argc > 1 && std::strcmp(argv[1], "ramp") == 0)
+        return ramp_main(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 10);
     if (argc > 1 && std::strcmp(argv[1], "head") == 0)
         return head_main(argc > 2 ? std::atoi(argv[2]) : 20, argc > 3 ? std::atoi(argv[3]) : 20);
 #endif
