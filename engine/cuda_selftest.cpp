@@ -920,9 +920,10 @@ double bit_diffs(const std::vector<T> &a, const std::vector<T> &b) {
 }
 
 void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                   scale_layout L = scale_layout::channel) {
+                   scale_layout L = scale_layout::channel, int mma = 0) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string fmt = (fp8 ? "fp8" : "bf16") + blk_suffix(L);
+    const std::string fmt =
+        (fp8 ? "fp8" : "bf16") + blk_suffix(L) + (mma ? " mma rounds " + std::to_string(mma) : "");
     const std::string n1 = shape_name("moe_gate_up_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     const std::string n2 = shape_name("moe_down_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     R.run("kernel", n1, [&] {
@@ -947,6 +948,7 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         g.n_embd = H;
         g.n_expert_used = K;
         g.n_ff_exp = Fe;
+        g.mma = mma;
         ck(launch_moe_gate_up_gemv(g, nullptr), "launch");
         sync(n1);
         std::vector<bf16_t> act(static_cast<size_t>(T * K * Fe));
@@ -1295,12 +1297,12 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
 // on a slot once its rows are in, back to back under programmatic launch (pdl) so the two
 // kernels overlap, then moe_combine resetting the counters; against the twins' chain.
 void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                            int64_t Fs, int rpw, bool pdl) {
+                            int64_t Fs, int rpw, bool pdl, int mma = 0) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name =
         shape_name("moe gate/up → down, slot counters", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
                    std::string(fp8 ? "fp8" : "bf16") + (rpw > 0 ? " rows/warp " + std::to_string(rpw) : "") +
-                       (pdl ? " programmatic launch" : ""));
+                       (pdl ? " programmatic launch" : "") + (mma ? " mma rounds " + std::to_string(mma) : ""));
     R.run("kernel", name, [&] {
         const bool was = programmatic_launch();
         set_programmatic_launch(pdl);
@@ -1340,6 +1342,7 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
         g.n_embd = H;
         g.n_expert_used = K;
         g.n_ff_exp = Fe;
+        g.mma = mma;
         g.slot_rows_done = dctr.get();
         moe_down_gemv_params d;
         d.act = dact.get();
@@ -2027,6 +2030,15 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_moe_slot_counters(R, f, 3, 44, 5, 2, 23, 17, 0, pdl);
     }
     test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, false);
+    // The routed gate/up on tensor cores in rounds of slot-major tiles (ES_CUDA_MOE_MMA, a
+    // measuring aid): 1, 2, 3 and 8 rounds, 1 and 8 tokens, a width no multiple of 16 (a partial
+    // last tile), 4,096-wide rows.
+    for (int mma : {1, 2, 3, 8}) {
+        test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, pdl, mma);
+        test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, mma);
+        test_moe_gemv(R, f8, 3, 4096, 8, 2, 40, scale_layout::channel, mma);
+    }
+    test_moe_gemv(R, f8, 1, 2560, 8, 6, 1536, scale_layout::channel, 2);
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);
     for (auto f : {bf, f8})

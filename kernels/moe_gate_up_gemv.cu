@@ -12,6 +12,7 @@
 // first block of each token also stores the normalized row to norm.out when it is set.
 #include "kernel_common.cuh"
 #include "moe_gate_up_gemv.cuh"
+#include "moe_gate_up_mma.cuh"
 #include "moe_router_device.cuh"
 
 namespace es {
@@ -124,6 +125,21 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
     }
 }
 
+// FP8 on tensor cores (moe_gate_up_gemv.cuh: mma): block b takes tiles b, b + G, … of the slot-major
+// list (tile i: slot i / T, rows 16·(i % T) …, T tiles a slot).
+__global__ void __launch_bounds__(k_mma_warps * 32) moe_gate_up_mma_kernel(moe_gate_up_gemv_params p) {
+    __shared__ float part[k_mma_warps][k_mma_rows][2];
+    pdl_enter();
+    const int64_t F = p.n_ff_exp, per_slot = (F + k_mma_rows - 1) / k_mma_rows,
+                  n = p.n_tokens * p.n_expert_used * per_slot;
+    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
+        const int64_t s = i / per_slot, f0 = (i % per_slot) * k_mma_rows;
+        gate_up_mma_tile(p, s, f0, part);
+        if (p.slot_rows_done) block_count_add(p.slot_rows_done + s, unsigned(min(int64_t(k_mma_rows), F - f0)));
+        else __syncthreads(); // part is read before the next tile writes it
+    }
+}
+
 // Block scales (FP8 only, the vector path only).
 cudaError_t launch_blk(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     if (p.n_embd % 16 != 0 || !aligned16(p.w)) return cudaErrorInvalidValue;
@@ -140,8 +156,14 @@ cudaError_t launch_blk(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
 
 template <bool FP8>
 cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
-    if constexpr (FP8)
+    if constexpr (FP8) {
         if (p.w_layout == scale_layout::block128) return launch_blk(p, slots, stream);
+        if (p.mma > 0 && !p.norm.on() && p.n_embd % k_mma_chunk == 0 && aligned16(p.w) && aligned16(p.x)) {
+            const int64_t n = slots * ((p.n_ff_exp + k_mma_rows - 1) / k_mma_rows);
+            return launch_kernel(moe_gate_up_mma_kernel, unsigned((n + p.mma - 1) / p.mma), k_mma_warps * 32, 0,
+                                 stream, p);
+        }
+    }
     const bool vec_w = p.n_embd % (FP8 ? 16 : 8) == 0 && aligned16(p.w);
     if (p.norm.on()) {
         const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));

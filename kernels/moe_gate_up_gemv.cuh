@@ -28,6 +28,12 @@ struct moe_gate_up_gemv_params {
     // adds their count to its slot's counter, so moe_down_gemv (slot_rows_done) can start on a
     // slot as soon as its n_ff_exp rows are there instead of waiting for this whole kernel.
     unsigned *slot_rows_done = nullptr;
+    // A measuring aid (ES_CUDA_MOE_MMA=r): FP8 with per-row scales, norm off, n_embd % 64 == 0 and
+    // 16-byte aligned weights and x: tiles of 16 rows on tensor cores (moe_gate_up_mma.cuh), the
+    // slot-major list of tiles taken by ⌈tiles / r⌉ blocks in r rounds (block b: tiles b, b + G, …),
+    // so that the first slots are done — and reported — while the last ones are still read
+    // (moe_down_gemv starts on them). 0: the CUDA-core kernel.
+    int mma = 0;
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared
