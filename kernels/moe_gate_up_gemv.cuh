@@ -28,11 +28,13 @@ struct moe_gate_up_gemv_params {
     // adds their count to its slot's counter, so moe_down_gemv (slot_rows_done) can start on a
     // slot as soon as its n_ff_exp rows are there instead of waiting for this whole kernel.
     unsigned *slot_rows_done = nullptr;
-    // A measuring aid (ES_CUDA_MOE_MMA=r): FP8 with per-row scales, norm off, n_embd % 64 == 0 and
-    // 16-byte aligned weights and x: tiles of 16 rows on tensor cores (moe_gate_up_mma.cuh), the
-    // slot-major list of tiles taken by ⌈tiles / r⌉ blocks in r rounds (block b: tiles b, b + G, …),
-    // so that the first slots are done — and reported — while the last ones are still read
-    // (moe_down_gemv starts on them). 0: the CUDA-core kernel.
+    // r > 0 (the backend's decode default: 1; ES_CUDA_MOE_MMA): FP8 with per-row scales, norm off,
+    // n_embd % 64 == 0 and 16-byte aligned weights and x take tiles of 16 rows on tensor cores
+    // (moe_gate_up_mma.cuh; x widened to f16 there: exact for |x| in [2⁻¹⁴, 65504]), the slot-major
+    // list of tiles taken by ⌈tiles / r⌉ blocks in r rounds (block b: tiles b, b + G, …). One round
+    // (every tile at once, one wave at the 21B-A3B's 576 tiles) is the fast one; more rounds let the
+    // first slots reach moe_down_gemv early but cost more than they gain (docs/benchmarks.md,
+    // session 13). 0: the CUDA-core kernel (a warp per row).
     int mma = 0;
 };
 
