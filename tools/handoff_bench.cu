@@ -232,7 +232,13 @@ void launch_es_chain(const Chain &c, cudaStream_t s) {
 // (launch_gemv: gemv_rows_kernel) against a read-only stream of the same bytes (the ceiling), each
 // replayed as a graph of `count` launches back to back under programmatic launch. (Session 11
 // measured the persistent form of gemv_rows_kernel here as a copy first: handoff-head.md.)
+// PDL: behind the programmatic-launch wait (as every decode kernel), the next launch let go at once.
+template <bool PDL = false>
 __global__ void __launch_bounds__(128) stream_read(const uint4 *w, size_t n_vec, unsigned *sink) {
+    if (PDL) {
+        grid_wait();
+        grid_release();
+    }
     uint32_t acc = 0;
     for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_vec;
          i += size_t(gridDim.x) * blockDim.x) {
@@ -248,32 +254,28 @@ __global__ void mask_bf16(uint16_t *w, size_t n) {
         w[i] &= 0xbfffu;
 }
 
-// The same stream behind the programmatic-launch wait (as every decode kernel): it starts only
-// when the previous launch has finished, and lets the next one launch at once.
-__global__ void __launch_bounds__(128) stream_read_pdl(const uint4 *w, size_t n_vec, unsigned *sink) {
-    grid_wait();
-    grid_release();
-    uint32_t acc = 0;
-    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n_vec;
-         i += size_t(gridDim.x) * blockDim.x) {
-        const uint4 v = __ldcs(w + i);
-        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+// A stream, its timing events and the device's SM count, for the timed modes below.
+struct timing {
+    cudaStream_t s;
+    cudaEvent_t e0, e1;
+    int sms = 0;
+    timing() {
+        CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        CHECK(cudaEventCreate(&e0));
+        CHECK(cudaEventCreate(&e1));
+        CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
     }
-    if (acc == 0x12345678u) sink[0] = acc;
-}
+};
 
 // `handoff_bench ramp [launches [replays]]`: what a read-only stream of S bytes gets when it is one
 // launch of a chain, for the sizes of the decode step's launches (2–64 MB) and beyond: `launches`
 // streams of S each over consecutive regions of a 2 GB buffer (no region in L2 when its turn
 // comes), back to back in one graph, behind the programmatic-launch wait and in plain stream order.
 int ramp_main(int count, int reps) {
-    cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    int sms = 0;
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const timing tm;
+    cudaStream_t s = tm.s;
+    const cudaEvent_t e0 = tm.e0, e1 = tm.e1;
+    const int sms = tm.sms;
     const size_t total = size_t(2) << 30;
     uint8_t *w;
     unsigned *sink;
@@ -298,7 +300,8 @@ int ramp_main(int count, int reps) {
                     cfg.stream = s;
                     cfg.attrs = attr;
                     cfg.numAttrs = pdl;
-                    CHECK(cudaLaunchKernelEx(&cfg, pdl ? stream_read_pdl : stream_read, src, bytes / 16, sink));
+                    CHECK(cudaLaunchKernelEx(&cfg, pdl ? stream_read<true> : stream_read<false>, src,
+                                             bytes / 16, sink));
                 }
             };
             launch_all();
@@ -319,13 +322,10 @@ int ramp_main(int count, int reps) {
 
 int head_main(int count, int reps) {
     const int64_t n = 103424;
-    cudaStream_t s;
-    CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    int sms = 0;
-    CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const timing tm;
+    cudaStream_t s = tm.s;
+    const cudaEvent_t e0 = tm.e0, e1 = tm.e1;
+    const int sms = tm.sms;
     es::set_programmatic_launch(true);
     std::printf("| head (BF16, %lld rows) | k | MB | variant | us a launch | TB/s | x engine "
                 "|\n|---|---:|---:|---|---:|---:|---:|\n",
