@@ -2030,9 +2030,9 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_moe_slot_counters(R, f, 3, 44, 5, 2, 23, 17, 0, pdl);
     }
     test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, false);
-    // The routed gate/up on tensor cores in rounds of slot-major tiles (ES_CUDA_MOE_MMA, a
-    // measuring aid): 1, 2, 3 and 8 rounds, 1 and 8 tokens, a width no multiple of 16 (a partial
-    // last tile), 4,096-wide rows.
+    // The routed gate/up on tensor cores (decode's FP8 default: one round of tiles; more rounds are
+    // ES_CUDA_MOE_MMA's measuring aid): 1, 2, 3 and 8 rounds, 1 and 8 tokens, a width no multiple
+    // of 16 (a partial last tile), 4,096-wide rows.
     for (int mma : {1, 2, 3, 8}) {
         test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, pdl, mma);
         test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, mma);

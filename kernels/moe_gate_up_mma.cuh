@@ -1,6 +1,6 @@
 // The FP8 routed gate/up GEMV's row tile on tensor cores (device code of moe_gate_up_gemv.cu's
-// mma kernel, a measuring aid; the host includes nothing of it). Written in session 6, ported onto
-// the slot counters in session 9 (branch moe-experts), here taken in rounds of slot-major tiles.
+// mma kernel, decode's default for FP8 routed experts since session 13; the host includes nothing
+// of it). Written in session 6, ported onto the slot counters in session 9 (branch moe-experts).
 #pragma once
 
 #include "kernel_common.cuh"
