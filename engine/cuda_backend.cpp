@@ -40,6 +40,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -428,6 +429,20 @@ public:
         // scales), every tile at once: the 21B-A3B's step 1,630 -> 1,599 us on the H200 (session 13).
         // A measuring aid: ES_CUDA_MOE_MMA=0 keeps the CUDA-core kernel, =r takes r rounds of tiles.
         if (const char *mm = std::getenv("ES_CUDA_MOE_MMA")) m_moe_mma = std::max(0, std::atoi(mm));
+        // A measuring aid: ES_CUDA_MOE_MMA_SHAPE=warps/tiles/depth[/wave] picks another instance of
+        // that kernel (moe_gate_up_gemv.cuh: mma_shape); a shape it has no instance of is refused.
+        if (const char *ms = std::getenv("ES_CUDA_MOE_MMA_SHAPE")) {
+            moe_gate_up_gemv_params::mma_shape_t m;
+            char wave[8] = {};
+            const int got = std::sscanf(ms, "%d/%d/%d/%7s", &m.warps, &m.tiles, &m.depth, wave);
+            m.wave = got == 4 && std::string(wave) == "wave";
+            if (got < 3 || (got == 4 && !m.wave) || !moe_gate_up_mma_shape_ok(m))
+                throw load_error(
+                    std::string("ES_CUDA_MOE_MMA_SHAPE='") + ms +
+                    "' is not a shape of the routed gate/up's tensor-core kernel (warps/tiles/depth[/wave]; "
+                    "kernels/moe_gate_up_gemv.cu lists them)");
+            m_moe_mma_shape = m;
+        }
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
         // carveout preference (kernel_common.h).
@@ -1456,6 +1471,7 @@ private:
                         : nullptr;
                 g.slot_rows_done = slot_rows;
                 g.mma = m_moe_mma;
+                g.mma_shape = m_moe_mma_shape;
                 g.n_tokens = T;
                 g.n_embd = H;
                 g.n_expert_used = K;
@@ -1880,6 +1896,7 @@ private:
     bool m_moe_down_rows = true;
     bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
     int m_moe_mma = 1;               // ES_CUDA_MOE_MMA
+    moe_gate_up_gemv_params::mma_shape_t m_moe_mma_shape; // ES_CUDA_MOE_MMA_SHAPE
     bool m_fuse = true;
     bool m_record_routing = true;
     bool m_profiling = false;

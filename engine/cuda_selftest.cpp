@@ -919,11 +919,23 @@ double bit_diffs(const std::vector<T> &a, const std::vector<T> &b) {
     return double(n);
 }
 
+using mma_shape = moe_gate_up_gemv_params::mma_shape_t;
+
+// " mma rounds r" and, for another shape than the default, " shape W/RT/D[ wave]".
+std::string mma_suffix(int mma, const mma_shape &m) {
+    if (!mma) return "";
+    std::string s = " mma rounds " + std::to_string(mma);
+    const mma_shape d;
+    if (m.warps != d.warps || m.tiles != d.tiles || m.depth != d.depth || m.wave != d.wave)
+        s += " shape " + std::to_string(m.warps) + "/" + std::to_string(m.tiles) + "/" +
+             std::to_string(m.depth) + (m.wave ? " wave" : "");
+    return s;
+}
+
 void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                   scale_layout L = scale_layout::channel, int mma = 0) {
+                   scale_layout L = scale_layout::channel, int mma = 0, const mma_shape &ms = {}) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string fmt =
-        (fp8 ? "fp8" : "bf16") + blk_suffix(L) + (mma ? " mma rounds " + std::to_string(mma) : "");
+    const std::string fmt = (fp8 ? "fp8" : "bf16") + blk_suffix(L) + mma_suffix(mma, ms);
     const std::string n1 = shape_name("moe_gate_up_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     const std::string n2 = shape_name("moe_down_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     R.run("kernel", n1, [&] {
@@ -949,6 +961,7 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         g.n_expert_used = K;
         g.n_ff_exp = Fe;
         g.mma = mma;
+        g.mma_shape = ms;
         ck(launch_moe_gate_up_gemv(g, nullptr), "launch");
         sync(n1);
         std::vector<bf16_t> act(static_cast<size_t>(T * K * Fe));
@@ -1296,13 +1309,14 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
 // reporting each slot's rows, moe_down_gemv (per-slot, the shared slot before the wait) starting
 // on a slot once its rows are in, back to back under programmatic launch (pdl) so the two
 // kernels overlap, then moe_combine resetting the counters; against the twins' chain.
-void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                            int64_t Fs, int rpw, bool pdl, int mma = 0) {
+void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K,
+                            int64_t Fe, int64_t Fs, int rpw, bool pdl, int mma = 0,
+                            const mma_shape &ms = {}) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name =
-        shape_name("moe gate/up → down, slot counters", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
-                   std::string(fp8 ? "fp8" : "bf16") + (rpw > 0 ? " rows/warp " + std::to_string(rpw) : "") +
-                       (pdl ? " programmatic launch" : "") + (mma ? " mma rounds " + std::to_string(mma) : ""));
+    const std::string name = shape_name(
+        "moe gate/up → down, slot counters", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
+        std::string(fp8 ? "fp8" : "bf16") + (rpw > 0 ? " rows/warp " + std::to_string(rpw) : "") +
+            (pdl ? " programmatic launch" : "") + mma_suffix(mma, ms));
     R.run("kernel", name, [&] {
         const bool was = programmatic_launch();
         set_programmatic_launch(pdl);
@@ -1343,6 +1357,7 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
         g.n_expert_used = K;
         g.n_ff_exp = Fe;
         g.mma = mma;
+        g.mma_shape = ms;
         g.slot_rows_done = dctr.get();
         moe_down_gemv_params d;
         d.act = dact.get();
@@ -2039,6 +2054,22 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_moe_gemv(R, f8, 3, 4096, 8, 2, 40, scale_layout::channel, mma);
     }
     test_moe_gemv(R, f8, 1, 2560, 8, 6, 1536, scale_layout::channel, 2);
+    // Every other instance of the tensor-core kernel (ES_CUDA_MOE_MMA_SHAPE): one round and one
+    // resident wave, with slot counters at the 21B-A3B's widths, and at widths whose chunks do not
+    // split evenly over the warps (a 1,600-wide row: 25 chunks) with a partial last tile.
+    for (int w : {2, 4, 8})
+        for (int rt : {1, 2})
+            for (int d = 1; d <= 4; ++d) {
+                const mma_shape m{w, rt, d, false};
+                if (!moe_gate_up_mma_shape_ok(m) || (w == 4 && rt == 2 && d == 1)) continue;
+                for (bool wave : {false, true}) {
+                    const mma_shape mw{w, rt, d, wave};
+                    test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, pdl, 1, mw);
+                    test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1, mw);
+                }
+            }
+    test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, 1, mma_shape{4, 2, 1, true});
+    test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1);
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);
     for (auto f : {bf, f8})

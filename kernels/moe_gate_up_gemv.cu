@@ -125,19 +125,39 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
     }
 }
 
-// FP8 on tensor cores (moe_gate_up_gemv.cuh: mma): block b takes tiles b, b + G, … of the slot-major
-// list (tile i: slot i / T, rows 16·(i % T) …, T tiles a slot).
-__global__ void __launch_bounds__(k_mma_warps * 32) moe_gate_up_mma_kernel(moe_gate_up_gemv_params p) {
-    __shared__ float part[k_mma_warps][k_mma_rows][2];
+// FP8 on tensor cores (moe_gate_up_gemv.cuh: mma, mma_shape): block b takes tiles b, b + G, … of
+// the slot-major list (moe_gate_up_mma.cuh: gate_up_mma_tiles).
+template <int W, int RT, int D>
+__global__ void __launch_bounds__(W * 32) moe_gate_up_mma_kernel(moe_gate_up_gemv_params p) {
+    __shared__ float part[2][W][8 * RT][2];
     pdl_enter();
-    const int64_t F = p.n_ff_exp, per_slot = (F + k_mma_rows - 1) / k_mma_rows,
-                  n = p.n_tokens * p.n_expert_used * per_slot;
-    for (int64_t i = blockIdx.x; i < n; i += gridDim.x) {
-        const int64_t s = i / per_slot, f0 = (i % per_slot) * k_mma_rows;
-        gate_up_mma_tile(p, s, f0, part);
-        if (p.slot_rows_done) block_count_add(p.slot_rows_done + s, unsigned(min(int64_t(k_mma_rows), F - f0)));
-        else __syncthreads(); // part is read before the next tile writes it
-    }
+    gate_up_mma_tiles<W, RT, D>(p, part);
+}
+
+template <int W, int RT, int D>
+cudaError_t launch_mma(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
+    const int64_t n = slots * ((p.n_ff_exp + 8 * RT - 1) / (8 * RT));
+    int64_t grid = (n + p.mma - 1) / p.mma;
+    if (p.mma_shape.wave)
+        if (const unsigned wave =
+                resident_blocks(reinterpret_cast<const void *>(moe_gate_up_mma_kernel<W, RT, D>), W * 32, 0))
+            grid = std::min<int64_t>(n, wave);
+    return launch_kernel(moe_gate_up_mma_kernel<W, RT, D>, unsigned(grid), W * 32, 0, stream, p);
+}
+
+// The instances: (warps, row tiles, depth).
+#define ES_MMA_SHAPES(X)                                                                                     \
+    X(4, 2, 1)                                                                                               \
+    X(4, 2, 2) X(4, 2, 3) X(4, 2, 4) X(8, 2, 1) X(8, 2, 2) X(2, 2, 2) X(2, 2, 4) X(4, 1, 2) X(4, 1, 4)       \
+        X(8, 1, 2) X(8, 1, 3)
+
+cudaError_t launch_mma_shape(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
+    const auto &m = p.mma_shape;
+#define ES_MMA_CASE(W, RT, D)                                                                                \
+    if (m.warps == W && m.tiles == RT && m.depth == D) return launch_mma<W, RT, D>(p, slots, stream);
+    ES_MMA_SHAPES(ES_MMA_CASE)
+#undef ES_MMA_CASE
+    return cudaErrorInvalidValue;
 }
 
 // Block scales (FP8 only, the vector path only).
@@ -158,11 +178,8 @@ template <bool FP8>
 cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     if constexpr (FP8) {
         if (p.w_layout == scale_layout::block128) return launch_blk(p, slots, stream);
-        if (p.mma > 0 && !p.norm.on() && p.n_embd % k_mma_chunk == 0 && aligned16(p.w) && aligned16(p.x)) {
-            const int64_t n = slots * ((p.n_ff_exp + k_mma_rows - 1) / k_mma_rows);
-            return launch_kernel(moe_gate_up_mma_kernel, unsigned((n + p.mma - 1) / p.mma), k_mma_warps * 32, 0,
-                                 stream, p);
-        }
+        if (p.mma > 0 && !p.norm.on() && p.n_embd % k_mma_chunk == 0 && aligned16(p.w) && aligned16(p.x))
+            return launch_mma_shape(p, slots, stream);
     }
     const bool vec_w = p.n_embd % (FP8 ? 16 : 8) == 0 && aligned16(p.w);
     if (p.norm.on()) {
@@ -183,6 +200,14 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
 }
 
 } // namespace
+
+bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m) {
+#define ES_MMA_CASE(W, RT, D)                                                                                \
+    if (m.warps == W && m.tiles == RT && m.depth == D) return true;
+    ES_MMA_SHAPES(ES_MMA_CASE)
+#undef ES_MMA_CASE
+    return false;
+}
 
 cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream_t stream) {
     const int64_t slots = p.n_tokens * p.n_expert_used;

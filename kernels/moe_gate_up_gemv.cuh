@@ -29,13 +29,21 @@ struct moe_gate_up_gemv_params {
     // slot as soon as its n_ff_exp rows are there instead of waiting for this whole kernel.
     unsigned *slot_rows_done = nullptr;
     // r > 0 (the backend's decode default: 1; ES_CUDA_MOE_MMA): FP8 with per-row scales, norm off,
-    // n_embd % 64 == 0 and 16-byte aligned weights and x take tiles of 16 rows on tensor cores
-    // (moe_gate_up_mma.cuh; x widened to f16 there: exact for |x| in [2⁻¹⁴, 65504]), the slot-major
-    // list of tiles taken by ⌈tiles / r⌉ blocks in r rounds (block b: tiles b, b + G, …). One round
-    // (every tile at once, one wave at the 21B-A3B's 576 tiles) is the fast one; more rounds let the
-    // first slots reach moe_down_gemv early but cost more than they gain (docs/benchmarks.md,
-    // session 13). 0: the CUDA-core kernel (a warp per row).
+    // n_embd % 64 == 0 and 16-byte aligned weights and x take tiles of 8·mma_shape.tiles rows on
+    // tensor cores (moe_gate_up_mma.cuh; x widened to f16 there: exact for |x| in [2⁻¹⁴, 65504]),
+    // the slot-major list of tiles taken by ⌈tiles / r⌉ blocks in r rounds (block b: tiles b, b + G,
+    // …). One round (every tile at once, one wave at the 21B-A3B's 576 tiles) is the fast one; more
+    // rounds let the first slots reach moe_down_gemv early but cost more than they gain
+    // (docs/benchmarks.md, session 13). 0: the CUDA-core kernel (a warp per row).
     int mma = 0;
+    // The tensor-core kernel's shape: warps a block (2, 4, 8), row tiles of 8 f a block (1, 2),
+    // chunks each warp's loads run ahead of its products (1–4), and wave: one resident wave of
+    // blocks (resident_blocks) taking the tiles in turn instead of r rounds. Every shape gives the
+    // same sums for the same warps (each warp adds its chunks in order, the warps' parts in order).
+    struct mma_shape_t {
+        int warps = 4, tiles = 2, depth = 1;
+        bool wave = false;
+    } mma_shape;
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared
@@ -45,6 +53,8 @@ bool moe_gate_up_gemv_norm_ok(const moe_gate_up_gemv_params &p);
 void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream_t stream);
+// Whether the tensor-core kernel has an instance of this shape.
+bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m);
 #endif
 
 } // namespace es

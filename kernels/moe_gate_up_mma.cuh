@@ -11,18 +11,19 @@ namespace es {
 // FP8 on tensor cores (norm off, per-channel scales, n_embd % 64 == 0): the CUDA-core kernel
 // spends about 3.6 instructions per weight (E4M3 → f16 → f32, the BF16 activation widened, an
 // FMA), which with the loads left the FP8 decode GEMVs issue-bound rather than bandwidth-bound.
-// Here a block takes 16 rows f of one slot as two m16n8k16 row tiles — tile r's A rows 0–7 are gate
-// rows f0+8r … f0+8r+7 and rows 8–15 the up rows of the same f — and k_mma_warps warps split
-// n_embd in 64-column chunks (chunk c to warp c % k_mma_warps), the next chunk's loads issued
-// before this one's products. Lane (g, q) = (lane / 4, lane % 4) loads 16 bytes of its four rows
-// (gate and up of f0+g and f0+8+g) at column 64c + 16q and converts them (cvt.rn.f16x2.e4m3x2,
-// exact) into the A fragments of four k-steps: the k order inside a step is a permutation shared
-// with B (mma.cuh's layout: A's column pair 2q, 2q+1 of step j ↔ columns 64c + 16q + 4j + {0, 1},
-// pair 2q+8, 2q+9 ↔ + {2, 3}), and B holds the token's activations at those columns, the same in all
-// eight columns, BF16 → f16 in the lane (exact for |x| in [2⁻¹⁴, 65504], the range of normalized
-// activations; smaller values keep f16's subnormal precision). Products are exact, sums fp32, one
-// conversion of the activations serves both tiles. The warps' partial sums meet in shared memory.
-constexpr int k_mma_warps = 4, k_mma_rows = 16, k_mma_chunk = 64;
+// Here a block takes RT·8 rows f of one slot as RT m16n8k16 row tiles (the default RT = 2: 16
+// rows) — tile r's A rows 0–7 are gate rows f0+8r … f0+8r+7 and rows 8–15 the up rows of the same
+// f — and its W warps split n_embd in 64-column chunks (chunk c to warp c % W), each warp's loads
+// D chunks ahead of its products (moe_gate_up_gemv_params: mma_shape). Lane (g, q) = (lane / 4,
+// lane % 4) loads 16 bytes of its 2·RT rows (gate and up of f0+g, f0+8+g, …) at column 64c + 16q
+// and converts them (cvt.rn.f16x2.e4m3x2, exact) into the A fragments of four k-steps: the k order
+// inside a step is a permutation shared with B (mma.cuh's layout: A's column pair 2q, 2q+1 of step
+// j ↔ columns 64c + 16q + 4j + {0, 1}, pair 2q+8, 2q+9 ↔ + {2, 3}), and B holds the token's
+// activations at those columns, the same in all eight columns, BF16 → f16 in the lane (exact for
+// |x| in [2⁻¹⁴, 65504], the range of normalized activations; smaller values keep f16's subnormal
+// precision). Products are exact, sums fp32, one conversion of the activations serves every row
+// tile. The warps' partial sums meet in shared memory.
+constexpr int k_mma_chunk = 64;
 
 __device__ __forceinline__ void e4m3x4_to_f16x2(uint32_t v, uint32_t &lo, uint32_t &hi) {
     asm("{\n .reg .b16 a, b;\n mov.b32 {a, b}, %2;\n cvt.rn.f16x2.e4m3x2 %0, a;\n cvt.rn.f16x2.e4m3x2 %1, "
@@ -54,63 +55,119 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4 &wg, const 
     }
 }
 
-// Rows [f0, f0 + k_mma_rows) of slot s (moe_gate_up_gemv_params: FP8, per-channel scales, norm
-// off, n_embd % k_mma_chunk == 0, 16-byte aligned weights and x), by all k_mma_warps warps of the
-// block; part: the block's shared [k_mma_warps][k_mma_rows][2]. Ends with a block barrier behind it
-// only for the partial sums' reads: the caller synchronizes before reusing part.
-__device__ __forceinline__ void gate_up_mma_tile(const moe_gate_up_gemv_params &p, int64_t s, int64_t f0,
-                                                 float (*part)[k_mma_rows][2]) {
+// The block's tiles, one after another (tile i: slot i / T, rows f0 = 8·RT·(i % T) …, T = ⌈F / 8·RT⌉
+// tiles a slot; block b takes tiles b, b + G, …): RT row tiles of 8 f each (RT = 2: the 16 rows
+// above), W warps splitting n_embd in 64-column chunks (chunk c to warp c % W; every warp takes
+// ⌈chunks / W⌉ of each tile, those past the end zeros, so all warps reach each tile's end
+// together), and each warp's loads D chunks ahead of its products in a ring of registers that
+// runs on across the block's tiles (the next tile's first chunks are on their way while this one's
+// sums are combined). part: the block's shared [2][W][8·RT][2] (tile j's partial sums in buffer
+// j % 2: one barrier a tile). Tile sums are the same for every D and G: each warp adds its chunks
+// in order, the warps' parts are added in warp order.
+template <int W, int RT, int D>
+__device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params &p,
+                                                  float (*part)[W][8 * RT][2]) {
+    constexpr int R = 8 * RT, NW = 2 * RT; // rows f a tile; 16-byte weight vectors a lane loads a chunk
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    const int64_t t = s / p.n_expert_used, F = p.n_ff_exp, H = p.n_embd;
-    const int64_t e = p.ids ? p.ids[s] : 0;
-    const unsigned char *w = static_cast<const unsigned char *>(p.w);
-    const uint4 *rows[4]; // gate and up of tile 0, gate and up of tile 1 (past F: row F - 1, unused)
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int64_t f = f0 + 8 * r + g < F ? f0 + 8 * r + g : F - 1;
-        rows[2 * r] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + f) * H + 16 * q);
-        rows[2 * r + 1] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + F + f) * H + 16 * q);
-    }
-    const uint4 *xg = reinterpret_cast<const uint4 *>(p.x + t * H + 16 * q);
-    const int nch = int(H / k_mma_chunk), cnt = (nch - warp + k_mma_warps - 1) / k_mma_warps;
+    const int64_t F = p.n_ff_exp, H = p.n_embd, per_slot = (F + R - 1) / R,
+                  n = p.n_tokens * p.n_expert_used * per_slot;
+    const int64_t tiles = blockIdx.x < n ? (n - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    const int nch = int(H / k_mma_chunk), cnt = (nch + W - 1) / W; // chunks a warp takes of each tile
     constexpr int64_t cv = k_mma_chunk / 16, cx = k_mma_chunk / 8; // uint4 per chunk: weights, x
-    uint4 nw[4], nx[2];
-    auto load = [&](int i) {
-        const int64_t c = warp + int64_t(i) * k_mma_warps;
+    const unsigned char *w = static_cast<const unsigned char *>(p.w);
+    // The load cursor: chunk lc of the block's tile lj, whose rows (gate and up of each row tile;
+    // past F: row F - 1, unused) and activations rows / xg point at.
+    int64_t lj = 0;
+    int lc = 0;
+    const uint4 *rows[NW];
+    const uint4 *xg = nullptr;
+    auto aim = [&](int64_t j) {
+        const int64_t i = blockIdx.x + j * gridDim.x, s = i / per_slot, f0 = (i % per_slot) * R;
+        const int64_t e = p.ids ? p.ids[s] : 0, t = s / p.n_expert_used;
 #pragma unroll
-        for (int r = 0; r < 4; ++r) nw[r] = __ldcs(rows[r] + c * cv);
-        nx[0] = xg[c * cx];
-        nx[1] = xg[c * cx + 1];
-    };
-    if (cnt > 0) load(0);
-    float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int i = 0; i < cnt; ++i) {
-        const uint4 w0 = nw[0], w1 = nw[1], w2 = nw[2], w3 = nw[3], x0 = nx[0], x1 = nx[1];
-        if (i + 1 < cnt) load(i + 1); // the next chunk's loads before this one's products
-        const uint32_t xb[8] = {bf16x2_to_f16x2(x0.x), bf16x2_to_f16x2(x0.y), bf16x2_to_f16x2(x0.z),
-                                bf16x2_to_f16x2(x0.w), bf16x2_to_f16x2(x1.x), bf16x2_to_f16x2(x1.y),
-                                bf16x2_to_f16x2(x1.z), bf16x2_to_f16x2(x1.w)};
-        mma_chunk(d0, w0, w1, xb);
-        mma_chunk(d1, w2, w3, xb);
-    }
-    if (q == 0) { // column 0: d[0] the gate of row g, d[2] its up (all eight columns are equal)
-        part[warp][g][0] = d0[0];
-        part[warp][g][1] = d0[2];
-        part[warp][8 + g][0] = d1[0];
-        part[warp][8 + g][1] = d1[2];
-    }
-    __syncthreads();
-    if (warp == 0 && lane < k_mma_rows && f0 + lane < F) {
-        const int64_t f = f0 + lane, g_row = e * 2 * F + f;
-        float gs = 0.0f, us = 0.0f;
-#pragma unroll
-        for (int k = 0; k < k_mma_warps; ++k) {
-            gs += part[k][lane][0];
-            us += part[k][lane][1];
+        for (int r = 0; r < RT; ++r) {
+            const int64_t f = f0 + 8 * r + g < F ? f0 + 8 * r + g : F - 1;
+            rows[2 * r] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + f) * H + 16 * q);
+            rows[2 * r + 1] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + F + f) * H + 16 * q);
         }
-        gs *= __ldg(p.w_scale + g_row);
-        us *= __ldg(p.w_scale + g_row + F);
-        p.act[s * F + f] = f_to_bf16(silu_f(gs) * us);
+        xg = reinterpret_cast<const uint4 *>(p.x + t * H + 16 * q);
+    };
+    uint4 bw[D][NW], bx[D][2];
+    auto load = [&](int d) { // the cursor's chunk into ring slot d, then the cursor on
+        const int64_t c = warp + int64_t(lc) * W;
+        if (lj < tiles && c < nch) {
+#pragma unroll
+            for (int r = 0; r < NW; ++r) bw[d][r] = __ldcs(rows[r] + c * cv);
+            bx[d][0] = xg[c * cx];
+            bx[d][1] = xg[c * cx + 1];
+        } else {
+#pragma unroll
+            for (int r = 0; r < NW; ++r) bw[d][r] = make_uint4(0u, 0u, 0u, 0u);
+            bx[d][0] = bx[d][1] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        if (++lc == cnt) {
+            lc = 0;
+            if (++lj < tiles) aim(lj);
+        }
+    };
+    if (tiles > 0) aim(0);
+#pragma unroll
+    for (int d = 0; d < D; ++d) load(d);
+    float acc[RT][4] = {};
+    // Tile j's sums: every warp's to part, then warp 0 adds them, scales, and stores SiLU(gate)·up.
+    auto finish = [&](int64_t j) {
+        const int b = int(j & 1);
+        if (q ==
+            0) { // column 0: acc[r][0] the gate of row 8r + g, acc[r][2] its up (all eight columns equal)
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+                part[b][warp][8 * r + g][0] = acc[r][0];
+                part[b][warp][8 * r + g][1] = acc[r][2];
+            }
+        }
+        __syncthreads();
+        const int64_t i = blockIdx.x + j * gridDim.x, s = i / per_slot, f0 = (i % per_slot) * R;
+        if (warp == 0 && lane < R && f0 + lane < F) {
+            const int64_t e = p.ids ? p.ids[s] : 0, f = f0 + lane, g_row = e * 2 * F + f;
+            float gs = 0.0f, us = 0.0f;
+#pragma unroll
+            for (int k = 0; k < W; ++k) {
+                gs += part[b][k][lane][0];
+                us += part[b][k][lane][1];
+            }
+            gs *= __ldg(p.w_scale + g_row);
+            us *= __ldg(p.w_scale + g_row + F);
+            p.act[s * F + f] = f_to_bf16(silu_f(gs) * us);
+        }
+        if (p.slot_rows_done) block_count_add(p.slot_rows_done + s, unsigned(min(int64_t(R), F - f0)));
+#pragma unroll
+        for (int r = 0; r < RT; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+    };
+    // Every warp has the same count of items (tiles · cnt), so the block-wide barriers in finish are
+    // reached by all warps at the same unrolled place.
+    const int64_t total = tiles * cnt;
+    int cc = 0;
+    int64_t cj = 0;
+    for (int64_t it0 = 0; it0 < total; it0 += D) {
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            if (it0 + d < total) {
+                uint4 cw[NW];
+#pragma unroll
+                for (int r = 0; r < NW; ++r) cw[r] = bw[d][r];
+                const uint4 x0 = bx[d][0], x1 = bx[d][1];
+                load(d); // the chunk D ahead into the slot just emptied, before this one's products
+                const uint32_t xb[8] = {bf16x2_to_f16x2(x0.x), bf16x2_to_f16x2(x0.y), bf16x2_to_f16x2(x0.z),
+                                        bf16x2_to_f16x2(x0.w), bf16x2_to_f16x2(x1.x), bf16x2_to_f16x2(x1.y),
+                                        bf16x2_to_f16x2(x1.z), bf16x2_to_f16x2(x1.w)};
+#pragma unroll
+                for (int r = 0; r < RT; ++r) mma_chunk(acc[r], cw[2 * r], cw[2 * r + 1], xb);
+                if (++cc == cnt) {
+                    cc = 0;
+                    finish(cj++);
+                }
+            }
+        }
     }
 }
 
