@@ -40,7 +40,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -429,18 +428,40 @@ public:
         // scales), every tile at once: the 21B-A3B's step 1,630 -> 1,599 us on the H200 (session 13).
         // A measuring aid: ES_CUDA_MOE_MMA=0 keeps the CUDA-core kernel, =r takes r rounds of tiles.
         if (const char *mm = std::getenv("ES_CUDA_MOE_MMA")) m_moe_mma = std::max(0, std::atoi(mm));
-        // A measuring aid: ES_CUDA_MOE_MMA_SHAPE=warps/tiles/depth[/wave] picks another instance of
-        // that kernel (moe_gate_up_gemv.cuh: mma_shape); a shape it has no instance of is refused.
+        // A measuring aid: ES_CUDA_MOE_MMA_SHAPE=warps/tiles/depth[/wave][/linear] picks another
+        // instance of that kernel (moe_gate_up_gemv.cuh: mma_shape; linear: a timing aid whose
+        // results are wrong); a shape it has no instance of is refused.
         if (const char *ms = std::getenv("ES_CUDA_MOE_MMA_SHAPE")) {
             moe_gate_up_gemv_params::mma_shape_t m;
-            char wave[8] = {};
-            const int got = std::sscanf(ms, "%d/%d/%d/%7s", &m.warps, &m.tiles, &m.depth, wave);
-            m.wave = got == 4 && std::string(wave) == "wave";
-            if (got < 3 || (got == 4 && !m.wave) || !moe_gate_up_mma_shape_ok(m))
+            std::vector<std::string> part;
+            for (std::string v(ms); !v.empty();) {
+                const size_t slash = v.find('/');
+                part.push_back(v.substr(0, slash));
+                v = slash == std::string::npos ? "" : v.substr(slash + 1);
+            }
+            bool ok = part.size() >= 3;
+            try {
+                if (ok) {
+                    m.warps = std::stoi(part[0]);
+                    m.tiles = std::stoi(part[1]);
+                    m.depth = std::stoi(part[2]);
+                }
+            } catch (const std::exception &) {
+                ok = false;
+            }
+            for (size_t k = 3; ok && k < part.size(); ++k) {
+                if (part[k] == "wave")
+                    m.wave = true;
+                else if (part[k] == "linear")
+                    m.linear_timing = true;
+                else
+                    ok = false;
+            }
+            if (!ok || !moe_gate_up_mma_shape_ok(m))
                 throw load_error(
                     std::string("ES_CUDA_MOE_MMA_SHAPE='") + ms +
-                    "' is not a shape of the routed gate/up's tensor-core kernel (warps/tiles/depth[/wave]; "
-                    "kernels/moe_gate_up_gemv.cu lists them)");
+                    "' is not a shape of the routed gate/up's tensor-core kernel "
+                    "(warps/tiles/depth[/wave][/linear]; kernels/moe_gate_up_gemv.cu lists them)");
             m_moe_mma_shape = m;
         }
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));

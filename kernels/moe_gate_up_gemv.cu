@@ -127,34 +127,37 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
 
 // FP8 on tensor cores (moe_gate_up_gemv.cuh: mma, mma_shape): block b takes tiles b, b + G, … of
 // the slot-major list (moe_gate_up_mma.cuh: gate_up_mma_tiles).
-template <int W, int RT, int D>
+template <int W, int RT, int D, bool LIN>
 __global__ void __launch_bounds__(W * 32) moe_gate_up_mma_kernel(moe_gate_up_gemv_params p) {
     __shared__ float part[2][W][8 * RT][2];
     pdl_enter();
-    gate_up_mma_tiles<W, RT, D>(p, part);
+    gate_up_mma_tiles<W, RT, D, LIN>(p, part);
 }
 
-template <int W, int RT, int D>
+template <int W, int RT, int D, bool LIN>
 cudaError_t launch_mma(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     const int64_t n = slots * ((p.n_ff_exp + 8 * RT - 1) / (8 * RT));
     int64_t grid = (n + p.mma - 1) / p.mma;
     if (p.mma_shape.wave)
-        if (const unsigned wave =
-                resident_blocks(reinterpret_cast<const void *>(moe_gate_up_mma_kernel<W, RT, D>), W * 32, 0))
+        if (const unsigned wave = resident_blocks(
+                reinterpret_cast<const void *>(moe_gate_up_mma_kernel<W, RT, D, LIN>), W * 32, 0))
             grid = std::min<int64_t>(n, wave);
-    return launch_kernel(moe_gate_up_mma_kernel<W, RT, D>, unsigned(grid), W * 32, 0, stream, p);
+    return launch_kernel(moe_gate_up_mma_kernel<W, RT, D, LIN>, unsigned(grid), W * 32, 0, stream, p);
 }
 
-// The instances: (warps, row tiles, depth).
+// The instances: (warps, row tiles, depth, the linear-read timing aid).
 #define ES_MMA_SHAPES(X)                                                                                     \
-    X(4, 2, 1)                                                                                               \
-    X(4, 2, 2) X(4, 2, 3) X(4, 2, 4) X(8, 2, 1) X(8, 2, 2) X(2, 2, 2) X(2, 2, 4) X(4, 1, 2) X(4, 1, 4)       \
-        X(8, 1, 2) X(8, 1, 3)
+    X(4, 2, 1, false)                                                                                        \
+    X(4, 2, 2, false) X(4, 2, 3, false) X(4, 2, 4, false) X(8, 2, 1, false) X(8, 2, 2, false)                \
+        X(2, 2, 1, false) X(2, 2, 2, false) X(2, 2, 4, false) X(4, 1, 1, false) X(4, 1, 2, false)            \
+            X(4, 1, 4, false) X(8, 1, 1, false) X(8, 1, 2, false) X(8, 1, 3, false) X(2, 1, 1, false)        \
+                X(4, 2, 1, true) X(4, 2, 2, true) X(4, 1, 1, true) X(8, 2, 1, true)
 
 cudaError_t launch_mma_shape(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     const auto &m = p.mma_shape;
-#define ES_MMA_CASE(W, RT, D)                                                                                \
-    if (m.warps == W && m.tiles == RT && m.depth == D) return launch_mma<W, RT, D>(p, slots, stream);
+#define ES_MMA_CASE(W, RT, D, LIN)                                                                           \
+    if (m.warps == W && m.tiles == RT && m.depth == D && m.linear_timing == LIN)                             \
+        return launch_mma<W, RT, D, LIN>(p, slots, stream);
     ES_MMA_SHAPES(ES_MMA_CASE)
 #undef ES_MMA_CASE
     return cudaErrorInvalidValue;
@@ -202,8 +205,8 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
 } // namespace
 
 bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m) {
-#define ES_MMA_CASE(W, RT, D)                                                                                \
-    if (m.warps == W && m.tiles == RT && m.depth == D) return true;
+#define ES_MMA_CASE(W, RT, D, LIN)                                                                           \
+    if (m.warps == W && m.tiles == RT && m.depth == D && m.linear_timing == LIN) return true;
     ES_MMA_SHAPES(ES_MMA_CASE)
 #undef ES_MMA_CASE
     return false;

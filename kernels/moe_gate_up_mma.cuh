@@ -64,7 +64,12 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4 &wg, const 
 // sums are combined). part: the block's shared [2][W][8·RT][2] (tile j's partial sums in buffer
 // j % 2: one barrier a tile). Tile sums are the same for every D and G: each warp adds its chunks
 // in order, the warps' parts are added in warp order.
-template <int W, int RT, int D>
+// LIN, a timing aid and no kernel (its sums are wrong): the same bytes a tile, but read as they would
+// be from a tile-major layout — chunk c of the tile one contiguous block of NW·512 bytes, the
+// warp's load r its 512 bytes at r·512, lane l's 16 at 16·l — from the contiguous 2·R rows of the
+// expert's matrix at row 2·f0; whether the row-major layout's access pattern (every load of a warp
+// 64 bytes of 8 rows) costs bandwidth.
+template <int W, int RT, int D, bool LIN = false>
 __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params &p,
                                                   float (*part)[W][8 * RT][2]) {
     constexpr int R = 8 * RT, NW = 2 * RT; // rows f a tile; 16-byte weight vectors a lane loads a chunk
@@ -84,11 +89,16 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
     auto aim = [&](int64_t j) {
         const int64_t i = blockIdx.x + j * gridDim.x, s = i / per_slot, f0 = (i % per_slot) * R;
         const int64_t e = p.ids ? p.ids[s] : 0, t = s / p.n_expert_used;
+        if constexpr (LIN) { // the timing aid below: 2·R rows of the expert's matrix from row 2·f0
+            const int64_t r0 = max(int64_t(0), min(2 * f0, 2 * F - 2 * R));
+            rows[0] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + r0) * H) + lane;
+        } else {
 #pragma unroll
-        for (int r = 0; r < RT; ++r) {
-            const int64_t f = f0 + 8 * r + g < F ? f0 + 8 * r + g : F - 1;
-            rows[2 * r] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + f) * H + 16 * q);
-            rows[2 * r + 1] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + F + f) * H + 16 * q);
+            for (int r = 0; r < RT; ++r) {
+                const int64_t f = f0 + 8 * r + g < F ? f0 + 8 * r + g : F - 1;
+                rows[2 * r] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + f) * H + 16 * q);
+                rows[2 * r + 1] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + F + f) * H + 16 * q);
+            }
         }
         xg = reinterpret_cast<const uint4 *>(p.x + t * H + 16 * q);
     };
@@ -97,7 +107,8 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
         const int64_t c = warp + int64_t(lc) * W;
         if (lj < tiles && c < nch) {
 #pragma unroll
-            for (int r = 0; r < NW; ++r) bw[d][r] = __ldcs(rows[r] + c * cv);
+            for (int r = 0; r < NW; ++r)
+                bw[d][r] = LIN ? __ldcs(rows[0] + (c * NW + r) * 32) : __ldcs(rows[r] + c * cv);
             bx[d][0] = xg[c * cx];
             bx[d][1] = xg[c * cx + 1];
         } else {
