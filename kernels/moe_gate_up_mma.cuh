@@ -190,7 +190,7 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
 // at 16 warps an SM with 0.44 eligible, waiting on loads, at 54% of DRAM bandwidth; deeper register
 // rings cut the warps an SM and lost). The token's activations come into shared memory once, before
 // the weights' first chunk is used. smem: [4][S][4][32] uint4, then n_embd BF16 values.
-template <int S>
+template <int S, bool LIN = false>
 __device__ __forceinline__ void gate_up_mma_tile_async(const moe_gate_up_gemv_params &p, uint4 *smem,
                                                        float (*part)[16][2]) {
     static_assert(S >= 2, "a ring of at least two stages");
@@ -207,6 +207,10 @@ __device__ __forceinline__ void gate_up_mma_tile_async(const moe_gate_up_gemv_pa
         rows[2 * r] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + f) * H + 16 * q);
         rows[2 * r + 1] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + F + f) * H + 16 * q);
     }
+    // LIN: gate_up_mma_tiles' timing aid (wrong sums): the tile's bytes read as from a tile-major layout.
+    const uint4 *lin =
+        reinterpret_cast<const uint4 *>(w + (e * 2 * F + max(int64_t(0), min(2 * f0, 2 * F - 32))) * H) +
+        lane;
     uint4 *ring = smem + warp * S * NW * 32 + lane; // stage k, vector r: ring[(k · NW + r) · 32]
     uint4 *xs = smem + W * S * NW * 32;             // the activations, H / 8 vectors
     const int nch = int(H / k_mma_chunk), cnt = (nch + W - 1) / W;
@@ -214,7 +218,9 @@ __device__ __forceinline__ void gate_up_mma_tile_async(const moe_gate_up_gemv_pa
         const int64_t c = warp + int64_t(k) * W;
         if (k < cnt && c < nch)
 #pragma unroll
-            for (int r = 0; r < NW; ++r) cp_async16(ring + ((k % S) * NW + r) * 32, rows[r] + c * 4, true);
+            for (int r = 0; r < NW; ++r)
+                cp_async16(ring + ((k % S) * NW + r) * 32, LIN ? lin + (c * NW + r) * 32 : rows[r] + c * 4,
+                           true);
         cp_async_commit();
     };
     const uint4 *xg = reinterpret_cast<const uint4 *>(p.x + t * H);
