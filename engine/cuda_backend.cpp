@@ -428,10 +428,9 @@ public:
         // scales), every tile at once: the 21B-A3B's step 1,630 -> 1,599 us on the H200 (session 13).
         // A measuring aid: ES_CUDA_MOE_MMA=0 keeps the CUDA-core kernel, =r takes r rounds of tiles.
         if (const char *mm = std::getenv("ES_CUDA_MOE_MMA")) m_moe_mma = std::max(0, std::atoi(mm));
-        // A measuring aid: ES_CUDA_MOE_MMA_SHAPE=warps/tiles/depth[/wave][/linear][/cpS] picks
-        // another instance of that kernel (moe_gate_up_gemv.cuh: mma_shape; linear: a timing aid
-        // whose results are wrong; cpS: S shared-memory stages); a shape it has no instance of is
-        // refused.
+        // A measuring aid: ES_CUDA_MOE_MMA_SHAPE=warps/tiles/depth[/wave][/linear] picks another
+        // instance of that kernel (moe_gate_up_gemv.cuh: mma_shape; linear: a timing aid whose
+        // results are wrong); a shape it has no instance of is refused.
         if (const char *ms = std::getenv("ES_CUDA_MOE_MMA_SHAPE")) {
             moe_gate_up_gemv_params::mma_shape_t m;
             std::vector<std::string> part;
@@ -455,9 +454,6 @@ public:
                     m.wave = true;
                 else if (part[k] == "linear")
                     m.linear_timing = true;
-                else if (part[k].size() > 2 && part[k].rfind("cp", 0) == 0 &&
-                         part[k].find_first_not_of("0123456789", 2) == std::string::npos)
-                    m.stages = std::stoi(part[k].substr(2));
                 else
                     ok = false;
             }
@@ -465,7 +461,7 @@ public:
                 throw load_error(
                     std::string("ES_CUDA_MOE_MMA_SHAPE='") + ms +
                     "' is not a shape of the routed gate/up's tensor-core kernel "
-                    "(warps/tiles/depth[/wave][/linear][/cpS]; kernels/moe_gate_up_gemv.cu lists them)");
+                    "(warps/tiles/depth[/wave][/linear]; kernels/moe_gate_up_gemv.cu lists them)");
             m_moe_mma_shape = m;
         }
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));

@@ -926,11 +926,9 @@ std::string mma_suffix(int mma, const mma_shape &m) {
     if (!mma) return "";
     std::string s = " mma rounds " + std::to_string(mma);
     const mma_shape d;
-    if (m.warps != d.warps || m.tiles != d.tiles || m.depth != d.depth || m.wave != d.wave ||
-        m.stages != d.stages)
+    if (m.warps != d.warps || m.tiles != d.tiles || m.depth != d.depth || m.wave != d.wave)
         s += " shape " + std::to_string(m.warps) + "/" + std::to_string(m.tiles) + "/" +
-             std::to_string(m.depth) + (m.wave ? " wave" : "") +
-             (m.stages ? " cp" + std::to_string(m.stages) : "");
+             std::to_string(m.depth) + (m.wave ? " wave" : "");
     return s;
 }
 
@@ -2071,14 +2069,6 @@ void run_kernel_tests(runner &R, int cc_major) {
                 }
             }
     test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, 1, mma_shape{4, 2, 1, true});
-    // The weights through shared memory (stages): 1 and 8 tokens, and the uneven, partial widths.
-    for (int st : {3, 4, 6}) {
-        mma_shape m;
-        m.stages = st;
-        test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, pdl, 1, m);
-        test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, 1, m);
-        test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1, m);
-    }
     test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1);
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);

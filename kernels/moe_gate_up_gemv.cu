@@ -15,8 +15,6 @@
 #include "moe_gate_up_mma.cuh"
 #include "moe_router_device.cuh"
 
-#include <atomic>
-
 namespace es {
 namespace {
 
@@ -147,31 +145,6 @@ cudaError_t launch_mma(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
     return launch_kernel(moe_gate_up_mma_kernel<W, RT, D, LIN>, unsigned(grid), W * 32, 0, stream, p);
 }
 
-// The weights through shared memory (mma_shape.stages = S: moe_gate_up_mma.cuh,
-// gate_up_mma_tile_async): one tile a block, 4 warps, 16 rows.
-template <int S, bool LIN>
-__global__ void __launch_bounds__(128) moe_gate_up_mma_async_kernel(moe_gate_up_gemv_params p) {
-    extern __shared__ uint4 gate_up_async_smem[];
-    __shared__ float part[4][16][2];
-    pdl_enter();
-    gate_up_mma_tile_async<S, LIN>(p, gate_up_async_smem, part);
-}
-
-template <int S, bool LIN = false>
-cudaError_t launch_mma_async(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
-    if (p.mma != 1 || p.mma_shape.wave) return cudaErrorInvalidValue; // one tile a block
-    const int64_t n = slots * ((p.n_ff_exp + 15) / 16);
-    const size_t smem = size_t(4 * S * 4 * 32) * 16 + size_t(p.n_embd) * 2;
-    static std::atomic<size_t> opted{48u << 10};
-    if (smem > opted.load()) {
-        const cudaError_t err = cudaFuncSetAttribute(moe_gate_up_mma_async_kernel<S, LIN>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-        if (err != cudaSuccess) return err;
-        opted.store(smem);
-    }
-    return launch_kernel(moe_gate_up_mma_async_kernel<S, LIN>, unsigned(n), 128, smem, stream, p);
-}
-
 // The instances: (warps, row tiles, depth, the linear-read timing aid). Session 14 measured twenty
 // (docs/benchmarks.md): every other shape was slower than the default's; these are kept as aids.
 #define ES_MMA_SHAPES(X)                                                                                     \
@@ -179,15 +152,6 @@ cudaError_t launch_mma_async(const moe_gate_up_gemv_params &p, int64_t slots, cu
 
 cudaError_t launch_mma_shape(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     const auto &m = p.mma_shape;
-    if (m.stages > 0) {
-        if (m.warps != 4 || m.tiles != 2) return cudaErrorInvalidValue;
-        if (m.linear_timing)
-            return m.stages == 4 ? launch_mma_async<4, true>(p, slots, stream) : cudaErrorInvalidValue;
-        if (m.stages == 3) return launch_mma_async<3>(p, slots, stream);
-        if (m.stages == 4) return launch_mma_async<4>(p, slots, stream);
-        if (m.stages == 6) return launch_mma_async<6>(p, slots, stream);
-        return cudaErrorInvalidValue;
-    }
 #define ES_MMA_CASE(W, RT, D, LIN)                                                                           \
     if (m.warps == W && m.tiles == RT && m.depth == D && m.linear_timing == LIN)                             \
         return launch_mma<W, RT, D, LIN>(p, slots, stream);
@@ -238,9 +202,6 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
 } // namespace
 
 bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m) {
-    if (m.stages > 0)
-        return m.warps == 4 && m.tiles == 2 && !m.wave &&
-               (m.linear_timing ? m.stages == 4 : m.stages == 3 || m.stages == 4 || m.stages == 6);
 #define ES_MMA_CASE(W, RT, D, LIN)                                                                           \
     if (m.warps == W && m.tiles == RT && m.depth == D && m.linear_timing == LIN) return true;
     ES_MMA_SHAPES(ES_MMA_CASE)

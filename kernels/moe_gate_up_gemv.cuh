@@ -40,13 +40,10 @@ struct moe_gate_up_gemv_params {
     // chunks each warp's loads run ahead of its products (1–4), and wave: one resident wave of
     // blocks (resident_blocks) taking the tiles in turn instead of r rounds. Every shape gives the
     // same sums for the same warps (each warp adds its chunks in order, the warps' parts in order).
-    // linear_timing: a timing aid whose sums are wrong (moe_gate_up_mma.cuh: LIN). stages > 0: the
-    // weights through a shared-memory ring of that many stages (cp.async; 4 warps, 2 row tiles, one
-    // tile a block: r = 1, no wave).
+    // linear_timing: a timing aid whose sums are wrong (moe_gate_up_mma.cuh: LIN).
     struct mma_shape_t {
         int warps = 4, tiles = 2, depth = 1;
         bool wave = false, linear_timing = false;
-        int stages = 0;
     } mma_shape;
 };
 

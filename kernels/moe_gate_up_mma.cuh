@@ -4,7 +4,6 @@
 #pragma once
 
 #include "kernel_common.cuh"
-#include "mma.cuh"
 #include "moe_gate_up_gemv.cuh"
 
 namespace es {
@@ -181,93 +180,6 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
             }
         }
     }
-}
-
-// The same tile (W = 4 warps, RT = 2, one tile a block) with the weights streamed through shared
-// memory instead of registers (mma_shape.stages = S): each lane copies its four 16-byte vectors of a
-// chunk into its own slots of its warp's S-stage ring (cp.async), S - 1 chunks ahead of its
-// products, so the bytes in flight no longer cost registers (ncu, session 14: the register ring sat
-// at 16 warps an SM with 0.44 eligible, waiting on loads, at 54% of DRAM bandwidth; deeper register
-// rings cut the warps an SM and lost). The token's activations come into shared memory once, before
-// the weights' first chunk is used. smem: [4][S][4][32] uint4, then n_embd BF16 values.
-template <int S, bool LIN = false>
-__device__ __forceinline__ void gate_up_mma_tile_async(const moe_gate_up_gemv_params &p, uint4 *smem,
-                                                       float (*part)[16][2]) {
-    static_assert(S >= 2, "a ring of at least two stages");
-    constexpr int W = 4, NW = 4;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    const int64_t F = p.n_ff_exp, H = p.n_embd, per_slot = (F + 15) / 16;
-    const int64_t s = blockIdx.x / per_slot, f0 = (blockIdx.x % per_slot) * 16;
-    const int64_t e = p.ids ? p.ids[s] : 0, t = s / p.n_expert_used;
-    const unsigned char *w = static_cast<const unsigned char *>(p.w);
-    const uint4 *rows[NW];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-        const int64_t f = f0 + 8 * r + g < F ? f0 + 8 * r + g : F - 1;
-        rows[2 * r] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + f) * H + 16 * q);
-        rows[2 * r + 1] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + F + f) * H + 16 * q);
-    }
-    // LIN: gate_up_mma_tiles' timing aid (wrong sums): the tile's bytes read as from a tile-major layout.
-    const uint4 *lin =
-        reinterpret_cast<const uint4 *>(w + (e * 2 * F + max(int64_t(0), min(2 * f0, 2 * F - 32))) * H) +
-        lane;
-    uint4 *ring = smem + warp * S * NW * 32 + lane; // stage k, vector r: ring[(k · NW + r) · 32]
-    uint4 *xs = smem + W * S * NW * 32;             // the activations, H / 8 vectors
-    const int nch = int(H / k_mma_chunk), cnt = (nch + W - 1) / W;
-    auto issue = [&](int k) { // chunk k of this warp into stage k % S (an empty group past the end)
-        const int64_t c = warp + int64_t(k) * W;
-        if (k < cnt && c < nch)
-#pragma unroll
-            for (int r = 0; r < NW; ++r)
-                cp_async16(ring + ((k % S) * NW + r) * 32, LIN ? lin + (c * NW + r) * 32 : rows[r] + c * 4,
-                           true);
-        cp_async_commit();
-    };
-    const uint4 *xg = reinterpret_cast<const uint4 *>(p.x + t * H);
-    for (int64_t v = threadIdx.x; v < H / 8; v += W * 32) cp_async16(xs + v, xg + v, true);
-    cp_async_commit(); // the activations' group, the oldest
-#pragma unroll
-    for (int k = 0; k < S - 1; ++k) issue(k);
-    cp_async_wait<S - 1>(); // the activations are in (the S - 1 chunks' groups may not be)
-    __syncthreads();
-    float d0[4] = {0.0f, 0.0f, 0.0f, 0.0f}, d1[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int k = 0; k < cnt; ++k) {
-        cp_async_wait<S - 2>(); // chunk k's group
-        const uint4 *st = ring + (k % S) * NW * 32;
-        const uint4 w0 = st[0], w1 = st[32], w2 = st[64], w3 = st[96];
-        const int64_t c = warp + int64_t(k) * W;
-        // Into the stage chunk k - 1 came from: its values are in registers and used (k - 1's products).
-        issue(k + S - 1);
-        if (c < nch) {
-            const uint4 x0 = xs[c * 8 + 2 * q], x1 = xs[c * 8 + 2 * q + 1];
-            const uint32_t xb[8] = {bf16x2_to_f16x2(x0.x), bf16x2_to_f16x2(x0.y), bf16x2_to_f16x2(x0.z),
-                                    bf16x2_to_f16x2(x0.w), bf16x2_to_f16x2(x1.x), bf16x2_to_f16x2(x1.y),
-                                    bf16x2_to_f16x2(x1.z), bf16x2_to_f16x2(x1.w)};
-            mma_chunk(d0, w0, w1, xb);
-            mma_chunk(d1, w2, w3, xb);
-        }
-    }
-    cp_async_wait<0>();
-    if (q == 0) {
-        part[warp][g][0] = d0[0];
-        part[warp][g][1] = d0[2];
-        part[warp][8 + g][0] = d1[0];
-        part[warp][8 + g][1] = d1[2];
-    }
-    __syncthreads();
-    if (warp == 0 && lane < 16 && f0 + lane < F) {
-        const int64_t f = f0 + lane, g_row = e * 2 * F + f;
-        float gs = 0.0f, us = 0.0f;
-#pragma unroll
-        for (int k = 0; k < W; ++k) {
-            gs += part[k][lane][0];
-            us += part[k][lane][1];
-        }
-        gs *= __ldg(p.w_scale + g_row);
-        us *= __ldg(p.w_scale + g_row + F);
-        p.act[s * F + f] = f_to_bf16(silu_f(gs) * us);
-    }
-    if (p.slot_rows_done) block_count_add(p.slot_rows_done + s, unsigned(min(int64_t(16), F - f0)));
 }
 
 } // namespace es
