@@ -530,6 +530,10 @@ public:
         std::string skipped;
         for (const auto &o : m_skip_ops) skipped += (skipped.empty() ? "" : ",") + o;
         if (!skipped.empty()) skipped = "; LEAVING OUT launches named " + skipped + " (ES_CUDA_SKIP_OPS)";
+        if (m_moe_mma_shape.linear_timing)
+            skipped +=
+                "; the routed gate/up READS ITS WEIGHTS OUT OF ORDER, results wrong (ES_CUDA_MOE_MMA_SHAPE "
+                "…/linear, a timing aid)";
         const std::string pdl = programmatic_launch() ? ", programmatic launch" : ", no programmatic launch";
         if (!m_graph_error.empty()) return "failed: " + m_graph_error + pdl + skipped;
         return "on, " + std::to_string(m_graphs.size()) + " captured" + pdl + skipped;

@@ -36,11 +36,13 @@ struct moe_gate_up_gemv_params {
     // rounds let the first slots reach moe_down_gemv early but cost more than they gain
     // (docs/benchmarks.md, session 13). 0: the CUDA-core kernel (a warp per row).
     int mma = 0;
-    // The tensor-core kernel's shape: warps a block (2, 4, 8), row tiles of 8 f a block (1, 2),
-    // chunks each warp's loads run ahead of its products (1–4), and wave: one resident wave of
-    // blocks (resident_blocks) taking the tiles in turn instead of r rounds. Every shape gives the
-    // same sums for the same warps (each warp adds its chunks in order, the warps' parts in order).
-    // linear_timing: a timing aid whose sums are wrong (moe_gate_up_mma.cuh: LIN).
+    // The tensor-core kernel's shape (a measuring aid; the default is the fast one, session 14):
+    // warps a block, row tiles of 8 f a block, chunks each warp's loads run ahead of its products —
+    // the combinations moe_gate_up_gemv.cu instantiates (ES_MMA_SHAPES; moe_gate_up_mma_shape_ok) —
+    // and wave: one resident wave of blocks (resident_blocks) taking the tiles in turn instead of r
+    // rounds. Every shape gives the same sums for the same warps (each warp adds its chunks in
+    // order, the warps' parts in order). linear_timing: a timing aid whose sums are wrong
+    // (moe_gate_up_mma.cuh: LIN).
     struct mma_shape_t {
         int warps = 4, tiles = 2, depth = 1;
         bool wave = false, linear_timing = false;

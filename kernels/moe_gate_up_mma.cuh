@@ -68,7 +68,8 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4 &wg, const 
 // be from a tile-major layout — chunk c of the tile one contiguous block of NW·512 bytes, the
 // warp's load r its 512 bytes at r·512, lane l's 16 at 16·l — from the contiguous 2·R rows of the
 // expert's matrix at row 2·f0; whether the row-major layout's access pattern (every load of a warp
-// 64 bytes of 8 rows) costs bandwidth.
+// 64 bytes of 8 rows) costs bandwidth. It does: 19.2 → 16.7 µs a layer on the 21B-A3B (session 14),
+// the case for storing the FP8 routed gate/up stacks tile-major.
 template <int W, int RT, int D, bool LIN = false>
 __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params &p,
                                                   float (*part)[W][8 * RT][2]) {
