@@ -19,6 +19,7 @@
 #include "fill_random.cuh"
 #include "fp8_dequantize.cuh"
 #include "fp8_quantize.cuh"
+#include "fp8_tile_major.cuh"
 #include "gemm_lt.cuh"
 #include "gemv.cuh"
 #include "moe_combine.cuh"
@@ -428,9 +429,8 @@ public:
         // scales), every tile at once: the 21B-A3B's step 1,630 -> 1,599 us on the H200 (session 13).
         // A measuring aid: ES_CUDA_MOE_MMA=0 keeps the CUDA-core kernel, =r takes r rounds of tiles.
         if (const char *mm = std::getenv("ES_CUDA_MOE_MMA")) m_moe_mma = std::max(0, std::atoi(mm));
-        // A measuring aid: ES_CUDA_MOE_MMA_SHAPE=warps/tiles/depth[/wave][/linear] picks another
-        // instance of that kernel (moe_gate_up_gemv.cuh: mma_shape; linear: a timing aid whose
-        // results are wrong); a shape it has no instance of is refused.
+        // A measuring aid: ES_CUDA_MOE_MMA_SHAPE=warps/tiles/depth[/wave] picks another instance
+        // of that kernel (moe_gate_up_gemv.cuh: mma_shape); a shape it has no instance of is refused.
         if (const char *ms = std::getenv("ES_CUDA_MOE_MMA_SHAPE")) {
             moe_gate_up_gemv_params::mma_shape_t m;
             std::vector<std::string> part;
@@ -452,18 +452,17 @@ public:
             for (size_t k = 3; ok && k < part.size(); ++k) {
                 if (part[k] == "wave")
                     m.wave = true;
-                else if (part[k] == "linear")
-                    m.linear_timing = true;
                 else
                     ok = false;
             }
             if (!ok || !moe_gate_up_mma_shape_ok(m))
-                throw load_error(
-                    std::string("ES_CUDA_MOE_MMA_SHAPE='") + ms +
-                    "' is not a shape of the routed gate/up's tensor-core kernel "
-                    "(warps/tiles/depth[/wave][/linear]; kernels/moe_gate_up_gemv.cu lists them)");
+                throw load_error(std::string("ES_CUDA_MOE_MMA_SHAPE='") + ms +
+                                 "' is not a shape of the routed gate/up's tensor-core kernel "
+                                 "(warps/tiles/depth[/wave]; kernels/moe_gate_up_gemv.cu lists them)");
             m_moe_mma_shape = m;
         }
+        m_moe_tile_major = p.moe_tile_major;
+        if (const char *tm = std::getenv("ES_CUDA_MOE_TILE_MAJOR")) m_moe_tile_major = std::string(tm) == "1";
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
         // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
         // carveout preference (kernel_common.h).
@@ -530,10 +529,7 @@ public:
         std::string skipped;
         for (const auto &o : m_skip_ops) skipped += (skipped.empty() ? "" : ",") + o;
         if (!skipped.empty()) skipped = "; LEAVING OUT launches named " + skipped + " (ES_CUDA_SKIP_OPS)";
-        if (m_moe_mma_shape.linear_timing)
-            skipped +=
-                "; the routed gate/up READS ITS WEIGHTS OUT OF ORDER, results wrong (ES_CUDA_MOE_MMA_SHAPE "
-                "…/linear, a timing aid)";
+        if (!m_tile_major_note.empty()) skipped += "; " + m_tile_major_note;
         const std::string pdl = programmatic_launch() ? ", programmatic launch" : ", no programmatic launch";
         if (!m_graph_error.empty()) return "failed: " + m_graph_error + pdl + skipped;
         return "on, " + std::to_string(m_graphs.size()) + " captured" + pdl + skipped;
@@ -701,6 +697,26 @@ public:
         };
         bool fp8_shapes_ok = true; // every FP8 linear fits cuBLASLt's FP8 rules (gemm_lt_fp8_dims_ok)
         const bool blk = fp8 && m_params.fp8.scales == scale_layout::block128;
+        if (m_moe_tile_major) { // asked for: taken where the kernels read that layout, else why not
+            const moe_gate_up_gemv_params::mma_shape_t dflt;
+            std::string why;
+            if (c.n_expert <= 0)
+                why = "the model has no routed experts";
+            else if (!fp8)
+                why = "BF16 weights";
+            else if (blk)
+                why = "128x128 block scales";
+            else if (!fp8_tile_major_ok(c.n_ff_exp, H))
+                why = "the experts' width is no multiple of 16 or n_embd of 64";
+            else if (m_moe_mma <= 0)
+                why = "ES_CUDA_MOE_MMA=0 (the CUDA-core gate/up reads row-major stacks)";
+            else if (m_moe_mma_shape.warps != dflt.warps || m_moe_mma_shape.tiles != dflt.tiles ||
+                     m_moe_mma_shape.depth != dflt.depth)
+                why = "another shape of the tensor-core gate/up (ES_CUDA_MOE_MMA_SHAPE)";
+            m_moe_tile_major = why.empty();
+            m_tile_major_note = why.empty() ? "routed gate/up stacks tile-major"
+                                            : "routed gate/up stacks row-major, tile-major asked for: " + why;
+        }
         int64_t max_grid = 0; // block scales: the largest matrix quantized in one piece
         // `stack`: the number of matrices (experts) of grid_rows = n / stack rows each.
         auto plan_lin = [&](dlin &L, int64_t n, int64_t k, weight_format f, const std::string &what,
@@ -883,6 +899,19 @@ public:
                 const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
                 piece(L.exp_gate_up, e * 2 * Fe, q + "gate_proj.weight", Fe);
                 piece(L.exp_gate_up, e * 2 * Fe + Fe, q + "up_proj.weight", Fe);
+                if (m_moe_tile_major) { // expert e's gate/up, quantized row-major, rewritten tile-major
+                    fp8_t *ex = m_weights.at<fp8_t>(L.exp_gate_up.w_off) + e * 2 * Fe * H;
+                    const size_t bytes = size_t(2 * Fe * H);
+                    ck(cudaMemcpyAsync(m_staging.at<fp8_t>(), ex, bytes, cudaMemcpyDeviceToDevice, m_stream),
+                       "tile-major copy of the experts' gate/up");
+                    fp8_tile_major_params tm;
+                    tm.src = m_staging.at<fp8_t>();
+                    tm.dst = ex;
+                    tm.n_expert = 1;
+                    tm.n_ff = Fe;
+                    tm.n_embd = H;
+                    op("fp8_tile_major", [&] { return launch_fp8_tile_major(tm, m_stream); });
+                }
                 piece(L.exp_down, e * H, q + "down_proj.weight", H);
             }
             if (c.n_expert_shared > 0) {
@@ -1497,6 +1526,7 @@ private:
                 g.slot_rows_done = slot_rows;
                 g.mma = m_moe_mma;
                 g.mma_shape = m_moe_mma_shape;
+                g.w_tile_major = m_moe_tile_major;
                 g.n_tokens = T;
                 g.n_embd = H;
                 g.n_expert_used = K;
@@ -1572,9 +1602,11 @@ private:
                 g.k = H;
                 g.n = c.n_ff_exp;
                 g.glu = true;
+                g.w_tile_major = m_moe_tile_major;
                 g.out_act = act_e;
                 g.ldo = c.n_ff_exp;
                 op("moe_grouped_gemm (gate/up)", [&] { return launch_moe_grouped_gemm(g, m_stream); });
+                g.w_tile_major = false; // the down stacks stay row-major
                 float *y_e = reinterpret_cast<float *>(base + w.y_e);
                 g.a = act_e;
                 g.lda = c.n_ff_exp;
@@ -1922,6 +1954,10 @@ private:
     bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
     int m_moe_mma = 1;               // ES_CUDA_MOE_MMA
     moe_gate_up_gemv_params::mma_shape_t m_moe_mma_shape; // ES_CUDA_MOE_MMA_SHAPE
+    // The FP8 routed gate/up stacks stored tile-major (cuda_backend_params::moe_tile_major,
+    // ES_CUDA_MOE_TILE_MAJOR=1), and what the graph line says about it.
+    bool m_moe_tile_major = false;
+    std::string m_tile_major_note;
     bool m_fuse = true;
     bool m_record_routing = true;
     bool m_profiling = false;

@@ -49,6 +49,11 @@ struct cuda_backend_params {
     fp8_policy fp8;                                    // FP8 weights: head and o_proj (model.h)
     kv_cache_dtype kv_cache = kv_cache_dtype::bf16;    // paged KV pools in BF16 or FP8 E4M3 (model.h)
     bool use_graphs = true;                            // decode-sized steps replayed as CUDA graphs
+    // The FP8 routed experts' gate/up stacks stored tile-major (kernels/fp8_tile_major.cuh), the
+    // order decode's tensor-core gate/up reads: not yet run on a GPU, so off by default; taken only
+    // where it applies (FP8, per-channel scales, n_ff_exp % 16 == 0, n_embd % 64 == 0, the
+    // tensor-core gate/up in its default shape), else left off and the bench's graph line says why.
+    bool moe_tile_major = false;
     std::function<void(float progress)> on_progress;   // 0..1 while weights are uploaded
 };
 

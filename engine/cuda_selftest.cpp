@@ -22,6 +22,7 @@
 #include "fill_random.cuh"
 #include "fp8_dequantize.cuh"
 #include "fp8_quantize.cuh"
+#include "fp8_tile_major.cuh"
 #include "gemm_lt.cuh"
 #include "gemv.cuh"
 #include "moe_combine.cuh"
@@ -899,6 +900,19 @@ expert_weights make_expert_weights(weight_format f, int64_t rows, int64_t k,
 
 std::string blk_suffix(scale_layout L) { return L == scale_layout::block128 ? " 128x128 blocks" : ""; }
 
+// An FP8 gate/up stack of E experts [2·F, H] each, tile-major (fp8_tile_major's twin).
+std::vector<fp8_t> tile_major(const std::vector<fp8_t> &q, int64_t E, int64_t F, int64_t H) {
+    std::vector<fp8_t> t(q.size());
+    fp8_tile_major_params p;
+    p.src = q.data();
+    p.dst = t.data();
+    p.n_expert = E;
+    p.n_ff = F;
+    p.n_embd = H;
+    fp8_tile_major_ref(p);
+    return t;
+}
+
 std::vector<int32_t> random_topk_ids(int64_t T, int64_t E, int64_t K) {
     std::vector<int32_t> ids;
     std::vector<int32_t> all(static_cast<size_t>(E));
@@ -932,10 +946,41 @@ std::string mma_suffix(int mma, const mma_shape &m) {
     return s;
 }
 
+// fp8_tile_major against its twin (bytes), and the twin's inverse restoring the row-major stack.
+void test_fp8_tile_major(runner &R, int64_t E, int64_t F, int64_t H) {
+    const std::string name = shape_name("fp8_tile_major", {{"E", E}, {"F", F}, {"H", H}}, "");
+    R.run("kernel", name, [&] {
+        std::vector<fp8_t> q(static_cast<size_t>(E * 2 * F * H));
+        std::uniform_int_distribution<int> byte(0, 255);
+        for (auto &v : q) v = fp8_t(byte(rng()));
+        dvec<fp8_t> dsrc(q), ddst(q.size());
+        fp8_tile_major_params p;
+        p.src = dsrc.get();
+        p.dst = ddst.get();
+        p.n_expert = E;
+        p.n_ff = F;
+        p.n_embd = H;
+        ck(launch_fp8_tile_major(p, nullptr), "launch");
+        sync(name);
+        const std::vector<fp8_t> want = tile_major(q, E, F, H);
+        R.add("kernel", name, "bytes differing from the twin's", bit_diffs(ddst.download(), want), 0.0);
+        std::vector<fp8_t> back(q.size());
+        p.src = want.data();
+        p.dst = back.data();
+        fp8_tile_major_inverse_ref(p);
+        R.add("kernel", name + " inverse", "bytes the twin's inverse does not restore", bit_diffs(back, q),
+              0.0);
+    });
+}
+
+// tm: the gate/up stack tile-major on the GPU (fp8_tile_major.cuh), the twin on the row-major
+// one; the kernel's output is also compared bit for bit with its own on the row-major stack.
 void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K, int64_t Fe,
-                   scale_layout L = scale_layout::channel, int mma = 0, const mma_shape &ms = {}) {
+                   scale_layout L = scale_layout::channel, int mma = 0, const mma_shape &ms = {},
+                   bool tm = false) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string fmt = (fp8 ? "fp8" : "bf16") + blk_suffix(L) + mma_suffix(mma, ms);
+    const std::string fmt =
+        (fp8 ? "fp8" : "bf16") + blk_suffix(L) + mma_suffix(mma, ms) + (tm ? " tile-major" : "");
     const std::string n1 = shape_name("moe_gate_up_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     const std::string n2 = shape_name("moe_down_gemv", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}}, fmt);
     R.run("kernel", n1, [&] {
@@ -945,7 +990,7 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         auto gu = make_expert_weights(f, E * 2 * Fe, H, L, E, ids);
         auto dn = make_expert_weights(f, E * H, Fe, L, E, ids);
         dvec<bf16_t> dx(x), dgub(gu.b), ddnb(dn.b), dact(static_cast<size_t>(T * K * Fe));
-        dvec<fp8_t> dguq(gu.q), ddnq(dn.q);
+        dvec<fp8_t> dguq(tm ? tile_major(gu.q, E, Fe, H) : gu.q), ddnq(dn.q);
         dvec<float> dgus(gu.s), ddns(dn.s), dwts(wts);
         dvec<int32_t> dids(ids);
         moe_gate_up_gemv_params g;
@@ -962,16 +1007,31 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
         g.n_ff_exp = Fe;
         g.mma = mma;
         g.mma_shape = ms;
+        g.w_tile_major = tm;
         ck(launch_moe_gate_up_gemv(g, nullptr), "launch");
         sync(n1);
+        const std::vector<bf16_t> gpu_act = dact.download();
+        if (tm) { // the same kernel on the row-major stack: the same sums in the same order
+            dvec<fp8_t> drm(gu.q);
+            dvec<bf16_t> dact_rm(static_cast<size_t>(T * K * Fe));
+            moe_gate_up_gemv_params r = g;
+            r.w = drm.get();
+            r.act = dact_rm.get();
+            r.w_tile_major = false;
+            ck(launch_moe_gate_up_gemv(r, nullptr), "launch");
+            sync(n1);
+            R.add("kernel", n1, "outputs differing from the row-major stack's",
+                  bit_diffs(gpu_act, dact_rm.download()), 0.0);
+        }
         std::vector<bf16_t> act(static_cast<size_t>(T * K * Fe));
         g.x = x.data();
         g.ids = ids.data();
         g.w = fp8 ? static_cast<const void *>(gu.q.data()) : gu.b.data();
         g.w_scale = fp8 ? gu.s.data() : nullptr;
         g.act = act.data();
+        g.w_tile_major = false;
         moe_gate_up_gemv_ref(g);
-        R.add("kernel", n1, "max scaled err (bf16)", scaled_err(widen(dact.download()), widen(act)), k_bf16_limit);
+        R.add("kernel", n1, "max scaled err (bf16)", scaled_err(widen(gpu_act), widen(act)), k_bf16_limit);
 
         // Down: both sides start from the twin's activations so only this kernel is measured.
         dvec<bf16_t> dact2(act);
@@ -1310,13 +1370,13 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
 // on a slot once its rows are in, back to back under programmatic launch (pdl) so the two
 // kernels overlap, then moe_combine resetting the counters; against the twins' chain.
 void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, int64_t K,
-                            int64_t Fe, int64_t Fs, int rpw, bool pdl, int mma = 0,
-                            const mma_shape &ms = {}) {
+                            int64_t Fe, int64_t Fs, int rpw, bool pdl, int mma = 0, const mma_shape &ms = {},
+                            bool tm = false) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name = shape_name(
         "moe gate/up → down, slot counters", {{"T", T}, {"H", H}, {"E", E}, {"k", K}, {"F", Fe}, {"Fsh", Fs}},
         std::string(fp8 ? "fp8" : "bf16") + (rpw > 0 ? " rows/warp " + std::to_string(rpw) : "") +
-            (pdl ? " programmatic launch" : "") + mma_suffix(mma, ms));
+            (pdl ? " programmatic launch" : "") + mma_suffix(mma, ms) + (tm ? " tile-major" : ""));
     R.run("kernel", name, [&] {
         const bool was = programmatic_launch();
         set_programmatic_launch(pdl);
@@ -1341,7 +1401,7 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
         auto sh = make_expert_weights(f, H, Fs, scale_layout::channel);
         auto res0 = rand_f(static_cast<size_t>(T * H));
         dvec<bf16_t> dx(x), dsha(sh_act), dgub(gu.b), ddnb(dn.b), dshb(sh.b), dact(static_cast<size_t>(S * Fe));
-        dvec<fp8_t> dguq(gu.q), ddnq(dn.q), dshq(sh.q);
+        dvec<fp8_t> dguq(tm ? tile_major(gu.q, E, Fe, H) : gu.q), ddnq(dn.q), dshq(sh.q);
         dvec<float> dgus(gu.s), ddns(dn.s), dshs(sh.s), dwts(wts), dys(static_cast<size_t>((S + T) * H)), dres(res0);
         dvec<int32_t> dids(ids);
         dvec<unsigned> dctr(std::vector<unsigned>(static_cast<size_t>(S), 0u));
@@ -1358,6 +1418,7 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
         g.n_ff_exp = Fe;
         g.mma = mma;
         g.mma_shape = ms;
+        g.w_tile_major = tm;
         g.slot_rows_done = dctr.get();
         moe_down_gemv_params d;
         d.act = dact.get();
@@ -1403,6 +1464,7 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
         g.w_scale = fp8 ? gu.s.data() : nullptr;
         g.act = act.data();
         g.slot_rows_done = nullptr;
+        g.w_tile_major = false;
         moe_gate_up_gemv_ref(g);
         d.act = act.data();
         d.ids = ids.data();
@@ -1468,13 +1530,13 @@ void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
 // lda_pad: activation rows longer than k (a k that is not a multiple of 8 with 16-byte aligned rows).
 void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k,
                        int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {},
-                       scale_layout L = scale_layout::channel) {
+                       scale_layout L = scale_layout::channel, bool tm = false) {
     const bool fp8 = f == weight_format::fp8_e4m3;
-    const std::string name =
-        shape_name("moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
-                   std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
-                       (counts.empty() ? "" : " edge groups") +
-                       (lda_pad ? " lda=" + std::to_string(k + lda_pad) : "") + blk_suffix(L));
+    const std::string name = shape_name(
+        "moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
+        std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
+            (counts.empty() ? "" : " edge groups") + (lda_pad ? " lda=" + std::to_string(k + lda_pad) : "") +
+            blk_suffix(L) + (tm ? " tile-major" : ""));
     R.run("kernel", name, [&] {
         const int64_t S = T * K, rows_a = glu ? T : S, w_rows = glu ? 2 * n : n, lda = k + lda_pad;
         std::vector<int32_t> ids;
@@ -1503,7 +1565,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         auto a = rand_bf16(static_cast<size_t>(rows_a * lda));
         auto w = make_expert_weights(f, E * w_rows, k, L, E);
         dvec<bf16_t> da(a), dwb(w.b), dact(static_cast<size_t>(S * n));
-        dvec<fp8_t> dwq(w.q);
+        dvec<fp8_t> dwq(tm ? tile_major(w.q, E, n, k) : w.q);
         dvec<float> dws(w.s), dy(static_cast<size_t>(S * n));
         dvec<int32_t> dsorted(sorted), doff(off), dto(to);
         moe_grouped_gemm_params p;
@@ -1522,6 +1584,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         p.k = k;
         p.n = n;
         p.glu = glu;
+        p.w_tile_major = tm;
         p.out_act = glu ? dact.get() : nullptr;
         p.out_f32 = glu ? nullptr : dy.get();
         p.ldo = n;
@@ -1537,6 +1600,7 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         p.w_scale = fp8 ? w.s.data() : nullptr;
         p.out_act = glu ? act.data() : nullptr;
         p.out_f32 = glu ? nullptr : y.data();
+        p.w_tile_major = false;
         moe_grouped_gemm_ref(p);
         if (glu) R.add("kernel", name, "max scaled err (bf16)", scaled_err(widen(dact.download()), widen(act)), k_bf16_limit);
         else R.add("kernel", name, "max scaled err", scaled_err(dy.download(), y), k_f32_limit);
@@ -2069,6 +2133,18 @@ void run_kernel_tests(runner &R, int cc_major) {
                 }
             }
     test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, 1, mma_shape{4, 2, 1, true});
+    // The routed gate/up stacks tile-major (cuda_backend_params::moe_tile_major, not yet the
+    // default): the layout's kernel, the tensor-core gate/up on it (1, 3 and 8 tokens, rounds, one
+    // wave, with slot counters), the prefill grouped GEMM on it.
+    test_fp8_tile_major(R, 3, 48, 1600);
+    test_fp8_tile_major(R, 2, 1536, 2560);
+    test_moe_gemv(R, f8, 1, 2560, 64, 6, 1536, scale_layout::channel, 1, {}, true);
+    test_moe_gemv(R, f8, 3, 1600, 8, 2, 48, scale_layout::channel, 1, {}, true);
+    test_moe_gemv(R, f8, 8, 2560, 16, 6, 1536, scale_layout::channel, 2, {}, true);
+    test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, pdl, 1, {}, true);
+    test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, 1, mma_shape{4, 2, 1, true}, true);
+    test_grouped_gemm(R, f8, true, 150, 4, 16, 512, 256, 0, {}, scale_layout::channel, true);
+    test_grouped_gemm(R, f8, true, 300, 2, 4, 256, 192, 0, {}, scale_layout::channel, true);
     test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1);
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);
@@ -2261,6 +2337,51 @@ std::vector<float> logits_decode(backend &be, const std::vector<int32_t> &prompt
         logits.insert(logits.end(), out.logits.begin(), out.logits.end());
     }
     return logits;
+}
+
+// The routed gate/up stacks tile-major (cuda_backend_params::moe_tile_major) end to end: random
+// FP8 weights of the 21B-A3B's widths, two layers (one dense, one MoE), loaded both ways from one
+// seed; the kernels read each stack in its own order but add the same products in the same order,
+// so prefill (the grouped GEMM) and decode (the tensor-core GEMV, CUDA graphs) logits must be
+// identical to the bit.
+void test_tile_major_model(runner &R) {
+    const std::string name =
+        "ernie-4.5-21b-a3b widths, 2 layers, random fp8 weights, routed gate/up tile-major";
+    R.run("model", name, [&] {
+        auto cfg = model_config_for_shape("ernie-4.5-21b-a3b");
+        if (!cfg) throw test_failure(cfg.message());
+        cfg->n_layer = 2; // layer 0 dense, layer 1 MoE (as bench --layers 2)
+        cfg->moe_layer_end = std::min<int64_t>(cfg->moe_layer_end, cfg->n_layer - 1);
+        cfg->moe_layer_start = std::min(cfg->moe_layer_start, cfg->moe_layer_end);
+        if (auto v = validate_model_config(*cfg); !v) throw test_failure(v.message());
+        std::vector<int32_t> prompt(24);
+        std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg->n_vocab - 1));
+        for (auto &t : prompt) t = tok(rng());
+        struct run_out {
+            std::vector<float> pre, dec;
+            std::string status;
+        };
+        auto run = [&](bool tm) {
+            cuda_backend_params p;
+            p.precision = weight_precision::fp8;
+            p.moe_tile_major = tm;
+            auto be = make_cuda_backend_random(*cfg, 1234, p);
+            if (!be) throw test_failure(be.message());
+            run_out r;
+            r.pre = logits_prefill(**be, prompt);
+            r.dec = logits_decode(**be, prompt);
+            if (auto *cb = dynamic_cast<cuda_backend *>(be->get())) r.status = cb->graph_status();
+            return r;
+        };
+        const run_out rm = run(false), tm = run(true);
+        const bool taken = tm.status.find("stacks tile-major") != std::string::npos &&
+                           tm.status.find("asked for") == std::string::npos;
+        R.add("model", name + " layout", "tile-major taken (1)", taken ? 1.0 : 0.0, 1.0, false, tm.status);
+        R.add("model", name + " prefill", "logits differing from the row-major load's",
+              bit_diffs(tm.pre, rm.pre), 0.0);
+        R.add("model", name + " decode", "logits differing from the row-major load's",
+              bit_diffs(tm.dec, rm.dec), 0.0);
+    });
 }
 
 double top1_agreement(const std::vector<float> &a, const std::vector<float> &b, int64_t V) {
@@ -2516,6 +2637,7 @@ selftest_report run_cuda_selftest(const selftest_options &o) {
     runner R(o, rep);
     if (o.kernels) run_kernel_tests(R, dev->cc_major);
     if (o.models && !o.data_dir.empty()) run_model_tests(R, o.data_dir);
+    if (o.models) test_tile_major_model(R); // random weights of a real shape: no data needed
     return rep;
 }
 

@@ -1,6 +1,10 @@
 // CPU twin of moe_gate_up_gemv (see moe_gate_up_gemv.cuh).
 #include "moe_gate_up_gemv.cuh"
+#include "fp8_tile_major.cuh"
 #include "rms_norm.cuh"
+
+#include <algorithm>
+#include <vector>
 
 namespace es {
 
@@ -12,6 +16,25 @@ bool moe_gate_up_gemv_norm_ok(const moe_gate_up_gemv_params &p) {
 
 void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
     const int64_t F = p.n_ff_exp, H = p.n_embd, K = p.n_expert_used;
+    if (p.w_tile_major) { // the experts the slots use, back to row-major, and the same again
+        if (p.wfmt != weight_format::fp8_e4m3 || !fp8_tile_major_ok(F, H)) return;
+        int64_t experts = 1;
+        for (int64_t s = 0; p.ids && s < p.n_tokens * K; ++s)
+            experts = std::max<int64_t>(experts, p.ids[s] + 1);
+        std::vector<fp8_t> rm(size_t(experts * 2 * F * H));
+        fp8_tile_major_params t;
+        t.src = static_cast<const fp8_t *>(p.w);
+        t.dst = rm.data();
+        t.n_expert = experts;
+        t.n_ff = F;
+        t.n_embd = H;
+        fp8_tile_major_inverse_ref(t);
+        moe_gate_up_gemv_params q = p;
+        q.w = rm.data();
+        q.w_tile_major = false;
+        moe_gate_up_gemv_ref(q);
+        return;
+    }
     std::vector<bf16_t> xn;
     if (p.norm.on()) xn = norm_in_ref(p.norm, p.n_tokens, H);
     const bf16_t *x = p.norm.on() ? xn.data() : p.x;

@@ -10,6 +10,7 @@
 // before pdl_wait, then every block normalizes its token's residual row into shared memory
 // (block_rms_norm_to_smem, under the weights' fetch) and reads the activations from there; the
 // first block of each token also stores the normalized row to norm.out when it is set.
+#include "fp8_tile_major.cuh"
 #include "kernel_common.cuh"
 #include "moe_gate_up_gemv.cuh"
 #include "moe_gate_up_mma.cuh"
@@ -127,34 +128,34 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
 
 // FP8 on tensor cores (moe_gate_up_gemv.cuh: mma, mma_shape): block b takes tiles b, b + G, … of
 // the slot-major list (moe_gate_up_mma.cuh: gate_up_mma_tiles).
-template <int W, int RT, int D, bool LIN>
+template <int W, int RT, int D, bool TM>
 __global__ void __launch_bounds__(W * 32) moe_gate_up_mma_kernel(moe_gate_up_gemv_params p) {
     __shared__ float part[2][W][8 * RT][2];
     pdl_enter();
-    gate_up_mma_tiles<W, RT, D, LIN>(p, part);
+    gate_up_mma_tiles<W, RT, D, TM>(p, part);
 }
 
-template <int W, int RT, int D, bool LIN>
+template <int W, int RT, int D, bool TM>
 cudaError_t launch_mma(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     const int64_t n = slots * ((p.n_ff_exp + 8 * RT - 1) / (8 * RT));
     int64_t grid = (n + p.mma - 1) / p.mma;
     if (p.mma_shape.wave)
         if (const unsigned wave = resident_blocks(
-                reinterpret_cast<const void *>(moe_gate_up_mma_kernel<W, RT, D, LIN>), W * 32, 0))
+                reinterpret_cast<const void *>(moe_gate_up_mma_kernel<W, RT, D, TM>), W * 32, 0))
             grid = std::min<int64_t>(n, wave);
-    return launch_kernel(moe_gate_up_mma_kernel<W, RT, D, LIN>, unsigned(grid), W * 32, 0, stream, p);
+    return launch_kernel(moe_gate_up_mma_kernel<W, RT, D, TM>, unsigned(grid), W * 32, 0, stream, p);
 }
 
-// The instances: (warps, row tiles, depth, the linear-read timing aid). Session 14 measured twenty
-// (docs/benchmarks.md): every other shape was slower than the default's; these are kept as aids.
+// The instances: (warps, row tiles, depth, tile-major weights). Session 14 measured twenty shapes
+// (docs/benchmarks.md): every other one was slower than the default; these are kept as aids.
 #define ES_MMA_SHAPES(X)                                                                                     \
     X(4, 2, 1, false) X(4, 2, 2, false) X(8, 2, 1, false) X(4, 1, 1, false) X(4, 2, 1, true)
 
 cudaError_t launch_mma_shape(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     const auto &m = p.mma_shape;
-#define ES_MMA_CASE(W, RT, D, LIN)                                                                           \
-    if (m.warps == W && m.tiles == RT && m.depth == D && m.linear_timing == LIN)                             \
-        return launch_mma<W, RT, D, LIN>(p, slots, stream);
+#define ES_MMA_CASE(W, RT, D, TM)                                                                            \
+    if (m.warps == W && m.tiles == RT && m.depth == D && p.w_tile_major == TM)                               \
+        return launch_mma<W, RT, D, TM>(p, slots, stream);
     ES_MMA_SHAPES(ES_MMA_CASE)
 #undef ES_MMA_CASE
     return cudaErrorInvalidValue;
@@ -181,6 +182,7 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
         if (p.mma > 0 && !p.norm.on() && p.n_embd % k_mma_chunk == 0 && aligned16(p.w) && aligned16(p.x))
             return launch_mma_shape(p, slots, stream);
     }
+    if (p.w_tile_major) return cudaErrorInvalidValue; // only the tensor-core kernel reads that layout
     const bool vec_w = p.n_embd % (FP8 ? 16 : 8) == 0 && aligned16(p.w);
     if (p.norm.on()) {
         const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));
@@ -202,8 +204,8 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
 } // namespace
 
 bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m) {
-#define ES_MMA_CASE(W, RT, D, LIN)                                                                           \
-    if (m.warps == W && m.tiles == RT && m.depth == D && m.linear_timing == LIN) return true;
+#define ES_MMA_CASE(W, RT, D, TM)                                                                            \
+    if (m.warps == W && m.tiles == RT && m.depth == D && !TM) return true;
     ES_MMA_SHAPES(ES_MMA_CASE)
 #undef ES_MMA_CASE
     return false;
@@ -215,6 +217,9 @@ cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if (fp8 && !p.w_scale) return cudaErrorInvalidValue;
     if (p.norm.on() && (!p.norm.weight || !moe_gate_up_gemv_norm_ok(p))) return cudaErrorInvalidValue;
+    if (p.w_tile_major &&
+        (!fp8 || p.w_layout != scale_layout::channel || !fp8_tile_major_ok(p.n_ff_exp, p.n_embd)))
+        return cudaErrorInvalidValue;
     return fp8 ? launch_fmt<true>(p, slots, stream) : launch_fmt<false>(p, slots, stream);
 }
 

@@ -41,12 +41,15 @@ struct moe_gate_up_gemv_params {
     // the combinations moe_gate_up_gemv.cu instantiates (ES_MMA_SHAPES; moe_gate_up_mma_shape_ok) —
     // and wave: one resident wave of blocks (resident_blocks) taking the tiles in turn instead of r
     // rounds. Every shape gives the same sums for the same warps (each warp adds its chunks in
-    // order, the warps' parts in order). linear_timing: a timing aid whose sums are wrong
-    // (moe_gate_up_mma.cuh: LIN).
+    // order, the warps' parts in order).
     struct mma_shape_t {
         int warps = 4, tiles = 2, depth = 1;
-        bool wave = false, linear_timing = false;
+        bool wave = false;
     } mma_shape;
+    // The stack tile-major (fp8_tile_major.cuh): only the tensor-core kernel reads it (mma > 0,
+    // FP8 with per-row scales, norm off, n_ff_exp % 16 == 0, n_embd % 64 == 0, the default shape);
+    // any other launch of it is refused.
+    bool w_tile_major = false;
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared

@@ -64,13 +64,12 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4 &wg, const 
 // sums are combined). part: the block's shared [2][W][8·RT][2] (tile j's partial sums in buffer
 // j % 2: one barrier a tile). Tile sums are the same for every D and G: each warp adds its chunks
 // in order, the warps' parts are added in warp order.
-// LIN, a timing aid and no kernel (its sums are wrong): the same bytes a tile, but read as they would
-// be from a tile-major layout — chunk c of the tile one contiguous block of NW·512 bytes, the
-// warp's load r its 512 bytes at r·512, lane l's 16 at 16·l — from the contiguous 2·R rows of the
-// expert's matrix at row 2·f0; whether the row-major layout's access pattern (every load of a warp
-// 64 bytes of 8 rows) costs bandwidth. It does: 19.2 → 16.7 µs a layer on the 21B-A3B (session 14),
-// the case for storing the FP8 routed gate/up stacks tile-major.
-template <int W, int RT, int D, bool LIN = false>
+// TM: the stack tile-major (fp8_tile_major.cuh; RT = 2, F % 16 == 0): chunk c of a tile is one
+// contiguous block of NW·512 bytes, the warp's load r its 512 bytes at r·512, lane l's 16 at 16·l,
+// so every warp load takes 512 contiguous bytes instead of 64 bytes of 8 rows. Measured first
+// as a timing aid reading the row-major stack in this order: 19.2 → 16.7 µs a layer's routed
+// gate/up on the 21B-A3B, the step 1,615 → 1,585 µs (session 14).
+template <int W, int RT, int D, bool TM = false>
 __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params &p,
                                                   float (*part)[W][8 * RT][2]) {
     constexpr int R = 8 * RT, NW = 2 * RT; // rows f a tile; 16-byte weight vectors a lane loads a chunk
@@ -90,9 +89,9 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
     auto aim = [&](int64_t j) {
         const int64_t i = blockIdx.x + j * gridDim.x, s = i / per_slot, f0 = (i % per_slot) * R;
         const int64_t e = p.ids ? p.ids[s] : 0, t = s / p.n_expert_used;
-        if constexpr (LIN) { // the timing aid below: 2·R rows of the expert's matrix from row 2·f0
-            const int64_t r0 = max(int64_t(0), min(2 * f0, 2 * F - 2 * R));
-            rows[0] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + r0) * H) + lane;
+        if constexpr (TM) { // the tile's 2·R rows' bytes, from byte 2·f0·H of the expert's
+            static_assert(!TM || RT == 2, "the tile-major layout's tiles are 16 rows");
+            rows[0] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + 2 * f0) * H) + lane;
         } else {
 #pragma unroll
             for (int r = 0; r < RT; ++r) {
@@ -109,7 +108,7 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
         if (lj < tiles && c < nch) {
 #pragma unroll
             for (int r = 0; r < NW; ++r)
-                bw[d][r] = LIN ? __ldcs(rows[0] + (c * NW + r) * 32) : __ldcs(rows[r] + c * cv);
+                bw[d][r] = TM ? __ldcs(rows[0] + (c * NW + r) * 32) : __ldcs(rows[r] + c * cv);
             bx[d][0] = xg[c * cx];
             bx[d][1] = xg[c * cx + 1];
         } else {

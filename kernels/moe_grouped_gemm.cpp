@@ -1,9 +1,28 @@
 // CPU twin of moe_grouped_gemm (see moe_grouped_gemm.cuh): walks the plan's groups slot by slot.
 #include "moe_grouped_gemm.cuh"
+#include "fp8_tile_major.cuh"
+
+#include <vector>
 
 namespace es {
 
 void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p) {
+    if (p.w_tile_major) { // the stack back to row-major, and the same again
+        if (p.wfmt != weight_format::fp8_e4m3 || !p.glu || !fp8_tile_major_ok(p.n, p.k)) return;
+        std::vector<fp8_t> rm(size_t(p.n_expert * 2 * p.n * p.k));
+        fp8_tile_major_params t;
+        t.src = static_cast<const fp8_t *>(p.w);
+        t.dst = rm.data();
+        t.n_expert = p.n_expert;
+        t.n_ff = p.n;
+        t.n_embd = p.k;
+        fp8_tile_major_inverse_ref(t);
+        moe_grouped_gemm_params q = p;
+        q.w = rm.data();
+        q.w_tile_major = false;
+        moe_grouped_gemm_ref(q);
+        return;
+    }
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     const int64_t k = p.k, n = p.n, w_rows = p.glu ? 2 * n : n;
     auto row_dot = [&](int64_t e, int64_t row, const bf16_t *a) {

@@ -9,6 +9,7 @@
 // (a dot product ignores the order of its terms), one load serving two k16 steps; FP8 is widened
 // to BF16 exactly as the B fragments are built, its row scales applied in the epilogue. Unaligned
 // operands (odd k or lda, pointers) are staged by synchronous scalar loads instead.
+#include "fp8_tile_major.cuh"
 #include "kernel_common.cuh"
 #include "mma.cuh"
 #include "moe_grouped_gemm.cuh"
@@ -63,9 +64,11 @@ __device__ __forceinline__ uint32_t bf16x2_scaled(uint32_t v, float s) {
 }
 
 // BLK: 128×128 block scales, applied as the FP8 weights are widened (moe_grouped_gemm.cuh).
-template <bool FP8, bool GLU, bool BLK = false>
+// TM: the FP8 gate/up stack tile-major (fp8_tile_major.cuh; the launcher checks its conditions).
+template <bool FP8, bool GLU, bool BLK = false, bool TM = false>
 __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_grouped_gemm_params p) {
     static_assert(FP8 || !BLK, "block scales are FP8's");
+    static_assert(!TM || (FP8 && GLU && !BLK), "the tile-major layout is the FP8 gate/up stacks'");
     pdl_enter(); // the plan and the activations come from the kernels just before
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int row_slot[BM];
@@ -159,6 +162,8 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
             const unsigned char *src = w_base + int64_t(W_RPP * i) * kbytes;
             if (GLU && i >= W_N / 2) src += (n - BW / 2) * kbytes; // up rows: n + column
             src += kc * ESZ;
+            if constexpr (TM) // the same row and column, where the tile-major stack keeps them
+                src = w_e + fp8_tile_major_offset(n0 + r + (i >= W_N / 2 ? n - BW / 2 : 0), kc, n, k);
             if (vec_w) {
                 cp_async16(smem0 + uint32_t(stage * stage_bytes(FP8) + a_stage_bytes + off),
                            ok && valid > 0 ? src : w_e, ok ? valid * ESZ : 0);
@@ -339,10 +344,10 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     }
 }
 
-template <bool FP8, bool GLU, bool BLK = false>
+template <bool FP8, bool GLU, bool BLK = false, bool TM = false>
 cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
     constexpr int smem = smem_bytes(FP8);
-    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU, BLK>;
+    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU, BLK, TM>;
     // More than the default 48 KB of dynamic shared memory, and all of the SM's unified L1 /
     // shared memory given to shared memory (a hint), so that three blocks fit.
     if (const cudaError_t err =
@@ -364,6 +369,12 @@ cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if ((fp8 && !p.w_scale) || p.k <= 0 || p.n_expert <= 0 || (p.glu ? !p.out_act : !p.out_f32))
         return cudaErrorInvalidValue;
+    if (p.w_tile_major) {
+        if (!fp8 || !p.glu || p.w_layout != scale_layout::channel || !fp8_tile_major_ok(p.n, p.k) ||
+            !aligned16(p.w))
+            return cudaErrorInvalidValue;
+        return launch_variant<true, true, false, true>(p, stream);
+    }
     if (fp8 && p.w_layout == scale_layout::block128)
         return p.glu ? launch_variant<true, true, true>(p, stream)
                      : launch_variant<true, false, true>(p, stream);

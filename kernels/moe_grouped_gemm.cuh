@@ -32,6 +32,9 @@ struct moe_grouped_gemm_params {
     // weight is widened to bf16(e4m3 · its block's scale) as the B fragments are built (a
     // 64-wide k stage lies in one 128 block), fp8_dequantize's value, and no epilogue scale.
     scale_layout w_layout = scale_layout::channel;
+    // The stack tile-major (fp8_tile_major.cuh): FP8 with per-row scales, glu, n % 16 == 0,
+    // k % 64 == 0, 16-byte aligned weights; each 16-byte vector is read from its place there.
+    bool w_tile_major = false;
 };
 
 inline constexpr int64_t moe_grouped_gemm_tile_rows = 64;

@@ -19,6 +19,7 @@
 #include "fill_random.cuh"
 #include "fp8_dequantize.cuh"
 #include "fp8_quantize.cuh"
+#include "fp8_tile_major.cuh"
 #include "gemm_lt.cuh"
 #include "gemv.cuh"
 #include "moe_combine.cuh"
@@ -94,6 +95,7 @@ private slots:
     void moeBlockScales();
     void moeGroupedEqualsDecodePath_data();
     void moeGroupedEqualsDecodePath();
+    void fp8TileMajor();
     void planEdgeCases();
     void fusedNormInputs();
     void moeFrontEqualsParts_data();
@@ -799,6 +801,81 @@ void TestKernelTwins::moeBlockScales() {
         else
             QCOMPARE(f_blk, f_bf);
     }
+}
+
+// The tile-major layout of FP8 gate/up stacks (fp8_tile_major.cuh): the offset function is a
+// bijection of 16-byte vectors onto each expert's bytes and keeps a vector's 16 bytes in order;
+// the twin and its inverse undo each other; the gate/up GEMV and the grouped GEMM twins read a
+// tile-major stack to the same bits as the row-major one.
+void TestKernelTwins::fp8TileMajor() {
+    QVERIFY(es::fp8_tile_major_ok(16, 64));
+    QVERIFY(!es::fp8_tile_major_ok(24, 64));
+    QVERIFY(!es::fp8_tile_major_ok(16, 48));
+    {
+        const int64_t F = 48, H = 192;
+        std::vector<int> hit(static_cast<size_t>(2 * F * H / 16), 0);
+        for (int64_t row = 0; row < 2 * F; ++row)
+            for (int64_t col = 0; col < H; col += 16) {
+                const int64_t off = es::fp8_tile_major_offset(row, col, F, H);
+                QCOMPARE(off % 16, int64_t(0));
+                QCOMPARE(es::fp8_tile_major_offset(row, col + 5, F, H), off + 5);
+                ++hit[static_cast<size_t>(off / 16)];
+            }
+        for (int h : hit) QCOMPARE(h, 1);
+        // Row 8 of tile 0's gate, columns 64…79: vector 2 of chunk 1, lane 4·0 + 0.
+        QCOMPARE(es::fp8_tile_major_offset(8, 64, F, H), int64_t(2048 + 2 * 512));
+        // Up row of f = 17 (tile 1, g = 1), columns 16…31: tile 1, chunk 0, vector 1, lane 4 + 1.
+        QCOMPARE(es::fp8_tile_major_offset(F + 17, 16, F, H), int64_t(32 * H + 512 + 5 * 16));
+    }
+    const int64_t T = 3, H = 128, E = 4, K = 2, F = 32, S = T * K;
+    auto x = rand_bf16(static_cast<size_t>(T * H));
+    auto wgu = rand_bf16(static_cast<size_t>(E * 2 * F * H), -0.2f, 0.2f);
+    std::vector<es::fp8_t> q(wgu.size()), tm(wgu.size()), back(wgu.size());
+    std::vector<float> sc(static_cast<size_t>(E * 2 * F));
+    es::fp8_quantize_ref({wgu.data(), q.data(), sc.data(), E * 2 * F, H});
+    es::fp8_tile_major_ref({q.data(), tm.data(), E, F, H});
+    QVERIFY(tm != q);
+    es::fp8_tile_major_inverse_ref({tm.data(), back.data(), E, F, H});
+    QCOMPARE(back, q);
+    const std::vector<int32_t> ids{1, 3, 0, 1, 3, 2};
+    std::vector<es::bf16_t> a_rm(static_cast<size_t>(S * F)), a_tm(a_rm.size());
+    es::moe_gate_up_gemv_params g{
+        x.data(), ids.data(), q.data(), es::weight_format::fp8_e4m3, sc.data(), a_rm.data(), T, H, K, F};
+    es::moe_gate_up_gemv_ref(g);
+    g.w = tm.data();
+    g.act = a_tm.data();
+    g.w_tile_major = true;
+    es::moe_gate_up_gemv_ref(g);
+    QCOMPARE(a_tm, a_rm);
+    std::vector<int32_t> counts(E), off(E + 1), toff(E + 1), sorted(S);
+    es::moe_plan_params pl{ids.data(),    S,          E,           es::moe_grouped_gemm_tile_rows,
+                           counts.data(), off.data(), toff.data(), sorted.data()};
+    es::moe_plan_ref(pl);
+    std::vector<es::bf16_t> b_rm(static_cast<size_t>(S * F)), b_tm(b_rm.size());
+    es::moe_grouped_gemm_params gg;
+    gg.a = x.data();
+    gg.lda = H;
+    gg.a_row_div = K;
+    gg.sorted_slots = sorted.data();
+    gg.offsets = off.data();
+    gg.tile_offsets = toff.data();
+    gg.n_expert = E;
+    gg.max_tiles = es::moe_plan_max_tiles(S, E, 64);
+    gg.w = q.data();
+    gg.wfmt = es::weight_format::fp8_e4m3;
+    gg.w_scale = sc.data();
+    gg.k = H;
+    gg.n = F;
+    gg.glu = true;
+    gg.out_act = b_rm.data();
+    gg.ldo = F;
+    es::moe_grouped_gemm_ref(gg);
+    gg.w = tm.data();
+    gg.w_tile_major = true;
+    gg.out_act = b_tm.data();
+    es::moe_grouped_gemm_ref(gg);
+    QCOMPARE(b_tm, b_rm);
+    QCOMPARE(b_rm, a_rm); // the grouped GEMM's per-slot arithmetic is the GEMV's
 }
 
 void TestKernelTwins::moeGroupedEqualsDecodePath_data() {
