@@ -903,13 +903,7 @@ std::string blk_suffix(scale_layout L) { return L == scale_layout::block128 ? " 
 // An FP8 gate/up stack of E experts [2·F, H] each, tile-major (fp8_tile_major's twin).
 std::vector<fp8_t> tile_major(const std::vector<fp8_t> &q, int64_t E, int64_t F, int64_t H) {
     std::vector<fp8_t> t(q.size());
-    fp8_tile_major_params p;
-    p.src = q.data();
-    p.dst = t.data();
-    p.n_expert = E;
-    p.n_ff = F;
-    p.n_embd = H;
-    fp8_tile_major_ref(p);
+    fp8_tile_major_ref({q.data(), t.data(), E, F, H});
     return t;
 }
 
@@ -954,12 +948,7 @@ void test_fp8_tile_major(runner &R, int64_t E, int64_t F, int64_t H) {
         std::uniform_int_distribution<int> byte(0, 255);
         for (auto &v : q) v = fp8_t(byte(rng()));
         dvec<fp8_t> dsrc(q), ddst(q.size());
-        fp8_tile_major_params p;
-        p.src = dsrc.get();
-        p.dst = ddst.get();
-        p.n_expert = E;
-        p.n_ff = F;
-        p.n_embd = H;
+        fp8_tile_major_params p{dsrc.get(), ddst.get(), E, F, H};
         ck(launch_fp8_tile_major(p, nullptr), "launch");
         sync(name);
         const std::vector<fp8_t> want = tile_major(q, E, F, H);

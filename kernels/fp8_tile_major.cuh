@@ -15,6 +15,8 @@
 
 #include "kernel_common.h"
 
+#include <vector>
+
 namespace es {
 
 inline bool fp8_tile_major_ok(int64_t n_ff, int64_t n_embd) {
@@ -37,8 +39,10 @@ struct fp8_tile_major_params {
 };
 
 void fp8_tile_major_ref(const fp8_tile_major_params &p);
-// The inverse: src tile-major, dst row-major (the twins of the kernels that read the layout).
+// The inverse: src tile-major, dst row-major.
 void fp8_tile_major_inverse_ref(const fp8_tile_major_params &p);
+// A row-major copy of a tile-major stack (the twins of the kernels that read the layout).
+std::vector<fp8_t> fp8_tile_major_undone(const void *tiled, int64_t n_expert, int64_t n_ff, int64_t n_embd);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 cudaError_t launch_fp8_tile_major(const fp8_tile_major_params &p, cudaStream_t stream);
 #endif

@@ -21,14 +21,7 @@ void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
         int64_t experts = 1;
         for (int64_t s = 0; p.ids && s < p.n_tokens * K; ++s)
             experts = std::max<int64_t>(experts, p.ids[s] + 1);
-        std::vector<fp8_t> rm(size_t(experts * 2 * F * H));
-        fp8_tile_major_params t;
-        t.src = static_cast<const fp8_t *>(p.w);
-        t.dst = rm.data();
-        t.n_expert = experts;
-        t.n_ff = F;
-        t.n_embd = H;
-        fp8_tile_major_inverse_ref(t);
+        const std::vector<fp8_t> rm = fp8_tile_major_undone(p.w, experts, F, H);
         moe_gate_up_gemv_params q = p;
         q.w = rm.data();
         q.w_tile_major = false;

@@ -9,14 +9,7 @@ namespace es {
 void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p) {
     if (p.w_tile_major) { // the stack back to row-major, and the same again
         if (p.wfmt != weight_format::fp8_e4m3 || !p.glu || !fp8_tile_major_ok(p.n, p.k)) return;
-        std::vector<fp8_t> rm(size_t(p.n_expert * 2 * p.n * p.k));
-        fp8_tile_major_params t;
-        t.src = static_cast<const fp8_t *>(p.w);
-        t.dst = rm.data();
-        t.n_expert = p.n_expert;
-        t.n_ff = p.n;
-        t.n_embd = p.k;
-        fp8_tile_major_inverse_ref(t);
+        const std::vector<fp8_t> rm = fp8_tile_major_undone(p.w, p.n_expert, p.n, p.k);
         moe_grouped_gemm_params q = p;
         q.w = rm.data();
         q.w_tile_major = false;

@@ -69,6 +69,29 @@ double nmse(const std::vector<float> &a, const std::vector<float> &b) {
 
 } // namespace
 
+// moe_plan over ids (their slots, E experts) and grouped-GEMM params reading through it; the
+// caller sets the operands (a, lda, a_row_div, w, k, n, glu, outputs).
+struct grouped_case {
+    std::vector<int32_t> counts, off, toff, sorted;
+    es::moe_grouped_gemm_params p;
+};
+grouped_case grouped_over(const std::vector<int32_t> &ids, int64_t E) {
+    grouped_case c;
+    const int64_t S = int64_t(ids.size());
+    c.counts.resize(size_t(E));
+    c.off.resize(size_t(E + 1));
+    c.toff.resize(size_t(E + 1));
+    c.sorted.resize(size_t(S));
+    es::moe_plan_ref({ids.data(), S, E, es::moe_grouped_gemm_tile_rows, c.counts.data(), c.off.data(),
+                      c.toff.data(), c.sorted.data()});
+    c.p.sorted_slots = c.sorted.data();
+    c.p.offsets = c.off.data();
+    c.p.tile_offsets = c.toff.data();
+    c.p.n_expert = E;
+    c.p.max_tiles = es::moe_plan_max_tiles(S, E, es::moe_grouped_gemm_tile_rows);
+    return c;
+}
+
 class TestKernelTwins : public QObject {
     Q_OBJECT
 private slots:
@@ -756,9 +779,7 @@ void TestKernelTwins::moeBlockScales() {
             QVERIFY(std::fabs(y[size_t(t * H + n)] - want) <= 1e-5 * (mag + 1e-6));
         }
     // The grouped GEMM: bf16(e4m3 · block scale) weights, fp8_dequantize's, then the BF16 product.
-    std::vector<int32_t> counts(E), off(E + 1), toff(E + 1), sorted(S);
-    es::moe_plan_ref({ids.data(), S, E, es::moe_grouped_gemm_tile_rows, counts.data(), off.data(),
-                      toff.data(), sorted.data()});
+    const grouped_case gc = grouped_over(ids, E);
     std::vector<es::bf16_t> dgu(qgu.size()), ddn(qdn.size());
     for (int64_t e = 0; e < E; ++e) {
         const int64_t cg = es::fp8_scale_count(2 * F, H, L), cd = es::fp8_scale_count(H, F, L);
@@ -768,15 +789,10 @@ void TestKernelTwins::moeBlockScales() {
             {qdn.data() + e * H * F, sdn.data() + e * cd, ddn.data() + e * H * F, H, F, L});
     }
     for (const bool glu : {true, false}) {
-        es::moe_grouped_gemm_params gg;
+        es::moe_grouped_gemm_params gg = gc.p;
         gg.a = glu ? x.data() : act.data();
         gg.lda = glu ? H : F;
         gg.a_row_div = glu ? K : 1;
-        gg.sorted_slots = sorted.data();
-        gg.offsets = off.data();
-        gg.tile_offsets = toff.data();
-        gg.n_expert = E;
-        gg.max_tiles = es::moe_plan_max_tiles(S, E, 64);
         gg.k = glu ? H : F;
         gg.n = glu ? F : H;
         gg.glu = glu;
@@ -847,20 +863,12 @@ void TestKernelTwins::fp8TileMajor() {
     g.w_tile_major = true;
     es::moe_gate_up_gemv_ref(g);
     QCOMPARE(a_tm, a_rm);
-    std::vector<int32_t> counts(E), off(E + 1), toff(E + 1), sorted(S);
-    es::moe_plan_params pl{ids.data(),    S,          E,           es::moe_grouped_gemm_tile_rows,
-                           counts.data(), off.data(), toff.data(), sorted.data()};
-    es::moe_plan_ref(pl);
     std::vector<es::bf16_t> b_rm(static_cast<size_t>(S * F)), b_tm(b_rm.size());
-    es::moe_grouped_gemm_params gg;
+    grouped_case gc = grouped_over(ids, E);
+    es::moe_grouped_gemm_params &gg = gc.p;
     gg.a = x.data();
     gg.lda = H;
     gg.a_row_div = K;
-    gg.sorted_slots = sorted.data();
-    gg.offsets = off.data();
-    gg.tile_offsets = toff.data();
-    gg.n_expert = E;
-    gg.max_tiles = es::moe_plan_max_tiles(S, E, 64);
     gg.w = q.data();
     gg.wfmt = es::weight_format::fp8_e4m3;
     gg.w_scale = sc.data();
@@ -913,20 +921,13 @@ void TestKernelTwins::moeGroupedEqualsDecodePath() {
     es::moe_down_gemv_ref(d);
 
     // Prefill path.
-    std::vector<int32_t> counts(E), off(E + 1), toff(E + 1), sorted(S);
-    es::moe_plan_params pl{ids.data(), S, E, es::moe_grouped_gemm_tile_rows, counts.data(), off.data(), toff.data(), sorted.data()};
-    es::moe_plan_ref(pl);
     std::vector<es::bf16_t> act2(static_cast<size_t>(S * F));
     std::vector<float> ys(static_cast<size_t>(S * H)), y_pre(static_cast<size_t>(T * H), 0.0f);
-    es::moe_grouped_gemm_params gg;
+    grouped_case plan = grouped_over(ids, E);
+    es::moe_grouped_gemm_params &gg = plan.p;
     gg.a = x.data();
     gg.lda = H;
     gg.a_row_div = K;
-    gg.sorted_slots = sorted.data();
-    gg.offsets = off.data();
-    gg.tile_offsets = toff.data();
-    gg.n_expert = E;
-    gg.max_tiles = es::moe_plan_max_tiles(S, E, 64);
     gg.w = pgu;
     gg.wfmt = fmt;
     gg.w_scale = fp8 ? sgu.data() : nullptr;
