@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
-#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abbuild|only   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abfinal|abbuild|only   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh blk      FP8 128x128 block scales (--fp8-scales block128): the selftest's
 #                                  block rows, then bench against per-channel scales (blk.md)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
@@ -145,7 +145,7 @@ if [[ $mode == ab ]]; then
         decode_timed ab "${AB_SHAPE:-ernie-4.5-21b-a3b}" "${v:-default}" $v
     done
 fi
-if [[ $mode == abenv ]]; then
+if [[ $mode == abenv || $mode == abfinal ]]; then
     # Batch-1 decode under several settings of the backend's measuring aids in one run, alternating,
     # AB_ROUNDS times each (2 by default): AB_VARIANTS is a space-separated list whose entries are
     # "default" or comma-separated environment assignments, e.g.
@@ -165,6 +165,36 @@ if [[ $mode == abenv ]]; then
     awk '/^### decode / { v = $3 " " $5 } /decode step at position/ {
             for (i = 1; i <= NF; ++i) if ($(i + 1) == "µs" && $(i + 3) == "the" && $(i + 4) == "GPU") { s[v] += $i; n[v]++ } }
         END { for (k in s) printf "%s: %.1f µs (%d runs)\n", k, s[k] / n[k], n[k] }' "$OUT/abenv.md" | sort | tee -a "$OUT/abenv.md"
+fi
+if [[ $mode == abfinal ]]; then
+    # abenv, then the self-test and the bench (as `selftest` and `bench`) under the variant with the
+    # shortest mean GPU step on the first of AB_SHAPES, when it beats the default's by at least
+    # AB_MIN_GAIN (a fraction, 0.01 by default): a new default's evidence in one call. abfinal.md
+    # says which variant ran; selftest.md and bench.md are that variant's.
+    first=${AB_SHAPES:-ernie-4.5-21b-a3b}
+    first=${first%% *}
+    best=$(grep -E "^$first .*: [0-9.]+ µs" "$OUT/abenv.md" | sed -E "s/^$first (.*): ([0-9.]+) µs.*/\2 \1/" | sort -n | head -1)
+    dflt=$(grep -E "^$first default: " "$OUT/abenv.md" | sed -E 's/.*: ([0-9.]+) µs.*/\1/')
+    read -r best_us best_v <<<"$best"
+    if [[ -n $best_v && $best_v != default && -n $dflt ]] &&
+        awk -v b="$best_us" -v d="$dflt" -v g="${AB_MIN_GAIN:-0.01}" 'BEGIN { exit !(b <= (1 - g) * d) }'; then
+        echo "abfinal: $best_v ($best_us µs against the default's $dflt on $first): selftest and bench under it" |
+            tee "$OUT/abfinal.md"
+        assign=(${best_v//,/ })
+        env "${assign[@]}" timeout 450 "$CLI" selftest --data tests/data 2>&1 | tee "$OUT/selftest.md"
+        c=${PIPESTATUS[0]}
+        echo "selftest exit code: $c ($best_v)" | tee -a "$OUT/selftest.md" "$OUT/abfinal.md"
+        [[ $c -ne 0 ]] && rc=$c
+        for spec in "ernie-4.5-0.3b 0" "ernie-4.5-21b-a3b 4" "ernie-4.5-21b-a3b 12" "ernie-4.5-21b-a3b 0"; do
+            set -- $spec
+            echo "### $1 fp8 --layers $2 ($best_v)" | tee -a "$OUT/bench.md"
+            env "${assign[@]}" timeout 150 "$CLI" bench --backend cuda --shape "$1" --layers "$2" --precision fp8 \
+                --pp 512,2048 --tg 128 --reps 3 2>&1 | tee -a "$OUT/bench.md" | grep -E 'tg128|pp2048|decode step|graphs'
+        done
+    else
+        echo "abfinal: no variant beat the default by ${AB_MIN_GAIN:-0.01} on $first (best: ${best_v:-none} ${best_us:-}, default ${dflt:-?})" |
+            tee "$OUT/abfinal.md"
+    fi
 fi
 if [[ $mode == abbuild ]]; then
     # Batch-1 decode, two CUDA modules of one commit alternating, three times each: the baseline
