@@ -128,8 +128,8 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
     // Tile j's sums: every warp's to part, then warp 0 adds them, scales, and stores SiLU(gate)·up.
     auto finish = [&](int64_t j) {
         const int b = int(j & 1);
-        if (q ==
-            0) { // column 0: acc[r][0] the gate of row 8r + g, acc[r][2] its up (all eight columns equal)
+        // Column 0: acc[r][0] is the gate of row 8r + g, acc[r][2] its up (all eight columns equal).
+        if (q == 0) {
 #pragma unroll
             for (int r = 0; r < RT; ++r) {
                 part[b][warp][8 * r + g][0] = acc[r][0];
