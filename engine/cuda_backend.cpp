@@ -526,13 +526,13 @@ public:
     }
     std::string graph_status() const override {
         if (!m_params.use_graphs) return "off";
-        std::string skipped;
+        std::string skipped, notes;
         for (const auto &o : m_skip_ops) skipped += (skipped.empty() ? "" : ",") + o;
-        if (!skipped.empty()) skipped = "; LEAVING OUT launches named " + skipped + " (ES_CUDA_SKIP_OPS)";
-        if (!m_tile_major_note.empty()) skipped += "; " + m_tile_major_note;
+        if (!skipped.empty()) notes = "; LEAVING OUT launches named " + skipped + " (ES_CUDA_SKIP_OPS)";
+        if (!m_tile_major_note.empty()) notes += "; " + m_tile_major_note;
         const std::string pdl = programmatic_launch() ? ", programmatic launch" : ", no programmatic launch";
-        if (!m_graph_error.empty()) return "failed: " + m_graph_error + pdl + skipped;
-        return "on, " + std::to_string(m_graphs.size()) + " captured" + pdl + skipped;
+        if (!m_graph_error.empty()) return "failed: " + m_graph_error + pdl + notes;
+        return "on, " + std::to_string(m_graphs.size()) + " captured" + pdl + notes;
     }
     void set_record_routing(bool on) override { m_record_routing = on; }
     double graph_replay_us(int replays) override {

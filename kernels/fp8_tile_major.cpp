@@ -2,13 +2,15 @@
 #include "fp8_tile_major.cuh"
 
 #include <cstring>
+#include <stdexcept>
+#include <string>
 
 namespace es {
 namespace {
 
 // Every 16-byte vector of the stack between its row-major place and its tile-major one.
 void permute(const fp8_tile_major_params &p, bool to_tile_major) {
-    if (!fp8_tile_major_ok(p.n_ff, p.n_embd)) return;
+    fp8_tile_major_check(p.n_ff, p.n_embd);
     const int64_t F = p.n_ff, H = p.n_embd, per = 2 * F * H;
     for (int64_t e = 0; e < p.n_expert; ++e)
         for (int64_t row = 0; row < 2 * F; ++row)
@@ -20,6 +22,13 @@ void permute(const fp8_tile_major_params &p, bool to_tile_major) {
 }
 
 } // namespace
+
+void fp8_tile_major_check(int64_t n_ff, int64_t n_embd) {
+    if (!fp8_tile_major_ok(n_ff, n_embd))
+        throw std::invalid_argument(
+            "a tile-major FP8 stack needs n_ff % 16 == 0 and n_embd % 64 == 0, not n_ff " +
+            std::to_string(n_ff) + ", n_embd " + std::to_string(n_embd));
+}
 
 void fp8_tile_major_ref(const fp8_tile_major_params &p) { permute(p, true); }
 void fp8_tile_major_inverse_ref(const fp8_tile_major_params &p) { permute(p, false); }

@@ -38,6 +38,9 @@ struct fp8_tile_major_params {
     int64_t n_expert = 0, n_ff = 0, n_embd = 0;
 };
 
+// The twins below and those that read the layout throw std::invalid_argument, naming the shape,
+// where fp8_tile_major_ok does not hold (the launchers return cudaErrorInvalidValue).
+void fp8_tile_major_check(int64_t n_ff, int64_t n_embd);
 void fp8_tile_major_ref(const fp8_tile_major_params &p);
 // The inverse: src tile-major, dst row-major.
 void fp8_tile_major_inverse_ref(const fp8_tile_major_params &p);

@@ -4,6 +4,7 @@
 #include "rms_norm.cuh"
 
 #include <algorithm>
+#include <stdexcept>
 #include <vector>
 
 namespace es {
@@ -17,7 +18,9 @@ bool moe_gate_up_gemv_norm_ok(const moe_gate_up_gemv_params &p) {
 void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
     const int64_t F = p.n_ff_exp, H = p.n_embd, K = p.n_expert_used;
     if (p.w_tile_major) { // the experts the slots use, back to row-major, and the same again
-        if (p.wfmt != weight_format::fp8_e4m3 || !fp8_tile_major_ok(F, H)) return;
+        if (p.wfmt != weight_format::fp8_e4m3)
+            throw std::invalid_argument("moe_gate_up_gemv: a tile-major stack is FP8");
+        fp8_tile_major_check(F, H);
         int64_t experts = 1;
         for (int64_t s = 0; p.ids && s < p.n_tokens * K; ++s)
             experts = std::max<int64_t>(experts, p.ids[s] + 1);

@@ -2,13 +2,16 @@
 #include "moe_grouped_gemm.cuh"
 #include "fp8_tile_major.cuh"
 
+#include <stdexcept>
 #include <vector>
 
 namespace es {
 
 void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p) {
     if (p.w_tile_major) { // the stack back to row-major, and the same again
-        if (p.wfmt != weight_format::fp8_e4m3 || !p.glu || !fp8_tile_major_ok(p.n, p.k)) return;
+        if (p.wfmt != weight_format::fp8_e4m3 || !p.glu)
+            throw std::invalid_argument("moe_grouped_gemm: a tile-major stack is an FP8 gate/up (glu) stack");
+        fp8_tile_major_check(p.n, p.k);
         const std::vector<fp8_t> rm = fp8_tile_major_undone(p.w, p.n_expert, p.n, p.k);
         moe_grouped_gemm_params q = p;
         q.w = rm.data();

@@ -827,6 +827,7 @@ void TestKernelTwins::fp8TileMajor() {
     QVERIFY(es::fp8_tile_major_ok(16, 64));
     QVERIFY(!es::fp8_tile_major_ok(24, 64));
     QVERIFY(!es::fp8_tile_major_ok(16, 48));
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, es::fp8_tile_major_check(24, 64));
     {
         const int64_t F = 48, H = 192;
         std::vector<int> hit(static_cast<size_t>(2 * F * H / 16), 0);
