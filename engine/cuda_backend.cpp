@@ -461,6 +461,7 @@ public:
                                  "(warps/tiles/depth[/wave]; kernels/moe_gate_up_gemv.cu lists them)");
             m_moe_mma_shape = m;
         }
+        // ES_CUDA_MOE_TILE_MAJOR=0|1 overrides the parameter (a measuring aid: the row-major stacks).
         m_moe_tile_major = p.moe_tile_major;
         if (const char *tm = std::getenv("ES_CUDA_MOE_TILE_MAJOR")) m_moe_tile_major = std::string(tm) == "1";
         if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
@@ -697,12 +698,9 @@ public:
         };
         bool fp8_shapes_ok = true; // every FP8 linear fits cuBLASLt's FP8 rules (gemm_lt_fp8_dims_ok)
         const bool blk = fp8 && m_params.fp8.scales == scale_layout::block128;
-        if (m_moe_tile_major) { // asked for: taken where the kernels read that layout, else why not
-            const moe_gate_up_gemv_params::mma_shape_t dflt;
+        if (m_moe_tile_major && c.n_expert > 0) { // taken where the kernels read that layout, else why not
             std::string why;
-            if (c.n_expert <= 0)
-                why = "the model has no routed experts";
-            else if (!fp8)
+            if (!fp8)
                 why = "BF16 weights";
             else if (blk)
                 why = "128x128 block scales";
@@ -710,12 +708,17 @@ public:
                 why = "the experts' width is no multiple of 16 or n_embd of 64";
             else if (m_moe_mma <= 0)
                 why = "ES_CUDA_MOE_MMA=0 (the CUDA-core gate/up reads row-major stacks)";
-            else if (m_moe_mma_shape.warps != dflt.warps || m_moe_mma_shape.tiles != dflt.tiles ||
-                     m_moe_mma_shape.depth != dflt.depth)
-                why = "another shape of the tensor-core gate/up (ES_CUDA_MOE_MMA_SHAPE)";
+            else if (!moe_gate_up_mma_shape_ok(m_moe_mma_shape, true))
+                why = "a shape of the tensor-core gate/up without a tile-major instance "
+                      "(ES_CUDA_MOE_MMA_SHAPE)";
             m_moe_tile_major = why.empty();
-            m_tile_major_note = why.empty() ? "routed gate/up stacks tile-major"
-                                            : "routed gate/up stacks row-major, tile-major asked for: " + why;
+            m_tile_major_note =
+                why.empty() ? "routed gate/up stacks tile-major"
+                            : "routed gate/up stacks row-major (tile-major does not apply: " + why + ")";
+        } else if (c.n_expert > 0) {
+            m_tile_major_note = "routed gate/up stacks row-major";
+        } else {
+            m_moe_tile_major = false; // no routed experts
         }
         int64_t max_grid = 0; // block scales: the largest matrix quantized in one piece
         // `stack`: the number of matrices (experts) of grid_rows = n / stack rows each.
@@ -1955,7 +1958,7 @@ private:
     int m_moe_mma = 1;               // ES_CUDA_MOE_MMA
     moe_gate_up_gemv_params::mma_shape_t m_moe_mma_shape; // ES_CUDA_MOE_MMA_SHAPE
     // The FP8 routed gate/up stacks stored tile-major (cuda_backend_params::moe_tile_major,
-    // ES_CUDA_MOE_TILE_MAJOR=1), and what the graph line says about it.
+    // ES_CUDA_MOE_TILE_MAJOR=0|1), and what the graph line says about it.
     bool m_moe_tile_major = false;
     std::string m_tile_major_note;
     bool m_fuse = true;

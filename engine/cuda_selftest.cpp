@@ -2122,9 +2122,9 @@ void run_kernel_tests(runner &R, int cc_major) {
                 }
             }
     test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, 1, mma_shape{4, 2, 1, true});
-    // The routed gate/up stacks tile-major (cuda_backend_params::moe_tile_major, not yet the
-    // default): the layout's kernel, the tensor-core gate/up on it (1, 3 and 8 tokens, rounds, one
-    // wave, with slot counters), the prefill grouped GEMM on it.
+    // The routed gate/up stacks tile-major (cuda_backend_params::moe_tile_major, the default for
+    // FP8 where it applies): the layout's kernel, the tensor-core gate/up on it (1, 3 and 8 tokens, rounds,
+    // one wave, with slot counters), the prefill grouped GEMM on it.
     test_fp8_tile_major(R, 3, 48, 1600);
     test_fp8_tile_major(R, 2, 1536, 2560);
     test_moe_gemv(R, f8, 1, 2560, 64, 6, 1536, scale_layout::channel, 1, {}, true);

@@ -203,9 +203,9 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
 
 } // namespace
 
-bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m) {
+bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m, bool tile_major) {
 #define ES_MMA_CASE(W, RT, D, TM)                                                                            \
-    if (m.warps == W && m.tiles == RT && m.depth == D && !TM) return true;
+    if (m.warps == W && m.tiles == RT && m.depth == D && tile_major == TM) return true;
     ES_MMA_SHAPES(ES_MMA_CASE)
 #undef ES_MMA_CASE
     return false;

@@ -59,8 +59,9 @@ bool moe_gate_up_gemv_norm_ok(const moe_gate_up_gemv_params &p);
 void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream_t stream);
-// Whether the tensor-core kernel has an instance of this shape.
-bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m);
+// Whether the tensor-core kernel has an instance of this shape, for row-major stacks or (tile_major)
+// for the tile-major layout (fp8_tile_major.cuh: four warps, 16-row tiles).
+bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m, bool tile_major = false);
 #endif
 
 } // namespace es
