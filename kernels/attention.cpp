@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <vector>
 
 namespace es {
 
@@ -52,12 +53,13 @@ float kv_at(const void *pool, kv_format f, float scale, int64_t i) {
 
 void attention_ref(const attention_params &p) {
     const int64_t hd = p.head_dim, qd = p.n_head * hd, kvd = p.n_head_kv * hd, group = p.n_head / p.n_head_kv;
-    std::vector<float> scores, o(static_cast<size_t>(hd));
+    // Every (token, head) output on its own (OpenMP threads; each the same arithmetic alone).
+#pragma omp parallel for collapse(2) schedule(dynamic)
     for (int64_t t = 0; t < p.n_tokens; ++t) {
-        const int32_t *bt = p.block_tables + int64_t(p.seq[t]) * p.bt_stride;
-        const int64_t n_ctx = int64_t(p.pos[t]) + 1;
-        scores.resize(size_t(n_ctx));
         for (int64_t h = 0; h < p.n_head; ++h) {
+            const int32_t *bt = p.block_tables + int64_t(p.seq[t]) * p.bt_stride;
+            const int64_t n_ctx = int64_t(p.pos[t]) + 1;
+            std::vector<float> scores(static_cast<size_t>(n_ctx)), o(static_cast<size_t>(hd));
             const int64_t kvh = h / group;
             const bf16_t *q = p.q + t * qd + h * hd;
             float mx = -INFINITY;
@@ -75,7 +77,6 @@ void attention_ref(const attention_params &p) {
                 scores[j] = std::exp(scores[j] - mx);
                 sum += scores[j];
             }
-            std::fill(o.begin(), o.end(), 0.0f);
             for (int64_t j = 0; j < n_ctx; ++j) {
                 const int64_t slot = int64_t(bt[j / p.block_size]) * p.block_size + j % p.block_size;
                 const int64_t v = slot * kvd + kvh * hd;

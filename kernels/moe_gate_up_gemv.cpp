@@ -36,6 +36,8 @@ void moe_gate_up_gemv_ref(const moe_gate_up_gemv_params &p) {
     const bf16_t *x = p.norm.on() ? xn.data() : p.x;
     for (int64_t s = 0; s < p.n_tokens * K; ++s) {
         const int64_t t = s / K, e = p.ids ? p.ids[s] : 0;
+        // Rows on OpenMP threads (each row's sums as alone).
+#pragma omp parallel for schedule(static)
         for (int64_t f = 0; f < F; ++f) {
             const int64_t gr = e * 2 * F + f, ur = gr + F;
             auto xv = [&](int64_t i) { return bf16_bits_to_float(x[t * H + i]); };
