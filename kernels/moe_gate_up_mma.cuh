@@ -182,4 +182,110 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
     }
 }
 
+// RING (a measuring aid; tile-major stacks, four warps, 16-row tiles; ES_CUDA_MOE_MMA_SHAPE=
+// 4/2/D/ring): the tokens' activations converted to f16 pairs once into shared memory (xs, T·H/2
+// words), and each warp's ring of D chunk slots refilled right after that slot's products rather
+// than copied out first, so D chunks of weights (D·16 registers) are in flight per warp where the
+// register ring above, with its copy and the activations' loads, needed 132 registers at D = 2
+// (three blocks an SM, the 21B-A3B's 576 tiles in 1.45 waves). The same products in the same
+// order as gate_up_mma_tiles<4, 2, D, true>: the same sums.
+template <int D>
+__device__ __forceinline__ void gate_up_mma_ring(const moe_gate_up_gemv_params &p, float (*part)[4][16][2],
+                                                 uint32_t *xs) {
+    constexpr int W = 4, R = 16, NW = 4;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
+    const int64_t F = p.n_ff_exp, H = p.n_embd, K = p.n_expert_used, per_slot = F / R,
+                  n = p.n_tokens * K * per_slot;
+    const int64_t tiles = blockIdx.x < n ? (n - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    const int nch = int(H / k_mma_chunk), cnt = (nch + W - 1) / W;
+    const unsigned char *w = static_cast<const unsigned char *>(p.w);
+    auto tile_of = [&](int64_t j) { return int64_t(blockIdx.x) + j * gridDim.x; };
+    // The load cursor: chunk lc of the block's tile lj, whose bytes rows0 points at (lane's 16).
+    int64_t lj = 0;
+    int lc = 0;
+    const uint4 *rows0 = nullptr;
+    auto aim = [&](int64_t j) {
+        const int64_t i = tile_of(j), s = i / per_slot, f0 = (i % per_slot) * R;
+        const int64_t e = p.ids ? p.ids[s] : 0;
+        rows0 = reinterpret_cast<const uint4 *>(w + (e * 2 * F + 2 * f0) * H) + lane;
+    };
+    uint4 bw[D][NW];
+    auto load = [&](int d) {
+        const int64_t c = warp + int64_t(lc) * W;
+        if (lj < tiles && c < nch) {
+#pragma unroll
+            for (int r = 0; r < NW; ++r) bw[d][r] = __ldcs(rows0 + (c * NW + r) * 32);
+        } else {
+#pragma unroll
+            for (int r = 0; r < NW; ++r) bw[d][r] = make_uint4(0u, 0u, 0u, 0u);
+        }
+        if (++lc == cnt) {
+            lc = 0;
+            if (++lj < tiles) aim(lj);
+        }
+    };
+    if (tiles > 0) aim(0);
+#pragma unroll
+    for (int d = 0; d < D; ++d) load(d);
+    // The activations, under the weights' first loads.
+    const uint32_t *x32 = reinterpret_cast<const uint32_t *>(p.x);
+    for (int64_t i = threadIdx.x; i < p.n_tokens * H / 2; i += blockDim.x) xs[i] = bf16x2_to_f16x2(x32[i]);
+    __syncthreads();
+    float acc[2][4] = {};
+    auto finish = [&](int64_t j) {
+        const int b = int(j & 1);
+        if (q == 0) {
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                part[b][warp][8 * r + g][0] = acc[r][0];
+                part[b][warp][8 * r + g][1] = acc[r][2];
+            }
+        }
+        __syncthreads();
+        const int64_t i = tile_of(j), s = i / per_slot, f0 = (i % per_slot) * R;
+        if (warp == 0 && lane < R) {
+            const int64_t e = p.ids ? p.ids[s] : 0, f = f0 + lane, g_row = e * 2 * F + f;
+            float gs = 0.0f, us = 0.0f;
+#pragma unroll
+            for (int k = 0; k < W; ++k) {
+                gs += part[b][k][lane][0];
+                us += part[b][k][lane][1];
+            }
+            gs *= __ldg(p.w_scale + g_row);
+            us *= __ldg(p.w_scale + g_row + F);
+            p.act[s * F + f] = f_to_bf16(silu_f(gs) * us);
+        }
+        if (p.slot_rows_done) block_count_add(p.slot_rows_done + s, unsigned(R));
+#pragma unroll
+        for (int r = 0; r < 2; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
+    };
+    const int64_t total = tiles * cnt;
+    int cc = 0;
+    int64_t cj = 0;
+    const uint32_t *xt = xs + (tiles > 0 ? (tile_of(0) / per_slot / K) * (H / 2) : 0); // tile cj's token
+    for (int64_t it0 = 0; it0 < total; it0 += D) {
+#pragma unroll
+        for (int d = 0; d < D; ++d) {
+            if (it0 + d < total) {
+                const int c = warp + cc * W;
+                uint32_t xb[8] = {};
+                if (c < nch) { // columns 64c + 16q … + 15 as f16 pairs
+                    const uint4 a = *reinterpret_cast<const uint4 *>(xt + 32 * c + 8 * q),
+                                b = *reinterpret_cast<const uint4 *>(xt + 32 * c + 8 * q + 4);
+                    xb[0] = a.x, xb[1] = a.y, xb[2] = a.z, xb[3] = a.w;
+                    xb[4] = b.x, xb[5] = b.y, xb[6] = b.z, xb[7] = b.w;
+                }
+#pragma unroll
+                for (int r = 0; r < 2; ++r) mma_chunk(acc[r], bw[d][2 * r], bw[d][2 * r + 1], xb);
+                load(d); // the item D ahead into the slot just used
+                if (++cc == cnt) {
+                    cc = 0;
+                    finish(cj++);
+                    if (cj < tiles) xt = xs + (tile_of(cj) / per_slot / K) * (H / 2);
+                }
+            }
+        }
+    }
+}
+
 } // namespace es
