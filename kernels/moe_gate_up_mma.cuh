@@ -232,6 +232,8 @@ __device__ __forceinline__ void gate_up_mma_ring(const moe_gate_up_gemv_params &
     for (int64_t i = threadIdx.x; i < p.n_tokens * H / 2; i += blockDim.x) xs[i] = bf16x2_to_f16x2(x32[i]);
     __syncthreads();
     float acc[2][4] = {};
+    // gate_up_mma_tiles' tile end with RT = 2, copied rather than shared: a common helper changed
+    // the default instance's PTX, and that kernel's speed hangs on ptxas's schedule (session 15).
     auto finish = [&](int64_t j) {
         const int b = int(j & 1);
         if (q == 0) {
