@@ -147,7 +147,7 @@ decode_timed() {
     shift 3
     echo "### decode $shape fp8 $label" | tee -a "$OUT/$name.md"
     env "$@" timeout 150 "$CLI" bench --backend cuda --shape "$shape" --precision fp8 --pp 16 --tg 128 --reps 3 \
-        --timeline >"$OUT/$name.txt" 2>&1
+        --timeline ${AB_BENCH_ARGS:-} >"$OUT/$name.txt" 2>&1
     echo "bench exit code: $?" | tee -a "$OUT/$name.md"
     grep -E 'tg128|decode step|error|fail' "$OUT/$name.txt" | tee -a "$OUT/$name.md"
     awk -F'|' 'NF > 5 && $2 ~ /^ [0-9]+ $/ { s[$3] += $5; n[$3]++ }
@@ -167,8 +167,8 @@ if [[ $mode == abenv || $mode == abfinal ]]; then
     # AB_ROUNDS times each (2 by default): AB_VARIANTS is a space-separated list whose entries are
     # "default" or comma-separated environment assignments, e.g.
     #   AB_VARIANTS="default ES_CUDA_MOE_SLOT_COUNTERS=0 ES_CUDA_WEIGHTS_PAD_KB=2048,ES_CUDA_FUSE=0"
-    # on AB_SHAPES (the 21B-A3B by default). abenv.md: each run's step and launch shares, then the
-    # mean GPU step per variant.
+    # on AB_SHAPES (the 21B-A3B by default), with AB_BENCH_ARGS added to every bench (e.g.
+    # --fp8-head). abenv.md: each run's step and launch shares, then the mean GPU step per variant.
     for shape in ${AB_SHAPES:-ernie-4.5-21b-a3b}; do
         for ((r = 0; r < ${AB_ROUNDS:-2}; ++r)); do
             for v in ${AB_VARIANTS:-default}; do
