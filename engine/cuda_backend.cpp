@@ -821,10 +821,11 @@ public:
         // (with --fp8-head the routed gate/up is ~1.2 µs a layer slower, session 15: whether that
         // follows the allocation order).
         const char *hf = std::getenv("ES_CUDA_HEAD_FIRST");
-        if (hf && std::string(hf) == "1") m_head_weights.alloc(head_arena, "the FP8 copy of the LM head");
+        const bool head_first = hf && std::string(hf) == "1";
+        // (Nothing is allocated for the head when head_arena is 0.)
+        if (head_first) m_head_weights.alloc(head_arena, "the FP8 copy of the LM head");
         m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
-        if (!(hf && std::string(hf) == "1"))
-            m_head_weights.alloc(head_arena, "the FP8 copy of the LM head"); // (nothing when head_arena is 0)
+        if (!head_first) m_head_weights.alloc(head_arena, "the FP8 copy of the LM head");
         m_max_dense_lin = max_dense_lin;
         if (fp8) {
             // Block scales quantize a whole matrix (its pieces staged together: a 128-row block
