@@ -452,15 +452,13 @@ public:
             for (size_t k = 3; ok && k < part.size(); ++k) {
                 if (part[k] == "wave")
                     m.wave = true;
-                else if (part[k] == "ring")
-                    m.ring = true;
                 else
                     ok = false;
             }
-            if (!ok || !(moe_gate_up_mma_shape_ok(m) || moe_gate_up_mma_shape_ok(m, true)))
+            if (!ok || !moe_gate_up_mma_shape_ok(m))
                 throw load_error(std::string("ES_CUDA_MOE_MMA_SHAPE='") + ms +
                                  "' is not a shape of the routed gate/up's tensor-core kernel "
-                                 "(warps/tiles/depth[/wave][/ring]; kernels/moe_gate_up_gemv.cu lists them)");
+                                 "(warps/tiles/depth[/wave]; kernels/moe_gate_up_gemv.cu lists them)");
             m_moe_mma_shape = m;
         }
         // ES_CUDA_MOE_TILE_MAJOR=0|1 overrides the parameter (a measuring aid: the row-major stacks).
@@ -722,14 +720,6 @@ public:
         } else {
             m_moe_tile_major = false; // no routed experts
         }
-        // A shape with only a tile-major instance (ES_CUDA_MOE_MMA_SHAPE=…/ring) where the stacks stay
-        // row-major: said at load, not at the first step.
-        if (fp8 && !blk && c.n_expert > 0 && m_moe_mma > 0 &&
-            !moe_gate_up_mma_shape_ok(m_moe_mma_shape, m_moe_tile_major))
-            throw load_error(
-                "ES_CUDA_MOE_MMA_SHAPE: the routed gate/up's shape has no instance for row-major "
-                "stacks, and they stay row-major here (" +
-                m_tile_major_note + ")");
         int64_t max_grid = 0; // block scales: the largest matrix quantized in one piece
         // `stack`: the number of matrices (experts) of grid_rows = n / stack rows each.
         auto plan_lin = [&](dlin &L, int64_t n, int64_t k, weight_format f, const std::string &what,
@@ -817,15 +807,8 @@ public:
         // An FP8 head takes the dequantize path too when its step does (as the twin model has it).
         if (m_head_fp8.n) max_dense_lin = std::max(max_dense_lin, c.n_vocab * H);
 
-        // A measuring aid: ES_CUDA_HEAD_FIRST=1 allocates the FP8 head's copy before the weights
-        // (with --fp8-head the routed gate/up is ~1.2 µs a layer slower, session 15: whether that
-        // follows the allocation order).
-        const char *hf = std::getenv("ES_CUDA_HEAD_FIRST");
-        const bool head_first = hf && std::string(hf) == "1";
-        // (Nothing is allocated for the head when head_arena is 0.)
-        if (head_first) m_head_weights.alloc(head_arena, "the FP8 copy of the LM head");
         m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
-        if (!head_first) m_head_weights.alloc(head_arena, "the FP8 copy of the LM head");
+        m_head_weights.alloc(head_arena, "the FP8 copy of the LM head"); // (nothing when head_arena is 0)
         m_max_dense_lin = max_dense_lin;
         if (fp8) {
             // Block scales quantize a whole matrix (its pieces staged together: a 128-row block

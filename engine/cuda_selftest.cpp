@@ -960,10 +960,9 @@ std::string mma_suffix(int mma, const mma_shape &m) {
     if (!mma) return "";
     std::string s = " mma rounds " + std::to_string(mma);
     const mma_shape d;
-    if (m.warps != d.warps || m.tiles != d.tiles || m.depth != d.depth || m.wave != d.wave ||
-        m.ring != d.ring)
+    if (m.warps != d.warps || m.tiles != d.tiles || m.depth != d.depth || m.wave != d.wave)
         s += " shape " + std::to_string(m.warps) + "/" + std::to_string(m.tiles) + "/" +
-             std::to_string(m.depth) + (m.wave ? " wave" : "") + (m.ring ? " ring" : "");
+             std::to_string(m.depth) + (m.wave ? " wave" : "");
     return s;
 }
 
@@ -1034,7 +1033,6 @@ void test_moe_gemv(runner &R, weight_format f, int64_t T, int64_t H, int64_t E, 
             r.w = drm.get();
             r.act = dact_rm.get();
             r.w_tile_major = false;
-            if (ms.ring) r.mma_shape = mma_shape{}; // the ring reads tile-major stacks only (the same sums)
             ck(launch_moe_gate_up_gemv(r, nullptr), "launch");
             sync(n1);
             R.add("kernel", n1, "outputs differing from the row-major stack's",
@@ -2161,19 +2159,6 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, pdl, 1, {}, true);
     test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, 1, mma_shape{4, 2, 1, true}, true);
     test_grouped_gemm(R, f8, true, 150, 4, 16, 512, 256, 0, {}, scale_layout::channel, true);
-    // The ring shapes (a measuring aid on tile-major stacks): 1 and 3 tokens, a block's tiles in
-    // three rounds (the ring running on across tiles of other tokens), chunks past n_embd's end
-    // (H = 1,600: 25 chunks over four warps), and 8 tokens, which take the default shape instead.
-    for (int d : {2, 3}) {
-        const mma_shape ring{4, 2, d, false, true};
-        test_moe_gemv(R, f8, 1, 2560, 64, 6, 1536, scale_layout::channel, 1, ring, true);
-        test_moe_gemv(R, f8, 3, 1600, 8, 2, 48, scale_layout::channel, 3, ring, true);
-        test_moe_slot_counters(R, f8, 1, 2560, 64, 6, 1536, 3072, 0, pdl, 1, ring, true);
-    }
-    test_moe_gemv(R, f8, 3, 2560, 16, 6, 1536, scale_layout::channel, 3, mma_shape{4, 2, 2, false, true},
-                  true);
-    test_moe_gemv(R, f8, 8, 2560, 16, 6, 1536, scale_layout::channel, 1, mma_shape{4, 2, 2, false, true},
-                  true);
     test_grouped_gemm(R, f8, true, 300, 2, 4, 256, 192, 0, {}, scale_layout::channel, true);
     test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1);
     test_moe_plan(R, 24, 6, 3);

@@ -135,56 +135,27 @@ __global__ void __launch_bounds__(W * 32) moe_gate_up_mma_kernel(moe_gate_up_gem
     gate_up_mma_tiles<W, RT, D, TM>(p, part);
 }
 
-// The ring (moe_gate_up_mma.cuh: gate_up_mma_ring), registers capped for five blocks an SM (the
-// 21B-A3B's 576 tiles in one wave).
-template <int D>
-__global__ void __launch_bounds__(128, 5) moe_gate_up_ring_kernel(moe_gate_up_gemv_params p) {
-    __shared__ float part[2][4][16][2];
-    extern __shared__ __align__(16) uint32_t ring_xs[]; // the tokens' activations, f16 pairs
-    pdl_enter();
-    gate_up_mma_ring<D>(p, part, ring_xs);
-}
-
-template <int W, int RT, int D, bool TM, bool RING>
-constexpr auto mma_kernel() {
-    if constexpr (RING) {
-        static_assert(W == 4 && RT == 2 && TM, "the ring reads tile-major stacks with the default tiles");
-        return moe_gate_up_ring_kernel<D>;
-    } else {
-        return moe_gate_up_mma_kernel<W, RT, D, TM>;
-    }
-}
-
-// The ring's activations in shared memory: at most this many bytes (three tokens of 2,560), so five
-// of its blocks stay within the decode kernels' 32 KB split; more tokens take the 4/2/1 kernel.
-constexpr int64_t k_ring_xs_max = 16 * 1024;
-
-template <int W, int RT, int D, bool TM, bool RING>
+template <int W, int RT, int D, bool TM>
 cudaError_t launch_mma(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     const int64_t n = slots * ((p.n_ff_exp + 8 * RT - 1) / (8 * RT));
     int64_t grid = (n + p.mma - 1) / p.mma;
-    const size_t smem = RING ? size_t(p.n_tokens * p.n_embd * 2) : 0;
-    constexpr auto kernel = mma_kernel<W, RT, D, TM, RING>();
     if (p.mma_shape.wave)
-        if (const unsigned wave = resident_blocks(reinterpret_cast<const void *>(kernel), W * 32, smem))
+        if (const unsigned wave = resident_blocks(
+                reinterpret_cast<const void *>(moe_gate_up_mma_kernel<W, RT, D, TM>), W * 32, 0))
             grid = std::min<int64_t>(n, wave);
-    if constexpr (RING) prefer_decode_carveout<kernel>();
-    return launch_kernel(kernel, unsigned(grid), W * 32, smem, stream, p);
+    return launch_kernel(moe_gate_up_mma_kernel<W, RT, D, TM>, unsigned(grid), W * 32, 0, stream, p);
 }
 
-// The instances: (warps, row tiles, depth, tile-major weights, ring). Session 14 measured twenty
-// shapes (docs/benchmarks.md): every other one was slower than the default; these are kept as aids.
+// The instances: (warps, row tiles, depth, tile-major weights). Session 14 measured twenty shapes
+// (docs/benchmarks.md): every other one was slower than the default; these are kept as aids.
 #define ES_MMA_SHAPES(X)                                                                                     \
-    X(4, 2, 1, false, false)                                                                                 \
-    X(4, 2, 2, false, false) X(8, 2, 1, false, false) X(4, 1, 1, false, false) X(4, 2, 1, true, false)       \
-        X(4, 2, 2, true, true) X(4, 2, 3, true, true)
+    X(4, 2, 1, false) X(4, 2, 2, false) X(8, 2, 1, false) X(4, 1, 1, false) X(4, 2, 1, true)
 
 cudaError_t launch_mma_shape(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
-    auto m = p.mma_shape;
-    if (m.ring && p.n_tokens * p.n_embd * 2 > k_ring_xs_max) m = {}; // the default shape's kernel
-#define ES_MMA_CASE(W, RT, D, TM, RING)                                                                      \
-    if (m.warps == W && m.tiles == RT && m.depth == D && p.w_tile_major == TM && m.ring == RING)             \
-        return launch_mma<W, RT, D, TM, RING>(p, slots, stream);
+    const auto &m = p.mma_shape;
+#define ES_MMA_CASE(W, RT, D, TM)                                                                            \
+    if (m.warps == W && m.tiles == RT && m.depth == D && p.w_tile_major == TM)                               \
+        return launch_mma<W, RT, D, TM>(p, slots, stream);
     ES_MMA_SHAPES(ES_MMA_CASE)
 #undef ES_MMA_CASE
     return cudaErrorInvalidValue;
@@ -233,8 +204,8 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
 } // namespace
 
 bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m, bool tile_major) {
-#define ES_MMA_CASE(W, RT, D, TM, RING)                                                                      \
-    if (m.warps == W && m.tiles == RT && m.depth == D && tile_major == TM && m.ring == RING) return true;
+#define ES_MMA_CASE(W, RT, D, TM)                                                                            \
+    if (m.warps == W && m.tiles == RT && m.depth == D && tile_major == TM) return true;
     ES_MMA_SHAPES(ES_MMA_CASE)
 #undef ES_MMA_CASE
     return false;

@@ -42,16 +42,13 @@ struct moe_gate_up_gemv_params {
     // and wave: one resident wave of blocks (resident_blocks) taking the tiles in turn instead of r
     // rounds. Every shape gives the same sums for the same warps (each warp adds its chunks in
     // order, the warps' parts in order).
-    // ring (tile-major stacks only; moe_gate_up_mma.cuh: gate_up_mma_ring): the activations staged
-    // in shared memory and each warp's D register slots refilled after their products; steps of
-    // more than 16 KB of activations (over three tokens of 2,560) take the default shape instead.
     struct mma_shape_t {
         int warps = 4, tiles = 2, depth = 1;
-        bool wave = false, ring = false;
+        bool wave = false;
     } mma_shape;
     // The stack tile-major (fp8_tile_major.cuh): only the tensor-core kernel reads it (mma > 0,
-    // FP8 with per-row scales, norm off, n_ff_exp % 16 == 0, n_embd % 64 == 0, a shape with a
-    // tile-major instance); any other launch of it is refused.
+    // FP8 with per-row scales, norm off, n_ff_exp % 16 == 0, n_embd % 64 == 0, the default shape);
+    // any other launch of it is refused.
     bool w_tile_major = false;
 };
 
