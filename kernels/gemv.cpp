@@ -17,7 +17,7 @@ bool gemv_fusion_ok(const gemv_params &p) {
     const bool embd = p.embd_table != nullptr;
     if (p.norm.on() &&
         (!p.norm.weight || !al16(p.norm.x) || (reinterpret_cast<uintptr_t>(p.norm.weight) & 7u) ||
-         p.k % 4 != 0 || gemv_norm_smem_bytes(mt, p.k, embd) > gemv_norm_smem_max))
+         p.k % 4 != 0 || gemv_norm_smem_bytes(mt, p.k) > gemv_norm_smem_max))
         return false;
     if (embd && (!p.norm.on() || p.n_tokens != 1 || !p.embd_tokens || !p.embd_out || !al16(p.embd_out) ||
                  p.norm.x != p.embd_out || (reinterpret_cast<uintptr_t>(p.embd_table) & 7u)))

@@ -393,7 +393,7 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     }
     const dim3 grid(gx, gy, unsigned(splits));
     if (fused) {
-        const size_t smem = p.norm.on() ? size_t(gemv_norm_smem_bytes(mt, p.k, p.embd_table != nullptr)) : 0;
+        const size_t smem = p.norm.on() ? size_t(gemv_norm_smem_bytes(mt, p.k)) : 0;
         return fp8 ? launch_fused<true>(p, mt, grid, smem, stream) : launch_fused<false>(p, mt, grid, smem, stream);
     }
     return fp8 ? launch_fmt<true>(p, mt, vec, grid, stream) : launch_fmt<false>(p, mt, vec, grid, stream);
