@@ -2024,6 +2024,13 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_moe_router(R, 5, 2560, 64, 6, false);
     test_moe_router(R, 7, 40, 6, 3, false);
     test_moe_router(R, 2, 64, 8, 2, true);
+    // Steps of 64 tokens and more take the token-tiled kernel (16 tokens × 8 experts a block): a
+    // partial last group of tokens, fewer experts than a block's warps, more than 64 experts (the
+    // general tail), all tied.
+    test_moe_router(R, 80, 2560, 64, 6, false);
+    test_moe_router(R, 129, 40, 6, 3, false);
+    test_moe_router(R, 70, 128, 160, 8, false);
+    test_moe_router(R, 64, 64, 8, 2, true);
     for (auto f : {bf, f8}) {
         test_gemv(R, f, 1, 2560, 2560, false);
         test_gemv(R, f, 1, 40003, 1024, false); // the head's kernel (≥ 32,768 rows), a partial last warp

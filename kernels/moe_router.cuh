@@ -19,7 +19,7 @@ struct moe_router_params {
     // GPU scratch: the logits and, per token, a counter of finished blocks that must be zero
     // before the first launch (the kernel leaves it zero again).
     float *logits = nullptr;        // [n_tokens, n_expert]
-    unsigned *counters = nullptr;   // [n_tokens]
+    unsigned *counters = nullptr;   // [n_tokens] (one a token, or a group of tokens)
     // Fused input norm (kernel_common.h): when on, every block normalizes its token's residual row
     // itself (no separate rms_norm launch); norm.out, when set, receives the normalized rows.
     norm_in norm;
