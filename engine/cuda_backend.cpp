@@ -425,6 +425,10 @@ public:
         // A measuring aid: ES_CUDA_MOE_SLOT_COUNTERS=0 has decode's routed down GEMV wait for the
         // whole gate/up kernel instead of each slot's rows.
         if (const char *sc = std::getenv("ES_CUDA_MOE_SLOT_COUNTERS")) m_moe_slot_counters = std::string(sc) != "0";
+        // A measuring aid: ES_CUDA_ROUTER_TILES_MIN=N routes steps of at least N tokens in token
+        // tiles (moe_router.cuh: tiles_min_tokens; 0: never).
+        if (const char *rt = std::getenv("ES_CUDA_ROUTER_TILES_MIN"))
+            m_router_tiles_min = std::max<int64_t>(0, std::atoll(rt));
         // Decode's routed gate/up on tensor cores (moe_gate_up_gemv.cuh: mma; FP8 with per-row
         // scales), every tile at once: the 21B-A3B's step 1,630 -> 1,599 us on the H200 (session 13).
         // A measuring aid: ES_CUDA_MOE_MMA=0 keeps the CUDA-core kernel, =r takes r rounds of tiles.
@@ -1506,6 +1510,7 @@ private:
                 mr.norm_min = float(c.moe_norm_min);
                 mr.logits = reinterpret_cast<float *>(base + w.router_logits);
                 mr.counters = reinterpret_cast<unsigned *>(base + w.router_counters);
+                mr.tiles_min_tokens = m_router_tiles_min;
                 op("moe_router", [&] { return launch_moe_router(mr, m_stream); });
                 if (F_sh > 0) swiglu("shared", L.sh_gate_up, L.sh_down, F_sh, xn, x, gu, act, T);
             }
@@ -1955,6 +1960,7 @@ private:
     std::vector<std::string> m_skip_ops;
     bool m_moe_down_rows = true;
     bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
+    int64_t m_router_tiles_min = moe_router_tiles_min_tokens; // ES_CUDA_ROUTER_TILES_MIN
     int m_moe_mma = 1;               // ES_CUDA_MOE_MMA
     moe_gate_up_gemv_params::mma_shape_t m_moe_mma_shape; // ES_CUDA_MOE_MMA_SHAPE
     // The FP8 routed gate/up stacks stored tile-major (cuda_backend_params::moe_tile_major,

@@ -518,6 +518,7 @@ void test_moe_router(runner &R, int64_t T, int64_t H, int64_t E, int64_t K, bool
         p.n_embd = H;
         p.n_expert = E;
         p.n_expert_used = K;
+        p.tiles_min_tokens = 64; // rows of 64 tokens and more: the token-tiled kernel, whatever the default
         p.logits = dlogits.get();
         p.counters = dcount.get();
         ck(launch_moe_router(p, nullptr), "launch");

@@ -10,7 +10,7 @@
 // with the tie rule "greater, or equal and lower id", and the renormalized weights. With norm_in, every block
 // first normalizes its token's residual row into shared memory (block_rms_norm_to_smem) and block 0 of the
 // token stores it to norm.out. The device code is shared with moe_front (moe_router_device.cuh).
-// Steps of 64 tokens and more take moe_router_tiles_kernel below instead (32 tokens a block).
+// Steps of tiles_min_tokens and more take moe_router_tiles_kernel below instead (32 tokens a block).
 #include "moe_router.cuh"
 #include "moe_router_device.cuh"
 
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
 // a token group to finish does the tails, one token a warp at a time (router_tail_warp, as the
 // kernel above), in the staging buffers' space. Unnormalized input only (prefill normalizes in its
 // own launch), the vector path's alignment, up to k_tile_max_experts and 64 experts used.
-constexpr int k_tile_tokens = 32, k_tile_experts = 8, k_tile_min_tokens = 64, k_tile_chunk = 256;
+constexpr int k_tile_tokens = 32, k_tile_experts = 8, k_tile_chunk = 256;
 constexpr int k_tile_xs_stride = k_tile_chunk + 4; // BF16 elements a staged token row (+8 bytes)
 constexpr int k_tile_ws_stride = k_tile_chunk + 4; // floats a staged expert row (+16 bytes)
 constexpr int k_tile_smem_floats = k_tile_tokens * k_tile_xs_stride / 2 + k_tile_experts * k_tile_ws_stride;
@@ -169,8 +169,8 @@ cudaError_t launch_moe_router(const moe_router_params &p, cudaStream_t stream) {
         return launch_kernel(moe_router_kernel<true>, grid, 256, tail_bytes(p) + size_t(p.n_embd) * 2, stream,
                              p);
     }
-    if (p.n_tokens >= k_tile_min_tokens && p.n_expert <= k_tile_max_experts && p.n_expert_used <= 64 &&
-        p.n_embd % 4 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15u) == 0 &&
+    if (p.tiles_min_tokens > 0 && p.n_tokens >= p.tiles_min_tokens && p.n_expert <= k_tile_max_experts &&
+        p.n_expert_used <= 64 && p.n_embd % 4 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15u) == 0 &&
         (reinterpret_cast<uintptr_t>(p.x) & 7u) == 0) {
         const dim3 tiles(unsigned((p.n_expert + k_tile_experts - 1) / k_tile_experts),
                          unsigned((p.n_tokens + k_tile_tokens - 1) / k_tile_tokens));

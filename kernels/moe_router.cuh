@@ -8,21 +8,27 @@
 
 namespace es {
 
+// The token-tiled kernel's default floor (moe_router_params::tiles_min_tokens).
+inline constexpr int64_t moe_router_tiles_min_tokens = 64;
+
 struct moe_router_params {
-    const bf16_t *x = nullptr;    // [n_tokens, n_embd]; unused when norm is on
-    const float *w = nullptr;     // [n_expert, n_embd]
-    const float *bias = nullptr;  // [n_expert]
-    int32_t *ids = nullptr;       // [n_tokens, n_expert_used], in selection order
-    float *weights = nullptr;     // [n_tokens, n_expert_used]
+    const bf16_t *x = nullptr;   // [n_tokens, n_embd]; unused when norm is on
+    const float *w = nullptr;    // [n_expert, n_embd]
+    const float *bias = nullptr; // [n_expert]
+    int32_t *ids = nullptr;      // [n_tokens, n_expert_used], in selection order
+    float *weights = nullptr;    // [n_tokens, n_expert_used]
     int64_t n_tokens = 0, n_embd = 0, n_expert = 0, n_expert_used = 0;
     float norm_min = 1e-12f;
     // GPU scratch: the logits and, per token, a counter of finished blocks that must be zero
     // before the first launch (the kernel leaves it zero again).
-    float *logits = nullptr;        // [n_tokens, n_expert]
-    unsigned *counters = nullptr;   // [n_tokens] (one a token, or a group of tokens)
+    float *logits = nullptr;      // [n_tokens, n_expert]
+    unsigned *counters = nullptr; // [n_tokens] (one a token, or a group of tokens)
     // Fused input norm (kernel_common.h): when on, every block normalizes its token's residual row
     // itself (no separate rms_norm launch); norm.out, when set, receives the normalized rows.
     norm_in norm;
+    // Steps of at least this many tokens (norm off) take the token-tiled kernel (moe_router.cu:
+    // the router read once per 32 tokens instead of once per token); 0: never.
+    int64_t tiles_min_tokens = moe_router_tiles_min_tokens;
 };
 
 inline constexpr int64_t moe_router_max_experts = 4096;
