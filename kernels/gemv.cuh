@@ -46,11 +46,10 @@ struct gemv_params {
     rope_kv_params rope;
 };
 
-// Shared memory the normalized rows may take (MT tokens × k BF16): under the default 48 KB per block.
+// Shared memory the normalized rows may take (MT tokens × k BF16; the same with the embedding
+// fold): under the default 48 KB per block.
 inline constexpr int64_t gemv_norm_smem_max = 44 * 1024;
-inline int64_t gemv_norm_smem_bytes(int64_t mt, int64_t k) {
-    return mt * k * 2;
-} // with the embedding fold too
+inline int64_t gemv_norm_smem_bytes(int64_t mt, int64_t k) { return mt * k * 2; }
 
 // Whether launch_gemv takes these fused inputs/epilogues (shared memory for the normalized rows,
 // 16-byte vectors, no split-K under rope): the backend falls back to separate launches otherwise.
