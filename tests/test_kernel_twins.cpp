@@ -91,6 +91,25 @@ grouped_case grouped_over(const std::vector<int32_t> &ids, int64_t E) {
     c.p.max_tiles = es::moe_plan_max_tiles(S, E, es::moe_grouped_gemm_tile_rows);
     return c;
 }
+// grouped_over with the gate/up GLU's operands: x [T, H] read by the slots (K a token), the stack
+// w [E, 2F, H] with its per-row scales (FP8) or none (BF16), SiLU(gate)·up into out [S, F].
+grouped_case grouped_glu_over(const std::vector<int32_t> &ids, int64_t E, const es::bf16_t *x, int64_t H, int64_t K,
+                              const void *w, es::weight_format fmt, const float *w_scale, int64_t F,
+                              es::bf16_t *out) {
+    grouped_case c = grouped_over(ids, E);
+    c.p.a = x;
+    c.p.lda = H;
+    c.p.a_row_div = K;
+    c.p.w = w;
+    c.p.wfmt = fmt;
+    c.p.w_scale = w_scale;
+    c.p.k = H;
+    c.p.n = F;
+    c.p.glu = true;
+    c.p.out_act = out;
+    c.p.ldo = F;
+    return c;
+}
 
 class TestKernelTwins : public QObject {
     Q_OBJECT
@@ -865,19 +884,9 @@ void TestKernelTwins::fp8TileMajor() {
     es::moe_gate_up_gemv_ref(g);
     QCOMPARE(a_tm, a_rm);
     std::vector<es::bf16_t> b_rm(static_cast<size_t>(S * F)), b_tm(b_rm.size());
-    grouped_case gc = grouped_over(ids, E);
+    grouped_case gc =
+        grouped_glu_over(ids, E, x.data(), H, K, q.data(), es::weight_format::fp8_e4m3, sc.data(), F, b_rm.data());
     es::moe_grouped_gemm_params &gg = gc.p;
-    gg.a = x.data();
-    gg.lda = H;
-    gg.a_row_div = K;
-    gg.w = q.data();
-    gg.wfmt = es::weight_format::fp8_e4m3;
-    gg.w_scale = sc.data();
-    gg.k = H;
-    gg.n = F;
-    gg.glu = true;
-    gg.out_act = b_rm.data();
-    gg.ldo = F;
     es::moe_grouped_gemm_ref(gg);
     gg.w = tm.data();
     gg.w_tile_major = true;
@@ -924,19 +933,8 @@ void TestKernelTwins::moeGroupedEqualsDecodePath() {
     // Prefill path.
     std::vector<es::bf16_t> act2(static_cast<size_t>(S * F));
     std::vector<float> ys(static_cast<size_t>(S * H)), y_pre(static_cast<size_t>(T * H), 0.0f);
-    grouped_case plan = grouped_over(ids, E);
+    grouped_case plan = grouped_glu_over(ids, E, x.data(), H, K, pgu, fmt, fp8 ? sgu.data() : nullptr, F, act2.data());
     es::moe_grouped_gemm_params &gg = plan.p;
-    gg.a = x.data();
-    gg.lda = H;
-    gg.a_row_div = K;
-    gg.w = pgu;
-    gg.wfmt = fmt;
-    gg.w_scale = fp8 ? sgu.data() : nullptr;
-    gg.k = H;
-    gg.n = F;
-    gg.glu = true;
-    gg.out_act = act2.data();
-    gg.ldo = F;
     es::moe_grouped_gemm_ref(gg);
     QCOMPARE(act2, act); // same per-slot arithmetic
     gg.a = act2.data();
