@@ -2022,6 +2022,9 @@ void run_kernel_tests(runner &R, int cc_major) {
     }
     test_silu_mul(R, 3, 100);
     test_silu_mul(R, 1, 1536);
+    test_silu_mul(R, 70, 3072); // the four-wide kernel: rows of 768 groups, three blocks a row
+    test_silu_mul(R, 5, 1028);  // the four-wide kernel, a partial last block
+    test_silu_mul(R, 3, 102);   // rows of no multiple of 4: the grid-stride kernel
     test_moe_router(R, 5, 2560, 64, 6, false);
     test_moe_router(R, 7, 40, 6, 3, false);
     test_moe_router(R, 2, 64, 8, 2, true);
