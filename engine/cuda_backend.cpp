@@ -429,6 +429,9 @@ public:
         // tiles (moe_router.cuh: tiles_min_tokens; 0: never).
         if (const char *rt = std::getenv("ES_CUDA_ROUTER_TILES_MIN"))
             m_router_tiles_min = std::max<int64_t>(0, std::atoll(rt));
+        // A measuring aid: ES_CUDA_MOE_WGMMA=0 keeps prefill's grouped expert GEMM on mma.sync
+        // where the warpgroup-MMA kernel would apply (moe_grouped_gemm.cuh: allow_wgmma).
+        if (const char *wm = std::getenv("ES_CUDA_MOE_WGMMA")) m_moe_wgmma = std::string(wm) != "0";
         // Decode's routed gate/up on tensor cores (moe_gate_up_gemv.cuh: mma; FP8 with per-row
         // scales), every tile at once: the 21B-A3B's step 1,630 -> 1,599 us on the H200 (session 13).
         // A measuring aid: ES_CUDA_MOE_MMA=0 keeps the CUDA-core kernel, =r takes r rounds of tiles.
@@ -1584,52 +1587,61 @@ private:
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
                 }
             } else {
+                // Both GEMMs read one plan, so its row tile is the one kernel both can take.
+                float *y_e = reinterpret_cast<float *>(base + w.y_e);
+                moe_grouped_gemm_params gu, dn;
+                gu.a = xn;
+                gu.lda = H;
+                gu.a_row_div = K;
+                gu.n_expert = c.n_expert;
+                gu.w = L.exp_gate_up.w;
+                gu.wfmt = L.exp_gate_up.fmt;
+                gu.w_scale = L.exp_gate_up.scale;
+                gu.w_layout = L.exp_gate_up.layout;
+                gu.k = H;
+                gu.n = c.n_ff_exp;
+                gu.glu = true;
+                gu.w_tile_major = m_moe_tile_major;
+                gu.allow_wgmma =
+                    m_moe_wgmma && T * K >= moe_grouped_gemm_wgmma_min_slots_per_expert * c.n_expert;
+                gu.out_act = act_e;
+                gu.ldo = c.n_ff_exp;
+                dn = gu;
+                dn.w_tile_major = false; // the down stacks stay row-major
+                dn.a = act_e;
+                dn.lda = c.n_ff_exp;
+                dn.a_row_div = 1;
+                dn.w = L.exp_down.w;
+                dn.wfmt = L.exp_down.fmt;
+                dn.w_scale = L.exp_down.scale;
+                dn.w_layout = L.exp_down.layout;
+                dn.k = c.n_ff_exp;
+                dn.n = H;
+                dn.glu = false;
+                dn.out_act = nullptr;
+                dn.out_f32 = y_e;
+                dn.ldo = H;
+                if (moe_grouped_gemm_plan_rows(gu) != moe_grouped_gemm_plan_rows(dn))
+                    gu.allow_wgmma = dn.allow_wgmma = false;
                 moe_plan_params pl;
                 pl.ids = ids;
                 pl.n_slots = T * K;
                 pl.n_expert = c.n_expert;
-                pl.tile_rows = moe_grouped_gemm_tile_rows;
+                pl.tile_rows = moe_grouped_gemm_plan_rows(gu);
                 pl.counts = reinterpret_cast<int32_t *>(base + w.counts);
                 pl.offsets = reinterpret_cast<int32_t *>(base + w.offsets);
                 pl.tile_offsets = reinterpret_cast<int32_t *>(base + w.tile_offsets);
                 pl.sorted_slots = reinterpret_cast<int32_t *>(base + w.sorted);
                 op("moe_plan", [&] { return launch_moe_plan(pl, m_stream); });
-                moe_grouped_gemm_params g;
-                g.a = xn;
-                g.lda = H;
-                g.a_row_div = K;
-                g.sorted_slots = pl.sorted_slots;
-                g.offsets = pl.offsets;
-                g.tile_offsets = pl.tile_offsets;
-                g.n_expert = c.n_expert;
-                g.max_tiles = moe_plan_max_tiles(T * K, c.n_expert, moe_grouped_gemm_tile_rows);
-                g.w = L.exp_gate_up.w;
-                g.wfmt = L.exp_gate_up.fmt;
-                g.w_scale = L.exp_gate_up.scale;
-                g.w_layout = L.exp_gate_up.layout;
-                g.k = H;
-                g.n = c.n_ff_exp;
-                g.glu = true;
-                g.w_tile_major = m_moe_tile_major;
-                g.out_act = act_e;
-                g.ldo = c.n_ff_exp;
-                op("moe_grouped_gemm (gate/up)", [&] { return launch_moe_grouped_gemm(g, m_stream); });
-                g.w_tile_major = false; // the down stacks stay row-major
-                float *y_e = reinterpret_cast<float *>(base + w.y_e);
-                g.a = act_e;
-                g.lda = c.n_ff_exp;
-                g.a_row_div = 1;
-                g.w = L.exp_down.w;
-                g.wfmt = L.exp_down.fmt;
-                g.w_scale = L.exp_down.scale;
-                g.w_layout = L.exp_down.layout;
-                g.k = c.n_ff_exp;
-                g.n = H;
-                g.glu = false;
-                g.out_act = nullptr;
-                g.out_f32 = y_e;
-                g.ldo = H;
-                op("moe_grouped_gemm (down)", [&] { return launch_moe_grouped_gemm(g, m_stream); });
+                for (moe_grouped_gemm_params *g : {&gu, &dn}) {
+                    g->sorted_slots = pl.sorted_slots;
+                    g->offsets = pl.offsets;
+                    g->tile_offsets = pl.tile_offsets;
+                    g->tile_rows = pl.tile_rows;
+                    g->max_tiles = moe_plan_max_tiles(T * K, c.n_expert, pl.tile_rows);
+                }
+                op("moe_grouped_gemm (gate/up)", [&] { return launch_moe_grouped_gemm(gu, m_stream); });
+                op("moe_grouped_gemm (down)", [&] { return launch_moe_grouped_gemm(dn, m_stream); });
                 moe_combine_params cb;
                 cb.y = y_e;
                 cb.weights = wts;
@@ -1961,6 +1973,7 @@ private:
     bool m_moe_down_rows = true;
     bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
     int64_t m_router_tiles_min = moe_router_tiles_min_tokens; // ES_CUDA_ROUTER_TILES_MIN
+    bool m_moe_wgmma = true;                                  // ES_CUDA_MOE_WGMMA
     int m_moe_mma = 1;               // ES_CUDA_MOE_MMA
     moe_gate_up_gemv_params::mma_shape_t m_moe_mma_shape; // ES_CUDA_MOE_MMA_SHAPE
     // The FP8 routed gate/up stacks stored tile-major (cuda_backend_params::moe_tile_major,

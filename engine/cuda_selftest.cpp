@@ -1503,8 +1503,9 @@ void test_moe_slot_counters(runner &R, weight_format f, int64_t T, int64_t H, in
     });
 }
 
-void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
-    const std::string name = shape_name("moe_plan", {{"slots", T * K}, {"E", E}});
+void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K,
+                   int64_t tile_rows = moe_grouped_gemm_tile_rows) {
+    const std::string name = shape_name("moe_plan", {{"slots", T * K}, {"E", E}, {"tile", tile_rows}});
     R.run("kernel", name, [&] {
         auto ids = random_topk_ids(T, E, K);
         const int64_t S = T * K;
@@ -1513,7 +1514,7 @@ void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
         p.ids = dids.get();
         p.n_slots = S;
         p.n_expert = E;
-        p.tile_rows = moe_grouped_gemm_tile_rows;
+        p.tile_rows = tile_rows;
         p.counts = dc.get();
         p.offsets = doff.get();
         p.tile_offsets = dto.get();
@@ -1546,13 +1547,13 @@ void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K) {
 // lda_pad: activation rows longer than k (a k that is not a multiple of 8 with 16-byte aligned rows).
 void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k,
                        int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {},
-                       scale_layout L = scale_layout::channel, bool tm = false) {
+                       scale_layout L = scale_layout::channel, bool tm = false, bool wg = false) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name = shape_name(
         "moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
         std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
             (counts.empty() ? "" : " edge groups") + (lda_pad ? " lda=" + std::to_string(k + lda_pad) : "") +
-            blk_suffix(L) + (tm ? " tile-major" : ""));
+            blk_suffix(L) + (tm ? " tile-major" : "") + (wg ? " wgmma" : ""));
     R.run("kernel", name, [&] {
         const int64_t S = T * K, rows_a = glu ? T : S, w_rows = glu ? 2 * n : n, lda = k + lda_pad;
         std::vector<int32_t> ids;
@@ -1567,32 +1568,16 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
             if (int64_t(ids.size()) != S) throw test_failure("edge-group counts do not sum to T·k_used");
             std::shuffle(ids.begin(), ids.end(), rng());
         }
-        std::vector<int32_t> c(static_cast<size_t>(E)), off(static_cast<size_t>(E + 1)), to(static_cast<size_t>(E + 1)), sorted(static_cast<size_t>(S));
-        moe_plan_params pl;
-        pl.ids = ids.data();
-        pl.n_slots = S;
-        pl.n_expert = E;
-        pl.tile_rows = moe_grouped_gemm_tile_rows;
-        pl.counts = c.data();
-        pl.offsets = off.data();
-        pl.tile_offsets = to.data();
-        pl.sorted_slots = sorted.data();
-        moe_plan_ref(pl);
         auto a = rand_bf16(static_cast<size_t>(rows_a * lda));
         auto w = make_expert_weights(f, E * w_rows, k, L, E);
         dvec<bf16_t> da(a), dwb(w.b), dact(static_cast<size_t>(S * n));
         dvec<fp8_t> dwq(tm ? tile_major(w.q, E, n, k) : w.q);
         dvec<float> dws(w.s), dy(static_cast<size_t>(S * n));
-        dvec<int32_t> dsorted(sorted), doff(off), dto(to);
         moe_grouped_gemm_params p;
         p.a = da.get();
         p.lda = lda;
         p.a_row_div = glu ? K : 1;
-        p.sorted_slots = dsorted.get();
-        p.offsets = doff.get();
-        p.tile_offsets = dto.get();
         p.n_expert = E;
-        p.max_tiles = moe_plan_max_tiles(S, E, moe_grouped_gemm_tile_rows);
         p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
         p.wfmt = f;
         p.w_scale = fp8 ? dws.get() : nullptr;
@@ -1604,6 +1589,30 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         p.out_act = glu ? dact.get() : nullptr;
         p.out_f32 = glu ? nullptr : dy.get();
         p.ldo = n;
+        p.allow_wgmma = wg; // the rows without: the mma.sync kernel, whatever the GPU
+        if (wg && !moe_grouped_gemm_wgmma_ok(p)) {
+            R.info("kernel", name, "skipped", 0,
+                   "the warpgroup-MMA kernel needs compute capability 9.0 and sm_90a code");
+            return;
+        }
+        std::vector<int32_t> c(static_cast<size_t>(E)), off(static_cast<size_t>(E + 1)),
+            to(static_cast<size_t>(E + 1)), sorted(static_cast<size_t>(S));
+        moe_plan_params pl;
+        pl.ids = ids.data();
+        pl.n_slots = S;
+        pl.n_expert = E;
+        pl.tile_rows = moe_grouped_gemm_plan_rows(p);
+        pl.counts = c.data();
+        pl.offsets = off.data();
+        pl.tile_offsets = to.data();
+        pl.sorted_slots = sorted.data();
+        moe_plan_ref(pl);
+        dvec<int32_t> dsorted(sorted), doff(off), dto(to);
+        p.sorted_slots = dsorted.get();
+        p.offsets = doff.get();
+        p.tile_offsets = dto.get();
+        p.tile_rows = pl.tile_rows;
+        p.max_tiles = moe_plan_max_tiles(S, E, pl.tile_rows);
         ck(launch_moe_grouped_gemm(p, nullptr), "launch");
         sync(name);
         std::vector<bf16_t> act(static_cast<size_t>(S * n));
@@ -2171,9 +2180,30 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_moe_slot_counters(R, f8, 8, 2560, 64, 6, 1536, 3072, 0, pdl, 1, mma_shape{4, 2, 1, true}, true);
     test_grouped_gemm(R, f8, true, 150, 4, 16, 512, 256, 0, {}, scale_layout::channel, true);
     test_grouped_gemm(R, f8, true, 300, 2, 4, 256, 192, 0, {}, scale_layout::channel, true);
+    // Hopper's warpgroup-MMA kernel (FP8, per-row scales; the default where it applies): the
+    // tile-major and row-major gate/up and the down at the shapes above, the 21B-A3B's widths
+    // (64 experts, top-6, 2,560 / 1,536), and edge groups with n not a multiple of the block's
+    // outputs (64 glu, 128 plain) at k = 208 (the last k stage 16 wide).
+    {
+        const auto ch = scale_layout::channel;
+        const std::vector<int32_t> edge{0, 1, 64, 65, 63, 128};
+        test_grouped_gemm(R, f8, true, 150, 4, 16, 512, 256, 0, {}, ch, true, true);
+        test_grouped_gemm(R, f8, true, 300, 2, 4, 256, 192, 0, {}, ch, true, true);
+        test_grouped_gemm(R, f8, true, 96, 6, 64, 2560, 1536, 0, {}, ch, true, true);
+        test_grouped_gemm(R, f8, true, 260, 2, 4, 2560, 1536, 0, {}, ch, true,
+                          true); // tiles of 128 and partial
+        for (bool glu : {true, false}) {
+            test_grouped_gemm(R, f8, glu, 150, 4, 16, glu ? 512 : 256, glu ? 256 : 512, 0, {}, ch, false,
+                              true);
+            test_grouped_gemm(R, f8, glu, 300, 2, 4, 256, 192, 0, {}, ch, false, true);
+            test_grouped_gemm(R, f8, glu, 107, 3, 6, 208, glu ? 67 : 131, 0, edge, ch, false, true);
+        }
+        test_grouped_gemm(R, f8, false, 96, 6, 64, 1536, 2560, 0, {}, ch, false, true);
+    }
     test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1);
     test_moe_plan(R, 24, 6, 3);
     test_moe_plan(R, 2048, 64, 6);
+    test_moe_plan(R, 2048, 64, 6, moe_grouped_gemm_wgmma_tile_rows);
     for (auto f : {bf, f8})
         for (bool glu : {true, false}) {
             test_grouped_gemm(R, f, glu, 37, 3, 6, glu ? 40 : 24, glu ? 24 : 40);

@@ -13,6 +13,9 @@
 #include "kernel_common.cuh"
 #include "mma.cuh"
 #include "moe_grouped_gemm.cuh"
+#include "wgmma.cuh"
+
+#include <type_traits>
 
 namespace es {
 namespace {
@@ -362,13 +365,268 @@ cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream
     return launch_kernel(kernel, grid, THREADS, size_t(smem), stream, p);
 }
 
+// ---- Hopper: FP8 stacks with per-row scales on warpgroup MMA ----------------------------------
+// One warpgroup a block: 128 weight rows (glu: 64 outputs, rows 16i … 16i + 7 the gate rows of 8
+// outputs and rows 16i + 8 … 16i + 15 their up rows, so that each thread's accumulators hold the
+// gate and the up of the same output) × the plan's 128-slot row tile (m64n128 MMAs, or m64n64
+// where the tile holds at most 64 slots), k in stages of 64 through a cp.async pipeline. The FP8 weights land
+// as bytes in a staging buffer; each thread widens the chunks it copied to BF16 (exactly, as above) into a
+// 128-byte-swizzled tile, and the activations land there by cp.async directly; two m64n64k16 wgmma per k16
+// step read both from shared memory. The widened tile is double-buffered and the MMAs of a stage overlap the
+// next stage's widening (wgmma_wait<1>). Per-row scales in the epilogue, as the mma.sync kernel does.
+namespace wg {
+constexpr int BW = 128, BN = 128, BK = 64, STAGES = 3, THREADS = 128;
+constexpr int a16_bytes = BW * BK * 2; // widened weights, one buffer
+constexpr int b_bytes = BN * BK * 2;   // activations, one stage
+constexpr int a8_bytes = BW * BK;      // weight bytes, one stage
+constexpr int smem_bytes = 2 * a16_bytes + STAGES * (b_bytes + a8_bytes) + 1024; // + alignment to 1 KB
+static_assert(BN == moe_grouped_gemm_wgmma_tile_rows, "the plan's tiles are the kernel's slot tiles");
+} // namespace wg
+
+template <bool GLU, bool TM>
+__global__ void __launch_bounds__(wg::THREADS, 2) moe_grouped_gemm_wgmma_kernel(moe_grouped_gemm_params p) {
+    static_assert(!TM || GLU, "the tile-major layout is the gate/up stacks'");
+    pdl_enter();
+    extern __shared__ unsigned char smem_raw[];
+    __shared__ int row_slot[wg::BN];
+    __shared__ int s_expert, s_row0, s_rows;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
+    const int tile = blockIdx.x, E = int(p.n_expert);
+    if (tid == 0) {
+        int e = -1;
+        if (tile < p.tile_offsets[E]) {
+            int lo = 0, hi = E - 1; // last e with tile_offsets[e] <= tile
+            while (lo < hi) {
+                const int mid = (lo + hi + 1) / 2;
+                if (p.tile_offsets[mid] <= tile)
+                    lo = mid;
+                else
+                    hi = mid - 1;
+            }
+            e = lo;
+            s_row0 = p.offsets[e] + (tile - p.tile_offsets[e]) * wg::BN;
+            s_rows = min(wg::BN, p.offsets[e + 1] - s_row0);
+        }
+        s_expert = e;
+    }
+    __syncthreads();
+    const int e = s_expert;
+    if (e < 0) return;
+    const int rows = s_rows;
+    if (tid < wg::BN) row_slot[tid] = tid < rows ? p.sorted_slots[s_row0 + tid] : -1;
+    __syncthreads();
+
+    const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023u) & ~1023u;
+    unsigned char *const smem = smem_raw + (base - raw);
+    const uint32_t a16_0 = base, b_0 = base + 2 * wg::a16_bytes, a8_0 = b_0 + wg::STAGES * wg::b_bytes;
+    const unsigned char *const a8 = smem + (a8_0 - base);
+
+    const int64_t k = p.k, n = p.n, w_rows = GLU ? 2 * n : n;
+    const int64_t out0 = int64_t(blockIdx.y) * (GLU ? wg::BW / 2 : wg::BW);
+    const unsigned char *w_e = static_cast<const unsigned char *>(p.w) + int64_t(e) * w_rows * k;
+
+    // Activations: rows b_r0 + 16i (i < 8), 8-element chunk b_c. Weights: rows a_r0 + 32i (i < 4),
+    // 16-byte chunk a_c (the staging buffer is [128 rows][64 bytes]: these are bytes 16·tid + 2048i).
+    constexpr int B_N = wg::BN / 16;
+    const int b_c = tid & 7, b_r0 = tid >> 3, a_c = tid & 3, a_r0 = tid >> 2;
+    const bf16_t *b_src[B_N];
+#pragma unroll
+    for (int i = 0; i < B_N; ++i) {
+        const int slot = row_slot[b_r0 + 16 * i];
+        b_src[i] = slot >= 0 ? p.a + int64_t(slot / p.a_row_div) * p.lda + b_c * 8 : nullptr;
+    }
+    const unsigned char
+        *a_src[4]; // row-major: the row's byte a_c·16 at k = 0; tile-major: its place in chunk 0
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int r = a_r0 + 32 * i;
+        if constexpr (GLU) {
+            const int64_t f = out0 + 8 * (r / 16) + (r % 8);
+            const int up = (r % 16) >= 8;
+            if constexpr (TM)
+                a_src[i] =
+                    f < n ? w_e + (f / 16) * 32 * k + (2 * ((f / 8) % 2) + up) * 512 + (r % 8) * 64 + a_c * 16
+                          : nullptr;
+            else
+                a_src[i] = f < n ? w_e + (up ? n + f : f) * k + a_c * 16 : nullptr;
+        } else {
+            a_src[i] = out0 + r < n ? w_e + (out0 + r) * k + a_c * 16 : nullptr;
+        }
+    }
+    auto load_stage = [&](int s, int64_t k0) {
+#pragma unroll
+        for (int i = 0; i < B_N; ++i) {
+            const bool ok = b_src[i] && k0 + b_c * 8 < k;
+            cp_async16(b_0 + uint32_t(s * wg::b_bytes) + sw128_offset(b_r0 + 16 * i, b_c),
+                       ok ? b_src[i] + k0 : p.a, ok ? 16 : 0);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const bool ok = a_src[i] && k0 + a_c * 16 < k;
+            const unsigned char *src = TM ? a_src[i] + (k0 / 64) * 2048 : a_src[i] + k0;
+            cp_async16(a8_0 + uint32_t(s * wg::a8_bytes + 16 * tid + 2048 * i), ok ? src : w_e, ok ? 16 : 0);
+        }
+    };
+
+    float acc[2][64];            // set by the first MMAs (accumulate = false); [0, 32) only when rows <= 64
+    const bool wide = rows > 64; // uniform across the block
+
+    const int ktiles = int((k + wg::BK - 1) / wg::BK);
+#pragma unroll
+    for (int s = 0; s < wg::STAGES - 1; ++s) {
+        if (s < ktiles) load_stage(s, int64_t(s) * wg::BK);
+        cp_async_commit();
+    }
+    // The main loop, one instance per MMA width (a branch on the width inside it has ptxas insert
+    // warpgroup arrives around every MMA).
+    auto main_loop = [&](auto wide_c) {
+#pragma unroll 1
+        for (int kt = 0; kt < ktiles; ++kt) {
+            const int s = kt % wg::STAGES, buf = kt & 1;
+            cp_async_wait<wg::STAGES - 2>(); // this thread's copies of stage kt have landed
+            // Widen the weight chunks this thread copied (16 E4M3 → 16 BF16, two swizzled chunks).
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = a_r0 + 32 * i;
+                const uint4 v = *reinterpret_cast<const uint4 *>(a8 + s * wg::a8_bytes + 16 * tid + 2048 * i);
+                const uint4 lo = make_uint4(fp8x2_to_bf16x2(v.x), fp8x2_to_bf16x2(v.x >> 16),
+                                            fp8x2_to_bf16x2(v.y), fp8x2_to_bf16x2(v.y >> 16));
+                const uint4 hi = make_uint4(fp8x2_to_bf16x2(v.z), fp8x2_to_bf16x2(v.z >> 16),
+                                            fp8x2_to_bf16x2(v.w), fp8x2_to_bf16x2(v.w >> 16));
+                unsigned char *dst = smem + buf * wg::a16_bytes;
+                *reinterpret_cast<uint4 *>(dst + sw128_offset(r, 2 * a_c)) = lo;
+                *reinterpret_cast<uint4 *>(dst + sw128_offset(r, 2 * a_c + 1)) = hi;
+            }
+            fence_proxy_async_shared(); // the widened weights and the landed activations, for wgmma
+            __syncthreads();            // everybody's
+            wgmma_fence();
+#pragma unroll
+            for (int kk = 0; kk < wg::BK / 16; ++kk) {
+                const uint64_t db = wgmma_desc_sw128(b_0 + uint32_t(s * wg::b_bytes + kk * 32));
+#pragma unroll
+                for (int mt = 0; mt < 2; ++mt) {
+                    const uint64_t da =
+                        wgmma_desc_sw128(a16_0 + uint32_t(buf * wg::a16_bytes + mt * 8192 + kk * 32));
+                    if constexpr (decltype(wide_c)::value)
+                        wgmma_m64n128k16_bf16(acc[mt], da, db, kt > 0 || kk > 0);
+                    else
+                        wgmma_m64n64k16_bf16(acc[mt], da, db, kt > 0 || kk > 0);
+                }
+            }
+            wgmma_commit();
+            // The MMAs of stage kt − 1 have finished: its activation buffer (refilled below) and the
+            // widened buffer it read (written again at kt + 1) are free.
+            wgmma_wait<1>();
+            if (kt + wg::STAGES - 1 < ktiles)
+                load_stage((kt + wg::STAGES - 1) % wg::STAGES, int64_t(kt + wg::STAGES - 1) * wg::BK);
+            cp_async_commit();
+        }
+    };
+    if (wide)
+        main_loop(std::true_type{});
+    else
+        main_loop(std::false_type{});
+    wgmma_wait<0>();
+    wgmma_fence_acc(acc[0]);
+    wgmma_fence_acc(acc[1]);
+    cp_async_wait<0>();
+
+    // Epilogue. acc[mt][4j + 2h' + c]: weight row 64mt + 16·warp + g + 8h', slot 8j + 2q + c.
+    const float *scale = p.w_scale + int64_t(e) * w_rows;
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+        if constexpr (GLU) {
+            const int64_t f = out0 + 8 * (4 * mt + warp) + g;
+            if (f >= n) continue;
+            const float sg = scale[f], su = scale[n + f];
+#pragma unroll
+            for (int j = 0; j < wg::BN / 8; ++j)
+#pragma unroll
+                for (int c = 0; c < 2; ++c) {
+                    const int t = 8 * j + 2 * q + c; // slots past 64 only when wide
+                    if (t < rows)
+                        p.out_act[int64_t(row_slot[t]) * p.ldo + f] =
+                            f_to_bf16(silu_f(acc[mt][4 * j + c] * sg) * (acc[mt][4 * j + 2 + c] * su));
+                }
+        } else {
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int64_t col = out0 + 64 * mt + 16 * warp + g + 8 * h;
+                if (col >= n) continue;
+                const float sc = scale[col];
+#pragma unroll
+                for (int j = 0; j < wg::BN / 8; ++j)
+#pragma unroll
+                    for (int c = 0; c < 2; ++c) {
+                        const int t = 8 * j + 2 * q + c;
+                        if (t < rows)
+                            p.out_f32[int64_t(row_slot[t]) * p.ldo + col] = acc[mt][4 * j + 2 * h + c] * sc;
+                    }
+            }
+        }
+    }
+}
+
+template <bool GLU, bool TM>
+cudaError_t launch_wgmma_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
+    auto *kernel = moe_grouped_gemm_wgmma_kernel<GLU, TM>;
+    if (const cudaError_t err =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::smem_bytes);
+        err != cudaSuccess)
+        return err;
+    if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                     int(cudaSharedmemCarveoutMaxShared));
+        err != cudaSuccess)
+        return err;
+    const dim3 grid(unsigned(p.max_tiles), ceil_div_u(p.n, GLU ? wg::BW / 2 : wg::BW));
+    return launch_kernel(kernel, grid, wg::THREADS, size_t(wg::smem_bytes), stream, p);
+}
+
+// The device is of compute capability 9.0 and the module has sm_90a code (wgmma is not in the
+// PTX of any other target, and sm_90a code runs on 9.0 only). Asked once per process.
+bool wgmma_device() {
+#ifdef ES_KERNELS_SM90A
+    static const bool ok = [] {
+        int dev = 0, major = 0, minor = 0;
+        return cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+               major == 9 && minor == 0;
+    }();
+    return ok;
+#else
+    return false;
+#endif
+}
+
 } // namespace
+
+int64_t moe_grouped_gemm_plan_rows(const moe_grouped_gemm_params &p) {
+    return moe_grouped_gemm_wgmma_ok(p) ? moe_grouped_gemm_wgmma_tile_rows : moe_grouped_gemm_tile_rows;
+}
+
+bool moe_grouped_gemm_wgmma_ok(const moe_grouped_gemm_params &p) {
+    if (!p.allow_wgmma || p.wfmt != weight_format::fp8_e4m3 || p.w_layout != scale_layout::channel ||
+        !p.w_scale)
+        return false;
+    if (p.k <= 0 || p.k % 16 != 0 || p.lda % 8 != 0 || !aligned16(p.a) || !aligned16(p.w)) return false;
+    if (p.w_tile_major && (!p.glu || !fp8_tile_major_ok(p.n, p.k))) return false;
+    return wgmma_device();
+}
 
 cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream_t stream) {
     if (p.max_tiles <= 0 || p.n <= 0) return cudaSuccess;
     const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
     if ((fp8 && !p.w_scale) || p.k <= 0 || p.n_expert <= 0 || (p.glu ? !p.out_act : !p.out_f32))
         return cudaErrorInvalidValue;
+    if (p.tile_rows != moe_grouped_gemm_plan_rows(p))
+        return cudaErrorInvalidValue; // a plan for the other kernel
+    if (moe_grouped_gemm_wgmma_ok(p)) {
+        if (p.glu)
+            return p.w_tile_major ? launch_wgmma_variant<true, true>(p, stream)
+                                  : launch_wgmma_variant<true, false>(p, stream);
+        return launch_wgmma_variant<false, false>(p, stream);
+    }
     if (p.w_tile_major) {
         if (!fp8 || !p.glu || p.w_layout != scale_layout::channel || !fp8_tile_major_ok(p.n, p.k) ||
             !aligned16(p.w))

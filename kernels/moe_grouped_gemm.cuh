@@ -4,9 +4,13 @@
 //   glu:   out_act[s, f] = bf16(silu(sg · Wg_e[f]·a_s) · su · Wu_e[f]·a_s)   (gate rows f, up rows n + f)
 //   plain: out_f32[s, c] = sc · W_e[c]·a_s
 // Weights: one stack [n_expert, w_rows, k] (w_rows = 2n for glu, else n), BF16 or FP8 E4M3 with
-// per-row scales [n_expert, w_rows] (or per 128×128 block: w_layout). Tensor cores (mma.sync BF16, fp32 accumulate); FP8 weights
-// are staged as bytes, widened to BF16 exactly in registers and scaled in the epilogue. Row tiles
-// of moe_grouped_gemm_tile_rows slots, one expert each (moe_plan's tile_rows must match).
+// per-row scales [n_expert, w_rows] (or per 128×128 block: w_layout). Tensor cores, fp32
+// accumulators: on Hopper (compute capability 9.0, an sm_90a build) FP8 stacks with per-row
+// scales run on warpgroup MMA (wgmma, BF16 operands from shared memory: the weights widened to
+// BF16 exactly there) in row tiles of 128 slots; everything else on mma.sync BF16 (FP8 staged as
+// bytes, widened in registers) in row tiles of 64. Either way the weights' scales are applied in
+// the epilogue. A row tile holds one expert's slots; moe_plan's tile_rows must be the kernel's
+// (moe_grouped_gemm_plan_rows).
 #pragma once
 
 #include "kernel_common.h"
@@ -19,7 +23,8 @@ struct moe_grouped_gemm_params {
     int64_t a_row_div = 1; // n_expert_used when a holds token rows, 1 when slot rows
     const int32_t *sorted_slots = nullptr, *offsets = nullptr, *tile_offsets = nullptr; // moe_plan
     int64_t n_expert = 0;
-    int64_t max_tiles = 0;   // moe_plan_max_tiles(…, moe_grouped_gemm_tile_rows)
+    int64_t max_tiles = 0;   // moe_plan_max_tiles(…, tile_rows)
+    int64_t tile_rows = 64;  // the plan's row tile: moe_grouped_gemm_plan_rows(p) (64 or 128)
     const void *w = nullptr; // [n_expert, w_rows, k]
     weight_format wfmt = weight_format::bf16;
     const float *w_scale = nullptr; // FP8 only: [n_expert · fp8_scale_count(w_rows, k, w_layout)]
@@ -35,12 +40,30 @@ struct moe_grouped_gemm_params {
     // The stack tile-major (fp8_tile_major.cuh): FP8 with per-row scales, glu, n % 16 == 0,
     // k % 64 == 0, 16-byte aligned weights; each 16-byte vector is read from its place there.
     bool w_tile_major = false;
+    // Hopper's warpgroup MMA for FP8 stacks with per-row scales where it applies (a GPU of
+    // compute capability 9.0, a build with sm_90a, k % 16 == 0, 16-byte aligned operands and
+    // lda % 8 == 0): moe_grouped_gemm_wgmma_ok. Otherwise, or when false, the mma.sync kernel.
+    bool allow_wgmma = true;
 };
 
-inline constexpr int64_t moe_grouped_gemm_tile_rows = 64;
+inline constexpr int64_t moe_grouped_gemm_tile_rows = 64;        // the mma.sync kernel's row tile
+inline constexpr int64_t moe_grouped_gemm_wgmma_tile_rows = 128; // the warpgroup-MMA kernel's
+// The engine takes the warpgroup-MMA kernel for steps of at least this many slots (tokens ·
+// experts used) per expert on average; below it the weights' streaming bounds both kernels and the
+// mma.sync kernel, three blocks an SM, keeps more of them in flight. H200, the 21B-A3B's widths
+// (64 experts, top-6), gate/up + down µs for three layers, mma.sync / wgmma (session 17): 16
+// tokens 692 / 756, 64 1,015 / 1,057, 128 1,232 / 1,237, 256 1,467 / 1,352, 512 1,993 / 1,587.
+inline constexpr int64_t moe_grouped_gemm_wgmma_min_slots_per_expert = 16;
 
 void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
+// True when launch_moe_grouped_gemm takes the warpgroup-MMA kernel for p on the current device
+// (it reads neither the plan nor the outputs, so it can be asked before the plan is made).
+bool moe_grouped_gemm_wgmma_ok(const moe_grouped_gemm_params &p);
+// The row tile the plan must use for p (moe_plan_params::tile_rows, p.tile_rows, p.max_tiles):
+// moe_grouped_gemm_wgmma_tile_rows where the warpgroup-MMA kernel applies, else
+// moe_grouped_gemm_tile_rows. launch_moe_grouped_gemm refuses a p.tile_rows that differs.
+int64_t moe_grouped_gemm_plan_rows(const moe_grouped_gemm_params &p);
 cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream_t stream);
 #endif
 
