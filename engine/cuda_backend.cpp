@@ -432,6 +432,9 @@ public:
         // A measuring aid: ES_CUDA_MOE_WGMMA=0 keeps prefill's grouped expert GEMM on mma.sync
         // where the warpgroup-MMA kernel would apply (moe_grouped_gemm.cuh: allow_wgmma).
         if (const char *wm = std::getenv("ES_CUDA_MOE_WGMMA")) m_moe_wgmma = std::string(wm) != "0";
+        // A measuring aid: ES_CUDA_MOE_FP8_ACT=0 gives that kernel BF16 activations (the routed
+        // experts' codes are then not the dense linears' kind; results differ from the twin's).
+        if (const char *fa = std::getenv("ES_CUDA_MOE_FP8_ACT")) m_moe_fp8_act = std::string(fa) != "0";
         // Decode's routed gate/up on tensor cores (moe_gate_up_gemv.cuh: mma; FP8 with per-row
         // scales), every tile at once: the 21B-A3B's step 1,630 -> 1,599 us on the H200 (session 13).
         // A measuring aid: ES_CUDA_MOE_MMA=0 keeps the CUDA-core kernel, =r takes r rounds of tiles.
@@ -1008,6 +1011,9 @@ private:
         // FP8 activations of prefill-sized linears: [T, act_k] codes, [T] scales
         size_t act_q = 0, act_scale = 0;
         int64_t act_k = 0;
+        // FP8 activations of the routed experts' grouped GEMM: the gate/up's [T, H] codes, then
+        // (the same bytes) the down's [T·K, n_ff_exp]; [T·K] scales
+        size_t ex_q = 0, ex_scale = 0;
         size_t total = 0;
         size_t in_total = 0; // the inputs' device region and its pinned mirror (input_layout)
     };
@@ -1121,6 +1127,10 @@ private:
             w.act_k = std::max({H, qd, F}); // the widest input of a dense linear
             w.act_q = take(size_t(T * w.act_k));
             w.act_scale = take(size_t(T) * 4);
+            if (n_moe > 0) {
+                w.ex_q = take(size_t(T * std::max(H, K * c.n_ff_exp)));
+                w.ex_scale = take(size_t(T * K) * 4);
+            }
         }
         w.total = o;
         w.in_total = make_input_layout(T, R, bt).total;
@@ -1621,6 +1631,34 @@ private:
                 dn.out_act = nullptr;
                 dn.out_f32 = y_e;
                 dn.ldo = H;
+                // FP8 activations (act_quantize's, per token for the gate/up and per slot for the
+                // down) where both GEMMs take the warpgroup-MMA kernel with them, as the dense
+                // linears of prefill take theirs; otherwise BF16 activations.
+                act_quantize_params qx, qe;
+                if (m_act != activation_format::bf16 && w.ex_q && m_moe_fp8_act) {
+                    qx.x = xn;
+                    qx.ldx = H;
+                    qx.q = reinterpret_cast<fp8_t *>(base + w.ex_q);
+                    qx.scale = reinterpret_cast<float *>(base + w.ex_scale);
+                    qx.m = T;
+                    qx.k = H;
+                    qx.fmt = m_act == activation_format::e5m2 ? fp8_format::e5m2 : fp8_format::e4m3;
+                    qe = qx; // the same buffers: the gate/up has read its codes when the down's are written
+                    qe.x = act_e;
+                    qe.ldx = c.n_ff_exp;
+                    qe.m = T * K;
+                    qe.k = c.n_ff_exp;
+                    gu.a_q = qx.q;
+                    gu.a_scale = qx.scale;
+                    gu.a_fmt = qx.fmt;
+                    dn.a_q = qe.q;
+                    dn.a_scale = qe.scale;
+                    dn.a_fmt = qe.fmt;
+                    if (!moe_grouped_gemm_wgmma_ok(gu) || !moe_grouped_gemm_wgmma_ok(dn)) {
+                        gu.a_q = dn.a_q = nullptr;
+                        gu.a_scale = dn.a_scale = nullptr;
+                    }
+                }
                 if (moe_grouped_gemm_plan_rows(gu) != moe_grouped_gemm_plan_rows(dn))
                     gu.allow_wgmma = dn.allow_wgmma = false;
                 moe_plan_params pl;
@@ -1640,7 +1678,10 @@ private:
                     g->tile_rows = pl.tile_rows;
                     g->max_tiles = moe_plan_max_tiles(T * K, c.n_expert, pl.tile_rows);
                 }
+                if (gu.a_q)
+                    op("moe act_quantize (gate/up)", [&] { return launch_act_quantize(qx, m_stream); });
                 op("moe_grouped_gemm (gate/up)", [&] { return launch_moe_grouped_gemm(gu, m_stream); });
+                if (dn.a_q) op("moe act_quantize (down)", [&] { return launch_act_quantize(qe, m_stream); });
                 op("moe_grouped_gemm (down)", [&] { return launch_moe_grouped_gemm(dn, m_stream); });
                 moe_combine_params cb;
                 cb.y = y_e;
@@ -1974,6 +2015,7 @@ private:
     bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
     int64_t m_router_tiles_min = moe_router_tiles_min_tokens; // ES_CUDA_ROUTER_TILES_MIN
     bool m_moe_wgmma = true;                                  // ES_CUDA_MOE_WGMMA
+    bool m_moe_fp8_act = true;                                // ES_CUDA_MOE_FP8_ACT
     int m_moe_mma = 1;               // ES_CUDA_MOE_MMA
     moe_gate_up_gemv_params::mma_shape_t m_moe_mma_shape; // ES_CUDA_MOE_MMA_SHAPE
     // The FP8 routed gate/up stacks stored tile-major (cuda_backend_params::moe_tile_major,

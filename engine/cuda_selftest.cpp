@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <set>
@@ -1547,13 +1548,16 @@ void test_moe_plan(runner &R, int64_t T, int64_t E, int64_t K,
 // lda_pad: activation rows longer than k (a k that is not a multiple of 8 with 16-byte aligned rows).
 void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t K, int64_t E, int64_t k,
                        int64_t n, int64_t lda_pad = 0, const std::vector<int32_t> &counts = {},
-                       scale_layout L = scale_layout::channel, bool tm = false, bool wg = false) {
+                       scale_layout L = scale_layout::channel, bool tm = false, bool wg = false, int qa = 0) {
+    // qa: FP8 activations (1: E4M3, 2: E5M2), act_quantize's codes of the rows (the wgmma kernel).
     const bool fp8 = f == weight_format::fp8_e4m3;
+    const fp8_format afmt = qa == 2 ? fp8_format::e5m2 : fp8_format::e4m3;
     const std::string name = shape_name(
         "moe_grouped_gemm", {{"T", T}, {"k_used", K}, {"E", E}, {"K", k}, {"N", n}},
         std::string(fp8 ? "fp8" : "bf16") + (glu ? " glu" : " plain") +
             (counts.empty() ? "" : " edge groups") + (lda_pad ? " lda=" + std::to_string(k + lda_pad) : "") +
-            blk_suffix(L) + (tm ? " tile-major" : "") + (wg ? " wgmma" : ""));
+            blk_suffix(L) + (tm ? " tile-major" : "") + (wg ? " wgmma" : "") +
+            (qa ? std::string(" fp8 activations ") + (qa == 2 ? "e5m2" : "e4m3") : ""));
     R.run("kernel", name, [&] {
         const int64_t S = T * K, rows_a = glu ? T : S, w_rows = glu ? 2 * n : n, lda = k + lda_pad;
         std::vector<int32_t> ids;
@@ -1590,6 +1594,20 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         p.out_f32 = glu ? nullptr : dy.get();
         p.ldo = n;
         p.allow_wgmma = wg; // the rows without: the mma.sync kernel, whatever the GPU
+        std::vector<fp8_t> aq;
+        std::vector<float> as;
+        std::unique_ptr<dvec<fp8_t>> daq;
+        std::unique_ptr<dvec<float>> das;
+        if (qa) { // codes of all lda columns (rows of lda codes), the pad's too
+            aq.resize(static_cast<size_t>(rows_a * lda));
+            as.resize(static_cast<size_t>(rows_a));
+            act_quantize_ref({a.data(), lda, aq.data(), as.data(), rows_a, lda, afmt});
+            daq = std::make_unique<dvec<fp8_t>>(aq);
+            das = std::make_unique<dvec<float>>(as);
+            p.a_q = daq->get();
+            p.a_scale = das->get();
+            p.a_fmt = afmt;
+        }
         if (wg && !moe_grouped_gemm_wgmma_ok(p)) {
             R.info("kernel", name, "skipped", 0,
                    "the warpgroup-MMA kernel needs compute capability 9.0 and sm_90a code");
@@ -1626,9 +1644,23 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
         p.out_act = glu ? act.data() : nullptr;
         p.out_f32 = glu ? nullptr : y.data();
         p.w_tile_major = false;
+        if (qa) {
+            p.a_q = aq.data();
+            p.a_scale = as.data();
+        }
         moe_grouped_gemm_ref(p);
-        if (glu) R.add("kernel", name, "max scaled err (bf16)", scaled_err(widen(dact.download()), widen(act)), k_bf16_limit);
-        else R.add("kernel", name, "max scaled err", scaled_err(dy.download(), y), k_f32_limit);
+        // FP8 activations: NMSE, as the FP8 rows elsewhere. Hopper's FP8 × FP8 MMAs keep fewer
+        // bits of their running sums than fp32 FMAs (measured against this fp32 twin: max scaled
+        // error ~3e-3 at k = 1,536 … 2,560, NMSE ~1e-6; a wrong layout or scale costs ~1).
+        const std::vector<float> got = glu ? widen(dact.download()) : dy.download(),
+                                 want = glu ? widen(act) : y;
+        if (qa) {
+            R.add("kernel", name, "NMSE", nmse(got, want), 1e-4);
+            R.info("kernel", name, "max scaled err", scaled_err(got, want));
+        } else {
+            R.add("kernel", name, glu ? "max scaled err (bf16)" : "max scaled err", scaled_err(got, want),
+                  glu ? k_bf16_limit : k_f32_limit);
+        }
     });
 }
 
@@ -2199,6 +2231,15 @@ void run_kernel_tests(runner &R, int cc_major) {
             test_grouped_gemm(R, f8, glu, 107, 3, 6, 208, glu ? 67 : 131, 0, edge, ch, false, true);
         }
         test_grouped_gemm(R, f8, false, 96, 6, 64, 1536, 2560, 0, {}, ch, false, true);
+        // FP8 activations (E4M3, E5M2): the same kernel with both operands FP8.
+        for (int qa : {1, 2}) {
+            test_grouped_gemm(R, f8, true, 260, 2, 4, 2560, 1536, 0, {}, ch, true, true, qa);
+            test_grouped_gemm(R, f8, false, 260, 2, 4, 1536, 2560, 0, {}, ch, false, true, qa);
+        }
+        test_grouped_gemm(R, f8, true, 150, 4, 16, 512, 256, 0, {}, ch, true, true, 1);
+        test_grouped_gemm(R, f8, true, 107, 3, 6, 208, 67, 0, edge, ch, false, true, 1);
+        test_grouped_gemm(R, f8, false, 107, 3, 6, 208, 131, 0, edge, ch, false, true, 1);
+        test_grouped_gemm(R, f8, false, 96, 6, 64, 1536, 2560, 0, {}, ch, false, true, 1);
     }
     test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1);
     test_moe_plan(R, 24, 6, 3);
@@ -2292,14 +2333,18 @@ std::vector<int64_t> prefill_steps(int64_t T) {
 }
 
 // Prefill in two chunks through a non-contiguous block table (as the CPU reference test).
-std::vector<float> logits_prefill(backend &be, const std::vector<int32_t> &prompt, routing_record *first_chunk_routing = nullptr) {
-    auto s = be.init_kv_cache({16, 4});
-    if (!s) throw test_failure(s.message());
+std::vector<float> logits_prefill(backend &be, const std::vector<int32_t> &prompt,
+                                  routing_record *first_chunk_routing = nullptr) {
     const int32_t T = int32_t(prompt.size()), split = std::min<int32_t>(k_prefill_split, T);
+    // Blocks of 16 positions, the first four out of order (3, 1, 0, 2), then in order.
+    const int32_t n_blocks = std::max<int32_t>(4, (T + 15) / 16);
+    auto s = be.init_kv_cache({16, n_blocks});
+    if (!s) throw test_failure(s.message());
     std::vector<float> logits;
     batch b;
     b.seqs.resize(1);
     b.seqs[0].block_table = {3, 1, 0, 2};
+    for (int32_t i = 4; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
     b.seqs[0].block_table.resize(static_cast<size_t>((T + 15) / 16));
     for (int32_t start : {0, split}) {
         const int32_t end = start == 0 ? split : T;
@@ -2449,6 +2494,56 @@ double top1_agreement(const std::vector<float> &a, const std::vector<float> &b, 
         same += std::max_element(a.begin() + t * V, a.begin() + (t + 1) * V) - (a.begin() + t * V) ==
                 std::max_element(b.begin() + t * V, b.begin() + (t + 1) * V) - (b.begin() + t * V);
     return double(same) / double(T);
+}
+
+// The routed experts' FP8 activations (the grouped GEMM on warpgroup MMA with act_quantize's
+// codes): the MoE reference checkpoints whose widths allow it, a 160-token random prompt (its
+// second prefill step, 150 tokens, has enough slots per expert), FP8 weights with E4M3
+// activations, against the twin model that quantizes the routed experts' activations as the
+// backend does — and, as information, against the twin that does not (how far apart the two
+// readings are, so that the checked limit is seen to tell them apart).
+void test_routed_fp8_model(runner &R, const std::filesystem::path &data_dir) {
+    if (!moe_grouped_gemm_wgmma_device()) {
+        R.info("model", "routed FP8 activations", "skipped", 0,
+               "needs compute capability 9.0 and sm_90a code");
+        return;
+    }
+    for (const char *mname : {"moe-shared", "moe-sharded"}) {
+        const std::filesystem::path dir = data_dir / mname;
+        if (!std::filesystem::exists(dir / "config.json")) continue;
+        const std::string name = std::string(mname) + " routed fp8 activations";
+        R.run("model", name, [&] {
+            auto cfg = load_model_config(dir);
+            auto store = weight_store::open_dir(dir);
+            if (!cfg || !store) throw test_failure(!cfg ? cfg.message() : store.message());
+            auto bound = bind_model_tensors(*cfg, **store);
+            if (!bound) throw test_failure(bound.message());
+            std::vector<int32_t> prompt(160);
+            std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg->n_vocab - 1));
+            for (auto &t : prompt) t = tok(rng());
+            model_load_params lp;
+            lp.need_tokenizer = false;
+            lp.kind = backend_kind::cuda;
+            lp.precision = weight_precision::fp8;
+            lp.activations = activation_format::e4m3;
+            auto m = load_model(dir, lp);
+            if (!m) throw test_failure(m.message());
+            const auto pre = logits_prefill(*(*m)->be, prompt);
+            auto twin = [&](bool routed) {
+                twin_options o;
+                o.activations = activation_format::e4m3;
+                o.steps = prefill_steps(int64_t(prompt.size()));
+                o.grouped_wgmma = routed;
+                auto tw = twin_forward_logits(*cfg, *bound, prompt, weight_precision::fp8, o);
+                if (!tw) throw test_failure(tw.message());
+                return std::move(*tw);
+            };
+            const auto tw_routed = twin(true), tw_plain = twin(false);
+            R.add("model", name, "NMSE vs twin model (routed FP8 activations)", nmse(pre, tw_routed), 5e-2);
+            R.info("model", name, "NMSE vs twin model with BF16 routed activations", nmse(pre, tw_plain));
+            R.info("model", name, "NMSE between the two twins", nmse(tw_plain, tw_routed));
+        });
+    }
 }
 
 void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
@@ -2613,6 +2708,7 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 if (!cb) throw test_failure("the loaded backend is not the CUDA backend");
                 twin_options tp;
                 tp.activations = cb->activations();
+                tp.grouped_wgmma = moe_grouped_gemm_wgmma_device();
                 tp.steps = prefill_steps(int64_t(prompt.size()));
                 if (fp8)
                     R.info("model", pn + " prefill",
@@ -2695,6 +2791,7 @@ selftest_report run_cuda_selftest(const selftest_options &o) {
     if (o.kernels) run_kernel_tests(R, dev->cc_major);
     if (o.models && !o.data_dir.empty()) run_model_tests(R, o.data_dir);
     if (o.models) test_tile_major_model(R); // random weights of a real shape: no data needed
+    if (o.models && !o.data_dir.empty()) test_routed_fp8_model(R, o.data_dir);
     return rep;
 }
 

@@ -20,6 +20,8 @@
 #include "moe_combine.cuh"
 #include "moe_down_gemv.cuh"
 #include "moe_gate_up_gemv.cuh"
+#include "moe_grouped_gemm.cuh"
+#include "moe_plan.cuh"
 #include "moe_router.cuh"
 #include "rms_norm.cuh"
 #include "rope_kv.cuh"
@@ -98,8 +100,76 @@ struct act_plan {
     fp8_format fmt = fp8_format::e4m3;
     bool fp8_act = false;
     bool any = false;
-    std::vector<char> quant; // [T]
+    std::vector<char> quant;  // [T]
+    std::vector<char> routed; // [T]: the routed experts' grouped GEMM with FP8 activations
 };
+
+// The routed experts of the tokens marked in `sel` as the grouped GEMM computes them with FP8
+// activations (twin_options::grouped_wgmma): act_quantize of their normalized rows, the gate/up
+// with the codes, act_quantize of each slot's SiLU·up row, the down with those codes. Their
+// rows of act_e ([T·K, F]) and y_e ([T·K, H]) are overwritten; the other tokens' are left.
+void routed_fp8_act(const std::vector<char> &sel, const std::vector<bf16_t> &xn,
+                    const std::vector<int32_t> &ids, const void *w_gu, const float *s_gu, const void *w_dn,
+                    const float *s_dn, int64_t H, int64_t F, int64_t E, int64_t K, fp8_format fmt,
+                    std::vector<bf16_t> &act_e, std::vector<float> &y_e) {
+    std::vector<int64_t> toks;
+    for (int64_t t = 0; t < int64_t(sel.size()); ++t)
+        if (sel[static_cast<size_t>(t)]) toks.push_back(t);
+    const int64_t M = int64_t(toks.size()), S = M * K;
+    if (M == 0) return;
+    std::vector<bf16_t> xs(static_cast<size_t>(M * H));
+    std::vector<int32_t> is(static_cast<size_t>(S));
+    for (int64_t i = 0; i < M; ++i) {
+        std::copy_n(xn.begin() + toks[static_cast<size_t>(i)] * H, H, xs.begin() + i * H);
+        std::copy_n(ids.begin() + toks[static_cast<size_t>(i)] * K, K, is.begin() + i * K);
+    }
+    std::vector<int32_t> cnt(static_cast<size_t>(E)), off(static_cast<size_t>(E + 1)),
+        to(static_cast<size_t>(E + 1)), sorted(static_cast<size_t>(S));
+    moe_plan_ref({is.data(), S, E, moe_grouped_gemm_wgmma_tile_rows, cnt.data(), off.data(), to.data(),
+                  sorted.data()});
+    std::vector<fp8_t> q(static_cast<size_t>(S * std::max(H, F)));
+    std::vector<float> qs(static_cast<size_t>(S));
+    act_quantize_ref({xs.data(), H, q.data(), qs.data(), M, H, fmt});
+    std::vector<bf16_t> as(static_cast<size_t>(S * F));
+    std::vector<float> ys(static_cast<size_t>(S * H));
+    moe_grouped_gemm_params g;
+    g.a_q = q.data();
+    g.a_scale = qs.data();
+    g.a_fmt = fmt;
+    g.lda = H;
+    g.a_row_div = K;
+    g.sorted_slots = sorted.data();
+    g.offsets = off.data();
+    g.tile_offsets = to.data();
+    g.n_expert = E;
+    g.w = w_gu;
+    g.wfmt = weight_format::fp8_e4m3;
+    g.w_scale = s_gu;
+    g.k = H;
+    g.n = F;
+    g.glu = true;
+    g.out_act = as.data();
+    g.ldo = F;
+    moe_grouped_gemm_ref(g);
+    act_quantize_ref({as.data(), F, q.data(), qs.data(), S, F, fmt});
+    g.lda = F;
+    g.a_row_div = 1;
+    g.w = w_dn;
+    g.w_scale = s_dn;
+    g.k = F;
+    g.n = H;
+    g.glu = false;
+    g.out_act = nullptr;
+    g.out_f32 = ys.data();
+    g.ldo = H;
+    moe_grouped_gemm_ref(g);
+    for (int64_t i = 0; i < M; ++i)
+        for (int64_t j = 0; j < K; ++j) {
+            const int64_t src = i * K + j, dst = toks[static_cast<size_t>(i)] * K + j;
+            std::copy_n(as.begin() + src * F, F, act_e.begin() + dst * F);
+            std::copy_n(ys.begin() + src * H, H, y_e.begin() + dst * H);
+        }
+}
 
 void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vector<float> &y, bool acc,
             const act_plan &ap = {}) {
@@ -207,6 +277,8 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
         act_plan aplan;
         aplan.fmt = o.activations == activation_format::e5m2 ? fp8_format::e5m2 : fp8_format::e4m3;
         aplan.quant.assign(static_cast<size_t>(T), 0);
+        aplan.routed.assign(static_cast<size_t>(T), 0);
+        const int64_t K = c.n_expert_used;
         {
             std::vector<int64_t> steps = o.steps.empty() ? std::vector<int64_t>{T} : o.steps;
             int64_t start = 0;
@@ -215,6 +287,9 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
                     throw load_error("twin model: the steps do not add up to the tokens");
                 if (n > cuda_gemv_max_tokens)
                     std::fill(aplan.quant.begin() + start, aplan.quant.begin() + start + n, char(1));
+                if (n > cuda_gemv_max_tokens &&
+                    n * K >= moe_grouped_gemm_wgmma_min_slots_per_expert * c.n_expert)
+                    std::fill(aplan.routed.begin() + start, aplan.routed.begin() + start + n, char(1));
                 start += n;
             }
             if (start != T) throw load_error("twin model: the steps do not add up to the tokens");
@@ -223,8 +298,12 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             if (o.fp8.scales == scale_layout::block128) aplan.fp8_act = false;
             aplan.any = fmt == weight_format::fp8_e4m3 &&
                         std::find(aplan.quant.begin(), aplan.quant.end(), 1) != aplan.quant.end();
+            // The routed experts' FP8 activations (cuda_backend.cpp: the grouped GEMM's a_q).
+            if (!o.grouped_wgmma || !aplan.fp8_act || fmt != weight_format::fp8_e4m3 || c.n_expert == 0 ||
+                c.n_embd % 16 != 0 || c.n_ff_exp % 16 != 0)
+                std::fill(aplan.routed.begin(), aplan.routed.end(), char(0));
         }
-        const int64_t bs = 16, n_blocks = (T + bs - 1) / bs, K = c.n_expert_used;
+        const int64_t bs = 16, n_blocks = (T + bs - 1) / bs;
         const float eps = float(c.rms_eps);
 
         const auto tok_embd = to_bf16(*t.tok_embd);
@@ -371,6 +450,8 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             d.n_expert_used = K;
             d.n_ff_exp = c.n_ff_exp;
             moe_down_gemv_ref(d);
+            routed_fp8_act(aplan.routed, xn, ids, egu.w(), egu.scale(), edn.w(), edn.scale(), H, c.n_ff_exp,
+                           c.n_expert, K, aplan.fmt, act_e, y_e);
             moe_combine_params cb;
             cb.y = y_e.data();
             cb.weights = wts.data();

@@ -369,26 +369,35 @@ cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream
 // One warpgroup a block: 128 weight rows (glu: 64 outputs, rows 16i … 16i + 7 the gate rows of 8
 // outputs and rows 16i + 8 … 16i + 15 their up rows, so that each thread's accumulators hold the
 // gate and the up of the same output) × the plan's 128-slot row tile (m64n128 MMAs, or m64n64
-// where the tile holds at most 64 slots), k in stages of 64 through a cp.async pipeline. The FP8 weights land
-// as bytes in a staging buffer; each thread widens the chunks it copied to BF16 (exactly, as above) into a
-// 128-byte-swizzled tile, and the activations land there by cp.async directly; two m64n64k16 wgmma per k16
-// step read both from shared memory. The widened tile is double-buffered and the MMAs of a stage overlap the
-// next stage's widening (wgmma_wait<1>). Per-row scales in the epilogue, as the mma.sync kernel does.
+// where the tile holds at most 64 slots), k in stages of one 128-byte swizzled row through a
+// cp.async pipeline, both operands from shared memory.
+//  - BF16 activations (QA = 0): a stage is 64 k. The FP8 weights land as bytes in a staging
+//    buffer; each thread widens the chunks it copied to BF16 (exactly, as above) into a swizzled
+//    tile, double-buffered so that a stage's MMAs overlap the next stage's widening.
+//  - FP8 activations (QA = 1: E4M3, 2: E5M2; act_quantize's codes and per-row scales): a stage is
+//    128 k, both operands land by cp.async where the MMAs read them, nothing is converted.
+// Per-row scales (and QA's per-slot scales) in the epilogue, as the mma.sync kernel applies them.
 namespace wg {
-constexpr int BW = 128, BN = 128, BK = 64, STAGES = 3, THREADS = 128;
-constexpr int a16_bytes = BW * BK * 2; // widened weights, one buffer
-constexpr int b_bytes = BN * BK * 2;   // activations, one stage
-constexpr int a8_bytes = BW * BK;      // weight bytes, one stage
-constexpr int smem_bytes = 2 * a16_bytes + STAGES * (b_bytes + a8_bytes) + 1024; // + alignment to 1 KB
+constexpr int BW = 128, BN = 128, STAGES = 3, THREADS = 128;
+constexpr int row_bytes = 128;               // a stage's k: one swizzled row (64 BF16 / 128 FP8)
+constexpr int w_tile_bytes = BW * row_bytes; // a stage's weights as the MMAs read them
+constexpr int b_bytes = BN * row_bytes;      // a stage's activations
+constexpr int staging_bytes = BW * 64;       // QA = 0: a stage's FP8 weight bytes (64 k)
+template <int QA>
+constexpr int smem_bytes() { // + 1 KB: the tiles are aligned to 1 KB in the dynamic allocation
+    return (QA ? STAGES * (w_tile_bytes + b_bytes) : 2 * w_tile_bytes + STAGES * (b_bytes + staging_bytes)) +
+           1024;
+}
 static_assert(BN == moe_grouped_gemm_wgmma_tile_rows, "the plan's tiles are the kernel's slot tiles");
 } // namespace wg
 
-template <bool GLU, bool TM>
+template <bool GLU, bool TM, int QA>
 __global__ void __launch_bounds__(wg::THREADS, 2) moe_grouped_gemm_wgmma_kernel(moe_grouped_gemm_params p) {
     static_assert(!TM || GLU, "the tile-major layout is the gate/up stacks'");
     pdl_enter();
     extern __shared__ unsigned char smem_raw[];
     __shared__ int row_slot[wg::BN];
+    __shared__ float row_scale[QA ? wg::BN : 1]; // QA: the slots' activation scales
     __shared__ int s_expert, s_row0, s_rows;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int tile = blockIdx.x, E = int(p.n_expert);
@@ -413,116 +422,137 @@ __global__ void __launch_bounds__(wg::THREADS, 2) moe_grouped_gemm_wgmma_kernel(
     const int e = s_expert;
     if (e < 0) return;
     const int rows = s_rows;
-    if (tid < wg::BN) row_slot[tid] = tid < rows ? p.sorted_slots[s_row0 + tid] : -1;
+    if (tid < wg::BN) {
+        const int slot = tid < rows ? p.sorted_slots[s_row0 + tid] : -1;
+        row_slot[tid] = slot;
+        if constexpr (QA > 0) row_scale[tid] = slot >= 0 ? p.a_scale[slot / p.a_row_div] : 0.0f;
+    }
     __syncthreads();
 
     const uint32_t raw = smem_addr(smem_raw), base = (raw + 1023u) & ~1023u;
     unsigned char *const smem = smem_raw + (base - raw);
-    const uint32_t a16_0 = base, b_0 = base + 2 * wg::a16_bytes, a8_0 = b_0 + wg::STAGES * wg::b_bytes;
-    const unsigned char *const a8 = smem + (a8_0 - base);
+    // QA = 0: widened weights [2] | activations [STAGES] | staging [STAGES];
+    // QA > 0: weights [STAGES] | activations [STAGES].
+    const uint32_t w_0 = base, b_0 = base + (QA ? wg::STAGES : 2) * wg::w_tile_bytes,
+                   st_0 = b_0 + wg::STAGES * wg::b_bytes;
+    const unsigned char *const staging = smem + (st_0 - base);
 
     const int64_t k = p.k, n = p.n, w_rows = GLU ? 2 * n : n;
     const int64_t out0 = int64_t(blockIdx.y) * (GLU ? wg::BW / 2 : wg::BW);
     const unsigned char *w_e = static_cast<const unsigned char *>(p.w) + int64_t(e) * w_rows * k;
+    constexpr int KS = QA ? 128 : 64; // k per stage
 
-    // Activations: rows b_r0 + 16i (i < 8), 8-element chunk b_c. Weights: rows a_r0 + 32i (i < 4),
-    // 16-byte chunk a_c (the staging buffer is [128 rows][64 bytes]: these are bytes 16·tid + 2048i).
-    constexpr int B_N = wg::BN / 16;
-    const int b_c = tid & 7, b_r0 = tid >> 3, a_c = tid & 3, a_r0 = tid >> 2;
-    const bf16_t *b_src[B_N];
+    // Copies: 16-byte chunk c16 = tid % 8 of rows tid / 8 + 16i, for the activations (i < 8) and,
+    // with QA, for the weights; without QA the weights' staging takes chunk tid % 4 of rows
+    // tid / 4 + 32i (i < 4): bytes 16·tid + 2048i of [128 rows][64 bytes].
+    const int c16 = tid & 7, r16 = tid >> 3;
+    constexpr int W_N = QA ? 8 : 4;
+    const int w_c = QA ? c16 : (tid & 3), w_r0 = QA ? r16 : (tid >> 2), w_rstep = QA ? 16 : 32;
+    const unsigned char *b_src[8]; // the row's chunk c16 at k = 0
 #pragma unroll
-    for (int i = 0; i < B_N; ++i) {
-        const int slot = row_slot[b_r0 + 16 * i];
-        b_src[i] = slot >= 0 ? p.a + int64_t(slot / p.a_row_div) * p.lda + b_c * 8 : nullptr;
+    for (int i = 0; i < 8; ++i) {
+        const int slot = row_slot[r16 + 16 * i];
+        const int64_t ar = slot / p.a_row_div;
+        b_src[i] = slot < 0 ? nullptr
+                   : QA     ? reinterpret_cast<const unsigned char *>(p.a_q + ar * p.lda) + c16 * 16
+                            : reinterpret_cast<const unsigned char *>(p.a + ar * p.lda + c16 * 8);
     }
-    const unsigned char
-        *a_src[4]; // row-major: the row's byte a_c·16 at k = 0; tile-major: its place in chunk 0
+    // The weight chunk's source at k = 0 (tile-major: its place in 64-column chunk 0, the chunk
+    // index then follows k).
+    const unsigned char *w_src[W_N];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int r = a_r0 + 32 * i;
+    for (int i = 0; i < W_N; ++i) {
+        const int r = w_r0 + w_rstep * i;
+        const int kc = 16 * w_c; // the chunk's first k within the stage
         if constexpr (GLU) {
             const int64_t f = out0 + 8 * (r / 16) + (r % 8);
             const int up = (r % 16) >= 8;
             if constexpr (TM)
-                a_src[i] =
-                    f < n ? w_e + (f / 16) * 32 * k + (2 * ((f / 8) % 2) + up) * 512 + (r % 8) * 64 + a_c * 16
-                          : nullptr;
+                w_src[i] = f < n ? w_e + (f / 16) * 32 * k + (2 * ((f / 8) % 2) + up) * 512 + (r % 8) * 64 +
+                                       (kc / 64) * 2048 + kc % 64
+                                 : nullptr;
             else
-                a_src[i] = f < n ? w_e + (up ? n + f : f) * k + a_c * 16 : nullptr;
+                w_src[i] = f < n ? w_e + (up ? n + f : f) * k + kc : nullptr;
         } else {
-            a_src[i] = out0 + r < n ? w_e + (out0 + r) * k + a_c * 16 : nullptr;
+            w_src[i] = out0 + r < n ? w_e + (out0 + r) * k + kc : nullptr;
         }
     }
     auto load_stage = [&](int s, int64_t k0) {
 #pragma unroll
-        for (int i = 0; i < B_N; ++i) {
-            const bool ok = b_src[i] && k0 + b_c * 8 < k;
-            cp_async16(b_0 + uint32_t(s * wg::b_bytes) + sw128_offset(b_r0 + 16 * i, b_c),
-                       ok ? b_src[i] + k0 : p.a, ok ? 16 : 0);
+        for (int i = 0; i < 8; ++i) { // activations: chunk c16 holds k0 + 16·c16 (FP8) or + 8·c16 (BF16)
+            const bool ok = b_src[i] && k0 + (QA ? 16 : 8) * c16 < k;
+            cp_async16(b_0 + uint32_t(s * wg::b_bytes) + sw128_offset(r16 + 16 * i, c16),
+                       ok ? b_src[i] + k0 * (QA ? 1 : 2) : w_e, ok ? 16 : 0);
         }
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const bool ok = a_src[i] && k0 + a_c * 16 < k;
-            const unsigned char *src = TM ? a_src[i] + (k0 / 64) * 2048 : a_src[i] + k0;
-            cp_async16(a8_0 + uint32_t(s * wg::a8_bytes + 16 * tid + 2048 * i), ok ? src : w_e, ok ? 16 : 0);
+        for (int i = 0; i < W_N; ++i) {
+            const bool ok = w_src[i] && k0 + 16 * w_c < k;
+            const unsigned char *src = w_src[i] + (TM ? (k0 / 64) * 2048 : k0);
+            const uint32_t dst = QA ? w_0 + uint32_t(s * wg::w_tile_bytes) + sw128_offset(w_r0 + 16 * i, w_c)
+                                    : st_0 + uint32_t(s * wg::staging_bytes + 16 * tid + 2048 * i);
+            cp_async16(dst, ok ? src : w_e, ok ? 16 : 0);
         }
     };
 
-    float acc[2][64];            // set by the first MMAs (accumulate = false); [0, 32) only when rows <= 64
-    const bool wide = rows > 64; // uniform across the block
-
-    const int ktiles = int((k + wg::BK - 1) / wg::BK);
+    float acc[2][64]; // set by the first MMAs (accumulate = false); [0, 32) only when rows <= 64
+    const int ktiles = int((k + KS - 1) / KS);
 #pragma unroll
     for (int s = 0; s < wg::STAGES - 1; ++s) {
-        if (s < ktiles) load_stage(s, int64_t(s) * wg::BK);
+        if (s < ktiles) load_stage(s, int64_t(s) * KS);
         cp_async_commit();
     }
     // The main loop, one instance per MMA width (a branch on the width inside it has ptxas insert
     // warpgroup arrives around every MMA).
     auto main_loop = [&](auto wide_c) {
+        constexpr int N = decltype(wide_c)::value ? 128 : 64;
 #pragma unroll 1
         for (int kt = 0; kt < ktiles; ++kt) {
-            const int s = kt % wg::STAGES, buf = kt & 1;
+            const int s = kt % wg::STAGES, buf = QA ? s : kt & 1;
             cp_async_wait<wg::STAGES - 2>(); // this thread's copies of stage kt have landed
-            // Widen the weight chunks this thread copied (16 E4M3 → 16 BF16, two swizzled chunks).
+            if constexpr (QA == 0) {
+                // Widen the weight chunks this thread copied (16 E4M3 → 16 BF16, two swizzled chunks).
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = a_r0 + 32 * i;
-                const uint4 v = *reinterpret_cast<const uint4 *>(a8 + s * wg::a8_bytes + 16 * tid + 2048 * i);
-                const uint4 lo = make_uint4(fp8x2_to_bf16x2(v.x), fp8x2_to_bf16x2(v.x >> 16),
-                                            fp8x2_to_bf16x2(v.y), fp8x2_to_bf16x2(v.y >> 16));
-                const uint4 hi = make_uint4(fp8x2_to_bf16x2(v.z), fp8x2_to_bf16x2(v.z >> 16),
-                                            fp8x2_to_bf16x2(v.w), fp8x2_to_bf16x2(v.w >> 16));
-                unsigned char *dst = smem + buf * wg::a16_bytes;
-                *reinterpret_cast<uint4 *>(dst + sw128_offset(r, 2 * a_c)) = lo;
-                *reinterpret_cast<uint4 *>(dst + sw128_offset(r, 2 * a_c + 1)) = hi;
+                for (int i = 0; i < 4; ++i) {
+                    const int r = w_r0 + 32 * i;
+                    const uint4 v = *reinterpret_cast<const uint4 *>(staging + s * wg::staging_bytes +
+                                                                     16 * tid + 2048 * i);
+                    const uint4 lo = make_uint4(fp8x2_to_bf16x2(v.x), fp8x2_to_bf16x2(v.x >> 16),
+                                                fp8x2_to_bf16x2(v.y), fp8x2_to_bf16x2(v.y >> 16));
+                    const uint4 hi = make_uint4(fp8x2_to_bf16x2(v.z), fp8x2_to_bf16x2(v.z >> 16),
+                                                fp8x2_to_bf16x2(v.w), fp8x2_to_bf16x2(v.w >> 16));
+                    unsigned char *dst = smem + buf * wg::w_tile_bytes;
+                    *reinterpret_cast<uint4 *>(dst + sw128_offset(r, 2 * w_c)) = lo;
+                    *reinterpret_cast<uint4 *>(dst + sw128_offset(r, 2 * w_c + 1)) = hi;
+                }
             }
-            fence_proxy_async_shared(); // the widened weights and the landed activations, for wgmma
+            fence_proxy_async_shared(); // what this thread's copies and stores put there, for wgmma
             __syncthreads();            // everybody's
             wgmma_fence();
 #pragma unroll
-            for (int kk = 0; kk < wg::BK / 16; ++kk) {
+            for (int kk = 0; kk < 4; ++kk) { // k16 (BF16) or k32 (FP8) steps: 32 bytes each
                 const uint64_t db = wgmma_desc_sw128(b_0 + uint32_t(s * wg::b_bytes + kk * 32));
 #pragma unroll
                 for (int mt = 0; mt < 2; ++mt) {
                     const uint64_t da =
-                        wgmma_desc_sw128(a16_0 + uint32_t(buf * wg::a16_bytes + mt * 8192 + kk * 32));
-                    if constexpr (decltype(wide_c)::value)
+                        wgmma_desc_sw128(w_0 + uint32_t(buf * wg::w_tile_bytes + mt * 8192 + kk * 32));
+                    if constexpr (QA > 0)
+                        wgmma_m64k32_fp8<N, QA == 2>(acc[mt], da, db, kt > 0 || kk > 0);
+                    else if constexpr (N == 128)
                         wgmma_m64n128k16_bf16(acc[mt], da, db, kt > 0 || kk > 0);
                     else
                         wgmma_m64n64k16_bf16(acc[mt], da, db, kt > 0 || kk > 0);
                 }
             }
             wgmma_commit();
-            // The MMAs of stage kt − 1 have finished: its activation buffer (refilled below) and the
-            // widened buffer it read (written again at kt + 1) are free.
+            // The MMAs of stage kt − 1 have finished: its buffers (refilled below; without QA the
+            // widened buffer it read, written again at kt + 1) are free.
             wgmma_wait<1>();
             if (kt + wg::STAGES - 1 < ktiles)
-                load_stage((kt + wg::STAGES - 1) % wg::STAGES, int64_t(kt + wg::STAGES - 1) * wg::BK);
+                load_stage((kt + wg::STAGES - 1) % wg::STAGES, int64_t(kt + wg::STAGES - 1) * KS);
             cp_async_commit();
         }
     };
-    if (wide)
+    if (rows > 64) // uniform across the block
         main_loop(std::true_type{});
     else
         main_loop(std::false_type{});
@@ -531,7 +561,8 @@ __global__ void __launch_bounds__(wg::THREADS, 2) moe_grouped_gemm_wgmma_kernel(
     wgmma_fence_acc(acc[1]);
     cp_async_wait<0>();
 
-    // Epilogue. acc[mt][4j + 2h' + c]: weight row 64mt + 16·warp + g + 8h', slot 8j + 2q + c.
+    // Epilogue. acc[mt][4j + 2h + c]: weight row 64mt + 16·warp + g + 8h, slot 8j + 2q + c (slots
+    // past 64 only when rows > 64).
     const float *scale = p.w_scale + int64_t(e) * w_rows;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt) {
@@ -543,10 +574,11 @@ __global__ void __launch_bounds__(wg::THREADS, 2) moe_grouped_gemm_wgmma_kernel(
             for (int j = 0; j < wg::BN / 8; ++j)
 #pragma unroll
                 for (int c = 0; c < 2; ++c) {
-                    const int t = 8 * j + 2 * q + c; // slots past 64 only when wide
-                    if (t < rows)
-                        p.out_act[int64_t(row_slot[t]) * p.ldo + f] =
-                            f_to_bf16(silu_f(acc[mt][4 * j + c] * sg) * (acc[mt][4 * j + 2 + c] * su));
+                    const int t = 8 * j + 2 * q + c;
+                    if (t >= rows) continue;
+                    const float sa = QA ? row_scale[t] : 1.0f;
+                    p.out_act[int64_t(row_slot[t]) * p.ldo + f] = f_to_bf16(
+                        silu_f(sa * (acc[mt][4 * j + c] * sg)) * (sa * (acc[mt][4 * j + 2 + c] * su)));
                 }
         } else {
 #pragma unroll
@@ -559,19 +591,22 @@ __global__ void __launch_bounds__(wg::THREADS, 2) moe_grouped_gemm_wgmma_kernel(
 #pragma unroll
                     for (int c = 0; c < 2; ++c) {
                         const int t = 8 * j + 2 * q + c;
-                        if (t < rows)
-                            p.out_f32[int64_t(row_slot[t]) * p.ldo + col] = acc[mt][4 * j + 2 * h + c] * sc;
+                        if (t >= rows) continue;
+                        const float sa = QA ? row_scale[t] : 1.0f;
+                        p.out_f32[int64_t(row_slot[t]) * p.ldo + col] =
+                            sa * (acc[mt][4 * j + 2 * h + c] * sc);
                     }
             }
         }
     }
 }
 
-template <bool GLU, bool TM>
+template <bool GLU, bool TM, int QA>
 cudaError_t launch_wgmma_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
-    auto *kernel = moe_grouped_gemm_wgmma_kernel<GLU, TM>;
+    auto *kernel = moe_grouped_gemm_wgmma_kernel<GLU, TM, QA>;
+    constexpr int smem = wg::smem_bytes<QA>();
     if (const cudaError_t err =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, wg::smem_bytes);
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         err != cudaSuccess)
         return err;
     if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
@@ -579,12 +614,21 @@ cudaError_t launch_wgmma_variant(const moe_grouped_gemm_params &p, cudaStream_t 
         err != cudaSuccess)
         return err;
     const dim3 grid(unsigned(p.max_tiles), ceil_div_u(p.n, GLU ? wg::BW / 2 : wg::BW));
-    return launch_kernel(kernel, grid, wg::THREADS, size_t(wg::smem_bytes), stream, p);
+    return launch_kernel(kernel, grid, wg::THREADS, size_t(smem), stream, p);
 }
+
+template <int QA>
+cudaError_t launch_wgmma_qa(const moe_grouped_gemm_params &p, cudaStream_t stream) {
+    if (!p.glu) return launch_wgmma_variant<false, false, QA>(p, stream);
+    return p.w_tile_major ? launch_wgmma_variant<true, true, QA>(p, stream)
+                          : launch_wgmma_variant<true, false, QA>(p, stream);
+}
+
+} // namespace
 
 // The device is of compute capability 9.0 and the module has sm_90a code (wgmma is not in the
 // PTX of any other target, and sm_90a code runs on 9.0 only). Asked once per process.
-bool wgmma_device() {
+bool moe_grouped_gemm_wgmma_device() {
 #ifdef ES_KERNELS_SM90A
     static const bool ok = [] {
         int dev = 0, major = 0, minor = 0;
@@ -599,8 +643,6 @@ bool wgmma_device() {
 #endif
 }
 
-} // namespace
-
 int64_t moe_grouped_gemm_plan_rows(const moe_grouped_gemm_params &p) {
     return moe_grouped_gemm_wgmma_ok(p) ? moe_grouped_gemm_wgmma_tile_rows : moe_grouped_gemm_tile_rows;
 }
@@ -609,9 +651,11 @@ bool moe_grouped_gemm_wgmma_ok(const moe_grouped_gemm_params &p) {
     if (!p.allow_wgmma || p.wfmt != weight_format::fp8_e4m3 || p.w_layout != scale_layout::channel ||
         !p.w_scale)
         return false;
-    if (p.k <= 0 || p.k % 16 != 0 || p.lda % 8 != 0 || !aligned16(p.a) || !aligned16(p.w)) return false;
+    if (p.k <= 0 || p.k % 16 != 0 || !aligned16(p.w)) return false;
+    if (p.a_q ? (!p.a_scale || p.lda % 16 != 0 || !aligned16(p.a_q)) : (p.lda % 8 != 0 || !aligned16(p.a)))
+        return false;
     if (p.w_tile_major && (!p.glu || !fp8_tile_major_ok(p.n, p.k))) return false;
-    return wgmma_device();
+    return moe_grouped_gemm_wgmma_device();
 }
 
 cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream_t stream) {
@@ -622,11 +666,10 @@ cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream
     if (p.tile_rows != moe_grouped_gemm_plan_rows(p))
         return cudaErrorInvalidValue; // a plan for the other kernel
     if (moe_grouped_gemm_wgmma_ok(p)) {
-        if (p.glu)
-            return p.w_tile_major ? launch_wgmma_variant<true, true>(p, stream)
-                                  : launch_wgmma_variant<true, false>(p, stream);
-        return launch_wgmma_variant<false, false>(p, stream);
+        if (!p.a_q) return launch_wgmma_qa<0>(p, stream);
+        return p.a_fmt == fp8_format::e5m2 ? launch_wgmma_qa<2>(p, stream) : launch_wgmma_qa<1>(p, stream);
     }
+    if (p.a_q) return cudaErrorInvalidValue; // FP8 activations: the warpgroup-MMA kernel only
     if (p.w_tile_major) {
         if (!fp8 || !p.glu || p.w_layout != scale_layout::channel || !fp8_tile_major_ok(p.n, p.k) ||
             !aligned16(p.w))

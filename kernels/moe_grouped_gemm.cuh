@@ -20,6 +20,14 @@ namespace es {
 struct moe_grouped_gemm_params {
     const bf16_t *a = nullptr; // activation rows [*, lda]
     int64_t lda = 0;
+    // FP8 activations instead of a (the warpgroup-MMA kernel only: moe_grouped_gemm_wgmma_ok):
+    // codes [*, lda] in a_fmt (act_quantize's) with one fp32 scale per row, so that
+    //   glu:   out_act[s, f] = bf16(silu(sa · sg · Σ qa·Wg_e[f]) · sa · su · Σ qa·Wu_e[f])
+    //   plain: out_f32[s, c] = sa · sc · Σ qa·W_e[c]          (sa = a_scale[s / a_row_div])
+    // on FP8 × FP8 tensor cores, the codes' products summed in fp32 as they are.
+    const fp8_t *a_q = nullptr;
+    const float *a_scale = nullptr;
+    fp8_format a_fmt = fp8_format::e4m3;
     int64_t a_row_div = 1; // n_expert_used when a holds token rows, 1 when slot rows
     const int32_t *sorted_slots = nullptr, *offsets = nullptr, *tile_offsets = nullptr; // moe_plan
     int64_t n_expert = 0;
@@ -42,7 +50,8 @@ struct moe_grouped_gemm_params {
     bool w_tile_major = false;
     // Hopper's warpgroup MMA for FP8 stacks with per-row scales where it applies (a GPU of
     // compute capability 9.0, a build with sm_90a, k % 16 == 0, 16-byte aligned operands and
-    // lda % 8 == 0): moe_grouped_gemm_wgmma_ok. Otherwise, or when false, the mma.sync kernel.
+    // rows, i.e. lda % 8 == 0 for a, lda % 16 == 0 for a_q): moe_grouped_gemm_wgmma_ok.
+    // Otherwise, or when false, the mma.sync kernel (BF16 activations only).
     bool allow_wgmma = true;
 };
 
@@ -57,6 +66,9 @@ inline constexpr int64_t moe_grouped_gemm_wgmma_min_slots_per_expert = 16;
 
 void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
+// The current device runs the warpgroup-MMA kernel: compute capability 9.0 and sm_90a code in
+// this build.
+bool moe_grouped_gemm_wgmma_device();
 // True when launch_moe_grouped_gemm takes the warpgroup-MMA kernel for p on the current device
 // (it reads neither the plan nor the outputs, so it can be asked before the plan is made).
 bool moe_grouped_gemm_wgmma_ok(const moe_grouped_gemm_params &p);

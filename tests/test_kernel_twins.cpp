@@ -138,6 +138,8 @@ private slots:
     void moeGroupedEqualsDecodePath_data();
     void moeGroupedEqualsDecodePath();
     void fp8TileMajor();
+    void moeGroupedFp8Activations_data();
+    void moeGroupedFp8Activations();
     void planEdgeCases();
     void fusedNormInputs();
     void moeFrontEqualsParts_data();
@@ -151,6 +153,7 @@ private slots:
     void twinModel_data();
     void twinModel();
     void twinModelActivationSteps();
+    void twinModelRoutedFp8();
     void twinModelBlockScales();
 };
 
@@ -896,6 +899,79 @@ void TestKernelTwins::fp8TileMajor() {
     QCOMPARE(b_rm, a_rm); // the grouped GEMM's per-slot arithmetic is the GEMV's
 }
 
+void TestKernelTwins::moeGroupedFp8Activations_data() {
+    QTest::addColumn<bool>("e5m2");
+    QTest::newRow("e4m3") << false;
+    QTest::newRow("e5m2") << true;
+}
+
+// The grouped GEMM's FP8-activation twin (a_q, a_scale) against its BF16 one on activations that
+// are FP8 values (exact in BF16) with scale 1: the same products in the same order, so the same
+// bits, for the gate/up GLU (token rows) and the down (slot rows).
+void TestKernelTwins::moeGroupedFp8Activations() {
+    QFETCH(bool, e5m2);
+    const es::fp8_format fmt = e5m2 ? es::fp8_format::e5m2 : es::fp8_format::e4m3;
+    const int64_t T = 5, H = 64, E = 4, K = 2, F = 48, S = T * K;
+    std::mt19937 gen(7);
+    auto codes = [&](size_t n) {
+        std::vector<es::fp8_t> c(n);
+        for (auto &v : c) {
+            do v = es::fp8_t(gen() & 0xff);
+            while (!std::isfinite(es::fp8_to_float(v, fmt)));
+        }
+        return c;
+    };
+    auto widen_codes = [&](const std::vector<es::fp8_t> &c) {
+        std::vector<es::bf16_t> b(c.size());
+        for (size_t i = 0; i < c.size(); ++i) b[i] = es::float_to_bf16_bits(es::fp8_to_float(c[i], fmt));
+        return b;
+    };
+    const auto xq = codes(static_cast<size_t>(T * H)), eq = codes(static_cast<size_t>(S * F));
+    const auto xb = widen_codes(xq), eb = widen_codes(eq);
+    const std::vector<float> ones(static_cast<size_t>(S), 1.0f);
+    auto wgu = rand_bf16(static_cast<size_t>(E * 2 * F * H), -0.2f, 0.2f),
+         wdn = rand_bf16(static_cast<size_t>(E * H * F), -0.2f, 0.2f);
+    std::vector<es::fp8_t> qgu(wgu.size()), qdn(wdn.size());
+    std::vector<float> sgu(static_cast<size_t>(E * 2 * F)), sdn(static_cast<size_t>(E * H));
+    es::fp8_quantize_ref({wgu.data(), qgu.data(), sgu.data(), E * 2 * F, H});
+    es::fp8_quantize_ref({wdn.data(), qdn.data(), sdn.data(), E * H, F});
+    const std::vector<int32_t> ids{1, 3, 0, 1, 3, 2, 2, 0, 1, 2};
+    std::vector<es::bf16_t> gb(static_cast<size_t>(S * F)), gq(gb.size());
+    grouped_case gc = grouped_glu_over(ids, E, xb.data(), H, K, qgu.data(), es::weight_format::fp8_e4m3,
+                                       sgu.data(), F, gb.data());
+    es::moe_grouped_gemm_ref(gc.p);
+    gc.p.a = nullptr;
+    gc.p.a_q = xq.data();
+    gc.p.a_scale = ones.data();
+    gc.p.a_fmt = fmt;
+    gc.p.out_act = gq.data();
+    es::moe_grouped_gemm_ref(gc.p);
+    QCOMPARE(gq, gb);
+    std::vector<float> yb(static_cast<size_t>(S * H)), yq(yb.size());
+    grouped_case dc = grouped_over(ids, E);
+    dc.p.a = eb.data();
+    dc.p.lda = F;
+    dc.p.a_row_div = 1;
+    dc.p.w = qdn.data();
+    dc.p.wfmt = es::weight_format::fp8_e4m3;
+    dc.p.w_scale = sdn.data();
+    dc.p.k = F;
+    dc.p.n = H;
+    dc.p.out_f32 = yb.data();
+    dc.p.ldo = H;
+    es::moe_grouped_gemm_ref(dc.p);
+    dc.p.a = nullptr;
+    dc.p.a_q = eq.data();
+    dc.p.a_scale = ones.data();
+    dc.p.a_fmt = fmt;
+    dc.p.out_f32 = yq.data();
+    es::moe_grouped_gemm_ref(dc.p);
+    QCOMPARE(yq, yb);
+    // The FP8-activation twin refuses weights it cannot take, by name.
+    dc.p.wfmt = es::weight_format::bf16;
+    QVERIFY_THROWS_EXCEPTION(std::invalid_argument, es::moe_grouped_gemm_ref(dc.p));
+}
+
 void TestKernelTwins::moeGroupedEqualsDecodePath_data() {
     QTest::addColumn<bool>("fp8");
     QTest::newRow("bf16") << false;
@@ -1442,6 +1518,42 @@ void TestKernelTwins::twinModelActivationSteps() {
     QVERIFY(!std::equal(mixed->begin() + long(head), mixed->end(), big->begin() + long(head)));
     QVERIFY(!run(es::activation_format::e4m3, {T - 1}).ok());
     QVERIFY(!run(es::activation_format::e4m3, {T, 0}).ok());
+}
+
+// The routed experts' FP8 activations in the twin (twin_options::grouped_wgmma): taken in steps
+// with at least moe_grouped_gemm_wgmma_min_slots_per_expert slots per expert, so a long step's
+// logits change (and stay near the BF16-activation ones) while steps below the threshold are the
+// same bits as without the option.
+void TestKernelTwins::twinModelRoutedFp8() {
+    const std::string dir = std::string(ES_TEST_DATA_DIR) + "/moe-shared";
+    auto cfg = es::load_model_config(dir);
+    auto store = es::weight_store::open_dir(dir);
+    QVERIFY(cfg.ok() && store.ok());
+    auto bound = es::bind_model_tensors(*cfg, **store);
+    QVERIFY(bound.ok());
+    const int64_t E = cfg->n_expert, K = cfg->n_expert_used;
+    const int64_t need = (es::moe_grouped_gemm_wgmma_min_slots_per_expert * E + K - 1) / K; // tokens a step
+    QVERIFY(need > es::cuda_gemv_max_tokens + 1);
+    std::vector<int32_t> prompt(size_t(need + 8));
+    std::mt19937 gen(11);
+    for (auto &t : prompt) t = int32_t(gen() % uint32_t(cfg->n_vocab));
+    const int64_t T = int64_t(prompt.size());
+    auto run = [&](bool routed, std::vector<int64_t> steps) {
+        es::twin_options o;
+        o.activations = es::activation_format::e4m3;
+        o.steps = std::move(steps);
+        o.grouped_wgmma = routed;
+        auto r = es::twin_forward_logits(*cfg, *bound, prompt, es::weight_precision::fp8, o);
+        return r.ok() ? *r : std::vector<float>{};
+    };
+    const auto plain = run(false, {}), routed = run(true, {});
+    QVERIFY(!plain.empty() && !routed.empty());
+    QVERIFY(routed != plain);
+    QVERIFY(nmse(routed, plain) < 5e-2);
+    // Two steps, each below the threshold: the option changes nothing.
+    const std::vector<int64_t> halves{T / 2, T - T / 2};
+    QVERIFY(T / 2 * K < es::moe_grouped_gemm_wgmma_min_slots_per_expert * E);
+    QCOMPARE(run(true, halves), run(false, halves));
 }
 
 // --fp8-scales block128 in the twin: the models whose every k is a multiple of 16 (dense, and
