@@ -1,7 +1,9 @@
 // twin_forward_logits (see cuda_twin_model.h): the layer sequence of cuda_backend.cpp's
 // enqueue(), each step a kernel twin on host buffers. Weights are laid out as the backend lays
 // them out (q|k|v and gate|up concatenated, experts stacked), FP8 through fp8_quantize_ref; the
-// tokens of prefill-sized steps go into FP8 linears through act_quantize_ref and gemm_lt_fp8_ref.
+// tokens of prefill-sized steps go into FP8 linears through act_quantize_ref and gemm_lt_fp8_ref,
+// and, where the GPU's grouped GEMM takes FP8 activations (twin_options::grouped_wgmma), into the
+// routed experts through act_quantize_ref and moe_grouped_gemm_ref's FP8-activation form.
 // Decode's fused kernels are their parts' twins in the same order: the FFN norm (rms_norm_ref,
 // fused into the dense gate/up GEMV or moe_front on the GPU), the router, the shared experts
 // (added into the residual before the routed ones), the routed experts' per-slot rows and
