@@ -6,8 +6,9 @@
 // Weights: one stack [n_expert, w_rows, k] (w_rows = 2n for glu, else n), BF16 or FP8 E4M3 with
 // per-row scales [n_expert, w_rows] (or per 128×128 block: w_layout). Tensor cores, fp32
 // accumulators: on Hopper (compute capability 9.0, an sm_90a build) FP8 stacks with per-row
-// scales run on warpgroup MMA (wgmma, BF16 operands from shared memory: the weights widened to
-// BF16 exactly there) in row tiles of 128 slots; everything else on mma.sync BF16 (FP8 staged as
+// scales run on warpgroup MMA (wgmma, operands from shared memory: the weights widened to BF16
+// exactly there, or with FP8 activations both FP8 as they are) in row tiles of 128 slots;
+// everything else on mma.sync BF16 (FP8 staged as
 // bytes, widened in registers) in row tiles of 64. Either way the weights' scales are applied in
 // the epilogue. A row tile holds one expert's slots; moe_plan's tile_rows must be the kernel's
 // (moe_grouped_gemm_plan_rows).
