@@ -148,3 +148,11 @@ __device__ __forceinline__ void wgmma_m64k32_fp8(float (&d)[NR], uint64_t desc_a
 }
 
 } // namespace es
+
+// The operand-list macros serve the functions above only.
+#undef ES_WGMMA_REGS32
+#undef ES_WGMMA_REGS64
+#undef ES_WGMMA_ACC32
+#undef ES_WGMMA_ACC64
+#undef ES_WGMMA_ASM32
+#undef ES_WGMMA_ASM64
