@@ -1632,8 +1632,8 @@ private:
                 dn.out_f32 = y_e;
                 dn.ldo = H;
                 // FP8 activations (act_quantize's, per token for the gate/up and per slot for the
-                // down) where both GEMMs take the warpgroup-MMA kernel with them, as the dense
-                // linears of prefill take theirs; otherwise BF16 activations.
+                // down) where both GEMMs can take them (compute capability 8.9 and later, on
+                // either kernel), as the dense linears of prefill take theirs; else BF16.
                 act_quantize_params qx, qe;
                 if (m_act != activation_format::bf16 && w.ex_q && m_moe_fp8_act) {
                     qx.x = xn;
@@ -1654,13 +1654,15 @@ private:
                     dn.a_q = qe.q;
                     dn.a_scale = qe.scale;
                     dn.a_fmt = qe.fmt;
-                    if (!moe_grouped_gemm_wgmma_ok(gu) || !moe_grouped_gemm_wgmma_ok(dn)) {
-                        gu.a_q = dn.a_q = nullptr;
-                        gu.a_scale = dn.a_scale = nullptr;
-                    }
                 }
-                if (moe_grouped_gemm_plan_rows(gu) != moe_grouped_gemm_plan_rows(dn))
+                auto fp8_act_both = [&] {
+                    return moe_grouped_gemm_fp8_act_ok(gu) && moe_grouped_gemm_fp8_act_ok(dn);
+                };
+                if (gu.a_q && !fp8_act_both()) gu.a_q = dn.a_q = nullptr;
+                if (moe_grouped_gemm_plan_rows(gu) != moe_grouped_gemm_plan_rows(dn)) {
                     gu.allow_wgmma = dn.allow_wgmma = false;
+                    if (gu.a_q && !fp8_act_both()) gu.a_q = dn.a_q = nullptr;
+                }
                 moe_plan_params pl;
                 pl.ids = ids;
                 pl.n_slots = T * K;

@@ -1608,6 +1608,10 @@ void test_grouped_gemm(runner &R, weight_format f, bool glu, int64_t T, int64_t 
             p.a_scale = das->get();
             p.a_fmt = afmt;
         }
+        if (qa && !moe_grouped_gemm_fp8_act_ok(p)) {
+            R.info("kernel", name, "skipped", 0, "FP8 × FP8 MMAs need compute capability 8.9 or later");
+            return;
+        }
         if (wg && !moe_grouped_gemm_wgmma_ok(p)) {
             R.info("kernel", name, "skipped", 0,
                    "the warpgroup-MMA kernel needs compute capability 9.0 and sm_90a code");
@@ -2240,6 +2244,15 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_grouped_gemm(R, f8, true, 107, 3, 6, 208, 67, 0, edge, ch, false, true, 1);
         test_grouped_gemm(R, f8, false, 107, 3, 6, 208, 131, 0, edge, ch, false, true, 1);
         test_grouped_gemm(R, f8, false, 96, 6, 64, 1536, 2560, 0, {}, ch, false, true, 1);
+        // FP8 activations on mma.sync (batched decode's sizes; Ada): the same shapes, and k not
+        // a multiple of 16 (a short last chunk of codes; rows of 208 codes) on row-major stacks.
+        for (int qa : {1, 2}) {
+            test_grouped_gemm(R, f8, true, 96, 6, 64, 2560, 1536, 0, {}, ch, true, false, qa);
+            test_grouped_gemm(R, f8, false, 96, 6, 64, 1536, 2560, 0, {}, ch, false, false, qa);
+        }
+        test_grouped_gemm(R, f8, true, 150, 4, 16, 512, 256, 0, {}, ch, false, false, 1);
+        test_grouped_gemm(R, f8, true, 107, 3, 6, 200, 67, 8, edge, ch, false, false, 1);
+        test_grouped_gemm(R, f8, false, 107, 3, 6, 200, 131, 8, edge, ch, false, false, 1);
     }
     test_moe_gemv(R, f8, 3, 1600, 8, 2, 44, scale_layout::channel, 1);
     test_moe_plan(R, 24, 6, 3);
@@ -2503,9 +2516,8 @@ double top1_agreement(const std::vector<float> &a, const std::vector<float> &b, 
 // backend does — and, as information, against the twin that does not (how far apart the two
 // readings are, so that the checked limit is seen to tell them apart).
 void test_routed_fp8_model(runner &R, const std::filesystem::path &data_dir) {
-    if (!moe_grouped_gemm_wgmma_device()) {
-        R.info("model", "routed FP8 activations", "skipped", 0,
-               "needs compute capability 9.0 and sm_90a code");
+    if (!moe_grouped_gemm_fp8_mma_device()) {
+        R.info("model", "routed FP8 activations", "skipped", 0, "needs compute capability 8.9 or later");
         return;
     }
     for (const char *mname : {"moe-shared", "moe-sharded"}) {
@@ -2533,7 +2545,7 @@ void test_routed_fp8_model(runner &R, const std::filesystem::path &data_dir) {
                 twin_options o;
                 o.activations = activation_format::e4m3;
                 o.steps = prefill_steps(int64_t(prompt.size()));
-                o.grouped_wgmma = routed;
+                o.grouped_fp8 = routed;
                 auto tw = twin_forward_logits(*cfg, *bound, prompt, weight_precision::fp8, o);
                 if (!tw) throw test_failure(tw.message());
                 return std::move(*tw);
@@ -2708,7 +2720,7 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 if (!cb) throw test_failure("the loaded backend is not the CUDA backend");
                 twin_options tp;
                 tp.activations = cb->activations();
-                tp.grouped_wgmma = moe_grouped_gemm_wgmma_device();
+                tp.grouped_fp8 = moe_grouped_gemm_fp8_mma_device();
                 tp.steps = prefill_steps(int64_t(prompt.size()));
                 if (fp8)
                     R.info("model", pn + " prefill",

@@ -2,7 +2,7 @@
 // enqueue(), each step a kernel twin on host buffers. Weights are laid out as the backend lays
 // them out (q|k|v and gate|up concatenated, experts stacked), FP8 through fp8_quantize_ref; the
 // tokens of prefill-sized steps go into FP8 linears through act_quantize_ref and gemm_lt_fp8_ref,
-// and, where the GPU's grouped GEMM takes FP8 activations (twin_options::grouped_wgmma), into the
+// and, where the GPU's grouped GEMM takes FP8 activations (twin_options::grouped_fp8), into the
 // routed experts through act_quantize_ref and moe_grouped_gemm_ref's FP8-activation form.
 // Decode's fused kernels are their parts' twins in the same order: the FFN norm (rms_norm_ref,
 // fused into the dense gate/up GEMV or moe_front on the GPU), the router, the shared experts
@@ -107,7 +107,7 @@ struct act_plan {
 };
 
 // The routed experts of the tokens marked in `sel` as the grouped GEMM computes them with FP8
-// activations (twin_options::grouped_wgmma): act_quantize of their normalized rows, the gate/up
+// activations (twin_options::grouped_fp8): act_quantize of their normalized rows, the gate/up
 // with the codes, act_quantize of each slot's SiLU·up row, the down with those codes. Their
 // rows of act_e ([T·K, F]) and y_e ([T·K, H]) are overwritten; the other tokens' are left.
 void routed_fp8_act(const std::vector<char> &sel, const std::vector<bf16_t> &xn,
@@ -287,11 +287,10 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             for (int64_t n : steps) {
                 if (n <= 0 || start + n > T)
                     throw load_error("twin model: the steps do not add up to the tokens");
-                if (n > cuda_gemv_max_tokens)
+                if (n > cuda_gemv_max_tokens) {
                     std::fill(aplan.quant.begin() + start, aplan.quant.begin() + start + n, char(1));
-                if (n > cuda_gemv_max_tokens &&
-                    n * K >= moe_grouped_gemm_wgmma_min_slots_per_expert * c.n_expert)
                     std::fill(aplan.routed.begin() + start, aplan.routed.begin() + start + n, char(1));
+                }
                 start += n;
             }
             if (start != T) throw load_error("twin model: the steps do not add up to the tokens");
@@ -301,7 +300,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             aplan.any = fmt == weight_format::fp8_e4m3 &&
                         std::find(aplan.quant.begin(), aplan.quant.end(), 1) != aplan.quant.end();
             // The routed experts' FP8 activations (cuda_backend.cpp: the grouped GEMM's a_q).
-            if (!o.grouped_wgmma || !aplan.fp8_act || fmt != weight_format::fp8_e4m3 || c.n_expert == 0 ||
+            if (!o.grouped_fp8 || !aplan.fp8_act || fmt != weight_format::fp8_e4m3 || c.n_expert == 0 ||
                 c.n_embd % 16 != 0 || c.n_ff_exp % 16 != 0)
                 std::fill(aplan.routed.begin(), aplan.routed.end(), char(0));
         }

@@ -38,13 +38,12 @@ struct twin_options {
     // The KV cache as cuda_backend_params::kv_cache: fp8 stores k' and v as E4M3 (scale 1.0) and
     // attention reads them back widened, as the kernels do (store-then-read rounding).
     kv_cache_dtype kv_cache = kv_cache_dtype::bf16;
-    // The GPU runs the routed experts' grouped GEMM on warpgroup MMA (Hopper:
-    // moe_grouped_gemm_wgmma_device()). The backend then gives it FP8 activations where it gives
-    // them to the dense linears and both expert GEMMs can take them (k % 16 == 0, per-row
-    // scales), in steps of at least moe_grouped_gemm_wgmma_min_slots_per_expert slots per expert
-    // (cuda_backend.cpp): act_quantize's codes of the normalized rows for the gate/up and of each
-    // slot's SiLU·up row for the down, the codes' products scaled after the sum.
-    bool grouped_wgmma = false;
+    // The GPU's routed-expert grouped GEMM takes FP8 activations (compute capability 8.9 and
+    // later: moe_grouped_gemm_fp8_mma_device()). The backend then gives them to it where it
+    // gives them to the dense linears and both expert GEMMs can take them (k % 16 == 0, per-row
+    // scales): act_quantize's codes of the normalized rows for the gate/up and of each slot's
+    // SiLU·up row for the down, the codes' products scaled after the sum.
+    bool grouped_fp8 = false;
 };
 
 // Logits [tokens.size(), n_vocab] of one sequence starting at position 0.

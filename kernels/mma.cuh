@@ -47,6 +47,29 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
                  : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+// d += a·b for one m16n8k32 FP8 tile (compute capability 8.9 and later): a (16×32 bytes,
+// row-major; E4M3, or E5M2 when A_E5M2) is {(g, 4t..4t+3), (g+8, 4t..), (g, 16+4t..), (g+8, 16+4t..)},
+// b (32×8, E4M3) {(4t..4t+3, g), (16+4t.., g)}, the lower k in the lower byte; d as mma_bf16's.
+template <bool A_E5M2>
+__device__ __forceinline__ void mma_fp8(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    if constexpr (A_E5M2)
+        asm volatile(
+            "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+            "{%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile(
+            "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+            "{%8, %9}, {%0, %1, %2, %3};\n"
+            : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)d, (void)a, (void)b0, (void)b1;
+    __trap();
+#endif
+}
 // (lo, hi) → BF16x2 with lo in the low half (the lower column of a fragment pair).
 __device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
     return uint32_t(f_to_bf16(lo)) | (uint32_t(f_to_bf16(hi)) << 16);

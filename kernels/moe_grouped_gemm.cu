@@ -26,13 +26,14 @@ constexpr int BK = 64;  // k per pipeline stage
 constexpr int THREADS = 128;
 static_assert(BM == moe_grouped_gemm_tile_rows, "the plan's tiles are the kernel's row tiles");
 
-constexpr int a_stage_bytes = BM * BK * 2;
+// qa: FP8 activation codes (act_quantize's) instead of BF16 rows, staged as bytes.
+constexpr int a_stage_bytes(bool qa = false) { return BM * BK * (qa ? 1 : 2); }
 constexpr int w_stage_bytes(bool fp8) { return BW * BK * (fp8 ? 1 : 2); }
-constexpr int stage_bytes(bool fp8) { return a_stage_bytes + w_stage_bytes(fp8); }
-// Pipeline depth: 3 stages of 24 KB (BF16) or 4 of 16 KB (FP8), so that 3 blocks (12 warps) fit
-// an SM's 228 KB of shared memory either way.
+constexpr int stage_bytes(bool fp8, bool qa = false) { return a_stage_bytes(qa) + w_stage_bytes(fp8); }
+// Pipeline depth: 3 stages of 24 KB (BF16) or 4 of 16 KB (FP8; 12 KB with FP8 activations), so
+// that 3 blocks (12 warps) fit an SM's 228 KB of shared memory either way.
 constexpr int stages(bool fp8) { return fp8 ? 4 : 3; }
-constexpr int smem_bytes(bool fp8) { return stages(fp8) * stage_bytes(fp8); }
+constexpr int smem_bytes(bool fp8, bool qa = false) { return stages(fp8) * stage_bytes(fp8, qa); }
 
 // Two E4M3 values (low byte = low half) → BF16x2, exactly: E4M3 → f16 (exact; every nonzero
 // E4M3 value is a normal f16), then the f16 sign/exponent/mantissa bits moved into BF16 fields
@@ -68,13 +69,20 @@ __device__ __forceinline__ uint32_t bf16x2_scaled(uint32_t v, float s) {
 
 // BLK: 128×128 block scales, applied as the FP8 weights are widened (moe_grouped_gemm.cuh).
 // TM: the FP8 gate/up stack tile-major (fp8_tile_major.cuh; the launcher checks its conditions).
-template <bool FP8, bool GLU, bool BLK = false, bool TM = false>
+// QA: FP8 activations (1: E4M3, 2: E5M2) with per-row scales: m16n8k32 FP8 × FP8 MMAs (compute
+// capability 8.9 and later), both operands' bytes read in the same permuted k order (a thread's
+// 8 bytes 8t … 8t + 7 of each 32 are the fragment's k 4t … 4t + 3 and 16 + 4t … 16 + 4t + 3),
+// nothing widened; the slots' scales in the epilogue.
+template <bool FP8, bool GLU, bool BLK = false, bool TM = false, int QA = 0>
 __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_grouped_gemm_params p) {
     static_assert(FP8 || !BLK, "block scales are FP8's");
     static_assert(!TM || (FP8 && GLU && !BLK), "the tile-major layout is the FP8 gate/up stacks'");
+    static_assert(!QA || (FP8 && !BLK), "FP8 activations take FP8 weights with per-row scales");
+    constexpr int A_BYTES = a_stage_bytes(QA > 0), STAGE_BYTES = stage_bytes(FP8, QA > 0);
     pdl_enter(); // the plan and the activations come from the kernels just before
     extern __shared__ __align__(128) unsigned char smem[];
     __shared__ int row_slot[BM];
+    __shared__ float row_scale[QA ? BM : 1]; // QA: the slots' activation scales
     __shared__ int s_expert, s_row0, s_rows;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x, E = int(p.n_expert);
@@ -100,7 +108,11 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     const int e = s_expert;
     if (e < 0) return;
     const int rows = s_rows;
-    if (tid < BM) row_slot[tid] = tid < rows ? p.sorted_slots[s_row0 + tid] : -1;
+    if (tid < BM) {
+        const int slot = tid < rows ? p.sorted_slots[s_row0 + tid] : -1;
+        row_slot[tid] = slot;
+        if constexpr (QA > 0) row_scale[tid] = slot >= 0 ? p.a_scale[slot / p.a_row_div] : 0.0f;
+    }
     __syncthreads();
 
     constexpr int ESZ = FP8 ? 1 : 2;            // weight element bytes
@@ -110,13 +122,20 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     const unsigned char *w_e = static_cast<const unsigned char *>(p.w) + int64_t(e) * w_rows * kbytes;
 
     // ---- this thread's share of a stage's copies ------------------------------------------------
-    // A: rows a_r0 + 16·i (i < 4), chunk a_c (8 BF16). W: rows w_r0 + W_RPP·i (i < W_N), chunk w_c.
-    const int a_c = tid & 7, a_r0 = tid >> 3;
+    // A: rows a_r0 + 16·i (i < 4), chunk a_c (8 BF16); QA: rows q_r0 + 32·i (i < 2), chunk q_c
+    // (16 codes). W: rows w_r0 + W_RPP·i (i < W_N), chunk w_c.
+    const int a_c = tid & 7, a_r0 = tid >> 3, q_c = tid & 3, q_r0 = tid >> 2;
     const bf16_t *a_row[4];
+    const fp8_t *q_row[2];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         const int slot = row_slot[a_r0 + 16 * i];
-        a_row[i] = slot >= 0 ? p.a + int64_t(slot / p.a_row_div) * p.lda : nullptr;
+        a_row[i] = slot >= 0 && !QA ? p.a + int64_t(slot / p.a_row_div) * p.lda : nullptr;
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int slot = row_slot[q_r0 + 32 * i];
+        q_row[i] = slot >= 0 && QA ? p.a_q + int64_t(slot / p.a_row_div) * p.lda : nullptr;
     }
     constexpr int W_CPR = BK * ESZ / 16;   // chunks per weight row: 8 (BF16) or 4 (FP8)
     constexpr int W_RPP = THREADS / W_CPR; // rows per pass: 16 or 32
@@ -135,9 +154,19 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     const uint32_t smem0 = smem_addr(smem);
 
     auto load_stage = [&](int stage, int64_t k0) {
-        unsigned char *st = smem + stage * stage_bytes(FP8);
-        unsigned char *ws = st + a_stage_bytes;
-        {
+        unsigned char *st = smem + stage * STAGE_BYTES;
+        unsigned char *ws = st + A_BYTES;
+        if constexpr (QA > 0) { // FP8 codes: 16-byte aligned rows (the launcher checks), short last chunks
+                                // zero-filled
+            const int64_t kc = k0 + q_c * 16;
+            const int valid = int(max(int64_t(0), min(int64_t(16), k - kc)));
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const fp8_t *src = q_row[i];
+                cp_async16(smem0 + uint32_t(stage * STAGE_BYTES + swz_fp8(q_r0 + 32 * i, q_c)),
+                           src && valid > 0 ? src + kc : p.a_q, src ? valid : 0);
+            }
+        } else {
             const int64_t kc = k0 + a_c * 8;
             const int valid = int(max(int64_t(0), min(int64_t(8), k - kc)));
 #pragma unroll
@@ -145,8 +174,8 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
                 const int off = swz_bf16(a_r0 + 16 * i, a_c);
                 const bf16_t *src = a_row[i];
                 if (vec_a) {
-                    cp_async16(smem0 + uint32_t(stage * stage_bytes(FP8) + off),
-                               src && valid > 0 ? src + kc : p.a, src ? valid * 2 : 0);
+                    cp_async16(smem0 + uint32_t(stage * STAGE_BYTES + off), src && valid > 0 ? src + kc : p.a,
+                               src ? valid * 2 : 0);
                 } else {
                     uint16_t v[8];
 #pragma unroll
@@ -168,8 +197,8 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
             if constexpr (TM) // the same row and column, where the tile-major stack keeps them
                 src = w_e + fp8_tile_major_offset(n0 + r + (i >= W_N / 2 ? n - BW / 2 : 0), kc, n, k);
             if (vec_w) {
-                cp_async16(smem0 + uint32_t(stage * stage_bytes(FP8) + a_stage_bytes + off),
-                           ok && valid > 0 ? src : w_e, ok ? valid * ESZ : 0);
+                cp_async16(smem0 + uint32_t(stage * STAGE_BYTES + A_BYTES + off), ok && valid > 0 ? src : w_e,
+                           ok ? valid * ESZ : 0);
             } else if constexpr (FP8) {
                 uint32_t v[4] = {0, 0, 0, 0};
 #pragma unroll
@@ -231,8 +260,8 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
         if (kt + STAGES - 1 < ktiles) load_stage((kt + STAGES - 1) % STAGES, int64_t(kt + STAGES - 1) * BK);
         cp_async_commit();
 
-        const unsigned char *st = smem + (kt % STAGES) * stage_bytes(FP8);
-        const unsigned char *ws = st + a_stage_bytes;
+        const unsigned char *st = smem + (kt % STAGES) * STAGE_BYTES;
+        const unsigned char *ws = st + A_BYTES;
         float bsc[4]; // BLK: the stage's block scale per fragment row (BK divides fp8_block)
         if constexpr (BLK) {
 #pragma unroll
@@ -240,6 +269,24 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
         }
 #pragma unroll
         for (int kk = 0; kk < BK / 32; ++kk) {
+            if constexpr (QA > 0) {
+                // Rows g and g + 8 (bit 1 of the row is g's either way, so one swizzle for both
+                // operands): 8 bytes of each, the fragment's two k quarters.
+                const int c = (kk * 2 + (t >> 1)) ^ (((g >> 1) & 1) << 1), cb = c * 16 + (t & 1) * 8;
+                uint2 wv[4];
+#pragma unroll
+                for (int j = 0; j < 4; ++j) wv[j] = *reinterpret_cast<const uint2 *>(ws + b_row[j] * 64 + cb);
+#pragma unroll
+                for (int mt = 0; mt < 4; ++mt) {
+                    if (mt * 16 >= rows) break; // uniform across the block
+                    const uint2 lo = *reinterpret_cast<const uint2 *>(st + (mt * 16 + g) * 64 + cb);
+                    const uint2 hi = *reinterpret_cast<const uint2 *>(st + (mt * 16 + g + 8) * 64 + cb);
+                    const uint32_t a[4] = {lo.x, hi.x, lo.y, hi.y};
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) mma_fp8<QA == 2>(acc[mt][j], a, wv[j].x, wv[j].y);
+                }
+                continue;
+            }
             const int lane_chunk = (kk * 4 + t) ^ ((g & 1) << 2); // 16-byte chunk of rows with parity g
             uint32_t bf[4][4];                                    // [j][k16 step · 2 + reg]
 #pragma unroll
@@ -303,10 +350,14 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
                 for (int h = 0; h < 2; ++h) {
                     const int r = mt * 16 + g + 8 * h;
                     if (r >= rows) continue;
+                    const float sa = QA ? row_scale[r] : 1.0f;
                     float v[2];
 #pragma unroll
                     for (int q = 0; q < 2; ++q)
-                        v[q] = silu_f(acc[mt][j][2 * h + q] * sg[q]) * (acc[mt][j + 2][2 * h + q] * su[q]);
+                        v[q] =
+                            QA ? silu_f(sa * (acc[mt][j][2 * h + q] * sg[q])) *
+                                     (sa * (acc[mt][j + 2][2 * h + q] * su[q]))
+                               : silu_f(acc[mt][j][2 * h + q] * sg[q]) * (acc[mt][j + 2][2 * h + q] * su[q]);
                     bf16_t *dst = p.out_act + int64_t(row_slot[r]) * p.ldo + col;
                     if (vec_o && col + 1 < n) {
                         *reinterpret_cast<uint32_t *>(dst) =
@@ -334,7 +385,11 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
                 for (int h = 0; h < 2; ++h) {
                     const int r = mt * 16 + g + 8 * h;
                     if (r >= rows) continue;
-                    const float v0 = acc[mt][j][2 * h] * sc[0], v1 = acc[mt][j][2 * h + 1] * sc[1];
+                    float v0 = acc[mt][j][2 * h] * sc[0], v1 = acc[mt][j][2 * h + 1] * sc[1];
+                    if constexpr (QA > 0) {
+                        v0 *= row_scale[r];
+                        v1 *= row_scale[r];
+                    }
                     float *dst = p.out_f32 + int64_t(row_slot[r]) * p.ldo + col;
                     if (vec_o && col + 1 < n) {
                         *reinterpret_cast<float2 *>(dst) = make_float2(v0, v1);
@@ -347,10 +402,10 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     }
 }
 
-template <bool FP8, bool GLU, bool BLK = false, bool TM = false>
+template <bool FP8, bool GLU, bool BLK = false, bool TM = false, int QA = 0>
 cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
-    constexpr int smem = smem_bytes(FP8);
-    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU, BLK, TM>;
+    constexpr int smem = smem_bytes(FP8, QA > 0);
+    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU, BLK, TM, QA>;
     // More than the default 48 KB of dynamic shared memory, and all of the SM's unified L1 /
     // shared memory given to shared memory (a hint), so that three blocks fit.
     if (const cudaError_t err =
@@ -643,6 +698,30 @@ bool moe_grouped_gemm_wgmma_device() {
 #endif
 }
 
+bool moe_grouped_gemm_fp8_mma_device() {
+#ifdef ES_KERNELS_SM89
+    static const bool ok = [] {
+        int dev = 0, major = 0, minor = 0;
+        return cudaGetDevice(&dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+               major * 10 + minor >= 89;
+    }();
+    return ok;
+#else
+    return false;
+#endif
+}
+
+bool moe_grouped_gemm_fp8_act_ok(const moe_grouped_gemm_params &p) {
+    if (!p.a_q || !p.a_scale || p.wfmt != weight_format::fp8_e4m3 || p.w_layout != scale_layout::channel ||
+        !p.w_scale || p.k <= 0 || p.lda % 16 != 0 || !aligned16(p.a_q))
+        return false;
+    if (moe_grouped_gemm_wgmma_ok(p)) return true;
+    if (p.w_tile_major && (!p.glu || !fp8_tile_major_ok(p.n, p.k) || !aligned16(p.w))) return false;
+    return moe_grouped_gemm_fp8_mma_device();
+}
+
 int64_t moe_grouped_gemm_plan_rows(const moe_grouped_gemm_params &p) {
     return moe_grouped_gemm_wgmma_ok(p) ? moe_grouped_gemm_wgmma_tile_rows : moe_grouped_gemm_tile_rows;
 }
@@ -669,7 +748,18 @@ cudaError_t launch_moe_grouped_gemm(const moe_grouped_gemm_params &p, cudaStream
         if (!p.a_q) return launch_wgmma_qa<0>(p, stream);
         return p.a_fmt == fp8_format::e5m2 ? launch_wgmma_qa<2>(p, stream) : launch_wgmma_qa<1>(p, stream);
     }
-    if (p.a_q) return cudaErrorInvalidValue; // FP8 activations: the warpgroup-MMA kernel only
+    if (p.a_q) { // FP8 activations on mma.sync (compute capability 8.9 and later)
+        if (!moe_grouped_gemm_fp8_act_ok(p)) return cudaErrorInvalidValue;
+        const bool e5 = p.a_fmt == fp8_format::e5m2;
+        if (p.w_tile_major)
+            return e5 ? launch_variant<true, true, false, true, 2>(p, stream)
+                      : launch_variant<true, true, false, true, 1>(p, stream);
+        if (p.glu)
+            return e5 ? launch_variant<true, true, false, false, 2>(p, stream)
+                      : launch_variant<true, true, false, false, 1>(p, stream);
+        return e5 ? launch_variant<true, false, false, false, 2>(p, stream)
+                  : launch_variant<true, false, false, false, 1>(p, stream);
+    }
     if (p.w_tile_major) {
         if (!fp8 || !p.glu || p.w_layout != scale_layout::channel || !fp8_tile_major_ok(p.n, p.k) ||
             !aligned16(p.w))

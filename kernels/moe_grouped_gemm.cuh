@@ -21,7 +21,8 @@ namespace es {
 struct moe_grouped_gemm_params {
     const bf16_t *a = nullptr; // activation rows [*, lda]
     int64_t lda = 0;
-    // FP8 activations instead of a (the warpgroup-MMA kernel only: moe_grouped_gemm_wgmma_ok):
+    // FP8 activations instead of a (moe_grouped_gemm_fp8_act_ok: compute capability 8.9 and
+    // later, on either kernel; lda % 16 == 0, 16-byte aligned codes):
     // codes [*, lda] in a_fmt (act_quantize's) with one fp32 scale per row, so that
     //   glu:   out_act[s, f] = bf16(silu(sa · sg · Σ qa·Wg_e[f]) · sa · su · Σ qa·Wu_e[f])
     //   plain: out_f32[s, c] = sa · sc · Σ qa·W_e[c]          (sa = a_scale[s / a_row_div])
@@ -70,6 +71,11 @@ void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p);
 // The current device runs the warpgroup-MMA kernel: compute capability 9.0 and sm_90a code in
 // this build.
 bool moe_grouped_gemm_wgmma_device();
+// The current device runs FP8 × FP8 MMAs (mma.sync m16n8k32): compute capability 8.9 and later
+// with code for it in this build; FP8 activations then go to either kernel.
+bool moe_grouped_gemm_fp8_mma_device();
+// True when launch_moe_grouped_gemm takes p with FP8 activations (p.a_q) on the current device.
+bool moe_grouped_gemm_fp8_act_ok(const moe_grouped_gemm_params &p);
 // True when launch_moe_grouped_gemm takes the warpgroup-MMA kernel for p on the current device
 // (it reads neither the plan nor the outputs, so it can be asked before the plan is made).
 bool moe_grouped_gemm_wgmma_ok(const moe_grouped_gemm_params &p);

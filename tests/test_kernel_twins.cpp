@@ -1520,10 +1520,9 @@ void TestKernelTwins::twinModelActivationSteps() {
     QVERIFY(!run(es::activation_format::e4m3, {T, 0}).ok());
 }
 
-// The routed experts' FP8 activations in the twin (twin_options::grouped_wgmma): taken in steps
-// with at least moe_grouped_gemm_wgmma_min_slots_per_expert slots per expert, so a long step's
-// logits change (and stay near the BF16-activation ones) while steps below the threshold are the
-// same bits as without the option.
+// The routed experts' FP8 activations in the twin (twin_options::grouped_fp8): taken in every
+// step above the GEMV threshold, so such a step's logits change (and stay near the
+// BF16-activation ones), while steps of GEMV size are the same bits as without the option.
 void TestKernelTwins::twinModelRoutedFp8() {
     const std::string dir = std::string(ES_TEST_DATA_DIR) + "/moe-shared";
     auto cfg = es::load_model_config(dir);
@@ -1531,18 +1530,14 @@ void TestKernelTwins::twinModelRoutedFp8() {
     QVERIFY(cfg.ok() && store.ok());
     auto bound = es::bind_model_tensors(*cfg, **store);
     QVERIFY(bound.ok());
-    const int64_t E = cfg->n_expert, K = cfg->n_expert_used;
-    const int64_t need = (es::moe_grouped_gemm_wgmma_min_slots_per_expert * E + K - 1) / K; // tokens a step
-    QVERIFY(need > es::cuda_gemv_max_tokens + 1);
-    std::vector<int32_t> prompt(size_t(need + 8));
+    std::vector<int32_t> prompt(size_t(4 * es::cuda_gemv_max_tokens));
     std::mt19937 gen(11);
     for (auto &t : prompt) t = int32_t(gen() % uint32_t(cfg->n_vocab));
-    const int64_t T = int64_t(prompt.size());
     auto run = [&](bool routed, std::vector<int64_t> steps) {
         es::twin_options o;
         o.activations = es::activation_format::e4m3;
         o.steps = std::move(steps);
-        o.grouped_wgmma = routed;
+        o.grouped_fp8 = routed;
         auto r = es::twin_forward_logits(*cfg, *bound, prompt, es::weight_precision::fp8, o);
         return r.ok() ? *r : std::vector<float>{};
     };
@@ -1550,10 +1545,9 @@ void TestKernelTwins::twinModelRoutedFp8() {
     QVERIFY(!plain.empty() && !routed.empty());
     QVERIFY(routed != plain);
     QVERIFY(nmse(routed, plain) < 5e-2);
-    // Two steps, each below the threshold: the option changes nothing.
-    const std::vector<int64_t> halves{T / 2, T - T / 2};
-    QVERIFY(T / 2 * K < es::moe_grouped_gemm_wgmma_min_slots_per_expert * E);
-    QCOMPARE(run(true, halves), run(false, halves));
+    // Steps of GEMV size (BF16 activations everywhere): the option changes nothing.
+    const std::vector<int64_t> small(4, es::cuda_gemv_max_tokens);
+    QCOMPARE(run(true, small), run(false, small));
 }
 
 // --fp8-scales block128 in the twin: the models whose every k is a multiple of 16 (dense, and
