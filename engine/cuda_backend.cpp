@@ -432,6 +432,10 @@ public:
         // A measuring aid: ES_CUDA_MOE_WGMMA=0 keeps prefill's grouped expert GEMM on mma.sync
         // where the warpgroup-MMA kernel would apply (moe_grouped_gemm.cuh: allow_wgmma).
         if (const char *wm = std::getenv("ES_CUDA_MOE_WGMMA")) m_moe_wgmma = std::string(wm) != "0";
+        // A measuring aid: ES_CUDA_MOE_WGMMA_MIN=N takes that kernel from N routed slots per expert
+        // (moe_grouped_gemm_wgmma_min_slots_per_expert), for the crossover sweep.
+        if (const char *wn = std::getenv("ES_CUDA_MOE_WGMMA_MIN"))
+            m_moe_wgmma_min = std::max<int64_t>(0, std::atoll(wn));
         // A measuring aid: ES_CUDA_MOE_FP8_ACT=0 gives that kernel BF16 activations (the routed
         // experts' codes are then not the dense linears' kind; results differ from the twin's).
         if (const char *fa = std::getenv("ES_CUDA_MOE_FP8_ACT")) m_moe_fp8_act = std::string(fa) != "0";
@@ -1612,8 +1616,7 @@ private:
                 gu.n = c.n_ff_exp;
                 gu.glu = true;
                 gu.w_tile_major = m_moe_tile_major;
-                gu.allow_wgmma =
-                    m_moe_wgmma && T * K >= moe_grouped_gemm_wgmma_min_slots_per_expert * c.n_expert;
+                gu.allow_wgmma = m_moe_wgmma && T * K >= m_moe_wgmma_min * c.n_expert;
                 gu.out_act = act_e;
                 gu.ldo = c.n_ff_exp;
                 dn = gu;
@@ -2017,6 +2020,7 @@ private:
     bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
     int64_t m_router_tiles_min = moe_router_tiles_min_tokens; // ES_CUDA_ROUTER_TILES_MIN
     bool m_moe_wgmma = true;                                  // ES_CUDA_MOE_WGMMA
+    int64_t m_moe_wgmma_min = moe_grouped_gemm_wgmma_min_slots_per_expert; // ES_CUDA_MOE_WGMMA_MIN
     bool m_moe_fp8_act = true;                                // ES_CUDA_MOE_FP8_ACT
     int m_moe_mma = 1;               // ES_CUDA_MOE_MMA
     moe_gate_up_gemv_params::mma_shape_t m_moe_mma_shape; // ES_CUDA_MOE_MMA_SHAPE

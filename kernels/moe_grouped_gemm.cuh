@@ -60,11 +60,13 @@ struct moe_grouped_gemm_params {
 inline constexpr int64_t moe_grouped_gemm_tile_rows = 64;        // the mma.sync kernel's row tile
 inline constexpr int64_t moe_grouped_gemm_wgmma_tile_rows = 128; // the warpgroup-MMA kernel's
 // The engine takes the warpgroup-MMA kernel for steps of at least this many slots (tokens ·
-// experts used) per expert on average; below it the weights' streaming bounds both kernels and the
-// mma.sync kernel, three blocks an SM, keeps more of them in flight. H200, the 21B-A3B's widths
-// (64 experts, top-6), gate/up + down µs for three layers, mma.sync / wgmma (session 17): 16
-// tokens 692 / 756, 64 1,015 / 1,057, 128 1,232 / 1,237, 256 1,467 / 1,352, 512 1,993 / 1,587.
-inline constexpr int64_t moe_grouped_gemm_wgmma_min_slots_per_expert = 16;
+// experts used) per expert on average. H200, the 21B-A3B's widths (64 experts, top-6), FP8
+// activations on both kernels, wgmma from 0 / 4 / 16 slots an expert (session 18, ES_CUDA_MOE_
+// WGMMA_MIN): prefill of 32 tokens (3 an expert) 4,562 / 4,421 / 4,375 tok/s, 64 (6) 7,910 /
+// 7,895 / 7,385, 128 (12) 13,467 / 13,530 / 11,888; batched decode of 32 sequences 3,088 / 3,185 /
+// 3,185 tok/s, 64 5,629 / – / 5,553, 128 10,122 / – / 9,639. Around 3 an expert the two kernels
+// are even (the weights' streaming bounds both); from 6 on wgmma wins.
+inline constexpr int64_t moe_grouped_gemm_wgmma_min_slots_per_expert = 4;
 
 void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
