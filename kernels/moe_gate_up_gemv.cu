@@ -127,9 +127,11 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
 }
 
 // FP8 on tensor cores (moe_gate_up_gemv.cuh: mma, mma_shape): block b takes tiles b, b + G, … of
-// the slot-major list (moe_gate_up_mma.cuh: gate_up_mma_tiles).
+// the slot-major list (moe_gate_up_mma.cuh: gate_up_mma_tiles). The default shape is held to
+// five blocks an SM (≤ 102 registers), so the 21B-A3B's 576 tiles stay one wave on 132 SMs.
 template <int W, int RT, int D, bool TM>
-__global__ void __launch_bounds__(W * 32) moe_gate_up_mma_kernel(moe_gate_up_gemv_params p) {
+__global__ void __launch_bounds__(W * 32, W == 4 && RT == 2 && D == 1 ? 5 : 1)
+    moe_gate_up_mma_kernel(moe_gate_up_gemv_params p) {
     __shared__ float part[2][W][8 * RT][2];
     pdl_enter();
     gate_up_mma_tiles<W, RT, D, TM>(p, part);
@@ -138,6 +140,7 @@ __global__ void __launch_bounds__(W * 32) moe_gate_up_mma_kernel(moe_gate_up_gem
 template <int W, int RT, int D, bool TM>
 cudaError_t launch_mma(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     const int64_t n = slots * ((p.n_ff_exp + 8 * RT - 1) / (8 * RT));
+    if (n >= (int64_t(1) << 31)) return cudaErrorInvalidValue; // gate_up_mma_tiles counts tiles in 32 bits
     int64_t grid = (n + p.mma - 1) / p.mma;
     if (p.mma_shape.wave)
         if (const unsigned wave = resident_blocks(

@@ -74,9 +74,13 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
                                                   float (*part)[W][8 * RT][2]) {
     constexpr int R = 8 * RT, NW = 2 * RT; // rows f a tile; 16-byte weight vectors a lane loads a chunk
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, q = lane % 4;
-    const int64_t F = p.n_ff_exp, H = p.n_embd, per_slot = (F + R - 1) / R,
-                  n = p.n_tokens * p.n_expert_used * per_slot;
-    const int64_t tiles = blockIdx.x < n ? (n - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+    const int64_t F = p.n_ff_exp, H = p.n_embd;
+    // The tile list's arithmetic in 32 bits (launch_mma: fewer than 2³¹ tiles): the first tile's
+    // slot, and so its expert id and its first loads, wait on these divisions — in 64 bits each
+    // is a ~70-instruction emulation (0.3 µs of a 14 µs launch on the H200, session 18).
+    const unsigned per_slot = unsigned((F + R - 1) / R), n_used = unsigned(p.n_expert_used),
+                   n = unsigned(p.n_tokens) * n_used * per_slot;
+    const unsigned tiles = blockIdx.x < n ? (n - blockIdx.x + gridDim.x - 1) / gridDim.x : 0u;
     const int nch = int(H / k_mma_chunk), cnt = (nch + W - 1) / W; // chunks a warp takes of each tile
     constexpr int64_t cv = k_mma_chunk / 16, cx = k_mma_chunk / 8; // uint4 per chunk: weights, x
     const unsigned char *w = static_cast<const unsigned char *>(p.w);
@@ -86,9 +90,24 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
     int lc = 0;
     const uint4 *rows[NW];
     const uint4 *xg = nullptr;
+    // Warp 0's lanes < R copy the scales of their gate and up rows of tile j into sc[j % 2] when
+    // the cursor reaches the tile (cp.async: no registers held; the cursor runs at most one tile
+    // ahead of the products, D ≤ cnt), so the tile's end does not wait on a load from memory.
+    __shared__ float sc[2][R][2];
     auto aim = [&](int64_t j) {
-        const int64_t i = blockIdx.x + j * gridDim.x, s = i / per_slot, f0 = (i % per_slot) * R;
-        const int64_t e = p.ids ? p.ids[s] : 0, t = s / p.n_expert_used;
+        const unsigned i = blockIdx.x + unsigned(j) * gridDim.x, s = i / per_slot;
+        const int64_t f0 = int64_t(i - s * per_slot) * R, e = p.ids ? p.ids[s] : 0, t = s / n_used;
+        if (warp == 0 && lane < R) { // one group a tile for each of these lanes, empty past F
+            if (f0 + lane < F) {
+                const float *ws = p.w_scale + e * 2 * F + f0 + lane;
+                const unsigned d = unsigned(__cvta_generic_to_shared(&sc[j & 1][lane][0]));
+                asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n"
+                             "cp.async.ca.shared.global [%2], [%3], 4;\n" ::"r"(d),
+                             "l"(ws), "r"(d + 4), "l"(ws + F)
+                             : "memory");
+            }
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+        }
         if constexpr (TM) { // the tile's 2·R rows' bytes, from byte 2·f0·H of the expert's
             static_assert(!TM || RT == 2, "the tile-major layout's tiles are 16 rows");
             rows[0] = reinterpret_cast<const uint4 *>(w + (e * 2 * F + 2 * f0) * H) + lane;
@@ -137,20 +156,34 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
             }
         }
         __syncthreads();
-        const int64_t i = blockIdx.x + j * gridDim.x, s = i / per_slot, f0 = (i % per_slot) * R;
-        if (warp == 0 && lane < R && f0 + lane < F) {
-            const int64_t e = p.ids ? p.ids[s] : 0, f = f0 + lane, g_row = e * 2 * F + f;
-            float gs = 0.0f, us = 0.0f;
+        const unsigned i = blockIdx.x + unsigned(j) * gridDim.x, s = i / per_slot;
+        const int64_t f0 = int64_t(i - s * per_slot) * R;
+        if (warp == 0) { // the tile's rows are warp 0's to write and to count
+            if (lane < R && f0 + lane < F) {
+                float gs = 0.0f, us = 0.0f;
 #pragma unroll
-            for (int k = 0; k < W; ++k) {
-                gs += part[b][k][lane][0];
-                us += part[b][k][lane][1];
+                for (int k = 0; k < W; ++k) {
+                    gs += part[b][k][lane][0];
+                    us += part[b][k][lane][1];
+                }
+                // This tile's copies are in; the next tile's group, when the cursor has aimed at
+                // it already, may still be on its way.
+                if (lj > j && lj < tiles)
+                    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                else
+                    asm volatile("cp.async.wait_all;\n" ::: "memory");
+                gs *= sc[b][lane][0];
+                us *= sc[b][lane][1];
+                p.act[s * F + f0 + lane] = f_to_bf16(silu_f(gs) * us);
             }
-            gs *= __ldg(p.w_scale + g_row);
-            us *= __ldg(p.w_scale + g_row + F);
-            p.act[s * F + f] = f_to_bf16(silu_f(gs) * us);
+            if (p.slot_rows_done) {
+                __syncwarp();
+                if (lane == 0) {
+                    __threadfence();
+                    atomicAdd(p.slot_rows_done + s, unsigned(min(int64_t(R), F - f0)));
+                }
+            }
         }
-        if (p.slot_rows_done) block_count_add(p.slot_rows_done + s, unsigned(min(int64_t(R), F - f0)));
 #pragma unroll
         for (int r = 0; r < RT; ++r) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0.0f;
     };

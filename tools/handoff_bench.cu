@@ -15,11 +15,12 @@
 // Built with -DHANDOFF_WITH_ES against es_kernels, the engine's own GEMV (launch_gemv) runs in the
 // same kind of chain at the 0.3B's and the 21B-A3B's shapes, and `handoff_bench head [launches
 // [replays]]` times the LM head's GEMV against a read-only stream of its bytes (head_main below).
-// `handoff_bench ramp [launches [replays]]` times read-only streams of 2–512 MB a launch (ramp_main).
+// `handoff_bench ramp [launches [replays]]` times read-only streams of 2–512 MB a launch (ramp_main),
+// `handoff_bench experts [replays]` the routed gate/up's access pattern as a pure read (experts_main).
 // Usage: handoff_bench [K [replays]] | handoff_bench head|ramp [launches [replays]]; the machine runs
 // the binary built here (it carries cudart; cuBLASLt is not needed by what it calls):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -DHANDOFF_WITH_ES -Ikernels -o handoff_bench tools/handoff_bench.cu \
-//        build/cuda/kernels/libes_kernels.a build/cuda/kernels/libes_kernel_refs.a -lcublasLt
+//        build/cuda/kernels/libes_kernels.a build/cuda/kernels/libes_kernel_refs.a -lcublasLt -lgomp
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -32,6 +33,7 @@
 #ifdef HANDOFF_WITH_ES
 #include "gemv.cuh"
 #include "kernel_common.cuh"
+#include "moe_gate_up_gemv.cuh"
 #endif
 
 #define CHECK(x)                                                                                             \
@@ -320,6 +322,214 @@ int ramp_main(int count, int reps) {
     return 0;
 }
 
+// `handoff_bench experts [replays]`: the routed gate/up's access pattern as a pure read, against
+// streams of the same bytes. A layer's six routed experts are six random 7.86 MB regions (96 tiles
+// of 80 KB: the FP8 tile-major gate/up stack of the 21B-A3B, 16 f a tile) of that layer's 64; 27
+// layers, each launch one layer (no tile in L2 when its turn comes), behind the programmatic-launch
+// wait, the expert ids read after it (as the kernel reads moe_front's). Variants:
+//   tile D    576 blocks of 4 warps, a block a tile, warp w its chunks w, w + 4, … of 2 KB (lane l
+//             its 16 bytes at r·512 + 16·l of each, r < 4), D chunks' loads issued together
+//             (moe_gate_up_mma.cuh's order with TM; D = 1 is its ring of one chunk ahead)
+//   stream6   the same six regions read by a grid-stride loop, 16 blocks an SM
+//   contig    one contiguous 47.2 MB region, the same loop (ramp's reference)
+//   engine    the engine's routed gate/up (launch_moe_gate_up_gemv: tensor cores, tile-major, one
+//             token), without and with its slot counters, on the same bytes as FP8
+constexpr int64_t k_ex_tile = 80 * 1024, k_ex_tiles = 96, k_ex_bytes = k_ex_tile * k_ex_tiles, k_ex_n = 64,
+                  k_ex_used = 6, k_ex_layers = 27;
+template <int D>
+__global__ void __launch_bounds__(128)
+    experts_tile_read(const uint8_t *layer, const int *ids, unsigned *sink) {
+    grid_wait();
+    grid_release();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int e = ids[blockIdx.x / k_ex_tiles];
+    const uint4 *t =
+        reinterpret_cast<const uint4 *>(layer + (e * k_ex_tiles + blockIdx.x % k_ex_tiles) * k_ex_tile);
+    uint32_t acc = 0;
+    constexpr int chunks = int(k_ex_tile / 2048) / 4; // a warp's: 10
+    for (int c0 = 0; c0 < chunks; c0 += D) {
+        uint4 v[D][4];
+#pragma unroll
+        for (int d = 0; d < D; ++d)
+#pragma unroll
+            for (int r = 0; r < 4; ++r)
+                v[d][r] = c0 + d < chunks ? __ldcs(t + ((c0 + d) * 4 + warp) * 128 + r * 32 + lane)
+                                          : make_uint4(0, 0, 0, 0);
+#pragma unroll
+        for (int d = 0; d < D; ++d)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc ^= v[d][r].x ^ v[d][r].y ^ v[d][r].z ^ v[d][r].w;
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+__global__ void __launch_bounds__(128)
+    experts_stream_read(const uint8_t *layer, const int *ids, int n_regions, unsigned *sink) {
+    grid_wait();
+    grid_release();
+    __shared__ const uint4 *base[k_ex_used];
+    if (threadIdx.x < n_regions)
+        base[threadIdx.x] =
+            reinterpret_cast<const uint4 *>(layer + (ids ? ids[threadIdx.x] : 0) * k_ex_bytes);
+    __syncthreads();
+    const size_t per = (ids ? k_ex_bytes : k_ex_bytes * k_ex_used) / 16, n = per * n_regions;
+    uint32_t acc = 0;
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+         i += size_t(gridDim.x) * blockDim.x) {
+        const uint4 v = __ldcs(base[i / per] + i % per);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x12345678u) sink[0] = acc;
+}
+
+int experts_main(int reps) {
+    const timing tm;
+    cudaStream_t s = tm.s;
+    const cudaEvent_t e0 = tm.e0, e1 = tm.e1;
+    const int sms = tm.sms;
+    const size_t per_layer = size_t(k_ex_bytes) * k_ex_n, total = per_layer * k_ex_layers;
+    uint8_t *w;
+    int *ids;
+    unsigned *sink;
+    CHECK(cudaMalloc(&w, total));
+    CHECK(cudaMalloc(&ids, sizeof(int) * k_ex_used * k_ex_layers));
+    CHECK(cudaMalloc(&sink, 4));
+    fill<<<4096, 256>>>(w, total, 11u);
+    std::vector<int> h(k_ex_used * k_ex_layers);
+    uint32_t x = 12345u;
+    for (int l = 0; l < k_ex_layers; ++l)
+        for (int j = 0; j < k_ex_used; ++j)
+            for (;;) {
+                x = x * 1664525u + 1013904223u;
+                const int e = int((x >> 8) % k_ex_n);
+                if (std::find(&h[l * k_ex_used], &h[l * k_ex_used + j], e) == &h[l * k_ex_used + j]) {
+                    h[l * k_ex_used + j] = e;
+                    break;
+                }
+            }
+    CHECK(cudaMemcpy(ids, h.data(), sizeof(int) * h.size(), cudaMemcpyHostToDevice));
+    // The engine's kernel: one token's activations, unit scales, its outputs and slot counters.
+    const int64_t H = 2560, F = k_ex_bytes / (2 * H);
+    uint16_t *xa, *act;
+    float *scale;
+    unsigned *counters;
+    CHECK(cudaMalloc(&xa, 2 * H));
+    CHECK(cudaMalloc(&act, 2 * F * k_ex_used));
+    CHECK(cudaMalloc(&scale, sizeof(float) * 2 * F * k_ex_n));
+    CHECK(cudaMalloc(&counters, sizeof(unsigned) * k_ex_used));
+    CHECK(cudaMemset(counters, 0, sizeof(unsigned) * k_ex_used));
+    {
+        std::vector<uint16_t> xb(H);
+        for (int64_t i = 0; i < H; ++i) xb[i] = uint16_t(0x3f80 + (i % 64)); // BF16 1.0 … 1.5
+        CHECK(cudaMemcpy(xa, xb.data(), 2 * H, cudaMemcpyHostToDevice));
+        std::vector<float> one(2 * F * k_ex_n, 1.0f / 64);
+        CHECK(cudaMemcpy(scale, one.data(), sizeof(float) * one.size(), cudaMemcpyHostToDevice));
+    }
+    es::set_programmatic_launch(true);
+    CHECK(cudaDeviceSynchronize());
+    auto launch = [&](int v, int l) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.blockDim = dim3(128);
+        cfg.stream = s;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        const uint8_t *layer = w + size_t(l) * per_layer;
+        const int *li = ids + l * k_ex_used;
+        cfg.gridDim = dim3(unsigned(v < 4 || v >= 8 ? k_ex_used * k_ex_tiles : sms * 16));
+        if (v == 8) { // the pure read again, 5 blocks an SM at most (the engine kernel's registers)
+            cfg.dynamicSmemBytes = 40 * 1024;
+            CHECK(cudaLaunchKernelEx(&cfg, experts_tile_read<1>, layer, li, sink));
+            return;
+        }
+        if (v == 9) { // … 4 blocks an SM at most
+            cfg.dynamicSmemBytes = 50 * 1024;
+            CHECK(cudaLaunchKernelEx(&cfg, experts_tile_read<1>, layer, li, sink));
+            return;
+        }
+        if (v >= 6) {
+            es::moe_gate_up_gemv_params p;
+            p.x = reinterpret_cast<const es::bf16_t *>(xa);
+            p.ids = li;
+            p.w = layer;
+            p.wfmt = es::weight_format::fp8_e4m3;
+            p.w_scale = scale;
+            p.act = reinterpret_cast<es::bf16_t *>(act);
+            p.n_tokens = 1;
+            p.n_embd = H;
+            p.n_expert_used = k_ex_used;
+            p.n_ff_exp = F;
+            p.mma = 1;
+            p.w_tile_major = true;
+            p.slot_rows_done = v == 7 ? counters : nullptr;
+            CHECK(es::launch_moe_gate_up_gemv(p, s));
+            return;
+        }
+        switch (v) {
+        case 0:
+            CHECK(cudaLaunchKernelEx(&cfg, experts_tile_read<1>, layer, li, sink));
+            break;
+        case 1:
+            CHECK(cudaLaunchKernelEx(&cfg, experts_tile_read<2>, layer, li, sink));
+            break;
+        case 2:
+            CHECK(cudaLaunchKernelEx(&cfg, experts_tile_read<5>, layer, li, sink));
+            break;
+        case 3:
+            CHECK(cudaLaunchKernelEx(&cfg, experts_tile_read<10>, layer, li, sink));
+            break;
+        case 4:
+            CHECK(cudaLaunchKernelEx(&cfg, experts_stream_read, layer, li, int(k_ex_used), sink));
+            break;
+        default:
+            CHECK(cudaLaunchKernelEx(&cfg, experts_stream_read, layer, (const int *)nullptr, 1, sink));
+            break;
+        }
+    };
+    const char *names[10] = {"tile, D = 1",
+                             "tile, D = 2",
+                             "tile, D = 5",
+                             "tile, D = 10 (all at once)",
+                             "stream6 (the six regions, grid-stride)",
+                             "contig (one 47.2 MB region)",
+                             "engine: moe_gate_up_gemv (mma, tile-major)",
+                             "engine: the same, slot counters on",
+                             "tile, D = 1, 40 KB of shared memory a block (5 blocks an SM)",
+                             "tile, D = 1, 50 KB of shared memory a block (4 blocks an SM)"};
+    constexpr int V = 10;
+    CHECK(cudaFuncSetAttribute(experts_tile_read<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 50 * 1024));
+    cudaGraphExec_t exec[V];
+    for (int v = 0; v < V; ++v) {
+        for (int l = 0; l < k_ex_layers; ++l) launch(v, l);
+        CHECK(cudaStreamSynchronize(s));
+        exec[v] = capture(s, [&] {
+            for (int l = 0; l < k_ex_layers; ++l) launch(v, l);
+        });
+    }
+    double us[V] = {};
+    const int rounds = 5;
+    for (int r = 0; r < rounds; ++r)
+        for (int v = 0; v < V; ++v)
+            us[v] += 1e3 * time_replays(exec[v], s, 2, reps, e0, e1) / reps / k_ex_layers / rounds;
+    std::printf(
+        "| routed gate/up pattern (27 layers, 6 of 64 experts, %.1f MB a launch) | us a launch | TB/s "
+        "|\n|---|---:|---:|\n",
+        k_ex_bytes * k_ex_used / 1e6);
+    for (int v = 0; v < V; ++v)
+        std::printf("| %s | %.2f | %.2f |\n", names[v], us[v],
+                    k_ex_bytes * k_ex_used / (us[v] * 1e-6) / 1e12);
+    for (int v = 0; v < V; ++v) CHECK(cudaGraphExecDestroy(exec[v]));
+    CHECK(cudaFree(w));
+    CHECK(cudaFree(ids));
+    CHECK(cudaFree(sink));
+    CHECK(cudaFree(xa));
+    CHECK(cudaFree(act));
+    CHECK(cudaFree(scale));
+    CHECK(cudaFree(counters));
+    return 0;
+}
+
 int head_main(int count, int reps) {
     const int64_t n = 103424;
     const timing tm;
@@ -395,6 +605,8 @@ int main(int argc, char **argv) {
 #ifdef HANDOFF_WITH_ES
     if (argc > 1 && std::strcmp(argv[1], "ramp") == 0)
         return ramp_main(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 10);
+    if (argc > 1 && std::strcmp(argv[1], "experts") == 0)
+        return experts_main(argc > 2 ? std::atoi(argv[2]) : 20);
     if (argc > 1 && std::strcmp(argv[1], "head") == 0)
         return head_main(argc > 2 ? std::atoi(argv[2]) : 20, argc > 3 ? std::atoi(argv[3]) : 20);
 #endif
