@@ -2457,8 +2457,10 @@ std::vector<float> logits_decode(backend &be, const std::vector<int32_t> &prompt
 // FP8 weights of the 21B-A3B's widths, two layers (one dense, one MoE), loaded both ways from one
 // seed; the kernels read each stack in its own order but add the same products in the same order.
 // The one-token GEMVs of n = 2,560 rows split k and add the parts with atomics (gemv.cuh), so two
-// runs of one load may already differ in the last bits: the limit is an NMSE of 1e-8 (a stack read
-// in the wrong order gives ~1), the logits differing in any bit an information row.
+// runs of one load may already differ in the last bits, and 24 decode steps amplify that: on the
+// H200 the decode rows have given 0 … 2.5e-10 (sessions 15-17) and 1.3e-8 once (session 18's full
+// self-test; four re-runs of the same build 0, 0, 7.7e-11, 7.7e-11). A stack read in the wrong
+// order gives ~1, so the limit is an NMSE of 1e-5; the logits differing in any bit are information.
 void test_tile_major_model(runner &R) {
     const std::string name =
         "ernie-4.5-21b-a3b widths, 2 layers, random fp8 weights, routed gate/up tile-major";
@@ -2492,9 +2494,9 @@ void test_tile_major_model(runner &R) {
         const bool taken = tm.status.find("stacks tile-major") != std::string::npos &&
                            tm.status.find("asked for") == std::string::npos;
         R.add("model", name + " layout", "tile-major taken (1)", taken ? 1.0 : 0.0, 1.0, false, tm.status);
-        R.add("model", name + " prefill", "NMSE vs the row-major load", nmse(tm.pre, rm.pre), 1e-8);
+        R.add("model", name + " prefill", "NMSE vs the row-major load", nmse(tm.pre, rm.pre), 1e-5);
         R.info("model", name + " prefill", "logits differing in any bit", bit_diffs(tm.pre, rm.pre));
-        R.add("model", name + " decode", "NMSE vs the row-major load", nmse(tm.dec, rm.dec), 1e-8);
+        R.add("model", name + " decode", "NMSE vs the row-major load", nmse(tm.dec, rm.dec), 1e-5);
         R.info("model", name + " decode", "logits differing in any bit", bit_diffs(tm.dec, rm.dec));
     });
 }
