@@ -16,8 +16,11 @@
 // same kind of chain at the 0.3B's and the 21B-A3B's shapes, and `handoff_bench head [launches
 // [replays]]` times the LM head's GEMV against a read-only stream of its bytes (head_main below).
 // `handoff_bench ramp [launches [replays]]` times read-only streams of 2–512 MB a launch (ramp_main),
-// `handoff_bench experts [replays]` the routed gate/up's access pattern as a pure read (experts_main).
-// Usage: handoff_bench [K [replays]] | handoff_bench head|ramp [launches [replays]]; the machine runs
+// `handoff_bench experts [replays]` the routed gate/up's access pattern as a pure read (experts_main),
+// `handoff_bench front [replays]` moe_front with and without its shared rows against pure reads
+// of their bytes (front_main).
+// Usage: handoff_bench [K [replays]] | handoff_bench head|ramp [launches [replays]] | handoff_bench
+// experts|front [replays]; the machine runs
 // the binary built here (it carries cudart; cuBLASLt is not needed by what it calls):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -DHANDOFF_WITH_ES -Ikernels -o handoff_bench tools/handoff_bench.cu \
 //        build/cuda/kernels/libes_kernels.a build/cuda/kernels/libes_kernel_refs.a -lcublasLt -lgomp
@@ -33,6 +36,7 @@
 #ifdef HANDOFF_WITH_ES
 #include "gemv.cuh"
 #include "kernel_common.cuh"
+#include "moe_front.cuh"
 #include "moe_gate_up_gemv.cuh"
 #endif
 
@@ -530,6 +534,136 @@ int experts_main(int reps) {
     return 0;
 }
 
+// `handoff_bench front [replays]`: decode's moe_front (norm, router, shared experts' gate/up) at
+// the 21B-A3B's widths, 27 launches of one layer each (its own router and shared weights, none in
+// L2 when its turn comes) behind the programmatic-launch wait, against pure reads of its bytes:
+//   front          the engine's launch_moe_front, one token, FP8 shared rows (2 · 3,072 × 2,560)
+//   router only    the same without shared experts (n_ff_sh = 0): the router's chain alone
+//   read 16.4 MB   a grid-stride read of the launch's weight bytes (shared rows + fp32 router)
+//   read 0.66 MB   … of the router's bytes alone
+// The difference between "router only" and its read is what the router's chain costs beyond its
+// bytes; "front" against "router only" is what the shared rows add to it.
+__global__ void fill_f32(float *w, size_t n, uint32_t seed, float scale) {
+    for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+         i += size_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+        h ^= h >> 15;
+        h *= 2246822519u;
+        h ^= h >> 13;
+        w[i] = scale * (float(h & 0xffffu) / 32768.0f - 1.0f);
+    }
+}
+
+int front_main(int reps) {
+    const timing tm;
+    cudaStream_t s = tm.s;
+    const cudaEvent_t e0 = tm.e0, e1 = tm.e1;
+    const int sms = tm.sms;
+    constexpr int L = 27;
+    const int64_t H = 2560, E = 64, K = 6, Fsh = 3072;
+    // One region a layer: its shared rows, then its fp32 router (16-byte aligned), so one read
+    // launch can take both.
+    const size_t sh_bytes = size_t(2 * Fsh) * H, r_floats = size_t(E) * H, stride = sh_bytes + 4 * r_floats;
+    uint8_t *blob;
+    float *sh_scale, *bias, *x, *logits, *wts;
+    uint16_t *norm_w, *xn, *sh_act;
+    int32_t *ids;
+    unsigned *counter, *sink;
+    CHECK(cudaMalloc(&blob, stride * L));
+    CHECK(cudaMalloc(&sh_scale, sizeof(float) * 2 * Fsh));
+    CHECK(cudaMalloc(&bias, sizeof(float) * E));
+    CHECK(cudaMalloc(&x, sizeof(float) * H));
+    CHECK(cudaMalloc(&logits, sizeof(float) * E));
+    CHECK(cudaMalloc(&wts, sizeof(float) * K));
+    CHECK(cudaMalloc(&norm_w, 2 * H));
+    CHECK(cudaMalloc(&xn, 2 * H));
+    CHECK(cudaMalloc(&sh_act, 2 * Fsh));
+    CHECK(cudaMalloc(&ids, sizeof(int32_t) * K));
+    CHECK(cudaMalloc(&counter, sizeof(unsigned)));
+    CHECK(cudaMalloc(&sink, 4));
+    CHECK(cudaMemset(counter, 0, sizeof(unsigned)));
+    CHECK(cudaMemset(bias, 0, sizeof(float) * E));
+    auto sh = [&](int l) { return blob + stride * l; };
+    auto router = [&](int l) { return reinterpret_cast<float *>(blob + stride * l + sh_bytes); };
+    for (int l = 0; l < L; ++l) {
+        fill<<<1024, 256>>>(sh(l), sh_bytes, 21u + l);
+        fill_f32<<<256, 256>>>(router(l), r_floats, 22u + l, 0.05f);
+    }
+    fill_f32<<<16, 256>>>(x, size_t(H), 23u, 1.0f);
+    {
+        std::vector<float> sc(2 * Fsh, 1.0f / 256);
+        CHECK(cudaMemcpy(sh_scale, sc.data(), sizeof(float) * sc.size(), cudaMemcpyHostToDevice));
+        std::vector<uint16_t> one(H, 0x3f80); // BF16 1.0
+        CHECK(cudaMemcpy(norm_w, one.data(), 2 * H, cudaMemcpyHostToDevice));
+    }
+    es::set_programmatic_launch(true);
+    CHECK(cudaDeviceSynchronize());
+    auto launch = [&](int v, int l) {
+        if (v < 2) {
+            es::moe_front_params p;
+            p.norm.x = x;
+            p.norm.weight = reinterpret_cast<const es::bf16_t *>(norm_w);
+            p.norm.eps = 1e-5f;
+            p.norm.out = reinterpret_cast<es::bf16_t *>(xn);
+            p.router_w = router(l);
+            p.bias = bias;
+            p.ids = ids;
+            p.weights = wts;
+            p.n_expert = E;
+            p.n_expert_used = K;
+            p.logits = logits;
+            p.counter = counter;
+            p.sh_w = sh(l);
+            p.sh_wfmt = es::weight_format::fp8_e4m3;
+            p.sh_w_scale = sh_scale;
+            p.sh_act = reinterpret_cast<es::bf16_t *>(sh_act);
+            p.n_ff_sh = v == 0 ? Fsh : 0;
+            p.n_tokens = 1;
+            p.n_embd = H;
+            CHECK(es::launch_moe_front(p, s));
+            return;
+        }
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(unsigned(sms * 16));
+        cfg.blockDim = dim3(128);
+        cfg.stream = s;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        if (v == 2)
+            CHECK(cudaLaunchKernelEx(&cfg, stream_read<true>, reinterpret_cast<const uint4 *>(sh(l)),
+                                     stride / 16, sink));
+        else
+            CHECK(cudaLaunchKernelEx(&cfg, stream_read<true>, reinterpret_cast<const uint4 *>(router(l)),
+                                     r_floats / 4, sink));
+    };
+    const char *names[4] = {"front (router + shared gate/up, 16.4 MB)", "router only (n_ff_sh = 0, 0.66 MB)",
+                            "read of its 16.4 MB", "read of the router's 0.66 MB"};
+    constexpr int V = 4;
+    cudaGraphExec_t exec[V];
+    for (int v = 0; v < V; ++v) {
+        for (int l = 0; l < L; ++l) launch(v, l);
+        CHECK(cudaStreamSynchronize(s));
+        exec[v] = capture(s, [&] {
+            for (int l = 0; l < L; ++l) launch(v, l);
+        });
+    }
+    double us[V] = {};
+    const int rounds = 5;
+    for (int r = 0; r < rounds; ++r)
+        for (int v = 0; v < V; ++v)
+            us[v] += 1e3 * time_replays(exec[v], s, 2, reps, e0, e1) / reps / L / rounds;
+    std::printf("| moe_front, 21B-A3B widths, one token (27 layers) | us a layer |\n|---|---:|\n");
+    for (int v = 0; v < V; ++v) std::printf("| %s | %.2f |\n", names[v], us[v]);
+    for (int v = 0; v < V; ++v) CHECK(cudaGraphExecDestroy(exec[v]));
+    for (void *ptr : {(void *)blob, (void *)sh_scale, (void *)bias, (void *)x, (void *)logits, (void *)wts,
+                      (void *)norm_w, (void *)xn, (void *)sh_act, (void *)ids, (void *)counter, (void *)sink})
+        CHECK(cudaFree(ptr));
+    return 0;
+}
+
 int head_main(int count, int reps) {
     const int64_t n = 103424;
     const timing tm;
@@ -607,6 +741,7 @@ int main(int argc, char **argv) {
         return ramp_main(argc > 2 ? std::atoi(argv[2]) : 40, argc > 3 ? std::atoi(argv[3]) : 10);
     if (argc > 1 && std::strcmp(argv[1], "experts") == 0)
         return experts_main(argc > 2 ? std::atoi(argv[2]) : 20);
+    if (argc > 1 && std::strcmp(argv[1], "front") == 0) return front_main(argc > 2 ? std::atoi(argv[2]) : 20);
     if (argc > 1 && std::strcmp(argv[1], "head") == 0)
         return head_main(argc > 2 ? std::atoi(argv[2]) : 20, argc > 3 ? std::atoi(argv[3]) : 20);
 #endif
