@@ -326,6 +326,35 @@ int ramp_main(int count, int reps) {
     return 0;
 }
 
+// Each of `variants` graphs of `layers` launches (launch(v, l) enqueues layer l of variant v; one
+// eager pass first), replayed `reps` times in each of five rounds, the variants alternating: µs a
+// launch, per variant.
+template <typename F>
+std::vector<double> time_layer_variants(int variants, int layers, int reps, const timing &tm, F &&launch) {
+    constexpr int max_variants = 16;
+    if (variants > max_variants) {
+        std::fprintf(stderr, "time_layer_variants: at most %d variants\n", max_variants);
+        std::exit(1);
+    }
+    cudaGraphExec_t exec[max_variants] = {};
+    for (int v = 0; v < variants; ++v) {
+        for (int l = 0; l < layers; ++l) launch(v, l);
+        CHECK(cudaStreamSynchronize(tm.s));
+        auto all_layers = [&launch, v, layers] {
+            for (int l = 0; l < layers; ++l) launch(v, l);
+        };
+        exec[v] = capture(tm.s, all_layers);
+    }
+    std::vector<double> us(size_t(variants), 0.0);
+    const int rounds = 5;
+    for (int r = 0; r < rounds; ++r)
+        for (int v = 0; v < variants; ++v)
+            us[size_t(v)] +=
+                1e3 * time_replays(exec[v], tm.s, 2, reps, tm.e0, tm.e1) / reps / layers / rounds;
+    for (int v = 0; v < variants; ++v) CHECK(cudaGraphExecDestroy(exec[v]));
+    return us;
+}
+
 // `handoff_bench experts [replays]`: the routed gate/up's access pattern as a pure read, against
 // streams of the same bytes. A layer's six routed experts are six random 7.86 MB regions (96 tiles
 // of 80 KB: the FP8 tile-major gate/up stack of the 21B-A3B, 16 f a tile) of that layer's 64; 27
@@ -388,7 +417,6 @@ __global__ void __launch_bounds__(128)
 int experts_main(int reps) {
     const timing tm;
     cudaStream_t s = tm.s;
-    const cudaEvent_t e0 = tm.e0, e1 = tm.e1;
     const int sms = tm.sms;
     const size_t per_layer = size_t(k_ex_bytes) * k_ex_n, total = per_layer * k_ex_layers;
     uint8_t *w;
@@ -503,19 +531,7 @@ int experts_main(int reps) {
                              "tile, D = 1, 50 KB of shared memory a block (4 blocks an SM)"};
     constexpr int V = 10;
     CHECK(cudaFuncSetAttribute(experts_tile_read<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 50 * 1024));
-    cudaGraphExec_t exec[V];
-    for (int v = 0; v < V; ++v) {
-        for (int l = 0; l < k_ex_layers; ++l) launch(v, l);
-        CHECK(cudaStreamSynchronize(s));
-        exec[v] = capture(s, [&] {
-            for (int l = 0; l < k_ex_layers; ++l) launch(v, l);
-        });
-    }
-    double us[V] = {};
-    const int rounds = 5;
-    for (int r = 0; r < rounds; ++r)
-        for (int v = 0; v < V; ++v)
-            us[v] += 1e3 * time_replays(exec[v], s, 2, reps, e0, e1) / reps / k_ex_layers / rounds;
+    const std::vector<double> us = time_layer_variants(V, int(k_ex_layers), reps, tm, launch);
     std::printf(
         "| routed gate/up pattern (27 layers, 6 of 64 experts, %.1f MB a launch) | us a launch | TB/s "
         "|\n|---|---:|---:|\n",
@@ -523,7 +539,6 @@ int experts_main(int reps) {
     for (int v = 0; v < V; ++v)
         std::printf("| %s | %.2f | %.2f |\n", names[v], us[v],
                     k_ex_bytes * k_ex_used / (us[v] * 1e-6) / 1e12);
-    for (int v = 0; v < V; ++v) CHECK(cudaGraphExecDestroy(exec[v]));
     CHECK(cudaFree(w));
     CHECK(cudaFree(ids));
     CHECK(cudaFree(sink));
@@ -557,7 +572,6 @@ __global__ void fill_f32(float *w, size_t n, uint32_t seed, float scale) {
 int front_main(int reps) {
     const timing tm;
     cudaStream_t s = tm.s;
-    const cudaEvent_t e0 = tm.e0, e1 = tm.e1;
     const int sms = tm.sms;
     constexpr int L = 27;
     const int64_t H = 2560, E = 64, K = 6, Fsh = 3072;
@@ -642,22 +656,9 @@ int front_main(int reps) {
     const char *names[4] = {"front (router + shared gate/up, 16.4 MB)", "router only (n_ff_sh = 0, 0.66 MB)",
                             "read of its 16.4 MB", "read of the router's 0.66 MB"};
     constexpr int V = 4;
-    cudaGraphExec_t exec[V];
-    for (int v = 0; v < V; ++v) {
-        for (int l = 0; l < L; ++l) launch(v, l);
-        CHECK(cudaStreamSynchronize(s));
-        exec[v] = capture(s, [&] {
-            for (int l = 0; l < L; ++l) launch(v, l);
-        });
-    }
-    double us[V] = {};
-    const int rounds = 5;
-    for (int r = 0; r < rounds; ++r)
-        for (int v = 0; v < V; ++v)
-            us[v] += 1e3 * time_replays(exec[v], s, 2, reps, e0, e1) / reps / L / rounds;
+    const std::vector<double> us = time_layer_variants(V, L, reps, tm, launch);
     std::printf("| moe_front, 21B-A3B widths, one token (27 layers) | us a layer |\n|---|---:|\n");
     for (int v = 0; v < V; ++v) std::printf("| %s | %.2f |\n", names[v], us[v]);
-    for (int v = 0; v < V; ++v) CHECK(cudaGraphExecDestroy(exec[v]));
     for (void *ptr : {(void *)blob, (void *)sh_scale, (void *)bias, (void *)x, (void *)logits, (void *)wts,
                       (void *)norm_w, (void *)xn, (void *)sh_act, (void *)ids, (void *)counter, (void *)sink})
         CHECK(cudaFree(ptr));
