@@ -1107,6 +1107,39 @@ void router_rows(runner &R, const std::string &name, const std::vector<int32_t> 
     }
 }
 
+// The rows a fused kernel normalized into norm.out (dxn) against rms_norm's twin; returns them, the
+// input of every twin after the norm.
+std::vector<bf16_t> normalized_rows(runner &R, const std::string &name, const std::vector<float> &x,
+                                    const std::vector<bf16_t> &nw, dvec<bf16_t> &dxn, int64_t T, int64_t H) {
+    norm_in ni;
+    ni.x = x.data();
+    ni.weight = nw.data();
+    const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
+    R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)),
+          k_bf16_limit);
+    return xn;
+}
+
+// A fused router's choices (dids, dwt) against moe_router_ref run on the GPU's normalized rows xn.
+void router_twin_rows(runner &R, const std::string &name, const std::vector<bf16_t> &xn,
+                      const std::vector<float> &w, const std::vector<float> &bias, dvec<int32_t> &dids,
+                      dvec<float> &dwt, int64_t T, int64_t H, int64_t E, int64_t K, bool all_tied) {
+    std::vector<int32_t> ids(static_cast<size_t>(T * K));
+    std::vector<float> wts(static_cast<size_t>(T * K));
+    moe_router_params r;
+    r.x = xn.data();
+    r.w = w.data();
+    r.bias = bias.data();
+    r.ids = ids.data();
+    r.weights = wts.data();
+    r.n_tokens = T;
+    r.n_embd = H;
+    r.n_expert = E;
+    r.n_expert_used = K;
+    moe_router_ref(r);
+    router_rows(R, name, dids.download(), dwt.download(), ids, wts, T, K, all_tied);
+}
+
 void test_moe_router_norm(runner &R, int64_t T, int64_t H, int64_t E, int64_t K, bool all_tied) {
     const std::string name = shape_name("moe_router norm_in", {{"T", T}, {"H", H}, {"E", E}, {"k", K}}, all_tied ? "all tied" : "");
     R.run("kernel", name, [&] {
@@ -1137,25 +1170,8 @@ void test_moe_router_norm(runner &R, int64_t T, int64_t H, int64_t E, int64_t K,
         sync(name);
         ck(launch_moe_router(p, nullptr), "second launch"); // the counters were left at zero
         sync(name);
-        norm_in ni;
-        ni.x = x.data();
-        ni.weight = nw.data();
-        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
-        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
-        std::vector<int32_t> ids(static_cast<size_t>(T * K));
-        std::vector<float> wts(static_cast<size_t>(T * K));
-        moe_router_params r;
-        r.x = xn.data();
-        r.w = w.data();
-        r.bias = bias.data();
-        r.ids = ids.data();
-        r.weights = wts.data();
-        r.n_tokens = T;
-        r.n_embd = H;
-        r.n_expert = E;
-        r.n_expert_used = K;
-        moe_router_ref(r);
-        router_rows(R, name, dids.download(), dwt.download(), ids, wts, T, K, all_tied);
+        const auto xn = normalized_rows(R, name, x, nw, dxn, T, H);
+        router_twin_rows(R, name, xn, w, bias, dids, dwt, T, H, E, K, all_tied);
     });
 }
 
@@ -1194,11 +1210,7 @@ void test_gate_up_norm(runner &R, weight_format f, int64_t T, int64_t H, int64_t
         if (!moe_gate_up_gemv_norm_ok(g)) throw std::runtime_error("moe_gate_up_gemv_norm_ok refuses the shape");
         ck(launch_moe_gate_up_gemv(g, nullptr), "launch");
         sync(name);
-        norm_in ni;
-        ni.x = x.data();
-        ni.weight = nw.data();
-        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
-        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
+        const auto xn = normalized_rows(R, name, x, nw, dxn, T, H);
         std::vector<bf16_t> act(static_cast<size_t>(T * K * F));
         g.x = xn.data();
         g.norm = norm_in{};
@@ -1253,25 +1265,8 @@ void test_moe_front(runner &R, weight_format f, int64_t T, int64_t H, int64_t E,
         sync(name);
         ck(launch_moe_front(p, nullptr), "second launch"); // the counter was left at zero
         sync(name);
-        norm_in ni;
-        ni.x = x.data();
-        ni.weight = nw.data();
-        const auto xn_ref = norm_in_ref(ni, T, H), xn = dxn.download();
-        R.add("kernel", name + " norm", "max scaled err (bf16)", scaled_err(widen(xn), widen(xn_ref)), k_bf16_limit);
-        std::vector<int32_t> ids(static_cast<size_t>(T * K));
-        std::vector<float> wts(static_cast<size_t>(T * K));
-        moe_router_params r;
-        r.x = xn.data();
-        r.w = w.data();
-        r.bias = bias.data();
-        r.ids = ids.data();
-        r.weights = wts.data();
-        r.n_tokens = T;
-        r.n_embd = H;
-        r.n_expert = E;
-        r.n_expert_used = K;
-        moe_router_ref(r);
-        router_rows(R, name, dids.download(), dwt.download(), ids, wts, T, K, all_tied);
+        const auto xn = normalized_rows(R, name, x, nw, dxn, T, H);
+        router_twin_rows(R, name, xn, w, bias, dids, dwt, T, H, E, K, all_tied);
         if (Fs > 0) {
             std::vector<bf16_t> act(static_cast<size_t>(T * Fs));
             moe_gate_up_gemv_params g;
