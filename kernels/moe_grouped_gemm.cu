@@ -20,6 +20,28 @@
 namespace es {
 namespace {
 
+// Thread 0's lookup of the plan: the expert of `tile` (the last e with tile_offsets[e] <= tile, by
+// binary search; −1 past the plan's last tile), the tile's first sorted row and its row count (at
+// most rows_per_tile), into the block's shared variables. Both grouped kernels start with it.
+__device__ __forceinline__ void tile_expert(const moe_grouped_gemm_params &p, int tile, int E,
+                                            int rows_per_tile, int &expert, int &row0, int &rows) {
+    int e = -1;
+    if (tile < p.tile_offsets[E]) {
+        int lo = 0, hi = E - 1;
+        while (lo < hi) {
+            const int mid = (lo + hi + 1) / 2;
+            if (p.tile_offsets[mid] <= tile)
+                lo = mid;
+            else
+                hi = mid - 1;
+        }
+        e = lo;
+        row0 = p.offsets[e] + (tile - p.tile_offsets[e]) * rows_per_tile;
+        rows = min(rows_per_tile, p.offsets[e + 1] - row0);
+    }
+    expert = e;
+}
+
 constexpr int BM = 64;  // slot rows per tile (= moe_grouped_gemm_tile_rows)
 constexpr int BW = 128; // weight rows per tile
 constexpr int BK = 64;  // k per pipeline stage
@@ -87,23 +109,7 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tile = blockIdx.x, E = int(p.n_expert);
 
-    if (tid == 0) {
-        int e = -1;
-        if (tile < p.tile_offsets[E]) {
-            int lo = 0, hi = E - 1; // last e with tile_offsets[e] <= tile
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) / 2;
-                if (p.tile_offsets[mid] <= tile)
-                    lo = mid;
-                else
-                    hi = mid - 1;
-            }
-            e = lo;
-            s_row0 = p.offsets[e] + (tile - p.tile_offsets[e]) * BM;
-            s_rows = min(BM, p.offsets[e + 1] - s_row0);
-        }
-        s_expert = e;
-    }
+    if (tid == 0) tile_expert(p, tile, E, BM, s_expert, s_row0, s_rows);
     __syncthreads();
     const int e = s_expert;
     if (e < 0) return;
@@ -456,23 +462,7 @@ __global__ void __launch_bounds__(wg::THREADS, 2) moe_grouped_gemm_wgmma_kernel(
     __shared__ int s_expert, s_row0, s_rows;
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, q = lane & 3;
     const int tile = blockIdx.x, E = int(p.n_expert);
-    if (tid == 0) {
-        int e = -1;
-        if (tile < p.tile_offsets[E]) {
-            int lo = 0, hi = E - 1; // last e with tile_offsets[e] <= tile
-            while (lo < hi) {
-                const int mid = (lo + hi + 1) / 2;
-                if (p.tile_offsets[mid] <= tile)
-                    lo = mid;
-                else
-                    hi = mid - 1;
-            }
-            e = lo;
-            s_row0 = p.offsets[e] + (tile - p.tile_offsets[e]) * wg::BN;
-            s_rows = min(wg::BN, p.offsets[e + 1] - s_row0);
-        }
-        s_expert = e;
-    }
+    if (tid == 0) tile_expert(p, tile, E, wg::BN, s_expert, s_row0, s_rows);
     __syncthreads();
     const int e = s_expert;
     if (e < 0) return;
