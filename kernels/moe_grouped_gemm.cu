@@ -408,12 +408,11 @@ __global__ void __launch_bounds__(THREADS, 3) moe_grouped_gemm_kernel(moe_groupe
     }
 }
 
-template <bool FP8, bool GLU, bool BLK = false, bool TM = false, int QA = 0>
-cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
-    constexpr int smem = smem_bytes(FP8, QA > 0);
-    auto *kernel = moe_grouped_gemm_kernel<FP8, GLU, BLK, TM, QA>;
-    // More than the default 48 KB of dynamic shared memory, and all of the SM's unified L1 /
-    // shared memory given to shared memory (a hint), so that three blocks fit.
+// Both grouped kernels' launch: more than the default 48 KB of dynamic shared memory, and all of
+// the SM's unified L1 / shared memory given to shared memory (a hint), so that several blocks fit.
+template <typename Kernel>
+cudaError_t launch_large_smem(Kernel *kernel, dim3 grid, unsigned threads, int smem,
+                              const moe_grouped_gemm_params &p, cudaStream_t stream) {
     if (const cudaError_t err =
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         err != cudaSuccess)
@@ -422,8 +421,14 @@ cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream
                                                      int(cudaSharedmemCarveoutMaxShared));
         err != cudaSuccess)
         return err;
+    return launch_kernel(kernel, grid, threads, size_t(smem), stream, p);
+}
+
+template <bool FP8, bool GLU, bool BLK = false, bool TM = false, int QA = 0>
+cudaError_t launch_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
     const dim3 grid(unsigned(p.max_tiles), ceil_div_u(p.n, GLU ? BW / 2 : BW));
-    return launch_kernel(kernel, grid, THREADS, size_t(smem), stream, p);
+    return launch_large_smem(moe_grouped_gemm_kernel<FP8, GLU, BLK, TM, QA>, grid, THREADS,
+                             smem_bytes(FP8, QA > 0), p, stream);
 }
 
 // ---- Hopper: FP8 stacks with per-row scales on warpgroup MMA ----------------------------------
@@ -648,18 +653,9 @@ __global__ void __launch_bounds__(wg::THREADS, 2) moe_grouped_gemm_wgmma_kernel(
 
 template <bool GLU, bool TM, int QA>
 cudaError_t launch_wgmma_variant(const moe_grouped_gemm_params &p, cudaStream_t stream) {
-    auto *kernel = moe_grouped_gemm_wgmma_kernel<GLU, TM, QA>;
-    constexpr int smem = wg::smem_bytes<QA>();
-    if (const cudaError_t err =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        err != cudaSuccess)
-        return err;
-    if (const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                     int(cudaSharedmemCarveoutMaxShared));
-        err != cudaSuccess)
-        return err;
     const dim3 grid(unsigned(p.max_tiles), ceil_div_u(p.n, GLU ? wg::BW / 2 : wg::BW));
-    return launch_kernel(kernel, grid, wg::THREADS, size_t(smem), stream, p);
+    return launch_large_smem(moe_grouped_gemm_wgmma_kernel<GLU, TM, QA>, grid, wg::THREADS,
+                             wg::smem_bytes<QA>(), p, stream);
 }
 
 template <int QA>
