@@ -328,8 +328,7 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
 template <int HD, bool F8>
 cudaError_t launch_hd_kv(const attention_params &p, cudaStream_t stream) {
     const dim3 grid(unsigned(p.n_tiles), unsigned(p.n_head_kv), unsigned(p.kv_splits));
-    prefer_decode_carveout<attention_decode_kernel<HD, F8>>();
-    return launch_kernel(attention_decode_kernel<HD, F8>, grid, 128, decode_smem_bytes<HD>(), stream, p);
+    return launch_decode<attention_decode_kernel<HD, F8>>(grid, 128, decode_smem_bytes<HD>(), stream, p);
 }
 
 template <int HD>

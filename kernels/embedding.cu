@@ -26,8 +26,8 @@ __global__ void embedding_vec_kernel(embedding_params p) {
 cudaError_t launch_embedding(const embedding_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0) return cudaSuccess;
     if (p.n_embd % 4 == 0 && (reinterpret_cast<uintptr_t>(p.table) & 7u) == 0 && aligned16(p.out))
-        return launch_kernel(embedding_vec_kernel, unsigned(p.n_tokens), 256, 0, stream, p);
-    return launch_kernel(embedding_kernel, unsigned(p.n_tokens), 256, 0, stream, p);
+        return launch_decode<embedding_vec_kernel>(unsigned(p.n_tokens), 256, 0, stream, p);
+    return launch_decode<embedding_kernel>(unsigned(p.n_tokens), 256, 0, stream, p);
 }
 
 } // namespace es

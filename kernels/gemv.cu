@@ -290,8 +290,8 @@ cudaError_t launch_rows(const gemv_params &p, cudaStream_t stream) {
     const unsigned need = ceil_div_u(p.n, int64_t(k_rows_per_block) * RW),
                    wave = resident_blocks(reinterpret_cast<const void *>(gemv_rows_kernel<FP8, RW, BLK>), 128,
                                           0);
-    return launch_kernel(gemv_rows_kernel<FP8, RW, BLK>, wave > 0 ? std::min(need, wave) : need, 128, 0,
-                         stream, p);
+    return launch_decode<gemv_rows_kernel<FP8, RW, BLK>>(wave > 0 ? std::min(need, wave) : need, 128, 0,
+                                                         stream, p);
 }
 
 bool block_scaled(const gemv_params &p) {
@@ -301,24 +301,23 @@ bool block_scaled(const gemv_params &p) {
 template <bool FP8, int MT>
 cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t stream) {
     if constexpr (FP8)
-        if (block_scaled(p)) return launch_kernel(gemv_kernel<FP8, MT, true, false, false, true>, grid, 128, 0, stream, p);
+        if (block_scaled(p))
+            return launch_decode<gemv_kernel<FP8, MT, true, false, false, true>>(grid, 128, 0, stream, p);
     if constexpr (MT == 1)
         if (vec && grid.z == 1 && p.k <= int64_t(k_pre_vectors) * 32 * vec_elems<FP8> &&
             p.n * p.k * (FP8 ? 1 : 2) >= g_pre_min_bytes.load(std::memory_order_relaxed))
-            return launch_kernel(gemv_kernel<FP8, 1, true, false, false, false, true>, grid, 128, 0, stream,
-                                 p);
-    if (vec) return launch_kernel(gemv_kernel<FP8, MT, true>, grid, 128, 0, stream, p);
-    return launch_kernel(gemv_kernel<FP8, MT, false>, grid, 128, 0, stream, p);
+            return launch_decode<gemv_kernel<FP8, 1, true, false, false, false, true>>(grid, 128, 0, stream,
+                                                                                       p);
+    if (vec) return launch_decode<gemv_kernel<FP8, MT, true>>(grid, 128, 0, stream, p);
+    return launch_decode<gemv_kernel<FP8, MT, false>>(grid, 128, 0, stream, p);
 }
 
 template <bool FP8, int MT, bool BLK>
 cudaError_t launch_fused_blk(const gemv_params &p, dim3 grid, size_t smem, cudaStream_t stream) {
     if (p.rope_on) {
-        prefer_decode_carveout<gemv_kernel<FP8, MT, true, true, true, BLK>>();
-        return launch_kernel(gemv_kernel<FP8, MT, true, true, true, BLK>, grid, 128, smem, stream, p);
+        return launch_decode<gemv_kernel<FP8, MT, true, true, true, BLK>>(grid, 128, smem, stream, p);
     }
-    prefer_decode_carveout<gemv_kernel<FP8, MT, true, true, false, BLK>>();
-    return launch_kernel(gemv_kernel<FP8, MT, true, true, false, BLK>, grid, 128, smem, stream, p);
+    return launch_decode<gemv_kernel<FP8, MT, true, true, false, BLK>>(grid, 128, smem, stream, p);
 }
 
 template <bool FP8, int MT>

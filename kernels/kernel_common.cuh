@@ -208,14 +208,18 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-// The shared-memory carveout of the decode kernels that use shared memory (attention_decode, the
-// fused GEMVs): the smallest L1/shared split that holds a few of their blocks, 32 KB, which is the
-// split the driver picks for the kernels around them. Left to itself the driver picks the split
-// that maximizes the kernel's occupancy (132 KB for attention_decode): an SM must drain before it
-// changes splits, so every change stalled the programmatic-launch overlap twice per layer
-// (measured with ncu's launch__shared_mem_config_size; docs/benchmarks.md). A hint: kernels whose
-// blocks need more still get more. Set once per kernel, before its first launch.
-inline constexpr int k_decode_carveout_percent = 14; // of the SM's 228 KB on Hopper: 32 KB
+// The shared-memory carveout of every kernel of a decode step (launch_decode): one L1/shared
+// split for all of them, since an SM must drain before it changes splits and every change stalls
+// the programmatic-launch overlap (measured with ncu's launch__shared_mem_config_size; left to
+// itself the driver picked 32 KB for the kernels without shared memory and 132 KB for
+// attention_decode; docs/benchmarks.md, session 4). 64 KB since session 20: with 32 KB an SM
+// holding a few blocks of the fused q/k/v GEMV (its 5 KB of normalized rows each) had no room for
+// the decode attention's ~22 KB block, which then became resident, and started its pre-wait
+// loads, only as those blocks left. Every kernel at 32 / 64 / 100 / 132 / 164 KB, the 21B-A3B's
+// step 1,580 / 1,559 / 1,566 / 1,567 / 1,576 µs (three runs each; the 0.3B's 398 µs at all of
+// them; at 228 KB 1,658, the L1 too small for the head GEMV's and the gate/up's activations). A
+// hint: kernels whose blocks need more still get more. Set once per kernel, before its first launch.
+inline constexpr int k_decode_carveout_percent = 28; // of the SM's 228 KB on Hopper: 64 KB
 
 template <auto Kernel>
 void prefer_decode_carveout() {
@@ -225,6 +229,13 @@ void prefer_decode_carveout() {
         return true;
     }();
     (void)done;
+}
+
+// launch_kernel for a kernel of the decode step: with the decode carveout.
+template <auto Kernel, typename... Args>
+cudaError_t launch_decode(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args &&...args) {
+    prefer_decode_carveout<Kernel>();
+    return launch_kernel(Kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
 } // namespace es

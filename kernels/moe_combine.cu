@@ -22,8 +22,8 @@ __global__ void __launch_bounds__(256) moe_combine_kernel(moe_combine_params p) 
 
 cudaError_t launch_moe_combine(const moe_combine_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0 || p.n_embd <= 0) return cudaSuccess;
-    return launch_kernel(moe_combine_kernel, dim3(ceil_div_u(p.n_embd, 256), unsigned(p.n_tokens)), 256, 0,
-                         stream, p);
+    return launch_decode<moe_combine_kernel>(dim3(ceil_div_u(p.n_embd, 256), unsigned(p.n_tokens)), 256, 0,
+                                             stream, p);
 }
 
 } // namespace es

@@ -305,10 +305,10 @@ cudaError_t launch_rows_r(const moe_down_gemv_params &p, bool vec, cudaStream_t 
     const dim3 grid(ceil_div_u(p.n_embd, 4 * R),
                     unsigned(p.n_tokens * p.n_expert_used + (p.sh_w ? p.n_tokens : 0)));
     const int64_t nv = vec ? (p.n_ff_exp / vec_elems<FP8> + 31) / 32 : 0; // vectors per lane per row
-    if (!vec) return launch_kernel(moe_down_rows_r_kernel<FP8, false, R, 0>, grid, 128, 0, stream, p);
-    if (nv <= 2) return launch_kernel(moe_down_rows_r_kernel<FP8, true, R, 2>, grid, 128, 0, stream, p);
-    if (nv <= 3) return launch_kernel(moe_down_rows_r_kernel<FP8, true, R, 3>, grid, 128, 0, stream, p);
-    return launch_kernel(moe_down_rows_r_kernel<FP8, true, R, 0>, grid, 128, 0, stream, p);
+    if (!vec) return launch_decode<moe_down_rows_r_kernel<FP8, false, R, 0>>(grid, 128, 0, stream, p);
+    if (nv <= 2) return launch_decode<moe_down_rows_r_kernel<FP8, true, R, 2>>(grid, 128, 0, stream, p);
+    if (nv <= 3) return launch_decode<moe_down_rows_r_kernel<FP8, true, R, 3>>(grid, 128, 0, stream, p);
+    return launch_decode<moe_down_rows_r_kernel<FP8, true, R, 0>>(grid, 128, 0, stream, p);
 }
 
 } // namespace
@@ -340,23 +340,23 @@ cudaError_t launch_moe_down_gemv(const moe_down_gemv_params &p, cudaStream_t str
             return fp8 ? launch_rows_r<true, 4>(p, vec, stream) : launch_rows_r<false, 4>(p, vec, stream);
         const dim3 grid(ceil_div_u(p.n_embd, 4),
                         unsigned(p.n_tokens * p.n_expert_used + (p.sh_w ? p.n_tokens : 0)));
-        if (blk) return launch_kernel(moe_down_rows_kernel<true, true, true>, grid, 128, 0, stream, p);
+        if (blk) return launch_decode<moe_down_rows_kernel<true, true, true>>(grid, 128, 0, stream, p);
         if (fp8) {
-            if (vec) return launch_kernel(moe_down_rows_kernel<true, true>, grid, 128, 0, stream, p);
-            return launch_kernel(moe_down_rows_kernel<true, false>, grid, 128, 0, stream, p);
+            if (vec) return launch_decode<moe_down_rows_kernel<true, true>>(grid, 128, 0, stream, p);
+            return launch_decode<moe_down_rows_kernel<true, false>>(grid, 128, 0, stream, p);
         }
-        if (vec) return launch_kernel(moe_down_rows_kernel<false, true>, grid, 128, 0, stream, p);
-        return launch_kernel(moe_down_rows_kernel<false, false>, grid, 128, 0, stream, p);
+        if (vec) return launch_decode<moe_down_rows_kernel<false, true>>(grid, 128, 0, stream, p);
+        return launch_decode<moe_down_rows_kernel<false, false>>(grid, 128, 0, stream, p);
     }
     const dim3 grid(unsigned(p.n_embd), unsigned(p.n_tokens));
     if (blk && !vec) return cudaErrorInvalidValue;
-    if (blk) return launch_kernel(moe_down_gemv_kernel<true, true, true>, grid, 128, 0, stream, p);
+    if (blk) return launch_decode<moe_down_gemv_kernel<true, true, true>>(grid, 128, 0, stream, p);
     if (fp8) {
-        if (vec) return launch_kernel(moe_down_gemv_kernel<true, true>, grid, 128, 0, stream, p);
-        return launch_kernel(moe_down_gemv_kernel<true, false>, grid, 128, 0, stream, p);
+        if (vec) return launch_decode<moe_down_gemv_kernel<true, true>>(grid, 128, 0, stream, p);
+        return launch_decode<moe_down_gemv_kernel<true, false>>(grid, 128, 0, stream, p);
     }
-    if (vec) return launch_kernel(moe_down_gemv_kernel<false, true>, grid, 128, 0, stream, p);
-    return launch_kernel(moe_down_gemv_kernel<false, false>, grid, 128, 0, stream, p);
+    if (vec) return launch_decode<moe_down_gemv_kernel<false, true>>(grid, 128, 0, stream, p);
+    return launch_decode<moe_down_gemv_kernel<false, false>>(grid, 128, 0, stream, p);
 }
 
 } // namespace es

@@ -161,10 +161,10 @@ template <bool FP8, bool VEC, bool BLK = false>
 cudaError_t launch_vec(const moe_front_params &p, dim3 grid, size_t smem, unsigned nr, cudaStream_t stream) {
     switch (moe_front_rows(p.n_tokens)) {
     case 1:
-        // Batch-1 decode: the decode carveout (kernel_common.cuh) holds four of its ≤ 6 KB blocks.
-        // More rows keep the driver's choice (one 20 KB block per SM in 32 KB would need 4 waves).
-        prefer_decode_carveout<moe_front_kernel<FP8, VEC, 1, BLK>>();
-        return launch_kernel(moe_front_kernel<FP8, VEC, 1, BLK>, grid, k_threads, smem, stream, p, nr);
+        // Batch-1 decode: the decode carveout (kernel_common.cuh) holds four of its ≤ 6 KB blocks
+        // beside the neighbouring kernels' blocks. More rows keep the driver's choice (three 20 KB
+        // blocks an SM in 64 KB would leave the 21B-A3B's 416 blocks a second wave).
+        return launch_decode<moe_front_kernel<FP8, VEC, 1, BLK>>(grid, k_threads, smem, stream, p, nr);
     case 2:
         return launch_kernel(moe_front_kernel<FP8, VEC, 2, BLK>, grid, k_threads, smem, stream, p, nr);
     default:

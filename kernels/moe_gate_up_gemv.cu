@@ -4,7 +4,7 @@
 // lane 0 writes silu(g)·u. Only the n_tokens·n_expert_used selected (token, expert) rows are read.
 // With the fused norm (norm on): 256-thread blocks, grid (n_ff_exp / 16, slots), each warp two
 // rows f in turn (the block's norm amortized over 16 rows; the 21B-A3B's dense 12,288-row MLP is
-// 768 blocks: the decode carveout holds six 5 KB blocks per SM, but at 61 registers (ncu, session
+// 768 blocks: the decode carveout holds twelve 5 KB blocks per SM, but at 61 registers (ncu, session
 // 5) four fit, ~1.45 waves); the
 // rows of a dense MLP (ids null: known before the wait) and their scales start moving into L2
 // before pdl_wait, then every block normalizes its token's residual row into shared memory
@@ -146,7 +146,7 @@ cudaError_t launch_mma(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
         if (const unsigned wave = resident_blocks(
                 reinterpret_cast<const void *>(moe_gate_up_mma_kernel<W, RT, D, TM>), W * 32, 0))
             grid = std::min<int64_t>(n, wave);
-    return launch_kernel(moe_gate_up_mma_kernel<W, RT, D, TM>, unsigned(grid), W * 32, 0, stream, p);
+    return launch_decode<moe_gate_up_mma_kernel<W, RT, D, TM>>(unsigned(grid), W * 32, 0, stream, p);
 }
 
 // The instances: (warps, row tiles, depth, tile-major weights). Session 14 measured twenty shapes
@@ -169,13 +169,12 @@ cudaError_t launch_blk(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
     if (p.n_embd % 16 != 0 || !aligned16(p.w)) return cudaErrorInvalidValue;
     if (p.norm.on()) {
         const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));
-        prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<true, true, true>>();
-        return launch_kernel(moe_gate_up_gemv_norm_kernel<true, true, true>, grid, k_norm_warps * 32,
-                             size_t(p.n_embd) * 2, stream, p);
+        return launch_decode<moe_gate_up_gemv_norm_kernel<true, true, true>>(grid, k_norm_warps * 32,
+                                                                             size_t(p.n_embd) * 2, stream, p);
     }
     if (!aligned16(p.x)) return cudaErrorInvalidValue;
-    return launch_kernel(moe_gate_up_gemv_kernel<true, true, true>,
-                         dim3(ceil_div_u(p.n_ff_exp, 4), unsigned(slots)), 128, 0, stream, p);
+    return launch_decode<moe_gate_up_gemv_kernel<true, true, true>>(
+        dim3(ceil_div_u(p.n_ff_exp, 4), unsigned(slots)), 128, 0, stream, p);
 }
 
 template <bool FP8>
@@ -192,16 +191,14 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
         const size_t smem = size_t(p.n_embd) * 2;
         const unsigned threads = k_norm_warps * 32;
         if (vec_w) {
-            prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<FP8, true>>();
-            return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, true>, grid, threads, smem, stream, p);
+            return launch_decode<moe_gate_up_gemv_norm_kernel<FP8, true>>(grid, threads, smem, stream, p);
         }
-        prefer_decode_carveout<moe_gate_up_gemv_norm_kernel<FP8, false>>();
-        return launch_kernel(moe_gate_up_gemv_norm_kernel<FP8, false>, grid, threads, smem, stream, p);
+        return launch_decode<moe_gate_up_gemv_norm_kernel<FP8, false>>(grid, threads, smem, stream, p);
     }
     const dim3 grid(ceil_div_u(p.n_ff_exp, 4), unsigned(slots));
     if (vec_w && aligned16(p.x))
-        return launch_kernel(moe_gate_up_gemv_kernel<FP8, true>, grid, 128, 0, stream, p);
-    return launch_kernel(moe_gate_up_gemv_kernel<FP8, false>, grid, 128, 0, stream, p);
+        return launch_decode<moe_gate_up_gemv_kernel<FP8, true>>(grid, 128, 0, stream, p);
+    return launch_decode<moe_gate_up_gemv_kernel<FP8, false>>(grid, 128, 0, stream, p);
 }
 
 } // namespace

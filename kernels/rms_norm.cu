@@ -98,11 +98,11 @@ cudaError_t launch_rms_norm(const rms_norm_params &p, cudaStream_t stream) {
                      (reinterpret_cast<uintptr_t>(p.weight) & 7u) == 0 &&
                      (reinterpret_cast<uintptr_t>(p.out) & 7u) == 0;
     const int64_t n4 = p.n_embd / 4;
-    if (vec && n4 <= 256) return launch_kernel(rms_norm_vec_kernel<1>, unsigned(p.n_rows), 256, 0, stream, p);
-    if (vec && n4 <= 512) return launch_kernel(rms_norm_vec_kernel<2>, unsigned(p.n_rows), 256, 0, stream, p);
+    if (vec && n4 <= 256) return launch_decode<rms_norm_vec_kernel<1>>(unsigned(p.n_rows), 256, 0, stream, p);
+    if (vec && n4 <= 512) return launch_decode<rms_norm_vec_kernel<2>>(unsigned(p.n_rows), 256, 0, stream, p);
     if (vec && n4 <= 1024)
-        return launch_kernel(rms_norm_vec_kernel<4>, unsigned(p.n_rows), 256, 0, stream, p);
-    return launch_kernel(rms_norm_kernel, unsigned(p.n_rows), 256, 0, stream, p);
+        return launch_decode<rms_norm_vec_kernel<4>>(unsigned(p.n_rows), 256, 0, stream, p);
+    return launch_decode<rms_norm_kernel>(unsigned(p.n_rows), 256, 0, stream, p);
 }
 
 } // namespace es

@@ -682,8 +682,8 @@ cudaError_t launch_topk_logits(const topk_logits_params &p, cudaStream_t stream)
         return cudaErrorInvalidValue;
     const unsigned blocks = ceil_div_u(p.n_vocab, k_chunk);
     if (p.n_top <= k_fast_max_top)
-        return launch_kernel(topk64_kernel, dim3(blocks, unsigned(p.n_rows)), dim3(k_fast_threads), 0, stream,
-                             p);
+        return launch_decode<topk64_kernel>(dim3(blocks, unsigned(p.n_rows)), dim3(k_fast_threads), 0, stream,
+                                            p);
     return launch_kernel(topk_logits_kernel, dim3(blocks, unsigned(p.n_rows)), dim3(k_threads), 0, stream, p);
 }
 
