@@ -166,8 +166,8 @@ cudaError_t launch_moe_router(const moe_router_params &p, cudaStream_t stream) {
                     unsigned(p.n_tokens));
     if (p.norm.on()) {
         if (!p.norm.weight || !moe_router_norm_ok(p)) return cudaErrorInvalidValue;
-        return launch_kernel(moe_router_kernel<true>, grid, 256, tail_bytes(p) + size_t(p.n_embd) * 2, stream,
-                             p);
+        return launch_decode<moe_router_kernel<true>>(grid, 256, tail_bytes(p) + size_t(p.n_embd) * 2, stream,
+                                                      p);
     }
     if (p.tiles_min_tokens > 0 && p.n_tokens >= p.tiles_min_tokens && p.n_expert <= k_tile_max_experts &&
         p.n_expert_used <= 64 && p.n_embd % 4 == 0 && (reinterpret_cast<uintptr_t>(p.w) & 15u) == 0 &&
@@ -177,7 +177,7 @@ cudaError_t launch_moe_router(const moe_router_params &p, cudaStream_t stream) {
         return launch_kernel(moe_router_tiles_kernel, tiles, 256, 0, stream, p);
     }
     const size_t smem = size_t(2 * p.n_expert + p.n_expert_used) * sizeof(float);
-    return launch_kernel(moe_router_kernel<false>, grid, 256, smem, stream, p);
+    return launch_decode<moe_router_kernel<false>>(grid, 256, smem, stream, p);
 }
 
 } // namespace es

@@ -60,8 +60,8 @@ cudaError_t launch_rope_kv(const rope_kv_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0) return cudaSuccess;
     if (p.head_dim % 2 != 0) return cudaErrorInvalidValue;
     const int64_t items = (p.n_head + p.n_head_kv) * (p.head_dim / 2) + p.n_head_kv * p.head_dim;
-    return launch_kernel(rope_kv_kernel, dim3(unsigned(p.n_tokens), ceil_div_u(items, 256)), 256, 0, stream,
-                         p);
+    return launch_decode<rope_kv_kernel>(dim3(unsigned(p.n_tokens), ceil_div_u(items, 256)), 256, 0, stream,
+                                         p);
 }
 
 } // namespace es

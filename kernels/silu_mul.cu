@@ -43,10 +43,10 @@ cudaError_t launch_silu_mul(const silu_mul_params &p, cudaStream_t stream) {
     if (p.n_ff % 4 == 0 && (reinterpret_cast<uintptr_t>(p.gate_up) & 15u) == 0 &&
         (reinterpret_cast<uintptr_t>(p.out) & 7u) == 0) {
         const dim3 grid(unsigned((p.n_ff / 4 + 255) / 256), unsigned(std::min<int64_t>(p.n_tokens, 65535)));
-        return launch_kernel(silu_mul_vec_kernel, grid, 256, 0, stream, p);
+        return launch_decode<silu_mul_vec_kernel>(grid, 256, 0, stream, p);
     }
     const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 132 * 16));
-    return launch_kernel(silu_mul_kernel, blocks, 256, 0, stream, p);
+    return launch_decode<silu_mul_kernel>(blocks, 256, 0, stream, p);
 }
 
 } // namespace es
