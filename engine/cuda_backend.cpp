@@ -1340,6 +1340,7 @@ private:
     // Everything between the input upload and the output download; no host synchronization,
     // so it can be captured into a CUDA graph.
     void enqueue(int64_t T, int64_t R, int64_t n_tiles, int64_t bt_stride, int64_t kv_splits, int64_t max_tile) {
+        set_decode_carveout(decode_carveout_for_tokens(T)); // the split all of the step's kernels ask for
         const auto &c = m_cfg;
         const work_layout &w = m_lay;
         const int64_t H = c.n_embd, qd = c.q_dim(), kvd = c.kv_dim(), hd = c.head_dim, K = c.n_expert_used;

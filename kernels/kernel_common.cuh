@@ -190,52 +190,59 @@ __device__ __forceinline__ bool block_arrives_last(unsigned *counter, unsigned n
 }
 
 // Launches kernel<<<grid, block, smem, stream>>>(args…), with the programmatic-serialization
-// attribute when programmatic_launch() is on; returns the launch error.
+// attribute when programmatic_launch() is on and, when carveout ≥ 0 (and no ES_CUDA_CARVEOUT aid
+// is set), that shared-memory carveout as a launch attribute (it takes precedence over the
+// kernel's own; graphs keep it per node); returns the launch error.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                          Args &&...args) {
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+cudaError_t launch_kernel_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                   size_t smem, cudaStream_t stream, Args &&...args) {
+    cudaLaunchAttribute attr[2];
+    unsigned n = 0;
+    if (programmatic_launch()) {
+        attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[n++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (kernel_carveout() >= 0)
+        apply_kernel_carveout(reinterpret_cast<const void *>(kernel));
+    else if (carveout >= 0) {
+        attr[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+        attr[n++].val.sharedMemCarveout = unsigned(carveout);
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cfg.attrs = attr;
-    cfg.numAttrs = programmatic_launch() ? 1 : 0;
-    if (kernel_carveout() >= 0) apply_kernel_carveout(reinterpret_cast<const void *>(kernel));
+    cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
 }
 
-// The shared-memory carveout of every kernel of a decode step (launch_decode): one L1/shared
-// split for all of them, since an SM must drain before it changes splits and every change stalls
-// the programmatic-launch overlap (measured with ncu's launch__shared_mem_config_size; left to
-// itself the driver picked 32 KB for the kernels without shared memory and 132 KB for
-// attention_decode; docs/benchmarks.md, session 4). 64 KB since session 20: with 32 KB an SM
-// holding a few blocks of the fused q/k/v GEMV (its 5 KB of normalized rows each) had no room for
-// the decode attention's ~22 KB block, which then became resident, and started its pre-wait
-// loads, only as those blocks left. Every kernel at 32 / 64 / 100 / 132 / 164 KB, the 21B-A3B's
-// step 1,580 / 1,559 / 1,566 / 1,567 / 1,576 µs (three runs each; the 0.3B's 398 µs at all of
-// them; at 228 KB 1,658, the L1 too small for the head GEMV's and the gate/up's activations). A
-// hint: kernels whose blocks need more still get more. Set once per kernel, before its first launch.
-inline constexpr int k_decode_carveout_percent = 28; // of the SM's 228 KB on Hopper: 64 KB
-
-template <auto Kernel>
-void prefer_decode_carveout() {
-    static const bool done = [] {
-        cudaFuncSetAttribute(Kernel, cudaFuncAttributePreferredSharedMemoryCarveout, k_decode_carveout_percent);
-        (void)cudaGetLastError(); // a hint only: a refusal changes nothing
-        return true;
-    }();
-    (void)done;
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                          Args &&...args) {
+    return launch_kernel_carveout(-1, kernel, grid, block, smem, stream, std::forward<Args>(args)...);
 }
 
-// launch_kernel for a kernel of the decode step: with the decode carveout.
+// launch_kernel for a kernel of a decode step (every kernel a step of ≤ 8 tokens launches, and
+// the small kernels prefill shares with it): with the step's shared-memory carveout,
+// decode_carveout() (kernel_common.h), so that all of a step's kernels ask for one L1/shared split
+// — an SM must drain before it changes splits, and every change stalls the programmatic-launch
+// overlap (measured with ncu's launch__shared_mem_config_size; left to itself the driver picked
+// 32 KB for the kernels without shared memory and 132 KB for attention_decode; docs/benchmarks.md,
+// session 4). Which split (session 20, docs/benchmarks.md; every kernel at one split through
+// ES_CUDA_CARVEOUT, three runs each): one-token steps of the 21B-A3B 1,580 / 1,559 / 1,566 /
+// 1,567 / 1,576 µs at 32 / 64 / 100 / 132 / 164 KB (1,658 at 228 KB: the L1 too small for the head
+// GEMV's and the gate/up's activations), the 0.3B's 398 µs at all of them — at 32 KB decode
+// attention's ~22 KB block could not join an SM holding a few of the q/k/v GEMV's 5 KB blocks until
+// they left, so its loads before the wait started late; 8-token steps of the 0.3B 1.42 ms at 64 KB
+// against 1.37 at 32 KB (the 21B-A3B's the same at both); prefill of 512 tokens of the 21B-A3B
+// 32.7k tok/s with the driver's choice for these kernels, 36.9k at 64 KB. Hence 64 KB for one
+// token and for more than 8, 32 KB for 2–8 (decode_carveout_for_tokens).
 template <auto Kernel, typename... Args>
 cudaError_t launch_decode(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args &&...args) {
-    prefer_decode_carveout<Kernel>();
-    return launch_kernel(Kernel, grid, block, smem, stream, std::forward<Args>(args)...);
+    return launch_kernel_carveout(decode_carveout(), Kernel, grid, block, smem, stream,
+                                  std::forward<Args>(args)...);
 }
 
 } // namespace es

@@ -215,11 +215,19 @@ inline bf16_t kv_read_fp8(fp8_t v, float scale) { return float_to_bf16_bits(fp8_
 void set_programmatic_launch(bool on);
 bool programmatic_launch();
 // One shared-memory carveout (percent of the SM's maximum) for every kernel launched through
-// launch_kernel, set once per kernel; −1 (the default): only the decode kernels' own hints
-// (kernel_common.cuh: prefer_decode_carveout). A measuring aid (ES_CUDA_CARVEOUT).
+// launch_kernel, set once per kernel; −1 (the default): only the decode kernels' per-launch
+// carveout (launch_decode, below). A measuring aid (ES_CUDA_CARVEOUT).
 void set_kernel_carveout(int percent);
 int kernel_carveout();
 void apply_kernel_carveout(const void *kernel);
+// The carveout (percent) the kernels of a decode step launch with (kernel_common.cuh:
+// launch_decode), for the calling thread: the CUDA backend sets it per step from the step's token
+// count (decode_carveout_for_tokens) before it enqueues or captures the step's launches.
+void set_decode_carveout(int percent);
+int decode_carveout();
+// 64 KB (28% of Hopper's 228 KB) for one-token steps and steps of more than 8 tokens, 32 KB (14%)
+// for 2–8 tokens (measured: kernel_common.cuh, launch_decode).
+inline int decode_carveout_for_tokens(int64_t tokens) { return tokens >= 2 && tokens <= 8 ? 14 : 28; }
 // How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of this kernel
 // the current device holds at once (blocks an SM × SMs; cached per kernel and device): the grid
 // of a persistent kernel, one wave. 0 when the runtime cannot say (the caller then keeps its grid).

@@ -40,6 +40,13 @@ void apply_kernel_carveout(const void *kernel) {
 }
 
 namespace {
+thread_local int t_decode_carveout = 28; // decode_carveout_for_tokens(1)
+} // namespace
+
+void set_decode_carveout(int percent) { t_decode_carveout = percent; }
+int decode_carveout() { return t_decode_carveout; }
+
+namespace {
 std::mutex g_resident_mutex;
 std::map<std::pair<const void *, int>, unsigned> g_resident; // (kernel, device) → blocks
 } // namespace
