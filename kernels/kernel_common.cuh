@@ -233,7 +233,8 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
 // session 4). Which split (session 20, docs/benchmarks.md; every kernel at one split through
 // ES_CUDA_CARVEOUT, three runs each): one-token steps of the 21B-A3B 1,580 / 1,559 / 1,566 /
 // 1,567 / 1,576 µs at 32 / 64 / 100 / 132 / 164 KB (1,658 at 228 KB: the L1 too small for the head
-// GEMV's and the gate/up's activations), the 0.3B's 398 µs at all of them — at 32 KB decode
+// GEMV's and the gate/up's activations), the 0.3B's 398 µs at 32, 100, 132 and 228 KB (393 at 64 KB
+// against 398 at 32 in an A/B of the two builds) — at 32 KB decode
 // attention's ~22 KB block could not join an SM holding a few of the q/k/v GEMV's 5 KB blocks until
 // they left, so its loads before the wait started late; 8-token steps of the 0.3B 1.42 ms at 64 KB
 // against 1.37 at 32 KB (the 21B-A3B's the same at both); prefill of 512 tokens of the 21B-A3B
