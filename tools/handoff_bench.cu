@@ -49,6 +49,24 @@
         }                                                                                                    \
     } while (0)
 
+// A launch of grid × block threads on s, with programmatic stream serialization when pdl (cfg.attrs
+// points into the object, so it is neither copied nor moved).
+struct launch_config {
+    cudaLaunchAttribute attr{};
+    cudaLaunchConfig_t cfg{};
+    launch_config(dim3 grid, dim3 block, cudaStream_t s, bool pdl) {
+        attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr.val.programmaticStreamSerializationAllowed = 1;
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+        cfg.stream = s;
+        cfg.attrs = &attr;
+        cfg.numAttrs = pdl ? 1 : 0;
+    }
+    launch_config(const launch_config &) = delete;
+    launch_config &operator=(const launch_config &) = delete;
+};
+
 __device__ __forceinline__ void grid_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __device__ __forceinline__ void grid_release() {
     asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
@@ -125,20 +143,12 @@ void launch_chain(const Chain &c, cudaStream_t s) {
     const unsigned blocks = unsigned(c.n / WARPS);
     if (MODE == 2) CHECK(cudaMemsetAsync(c.counts, 0, sizeof(unsigned) * c.k, s));
     for (int i = 0; i < c.k; ++i) {
-        cudaLaunchConfig_t cfg{};
-        cfg.gridDim = dim3(blocks);
-        cfg.blockDim = dim3(32 * WARPS);
-        cfg.stream = s;
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cfg.attrs = attr;
-        cfg.numAttrs = (MODE != 0 && i > 0) ? 1 : 0;
+        const launch_config lc(dim3(blocks), dim3(32 * WARPS), s, MODE != 0 && i > 0);
         const uint8_t *w = c.w + size_t(i) * c.n * c.n;
         const float *x = c.act + size_t(i) * c.n;
         float *y = c.act + size_t(i + 1) * c.n;
         const unsigned *wc = i > 0 ? c.counts + (i - 1) : nullptr;
-        CHECK(cudaLaunchKernelEx(&cfg, chain_gemv<MODE, VECS, WARPS, WMODE>, w, x, y, c.n, wc, blocks,
+        CHECK(cudaLaunchKernelEx(&lc.cfg, chain_gemv<MODE, VECS, WARPS, WMODE>, w, x, y, c.n, wc, blocks,
                                  c.counts + i));
     }
 }
@@ -297,16 +307,8 @@ int ramp_main(int count, int reps) {
             auto launch_all = [&] {
                 for (int i = 0; i < n; ++i) {
                     const uint4 *src = reinterpret_cast<const uint4 *>(w + size_t(i) * bytes);
-                    cudaLaunchAttribute attr[1];
-                    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                    attr[0].val.programmaticStreamSerializationAllowed = 1;
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = dim3(unsigned(sms * 16));
-                    cfg.blockDim = dim3(128);
-                    cfg.stream = s;
-                    cfg.attrs = attr;
-                    cfg.numAttrs = pdl;
-                    CHECK(cudaLaunchKernelEx(&cfg, pdl ? stream_read<true> : stream_read<false>, src,
+                    const launch_config lc(dim3(unsigned(sms * 16)), dim3(128), s, pdl != 0);
+                    CHECK(cudaLaunchKernelEx(&lc.cfg, pdl ? stream_read<true> : stream_read<false>, src,
                                              bytes / 16, sink));
                 }
             };
@@ -459,14 +461,8 @@ int experts_main(int reps) {
     es::set_programmatic_launch(true);
     CHECK(cudaDeviceSynchronize());
     auto launch = [&](int v, int l) {
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.blockDim = dim3(128);
-        cfg.stream = s;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        launch_config lc(dim3(1), dim3(128), s, true);
+        cudaLaunchConfig_t &cfg = lc.cfg;
         const uint8_t *layer = w + size_t(l) * per_layer;
         const int *li = ids + l * k_ex_used;
         cfg.gridDim = dim3(unsigned(v < 4 || v >= 8 ? k_ex_used * k_ex_tiles : sms * 16));
@@ -637,20 +633,12 @@ int front_main(int reps) {
             CHECK(es::launch_moe_front(p, s));
             return;
         }
-        cudaLaunchAttribute attr[1];
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        cudaLaunchConfig_t cfg = {};
-        cfg.gridDim = dim3(unsigned(sms * 16));
-        cfg.blockDim = dim3(128);
-        cfg.stream = s;
-        cfg.attrs = attr;
-        cfg.numAttrs = 1;
+        const launch_config lc(dim3(unsigned(sms * 16)), dim3(128), s, true);
         if (v == 2)
-            CHECK(cudaLaunchKernelEx(&cfg, stream_read<true>, reinterpret_cast<const uint4 *>(sh(l)),
+            CHECK(cudaLaunchKernelEx(&lc.cfg, stream_read<true>, reinterpret_cast<const uint4 *>(sh(l)),
                                      stride / 16, sink));
         else
-            CHECK(cudaLaunchKernelEx(&cfg, stream_read<true>, reinterpret_cast<const uint4 *>(router(l)),
+            CHECK(cudaLaunchKernelEx(&lc.cfg, stream_read<true>, reinterpret_cast<const uint4 *>(router(l)),
                                      r_floats / 4, sink));
     };
     const char *names[4] = {"front (router + shared gate/up, 16.4 MB)", "router only (n_ff_sh = 0, 0.66 MB)",
