@@ -486,6 +486,10 @@ public:
         // GEMVs load their rows into registers before the wait (gemv.cuh; default 4096).
         if (const char *pm = std::getenv("ES_CUDA_GEMV_PRELOAD_MIN_KB"))
             set_gemv_preload_min_bytes(int64_t(std::max(0, std::atoi(pm))) << 10);
+        // A measuring aid: ES_CUDA_ATTN_CLUSTER=0 has decode attention merge its KV splits through
+        // memory and a counter instead of inside a thread-block cluster (attention.cuh).
+        if (const char *ac = std::getenv("ES_CUDA_ATTN_CLUSTER"))
+            set_attention_cluster_merge(std::atoi(ac) != 0);
         // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
         // one of them (the results are wrong; the time saved is what those launches cost).
         if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {

@@ -370,6 +370,15 @@ void test_rope_kv(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd, kv_f
     });
 }
 
+// Elements of two GPU outputs whose bits differ (one kernel's two ways to the same result).
+template <typename T>
+double bit_diffs(const std::vector<T> &a, const std::vector<T> &b) {
+    if (a.size() != b.size()) return double(std::max(a.size(), b.size()));
+    int64_t n = 0;
+    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+    return double(n);
+}
+
 // seqs: (first position, token count) per sequence; tokens of a sequence are contiguous (the
 // positions before the first are in the cache too). The name says " tc" when the tensor-core
 // kernel runs (forced by path, or chosen by the automatic rule), " cuda-core" when forced off.
@@ -463,6 +472,18 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         const std::vector<bf16_t> first = dout.download();
         ck(launch_attention(p, nullptr), "launch"); // again: split merging re-arms its counters
         sync(name);
+        // Where the splits merged inside a cluster: the merge through memory and a counter, once
+        // more after it re-armed its counters, gives the same bits (attention_decode.cu: merge_fold).
+        std::vector<bf16_t> by_counter;
+        if (path == attention_path::automatic && attention_decode_clustered(p)) {
+            set_attention_cluster_merge(false);
+            const auto launched = launch_attention(p, nullptr);
+            const auto again = launched == cudaSuccess ? launch_attention(p, nullptr) : launched;
+            set_attention_cluster_merge(true);
+            ck(again, "launch (counter merge)");
+            sync(name);
+            by_counter = dout.download();
+        }
         std::vector<bf16_t> out(static_cast<size_t>(T * qd));
         p.q = q.data();
         p.k_cache = k.data();
@@ -480,6 +501,9 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         R.add("kernel", name, "max scaled err (bf16)", scaled_err(widen(dout.download()), widen(out)), limit);
         R.add("kernel", name + " (first launch)", "max scaled err (bf16)", scaled_err(widen(first), widen(out)),
               limit);
+        if (!by_counter.empty())
+            R.add("kernel", name + " cluster merge", "outputs differing from the counter merge's (bits)",
+                  bit_diffs(first, by_counter), 0.0);
     });
 }
 
@@ -944,15 +968,6 @@ std::vector<int32_t> random_topk_ids(int64_t T, int64_t E, int64_t K) {
         ids.insert(ids.end(), all.begin(), all.begin() + K);
     }
     return ids;
-}
-
-// Elements of two GPU outputs whose bits differ (moe_down_gemv's rows per warp against one row per warp).
-template <typename T>
-double bit_diffs(const std::vector<T> &a, const std::vector<T> &b) {
-    if (a.size() != b.size()) return double(std::max(a.size(), b.size()));
-    int64_t n = 0;
-    for (size_t i = 0; i < a.size(); ++i) n += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
-    return double(n);
 }
 
 using mma_shape = moe_gate_up_gemv_params::mma_shape_t;

@@ -89,6 +89,14 @@ cudaError_t launch_attention(const attention_params &p, cudaStream_t stream);
 // for kv_splits > 1 both partial and counters.
 bool attention_decode_ok(const attention_params &p);
 cudaError_t launch_attention_decode(const attention_params &p, cudaStream_t stream);
+// Whether the decode kernel merges its KV splits inside a thread-block cluster (compute capability
+// 9.0, the splits' cluster fitting the device) instead of through `partial` and the last block of a
+// counter (attention_decode.cu); both give the same bits. On by default, process-wide; off is a
+// measuring aid (ES_CUDA_ATTN_CLUSTER=0) and what the self-test compares the cluster merge with.
+void set_attention_cluster_merge(bool on);
+bool attention_cluster_merge();
+// Whether launch_attention_decode would merge p's splits in a cluster.
+bool attention_decode_clustered(const attention_params &p);
 #endif
 
 } // namespace es

@@ -23,15 +23,51 @@
 // the fp32 values. The CUDA-core version this replaces spent ~1,100 dependent instructions per
 // warp and chunk at head_dim 128 (≈ 3 µs with one block per SM); this one ≈ 100.
 //
-// One split writes o / l in BF16. Several write (o, m, l) to `partial`, and the last block of the
-// (tile, KV head) to finish — a counter bumped after a fence, as moe_router — merges them:
-// m = max m_s, l = Σ l_s·e^(m_s − m), o = Σ o_s·e^(m_s − m) / l, and re-arms the counter.
+// One split writes o / l in BF16. Several merge their states: m = max m_s, l = Σ l_s·e^(m_s − m),
+// o = Σ o_s·e^(m_s − m) / l, folded in split order. On compute capability 9.0 the splits of a
+// (tile, KV head) are one thread-block cluster (CL): each block leaves its (o, m, l) in its shared
+// memory, the cluster's barrier publishes them, every block merges its share of the rows' columns
+// reading its peers' shared memory, and a second barrier keeps that memory alive until all have
+// read it. Otherwise (or when the cluster does not fit) every split writes (o, m, l) to `partial`
+// and the last block of the (tile, KV head) to finish — a counter bumped after a fence, as
+// moe_router — merges them and re-arms the counter: a fence, an atomic and a load of the partials,
+// one after another, on the step's critical path. Both fold with the same arithmetic
+// (merge_fold), so they give the same bits.
 #include "attention.cuh"
 #include "kernel_common.cuh"
 #include "mma.cuh"
 
+#include <atomic>
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#include <cooperative_groups.h>
+#endif
+
 namespace es {
 namespace {
+
+std::atomic<bool> g_cluster_merge{true}; // set_attention_cluster_merge
+
+// The split merge's step: split state (m, l, o[0..7]) folded into the running (M, L, acc) — online,
+// in split order, with every rounding pinned (no contraction left to the compiler), so the cluster
+// and counter merges agree bit for bit. A split that saw no key of the row (l = 0) is skipped.
+__device__ __forceinline__ void merge_fold(float &M, float &L, float (&acc)[8], float m, float l,
+                                           const float (&o)[8]) {
+    if (!(l > 0.0f)) return;
+    const float m_new = fmaxf(M, m), a = expf(M - m_new), b = expf(m - m_new);
+    L = __fmaf_rn(L, a, __fmul_rn(l, b));
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = __fmaf_rn(acc[i], a, __fmul_rn(o[i], b));
+    M = m_new;
+}
+
+// The merged row's eight columns, acc / L, as BF16 at dst (16-byte aligned).
+__device__ __forceinline__ void merge_store(uint16_t *dst, const float (&acc)[8], float L) {
+    const float inv = 1.0f / L;
+    *reinterpret_cast<uint4 *>(dst) =
+        make_uint4(pack_bf16x2(acc[0] * inv, acc[1] * inv), pack_bf16x2(acc[2] * inv, acc[3] * inv),
+                   pack_bf16x2(acc[4] * inv, acc[5] * inv), pack_bf16x2(acc[6] * inv, acc[7] * inv));
+}
 
 constexpr int k_chunk = 32, k_rows = 32, k_max_rows = 2 * 4; // k_rows: the partial buffer's row stride
 
@@ -49,7 +85,7 @@ size_t decode_smem_bytes() {
 
 // F8: E4M3 pools (attention.cuh); a 16-byte load brings 16 elements instead of 8, widened to BF16
 // (fp8 · scale) as they are staged, so shared memory and everything after it are as for BF16.
-template <int HD, bool F8>
+template <int HD, bool F8, bool CL>
 __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_params p) {
     // RS: shared row stride; EPV, LV: K/V elements per 16-byte load and loads per row; KSTEPS: the
     // QK MMA's k-steps; NT: the 8-column output tiles per warp in P·V.
@@ -265,6 +301,54 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
         }
         return;
     }
+    constexpr int CPT = 8, TPR = HD / CPT; // the merge: columns per thread, threads per row
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (CL) {
+        // The cluster's blocks are the splits (cluster rank = split). o goes where K was staged
+        // (no warp reads it after the barrier above): [k_max_rows][HD] floats.
+        float *os = reinterpret_cast<float *>(ks);
+        if (g < n_rows)
+#pragma unroll
+            for (int j = 0; j < NT; ++j)
+                *reinterpret_cast<float2 *>(os + g * HD + (warp * NT + j) * 8 + 2 * t) =
+                    make_float2(o[j][0], o[j][1]);
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        cluster.sync(); // every split's o, m and l written, and visible across the cluster
+        // Item i = (row, 8 columns) goes to block i mod n_splits: each block merges its share,
+        // every split's state loaded at once (four at a time) from its peers' shared memory.
+        for (int i = split + n_splits * tid; i < n_rows * TPR; i += n_splits * 128) {
+            const int r = i / TPR, c0 = (i % TPR) * CPT;
+            float M = -INFINITY, L = 0.0f, acc[CPT];
+#pragma unroll
+            for (int k = 0; k < CPT; ++k) acc[k] = 0.0f;
+            for (int s0 = 0; s0 < n_splits; s0 += 4) {
+                float ml[4][2], ov[4][CPT];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    ml[u][0] = -INFINITY;
+                    ml[u][1] = 0.0f;
+                    if (s0 + u < n_splits) {
+                        const unsigned rank = unsigned(s0 + u);
+                        ml[u][0] = *cluster.map_shared_rank(&m_s[r], rank);
+                        ml[u][1] = *cluster.map_shared_rank(&l_s[r], rank);
+                        const float4 *po =
+                            reinterpret_cast<const float4 *>(cluster.map_shared_rank(os + r * HD + c0, rank));
+                        const float4 a = po[0], b = po[1];
+                        ov[u][0] = a.x, ov[u][1] = a.y, ov[u][2] = a.z, ov[u][3] = a.w;
+                        ov[u][4] = b.x, ov[u][5] = b.y, ov[u][6] = b.z, ov[u][7] = b.w;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (s0 + u < n_splits) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
+            }
+            merge_store(p.out + row_off[r] + c0, acc, L);
+        }
+        cluster.sync(); // no block leaves while a peer may still read its shared memory
+        return;
+    }
+#endif
     const int64_t slot_base = (int64_t(blockIdx.x) * gridDim.y + kvh) * n_splits;
     if (g < n_rows) {
         float *part = p.partial + ((slot_base + split) * k_rows + g) * (HD + 2);
@@ -285,56 +369,65 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     // split's (m, l) and o for them loaded at once, folded in online (m = max, rescale by
     // e^(m_old − m_new)). Measured on the H200: a warp per row reading (m, l) first, then o, took
     // ~3 µs of a 6 µs decode attention.
-    constexpr int CPT = 8, TPR = HD / CPT; // columns per thread, threads per row
     for (int r = tid / TPR; r < n_rows; r += 128 / TPR) {
         const int c0 = (tid % TPR) * CPT;
         float M = -INFINITY, L = 0.0f, acc[CPT];
 #pragma unroll
         for (int i = 0; i < CPT; ++i) acc[i] = 0.0f;
         for (int s0 = 0; s0 < n_splits; s0 += 4) {
-            float2 ml[4], o[4][CPT / 2];
+            float ml[4][2], ov[4][CPT];
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
-                ml[u] = make_float2(-INFINITY, 0.0f);
-#pragma unroll
-                for (int i = 0; i < CPT / 2; ++i) o[u][i] = make_float2(0.0f, 0.0f);
+                ml[u][0] = -INFINITY;
+                ml[u][1] = 0.0f;
                 if (s0 + u < n_splits) { // (HD + 2)-float rows: 8-byte aligned
                     const float *part = p.partial + ((slot_base + s0 + u) * k_rows + r) * (HD + 2);
-                    ml[u] = __ldcg(reinterpret_cast<const float2 *>(part + HD));
+                    const float2 mlv = __ldcg(reinterpret_cast<const float2 *>(part + HD));
+                    ml[u][0] = mlv.x;
+                    ml[u][1] = mlv.y;
 #pragma unroll
-                    for (int i = 0; i < CPT / 2; ++i) o[u][i] = __ldcg(reinterpret_cast<const float2 *>(part + c0) + i);
+                    for (int i = 0; i < CPT / 2; ++i) {
+                        const float2 v = __ldcg(reinterpret_cast<const float2 *>(part + c0) + i);
+                        ov[u][2 * i] = v.x;
+                        ov[u][2 * i + 1] = v.y;
+                    }
                 }
             }
 #pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                if (!(ml[u].y > 0.0f)) continue; // a split that saw no key of this row
-                const float m_new = fmaxf(M, ml[u].x), a = expf(M - m_new), b = expf(ml[u].x - m_new);
-                L = L * a + ml[u].y * b;
-#pragma unroll
-                for (int i = 0; i < CPT / 2; ++i) {
-                    acc[2 * i] = acc[2 * i] * a + o[u][i].x * b;
-                    acc[2 * i + 1] = acc[2 * i + 1] * a + o[u][i].y * b;
-                }
-                M = m_new;
-            }
+            for (int u = 0; u < 4; ++u)
+                if (s0 + u < n_splits) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
         }
-        const float inv = 1.0f / L;
-        *reinterpret_cast<uint4 *>(p.out + row_off[r] + c0) =
-            make_uint4(pack_bf16x2(acc[0] * inv, acc[1] * inv), pack_bf16x2(acc[2] * inv, acc[3] * inv),
-                       pack_bf16x2(acc[4] * inv, acc[5] * inv), pack_bf16x2(acc[6] * inv, acc[7] * inv));
+        merge_store(p.out + row_off[r] + c0, acc, L);
     }
+}
+
+// Whether this launch merges its splits in a cluster (set_attention_cluster_merge, cluster_fits).
+template <int HD, bool F8>
+bool clustered_hd_kv(const attention_params &p) {
+    return p.kv_splits > 1 && g_cluster_merge.load(std::memory_order_relaxed) &&
+           cluster_fits(reinterpret_cast<const void *>(attention_decode_kernel<HD, F8, true>),
+                        int(p.kv_splits), 128, decode_smem_bytes<HD>());
 }
 
 template <int HD, bool F8>
 cudaError_t launch_hd_kv(const attention_params &p, cudaStream_t stream) {
     const dim3 grid(unsigned(p.n_tiles), unsigned(p.n_head_kv), unsigned(p.kv_splits));
-    return launch_decode<attention_decode_kernel<HD, F8>>(grid, 128, decode_smem_bytes<HD>(), stream, p);
+    const size_t smem = decode_smem_bytes<HD>();
+    if (clustered_hd_kv<HD, F8>(p))
+        return launch_decode_clusters<attention_decode_kernel<HD, F8, true>>(
+            dim3(1, 1, unsigned(p.kv_splits)), grid, 128, smem, stream, p);
+    return launch_decode<attention_decode_kernel<HD, F8, false>>(grid, 128, smem, stream, p);
 }
 
 template <int HD>
 cudaError_t launch_hd(const attention_params &p, cudaStream_t stream) {
     return p.kv == kv_format::fp8_e4m3 ? launch_hd_kv<HD, true>(p, stream)
                                        : launch_hd_kv<HD, false>(p, stream);
+}
+
+template <int HD>
+bool clustered_hd(const attention_params &p) {
+    return p.kv == kv_format::fp8_e4m3 ? clustered_hd_kv<HD, true>(p) : clustered_hd_kv<HD, false>(p);
 }
 
 } // namespace
@@ -345,6 +438,21 @@ bool attention_decode_ok(const attention_params &p) {
     return (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && group >= 1 &&
            tile_tokens * group <= k_max_rows && p.kv_splits >= 1 && p.kv_splits <= 32 &&
            (p.kv_splits == 1 || (p.partial && p.counters));
+}
+
+void set_attention_cluster_merge(bool on) { g_cluster_merge.store(on, std::memory_order_relaxed); }
+bool attention_cluster_merge() { return g_cluster_merge.load(std::memory_order_relaxed); }
+
+bool attention_decode_clustered(const attention_params &p) {
+    if (!attention_decode_ok(p)) return false;
+    switch (p.head_dim) {
+    case 64:
+        return clustered_hd<64>(p);
+    case 128:
+        return clustered_hd<128>(p);
+    default:
+        return clustered_hd<256>(p);
+    }
 }
 
 cudaError_t launch_attention_decode(const attention_params &p, cudaStream_t stream) {

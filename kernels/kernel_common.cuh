@@ -192,11 +192,13 @@ __device__ __forceinline__ bool block_arrives_last(unsigned *counter, unsigned n
 // Launches kernel<<<grid, block, smem, stream>>>(args…), with the programmatic-serialization
 // attribute when programmatic_launch() is on and, when carveout ≥ 0 (and no ES_CUDA_CARVEOUT aid
 // is set), that shared-memory carveout as a launch attribute (it takes precedence over the
-// kernel's own; graphs keep it per node); returns the launch error.
+// kernel's own; graphs keep it per node); with `cluster` other than 1×1×1, thread-block clusters of
+// that shape (compute capability 9.0; the caller checks they fit: cluster_fits). Returns the
+// launch error.
 template <typename... Params, typename... Args>
-cudaError_t launch_kernel_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim3 block,
-                                   size_t smem, cudaStream_t stream, Args &&...args) {
-    cudaLaunchAttribute attr[2];
+cudaError_t launch_kernel_ex(int carveout, dim3 cluster, void (*kernel)(Params...), dim3 grid, dim3 block,
+                             size_t smem, cudaStream_t stream, Args &&...args) {
+    cudaLaunchAttribute attr[3];
     unsigned n = 0;
     if (programmatic_launch()) {
         attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -208,6 +210,12 @@ cudaError_t launch_kernel_carveout(int carveout, void (*kernel)(Params...), dim3
         attr[n].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
         attr[n++].val.sharedMemCarveout = unsigned(carveout);
     }
+    if (cluster.x * cluster.y * cluster.z > 1) {
+        attr[n].id = cudaLaunchAttributeClusterDimension;
+        attr[n].val.clusterDim.x = cluster.x;
+        attr[n].val.clusterDim.y = cluster.y;
+        attr[n++].val.clusterDim.z = cluster.z;
+    }
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -216,6 +224,13 @@ cudaError_t launch_kernel_carveout(int carveout, void (*kernel)(Params...), dim3
     cfg.attrs = attr;
     cfg.numAttrs = n;
     return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+template <typename... Params, typename... Args>
+cudaError_t launch_kernel_carveout(int carveout, void (*kernel)(Params...), dim3 grid, dim3 block,
+                                   size_t smem, cudaStream_t stream, Args &&...args) {
+    return launch_kernel_ex(carveout, dim3(1, 1, 1), kernel, grid, block, smem, stream,
+                            std::forward<Args>(args)...);
 }
 
 template <typename... Params, typename... Args>
@@ -244,6 +259,13 @@ template <auto Kernel, typename... Args>
 cudaError_t launch_decode(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args &&...args) {
     return launch_kernel_carveout(decode_carveout(), Kernel, grid, block, smem, stream,
                                   std::forward<Args>(args)...);
+}
+// The same in thread-block clusters of shape `cluster` (launch_kernel_ex).
+template <auto Kernel, typename... Args>
+cudaError_t launch_decode_clusters(dim3 cluster, dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                   Args &&...args) {
+    return launch_kernel_ex(decode_carveout(), cluster, Kernel, grid, block, smem, stream,
+                            std::forward<Args>(args)...);
 }
 
 } // namespace es

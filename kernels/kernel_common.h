@@ -232,6 +232,14 @@ inline int decode_carveout_for_tokens(int64_t tokens) { return tokens >= 2 && to
 // the current device holds at once (blocks an SM × SMs; cached per kernel and device): the grid
 // of a persistent kernel, one wave. 0 when the runtime cannot say (the caller then keeps its grid).
 unsigned resident_blocks(const void *kernel, int threads, size_t smem);
+// The current device's compute capability as major·10 + minor (90 for Hopper), 0 when the runtime
+// cannot say; cached per device.
+int device_compute_capability();
+// Whether clusters of `size` blocks (along one dimension) of this kernel, `threads` threads and
+// `smem` bytes of dynamic shared memory each, can run on the current device (compute capability
+// 9.0 or later, at least one such cluster resident at once at the decode carveout); sizes above
+// the portable 8 are allowed for the kernel first. Cached per kernel, size and device.
+bool cluster_fits(const void *kernel, int size, int threads, size_t smem);
 // Launch timeline (a measuring aid: expertscope-cli bench --timeline). While a buffer is set,
 // block (0, 0, 0) of every kernel records in pdl_enter the %globaltimer before and after its
 // programmatic-launch wait: buf[0] counts records (an unsigned, zero before the launches),

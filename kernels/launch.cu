@@ -4,6 +4,7 @@
 #include <atomic>
 #include <map>
 #include <mutex>
+#include <tuple>
 #include <unordered_set>
 #include <utility>
 #include <vector>
@@ -69,6 +70,65 @@ unsigned resident_blocks(const void *kernel, int threads, size_t smem) {
     const unsigned blocks = unsigned(std::max(per_sm, 0)) * unsigned(std::max(sms, 0));
     g_resident.emplace(key, blocks);
     return blocks;
+}
+
+namespace {
+std::mutex g_cc_mutex;
+std::map<int, int> g_cc; // device → major·10 + minor
+std::mutex g_cluster_mutex;
+std::map<std::tuple<const void *, int, int>, bool> g_cluster; // (kernel, size, device) → fits
+} // namespace
+
+int device_compute_capability() {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    std::lock_guard<std::mutex> lock(g_cc_mutex);
+    if (const auto it = g_cc.find(dev); it != g_cc.end()) return it->second;
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    g_cc.emplace(dev, major * 10 + minor);
+    return major * 10 + minor;
+}
+
+bool cluster_fits(const void *kernel, int size, int threads, size_t smem) {
+    if (size < 1 || size > 16 || device_compute_capability() < 90) return false;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return false;
+    }
+    std::lock_guard<std::mutex> lock(g_cluster_mutex);
+    const auto key = std::make_tuple(kernel, size, dev);
+    if (const auto it = g_cluster.find(key); it != g_cluster.end()) return it->second;
+    bool ok = size <= 8 ||
+              cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) == cudaSuccess;
+    if (ok) {
+        cudaLaunchAttribute attr[2];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = 1;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = unsigned(size);
+        attr[1].id = cudaLaunchAttributePreferredSharedMemoryCarveout;
+        attr[1].val.sharedMemCarveout = unsigned(decode_carveout());
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(1, 1, unsigned(size));
+        cfg.blockDim = dim3(unsigned(threads), 1, 1);
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = attr;
+        cfg.numAttrs = 2;
+        int clusters = 0;
+        ok = cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) == cudaSuccess && clusters > 0;
+    }
+    (void)cudaGetLastError(); // a refusal means "no": the caller launches without clusters
+    g_cluster.emplace(key, ok);
+    return ok;
 }
 
 namespace {

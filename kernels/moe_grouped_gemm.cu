@@ -668,17 +668,10 @@ cudaError_t launch_wgmma_qa(const moe_grouped_gemm_params &p, cudaStream_t strea
 } // namespace
 
 // The device is of compute capability 9.0 and the module has sm_90a code (wgmma is not in the
-// PTX of any other target, and sm_90a code runs on 9.0 only). Asked once per process.
+// PTX of any other target, and sm_90a code runs on 9.0 only).
 bool moe_grouped_gemm_wgmma_device() {
 #ifdef ES_KERNELS_SM90A
-    static const bool ok = [] {
-        int dev = 0, major = 0, minor = 0;
-        return cudaGetDevice(&dev) == cudaSuccess &&
-               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-               major == 9 && minor == 0;
-    }();
-    return ok;
+    return device_compute_capability() == 90;
 #else
     return false;
 #endif
@@ -686,14 +679,7 @@ bool moe_grouped_gemm_wgmma_device() {
 
 bool moe_grouped_gemm_fp8_mma_device() {
 #ifdef ES_KERNELS_SM89
-    static const bool ok = [] {
-        int dev = 0, major = 0, minor = 0;
-        return cudaGetDevice(&dev) == cudaSuccess &&
-               cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
-               cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
-               major * 10 + minor >= 89;
-    }();
-    return ok;
+    return device_compute_capability() >= 89;
 #else
     return false;
 #endif
