@@ -486,6 +486,12 @@ public:
         // GEMVs load their rows into registers before the wait (gemv.cuh; default 4096).
         if (const char *pm = std::getenv("ES_CUDA_GEMV_PRELOAD_MIN_KB"))
             set_gemv_preload_min_bytes(int64_t(std::max(0, std::atoi(pm))) << 10);
+        // A measuring aid: ES_CUDA_NORM_ROWS=2|3 fixes the rows a warp of the dense MLP's fused-norm
+        // gate/up takes (moe_gate_up_gemv.cuh).
+        if (const char *nr = std::getenv("ES_CUDA_NORM_ROWS")) set_moe_gate_up_norm_rows(std::atoi(nr));
+        // A measuring aid: ES_CUDA_COMBINE_NORM=0 has decode's q/k/v GEMV normalize its input
+        // itself instead of reading the norm moe_combine wrote (moe_combine.cuh: norm_out).
+        if (const char *cn = std::getenv("ES_CUDA_COMBINE_NORM")) m_combine_norm = std::atoi(cn) != 0;
         // A measuring aid: ES_CUDA_ATTN_CLUSTER=0 has decode attention merge its KV splits through
         // memory and a counter instead of inside a thread-block cluster (attention.cuh).
         if (const char *ac = std::getenv("ES_CUDA_ATTN_CLUSTER"))
@@ -1376,7 +1382,13 @@ private:
         };
 
         int64_t moe_slot = 0;
+        // The layer's attention input was normalized by the combine before it (xn): its q/k/v
+        // GEMV reads xn instead of normalizing x itself.
+        bool xn_ready = false;
+        bool head_normed = false; // the last combine wrote the head's normalized row (xr)
         for (int64_t il = 0; il < c.n_layer; ++il) {
+            const bool xn_in = xn_ready;
+            xn_ready = false;
             const dlayer &L = m_layers[il];
             rms_norm_params nrm;
             nrm.x = x;
@@ -1415,7 +1427,12 @@ private:
                 fq.n_tokens = T;
                 fq.n = L.wqkv.n;
                 fq.k = L.wqkv.k;
-                fq.norm = {x, L.attn_norm, float(c.rms_eps), nullptr};
+                if (xn_in) {
+                    fq.x = xn;
+                    fq.ldx = H;
+                } else {
+                    fq.norm = {x, L.attn_norm, float(c.rms_eps), nullptr};
+                }
                 fq.rope_on = true;
                 fq.rope = rp;
                 fq.k_splits = 1;
@@ -1432,8 +1449,13 @@ private:
             }
             embed();
             if (fq.rope_on && gemv_fusion_ok(fq)) {
-                op(fq.embd_table ? "embedding+norm+qkv+rope_kv gemv" : "norm+qkv+rope_kv gemv",
+                op(fq.embd_table ? "embedding+norm+qkv+rope_kv gemv"
+                   : xn_in       ? "qkv+rope_kv gemv"
+                                 : "norm+qkv+rope_kv gemv",
                    [&] { return launch_gemv(fq, m_stream); });
+            } else if (xn_in) {
+                linear("qkv", L.wqkv, xn, H, qkv, qd + 2 * kvd, T, false);
+                op("rope_kv", [&] { return launch_rope_kv(rp, m_stream); });
             } else {
                 op("rms_norm", [&] { return launch_rms_norm(nrm, m_stream); });
                 linear("qkv", L.wqkv, xn, H, qkv, qd + 2 * kvd, T, false);
@@ -1601,7 +1623,21 @@ private:
                     cb.x_ready = front && m_skip_ops.empty(); // x: o_proj's, before moe_front, gate/up and down
                     cb.reset = slot_rows; // read by the down kernel, which has finished
                     cb.n_reset = T * K;
-                    op("moe_down_combine", [&] { return launch_moe_combine(cb, m_stream); });
+                    // The next norm too, where a cluster holds a token's row: the next layer's
+                    // attention norm, or after the last layer (one token, one logits row) the
+                    // head's, into the rows the head GEMV reads.
+                    const bool last = il + 1 == c.n_layer;
+                    if (m_combine_norm && m_fuse && T <= k_fuse_max_tokens && (!last || (T == 1 && R == 1))) {
+                        cb.norm_weight =
+                            last ? m_weights.at<bf16_t>(m_output_norm_off) : m_layers[il + 1].attn_norm;
+                        cb.norm_eps = float(c.rms_eps);
+                        cb.norm_out = last ? reinterpret_cast<bf16_t *>(base + w.xr) : xn;
+                        if (!moe_combine_norm_ok(cb)) cb.norm_weight = nullptr, cb.norm_out = nullptr;
+                    }
+                    xn_ready = cb.norm_out != nullptr && !last;
+                    head_normed = cb.norm_out != nullptr && last;
+                    op(cb.norm_out ? "moe_down_combine+norm" : "moe_down_combine",
+                       [&] { return launch_moe_combine(cb, m_stream); });
                 } else {
                     op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
                 }
@@ -1716,7 +1752,7 @@ private:
         nrm.n_rows = R;
         nrm.n_embd = H;
         nrm.eps = float(c.rms_eps);
-        op("rms_norm (head)", [&] { return launch_rms_norm(nrm, m_stream); });
+        if (!head_normed) op("rms_norm (head)", [&] { return launch_rms_norm(nrm, m_stream); });
         linear("head", m_head, xr, H, reinterpret_cast<float *>(base + w.logits), c.n_vocab, R, false);
         if (m_top_n > 0 && R > 0) {
             // Candidates instead of full rows: the logits stay in the workspace for logits_row().
@@ -2024,6 +2060,7 @@ private:
     bool m_moe_down_rows = true;
     bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
     int64_t m_router_tiles_min = moe_router_tiles_min_tokens; // ES_CUDA_ROUTER_TILES_MIN
+    bool m_combine_norm = true;                               // ES_CUDA_COMBINE_NORM
     bool m_moe_wgmma = true;                                  // ES_CUDA_MOE_WGMMA
     int64_t m_moe_wgmma_min = moe_grouped_gemm_wgmma_min_slots_per_expert; // ES_CUDA_MOE_WGMMA_MIN
     bool m_moe_fp8_act = true;                                // ES_CUDA_MOE_FP8_ACT

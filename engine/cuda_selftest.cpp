@@ -634,15 +634,19 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
 // projection's RoPE + KV-write epilogue, against the twin (rms_norm_ref, gemv_ref, rope_kv_ref).
 // embd: the embedding folded in too (one token): the input row a table row, widened into the
 // residual stream, which is checked exactly.
+// normed: rope without the norm, x BF16 rows normalized already (decode's MoE layers, after a
+// moe_combine with norm_out).
 void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n_head, int64_t n_head_kv,
                      int64_t hd, bool rope, scale_layout L = scale_layout::channel,
-                     kv_format kv = kv_format::bf16, bool embd = false) {
+                     kv_format kv = kv_format::bf16, bool embd = false, bool normed = false) {
     const bool fp8 = f == weight_format::fp8_e4m3;
     const std::string name =
         shape_name("gemv fused", {{"T", T}, {"H", H}, {"heads", n_head}, {"kv", n_head_kv}, {"hd", hd}},
                    std::string(fp8 ? "fp8" : "bf16") +
                        (L == scale_layout::block128 ? " 128x128 blocks" : "") + (embd ? " embedding+" : " ") +
-                       (rope ? "norm+rope_kv" : "norm")) +
+                       (normed ? "rope_kv (normalized input)"
+                        : rope ? "norm+rope_kv"
+                               : "norm")) +
         kv_label(kv);
     R.run("kernel", name, [&] {
         const int64_t qd = n_head * hd, kvd = n_head_kv * hd, N = qd + 2 * kvd, bs = 16;
@@ -660,6 +664,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         std::vector<float> inv(static_cast<size_t>(hd / 2));
         for (int64_t i = 0; i < hd / 2; ++i) inv[i] = 1.0f / std::pow(500000.0f, float(2 * i) / float(hd));
         auto x = rand_f(static_cast<size_t>(T * H), -3, 3);
+        const std::vector<bf16_t> xb =
+            normed ? rand_bf16(static_cast<size_t>(T * H), -2, 2) : std::vector<bf16_t>();
+        dvec<bf16_t> dxb(xb);
         const int64_t V = embd ? 1000 : 0;
         const std::vector<bf16_t> table =
             embd ? rand_bf16(static_cast<size_t>(V * H), -3.0f, 3.0f) : std::vector<bf16_t>();
@@ -691,7 +698,12 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         p.n_tokens = T;
         p.n = N;
         p.k = H;
-        p.norm = {dx.get(), dnw.get(), 1e-5f, dxn.get()};
+        if (normed) {
+            p.x = dxb.get();
+            p.ldx = H;
+        } else {
+            p.norm = {dx.get(), dnw.get(), 1e-5f, dxn.get()};
+        }
         if (embd) {
             p.embd_tokens = dtok.get();
             p.embd_table = dtab.get();
@@ -722,7 +734,10 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         p.w = fp8 ? static_cast<const void *>(wq.data()) : wb.data();
         p.w_scale = fp8 ? sc.data() : nullptr;
         p.y = y.data();
-        p.norm = {x.data(), nw.data(), 1e-5f, xn.data()};
+        if (normed)
+            p.x = xb.data();
+        else
+            p.norm = {x.data(), nw.data(), 1e-5f, xn.data()};
         if (embd) {
             p.embd_tokens = tok.data();
             p.embd_table = table.data();
@@ -739,8 +754,9 @@ void test_gemv_fused(runner &R, weight_format f, int64_t T, int64_t H, int64_t n
         if (embd)
             R.add("kernel", name + " residual rows", "max abs err (exact)", scaled_err(dx.download(), x),
                   0.0);
-        R.add("kernel", name + " normalized rows", "max scaled err (bf16)", scaled_err(widen(dxn.download()), widen(xn)),
-              k_bf16_limit);
+        if (!normed)
+            R.add("kernel", name + " normalized rows", "max scaled err (bf16)",
+                  scaled_err(widen(dxn.download()), widen(xn)), k_bf16_limit);
         if (!rope) {
             // The product against the twin fed the kernel's own normalized rows (a row's sum of
             // squares in another order can round an element to the neighbouring BF16, checked above).
@@ -1392,6 +1408,48 @@ void test_moe_down_shared(runner &R, weight_format f, int64_t T, int64_t H, int6
     });
 }
 
+// moe_combine with the next layer's norm (norm_out: one cluster a token), against the twin: the
+// residual rows as the plain combine's (the same arithmetic), the normalized rows within BF16's
+// rounding (the row's sum of squares in another order). Only where moe_combine_norm_ok holds.
+void test_moe_combine_norm(runner &R, int64_t T, int64_t H, int64_t K, bool shared) {
+    const std::string name =
+        shape_name("moe_combine norm_out", {{"T", T}, {"H", H}, {"k", K}}, shared ? "shared" : "");
+    R.run("kernel", name, [&] {
+        const auto y = rand_f(static_cast<size_t>(T * K * H), -1, 1),
+                   ysh = rand_f(static_cast<size_t>(T * H), -1, 1),
+                   wts = rand_f(static_cast<size_t>(T * K), 0, 1),
+                   x0 = rand_f(static_cast<size_t>(T * H), -3, 3);
+        const auto nw = rand_bf16(static_cast<size_t>(H), 0.5f, 1.5f);
+        dvec<float> dy(y), dysh(ysh), dwts(wts), dx(x0);
+        dvec<bf16_t> dnw(nw), dout(static_cast<size_t>(T * H));
+        moe_combine_params cb{dy.get(), dwts.get(), dx.get(), T, H, K};
+        cb.y_shared = shared ? dysh.get() : nullptr;
+        cb.norm_weight = dnw.get();
+        cb.norm_eps = 1e-5f;
+        cb.norm_out = dout.get();
+        if (!moe_combine_norm_ok(cb)) {
+            R.add("kernel", name, "skipped: no thread-block cluster holds a row here (moe_combine_norm_ok)",
+                  0.0, 0.0);
+            return;
+        }
+        ck(launch_moe_combine(cb, nullptr), "launch");
+        ck(launch_moe_combine(cb, nullptr), "launch (again, on its own output)");
+        sync(name);
+        std::vector<float> x = x0;
+        std::vector<bf16_t> out(static_cast<size_t>(T * H));
+        cb = moe_combine_params{y.data(), wts.data(), x.data(), T, H, K};
+        cb.y_shared = shared ? ysh.data() : nullptr;
+        cb.norm_weight = nw.data();
+        cb.norm_eps = 1e-5f;
+        cb.norm_out = out.data();
+        moe_combine_ref(cb);
+        moe_combine_ref(cb);
+        R.add("kernel", name + " residual", "max scaled err", scaled_err(dx.download(), x), 1e-6);
+        R.add("kernel", name + " normalized rows", "max scaled err (bf16)",
+              scaled_err(widen(dout.download()), widen(out)), k_bf16_limit);
+    });
+}
+
 // Decode's routed experts as the backend chains them with slot counters: moe_gate_up_gemv
 // reporting each slot's rows, moe_down_gemv (per-slot, the shared slot before the wait) starting
 // on a slot once its rows are in, back to back under programmatic launch (pdl) so the two
@@ -1999,6 +2057,13 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_gemv_fused(R, f, 3, 96, 6, 2, 12, true);       // head_dim / 2 odd
         test_gemv_fused(R, f, 2, 96, 5, 1, 6, true);        // 42 rows: the last block half empty
         test_gemv_fused(R, f, 2, 1024, 16, 2, 64, false);   // norm only
+        // The input normalized already (moe_combine's norm_out): the 21B-A3B's one-token shape loads
+        // its rows into registers before the wait; the 0.3B's and batches do not.
+        test_gemv_fused(R, f, 1, 2560, 20, 4, 128, true, scale_layout::channel, kv_format::bf16, false, true);
+        test_gemv_fused(R, f, 1, 1024, 16, 2, 64, true, scale_layout::channel, kv_format::fp8_e4m3, false,
+                        true);
+        test_gemv_fused(R, f, 5, 2560, 20, 4, 128, true, scale_layout::channel, kv_format::bf16, false, true);
+        test_gemv_fused(R, f, 2, 96, 5, 1, 6, true, scale_layout::channel, kv_format::bf16, false, true);
         // One token, matrices of 6 MB and more: uneven lanes (FP8 2,000: 125 vectors), norm only.
         test_gemv_fused(R, f, 1, f == weight_format::fp8_e4m3 ? 2000 : 1024, 32, 8, 64, true);
         test_gemv_fused(R, f, 1, f == weight_format::fp8_e4m3 ? 2560 : 1280, 32, 8, 128, false);
@@ -2121,6 +2186,7 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_gemv(R, weight_format::fp8_e4m3, 3, 1000, 48, false, 0, blk);
     test_gemv_fused(R, weight_format::fp8_e4m3, 1, 2560, 20, 4, 128, true, blk);
     test_gemv_fused(R, weight_format::fp8_e4m3, 3, 96, 6, 2, 12, true, blk);
+    test_gemv_fused(R, weight_format::fp8_e4m3, 1, 2560, 20, 4, 128, true, blk, kv_format::bf16, false, true);
     for (auto f : {fp8_format::e4m3, fp8_format::e5m2}) {
         test_act_quantize(R, 6, 2560, 2560, f); // 16-byte path
         test_act_quantize(R, 7, 100, 104, f);   // k not a multiple of 8: element path
@@ -2142,7 +2208,10 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_moe_router_norm(R, 3, 44, 7, 3, false);
     test_moe_router_norm(R, 2, 64, 8, 2, true);
     for (auto f : {bf, f8}) {
+        // (At 132 SMs the first and the 12,300-row one take three rows a warp, the last block of
+        // the latter partial: moe_gate_up_gemv.cu, launch_norm.)
         test_gate_up_norm(R, f, 1, 2560, 12288, false);
+        test_gate_up_norm(R, f, 1, 2560, 12300, false);
         test_gate_up_norm(R, f, 2, 2560, 12288, false);
         test_gate_up_norm(R, f, 1, 1024, 3072, false);
         test_gate_up_norm(R, f, 2, 1024, 3072, false);
@@ -2177,6 +2246,13 @@ void run_kernel_tests(runner &R, int cc_major) {
             test_moe_down_shared(R, f, 2, 44, 5, 2, 23, 17, false, scale_layout::channel, rpw);
         }
     }
+    // moe_combine with the next layer's norm: the 21B-A3B's rows (a cluster of ten blocks), a
+    // partial last block, sixteen blocks (the non-portable size), one block.
+    test_moe_combine_norm(R, 1, 2560, 6, true);
+    test_moe_combine_norm(R, 4, 2560, 6, false);
+    test_moe_combine_norm(R, 2, 1000, 3, true);
+    test_moe_combine_norm(R, 1, 4096, 8, true);
+    test_moe_combine_norm(R, 3, 44, 2, false);
     // Slot counters between gate/up and down (decode's default): the 21B-A3B's widths at 1, 4
     // and 8 tokens, one and four rows per warp, odd widths (scalar paths, partial blocks), and
     // once without programmatic launch (the down kernel then starts after gate/up has finished).

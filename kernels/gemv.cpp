@@ -26,7 +26,7 @@ bool gemv_fusion_ok(const gemv_params &p) {
     if (!p.norm.on() && (p.ldx % 8 != 0 || !al16(p.x))) return false;
     if (p.rope_on) {
         const rope_kv_params &r = p.rope;
-        if (!p.norm.on() || p.k_splits > 1 || r.head_dim <= 0 || r.head_dim % 2 != 0 ||
+        if (p.k_splits > 1 || r.head_dim <= 0 || r.head_dim % 2 != 0 ||
             p.n != (r.n_head + 2 * r.n_head_kv) * r.head_dim || !r.q_out || !r.k_cache || !r.v_cache)
             return false;
     }

@@ -89,7 +89,7 @@ template <bool FP8, int MT, bool VEC, bool NORM = false, bool ROPE = false, bool
 __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     static_assert(VEC || (!NORM && !ROPE && !BLK), "the fusions and block scales take the vector path");
     static_assert(FP8 || !BLK, "block scales are FP8's");
-    static_assert(!PRE || (MT == 1 && VEC && !NORM && !ROPE && !BLK), "the preload: one token, plain rows");
+    static_assert(!PRE || (MT == 1 && VEC && !NORM && !BLK), "the preload: one token, rows without the norm");
     extern __shared__ __align__(16) unsigned char gemv_smem[];
     __shared__ float red[NORM ? 32 * MT : 1];
     __shared__ float ep[ROPE ? 4 : 1][8];
@@ -298,14 +298,20 @@ bool block_scaled(const gemv_params &p) {
     return p.wfmt == weight_format::fp8_e4m3 && p.w_layout == scale_layout::block128;
 }
 
+// Whether a one-token launch of p loads its rows into registers before the wait (PRE above).
+template <bool FP8>
+bool preloads(const gemv_params &p, const dim3 &grid) {
+    return grid.z == 1 && p.n_tokens == 1 && p.k <= int64_t(k_pre_vectors) * 32 * vec_elems<FP8> &&
+           p.n * p.k * (FP8 ? 1 : 2) >= g_pre_min_bytes.load(std::memory_order_relaxed);
+}
+
 template <bool FP8, int MT>
 cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t stream) {
     if constexpr (FP8)
         if (block_scaled(p))
             return launch_decode<gemv_kernel<FP8, MT, true, false, false, true>>(grid, 128, 0, stream, p);
     if constexpr (MT == 1)
-        if (vec && grid.z == 1 && p.k <= int64_t(k_pre_vectors) * 32 * vec_elems<FP8> &&
-            p.n * p.k * (FP8 ? 1 : 2) >= g_pre_min_bytes.load(std::memory_order_relaxed))
+        if (vec && preloads<FP8>(p, grid))
             return launch_decode<gemv_kernel<FP8, 1, true, false, false, false, true>>(grid, 128, 0, stream,
                                                                                        p);
     if (vec) return launch_decode<gemv_kernel<FP8, MT, true>>(grid, 128, 0, stream, p);
@@ -314,6 +320,13 @@ cudaError_t launch_mt(const gemv_params &p, bool vec, dim3 grid, cudaStream_t st
 
 template <bool FP8, int MT, bool BLK>
 cudaError_t launch_fused_blk(const gemv_params &p, dim3 grid, size_t smem, cudaStream_t stream) {
+    if (!p.norm.on()) { // rope_on alone: the input rows already normalized (BF16 x)
+        if constexpr (MT == 1 && !BLK)
+            if (preloads<FP8>(p, grid))
+                return launch_decode<gemv_kernel<FP8, 1, true, false, true, false, true>>(grid, 128, 0,
+                                                                                          stream, p);
+        return launch_decode<gemv_kernel<FP8, MT, true, false, true, BLK>>(grid, 128, 0, stream, p);
+    }
     if (p.rope_on) {
         return launch_decode<gemv_kernel<FP8, MT, true, true, true, BLK>>(grid, 128, smem, stream, p);
     }

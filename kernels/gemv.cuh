@@ -9,7 +9,10 @@
 //   normalized in every block (rms_norm's arithmetic) instead of BF16 x: no separate rms_norm launch.
 // - `rope` (rope_on): W is the fused q|k|v projection and the epilogue applies rope_kv to the
 //   outputs instead of writing y: q' → rope.q_out, k' and v → the K/V pools at the token's slot
-//   (rope.qkv and rope.n_tokens are ignored). Needs `norm` too, no split-K and an even head_dim.
+//   (rope.qkv and rope.n_tokens are ignored). Needs no split-K and an even head_dim; with `norm`
+//   the input is normalized in the kernel, without it x holds rows normalized already (decode's
+//   MoE layers: moe_combine's norm output), and one token's rows of a matrix of at least
+//   gemv_preload_min_bytes() load into registers before the wait, as plain rows do.
 #pragma once
 
 #include "kernel_common.h"

@@ -1,5 +1,6 @@
 // CPU twin of moe_combine (see moe_combine.cuh).
 #include "moe_combine.cuh"
+#include "rms_norm.cuh"
 
 namespace es {
 
@@ -12,6 +13,16 @@ void moe_combine_ref(const moe_combine_params &p) {
             for (int64_t j = 0; j < K; ++j) acc += p.weights[t * K + j] * p.y[(t * K + j) * H + i];
             p.x[t * H + i] = acc;
         }
+    if (p.norm_out) {
+        rms_norm_params n;
+        n.x = p.x;
+        n.weight = p.norm_weight;
+        n.out = p.norm_out;
+        n.n_rows = p.n_tokens;
+        n.n_embd = H;
+        n.eps = p.norm_eps;
+        rms_norm_ref(n);
+    }
     for (int64_t r = 0; p.reset && r < p.n_reset; ++r) p.reset[r] = 0;
 }
 

@@ -22,11 +22,22 @@ struct moe_combine_params {
     // which the down kernel before this one has finished waiting on.
     unsigned *reset = nullptr;
     int64_t n_reset = 0;
+    // With norm_out set: each new residual row's RMSNorm too (rms_norm's formula),
+    //   norm_out[t, :] = bf16(norm_weight · (x[t, :] · 1/sqrt(mean(x[t, :]²) + norm_eps))),
+    // decode's next attention input, so that the q/k/v GEMV after this launch need not normalize
+    // it. Needs moe_combine_norm_ok (a thread-block cluster a token adds the row's parts).
+    const bf16_t *norm_weight = nullptr; // [n_embd]
+    float norm_eps = 1e-5f;
+    bf16_t *norm_out = nullptr; // [n_tokens, n_embd]
 };
 
 void moe_combine_ref(const moe_combine_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
 cudaError_t launch_moe_combine(const moe_combine_params &p, cudaStream_t stream);
+// Whether launch_moe_combine can add p's norm (compute capability 9.0: a token's ⌈n_embd / 256⌉ ≤
+// 16 blocks are one cluster, cluster_fits): otherwise it refuses norm_out and the caller
+// normalizes elsewhere.
+bool moe_combine_norm_ok(const moe_combine_params &p);
 #endif
 
 } // namespace es

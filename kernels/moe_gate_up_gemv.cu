@@ -2,10 +2,10 @@
 // (slot, f) streams the expert's gate row f and up row f once (lane_dot2: 16-byte loads of both
 // rows interleaved, four in flight) against the token's activations (L1-resident), reduces by shuffles, and
 // lane 0 writes silu(g)·u. Only the n_tokens·n_expert_used selected (token, expert) rows are read.
-// With the fused norm (norm on): 256-thread blocks, grid (n_ff_exp / 16, slots), each warp two
-// rows f in turn (the block's norm amortized over 16 rows; the 21B-A3B's dense 12,288-row MLP is
-// 768 blocks: the decode carveout holds twelve 5 KB blocks per SM, but at 61 registers (ncu, session
-// 5) four fit, ~1.45 waves); the
+// With the fused norm (norm on): 256-thread blocks, grid (n_ff_exp / 8R, slots), each warp R rows
+// f in turn (the block's norm amortized over 8R rows): R = 2, or 3 where two would need more than
+// one wave (the 21B-A3B's dense 12,288-row MLP: 768 blocks at two rows a warp, ~1.45 waves at the
+// four blocks an SM its registers allow; 512 at three); the
 // rows of a dense MLP (ids null: known before the wait) and their scales start moving into L2
 // before pdl_wait, then every block normalizes its token's residual row into shared memory
 // (block_rms_norm_to_smem, under the weights' fetch) and reads the activations from there; the
@@ -16,11 +16,14 @@
 #include "moe_gate_up_mma.cuh"
 #include "moe_router_device.cuh"
 
+#include <atomic>
+
 namespace es {
 namespace {
 
-// Fused norm: warps per block and rows per warp, amortizing the block's norm.
-constexpr int k_norm_warps = 8, k_norm_rows_per_warp = 2;
+// Fused norm: warps per block; each warp takes R rows f in turn (2, or 3 where two would leave
+// the grid more than one wave: launch_norm), amortizing the block's norm.
+constexpr int k_norm_warps = 8;
 constexpr int k_norm_v = 3; // norm-weight slots per thread loaded before the wait: n_embd ≤ 3,072
 
 // One warp's row f of slot s (BLK: 128×128 block scales, lane_dot2's, no row scale).
@@ -61,11 +64,10 @@ __global__ void __launch_bounds__(128) moe_gate_up_gemv_kernel(moe_gate_up_gemv_
         block_count_add(p.slot_rows_done + s, unsigned(min(int64_t(4), p.n_ff_exp - int64_t(blockIdx.x) * 4)));
 }
 
-template <bool FP8, bool VEC, bool BLK = false>
+template <bool FP8, bool VEC, bool BLK, int R>
 __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kernel(moe_gate_up_gemv_params p) {
     extern __shared__ __align__(16) uint16_t xs[]; // [n_embd] this token's normalized row
     __shared__ float red[32];
-    constexpr int R = k_norm_rows_per_warp;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t s = blockIdx.y, t = s / p.n_expert_used, F = p.n_ff_exp, H = p.n_embd;
     const int64_t f0 = (int64_t(blockIdx.x) * k_norm_warps + warp) * R;
@@ -164,14 +166,30 @@ cudaError_t launch_mma_shape(const moe_gate_up_gemv_params &p, int64_t slots, cu
     return cudaErrorInvalidValue;
 }
 
+// The fused-norm kernel at R = 2 rows a warp, or 3 where two would leave the grid more than one
+// resident wave and three do not (the 21B-A3B's dense 12,288-row MLP: 768 blocks of two rows a
+// warp against 528 resident at four an SM, 512 of three).
+std::atomic<int> g_norm_rows{0}; // set_moe_gate_up_norm_rows: 0 chooses
+
+template <bool FP8, bool VEC, bool BLK>
+cudaError_t launch_norm(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
+    const size_t smem = size_t(p.n_embd) * 2;
+    constexpr unsigned threads = k_norm_warps * 32;
+    const auto blocks = [&](int r) { return int64_t(ceil_div_u(p.n_ff_exp, k_norm_warps * r)) * slots; };
+    const unsigned wave = resident_blocks(
+        reinterpret_cast<const void *>(moe_gate_up_gemv_norm_kernel<FP8, VEC, BLK, 3>), threads, smem);
+    const int forced = g_norm_rows.load(std::memory_order_relaxed);
+    if (forced == 3 || (forced == 0 && wave > 0 && blocks(2) > int64_t(wave) && blocks(3) <= int64_t(wave)))
+        return launch_decode<moe_gate_up_gemv_norm_kernel<FP8, VEC, BLK, 3>>(
+            dim3(ceil_div_u(p.n_ff_exp, k_norm_warps * 3), unsigned(slots)), threads, smem, stream, p);
+    return launch_decode<moe_gate_up_gemv_norm_kernel<FP8, VEC, BLK, 2>>(
+        dim3(ceil_div_u(p.n_ff_exp, k_norm_warps * 2), unsigned(slots)), threads, smem, stream, p);
+}
+
 // Block scales (FP8 only, the vector path only).
 cudaError_t launch_blk(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
     if (p.n_embd % 16 != 0 || !aligned16(p.w)) return cudaErrorInvalidValue;
-    if (p.norm.on()) {
-        const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));
-        return launch_decode<moe_gate_up_gemv_norm_kernel<true, true, true>>(grid, k_norm_warps * 32,
-                                                                             size_t(p.n_embd) * 2, stream, p);
-    }
+    if (p.norm.on()) return launch_norm<true, true, true>(p, slots, stream);
     if (!aligned16(p.x)) return cudaErrorInvalidValue;
     return launch_decode<moe_gate_up_gemv_kernel<true, true, true>>(
         dim3(ceil_div_u(p.n_ff_exp, 4), unsigned(slots)), 128, 0, stream, p);
@@ -186,15 +204,9 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
     }
     if (p.w_tile_major) return cudaErrorInvalidValue; // only the tensor-core kernel reads that layout
     const bool vec_w = p.n_embd % (FP8 ? 16 : 8) == 0 && aligned16(p.w);
-    if (p.norm.on()) {
-        const dim3 grid(ceil_div_u(p.n_ff_exp, k_norm_warps * k_norm_rows_per_warp), unsigned(slots));
-        const size_t smem = size_t(p.n_embd) * 2;
-        const unsigned threads = k_norm_warps * 32;
-        if (vec_w) {
-            return launch_decode<moe_gate_up_gemv_norm_kernel<FP8, true>>(grid, threads, smem, stream, p);
-        }
-        return launch_decode<moe_gate_up_gemv_norm_kernel<FP8, false>>(grid, threads, smem, stream, p);
-    }
+    if (p.norm.on())
+        return vec_w ? launch_norm<FP8, true, false>(p, slots, stream)
+                     : launch_norm<FP8, false, false>(p, slots, stream);
     const dim3 grid(ceil_div_u(p.n_ff_exp, 4), unsigned(slots));
     if (vec_w && aligned16(p.x))
         return launch_decode<moe_gate_up_gemv_kernel<FP8, true>>(grid, 128, 0, stream, p);
@@ -202,6 +214,8 @@ cudaError_t launch_fmt(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
 }
 
 } // namespace
+
+void set_moe_gate_up_norm_rows(int rows) { g_norm_rows.store(rows == 2 || rows == 3 ? rows : 0); }
 
 bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m, bool tile_major) {
 #define ES_MMA_CASE(W, RT, D, TM)                                                                            \

@@ -62,6 +62,9 @@ cudaError_t launch_moe_gate_up_gemv(const moe_gate_up_gemv_params &p, cudaStream
 // Whether the tensor-core kernel has an instance of this shape, for row-major stacks or (tile_major)
 // for the tile-major layout (fp8_tile_major.cuh: four warps, 16-row tiles).
 bool moe_gate_up_mma_shape_ok(const moe_gate_up_gemv_params::mma_shape_t &m, bool tile_major = false);
+// Rows a warp of the fused-norm kernel takes: 2 or 3 (a measuring aid, ES_CUDA_NORM_ROWS); 0,
+// the default, takes 3 where 2 would leave the grid more than one resident wave and 3 do not.
+void set_moe_gate_up_norm_rows(int rows);
 #endif
 
 } // namespace es
