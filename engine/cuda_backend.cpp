@@ -496,6 +496,9 @@ public:
         // memory and a counter instead of inside a thread-block cluster (attention.cuh).
         if (const char *ac = std::getenv("ES_CUDA_ATTN_CLUSTER"))
             set_attention_cluster_merge(std::atoi(ac) != 0);
+        // ES_CUDA_ATTN_MERGE=push: that merge by pushes into the merging blocks instead of pulls.
+        if (const char *am = std::getenv("ES_CUDA_ATTN_MERGE"))
+            set_attention_merge_push(std::string(am) == "push");
         // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
         // one of them (the results are wrong; the time saved is what those launches cost).
         if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {

@@ -474,7 +474,8 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         sync(name);
         // Where the splits merged inside a cluster: the merge through memory and a counter, once
         // more after it re-armed its counters, gives the same bits (attention_decode.cu: merge_fold).
-        std::vector<bf16_t> by_counter;
+        // So does the cluster merge by pushes (attention.cuh: set_attention_merge_push).
+        std::vector<bf16_t> by_counter, by_push;
         if (path == attention_path::automatic && attention_decode_clustered(p)) {
             set_attention_cluster_merge(false);
             const auto launched = launch_attention(p, nullptr);
@@ -483,6 +484,15 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
             ck(again, "launch (counter merge)");
             sync(name);
             by_counter = dout.download();
+            set_attention_merge_push(true);
+            if (attention_decode_clustered(p)) {
+                const auto pushed = launch_attention(p, nullptr);
+                set_attention_merge_push(false);
+                ck(pushed, "launch (cluster merge by pushes)");
+                sync(name);
+                by_push = dout.download();
+            }
+            set_attention_merge_push(false);
         }
         std::vector<bf16_t> out(static_cast<size_t>(T * qd));
         p.q = q.data();
@@ -504,6 +514,9 @@ void test_attention(runner &R, int64_t n_head, int64_t n_head_kv, int64_t hd,
         if (!by_counter.empty())
             R.add("kernel", name + " cluster merge", "outputs differing from the counter merge's (bits)",
                   bit_diffs(first, by_counter), 0.0);
+        if (!by_push.empty())
+            R.add("kernel", name + " cluster merge by pushes",
+                  "outputs differing from the counter merge's (bits)", bit_diffs(by_push, by_counter), 0.0);
     });
 }
 

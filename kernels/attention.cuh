@@ -94,6 +94,9 @@ cudaError_t launch_attention_decode(const attention_params &p, cudaStream_t stre
 // counter (attention_decode.cu); both give the same bits. On by default, process-wide; off is a
 // measuring aid (ES_CUDA_ATTN_CLUSTER=0) and what the self-test compares the cluster merge with.
 void set_attention_cluster_merge(bool on);
+// The cluster merge by pulls from the peers (off, the default) or by pushes into the merging
+// blocks (on: a measuring aid, ES_CUDA_ATTN_MERGE=push; attention_decode.cu says what it costs).
+void set_attention_merge_push(bool on);
 bool attention_cluster_merge();
 // Whether launch_attention_decode would merge p's splits in a cluster.
 bool attention_decode_clustered(const attention_params &p);

@@ -26,13 +26,23 @@
 // One split writes o / l in BF16. Several merge their states: m = max m_s, l = Σ l_s·e^(m_s − m),
 // o = Σ o_s·e^(m_s − m) / l, folded in split order. On compute capability 9.0 the splits of a
 // (tile, KV head) are one thread-block cluster (CL): each block leaves its (o, m, l) in its shared
-// memory, the cluster's barrier publishes them, every block merges its share of the rows' columns
-// reading its peers' shared memory, and a second barrier keeps that memory alive until all have
-// read it. Otherwise (or when the cluster does not fit) every split writes (o, m, l) to `partial`
-// and the last block of the (tile, KV head) to finish — a counter bumped after a fence, as
-// moe_router — merges them and re-arms the counter: a fence, an atomic and a load of the partials,
-// one after another, on the step's critical path. Both fold with the same arithmetic
+// memory, a cluster barrier publishes them, every block merges its share of the rows' columns
+// reading its peers' shared memory, and each thread arrives at a second barrier as soon as its
+// reads are in, its block waiting on it only before leaving (a block's memory must outlive its
+// peers' reads). Otherwise (or when the cluster does not fit) every split writes (o, m, l) to
+// `partial` and the last block of the (tile, KV head) to finish — a counter bumped after a fence,
+// as moe_router — merges them and re-arms the counter: a fence, an atomic and a load of the
+// partials, one after another, on the step's critical path. All fold with the same arithmetic
 // (merge_fold), so they give the same bits.
+//
+// The cluster merge as pushes instead (PUSH, a measuring aid): each block stores its state into
+// the blocks that merge it, one barrier publishes the stores, every block folds from its own
+// memory and none waits for its peers to finish. It needs a receive buffer of its own (a peer may
+// push while the block still stages K; over K itself, behind a barrier that the staging is done,
+// it lost what it gained), 4.6 KB more a block at head_dim 128. H200, session 21, step at
+// position 127, three runs each: 21B-A3B 1,514 µs with both barriers whole, 1,504 pulling with the
+// early arrival (the default), 1,496 pushing; the 0.3B 377.8 / 376.6 / 383.7 — its fused-norm
+// q/k/v GEMV's shared memory leaves the larger block no room beside it.
 #include "attention.cuh"
 #include "kernel_common.cuh"
 #include "mma.cuh"
@@ -79,13 +89,21 @@ constexpr int row_stride() {
 }
 
 template <int HD>
-size_t decode_smem_bytes() {
+__host__ __device__ constexpr size_t decode_smem_bytes() {
     return size_t(k_max_rows + 2 * k_chunk) * row_stride<HD>() * 2;
+}
+// The push merge's receive buffer after the staging buffers (CL, PUSH): [S][J][8] floats, S·J <
+// n_rows·HD/8 + S ≤ HD + 16 items of 32 bytes.
+template <int HD>
+constexpr size_t merge_recv_bytes() {
+    return size_t(HD + 16) * 32;
 }
 
 // F8: E4M3 pools (attention.cuh); a 16-byte load brings 16 elements instead of 8, widened to BF16
 // (fp8 · scale) as they are staged, so shared memory and everything after it are as for BF16.
-template <int HD, bool F8, bool CL>
+// PUSH (CL only): the merge by pushes into the merging blocks, or (off, the default) by pulls from
+// the peers (above; set_attention_merge_push).
+template <int HD, bool F8, bool CL, bool PUSH = false>
 __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_params p) {
     // RS: shared row stride; EPV, LV: K/V elements per 16-byte load and loads per row; KSTEPS: the
     // QK MMA's k-steps; NT: the 8-column output tiles per warp in P·V.
@@ -105,6 +123,7 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     // Everything up to pdl_enter reads only the batch's inputs and keys of earlier steps (no kernel
     // of this step writes them), so it overlaps the previous kernel: the rows' positions, the first
     // chunk's block-table lookups and its K/V rows older than this step.
+    if constexpr (CL && PUSH) cluster_started_arrive(); // the merge pushes into peers (below)
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
     // The loads before the wait form a chain of round trips to memory (decode's is on the step's
     // critical path whenever the previous kernel is short): one-token tiles (max_tile_tokens 1)
@@ -303,9 +322,9 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     }
     constexpr int CPT = 8, TPR = HD / CPT; // the merge: columns per thread, threads per row
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if constexpr (CL) {
+    if constexpr (CL && !PUSH) {
         // The cluster's blocks are the splits (cluster rank = split). o goes where K was staged
-        // (no warp reads it after the barrier above): [k_max_rows][HD] floats.
+        // (no warp of this block reads it after the barrier above): [k_max_rows][HD] floats.
         float *os = reinterpret_cast<float *>(ks);
         if (g < n_rows)
 #pragma unroll
@@ -315,20 +334,24 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
         namespace cg = cooperative_groups;
         cg::cluster_group cluster = cg::this_cluster();
         cluster.sync(); // every split's o, m and l written, and visible across the cluster
-        // Item i = (row, 8 columns) goes to block i mod n_splits: each block merges its share,
-        // every split's state loaded at once (four at a time) from its peers' shared memory.
-        for (int i = split + n_splits * tid; i < n_rows * TPR; i += n_splits * 128) {
+        // Item i = (row, 8 columns) goes to block i mod S (at most one a thread), every split's
+        // state loaded four at a time from its peers' shared memory; a thread arrives at the
+        // cluster's second barrier once its last loads are in, and the block waits for it only
+        // before it leaves (no block leaves while a peer may still read its shared memory).
+        const int S = n_splits, i = split + S * tid;
+        bool arrived = false;
+        if (i < n_rows * TPR) {
             const int r = i / TPR, c0 = (i % TPR) * CPT;
             float M = -INFINITY, L = 0.0f, acc[CPT];
 #pragma unroll
             for (int k = 0; k < CPT; ++k) acc[k] = 0.0f;
-            for (int s0 = 0; s0 < n_splits; s0 += 4) {
+            for (int s0 = 0; s0 < S; s0 += 4) {
                 float ml[4][2], ov[4][CPT];
 #pragma unroll
                 for (int u = 0; u < 4; ++u) {
                     ml[u][0] = -INFINITY;
                     ml[u][1] = 0.0f;
-                    if (s0 + u < n_splits) {
+                    if (s0 + u < S) {
                         const unsigned rank = unsigned(s0 + u);
                         ml[u][0] = *cluster.map_shared_rank(&m_s[r], rank);
                         ml[u][1] = *cluster.map_shared_rank(&l_s[r], rank);
@@ -339,13 +362,77 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
                         ov[u][4] = b.x, ov[u][5] = b.y, ov[u][6] = b.z, ov[u][7] = b.w;
                     }
                 }
+                if (s0 + 4 >= S) { // the last loads: performed before the arrival (release)
+                    asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+                    arrived = true;
+                }
 #pragma unroll
                 for (int u = 0; u < 4; ++u)
-                    if (s0 + u < n_splits) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
+                    if (s0 + u < S) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
             }
             merge_store(p.out + row_off[r] + c0, acc, L);
         }
-        cluster.sync(); // no block leaves while a peer may still read its shared memory
+        if (!arrived) asm volatile("barrier.cluster.arrive.release;" ::: "memory");
+        asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
+        return;
+    }
+    if constexpr (CL && PUSH) {
+        // The cluster's blocks are the splits (cluster rank = split). Each pushes its state to the
+        // blocks that merge it: item i = (row, 8 columns) belongs to block i mod S, at slot i / S
+        // of sender u's region of recv [S][J][8] floats (J = ⌈n_rows·TPR / S⌉ items a block,
+        // merge_recv_bytes after the staging buffers: a peer may push while this block still
+        // stages K), and every row's (m, l) goes to every block (ml_recv[u][r]). One cluster
+        // barrier makes the stores visible (the blocks arrived at an earlier one at their start,
+        // so that none pushes into a peer that has not started); each block then folds its own
+        // items from its own shared memory, so none reads a peer's after the barrier and none
+        // waits for the others to finish.
+        __shared__ float2 ml_recv[16][k_max_rows];
+        namespace cg = cooperative_groups;
+        cg::cluster_group cluster = cg::this_cluster();
+        const int S = n_splits, J = (n_rows * TPR + S - 1) / S;
+        float *recv = reinterpret_cast<float *>(smem_raw + decode_smem_bytes<HD>());
+        cluster_started_wait(); // every peer has started (it arrived at its start)
+        if (g < n_rows)
+#pragma unroll
+            for (int j = 0; j < NT; ++j) {
+                const int c = (warp * NT + j) * 8 + 2 * t, i = g * TPR + c / CPT;
+                float2 *dst = reinterpret_cast<float2 *>(recv + (split * J + i / S) * CPT + c % CPT);
+                *cluster.map_shared_rank(dst, i % S) = make_float2(o[j][0], o[j][1]);
+            }
+        if (tid < n_rows * S)
+            *cluster.map_shared_rank(&ml_recv[split][tid % n_rows], tid / n_rows) =
+                make_float2(m_s[tid % n_rows], l_s[tid % n_rows]);
+        cluster.sync(); // every split's pushes visible in the blocks that merge them
+        // This block's items (at most one a thread: n_rows·TPR ≤ 256 items over S ≥ 2 blocks),
+        // every split's state loaded at once (four at a time).
+        for (int slot = tid; slot < J && split + S * slot < n_rows * TPR; slot += 128) {
+            const int i = split + S * slot, r = i / TPR, c0 = (i % TPR) * CPT;
+            float M = -INFINITY, L = 0.0f, acc[CPT];
+#pragma unroll
+            for (int k = 0; k < CPT; ++k) acc[k] = 0.0f;
+            for (int s0 = 0; s0 < S; s0 += 4) {
+                float ml[4][2], ov[4][CPT];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    ml[u][0] = -INFINITY;
+                    ml[u][1] = 0.0f;
+                    if (s0 + u < S) {
+                        const float2 v = ml_recv[s0 + u][r];
+                        ml[u][0] = v.x;
+                        ml[u][1] = v.y;
+                        const float4 *po =
+                            reinterpret_cast<const float4 *>(recv + ((s0 + u) * J + slot) * CPT);
+                        const float4 a = po[0], b = po[1];
+                        ov[u][0] = a.x, ov[u][1] = a.y, ov[u][2] = a.z, ov[u][3] = a.w;
+                        ov[u][4] = b.x, ov[u][5] = b.y, ov[u][6] = b.z, ov[u][7] = b.w;
+                    }
+                }
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+                    if (s0 + u < S) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
+            }
+            merge_store(p.out + row_off[r] + c0, acc, L);
+        }
         return;
     }
 #endif
@@ -401,21 +488,30 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     }
 }
 
+std::atomic<bool> g_merge_push{false}; // set_attention_merge_push
+
 // Whether this launch merges its splits in a cluster (set_attention_cluster_merge, cluster_fits).
 template <int HD, bool F8>
 bool clustered_hd_kv(const attention_params &p) {
-    return p.kv_splits > 1 && g_cluster_merge.load(std::memory_order_relaxed) &&
-           cluster_fits(reinterpret_cast<const void *>(attention_decode_kernel<HD, F8, true>),
-                        int(p.kv_splits), 128, decode_smem_bytes<HD>());
+    if (p.kv_splits <= 1 || !g_cluster_merge.load(std::memory_order_relaxed)) return false;
+    return g_merge_push.load(std::memory_order_relaxed)
+               ? cluster_fits(reinterpret_cast<const void *>(attention_decode_kernel<HD, F8, true, true>),
+                              int(p.kv_splits), 128, decode_smem_bytes<HD>() + merge_recv_bytes<HD>())
+               : cluster_fits(reinterpret_cast<const void *>(attention_decode_kernel<HD, F8, true, false>),
+                              int(p.kv_splits), 128, decode_smem_bytes<HD>());
 }
 
 template <int HD, bool F8>
 cudaError_t launch_hd_kv(const attention_params &p, cudaStream_t stream) {
     const dim3 grid(unsigned(p.n_tiles), unsigned(p.n_head_kv), unsigned(p.kv_splits));
     const size_t smem = decode_smem_bytes<HD>();
+    const dim3 cluster(1, 1, unsigned(p.kv_splits));
     if (clustered_hd_kv<HD, F8>(p))
-        return launch_decode_clusters<attention_decode_kernel<HD, F8, true>>(
-            dim3(1, 1, unsigned(p.kv_splits)), grid, 128, smem, stream, p);
+        return g_merge_push.load(std::memory_order_relaxed)
+                   ? launch_decode_clusters<attention_decode_kernel<HD, F8, true, true>>(
+                         cluster, grid, 128, smem + merge_recv_bytes<HD>(), stream, p)
+                   : launch_decode_clusters<attention_decode_kernel<HD, F8, true, false>>(cluster, grid, 128,
+                                                                                          smem, stream, p);
     return launch_decode<attention_decode_kernel<HD, F8, false>>(grid, 128, smem, stream, p);
 }
 
@@ -441,6 +537,7 @@ bool attention_decode_ok(const attention_params &p) {
 }
 
 void set_attention_cluster_merge(bool on) { g_cluster_merge.store(on, std::memory_order_relaxed); }
+void set_attention_merge_push(bool on) { g_merge_push.store(on, std::memory_order_relaxed); }
 bool attention_cluster_merge() { return g_cluster_merge.load(std::memory_order_relaxed); }
 
 bool attention_decode_clustered(const attention_params &p) {

@@ -84,6 +84,23 @@ __host__ __device__ inline bool aligned16(const void *p) {
 
 inline unsigned ceil_div_u(int64_t a, int64_t b) { return unsigned((a + b - 1) / b); }
 
+// ---- thread-block clusters (compute capability 9.0) ---------------------------------------------
+// A block may touch a peer's shared memory only once the peer has started. Kernels that push into
+// their peers' shared memory before their first full cluster barrier arrive here at their start
+// (cluster_started_arrive) and wait just before the first push (cluster_started_wait): every
+// thread of the cluster calls both, once. By then the peers have long started, so the wait costs
+// nothing on the critical path. No-ops below 9.0.
+__device__ __forceinline__ void cluster_started_arrive() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void cluster_started_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
+#endif
+}
+
 // ---- programmatic dependent launch (kernel_common.h) -------------------------------------------
 // pdl_wait: blocks until every kernel this one may overlap has finished and its writes are
 // visible; call it before the first access to memory another kernel writes or reads (a no-op

@@ -2,9 +2,9 @@
 // every load of a token is in flight at once (one block per token striding over n_embd waited on
 // ten load round trips). With x_ready the residual is read before pdl_wait. With the norm (NORM),
 // a token's blocks are one thread-block cluster: each block reduces its part of the row's sum of
-// squares, a cluster barrier publishes the parts, every block adds them in rank order (the same
-// sum in all of them) from its peers' shared memory and writes its elements normalized, and a
-// second barrier keeps the parts alive until all have read them.
+// squares and stores it into every block's shared memory, a cluster barrier publishes the parts,
+// and every block adds them in rank order (the same sum in all of them) and writes its elements
+// normalized.
 #include "kernel_common.cuh"
 #include "moe_combine.cuh"
 
@@ -19,6 +19,7 @@ constexpr int k_threads = 256;
 
 template <bool NORM>
 __global__ void __launch_bounds__(k_threads) moe_combine_kernel(moe_combine_params p) {
+    if constexpr (NORM) cluster_started_arrive(); // the norm pushes into peers (below)
     const int64_t t = blockIdx.x, K = p.n_expert_used, H = p.n_embd,
                   i = int64_t(blockIdx.z) * blockDim.x + threadIdx.x;
     const float x_early = p.x_ready && i < H ? __ldcg(p.x + t * H + i) : 0.0f;
@@ -35,23 +36,23 @@ __global__ void __launch_bounds__(k_threads) moe_combine_kernel(moe_combine_para
     }
     if constexpr (NORM) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-        __shared__ float red[k_threads / 32], part;
+        __shared__ float red[k_threads / 32], parts[16]; // parts[r]: block r's sum (pushed by it)
         const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
         const float v = warp_sum(acc * acc);
         if (lane == 0) red[warp] = v;
         __syncthreads();
-        if (warp == 0) {
-            const float b = warp_sum(lane < k_threads / 32 ? red[lane] : 0.0f);
-            if (lane == 0) part = b;
-        }
         namespace cg = cooperative_groups;
         cg::cluster_group cluster = cg::this_cluster();
-        cluster.sync(); // every block's part written, visible across the cluster
+        cluster_started_wait(); // every peer has started (it arrived at its start)
+        if (warp == 0) {
+            const float b = warp_sum(lane < k_threads / 32 ? red[lane] : 0.0f);
+            if (lane < int(gridDim.z)) *cluster.map_shared_rank(&parts[blockIdx.z], lane) = b;
+        }
+        cluster.sync(); // every block's part in every block's shared memory
         float ss = 0.0f;
-        for (unsigned r = 0; r < gridDim.z; ++r) ss += *cluster.map_shared_rank(&part, r);
+        for (unsigned r = 0; r < gridDim.z; ++r) ss += parts[r];
         const float scale = 1.0f / sqrtf(ss / float(H) + p.norm_eps);
         if (i < H) p.norm_out[t * H + i] = f_to_bf16(w * (acc * scale));
-        cluster.sync(); // no block leaves while a peer may still read its part
 #else
         __trap(); // launch_moe_combine launches the norm only where clusters exist
 #endif
