@@ -2073,6 +2073,8 @@ void run_kernel_tests(runner &R, int cc_major) {
         // The input normalized already (moe_combine's norm_out): the 21B-A3B's one-token shape loads
         // its rows into registers before the wait; the 0.3B's and batches do not.
         test_gemv_fused(R, f, 1, 2560, 20, 4, 128, true, scale_layout::channel, kv_format::bf16, false, true);
+        test_gemv_fused(R, f, 1, 2560, 20, 4, 128, true, scale_layout::channel, kv_format::fp8_e4m3, false, true);
+        test_gemv_fused(R, f, 1, 2048, 16, 4, 128, true, scale_layout::channel, kv_format::bf16, false, true);
         test_gemv_fused(R, f, 1, 1024, 16, 2, 64, true, scale_layout::channel, kv_format::fp8_e4m3, false,
                         true);
         test_gemv_fused(R, f, 5, 2560, 20, 4, 128, true, scale_layout::channel, kv_format::bf16, false, true);
