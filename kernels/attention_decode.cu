@@ -79,6 +79,36 @@ __device__ __forceinline__ void merge_store(uint16_t *dst, const float (&acc)[8]
                    pack_bf16x2(acc[4] * inv, acc[5] * inv), pack_bf16x2(acc[6] * inv, acc[7] * inv));
 }
 
+// One merge item (a row's eight columns) of S splits, stored at dst: the splits' states loaded four
+// at a time — load(u, m, l, o) fills split u's, wherever the merge keeps them — and folded in
+// split order (merge_fold); last_loaded() runs once the last group's loads are issued.
+template <typename Load, typename Last>
+__device__ __forceinline__ void merge_item(int S, uint16_t *dst, Load load, Last last_loaded) {
+    float M = -INFINITY, L = 0.0f, acc[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[k] = 0.0f;
+    for (int s0 = 0; s0 < S; s0 += 4) {
+        float ml[4][2], ov[4][8];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            ml[u][0] = -INFINITY;
+            ml[u][1] = 0.0f;
+            if (s0 + u < S) load(s0 + u, ml[u][0], ml[u][1], ov[u]);
+        }
+        if (s0 + 4 >= S) last_loaded();
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+            if (s0 + u < S) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
+    }
+    merge_store(dst, acc, L);
+}
+
+// Eight floats from two 16-byte loads (16-byte aligned; generic addressing: a peer's shared memory too).
+__device__ __forceinline__ void load8(const float *src, float (&o)[8]) {
+    const float4 a = reinterpret_cast<const float4 *>(src)[0], b = reinterpret_cast<const float4 *>(src)[1];
+    o[0] = a.x, o[1] = a.y, o[2] = a.z, o[3] = a.w, o[4] = b.x, o[5] = b.y, o[6] = b.z, o[7] = b.w;
+}
+
 constexpr int k_chunk = 32, k_rows = 32, k_max_rows = 2 * 4; // k_rows: the partial buffer's row stride
 
 // Shared rows (Q, K, V) in BF16 elements: 16-byte aligned, and 8 consecutive rows' 16-byte pieces
@@ -342,35 +372,17 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
         bool arrived = false;
         if (i < n_rows * TPR) {
             const int r = i / TPR, c0 = (i % TPR) * CPT;
-            float M = -INFINITY, L = 0.0f, acc[CPT];
-#pragma unroll
-            for (int k = 0; k < CPT; ++k) acc[k] = 0.0f;
-            for (int s0 = 0; s0 < S; s0 += 4) {
-                float ml[4][2], ov[4][CPT];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    ml[u][0] = -INFINITY;
-                    ml[u][1] = 0.0f;
-                    if (s0 + u < S) {
-                        const unsigned rank = unsigned(s0 + u);
-                        ml[u][0] = *cluster.map_shared_rank(&m_s[r], rank);
-                        ml[u][1] = *cluster.map_shared_rank(&l_s[r], rank);
-                        const float4 *po =
-                            reinterpret_cast<const float4 *>(cluster.map_shared_rank(os + r * HD + c0, rank));
-                        const float4 a = po[0], b = po[1];
-                        ov[u][0] = a.x, ov[u][1] = a.y, ov[u][2] = a.z, ov[u][3] = a.w;
-                        ov[u][4] = b.x, ov[u][5] = b.y, ov[u][6] = b.z, ov[u][7] = b.w;
-                    }
-                }
-                if (s0 + 4 >= S) { // the last loads: performed before the arrival (release)
+            merge_item(
+                S, p.out + row_off[r] + c0,
+                [&](int u, float &m, float &l, float(&ov)[CPT]) {
+                    m = *cluster.map_shared_rank(&m_s[r], u);
+                    l = *cluster.map_shared_rank(&l_s[r], u);
+                    load8(cluster.map_shared_rank(os + r * HD + c0, u), ov);
+                },
+                [&] { // the last loads: performed before the arrival (release)
                     asm volatile("barrier.cluster.arrive.release;" ::: "memory");
                     arrived = true;
-                }
-#pragma unroll
-                for (int u = 0; u < 4; ++u)
-                    if (s0 + u < S) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
-            }
-            merge_store(p.out + row_off[r] + c0, acc, L);
+                });
         }
         if (!arrived) asm volatile("barrier.cluster.arrive.release;" ::: "memory");
         asm volatile("barrier.cluster.wait.acquire;" ::: "memory");
@@ -407,31 +419,14 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
         // every split's state loaded at once (four at a time).
         for (int slot = tid; slot < J && split + S * slot < n_rows * TPR; slot += 128) {
             const int i = split + S * slot, r = i / TPR, c0 = (i % TPR) * CPT;
-            float M = -INFINITY, L = 0.0f, acc[CPT];
-#pragma unroll
-            for (int k = 0; k < CPT; ++k) acc[k] = 0.0f;
-            for (int s0 = 0; s0 < S; s0 += 4) {
-                float ml[4][2], ov[4][CPT];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) {
-                    ml[u][0] = -INFINITY;
-                    ml[u][1] = 0.0f;
-                    if (s0 + u < S) {
-                        const float2 v = ml_recv[s0 + u][r];
-                        ml[u][0] = v.x;
-                        ml[u][1] = v.y;
-                        const float4 *po =
-                            reinterpret_cast<const float4 *>(recv + ((s0 + u) * J + slot) * CPT);
-                        const float4 a = po[0], b = po[1];
-                        ov[u][0] = a.x, ov[u][1] = a.y, ov[u][2] = a.z, ov[u][3] = a.w;
-                        ov[u][4] = b.x, ov[u][5] = b.y, ov[u][6] = b.z, ov[u][7] = b.w;
-                    }
-                }
-#pragma unroll
-                for (int u = 0; u < 4; ++u)
-                    if (s0 + u < S) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
-            }
-            merge_store(p.out + row_off[r] + c0, acc, L);
+            merge_item(
+                S, p.out + row_off[r] + c0,
+                [&](int u, float &m, float &l, float(&ov)[CPT]) {
+                    m = ml_recv[u][r].x;
+                    l = ml_recv[u][r].y;
+                    load8(recv + (u * J + slot) * CPT, ov);
+                },
+                [] {});
         }
         return;
     }
@@ -458,33 +453,21 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     // ~3 µs of a 6 µs decode attention.
     for (int r = tid / TPR; r < n_rows; r += 128 / TPR) {
         const int c0 = (tid % TPR) * CPT;
-        float M = -INFINITY, L = 0.0f, acc[CPT];
+        merge_item(
+            n_splits, p.out + row_off[r] + c0,
+            [&](int u, float &m, float &l, float(&ov)[CPT]) { // (HD + 2)-float rows: 8-byte aligned
+                const float *part = p.partial + ((slot_base + u) * k_rows + r) * (HD + 2);
+                const float2 mlv = __ldcg(reinterpret_cast<const float2 *>(part + HD));
+                m = mlv.x;
+                l = mlv.y;
 #pragma unroll
-        for (int i = 0; i < CPT; ++i) acc[i] = 0.0f;
-        for (int s0 = 0; s0 < n_splits; s0 += 4) {
-            float ml[4][2], ov[4][CPT];
-#pragma unroll
-            for (int u = 0; u < 4; ++u) {
-                ml[u][0] = -INFINITY;
-                ml[u][1] = 0.0f;
-                if (s0 + u < n_splits) { // (HD + 2)-float rows: 8-byte aligned
-                    const float *part = p.partial + ((slot_base + s0 + u) * k_rows + r) * (HD + 2);
-                    const float2 mlv = __ldcg(reinterpret_cast<const float2 *>(part + HD));
-                    ml[u][0] = mlv.x;
-                    ml[u][1] = mlv.y;
-#pragma unroll
-                    for (int i = 0; i < CPT / 2; ++i) {
-                        const float2 v = __ldcg(reinterpret_cast<const float2 *>(part + c0) + i);
-                        ov[u][2 * i] = v.x;
-                        ov[u][2 * i + 1] = v.y;
-                    }
+                for (int q = 0; q < CPT / 2; ++q) {
+                    const float2 v = __ldcg(reinterpret_cast<const float2 *>(part + c0) + q);
+                    ov[2 * q] = v.x;
+                    ov[2 * q + 1] = v.y;
                 }
-            }
-#pragma unroll
-            for (int u = 0; u < 4; ++u)
-                if (s0 + u < n_splits) merge_fold(M, L, acc, ml[u][0], ml[u][1], ov[u]);
-        }
-        merge_store(p.out + row_off[r] + c0, acc, L);
+            },
+            [] {});
     }
 }
 
