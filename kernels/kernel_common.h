@@ -229,7 +229,8 @@ int decode_carveout();
 // for 2–8 tokens (measured: kernel_common.cuh, launch_decode).
 inline int decode_carveout_for_tokens(int64_t tokens) { return tokens >= 2 && tokens <= 8 ? 14 : 28; }
 // How many blocks of `threads` threads and `smem` bytes of dynamic shared memory of this kernel
-// the current device holds at once (blocks an SM × SMs; cached per kernel and device): the grid
+// the current device holds at once (blocks an SM × SMs; cached per kernel, device, threads and
+// shared memory): the grid
 // of a persistent kernel, one wave. 0 when the runtime cannot say (the caller then keeps its grid).
 unsigned resident_blocks(const void *kernel, int threads, size_t smem);
 // The current device's compute capability as major·10 + minor (90 for Hopper), 0 when the runtime

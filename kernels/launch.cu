@@ -49,7 +49,7 @@ int decode_carveout() { return t_decode_carveout; }
 
 namespace {
 std::mutex g_resident_mutex;
-std::map<std::pair<const void *, int>, unsigned> g_resident; // (kernel, device) → blocks
+std::map<std::tuple<const void *, int, int, size_t>, unsigned> g_resident; // (kernel, device, threads, smem) → blocks
 } // namespace
 
 unsigned resident_blocks(const void *kernel, int threads, size_t smem) {
@@ -59,7 +59,7 @@ unsigned resident_blocks(const void *kernel, int threads, size_t smem) {
         return 0;
     }
     std::lock_guard<std::mutex> lock(g_resident_mutex);
-    const auto key = std::make_pair(kernel, dev);
+    const auto key = std::make_tuple(kernel, dev, threads, smem);
     if (const auto it = g_resident.find(key); it != g_resident.end()) return it->second;
     int per_sm = 0, sms = 0;
     if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess ||
