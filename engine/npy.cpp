@@ -2,10 +2,12 @@
 // rename so a reader never sees half an array.
 #include "npy.h"
 
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <regex>
-#include <sstream>
+#include <string_view>
 
 namespace es {
 
@@ -41,36 +43,61 @@ status write_npy_f32(const std::filesystem::path &path, const float *data, const
 }
 
 result<npy_array> read_npy_f32(const std::filesystem::path &path) {
+    const std::string name = path.string();
     std::ifstream f(path, std::ios::binary);
-    if (!f) return error{"cannot open " + path.string()};
+    if (!f) return error{"cannot open " + name};
+    f.seekg(0, std::ios::end);
+    const uint64_t file_bytes = uint64_t(std::max<std::streamoff>(f.tellg(), 0));
+    f.seekg(0);
     char magic[8];
-    if (!f.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0) return error{path.string() + ": not a .npy file"};
+    if (!f.read(magic, 8) || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+        return error{name + ": not a .npy file"};
+    const int version = static_cast<unsigned char>(magic[6]);
+    if (version < 1 || version > 3)
+        return error{name + ": .npy format version " + std::to_string(version) +
+                     " (this reader knows 1 to 3)"};
     uint32_t hlen = 0;
-    if (magic[6] == 1) {
-        uint16_t l = 0;
-        f.read(reinterpret_cast<char *>(&l), 2);
-        hlen = l;
-    } else {
-        f.read(reinterpret_cast<char *>(&hlen), 4);
-    }
+    unsigned char len_bytes[4] = {};
+    const int n_len = version == 1 ? 2 : 4;
+    if (!f.read(reinterpret_cast<char *>(len_bytes), n_len)) return error{name + ": truncated header"};
+    for (int i = n_len - 1; i >= 0; --i) hlen = hlen << 8 | len_bytes[i];
+    const uint64_t data_start = 8 + uint64_t(n_len) + hlen;
+    if (data_start > file_bytes)
+        return error{name + ": header of " + std::to_string(hlen) + " bytes runs past the end of the file"};
     std::string header(hlen, '\0');
-    if (!f.read(header.data(), hlen)) return error{path.string() + ": truncated header"};
-    if (header.find("'<f4'") == std::string::npos) return error{path.string() + ": dtype is not little-endian float32"};
-    if (header.find("'fortran_order': False") == std::string::npos) return error{path.string() + ": Fortran order"};
-    std::smatch m;
-    if (!std::regex_search(header, m, std::regex("'shape': \\(([^)]*)\\)"))) return error{path.string() + ": no shape"};
+    if (!f.read(header.data(), hlen)) return error{name + ": truncated header"};
+    if (header.find("'<f4'") == std::string::npos)
+        return error{name + ": dtype is not little-endian float32"};
+    if (header.find("'fortran_order': False") == std::string::npos) return error{name + ": Fortran order"};
+    const size_t open = header.find("'shape': (");
+    const size_t close = open == std::string::npos ? open : header.find(')', open);
+    if (close == std::string::npos) return error{name + ": no shape"};
+    const std::string dims = header.substr(open + 10, close - open - 10);
     npy_array a;
-    std::stringstream ss(m[1].str());
-    std::string part;
-    int64_t n = 1;
-    while (std::getline(ss, part, ','))
-        if (part.find_first_not_of(' ') != std::string::npos) {
-            a.shape.push_back(std::stoll(part));
-            n *= a.shape.back();
+    uint64_t n = 1;
+    for (size_t at = 0; at <= dims.size();) {
+        size_t comma = dims.find(',', at);
+        if (comma == std::string::npos) comma = dims.size();
+        std::string_view part(dims.data() + at, comma - at);
+        while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
+        while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
+        if (!part.empty()) {
+            int64_t d = 0;
+            const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), d);
+            if (ec != std::errc() || end != part.data() + part.size() || d < 0)
+                return error{name + ": shape (" + dims + ") is not a tuple of non-negative integers"};
+            a.shape.push_back(d);
+            if (__builtin_mul_overflow(n, uint64_t(d), &n)) n = UINT64_MAX;
         }
+        at = comma + 1;
+    }
+    const uint64_t data_bytes = file_bytes - data_start;
+    if (n > data_bytes / sizeof(float))
+        return error{name + ": shape (" + dims + ") needs more data than the file's " +
+                     std::to_string(data_bytes) + " bytes"};
     a.data.resize(size_t(n));
     if (!f.read(reinterpret_cast<char *>(a.data.data()), std::streamsize(n * sizeof(float))))
-        return error{path.string() + ": truncated data"};
+        return error{name + ": truncated data"};
     return a;
 }
 

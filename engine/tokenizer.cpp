@@ -49,7 +49,7 @@ std::optional<json> read_json_object(const fs::path &file) {
     json j;
     try {
         j = json::parse(text);
-    } catch (const json::parse_error &e) {
+    } catch (const json::exception &e) { // parse_error, and out_of_range for a number like 1e999
         std::string what = e.what();
         const size_t p = what.find("] "); // drop nlohmann's "[json.exception.parse_error.101] "
         fail(file.string() + ": not valid JSON (" + (p == std::string::npos ? what : what.substr(p + 2)) +

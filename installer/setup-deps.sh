@@ -24,6 +24,8 @@ packages=(
   xvfb xauth fonts-wqy-microhei
   # report tests: PDF pages rendered with pdftoppm; JSON outputs validated against their schemas
   poppler-utils python3-jsonschema
+  # the fuzz targets (tests/fuzz): clang with libFuzzer and the sanitizers' runtime, its OpenMP
+  clang libclang-rt-14-dev libomp-14-dev
   # packaging (installer/packaging.cmake, test_package.sh, validate_metadata.sh): the icon's PNG
   # sizes (rsvg-convert), CPack's dependency scan (dpkg-shlibdeps, file), lintian, a fresh
   # Debian root for the install test, AppStream / desktop-entry / man-page validators

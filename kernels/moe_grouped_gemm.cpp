@@ -39,7 +39,9 @@ void moe_grouped_gemm_ref(const moe_grouped_gemm_params &p) {
             for (int64_t i = p.offsets[e]; i < p.offsets[e + 1]; ++i) work.emplace_back(e, p.sorted_slots[i]);
 #pragma omp parallel for schedule(dynamic, 4)
         for (int64_t wi = 0; wi < int64_t(work.size()); ++wi) {
-            const auto [e, slot] = work[static_cast<size_t>(wi)];
+            // Plain names, not a structured binding: the lambda below captures e (clang 14).
+            const int64_t e = work[static_cast<size_t>(wi)].first,
+                          slot = work[static_cast<size_t>(wi)].second;
             const int64_t ar = slot / p.a_row_div;
             const float sa = p.a_scale[ar];
             std::vector<float> a(static_cast<size_t>(k));

@@ -22,6 +22,7 @@
 #include <QtTest>
 
 #include <cstdio>
+#include <limits>
 
 using namespace es;
 
@@ -941,6 +942,30 @@ private Q_SLOTS:
         cut.chop(1);
         QVERIFY(!decodeProfileSteps(cut));                        // a record cut short
         QVERIFY(!decodeMemorySamples(QByteArray("\x02\x00", 2))); // unknown format
+    }
+
+    // Found by tests/fuzz: extreme values round-trip (differences wrap, no signed overflow), a
+    // count beyond int is refused, and a trace whose zlib length is damaged is refused before
+    // qUncompress() would allocate it.
+    void profileCodecsAtTheLimits() {
+        constexpr qint64 lo = std::numeric_limits<qint64>::min(), hi = std::numeric_limits<qint64>::max();
+        const QList<qint64> times = {hi, lo, 0, lo, hi};
+        QCOMPARE(decodeTokenTimes(encodeTokenTimes(times)), std::optional<QList<qint64>>(times));
+        const QList<ProfileStep> steps = {{lo, hi, 1, 2, 3, lo, hi, 0, -1}, {hi, lo, -4, 5, 6, 7, 8, 9, 10}};
+        QCOMPARE(decodeProfileSteps(encodeProfileSteps(steps)), std::optional<QList<ProfileStep>>(steps));
+        const QList<ProfileMemorySample> mem = {{hi, lo, 3}, {lo, hi, -3}};
+        QCOMPARE(decodeMemorySamples(encodeMemorySamples(mem)),
+                 std::optional<QList<ProfileMemorySample>>(mem));
+
+        QByteArray wide("\x01", 1); // one step whose n_seqs (third field) is 2^40
+        for (quint8 b : {0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0, 0, 0, 0, 0, 0}) wide.append(char(b));
+        QVERIFY(!decodeProfileSteps(wide));
+
+        QByteArray trace = encodeRoutingTrace({1, 2}, {0.5f, 0.5f}, 8);
+        trace[12] = char(0x7f); // after the 12-byte header, qCompress()'s big-endian length: ~2 GB
+        QList<qint16> ids;
+        QList<float> w;
+        QVERIFY(!decodeRoutingTrace(trace, &ids, &w));
     }
 
     void profileStoredWithReply() {

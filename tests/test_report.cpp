@@ -307,6 +307,26 @@ private slots:
             << QByteArray(R"({"format":"expertscope.conversation","version":1,)" + conv + R"(,"messages":[)" +
                           QByteArray(msg1).replace("}", R"(,"profile":{"token_times_us":[1.5]}})") + "]}")
             << QStringLiteral("token_times_us");
+        // Found by tests/fuzz: values that would not survive the next export, or the store.
+        QTest::newRow("token time beyond float")
+            << QByteArray(R"({"format":"expertscope.conversation","version":1,)" + conv + R"(,"messages":[)" +
+                          QByteArray(msg1).replace("}", R"(,"metrics":{"token_times_ms":[1.0,2e94]}})") +
+                          "]}")
+            << QStringLiteral("\"token_times_ms\" holds a value that is not a number in float range");
+        QTest::newRow("token time of 2^63 µs")
+            << QByteArray(
+                   R"({"format":"expertscope.conversation","version":1,)" + conv + R"(,"messages":[)" +
+                   QByteArray(msg1).replace("}", R"(,"profile":{"token_times_us":[9223372036854775808]}})") +
+                   "]}")
+            << QStringLiteral("token_times_us");
+        QTest::newRow("routing layer twice")
+            << QByteArray(
+                   R"({"format":"expertscope.conversation","version":1,)" + conv + R"(,"messages":[)" +
+                   QByteArray(msg1).replace(
+                       "}",
+                       R"(,"routing":[{"layer":1,"expert_counts":[1]},{"layer":1,"expert_counts":[2]}]})") +
+                   "]}")
+            << QStringLiteral("lists layer 1 twice");
     }
     void importRefusesBadFiles() {
         QFETCH(QByteArray, json);

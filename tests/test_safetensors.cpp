@@ -2,6 +2,7 @@
 // and of safetensors_file / weight_store: every malformed-header class is refused with a message
 // naming the file, the tensor and the expectation; valid single files and sharded folders load.
 #include "dtype.h"
+#include "npy.h"
 #include "safetensors.h"
 #include "test_support.h"
 
@@ -62,6 +63,7 @@ private slots:
     void valid_single_file();
     void weight_store_dir_data();
     void weight_store_dir();
+    void npy_round_trip_and_malformed();
 };
 
 void test_safetensors::dtype_names() {
@@ -422,6 +424,57 @@ void test_safetensors::weight_store_dir() {
         convert_to_f32(dtype::f32, s.find("b")->data, v, 2);
         QCOMPARE(v[0], 2.0f);
         QCOMPARE(v[1], 3.0f);
+    }
+}
+
+// The .npy reader (reference logits): what the writer wrote comes back; a header the fuzzer
+// (tests/fuzz/fuzz_npy) broke is refused with a message, never an exception or a huge allocation.
+void test_safetensors::npy_round_trip_and_malformed() {
+    QTemporaryDir tmp;
+    const std::string path = tmp.filePath("a.npy").toStdString();
+    const std::vector<float> v = {1.f, -2.f, 3.5f, 0.f, 5.f, 6.f};
+    QVERIFY(write_npy_f32(path, v.data(), {2, 3}).ok());
+    auto a = read_npy_f32(path);
+    QVERIFY2(a.ok(), a.ok() ? "" : a.message().c_str());
+    QCOMPARE(a->shape, (std::vector<int64_t>{2, 3}));
+    QCOMPARE(a->data, v);
+
+    auto header = [](const std::string &dict, char version = 1) {
+        std::string h = std::string("\x93NUMPY", 6) + version + '\0';
+        const uint16_t n = uint16_t(dict.size());
+        h += char(n & 0xff);
+        h += char(n >> 8);
+        if (version != 1) h += std::string(2, '\0');
+        return h + dict;
+    };
+    const struct {
+        const char *name;
+        std::string bytes;
+        const char *expect;
+    } cases[] = {
+        {"shape not a number",
+         header("{'descr': '<f4', 'fortran_order': False, 'shape': (x, 3), }") + std::string(24, '\0'),
+         "is not a tuple of non-negative integers"},
+        {"negative dim", header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2, 3), }"),
+         "is not a tuple of non-negative integers"},
+        {"dim beyond int64",
+         header("{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,), }"),
+         "is not a tuple of non-negative integers"},
+        {"more data than the file",
+         header("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000000, 1000000000), }"),
+         "needs more data than the file's 0 bytes"},
+        {"unknown version", header("{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }", 9) + "abcd",
+         "format version 9"},
+        {"header past the end", std::string("\x93NUMPY\x01\x00\xff\x7f{'descr'", 17),
+         "runs past the end of the file"},
+    };
+    for (const auto &c : cases) {
+        const std::string p = tmp.filePath("bad.npy").toStdString();
+        QVERIFY(write_file(QString::fromStdString(p), QByteArray(c.bytes.data(), qsizetype(c.bytes.size()))));
+        auto r = read_npy_f32(p);
+        QVERIFY2(!r.ok(), c.name);
+        QVERIFY2(r.message().find(c.expect) != std::string::npos,
+                 (std::string(c.name) + ": " + r.message()).c_str());
     }
 }
 

@@ -574,6 +574,8 @@ void TestServer::malformed_data() {
     const QString msgs = R"("messages":[{"role":"user","content":"hi"}])";
     QTest::newRow("bad json") << chat << R"({"messages":[)" << k << 400 << "";
     QTest::newRow("not an object") << chat << "[1,2]" << k << 400 << "";
+    QTest::newRow("number beyond double")
+        << chat << "{" + msgs + R"(,"temperature":2e2221})" << k << 400 << "";
     QTest::newRow("empty body") << chat << "" << k << 400 << "";
     QTest::newRow("missing messages") << chat << R"({"model":"moe-shared"})" << k << 400 << "messages";
     QTest::newRow("messages not array") << chat << R"({"messages":"hi"})" << k << 400 << "messages";

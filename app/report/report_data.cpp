@@ -6,6 +6,7 @@
 #include "routing_stats.h"
 
 #include <QJsonDocument>
+#include <QSet>
 
 #include <cmath>
 #include <limits>
@@ -107,9 +108,11 @@ bool readIntList(const QJsonObject &o, const char *key, QList<T> *out, QString *
     const QJsonArray a = v.toArray();
     out->reserve(a.size());
     for (const QJsonValue &x : a) {
+        // T's range as doubles: min is a power of two (or 0), exact; the bound above is 2^digits,
+        // exclusive (double(max) of a 64-bit T rounds up to 2^63 or 2^64, which T cannot hold).
         const double d = x.toDouble(kNaN);
         if (!x.isDouble() || d != std::floor(d) || d < double(std::numeric_limits<T>::min()) ||
-            d > double(std::numeric_limits<T>::max()))
+            d >= std::ldexp(1.0, std::numeric_limits<T>::digits))
             return fieldError(
                 error,
                 QStringLiteral("\"%1\" holds a value that is not a valid integer").arg(QLatin1String(key)));
@@ -125,9 +128,12 @@ bool readFloatList(const QJsonObject &o, const char *key, QList<float> *out, QSt
     if (!v.isArray())
         return fieldError(error, QStringLiteral("\"%1\" is not an array").arg(QLatin1String(key)));
     for (const QJsonValue &x : v.toArray()) {
-        if (!x.isDouble())
-            return fieldError(
-                error, QStringLiteral("\"%1\" holds a value that is not a number").arg(QLatin1String(key)));
+        // Stored as float32: a number beyond its range would become infinity, which JSON cannot
+        // write back (an export would then not import).
+        if (!x.isDouble() || std::fabs(x.toDouble()) > double(std::numeric_limits<float>::max()))
+            return fieldError(error,
+                              QStringLiteral("\"%1\" holds a value that is not a number in float range")
+                                  .arg(QLatin1String(key)));
         out->append(float(x.toDouble()));
     }
     return true;
@@ -243,6 +249,7 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
     p.phases = {ph.value(QStringLiteral("attention")).toDouble(), ph.value(QStringLiteral("moe")).toDouble(),
                 ph.value(QStringLiteral("dense")).toDouble(), ph.value(QStringLiteral("sampling")).toDouble(),
                 ph.value(QStringLiteral("other")).toDouble()};
+    QSet<qint64> layers;
     for (const QJsonValue &x : o.value(QStringLiteral("routing")).toArray()) {
         const QJsonObject r = x.toObject();
         LayerRouting lr;
@@ -250,6 +257,15 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
         if (!readInt(r, "layer", &layer, error, true) ||
             !readIntList(r, "expert_counts", &lr.expertCounts, error))
             return std::nullopt;
+        if (layer < 0 || layer > std::numeric_limits<int>::max()) {
+            fieldError(error, QStringLiteral("\"routing\" has layer %1, not a layer index").arg(layer));
+            return std::nullopt;
+        }
+        if (layers.contains(layer)) {
+            fieldError(error, QStringLiteral("\"routing\" lists layer %1 twice").arg(layer));
+            return std::nullopt;
+        }
+        layers.insert(layer);
         lr.layer = int(layer);
         p.routing.append(lr);
     }
@@ -424,8 +440,7 @@ std::optional<Report> benchReport(const QJsonObject &j, const QString &source, Q
     p.modelHash = j.value(QStringLiteral("model_hash")).toString();
     p.precision = j.value(QStringLiteral("precision")).toString();
     p.sampling = QJsonObject{{QStringLiteral("temperature"), 0}}; // bench feeds fixed token ids, no sampling
-    if (j.value(QStringLiteral("seed")).isDouble())
-        p.seed = quint64(j.value(QStringLiteral("seed")).toDouble());
+    if (j.value(QStringLiteral("seed")).isDouble()) p.seed = seedFromJson(j.value(QStringLiteral("seed")));
     p.source = source;
     r.title = QStringLiteral("Benchmark: %1 on %2").arg(p.modelName, p.backend);
     for (const QJsonValue &v : results.toArray()) {

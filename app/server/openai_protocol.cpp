@@ -158,7 +158,7 @@ std::optional<api_error> parse_request(const std::string &body, api_kind kind, c
     json b;
     try {
         b = json::parse(body);
-    } catch (const json::parse_error &e) {
+    } catch (const json::exception &e) { // parse_error, and out_of_range for a number like 1e999
         return bad("", std::string("the body is not valid JSON: ") + e.what());
     }
     if (!b.is_object()) return bad("", std::string("the body must be a JSON object, not ") + type_name(b));

@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstring>
+#include <limits>
 
 namespace es {
 
@@ -48,6 +49,14 @@ bool getVarint(const QByteArray &in, qsizetype &at, quint64 *v) {
         }
     }
     return false;
+}
+
+// Differences and running sums wrap modulo 2^64 (unsigned arithmetic): every qint64 sequence
+// round-trips exactly, and a damaged BLOB cannot overflow a signed sum.
+qint64 wrappingSub(qint64 a, qint64 b) { return qint64(quint64(a) - quint64(b)); }
+qint64 wrappingAdd(qint64 a, qint64 b) { return qint64(quint64(a) + quint64(b)); }
+bool fitsInt(qint64 v) {
+    return v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max();
 }
 
 void putZigzag(QByteArray &out, qint64 v) { putVarint(out, (quint64(v) << 1) ^ quint64(v >> 63)); }
@@ -83,7 +92,7 @@ QByteArray encodeProfileSteps(const QList<ProfileStep> &steps) {
     out.append(char(1));
     qint64 prev = 0;
     for (const ProfileStep &s : steps) {
-        putZigzag(out, s.tStartUs - prev);
+        putZigzag(out, wrappingSub(s.tStartUs, prev));
         prev = s.tStartUs;
         for (qint64 v : {s.durationUs, qint64(s.nSeqs), qint64(s.nPrefillTokens), qint64(s.nDecodeTokens),
                          s.attentionUs, s.moeUs, s.denseUs, s.samplingUs})
@@ -99,7 +108,8 @@ std::optional<QList<ProfileStep>> decodeProfileSteps(const QByteArray &b) {
     out.reserve(records->size());
     qint64 t = 0;
     for (const auto &r : *records) {
-        t += r[0];
+        if (!fitsInt(r[2]) || !fitsInt(r[3]) || !fitsInt(r[4])) return std::nullopt;
+        t = wrappingAdd(t, r[0]);
         out.append({t, r[1], int(r[2]), int(r[3]), int(r[4]), r[5], r[6], r[7], r[8]});
     }
     return out;
@@ -111,8 +121,8 @@ QByteArray encodeMemorySamples(const QList<ProfileMemorySample> &samples) {
     out.append(char(1));
     qint64 prevT = 0, prevB = 0;
     for (const ProfileMemorySample &m : samples) {
-        putZigzag(out, m.tUs - prevT);
-        putZigzag(out, m.inUseBytes - prevB);
+        putZigzag(out, wrappingSub(m.tUs, prevT));
+        putZigzag(out, wrappingSub(m.inUseBytes, prevB));
         putZigzag(out, m.kvBlocksUsed);
         prevT = m.tUs;
         prevB = m.inUseBytes;
@@ -126,8 +136,9 @@ std::optional<QList<ProfileMemorySample>> decodeMemorySamples(const QByteArray &
     QList<ProfileMemorySample> out;
     qint64 t = 0, bytes = 0;
     for (const auto &r : *records) {
-        t += r[0];
-        bytes += r[1];
+        if (!fitsInt(r[2])) return std::nullopt;
+        t = wrappingAdd(t, r[0]);
+        bytes = wrappingAdd(bytes, r[1]);
         out.append({t, bytes, int(r[2])});
     }
     return out;
@@ -139,7 +150,7 @@ QByteArray encodeTokenTimes(const QList<qint64> &timesUs) {
     out.append(char(1));
     qint64 prev = 0;
     for (qint64 t : timesUs) {
-        const qint64 d = t - prev;
+        const qint64 d = wrappingSub(t, prev);
         prev = t;
         putVarint(out, (quint64(d) << 1) ^ quint64(d >> 63)); // zigzag: small negatives stay small
     }
@@ -153,7 +164,7 @@ std::optional<QList<qint64>> decodeTokenTimes(const QByteArray &b) {
     for (qsizetype at = 1; at < b.size();) {
         quint64 z = 0;
         if (!getVarint(b, at, &z)) return std::nullopt;
-        prev += qint64(z >> 1) ^ -qint64(z & 1);
+        prev = wrappingAdd(prev, qint64(z >> 1) ^ -qint64(z & 1));
         out.append(prev);
     }
     return out;
@@ -196,6 +207,13 @@ bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *w
     const int idBytes = b[5];
     if (idBytes != 1 && idBytes != 2) return false;
     const qsizetype n = qFromLittleEndian<quint32>(b.constData() + 8);
+    // qCompress() puts the uncompressed length first (big-endian): it must be the payload's, and
+    // zlib cannot expand more than 1032:1, so a damaged length is refused before qUncompress()
+    // would allocate it.
+    if (b.size() < kTraceHeader + 4) return false;
+    const quint64 claimed = qFromBigEndian<quint32>(b.constData() + kTraceHeader);
+    if (claimed != quint64(n) * quint64(idBytes + 2) || claimed > quint64(b.size() - kTraceHeader) * 1032)
+        return false;
     const QByteArray payload = qUncompress(b.mid(kTraceHeader));
     if (payload.size() != n * idBytes + n * 2) return false;
     const char *p = payload.constData();

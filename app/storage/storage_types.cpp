@@ -5,6 +5,8 @@
 #include <QJsonArray>
 #include <QtEndian>
 
+#include <cmath>
+
 namespace es {
 
 QString messageRoleName(MessageRole role) {
@@ -83,6 +85,20 @@ QJsonObject SamplingParams::toJson() const {
     return o;
 }
 
+std::optional<quint64> seedFromJson(const QJsonValue &v) {
+    if (v.isDouble()) {
+        const double d = v.toDouble();
+        if (d >= 0 && d < 18446744073709551616.0) return quint64(d); // [0, 2^64): the cast is defined
+        return std::nullopt;
+    }
+    if (v.isString()) {
+        bool ok = false;
+        const quint64 s = v.toString().toULongLong(&ok);
+        if (ok) return s;
+    }
+    return std::nullopt;
+}
+
 SamplingParams SamplingParams::fromJson(const QJsonObject &o) {
     SamplingParams p;
     p.temperature = getDouble(o, "temperature");
@@ -93,14 +109,7 @@ SamplingParams SamplingParams::fromJson(const QJsonObject &o) {
     p.presencePenalty = getDouble(o, "presence_penalty");
     p.frequencyPenalty = getDouble(o, "frequency_penalty");
     p.maxTokens = getInt(o, "max_tokens");
-    const QJsonValue seed = o.value(QLatin1String("seed"));
-    if (seed.isDouble() && seed.toDouble() >= 0) {
-        p.seed = quint64(seed.toDouble());
-    } else if (seed.isString()) {
-        bool ok = false;
-        const quint64 s = seed.toString().toULongLong(&ok);
-        if (ok) p.seed = s;
-    }
+    p.seed = seedFromJson(o.value(QLatin1String("seed")));
     for (const QJsonValue &s : o.value(QLatin1String("stop")).toArray())
         if (s.isString()) p.stopStrings.append(s.toString());
     return p;
@@ -120,7 +129,9 @@ ConversationSettings ConversationSettings::fromJson(const QJsonObject &o) {
     ConversationSettings s;
     s.sampling = SamplingParams::fromJson(o.value(QLatin1String("sampling")).toObject());
     const QJsonValue preset = o.value(QLatin1String("preset_id"));
-    if (preset.isDouble()) s.presetId = qint64(preset.toDouble());
+    // Ids are SQLite rowids, exact as doubles up to 2^53; anything else is not an id.
+    if (preset.isDouble() && std::fabs(preset.toDouble()) <= 9007199254740992.0)
+        s.presetId = qint64(preset.toDouble());
     s.extra = o;
     s.extra.remove(QLatin1String("sampling"));
     s.extra.remove(QLatin1String("preset_id"));

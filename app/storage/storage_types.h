@@ -51,6 +51,10 @@ struct SamplingParams {
     bool operator==(const SamplingParams &) const = default;
 };
 
+// A seed as JSON holds it: a non-negative number below 2^64 (a fraction is dropped) or a decimal
+// string; nullopt for anything else (negative, too large, NaN, another type).
+std::optional<quint64> seedFromJson(const QJsonValue &v);
+
 // Per-conversation settings (conversations.settings JSON). Keys this version does not know are
 // kept in `extra` and written back, so an older build never drops a newer build's settings.
 struct ConversationSettings {

@@ -1,0 +1,48 @@
+// Loading a model folder the fuzzers assembled, and a few greedy tokens from it when it loads.
+#pragma once
+
+#include "fuzz_support.h"
+#include "generate.h"
+#include "model.h"
+
+#include <vector>
+
+namespace es::fuzz {
+
+// The reference checkpoint the model fuzzers start from (tests/data/moe-odd: MoE with dense
+// first layers, an odd head count, an untied head).
+inline std::filesystem::path reference_checkpoint() {
+    return std::filesystem::path(ES_FUZZ_DATA_DIR) / "moe-odd";
+}
+
+// Loads dir on the CPU (one thread, no tokenizer) and, when it loads, generates three tokens
+// greedily from a short prompt: either step may fail with a message, nothing may crash, and
+// every token generated lies in the vocabulary.
+inline void load_and_generate(const std::filesystem::path &dir) {
+    model_load_params p;
+    p.kind = backend_kind::cpu;
+    p.n_threads = 1;
+    p.need_tokenizer = false;
+    auto m = load_model(dir, p);
+    if (!m) {
+        ES_FUZZ_CHECK(fuzz::is_specific(m.message()));
+        return;
+    }
+    const auto &cfg = (*m)->config;
+    // Folders whose compute would take more than a moment are out of this fuzzer's scope.
+    if (cfg.n_layer * cfg.n_embd * cfg.n_vocab > int64_t(1) << 30) return;
+    std::vector<int32_t> prompt;
+    for (int32_t id : {1, 5, 17, 42}) prompt.push_back(int32_t(id % cfg.n_vocab));
+    if (int64_t(prompt.size()) + 3 >= cfg.n_ctx_train) prompt.resize(1);
+    sampling_params sp;
+    sp.temperature = 0.0f;
+    sp.max_tokens = 3;
+    auto r = generate_tokens(*(*m)->be, prompt, sp);
+    if (!r) {
+        ES_FUZZ_CHECK(fuzz::is_specific(r.message()));
+        return;
+    }
+    for (int32_t id : r->tokens) ES_FUZZ_CHECK(id >= 0 && id < cfg.n_vocab);
+}
+
+} // namespace es::fuzz
