@@ -15,7 +15,9 @@
 #define ES_X86 1
 // GCC 12 warns inside its own _mm512_reduce_add_ps (an undefined vector it fills itself).
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#if !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #endif
 
 namespace es::cpu {
