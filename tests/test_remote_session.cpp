@@ -27,6 +27,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <limits>
+
 using namespace es;
 
 namespace {
@@ -125,6 +127,7 @@ private slots:
     void chatWindowStoresRemoteReplies();
     void dialogFetchesModels();
     void serverWithoutExpertMetricsIsSaidPlainly();
+    void hostileMetricsAreBounded();
     void streamCutShortFails();
     void backToTheLocalEngine();
 
@@ -512,6 +515,48 @@ void TestRemoteSession::serverWithoutExpertMetricsIsSaidPlainly() {
     panel.refresh();
     const QString caption = panel.findChild<RoutingView *>()->caption();
     QVERIFY2(caption.contains("does not expose expert metrics"), qPrintable(caption));
+}
+
+// A server's /metrics is outside input: NaN, infinities, 1e300 and labels beyond any model's
+// layers or experts neither crash the client nor reach the charts as nonsense (before, each of
+// these was a cast of an out-of-range double, undefined, and a label of 2^31 - 1 experts sized a
+// 16 GiB vector).
+void TestRemoteSession::hostileMetricsAreBounded() {
+    CannedServer fake;
+    fake.routes["/v1/models"] =
+        CannedServer::ok("application/json", R"({"object":"list","data":[{"id":"m"}]})");
+    fake.routes["/metrics"] = CannedServer::ok(
+        "text/plain",
+        "vllm:num_requests_running NaN\nvllm:num_requests_waiting +Inf\n"
+        "vllm:generation_tokens_total 1e300\nexpertscope:engine_steps_total -Inf\n"
+        "expertscope:kv_blocks{state=\"total\"} 1e12\nexpertscope:kv_blocks{state=\"used\"} 1e15\n"
+        "expertscope:memory_bytes{kind=\"weights\"} 1e300\nexpertscope:memory_bytes{kind=\"kv_total\"} NaN\n"
+        "expertscope:memory_fragmentation NaN\nexpertscope:kv_cache_waste 7\n"
+        "expertscope:expert_tokens_total{layer=\"1\",expert=\"2147483647\"} 5\n"
+        "expertscope:expert_tokens_total{layer=\"-3\",expert=\"0\"} 5\n"
+        "expertscope:expert_tokens_total{layer=\"x\",expert=\"0\"} 5\n"
+        "expertscope:expert_tokens_total{layer=\"2\",expert=\"3\"} +Inf\n");
+    QVERIFY(fake.listen(QHostAddress::LocalHost));
+    EngineSession s(EngineSessionOptions{.backend = "cpu"});
+    QSignalSpy ok(&s, &EngineSession::modelLoaded);
+    s.connectRemote(
+        {QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
+    QVERIFY(ok.wait(15000));
+    const TelemetryView t = s.telemetry();
+    QCOMPARE(t.running, 0);
+    QCOMPARE(t.waiting, std::numeric_limits<int>::max());
+    QCOMPARE(t.tokensGenerated, std::numeric_limits<quint64>::max());
+    QCOMPARE(t.memory.kvBlocksTotal, 1 << 30);
+    QCOMPARE(t.memory.kvBlocksUsed, 1 << 30);
+    QCOMPARE(t.memory.kvBlocksFree, 0);
+    QCOMPARE(t.memory.weightsBytes, qint64(1) << 50);
+    QCOMPARE(t.memory.kvBlockBytes, qint64(0));
+    QCOMPARE(t.memory.fragmentation, 0.0);
+    QCOMPARE(t.memory.kvWaste, 1.0);
+    // Only the one sample with sane labels is routing: layer 2, expert 3 of 4.
+    QCOMPARE(t.moeLayers, QList<int>{2});
+    QCOMPARE(t.nExperts, 4);
+    QCOMPARE(t.expertTokens, (QList<quint64>{0, 0, 0, std::numeric_limits<quint64>::max()}));
 }
 
 // A stream that ends without a finish reason (the server died or closed early) fails the reply

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace es {
 
@@ -21,6 +22,26 @@ namespace {
 constexpr int kPumpMs = 33;
 constexpr int kScrapeMs = 1000;
 constexpr size_t kWindowScrapes = 10; // the live routing window: the last ~10 s
+
+// A server's /metrics is outside input: its numbers are bounded before they become counts, so a
+// buggy or hostile server (NaN, +Inf, 1e300, a layer label of 2^31) cannot make a cast undefined,
+// a product overflow or an allocation explode. Byte figures stop at 2^50 (1 PiB), block counts
+// at 2^30, and layers and experts are indices below kMaxRoutingIndex.
+constexpr double kMaxBytes = 1125899906842624.0; // 2^50
+constexpr double kMaxBlocks = 1073741824.0;      // 2^30
+constexpr int kMaxRoutingIndex = 1024;
+
+// NaN and negatives are 0; beyond `top` (or T's range) the value stops there.
+template <typename T>
+T boundedCount(double v, double top = std::numeric_limits<double>::infinity()) {
+    if (!(v > 0)) return T(0);
+    const double limit = std::ldexp(1.0, std::numeric_limits<T>::digits); // T holds [0, limit)
+    if (v >= limit) return top < limit ? T(top) : std::numeric_limits<T>::max();
+    return v >= top ? T(top) : T(v);
+}
+
+// A ratio in [0, 1]; NaN is 0.
+double fraction(double v) { return std::isnan(v) ? 0.0 : std::clamp(v, 0.0, 1.0); }
 
 QString serverErrorMessage(const QByteArray &body) {
     const QJsonDocument doc = QJsonDocument::fromJson(body);
@@ -300,39 +321,56 @@ void RemoteClient::applyMetrics(const PromExposition &p) {
         return p.sum(QLatin1String(name), match);
     };
     const std::optional<double> steps = val("expertscope:engine_steps_total");
-    t.nSteps = steps ? quint64(*steps) : m_nScrapes;
-    t.running = int(val("vllm:num_requests_running").value_or(0));
-    t.waiting = int(val("vllm:num_requests_waiting").value_or(0));
-    t.tokensGenerated = quint64(val("vllm:generation_tokens_total").value_or(0));
-    t.prefixQueries = quint64(val("vllm:prefix_cache_queries_total").value_or(0));
-    t.prefixHits = quint64(val("vllm:prefix_cache_hits_total").value_or(0));
+    // Step counts stay below 2^53 so that they are exact as the doubles of m_stepsHistory.
+    t.nSteps = steps ? boundedCount<quint64>(*steps, 9007199254740992.0) : m_nScrapes;
+    t.running = boundedCount<int>(val("vllm:num_requests_running").value_or(0));
+    t.waiting = boundedCount<int>(val("vllm:num_requests_waiting").value_or(0));
+    t.tokensGenerated = boundedCount<quint64>(val("vllm:generation_tokens_total").value_or(0));
+    t.prefixQueries = boundedCount<quint64>(val("vllm:prefix_cache_queries_total").value_or(0));
+    t.prefixHits = boundedCount<quint64>(val("vllm:prefix_cache_hits_total").value_or(0));
 
     MemoryView &m = t.memory;
     if (const auto blocks = val("expertscope:kv_blocks", {{"state", "total"}})) {
-        m.kvBlocksTotal = int(*blocks);
-        m.kvBlocksUsed = int(val("expertscope:kv_blocks", {{"state", "used"}}).value_or(0));
-        m.kvBlocksCached = int(val("expertscope:kv_blocks", {{"state", "cached"}}).value_or(0));
-        m.kvBlocksFree = std::max(0, m.kvBlocksTotal - m.kvBlocksUsed);
-        const double kvTotal = val("expertscope:memory_bytes", {{"kind", "kv_total"}}).value_or(0);
-        m.kvBlockBytes = m.kvBlocksTotal > 0 ? qint64(kvTotal / m.kvBlocksTotal) : 0;
-        m.weightsBytes = qint64(val("expertscope:memory_bytes", {{"kind", "weights"}}).value_or(0));
-        m.allocInUse = qint64(val("expertscope:memory_bytes", {{"kind", "workspace"}}).value_or(0));
-        m.fragmentation = val("expertscope:memory_fragmentation").value_or(0);
-        m.kvWaste = val("expertscope:kv_cache_waste").value_or(0);
+        m.kvBlocksTotal = boundedCount<int>(*blocks, kMaxBlocks);
+        m.kvBlocksUsed =
+            std::min(m.kvBlocksTotal,
+                     boundedCount<int>(val("expertscope:kv_blocks", {{"state", "used"}}).value_or(0)));
+        m.kvBlocksCached =
+            std::min(m.kvBlocksTotal,
+                     boundedCount<int>(val("expertscope:kv_blocks", {{"state", "cached"}}).value_or(0)));
+        m.kvBlocksFree = m.kvBlocksTotal - m.kvBlocksUsed;
+        const qint64 kvTotal = boundedCount<qint64>(
+            val("expertscope:memory_bytes", {{"kind", "kv_total"}}).value_or(0), kMaxBytes);
+        m.kvBlockBytes = m.kvBlocksTotal > 0 ? kvTotal / m.kvBlocksTotal : 0;
+        m.weightsBytes = boundedCount<qint64>(
+            val("expertscope:memory_bytes", {{"kind", "weights"}}).value_or(0), kMaxBytes);
+        m.allocInUse = boundedCount<qint64>(
+            val("expertscope:memory_bytes", {{"kind", "workspace"}}).value_or(0), kMaxBytes);
+        m.fragmentation = fraction(val("expertscope:memory_fragmentation").value_or(0));
+        m.kvWaste = fraction(val("expertscope:kv_cache_waste").value_or(0));
     } else if (auto perc = val("vllm:kv_cache_usage_perc") ? val("vllm:kv_cache_usage_perc")
                                                            : val("vllm:gpu_cache_usage_perc")) {
         // vLLM / SGLang-style: a usage fraction, and the block count in cache_config_info's labels.
         int total = 0;
         for (const PromSample &s : p.family(QStringLiteral("vllm:cache_config_info")))
-            total = std::max(total, s.label(QStringLiteral("num_gpu_blocks")).toInt());
+            total =
+                std::max(total, std::min(s.label(QStringLiteral("num_gpu_blocks")).toInt(), int(kMaxBlocks)));
         m.kvBlocksTotal = total > 0 ? total : 1000;
-        m.kvBlocksUsed = int(std::lround(std::clamp(*perc, 0.0, 1.0) * m.kvBlocksTotal));
+        m.kvBlocksUsed = int(std::lround(fraction(*perc) * m.kvBlocksTotal));
         m.kvBlocksFree = m.kvBlocksTotal - m.kvBlocksUsed;
     }
 
     // Expert routing: cumulative counts per (layer, expert), the window as the difference with
     // the scrape kWindowScrapes ago.
-    const QList<PromSample> experts = p.family(QStringLiteral("expertscope:expert_tokens_total"));
+    // Samples whose layer or expert label is not an index below kMaxRoutingIndex are left out.
+    QList<PromSample> experts = p.family(QStringLiteral("expertscope:expert_tokens_total"));
+    experts.removeIf([](const PromSample &s) {
+        bool okLayer = false, okExpert = false;
+        const int layer = s.label(QStringLiteral("layer")).toInt(&okLayer);
+        const int expert = s.label(QStringLiteral("expert")).toInt(&okExpert);
+        return !okLayer || !okExpert || layer < 0 || layer >= kMaxRoutingIndex || expert < 0 ||
+               expert >= kMaxRoutingIndex;
+    });
     m_hasExpertMetrics = !experts.isEmpty();
     t.noExpertMetrics = !m_hasExpertMetrics;
     if (m_hasExpertMetrics) {
@@ -348,7 +386,7 @@ void RemoteClient::applyMetrics(const PromExposition &p) {
         for (const PromSample &s : experts) {
             const int slot = int(layers.indexOf(s.label(QStringLiteral("layer")).toInt()));
             const int e = s.label(QStringLiteral("expert")).toInt();
-            if (slot >= 0 && e >= 0) counts[slot * nExperts + e] = quint64(std::max(0.0, s.value));
+            if (slot >= 0 && e >= 0) counts[slot * nExperts + e] = boundedCount<quint64>(s.value);
         }
         if (!m_expertHistory.empty() && m_expertHistory.back().size() != counts.size()) {
             m_expertHistory.clear(); // the server's model changed
@@ -368,7 +406,7 @@ void RemoteClient::applyMetrics(const PromExposition &p) {
         t.nExperts = nExperts;
         t.expertTokens = counts;
         t.expertTokensWindow = window;
-        t.windowSteps = int(m_stepsHistory.back() - m_stepsHistory.front());
+        t.windowSteps = boundedCount<int>(m_stepsHistory.back() - m_stepsHistory.front());
         t.windowSeconds = double(m_expertHistory.size() - 1) * kScrapeMs / 1000.0;
     }
     m_telemetry = t;
