@@ -11,7 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 
 namespace es {
@@ -67,7 +71,8 @@ result<sampling_params> load_generation_config(const std::filesystem::path &dir,
     if (j.is_discarded() || !j.is_object()) return error{path.string() + ": not a JSON object"};
     auto num = [&](const char *key, float &dst) -> status {
         if (!j.contains(key) || j[key].is_null()) return ok_status();
-        if (!j[key].is_number()) return error{path.string() + ": key '" + key + "' must be a number"};
+        if (!j[key].is_number() || !(std::fabs(j[key].get<double>()) <= std::numeric_limits<float>::max()))
+            return error{path.string() + ": key '" + key + "' must be a number"};
         dst = j[key].get<float>();
         return ok_status();
     };
@@ -75,14 +80,36 @@ result<sampling_params> load_generation_config(const std::filesystem::path &dir,
                         {"repetition_penalty", &sp.repetition_penalty}}) {
         if (auto s = num(k, *d); !s) return s.err();
     }
-    if (j.contains("top_k") && j["top_k"].is_number_integer()) sp.top_k = j["top_k"].get<int32_t>();
+    // Integers are taken only where they fit 32 bits (a wider one would wrap into another id).
+    auto int32_of = [](const nlohmann::json &v) -> std::optional<int32_t> {
+        if (!v.is_number_integer()) return std::nullopt;
+        const int64_t x = v.is_number_unsigned() ? int64_t(std::min<uint64_t>(v.get<uint64_t>(), INT64_MAX))
+                                                 : v.get<int64_t>();
+        if (x < INT32_MIN || x > INT32_MAX) return std::nullopt;
+        return int32_t(x);
+    };
+    if (j.contains("top_k") && j["top_k"].is_number_integer()) {
+        const auto k = int32_of(j["top_k"]);
+        if (!k) return error{path.string() + ": key 'top_k' is " + j["top_k"].dump() + ", beyond 32 bits"};
+        sp.top_k = *k;
+    }
     if (j.contains("eos_token_id")) {
         const auto &e = j["eos_token_id"];
         std::vector<int32_t> ids;
-        if (e.is_number_integer()) ids.push_back(e.get<int32_t>());
-        else if (e.is_array())
+        auto add = [&](const nlohmann::json &x) -> status {
+            if (!x.is_number_integer()) return ok_status(); // not an id: ignored, as before
+            const auto id = int32_of(x);
+            if (!id || *id < 0)
+                return error{path.string() + ": 'eos_token_id' holds " + x.dump() + ", not a token id"};
+            ids.push_back(*id);
+            return ok_status();
+        };
+        if (e.is_array()) {
             for (const auto &x : e)
-                if (x.is_number_integer()) ids.push_back(x.get<int32_t>());
+                if (auto s = add(x); !s) return s.err();
+        } else if (auto s = add(e); !s) {
+            return s.err();
+        }
         for (int32_t id : ids)
             if (std::find(sp.stop_ids.begin(), sp.stop_ids.end(), id) == sp.stop_ids.end()) sp.stop_ids.push_back(id);
     }

@@ -12,7 +12,8 @@ std::string sampling_params::validate() const {
     if (top_k < 0) return "top_k must be >= 0";
     if (!(top_p > 0.0f && top_p <= 1.0f)) return "top_p must be in (0, 1]";
     if (!(min_p >= 0.0f && min_p <= 1.0f)) return "min_p must be in [0, 1]";
-    if (!(repetition_penalty > 0.0f)) return "repetition_penalty must be > 0";
+    if (!(repetition_penalty > 0.0f) || !std::isfinite(repetition_penalty))
+        return "repetition_penalty must be > 0 and finite";
     if (!std::isfinite(presence_penalty) || !std::isfinite(frequency_penalty))
         return "penalties must be finite";
     if (max_tokens < 0) return "max_tokens must be >= 0";

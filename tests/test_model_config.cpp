@@ -1,6 +1,7 @@
 // Tests of config.json parsing (HF defaults, rope forms, MoE layer selection, every refusal with a
 // message naming the key and the expectation), the benchmark shapes, and bind_model_tensors on
 // tiny model folders written in the test (missing, transposed, FP8 tensors; mtp skipped).
+#include "model.h"
 #include "model_config.h"
 #include "model_tensors.h"
 #include "safetensors.h"
@@ -48,6 +49,8 @@ private slots:
     void moe_layer_selection();
     void shapes();
     void load_from_dir();
+    void generation_config_data();
+    void generation_config();
 
     void bind_valid_data();
     void bind_valid();
@@ -342,6 +345,56 @@ void test_model_config::load_from_dir() {
     QVERIFY2(good.ok(), good.ok() ? "" : good.message().c_str());
     QCOMPARE(good->n_expert, int64_t(4));
     QCOMPARE(good->arch_name, std::string("Ernie4_5_MoeForCausalLM"));
+}
+
+// ----- generation_config.json ---------------------------------------------------------------
+
+// The sampling defaults: the file's values over HF's, its eos ids added to the config's; values a
+// float or 32 bits cannot hold, or that are not token ids, are refused naming the key (before,
+// 2^40 wrapped into another id and 1e300 became an infinite temperature).
+void test_model_config::generation_config_data() {
+    QTest::addColumn<QByteArray>("text");
+    QTest::addColumn<QString>("expect"); // empty: loads
+    QTest::newRow("hub file")
+        << QByteArray(R"({"temperature": 0.6, "top_p": 0.9, "top_k": 20, "eos_token_id": [2, 7]})")
+        << QString();
+    QTest::newRow("not an object") << QByteArray("[1]") << QStringLiteral("not a JSON object");
+    QTest::newRow("temperature string")
+        << QByteArray(R"({"temperature": "hot"})") << QStringLiteral("'temperature' must be a number");
+    QTest::newRow("temperature beyond float")
+        << QByteArray(R"({"temperature": 1e300})") << QStringLiteral("'temperature' must be a number");
+    QTest::newRow("top_k beyond 32 bits") << QByteArray(R"({"top_k": 10000000000})")
+                                          << QStringLiteral("'top_k' is 10000000000, beyond 32 bits");
+    QTest::newRow("eos beyond 32 bits")
+        << QByteArray(R"({"eos_token_id": [2, 1099511627776]})")
+        << QStringLiteral("'eos_token_id' holds 1099511627776, not a token id");
+    QTest::newRow("eos negative") << QByteArray(R"({"eos_token_id": -1})")
+                                  << QStringLiteral("'eos_token_id' holds -1, not a token id");
+    QTest::newRow("penalty large but finite")
+        << QByteArray(R"({"repetition_penalty": 3e38, "temperature": 0.5})") << QString();
+}
+
+void test_model_config::generation_config() {
+    QFETCH(QByteArray, text);
+    QFETCH(QString, expect);
+    QTemporaryDir tmp;
+    QVERIFY(write_file(tmp.filePath("generation_config.json"), text));
+    model_config cfg = *model_config_for_shape("ernie-4.5-0.3b");
+    cfg.eos_ids = {2};
+    auto sp = load_generation_config(tmp.path().toStdString(), cfg);
+    if (expect.isEmpty()) {
+        QVERIFY2(sp.ok(), sp.ok() ? "" : sp.message().c_str());
+        QVERIFY(sp->validate().empty());
+        if (QTest::currentDataTag() == QLatin1String("hub file")) {
+            QCOMPARE(sp->temperature, 0.6f);
+            QCOMPARE(sp->top_k, 20);
+            QCOMPARE(sp->stop_ids, (std::vector<int32_t>{2, 7}));
+        }
+        return;
+    }
+    QVERIFY(!sp.ok());
+    QVERIFY2(QString::fromStdString(sp.message()).contains(expect), sp.message().c_str());
+    QVERIFY2(QString::fromStdString(sp.message()).contains("generation_config.json"), sp.message().c_str());
 }
 
 // ----- bind_model_tensors ------------------------------------------------------------------
