@@ -319,6 +319,12 @@ private slots:
                    QByteArray(msg1).replace("}", R"(,"profile":{"token_times_us":[9223372036854775808]}})") +
                    "]}")
             << QStringLiteral("token_times_us");
+        QTest::newRow("trace weight beyond float16")
+            << QByteArray(
+                   R"({"format":"expertscope.conversation","version":1,)" + conv + R"(,"messages":[)" +
+                   QByteArray(msg1).replace("}", R"(,"profile":{"trace_ids":[1],"trace_weights":[1e10]}})") +
+                   "]}")
+            << QStringLiteral("not a router weight in [0, 1]");
         QTest::newRow("routing layer twice")
             << QByteArray(
                    R"({"format":"expertscope.conversation","version":1,)" + conv + R"(,"messages":[)" +

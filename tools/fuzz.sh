@@ -21,8 +21,10 @@ for t in "${targets[@]}"; do
   found=build/fuzz/found/$t
   mkdir -p "$found"
   echo "== $t ($seconds s)"
+  dict=()
+  if [ -f "tests/fuzz/$t.dict" ]; then dict=(-dict="tests/fuzz/$t.dict"); fi
   if ! QT_QPA_PLATFORM=offscreen ASAN_OPTIONS=detect_leaks=0 "$bin/$t" -max_total_time="$seconds" -timeout=30 \
-      -rss_limit_mb=3072 -max_len=65536 -artifact_prefix=build/fuzz/crashes/"$t"- -print_final_stats=1 \
+      -rss_limit_mb=3072 -max_len=65536 -artifact_prefix=build/fuzz/crashes/"$t"- -print_final_stats=1 "${dict[@]}" \
       "$found" "tests/fuzz/corpus/$t" 2>&1 | grep -E '^(#[0-9]+ +DONE|==[0-9]+==ERROR|SUMMARY|stat::number_of_executed_units|.*property violated)'; then
     :
   fi

@@ -245,6 +245,14 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
         fieldError(error, QStringLiteral("\"trace_ids\" and \"trace_weights\" differ in length"));
         return std::nullopt;
     }
+    // Router weights after renormalizing: in [0, 1] (the store keeps them as float16, which could
+    // not hold much more).
+    for (float w : p.traceWeights)
+        if (!(w >= 0.0f && w <= 1.0f)) {
+            fieldError(error,
+                       QStringLiteral("\"trace_weights\" holds %1, not a router weight in [0, 1]").arg(w));
+            return std::nullopt;
+        }
     const QJsonObject ph = o.value(QStringLiteral("phases_ms")).toObject();
     p.phases = {ph.value(QStringLiteral("attention")).toDouble(), ph.value(QStringLiteral("moe")).toDouble(),
                 ph.value(QStringLiteral("dense")).toDouble(), ph.value(QStringLiteral("sampling")).toDouble(),
