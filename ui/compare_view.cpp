@@ -134,11 +134,7 @@ void CompareView::fillMap(QCustomPlot *plot, QCPColorMap *map, const Side &side,
     for (int l = 0; l < nLayers; ++l)
         yt->addTick(l, m.layers.contains(l) ? tr("L%1").arg(l) : tr("L%1 dense").arg(l));
     plot->yAxis->setTicker(yt);
-    QSharedPointer<QCPAxisTickerText> xt(new QCPAxisTickerText);
-    const int every = nExperts > 32 ? 8 : nExperts > 16 ? 4 : nExperts > 8 ? 2 : 1;
-    for (int e = 0; e < nExperts; e += every) xt->addTick(e, QString::number(e));
-    for (int s = 0; s < nShared; ++s) xt->addTick(nExperts + s, tr("S%1").arg(s));
-    plot->xAxis->setTicker(xt);
+    plot->xAxis->setTicker(charts::expertTicker(nExperts, nShared, tr("S%1")));
     charts::queueReplot(plot);
 }
 

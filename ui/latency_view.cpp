@@ -27,6 +27,7 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
 
     m_itlPlot = charts::makePlot(this);
     m_itlPlot->xAxis->setLabel(tr("token of the reply"));
+    m_itlPlot->xAxis->setTicker(charts::integerTicker());
     m_itlPlot->yAxis->setLabel(tr("ITL (ms)"));
     m_itlGraph = m_itlPlot->addGraph();
     m_itlGraph->setPen(QPen(QColor(40, 90, 170), 1));
@@ -69,10 +70,7 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
     m_ttftCurrent = new QCPBars(m_ttftPlot->xAxis, m_ttftPlot->yAxis);
     m_ttftCurrent->setBrush(QColor(230, 120, 40));
     m_ttftCurrent->setPen(Qt::NoPen);
-    QSharedPointer<QCPAxisTickerFixed> replyTicks(new QCPAxisTickerFixed);
-    replyTicks->setTickStep(1);
-    replyTicks->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
-    m_ttftPlot->xAxis->setTicker(replyTicks);
+    m_ttftPlot->xAxis->setTicker(charts::integerTicker());
     m_ttftPlot->setToolTip(ProfilerDefinitions::ttft() + QLatin1Char('\n') +
                            tr("Orange: the reply shown above."));
     m_phasePlot = charts::makePlot(this);

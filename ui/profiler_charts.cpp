@@ -137,6 +137,22 @@ void replotStale(QWidget *root) {
         }
 }
 
+QSharedPointer<QCPAxisTicker> integerTicker() {
+    QSharedPointer<QCPAxisTickerFixed> t(new QCPAxisTickerFixed);
+    t->setTickStep(1);
+    t->setScaleStrategy(QCPAxisTickerFixed::ssMultiples);
+    return t;
+}
+
+QSharedPointer<QCPAxisTickerText> expertTicker(int nExperts, int nShared, const QString &sharedFormat) {
+    QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
+    const int every = nExperts > 32 ? 8 : nExperts > 16 ? 4 : nExperts > 8 ? 2 : 1;
+    for (int e = 0; e < nExperts; e += every)
+        if (nShared == 0 || every == 1 || nExperts - e > every) t->addTick(e, QString::number(e));
+    for (int s = 0; s < nShared; s += every) t->addTick(nExperts + s, sharedFormat.arg(s));
+    return t;
+}
+
 QString bytes(qint64 b) {
     if (b <= 0) return QStringLiteral("0");
     const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

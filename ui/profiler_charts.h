@@ -5,9 +5,12 @@
 #pragma once
 
 #include <QCoreApplication>
+#include <QSharedPointer>
 #include <QString>
 
 class QCustomPlot;
+class QCPAxisTicker;
+class QCPAxisTickerText;
 class QCPColorGradient;
 class QLabel;
 class QWidget;
@@ -37,6 +40,13 @@ QCustomPlot *makePlot(QWidget *parent);
 QCPColorGradient shareGradient();            // token share, 0 → light, high → dark; NaN grey
 QCPColorGradient categoricalGradient(int n); // n distinct hues for expert ids; NaN grey
 QString bytes(qint64 b);                     // "1.5 GiB"
+// Ticks on whole numbers only (token positions, reply numbers): never "757.5".
+QSharedPointer<QCPAxisTicker> integerTicker();
+// The expert axis of a layer × expert heatmap: every 1st, 2nd, 4th or 8th routed expert by
+// count, then the shared experts at the same step, labelled sharedFormat.arg(s) ("S0", …).
+// Where the step is more than one, a routed tick closer to "S0" than the step is left out, so
+// "10" and "S0" of 12 + 1 experts, or "S0" and "S1" of 64 + 2, do not run into each other.
+QSharedPointer<QCPAxisTickerText> expertTicker(int nExperts, int nShared, const QString &sharedFormat);
 // replot(rpQueuedReplot) when the plot is on screen; a hidden plot is left stale (QCustomPlot
 // would still render its buffers) and replotStale() catches up when its page is shown.
 void queueReplot(QCustomPlot *plot);

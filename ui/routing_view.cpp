@@ -111,6 +111,7 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
     lowerLayout->setContentsMargins(0, 0, 0, 0);
     m_stripPlot = charts::makePlot(lower);
     m_stripPlot->xAxis->setLabel(tr("token position (prompt | reply)"));
+    m_stripPlot->xAxis->setTicker(charts::integerTicker());
     m_stripPlot->yAxis->setLabel(tr("MoE layer"));
     m_stripPlot->yAxis->setRangeReversed(true);
     m_strip = new QCPColorMap(m_stripPlot->xAxis, m_stripPlot->yAxis);
@@ -177,11 +178,7 @@ void RoutingView::showMatrix(const RoutingMatrix &m, int nLayers, int nShared, c
         m_plot->yAxis->setRange(-0.5, ny - 0.5);
         m_plot->yAxis->setRangeReversed(true);
         setLayerTicks(nLayers, m.layers);
-        QSharedPointer<QCPAxisTickerText> xt(new QCPAxisTickerText);
-        const int every = nExperts > 32 ? 8 : nExperts > 16 ? 4 : nExperts > 8 ? 2 : 1;
-        for (int e = 0; e < nExperts; e += every) xt->addTick(e, QString::number(e));
-        for (int s = 0; s < nShared; ++s) xt->addTick(nExperts + s, tr("S%1").arg(s));
-        m_plot->xAxis->setTicker(xt);
+        m_plot->xAxis->setTicker(charts::expertTicker(nExperts, nShared, tr("S%1")));
         m_sharedLabel->setVisible(nShared > 0);
         m_sharedLabel->position->setType(QCPItemPosition::ptPlotCoords);
         m_sharedLabel->position->setCoords(nExperts + (nShared - 1) / 2.0, -0.5);
