@@ -1,10 +1,11 @@
 // Vectorized fp32 helpers for the CPU backend (see cpu_ops.h). Plain loops written so GCC
-// vectorizes them; target_clones builds AVX-512 / AVX2 / baseline variants of each.
+// vectorizes them; target_clones builds AVX-512 / AVX2 / baseline variants of each (not under
+// ASan or TSan: their runtimes are not up yet when the loader runs the ifunc resolvers).
 #include "cpu_ops.h"
 
 #include <cmath>
 
-#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__)
+#if defined(__x86_64__) && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define ES_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define ES_CLONES
