@@ -25,7 +25,7 @@ for t in "${targets[@]}"; do
   if [ -f "tests/fuzz/$t.dict" ]; then dict=(-dict="tests/fuzz/$t.dict"); fi
   if ! QT_QPA_PLATFORM=offscreen ASAN_OPTIONS=detect_leaks=0 "$bin/$t" -max_total_time="$seconds" -timeout=30 \
       -rss_limit_mb=3072 -max_len=65536 -artifact_prefix=build/fuzz/crashes/"$t"- -print_final_stats=1 "${dict[@]}" \
-      "$found" "tests/fuzz/corpus/$t" 2>&1 | grep -E '^(#[0-9]+ +DONE|==[0-9]+==ERROR|SUMMARY|stat::number_of_executed_units|.*property violated)'; then
+      "$found" "tests/fuzz/corpus/$t" 2>&1 | grep -E '^(#[0-9]+[[:space:]]+DONE|==[0-9]+==ERROR|SUMMARY|stat::number_of_executed_units|.*property violated)'; then
     :
   fi
   if ls build/fuzz/crashes/"$t"-* >/dev/null 2>&1; then failed+=("$t"); fi
