@@ -44,7 +44,7 @@ QString bytes(qint64 b);                     // "1.5 GiB"
 QSharedPointer<QCPAxisTicker> integerTicker();
 // The expert axis of a layer × expert heatmap: every 1st, 2nd, 4th or 8th routed expert by
 // count, then the shared experts at the same step, labelled sharedFormat.arg(s) ("S0", …).
-// Where the step is more than one, a routed tick closer to "S0" than the step is left out, so
+// Where the step is more than one, a routed tick within one step of "S0" is left out, so
 // "10" and "S0" of 12 + 1 experts, or "S0" and "S1" of 64 + 2, do not run into each other.
 QSharedPointer<QCPAxisTickerText> expertTicker(int nExperts, int nShared, const QString &sharedFormat);
 // replot(rpQueuedReplot) when the plot is on screen; a hidden plot is left stale (QCustomPlot
