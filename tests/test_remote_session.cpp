@@ -107,7 +107,15 @@ public:
                "\r\nContent-Length: " + QByteArray::number(body.size()) + "\r\nConnection: close\r\n\r\n" +
                body;
     }
+    QUrl url() const { return QUrl(QStringLiteral("http://127.0.0.1:%1").arg(serverPort())); }
 };
+
+// Connects s to a canned server listening on loopback; false when no model list came in time.
+bool connectCanned(EngineSession &s, const CannedServer &fake) {
+    QSignalSpy ok(&s, &EngineSession::modelLoaded);
+    s.connectRemote({fake.url(), QString(), QString()});
+    return ok.wait(15000);
+}
 
 } // namespace
 
@@ -271,8 +279,7 @@ void TestRemoteSession::notAnOpenAiServer() {
     QVERIFY(fake.listen(QHostAddress::LocalHost));
     EngineSession s(EngineSessionOptions{.backend = "cpu"});
     QSignalSpy failed(&s, &EngineSession::modelLoadFailed);
-    s.connectRemote(
-        {QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
+    s.connectRemote({fake.url(), QString(), QString()});
     QVERIFY(failed.wait(15000));
     QVERIFY2(failed.first().at(1).toString().contains("not with an OpenAI model list"),
              qPrintable(failed.first().at(1).toString()));
@@ -494,10 +501,7 @@ void TestRemoteSession::serverWithoutExpertMetricsIsSaidPlainly() {
         "vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"400\"} 1\n");
     QVERIFY(fake.listen(QHostAddress::LocalHost));
     EngineSession s(EngineSessionOptions{.backend = "cpu"});
-    QSignalSpy ok(&s, &EngineSession::modelLoaded);
-    s.connectRemote(
-        {QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
-    QVERIFY(ok.wait(15000));
+    QVERIFY(connectCanned(s, fake));
     QVERIFY(!s.modelInfo().isMoe);
     const TelemetryView t = s.telemetry();
     QVERIFY(t.noExpertMetrics);
@@ -538,10 +542,7 @@ void TestRemoteSession::hostileMetricsAreBounded() {
         "expertscope:expert_tokens_total{layer=\"2\",expert=\"3\"} +Inf\n");
     QVERIFY(fake.listen(QHostAddress::LocalHost));
     EngineSession s(EngineSessionOptions{.backend = "cpu"});
-    QSignalSpy ok(&s, &EngineSession::modelLoaded);
-    s.connectRemote(
-        {QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
-    QVERIFY(ok.wait(15000));
+    QVERIFY(connectCanned(s, fake));
     const TelemetryView t = s.telemetry();
     QCOMPARE(t.running, 0);
     QCOMPARE(t.waiting, std::numeric_limits<int>::max());
@@ -570,10 +571,7 @@ void TestRemoteSession::streamCutShortFails() {
         "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
     QVERIFY(fake.listen(QHostAddress::LocalHost));
     EngineSession s(EngineSessionOptions{.backend = "cpu"});
-    QSignalSpy ok(&s, &EngineSession::modelLoaded);
-    s.connectRemote(
-        {QUrl(QStringLiteral("http://127.0.0.1:%1").arg(fake.serverPort())), QString(), QString()});
-    QVERIFY(ok.wait(15000));
+    QVERIFY(connectCanned(s, fake));
     QVERIFY(s.telemetry().noExpertMetrics); // no /metrics at all
     const Reply r = run(s, ask("Hello", 8, 0.0, 1), 15000);
     QCOMPARE(r.text, QString("Hi"));

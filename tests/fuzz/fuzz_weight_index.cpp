@@ -3,28 +3,15 @@
 // names. Shard names that leave the folder are refused.
 #include "fuzz_support.h"
 #include "safetensors.h"
-
-#include <cstring>
+#include "test_support.h"
 
 namespace {
 
 // A valid safetensors file holding the named F32 tensors of 2 elements each.
 std::string shard(std::initializer_list<const char *> names) {
-    std::string header = "{";
-    uint64_t at = 0;
-    for (const char *n : names) {
-        if (header.size() > 1) header += ",";
-        header += "\"" + std::string(n) + "\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[" +
-                  std::to_string(at) + "," + std::to_string(at + 8) + "]}";
-        at += 8;
-    }
-    header += "}";
-    std::string out(8, '\0');
-    const uint64_t n = header.size();
-    std::memcpy(out.data(), &n, 8); // little-endian hosts only, as the engine
-    out += header;
-    out += std::string(at, '\x01');
-    return out;
+    std::vector<es_test::st_tensor> tensors;
+    for (const char *n : names) tensors.push_back({n, "F32", {2}, QByteArray(8, '\x01')});
+    return es_test::safetensors_bytes(tensors).toStdString();
 }
 
 } // namespace
