@@ -792,6 +792,18 @@ private Q_SLOTS:
         QCOMPARE(SamplingParams::fromJson(json).toJson(), json);
     }
 
+    // A seed the JSON cannot mean (negative, 2^64 and beyond: the cast was undefined) is no seed.
+    void seedOutOfRange() {
+        QCOMPARE(seedFromJson(QJsonValue(-1.0)), std::nullopt);
+        QCOMPARE(seedFromJson(QJsonValue(18446744073709551616.0)), std::nullopt);
+        QCOMPARE(seedFromJson(QJsonValue(1e300)), std::nullopt);
+        QCOMPARE(seedFromJson(QJsonValue(QStringLiteral("x"))), std::nullopt);
+        QCOMPARE(seedFromJson(QJsonValue(7.0)), std::optional<quint64>(7));
+        QCOMPARE(seedFromJson(QJsonValue(QStringLiteral("18446744073709551615"))),
+                 std::optional<quint64>(18446744073709551615ull));
+        QVERIFY(!SamplingParams::fromJson(QJsonObject{{"seed", 1e30}}).seed);
+    }
+
     // ---- The message tree --------------------------------------------------------------------------------
 
     void treeBranching() {

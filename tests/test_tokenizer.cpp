@@ -382,6 +382,10 @@ void TestTokenizer::loadErrors_data() {
     QTest::newRow("config_not_json") << "copy"
                                      << "tokenizer_config.json" << QByteArray("{ \"bos_token\": ")
                                      << QStringList{"%1/tokenizer_config.json", "not valid JSON"};
+    QTest::newRow("config_number_beyond_double") // nlohmann throws out_of_range, not parse_error
+        << "copy"
+        << "tokenizer_config.json" << QByteArray(R"({"model_max_length": 1e999})")
+        << QStringList{"%1/tokenizer_config.json", "not valid JSON"};
     QTest::newRow("config_not_object") << "copy"
                                        << "tokenizer_config.json" << QByteArray("[1, 2]")
                                        << QStringList{"%1/tokenizer_config.json", "expected a JSON object"};
