@@ -835,7 +835,7 @@ public:
         if (m_head_fp8.n) max_dense_lin = std::max(max_dense_lin, c.n_vocab * H);
 
         m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
-        m_head_weights.alloc(head_arena, "the FP8 copy of the LM head"); // (nothing when head_arena is 0)
+        m_head_weights.alloc(head_copy_alloc_bytes(head_arena), "the FP8 copy of the LM head"); // (none at 0)
         m_max_dense_lin = max_dense_lin;
         if (fp8) {
             // Block scales quantize a whole matrix (its pieces staged together: a 128-row block
@@ -1294,6 +1294,29 @@ private:
         m_act = activation_format::bf16;
         ensure_dequantize_buffer();
         return false;
+    }
+
+    // The FP8 head copy's allocation: its size rounded up to 1 GiB where that slack costs at most 1%
+    // of the device's memory and leaves a tenth of it free. With the 21B-A3B's 253 MiB copy in an
+    // allocation of its own size, the routed gate/up GEMV of every MoE layer ran ~1.4 µs slower on
+    // the H200 (17.6–18.2 against 16.4–16.6 µs; 2 MiB more: 20.6), with 1 or 2 GiB as fast as
+    // without the copy, the step 1,492 → 1,458 µs (docs/benchmarks.md, session 23). Why the driver's
+    // placement of one allocation slows reads of another was not found (session 9's finding for the
+    // layers' own allocation). ES_CUDA_HEAD_ALLOC_MIB=N (a measuring aid) takes N MiB instead; 0:
+    // the copy's own size.
+    size_t head_copy_alloc_bytes(size_t bytes) const {
+        if (bytes == 0) return 0;
+        size_t want = size_t(1) << 30;
+        if (const char *v = std::getenv("ES_CUDA_HEAD_ALLOC_MIB"))
+            return std::max(bytes, size_t(std::clamp(std::atoll(v), 0LL, 1LL << 20)) << 20);
+        if (bytes >= want) return bytes;
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+            cudaGetLastError();
+            return bytes;
+        }
+        const bool cheap = (want - bytes) * 100 <= total_b, room = free_b >= want + total_b / 10;
+        return cheap && room ? want : bytes;
     }
 
     // y_ready: accumulating into a y that neither of the last two launches writes (gemv.cuh).
