@@ -531,7 +531,7 @@ public:
                     : std::string(" (bf16") + kv_name_suffix() + ")");
     }
     const model_config &config() const override { return m_cfg; }
-    size_t weights_bytes() const override { return m_weights.bytes() + m_head_weights.bytes(); }
+    size_t weights_bytes() const override { return m_weights.bytes() + m_head_copy_bytes; }
     const kv_cache_params &kv_params() const override { return m_kv; }
     size_t kv_block_bytes() const override {
         return size_t(m_kv.block_size) * size_t(m_cfg.kv_dim()) * 2 * kv_format_bytes(kv_fmt()) *
@@ -615,7 +615,8 @@ public:
     // cudaMemGetInfo (0 when it fails, e.g. after a sticky error).
     cuda_memory_report memory_report() const override {
         cuda_memory_report r;
-        r.weights_bytes = m_weights.bytes() + m_head_weights.bytes();
+        r.weights_bytes = weights_bytes();
+        r.placement_slack_bytes = m_head_weights.bytes() - m_head_copy_bytes;
         r.kv_bytes = m_kv_pool.bytes();
         r.kv_cache = m_params.kv_cache;
         const device_allocator_stats ws = m_ws.stats();
@@ -836,6 +837,7 @@ public:
 
         m_weights.alloc(arena, "the model's weights (" + std::string(fp8 ? "FP8" : "BF16") + ")");
         m_head_weights.alloc(head_copy_alloc_bytes(head_arena), "the FP8 copy of the LM head"); // (none at 0)
+        m_head_copy_bytes = head_arena;
         m_max_dense_lin = max_dense_lin;
         if (fp8) {
             // Block scales quantize a whole matrix (its pieces staged together: a 128-row block
@@ -1296,20 +1298,21 @@ private:
         return false;
     }
 
-    // The FP8 head copy's allocation: its size rounded up to 1 GiB where that slack costs at most 1%
-    // of the device's memory and leaves a tenth of it free. With the 21B-A3B's 253 MiB copy in an
-    // allocation of its own size, the routed gate/up GEMV of every MoE layer ran ~1.4 µs slower on
-    // the H200 (17.6–18.2 against 16.4–16.6 µs; 2 MiB more: 20.6), with 1 or 2 GiB as fast as
-    // without the copy, the step 1,492 → 1,458 µs (docs/benchmarks.md, session 23). Why the driver's
-    // placement of one allocation slows reads of another was not found (session 9's finding for the
-    // layers' own allocation). ES_CUDA_HEAD_ALLOC_MIB=N (a measuring aid) takes N MiB instead; 0:
-    // the copy's own size.
+    // The FP8 head copy's allocation: a copy of 128 MiB to 1 GiB gets 1 GiB where that slack costs
+    // at most 1% of the device's memory and leaves a tenth of it free (the memory report names the
+    // slack; weights_bytes() and the will-it-fit estimate count the copy's own bytes). With the
+    // 21B-A3B's 253 MiB copy in an allocation of its own size, the routed gate/up GEMV of every MoE
+    // layer ran ~1.4 µs slower on the H200 (17.6–18.2 against 16.4–16.6 µs; 2 MiB more: 20.6); at 1
+    // or 2 GiB it runs as without the copy, the step 1,484–1,492 → 1,451–1,461 µs (the 0.3B's 101 MiB
+    // copy: no difference; docs/benchmarks.md, session 23). Why one allocation's placement slows the
+    // reads of another was not found (session 9's finding for the layers' own allocation).
+    // ES_CUDA_HEAD_ALLOC_MIB=N (a measuring aid) takes max(N MiB, the copy) instead.
     size_t head_copy_alloc_bytes(size_t bytes) const {
         if (bytes == 0) return 0;
-        size_t want = size_t(1) << 30;
+        const size_t want = size_t(1) << 30;
         if (const char *v = std::getenv("ES_CUDA_HEAD_ALLOC_MIB"))
             return std::max(bytes, size_t(std::clamp(std::atoll(v), 0LL, 1LL << 20)) << 20);
-        if (bytes >= want) return bytes;
+        if (bytes >= want || bytes < want / 8) return bytes;
         size_t free_b = 0, total_b = 0;
         if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
             cudaGetLastError();
@@ -2049,6 +2052,7 @@ private:
 
     device_buffer m_weights, m_kv_pool;
     device_buffer m_head_weights; // the FP8 head copy (fp8_policy::head), apart from m_weights
+    size_t m_head_copy_bytes = 0; // its bytes (the allocation may be larger: head_copy_alloc_bytes)
     // Per-step scratch from the caching workspace allocator (declared first: it outlives its blocks).
     device_allocator m_ws{cuda_memory_source()};
     workspace_buffer m_staging{m_ws}, m_deq{m_ws}, m_work{m_ws}, m_inputs{m_ws};

@@ -63,6 +63,7 @@ struct cuda_backend_params {
 // segment count are its figures too (device_allocator.h has the definitions).
 struct cuda_memory_report {
     size_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, library_bytes = 0; // ours, by arena
+    size_t placement_slack_bytes = 0; // allocated beyond the weights for a faster placement (the FP8 head's)
     size_t workspace_in_use_bytes = 0, workspace_largest_free_bytes = 0, workspace_peak_bytes = 0;
     int64_t workspace_segments = 0;
     size_t device_free_bytes = 0, device_total_bytes = 0;                            // cudaMemGetInfo
