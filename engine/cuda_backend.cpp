@@ -137,6 +137,10 @@ public:
         m_p = nullptr;
         m_bytes = 0;
     }
+    void swap(device_buffer &o) noexcept {
+        std::swap(m_p, o.m_p);
+        std::swap(m_bytes, o.m_bytes);
+    }
     template <typename T = unsigned char>
     T *at(size_t offset = 0) const {
         return reinterpret_cast<T *>(static_cast<unsigned char *>(m_p) + offset);
@@ -658,10 +662,11 @@ public:
             m_kv_pool.reset();
             m_kv = kv_cache_params{};
             const size_t per_layer = size_t(p.n_blocks) * size_t(p.block_size) * size_t(m_cfg.kv_dim());
-            m_kv_pool.alloc(per_layer * 2 * kv_format_bytes(kv_fmt()) * size_t(m_cfg.n_layer),
-                            "the KV cache (" + std::to_string(p.n_blocks) + " blocks of " +
-                                std::to_string(p.block_size) + " tokens, " +
-                                (kv_fmt() == kv_format::bf16 ? "BF16" : "FP8 E4M3") + ")");
+            const size_t kv_bytes = per_layer * 2 * kv_format_bytes(kv_fmt()) * size_t(m_cfg.n_layer);
+            give_back_head_slack_for(kv_bytes);
+            m_kv_pool.alloc(kv_bytes, "the KV cache (" + std::to_string(p.n_blocks) + " blocks of " +
+                                          std::to_string(p.block_size) + " tokens, " +
+                                          (kv_fmt() == kv_format::bf16 ? "BF16" : "FP8 E4M3") + ")");
             ck(cudaMemsetAsync(m_kv_pool.at(), 0, m_kv_pool.bytes(), m_stream), "KV cache clear");
             m_kv_layer_elems = per_layer;
             m_kv = p;
@@ -897,16 +902,7 @@ public:
             src.fill_bf16("lm_head.weight", c.n_vocab, H, m_weights.at<bf16_t>(m_head_off), m_stream);
             progress(c.n_vocab * H);
         }
-        if (m_head_fp8.n) {
-            fp8_quantize_params q;
-            q.w = m_weights.at<bf16_t>(c.tie_word_embeddings ? m_tok_embd_off : m_head_off);
-            q.q = m_head_weights.at<fp8_t>(m_head_fp8.w_off);
-            q.scale = m_head_weights.at<float>(m_head_fp8.s_off);
-            q.n = c.n_vocab;
-            q.k = H;
-            q.layout = m_head_fp8.layout;
-            op("fp8_quantize", [&] { return launch_fp8_quantize(q, m_stream); });
-        }
+        if (m_head_fp8.n) quantize_head_copy(m_head_weights);
         if (auto *rs = dynamic_cast<random_source *>(&src)) rs->n_embd = H;
         for (int64_t il = 0; il < c.n_layer; ++il) {
             dlayer &L = m_layers[il];
@@ -992,6 +988,43 @@ private:
             m_head.w = m_head_weights.at(m_head_fp8.w_off);
             m_head.scale = m_head_weights.at<float>(m_head_fp8.s_off);
         }
+    }
+
+    // fp8_policy::head: the E4M3 copy of the head, quantized from the BF16 table on the GPU into `to`.
+    void quantize_head_copy(const device_buffer &to) {
+        fp8_quantize_params q;
+        q.w = m_weights.at<bf16_t>(m_cfg.tie_word_embeddings ? m_tok_embd_off : m_head_off);
+        q.q = to.at<fp8_t>(m_head_fp8.w_off);
+        q.scale = to.at<float>(m_head_fp8.s_off);
+        q.n = m_cfg.n_vocab;
+        q.k = m_cfg.n_embd;
+        q.layout = m_head_fp8.layout;
+        op("fp8_quantize", [&] { return launch_fp8_quantize(q, m_stream); });
+    }
+
+    // A KV cache that would leave less than a twentieth of the device free beside the FP8 head
+    // copy's placement slack (head_copy_alloc_bytes) gets that slack: the copy moves to an
+    // allocation of its own size, quantized again from the BF16 table (the same codes). The
+    // caller has cleared the graphs, which hold the old copy's address.
+    void give_back_head_slack_for(size_t kv_bytes) {
+        if (m_head_weights.bytes() <= m_head_copy_bytes) return;
+        size_t free_b = 0, total_b = 0;
+        if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        if (free_b >= kv_bytes + total_b / 20) return;
+        device_buffer exact;
+        try {
+            exact.alloc(m_head_copy_bytes, "the FP8 copy of the LM head");
+        } catch (const load_error &) { // no room even for the copy: keep it where it is
+            return;
+        }
+        quantize_head_copy(exact);
+        ck(cudaStreamSynchronize(m_stream), "the FP8 head copy's move");
+        m_head_weights.swap(exact); // (the old allocation is freed with `exact`)
+        m_head.w = m_head_weights.at(m_head_fp8.w_off);
+        m_head.scale = m_head_weights.at<float>(m_head_fp8.s_off);
     }
 
     void compute_decode_bytes() {
@@ -1300,7 +1333,8 @@ private:
 
     // The FP8 head copy's allocation: a copy of 128 MiB to 1 GiB gets 1 GiB where that slack costs
     // at most 1% of the device's memory and leaves a tenth of it free (the memory report names the
-    // slack; weights_bytes() and the will-it-fit estimate count the copy's own bytes). With the
+    // slack; weights_bytes() and the will-it-fit estimate count the copy's own bytes; a KV cache
+    // that needs the room takes it back: give_back_head_slack_for). With the
     // 21B-A3B's 253 MiB copy in an allocation of its own size, the routed gate/up GEMV of every MoE
     // layer ran ~1.4 µs slower on the H200 (17.6–18.2 against 16.4–16.6 µs; 2 MiB more: 20.6); at 1
     // or 2 GiB it runs as without the copy, the step 1,484–1,492 → 1,451–1,461 µs (the 0.3B's 101 MiB
