@@ -7,7 +7,7 @@
 # CUDA 13) runs binaries built here unchanged; it has its own libcublasLt (too large to carry:
 # tools/gpu_run.sh finds it there).
 #
-#   tools/gpu_pack.sh [--no-build]        then run the printed command with carry [".device"]
+#   tools/gpu_pack.sh [--no-build]        then run the printed command with carry [".device.tar.xz"]
 #   tools/gpu_pack.sh --as-old            packs this tree's CUDA module into .device/old/lib/expertscope/
 #                                         instead (kept by later packs): the baseline of `tools/gpu_run.sh
 #                                         abbuild`, loaded by the next pack's CLI, so of the same commit
@@ -51,7 +51,12 @@ for lib in libsentencepiece.so.0 libprotobuf-lite.so.32 libgomp.so.1 libcpp-http
 done
 grep -qx '/.device/' .gitignore || echo '/.device/' >> .git/info/exclude
 du -sh .device
+# The device tool carries at most 64 MiB with the working tree, which with docs/ and resources/
+# leaves no room for .device as it is: it travels compressed (~7 MB of ~25) and is unpacked there.
+rm -f .device.tar.xz
+tar cJf .device.tar.xz .device
+du -sh .device.tar.xz
 cat <<'CMD'
-device command (carry [".device"]; about 3-5 minutes):
-  bash tools/gpu_run.sh full
+device command (carry [".device.tar.xz"]; about 3-5 minutes):
+  tar xJf .device.tar.xz && bash tools/gpu_run.sh full
 CMD
