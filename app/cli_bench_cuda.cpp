@@ -5,7 +5,7 @@
 // forward(), which includes the input upload and the logits download (pp: the full row); decode
 // steps (tg, batched) ask for the engine's logit candidates and pick each token from them with a
 // greedy sampler, as a user's decode step does (the fed tokens stay pseudo-random, so runs stay
-// comparable). The backend comes from the CUDA module (cuda_loader.h); without a usable GPU the
+// comparable); "tg sampled" does the same with the chat's default sampler (temperature 0.8). The backend comes from the CUDA module (cuda_loader.h); without a usable GPU the
 // command fails with the reason.
 #include "cli_commands.h"
 
@@ -114,25 +114,31 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         b.top_n = 0;
         b.temperatures.clear();
     };
-    // Decode steps: candidates requested as the engine does, the token picked from them (greedy).
+    // Decode steps: candidates requested as the engine does, the token picked from them: greedy
+    // (one candidate, picked in the head's GEMV), and for the "sampled" row a chat's default
+    // sampler (temperature 0.8 over the top-64 candidates and the row sum).
     sampling_params greedy_params;
     greedy_params.temperature = 0.0f;
     greedy_params.seed = 1;
     sampler greedy(greedy_params);
-    sampler *const greedy_ptr = &greedy;
+    sampling_params sampled_params;
+    sampled_params.seed = 1;
+    sampler sampled(sampled_params);
     std::vector<float> row_scratch;
     int64_t picked = 0, fetched_rows = 0; // tokens picked; of them, full rows fetched
-    auto decode_step = [&](int32_t pos) -> status {
+    auto decode_with = [&](int32_t pos, sampler &smp) -> status {
         fill(1, pos);
-        request_candidates(*be, b, std::span<sampler *const>(&greedy_ptr, 1));
+        sampler *const smp_ptr = &smp;
+        request_candidates(*be, b, std::span<sampler *const>(&smp_ptr, 1));
         if (auto s = be->forward(b, out); !s) return s;
         bool fetched = false;
-        auto id = sample_output_row(*be, out, 0, greedy, {}, {}, row_scratch, &fetched);
+        auto id = sample_output_row(*be, out, 0, smp, {}, {}, row_scratch, &fetched);
         if (!id) return id.err();
         ++picked;
         fetched_rows += fetched;
         return ok_status();
     };
+    auto decode_step = [&](int32_t pos) { return decode_with(pos, greedy); };
 
     nlohmann::json results = nlohmann::json::array();
     std::printf("\n| model | backend | test | tok/s | ms/token | roofline tok/s | MBU |\n|---|---|---|---:|---:|---:|---:|\n");
@@ -158,17 +164,47 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     if (auto s = size_context(int64_t(o.tg) + 1); !s) return fail(s.message());
     const double bytes = cb->decode_weight_bytes();
     std::vector<double> runs;
+    cb->launched_graphs_replay_us(0); // count the graphs of the timed runs only
+    forward_host_times host{};
     for (int r = 0; r < o.reps + 1; ++r) {
+        cb->host_times(true);
         const auto t0 = std::chrono::steady_clock::now();
         for (int32_t i = 0; i < o.tg; ++i)
             if (auto s = decode_step(i); !s) return fail(s.message());
         if (r > 0) runs.push_back(seconds_since(t0));
+        if (r > 0) {
+            const forward_host_times h = cb->host_times(true);
+            host.forwards += h.forwards;
+            host.prep_us += h.prep_us;
+            host.upload_us += h.upload_us;
+            host.launch_us += h.launch_us;
+            host.download_us += h.download_us;
+            host.wait_us += h.wait_us;
+            host.unpack_us += h.unpack_us;
+        } else {
+            cb->launched_graphs_replay_us(0);
+        }
     }
+    // The GPU's share of those steps: every graph they replayed, timed alone with the inputs it
+    // ran with, weighted by its steps (positions 0-31 replay the graph of one KV split, 32-63 of
+    // two, …); the rest of a token's wall time is the host's and the transfers'.
+    const double gpu_mean_us = cb->launched_graphs_replay_us(50);
     const double t = median(runs), tps = o.tg / t, roof = k_h200_read_bw / bytes, mbu = tps * bytes / k_h200_read_bw;
     std::printf("| %s | %s | tg%d | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), be->name().c_str(), o.tg, tps,
                 1000.0 * t / o.tg, roof, 100.0 * mbu);
     // The same step's GPU time alone: the last decode step's graph replayed back to back.
     const double replay_us = cb->graph_replay_us(200);
+    // The same decode with the chat's default sampler (candidates and the row sum from the GPU).
+    std::vector<double> sampled_runs;
+    for (int r = 0; r < o.reps + 1; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int32_t i = 0; i < o.tg; ++i)
+            if (auto s = decode_with(i, sampled); !s) return fail(s.message());
+        if (r > 0) sampled_runs.push_back(seconds_since(t0));
+    }
+    const double t_sampled = median(sampled_runs), tps_sampled = o.tg / t_sampled;
+    std::printf("| %s | %s | tg%d sampled | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), be->name().c_str(), o.tg,
+                tps_sampled, 1000.0 * t_sampled / o.tg, roof, 100.0 * tps_sampled * bytes / k_h200_read_bw);
     // Telemetry's cost: the same decode without the routing record (MoE models), reps
     // interleaved with recording ones so drift affects both alike.
     double tps_untraced = 0.0, tps_traced = 0.0;
@@ -272,21 +308,31 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
             activation_format_name(cb->activations()), cb->activation_note().empty() ? "" : " — ",
             cb->activation_note().c_str(), cp.fp8.head ? "E4M3" : "BF16", cp.fp8.attn_out ? "E4M3" : "BF16",
             cp.fp8.scales == scale_layout::block128 ? "128x128 block" : "output channel");
-    std::printf(
-        "decode figures (tg, telemetry, batched) include sampling: %s; %lld tokens picked, %lld full rows "
-        "fetched\n",
-        be->supports_candidates() ? ("top-" + std::to_string(k_sample_top_n) +
-                                     " logit candidates per row from the GPU, greedy pick")
-                                        .c_str()
-                                  : "full logits rows, greedy pick",
-        (long long)picked, (long long)fetched_rows);
+    if (be->supports_candidates())
+        std::printf("decode figures (tg, telemetry, batched) include sampling: greedy, one logit candidate per row "
+                    "from the GPU (a one-row step's picked in the head's GEMV); \"sampled\": temperature %.1f, "
+                    "top-%d candidates and the row sum from the GPU; %lld tokens picked, %lld full rows fetched\n",
+                    double(sampled_params.temperature), int(k_sample_top_n), (long long)picked,
+                    (long long)fetched_rows);
+    else
+        std::printf("decode figures (tg, telemetry, batched) include sampling: full logits rows; %lld tokens picked\n",
+                    (long long)picked);
     if (tps_untraced > 0.0)
         std::printf("telemetry (routing record of every MoE layer): tg%d %.1f tok/s with, %.1f without (%+.2f%%)\n", o.tg,
                     tps_traced, tps_untraced, 100.0 * (tps_traced / tps_untraced - 1.0));
     if (replay_us > 0.0)
-        std::printf("decode step at position %d: %.1f µs wall (forward()), %.1f µs on the GPU (its graph replayed alone, "
-                    "%.0f tok/s, MBU %.1f%%)\n",
-                    o.tg - 1, 1e6 * t / o.tg, replay_us, 1e6 / replay_us, 100.0 * bytes / (replay_us * 1e-6) / k_h200_read_bw);
+        std::printf("decode step at position %d: %.1f µs on the GPU (its graph replayed alone, %.0f tok/s, MBU %.1f%%)\n",
+                    o.tg - 1, replay_us, 1e6 / replay_us, 100.0 * bytes / (replay_us * 1e-6) / k_h200_read_bw);
+    if (gpu_mean_us > 0.0 && host.forwards > 0) {
+        // A token of tg: its wall time against the GPU time of the graphs the steps replayed.
+        const double wall_us = 1e6 * t / o.tg, n = double(host.forwards);
+        std::printf("tg%d a token: %.1f µs wall, %.1f µs on the GPU (the run's graphs replayed alone, weighted by their "
+                    "steps: %.0f tok/s), %.1f µs the host's share; in forward(): prep %.2f, upload call %.2f, launch "
+                    "call %.2f, download call %.2f, wait %.2f, unpack %.2f µs (%lld graph steps)\n",
+                    o.tg, wall_us, gpu_mean_us, 1e6 / gpu_mean_us, wall_us - gpu_mean_us, host.prep_us / n,
+                    host.upload_us / n, host.launch_us / n, host.download_us / n, host.wait_us / n,
+                    host.unpack_us / n, (long long)host.forwards);
+    }
     if (o.timeline) {
         // The same graph once more with each kernel's release time recorded (bench --timeline):
         // a kernel's share of the step is the next release minus its own; "early" is how long
@@ -340,11 +386,17 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                        {"roofline_tokens_per_s", roof},
                        {"mbu", mbu},
                        {"graph_replay_us", replay_us},
+                       {"gpu_us_per_token", gpu_mean_us},
                        {"tokens_per_s_with_routing_record", tps_traced},
                        {"tokens_per_s_without_routing_record", tps_untraced},
                        {"sampling", be->supports_candidates() ? "gpu_candidates_greedy" : "full_row_greedy"},
-                       {"candidates_per_row", be->supports_candidates() ? k_sample_top_n : 0},
+                       {"candidates_per_row", be->supports_candidates() ? 1 : 0},
                        {"full_rows_fetched", fetched_rows}});
+    results.push_back({{"test", "tg" + std::to_string(o.tg) + " sampled"},
+                       {"tokens_per_s", tps_sampled},
+                       {"seconds", t_sampled},
+                       {"temperature", sampled_params.temperature},
+                       {"candidates_per_row", be->supports_candidates() ? k_sample_top_n : 0}});
 
     if (!o.out_json.empty()) {
         const int driver = cuda_status().driver_version; // CUDA version the driver supports

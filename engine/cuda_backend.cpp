@@ -14,6 +14,7 @@
 
 #include "act_quantize.cuh"
 #include "argmax.cuh"
+#include "copy_bytes.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
 #include "fill_random.cuh"
@@ -496,6 +497,12 @@ public:
         // A measuring aid: ES_CUDA_COMBINE_NORM=0 has decode's q/k/v GEMV normalize its input
         // itself instead of reading the norm moe_combine wrote (moe_combine.cuh: norm_out).
         if (const char *cn = std::getenv("ES_CUDA_COMBINE_NORM")) m_combine_norm = std::atoi(cn) != 0;
+        // A measuring aid: ES_CUDA_HEAD_PICK=0 has greedy one-row steps take their candidate from
+        // topk_logits after the head, as sampled steps do, instead of from the head's GEMV.
+        if (const char *hp = std::getenv("ES_CUDA_HEAD_PICK")) m_head_pick = std::atoi(hp) != 0;
+        // A measuring aid: ES_CUDA_ZERO_COPY=0 has candidates steps' graphs leave their input
+        // upload and download to copies around each replay (run(): zero-copy I/O).
+        if (const char *zc = std::getenv("ES_CUDA_ZERO_COPY")) m_zero_copy = std::atoi(zc) != 0;
         // A measuring aid: ES_CUDA_ATTN_CLUSTER=0 has decode attention merge its KV splits through
         // memory and a counter instead of inside a thread-block cluster (attention.cuh).
         if (const char *ac = std::getenv("ES_CUDA_ATTN_CLUSTER"))
@@ -569,12 +576,49 @@ public:
     void set_record_routing(bool on) override { m_record_routing = on; }
     double graph_replay_us(int replays) override {
         if (!m_last_graph || replays <= 0 || !m_broken.empty()) return 0.0;
+        return time_replays(m_last_graph, replays);
+    }
+    double launched_graphs_replay_us(int replays) override {
+        double sum = 0.0;
+        int64_t steps = 0;
+        // The latest forward's inputs, put back at the end for graph_replay_us and logits_row.
+        const std::vector<unsigned char> latest(m_pinned.at(), m_pinned.at() + m_in.total);
+        if (replays > 0 && m_broken.empty())
+            for (const auto &[exec, gr] : m_graph_runs) {
+                // Its latest launch's inputs back in place: a graph of fewer KV splits replayed
+                // with a later step's positions would attend over more keys a split.
+                if (!gr.launches || gr.inputs.size() > m_pinned.bytes()) continue;
+                std::memcpy(m_pinned.at(), gr.inputs.data(), gr.inputs.size());
+                if (cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), gr.inputs.size(), cudaMemcpyHostToDevice, m_stream) !=
+                    cudaSuccess)
+                    break;
+                const double us = time_replays(exec, replays);
+                if (us <= 0.0) break;
+                sum += us * double(gr.launches);
+                steps += gr.launches;
+            }
+        if (!latest.empty() && m_broken.empty()) {
+            std::memcpy(m_pinned.at(), latest.data(), latest.size());
+            cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), latest.size(), cudaMemcpyHostToDevice, m_stream);
+        }
+        cudaStreamSynchronize(m_stream);
+        cudaGetLastError();
+        m_graph_runs.clear();
+        return steps ? sum / double(steps) : 0.0;
+    }
+    forward_host_times host_times(bool reset) override {
+        const forward_host_times t = m_host_times;
+        if (reset) m_host_times = forward_host_times{};
+        return t;
+    }
+    // One replay's device time in µs, from `replays` back to back after a warm one (0 on failure).
+    double time_replays(cudaGraphExec_t exec, int replays) {
         cudaEvent_t a = nullptr, b = nullptr;
         float ms = 0.0f;
         bool ok = cudaEventCreate(&a) == cudaSuccess && cudaEventCreate(&b) == cudaSuccess &&
-                  cudaGraphLaunch(m_last_graph, m_stream) == cudaSuccess && // warm
+                  cudaGraphLaunch(exec, m_stream) == cudaSuccess && // warm
                   cudaEventRecord(a, m_stream) == cudaSuccess;
-        for (int i = 0; ok && i < replays; ++i) ok = cudaGraphLaunch(m_last_graph, m_stream) == cudaSuccess;
+        for (int i = 0; ok && i < replays; ++i) ok = cudaGraphLaunch(exec, m_stream) == cudaSuccess;
         ok = ok && cudaEventRecord(b, m_stream) == cudaSuccess && cudaEventSynchronize(b) == cudaSuccess &&
              cudaEventElapsedTime(&ms, a, b) == cudaSuccess;
         if (a) cudaEventDestroy(a);
@@ -1056,10 +1100,13 @@ private:
     struct work_layout {
         int64_t T = 0, R = 0, bt = 0; // capacities: tokens, logits rows, block-table entries
         size_t x, xn, qkv, q, attn, gu, act, out, act_e, y_e, counts, offsets, tile_offsets, sorted, xr, logits;
+        size_t out_bytes = 0; // the download block's capacity (out_layout)
         size_t router_logits, router_counters, attn_counters, slot_rows, attn_partial;
         // Logit candidates (batch::top_n): topk_logits' scratch and per-row counters (zeroed at
         // allocation, left zero by the kernel); its output is in the download block (out_layout).
         size_t topk_scratch = 0, topk_counters = 0;
+        // The greedy pick fused into the head's GEMV (gemv_pick): its warps' keys.
+        size_t pick_keys = 0;
         // FP8 activations of prefill-sized linears: [T, act_k] codes, [T] scales
         size_t act_q = 0, act_scale = 0;
         int64_t act_k = 0;
@@ -1154,7 +1201,8 @@ private:
         w.act = take(size_t(T * F) * 2);
         // The step's download block (out_layout): the routing record's ids and weights, then the
         // logit candidates, placed for each forward's T and R so one transfer brings them all.
-        w.out = take(size_t(std::max<int64_t>(n_moe, 1) * T * K) * 8 + 16 + cand_bytes(R, topk_logits_max_top));
+        w.out_bytes = size_t(std::max<int64_t>(n_moe, 1) * T * K) * 8 + 16 + cand_bytes(R, topk_logits_max_top);
+        w.out = take(w.out_bytes);
         if (n_moe > 0) {
             w.act_e = take(size_t(T * K * c.n_ff_exp) * 2);
             w.y_e = take(size_t(T * (K + 1) * H) * 4); // + the shared experts' slot (decode)
@@ -1173,6 +1221,7 @@ private:
         w.slot_rows = take(size_t(T * K) * 4); // the same: moe_combine resets it
         w.topk_scratch = take(topk_logits_scratch_bytes(R, c.n_vocab, topk_logits_max_top));
         w.topk_counters = take(size_t(R) * 4);
+        w.pick_keys = take(size_t(pick_keys_cap()) * 8);
         w.attn_partial = take(size_t(attention_partial_floats(std::min<int64_t>(T, k_graph_max_tokens), c.n_head,
                                                               c.n_head_kv, c.head_dim, k_decode_kv_splits)) * 4);
         if (m_params.precision == weight_precision::fp8 && m_params.activations != activation_format::bf16) {
@@ -1212,6 +1261,7 @@ private:
         m_inputs.reset();
         m_pinned.reset();
         m_pinned_out.reset();
+        m_pinned_io.reset();
         m_lay = work_layout{};
         m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
         ck(cudaMemsetAsync(m_work.at(w.router_counters), 0, size_t(w.T) * 4, m_stream), "workspace clear");
@@ -1223,6 +1273,7 @@ private:
         m_pinned.alloc(w.in_total, "pinned batch inputs");
         m_pinned_out.alloc(size_t(std::max<int64_t>(n_moe_layers(), 1) * w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 8,
                            "pinned routing record");
+        m_pinned_io.alloc(w.out_bytes, "pinned download block");
         // Layouts only grow: a segment the old layout emptied goes back to the device (the KV
         // cache, cuBLASLt and other processes may need it); partly used ones stay as free blocks.
         m_ws.release_cached();
@@ -1235,6 +1286,7 @@ private:
         m_graphs.clear();
         m_graph_used.clear();
         m_graph_ops.clear();
+        m_graph_runs.clear();
         m_seen_keys.clear();
         m_ws.unpin_all(); // no graph holds workspace pointers any more
     }
@@ -1393,6 +1445,13 @@ private:
                 return;
             }
         }
+        gemv_params p = gemv_for(L, x, ldx, y, ldy, M, acc);
+        p.y_ready = y_ready && m_skip_ops.empty(); // skipped launches shorten the two-launch distance
+        op(std::string(role) + " gemv", [&] { return launch_gemv(p, m_stream); });
+    }
+
+    static gemv_params gemv_for(const dlin &L, const bf16_t *x, int64_t ldx, float *y, int64_t ldy, int64_t M,
+                                bool acc) {
         gemv_params p;
         p.x = x;
         p.ldx = ldx;
@@ -1406,8 +1465,7 @@ private:
         p.n = L.n;
         p.k = L.k;
         p.accumulate = acc;
-        p.y_ready = y_ready && m_skip_ops.empty(); // skipped launches shorten the two-launch distance
-        op(std::string(role) + " gemv", [&] { return launch_gemv(p, m_stream); });
+        return p;
     }
 
     // Everything between the input upload and the output download; no host synchronization,
@@ -1816,7 +1874,25 @@ private:
         nrm.n_embd = H;
         nrm.eps = float(c.rms_eps);
         if (!head_normed) op("rms_norm (head)", [&] { return launch_rms_norm(nrm, m_stream); });
-        linear("head", m_head, xr, H, reinterpret_cast<float *>(base + w.logits), c.n_vocab, R, false);
+        float *logits = reinterpret_cast<float *>(base + w.logits);
+        // A greedy one-row step (m_pick) takes its one candidate from the head's GEMV itself
+        // (gemv_pick), the same outputs topk_logits writes at n_top = 1, without its launch.
+        gemv_params hp = gemv_for(m_head, xr, H, logits, c.n_vocab, R, false);
+        if (m_pick && m_top_n == 1 && R == 1) {
+            const size_t cand = m_out.cand;
+            hp.pick.id = reinterpret_cast<int32_t *>(base + cand);
+            hp.pick.value = reinterpret_cast<float *>(base + cand + 4);
+            hp.pick.row_max = reinterpret_cast<float *>(base + cand + 8);
+            hp.pick.row_sum = reinterpret_cast<double *>(base + cand + cand_sums_offset(1, 1));
+            hp.pick.warp_keys = reinterpret_cast<unsigned long long *>(base + w.pick_keys);
+            hp.pick.warp_keys_cap = pick_keys_cap();
+        }
+        if (hp.pick.on() && gemv_pick_ok(hp)) {
+            op("head gemv+pick", [&] { return launch_gemv(hp, m_stream); });
+            op("pick finish", [&] { return launch_gemv_pick_finish(hp, m_stream); });
+            return;
+        }
+        linear("head", m_head, xr, H, logits, c.n_vocab, R, false);
         if (m_top_n > 0 && R > 0) {
             // Candidates instead of full rows: the logits stay in the workspace for logits_row().
             const int64_t n = m_top_n;
@@ -1883,21 +1959,40 @@ private:
     }
 
     void run(const batch &b, forward_output &out) {
+        using hclk = std::chrono::steady_clock;
+        const auto h0 = hclk::now();
         const auto &c = m_cfg;
         const int64_t T = b.n_tokens(), R = int64_t(b.logits_rows.size()), S = int64_t(b.seqs.size());
-        out.routing = routing_record{};
-        out.routing.n_expert_used = int32_t(c.n_expert_used);
+        // The routing record's ids and weights are sized and filled in place at the end, so a
+        // caller that passes the same output every step (the bench, the engine) allocates nothing
+        // for them in a decode step.
+        routing_record &rr = out.routing;
+        rr.moe_layers.clear();
+        rr.n_expert_used = int32_t(c.n_expert_used);
         const int64_t top_n = b.top_n > 0 ? std::min<int64_t>(b.top_n, topk_logits_max_top) : 0;
         if (b.top_n < 0 || (!b.temperatures.empty() && int64_t(b.temperatures.size()) != R))
             throw load_error("batch: top_n must be >= 0 and temperatures one per logits row");
         m_last_rows = 0; // logits_row() serves this forward's rows once it has finished
-        out.candidates = logit_candidate_rows{};
+        // (cleared, not replaced: the vectors keep their capacity for the next step's candidates)
+        out.candidates.top_n = 0;
+        out.candidates.ids.clear();
+        out.candidates.logits.clear();
+        out.candidates.row_max.clear();
+        out.candidates.row_sum.clear();
         if (top_n > 0)
             out.logits.clear();
         else
             out.logits.resize(size_t(R * c.n_vocab)); // every element is written below
-        if (T == 0) return;
+        if (T == 0) {
+            rr.ids.clear();
+            rr.weights.clear();
+            return;
+        }
         m_top_n = top_n;
+        // Greedy rows need no row sum: one candidate from the head's GEMV (enqueue, gemv_pick)
+        // where the step has one row; the graph key tells the two apart.
+        m_pick = m_head_pick && top_n == 1 && R == 1 &&
+                 std::all_of(b.temperatures.begin(), b.temperatures.end(), [](float t) { return !(t > 0.0f); });
         int64_t stride = 1;
         for (const auto &s : b.seqs) stride = std::max<int64_t>(stride, int64_t(s.block_table.size()));
         stride = round_cap(stride, 1);
@@ -1925,28 +2020,6 @@ private:
             std::copy(tbl.begin(), tbl.end(), btp + s * stride);
             std::fill(btp + s * stride + int64_t(tbl.size()), btp + (s + 1) * stride, 0);
         }
-        ck(cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), il.total, cudaMemcpyHostToDevice, m_stream),
-           "input upload");
-
-        const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
-        const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos, m_kv_split_chunks) : 1;
-        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits, max_tile, top_n);
-        bool done = false;
-        if (m_params.use_graphs && !m_profiling && m_graph_error.empty() && T <= k_graph_max_tokens) {
-            auto it = m_graphs.find(key);
-            if (it != m_graphs.end()) {
-                m_last_graph = it->second;
-                m_graph_used[key] = ++m_graph_tick;
-                ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
-                done = true;
-            } else if (m_seen_keys.count(key)) {
-                done = capture_and_launch(key, T, R, n_tiles, stride, kv_splits, max_tile);
-            } else {
-                m_seen_keys.insert(key); // run eagerly once first: lazy initialization stays out of the graph
-            }
-        }
-        if (!done) enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
-
         // Outputs.
         // Decode-sized logits come through a pinned buffer (one DMA at full speed, then a host
         // copy), larger ones straight into the (pageable) output.
@@ -1961,23 +2034,90 @@ private:
         if (via_pinned && m_pinned_logits.bytes() < cand_rel + logit_bytes)
             m_pinned_logits.alloc(std::max(cand_rel + logit_bytes, size_t(k_graph_max_tokens * c.n_vocab) * 4),
                                   "pinned logits buffer");
-        if (cand_block) {
-            const size_t from = nk ? 0 : cand_rel; // the record too when it is on
-            ck(cudaMemcpyAsync(m_pinned_logits.at(from), m_work.at(m_out.ids + from), cand_rel - from + logit_bytes,
-                               cudaMemcpyDeviceToHost, m_stream),
-               "candidates download");
-        } else if (R)
-            ck(cudaMemcpyAsync(via_pinned ? m_pinned_logits.at() : static_cast<void *>(out.logits.data()), m_work.at(w.logits),
-                               logit_bytes, cudaMemcpyDeviceToHost, m_stream),
-               "logits download");
-        if (nk && !cand_block)
-            ck(cudaMemcpyAsync(m_pinned_out.at(), m_work.at(m_out.ids), size_t(nk) * 8, cudaMemcpyDeviceToHost, m_stream),
-               "routing download");
+        const std::function<void()> upload = [&] {
+            ck(cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), il.total, cudaMemcpyHostToDevice, m_stream),
+               "input upload");
+        };
+        const std::function<void()> download = [&] {
+            if (cand_block) {
+                const size_t from = nk ? 0 : cand_rel; // the record too when it is on
+                ck(cudaMemcpyAsync(m_pinned_logits.at(from), m_work.at(m_out.ids + from), cand_rel - from + logit_bytes,
+                                   cudaMemcpyDeviceToHost, m_stream),
+                   "candidates download");
+            } else if (R)
+                ck(cudaMemcpyAsync(via_pinned ? m_pinned_logits.at() : static_cast<void *>(out.logits.data()),
+                                   m_work.at(w.logits), logit_bytes, cudaMemcpyDeviceToHost, m_stream),
+                   "logits download");
+            if (nk && !cand_block)
+                ck(cudaMemcpyAsync(m_pinned_out.at(), m_work.at(m_out.ids), size_t(nk) * 8, cudaMemcpyDeviceToHost,
+                                   m_stream),
+                   "routing download");
+        };
+        // Zero-copy I/O: a candidates step's graph reads its inputs from the pinned mirror and
+        // writes its download block to m_pinned_io itself (copy_bytes kernels, the device reaching
+        // pinned host memory directly), so that a replay is one launch call and no transfer: on
+        // the H200 the host's share of a token fell (docs/benchmarks.md, session 24). The same
+        // transfers as copies inside the graph made its launch call 3-7× longer.
+        // ES_CUDA_ZERO_COPY=0 keeps the transfers around every step.
+        const bool io_in_graph = m_zero_copy && cand_block;
+        const size_t dl_from = nk ? 0 : cand_rel, dl_bytes = cand_rel - dl_from + logit_bytes;
+        const std::function<void()> copy_in = [&] {
+            copy_bytes_params cp;
+            cp.dst = m_inputs.at();
+            cp.src = m_pinned.at();
+            cp.bytes = il.total;
+            op("inputs in", [&] { return launch_copy_bytes(cp, m_stream); });
+        };
+        const std::function<void()> copy_out = [&] {
+            copy_bytes_params cp;
+            cp.dst = m_pinned_io.at(dl_from);
+            cp.src = m_work.at(m_out.ids + dl_from);
+            cp.bytes = dl_bytes;
+            op("download block out", [&] { return launch_copy_bytes(cp, m_stream); });
+        };
+        const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
+        const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos, m_kv_split_chunks) : 1;
+        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits, max_tile, top_n, m_pick,
+                                         io_in_graph ? (nk ? 2 : 1) : 0);
+        const auto h1 = hclk::now();
+        auto h2 = h1;
+        bool done = false, replayed = false, io_done = false;
+        if (m_params.use_graphs && !m_profiling && m_graph_error.empty() && T <= k_graph_max_tokens) {
+            auto it = m_graphs.find(key);
+            if (it != m_graphs.end()) {
+                if (!io_in_graph) upload();
+                h2 = hclk::now();
+                m_last_graph = it->second;
+                m_graph_used[key] = ++m_graph_tick;
+                ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
+                note_graph_launch(it->second);
+                done = replayed = true;
+                io_done = io_in_graph;
+            } else if (m_seen_keys.count(key)) {
+                if (!io_in_graph) upload();
+                done = capture_and_launch(key, T, R, n_tiles, stride, kv_splits, max_tile,
+                                          io_in_graph ? copy_in : nullptr, io_in_graph ? copy_out : nullptr);
+                io_done = done && io_in_graph;
+                if (!done && io_in_graph) upload(); // the eager launches below need the inputs
+            } else {
+                m_seen_keys.insert(key); // run eagerly once first: lazy initialization stays out of the graph
+                upload();
+            }
+        } else {
+            upload();
+        }
+        if (!done) enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
+        const auto h3 = hclk::now();
+        if (!io_done) download();
+        const auto h4 = hclk::now();
         ck(cudaStreamSynchronize(m_stream), "the forward pass");
         ck(cudaGetLastError(), "the forward pass");
+        const auto h5 = hclk::now();
+        // The download block's host copy: written by the graph itself (zero-copy) or by the copy.
+        const unsigned char *dl = io_done ? m_pinned_io.at() : m_pinned_logits.at();
         if (via_pinned && top_n > 0) {
             logit_candidate_rows &cr = out.candidates;
-            const unsigned char *p = m_pinned_logits.at(cand_rel);
+            const unsigned char *p = dl + cand_rel;
             cr.top_n = int32_t(top_n);
             cr.ids.assign(reinterpret_cast<const int32_t *>(p),
                           reinterpret_cast<const int32_t *>(p) + R * top_n);
@@ -1986,7 +2126,7 @@ private:
                              reinterpret_cast<const float *>(p) + R * top_n);
             p += size_t(R * top_n) * 4;
             cr.row_max.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R);
-            const double *sums = m_pinned_logits.at<double>(cand_rel + cand_sums_offset(R, top_n));
+            const double *sums = reinterpret_cast<const double *>(dl + cand_rel + cand_sums_offset(R, top_n));
             cr.row_sum.assign(sums, sums + R);
         } else if (via_pinned) {
             std::memcpy(out.logits.data(), m_pinned_logits.at(), logit_bytes);
@@ -1994,24 +2134,49 @@ private:
         m_last_rows = R;
         if (m_profiling) collect_profile();
         if (nk) {
-            const unsigned char *rec = cand_block ? m_pinned_logits.at() : m_pinned_out.at();
+            const unsigned char *rec = cand_block ? dl : m_pinned_out.at();
             const int32_t *ids = reinterpret_cast<const int32_t *>(rec);
             const float *wts = reinterpret_cast<const float *>(rec + size_t(nk) * 4);
+            rr.ids.resize(size_t(n_moe));
+            rr.weights.resize(size_t(n_moe));
             int64_t m = 0;
             for (int64_t il = 0; il < c.n_layer; ++il) {
                 if (!m_layers[il].is_moe) continue;
-                out.routing.moe_layers.push_back(int32_t(il));
-                std::vector<int16_t> li(size_t(T * K));
-                for (int64_t i = 0; i < T * K; ++i) li[i] = int16_t(ids[m * T * K + i]);
-                out.routing.ids.push_back(std::move(li));
-                out.routing.weights.emplace_back(wts + m * T * K, wts + (m + 1) * T * K);
+                rr.moe_layers.push_back(int32_t(il));
+                std::vector<int16_t> &li = rr.ids[size_t(m)];
+                li.resize(size_t(T * K));
+                for (int64_t i = 0; i < T * K; ++i) li[size_t(i)] = int16_t(ids[m * T * K + i]);
+                rr.weights[size_t(m)].assign(wts + m * T * K, wts + (m + 1) * T * K);
                 ++m;
             }
+        } else {
+            rr.ids.clear();
+            rr.weights.clear();
+        }
+        if (replayed) {
+            auto us = [](hclk::time_point a, hclk::time_point b) {
+                return std::chrono::duration<double, std::micro>(b - a).count();
+            };
+            forward_host_times &h = m_host_times;
+            ++h.forwards;
+            h.prep_us += us(h0, h1);
+            h.upload_us += us(h1, h2);
+            h.launch_us += us(h2, h3);
+            h.download_us += us(h3, h4);
+            h.wait_us += us(h4, h5);
+            h.unpack_us += us(h5, hclk::now());
         }
     }
 
-    using graph_key =
-        std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t>; // …, top_n
+    // Counts a launch of `exec` and keeps the inputs it ran with (launched_graphs_replay_us).
+    void note_graph_launch(cudaGraphExec_t exec) {
+        graph_run &gr = m_graph_runs[exec];
+        ++gr.launches;
+        gr.inputs.assign(m_pinned.at(), m_pinned.at() + m_in.total);
+    }
+
+    using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+                                 int>; // …, top_n, m_pick, transfers in the graph (0; 1; 2: with the record)
 
     // Drops the graph replayed longest ago (k_max_graphs; ES_CUDA_MAX_GRAPHS). The stream is
     // drained first: that graph may be the one still running. Its workspace stays pinned until
@@ -2026,14 +2191,16 @@ private:
             ck(cudaStreamSynchronize(m_stream), "graph eviction");
             if (m_last_graph == g->second) m_last_graph = nullptr;
             m_graph_ops.erase(g->second);
+            m_graph_runs.erase(g->second);
             cudaGraphExecDestroy(g->second);
             m_graphs.erase(g);
         }
         m_graph_used.erase(oldest);
     }
 
+    // pre and post (when set) enqueue transfers captured before and after the step's launches.
     bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride, int64_t kv_splits,
-                            int64_t max_tile) {
+                            int64_t max_tile, const std::function<void()> &pre, const std::function<void()> &post) {
         cudaGraph_t graph = nullptr;
         ck(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         std::vector<std::string> ops; // the launch names, for graph_timeline
@@ -2042,7 +2209,9 @@ private:
             ~stop_logging() { log = nullptr; }
         } guard{m_capture_ops = &ops};
         try {
+            if (pre) pre();
             enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
+            if (post) post();
         } catch (const load_error &e) {
             cudaStreamEndCapture(m_stream, &graph);
             if (graph) cudaGraphDestroy(graph);
@@ -2071,6 +2240,7 @@ private:
         m_ws.pin_in_use(); // the graph holds the workspace's raw pointers until clear_graphs
         m_last_graph = exec;
         ck(cudaGraphLaunch(exec, m_stream), "cudaGraphLaunch");
+        note_graph_launch(exec);
         return true;
     }
 
@@ -2091,7 +2261,11 @@ private:
     device_allocator m_ws{cuda_memory_source()};
     workspace_buffer m_staging{m_ws}, m_deq{m_ws}, m_work{m_ws}, m_inputs{m_ws};
     pinned_buffer m_pinned, m_pinned_out, m_pinned_logits; // m_pinned_logits: full rows or candidates
+    // The download block as zero-copy graphs write it (run()); sized with the workspace layout, so
+    // its address changes only where the graphs are cleared.
+    pinned_buffer m_pinned_io;
     int64_t m_top_n = 0;     // candidates per row of the forward being enqueued (0: none)
+    bool m_pick = false;     // …and its one row is greedy (top_n 1, T ≤ 0): the head's GEMV picks it
     int64_t m_last_rows = 0; // logits rows of the last finished forward (logits_row())
     size_t m_tok_embd_off = 0, m_output_norm_off = 0, m_head_off = 0, m_inv_freq_off = 0;
     std::vector<dlayer> m_layers;
@@ -2117,6 +2291,14 @@ private:
     // to while a capture runs.
     std::map<cudaGraphExec_t, std::vector<std::string>> m_graph_ops;
     std::vector<std::string> *m_capture_ops = nullptr;
+    // Steps that launched each graph since launched_graphs_replay_us last ran, and the inputs of
+    // its latest launch (the pinned mirror's bytes), so that it can be replayed as it ran.
+    struct graph_run {
+        int64_t launches = 0;
+        std::vector<unsigned char> inputs;
+    };
+    std::map<cudaGraphExec_t, graph_run> m_graph_runs;
+    forward_host_times m_host_times; // host_times()
     int m_kv_split_chunks = 1; // ES_CUDA_KV_SPLIT_CHUNKS
     int64_t m_moe_gemv_max_tokens = k_moe_gemv_max_tokens; // ES_CUDA_MOE_GEMV_MAX_TOKENS
     int m_moe_down_rows_per_warp = 0; // ES_CUDA_MOE_DOWN_ROWS_PER_WARP; 0: the kernel's default
@@ -2125,6 +2307,11 @@ private:
     bool m_moe_slot_counters = true; // ES_CUDA_MOE_SLOT_COUNTERS=0: false
     int64_t m_router_tiles_min = moe_router_tiles_min_tokens; // ES_CUDA_ROUTER_TILES_MIN
     bool m_combine_norm = true;                               // ES_CUDA_COMBINE_NORM
+    bool m_head_pick = true;                                  // ES_CUDA_HEAD_PICK
+    bool m_zero_copy = true;                                  // ES_CUDA_ZERO_COPY
+    // Warps of the head's persistent grid the pick's keys have room for: 64 an SM (an SM holds at
+    // most 2,048 threads).
+    unsigned pick_keys_cap() const { return 64u * unsigned(std::max(m_dev.n_sm, 1)); }
     bool m_moe_wgmma = true;                                  // ES_CUDA_MOE_WGMMA
     int64_t m_moe_wgmma_min = moe_grouped_gemm_wgmma_min_slots_per_expert; // ES_CUDA_MOE_WGMMA_MIN
     bool m_moe_fp8_act = true;                                // ES_CUDA_MOE_FP8_ACT

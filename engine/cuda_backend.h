@@ -86,6 +86,16 @@ struct kernel_timeline_row {
     double ready_us = 0.0, released_us = 0.0;
 };
 
+// The host's time inside forward(), summed over the forwards that replayed a CUDA graph since
+// the last reset (cuda_backend::host_times), in µs: the batch packed into pinned memory (prep),
+// the calls that enqueue the input upload, the graph launch and the output download, the wait
+// for the GPU, and the outputs unpacked. What the GPU idles for between two steps is the host's
+// time outside the wait (here and in the caller) plus the transfers' own latency.
+struct forward_host_times {
+    int64_t forwards = 0;
+    double prep_us = 0.0, upload_us = 0.0, launch_us = 0.0, download_us = 0.0, wait_us = 0.0, unpack_us = 0.0;
+};
+
 // The extra calls of the CUDA backend (dynamic_cast a backend made below to reach them).
 class cuda_backend : public backend {
 public:
@@ -100,6 +110,14 @@ public:
     // returns the device time of one replay in µs (0 when no graph ran yet): a decode step's GPU
     // time without the host's share (input upload, launch, logits download, synchronization).
     virtual double graph_replay_us(int replays) = 0;
+    // Replays each graph forward() launched since the last call, with the inputs of its latest
+    // launch, `replays` times back to back, and returns the mean device time of one replay
+    // weighted by how many steps launched it, in µs (0 when none did); then forgets the counts.
+    // The GPU time of a decode run whose steps replayed graphs of different positions (a graph
+    // per KV split count), where graph_replay_us times only the last step's.
+    virtual double launched_graphs_replay_us(int replays) = 0;
+    // forward()'s host time since the last reset (forward_host_times); reset: start again at 0.
+    virtual forward_host_times host_times(bool reset) = 0;
     // Replays that graph once with the launch timeline on (kernel_common.h: set_kernel_timeline):
     // one row per kernel in launch order (empty when no graph ran yet or recording failed). A
     // kernel's share of the step is the next row's released minus its own.

@@ -17,6 +17,7 @@
 
 #include "act_quantize.cuh"
 #include "argmax.cuh"
+#include "copy_bytes.cuh"
 #include "attention.cuh"
 #include "embedding.cuh"
 #include "fill_random.cuh"
@@ -640,6 +641,133 @@ void test_gemv(runner &R, weight_format f, int64_t M, int64_t N, int64_t K, bool
             R.add("kernel", name + " vs bf16 weights", "NMSE (FP8 quantization)", nmse(gy, yb), 5e-3);
             R.add("kernel", name + " vs bf16 weights", "cosine", cosine(gy, yb), 0.997, false);
         }
+    });
+}
+
+// gemv's greedy pick (gemv.cuh: gemv_pick) in the head's rows kernel: y against the twin, and the
+// pick exactly what topk_logits_ref writes at n_top = 1 over the y the GPU wrote (the twin's y
+// may round differently at a near-tie), over three launches (the warps' keys are rewritten each
+// time); then the launch timed with and without the pick (info rows). case_: "random" (two equal top rows: the
+// lower id wins), "nan-top" (the largest row NaN, BF16 weights: the next one wins), "zero" (x = 0:
+// every value ±0, id 0), "nan" (x NaN: no value, id −1, value and max −inf).
+void test_gemv_pick(runner &R, weight_format f, int64_t N, int64_t K, const std::string &case_,
+                    scale_layout L = scale_layout::channel) {
+    const bool fp8 = f == weight_format::fp8_e4m3;
+    const std::string name =
+        shape_name("gemv pick", {{"N", N}, {"K", K}},
+                   std::string(fp8 ? "fp8" : "bf16") + (L == scale_layout::block128 ? " 128x128 blocks " : " ") +
+                       case_);
+    R.run("kernel", name, [&] {
+        auto x = rand_bf16(static_cast<size_t>(K));
+        auto wb = rand_bf16(static_cast<size_t>(N * K), -0.05f, 0.05f);
+        // Two equal rows far apart, larger than the rest: a tie at the top.
+        const int64_t a = 5000 % N, b = 90000 % N;
+        for (int64_t k = 0; k < K; ++k) {
+            const float v = bf16_bits_to_float(x[size_t(k)]) >= 0 ? 0.2f : -0.2f;
+            wb[size_t(a * K + k)] = wb[size_t(b * K + k)] = float_to_bf16_bits(v);
+        }
+        if (case_ == "nan-top") wb[size_t(a * K + 7)] = float_to_bf16_bits(NAN);
+        if (case_ == "zero") std::fill(x.begin(), x.end(), bf16_t(0));
+        if (case_ == "nan") x[3] = float_to_bf16_bits(NAN);
+        std::vector<fp8_t> wq(static_cast<size_t>(N * K));
+        std::vector<float> sc(size_t(fp8_scale_count(N, K, L)));
+        if (fp8) {
+            fp8_quantize_params q{wb.data(), wq.data(), sc.data(), N, K, L};
+            fp8_quantize_ref(q);
+        }
+        dvec<bf16_t> dx(x), dwb(wb);
+        dvec<fp8_t> dwq(wq);
+        dvec<float> dsc(sc), dy(static_cast<size_t>(N)), dval(1), dmax(1);
+        dvec<int32_t> did(1);
+        dvec<double> dsum(std::vector<double>{-1.0});
+        gemv_params p;
+        p.x = dx.get();
+        p.ldx = K;
+        p.w = fp8 ? static_cast<const void *>(dwq.get()) : dwb.get();
+        p.wfmt = f;
+        p.w_scale = fp8 ? dsc.get() : nullptr;
+        p.w_layout = L;
+        p.y = dy.get();
+        p.ldy = N;
+        p.n_tokens = 1;
+        p.n = N;
+        p.k = K;
+        int n_sm = 0;
+        ck(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0), "cudaDeviceGetAttribute");
+        const unsigned cap = 64u * unsigned(std::max(n_sm, 1)); // warps: as the backend sizes them
+        dvec<unsigned long long> dkeys(cap);
+        p.pick = {did.get(), dval.get(), dmax.get(), dsum.get(), dkeys.get(), cap};
+        if (!gemv_pick_ok(p)) throw std::runtime_error("gemv_pick_ok refused the case");
+        // The GEMV, then the pick's finish (as the backend launches them).
+        auto launch_pick = [&](const gemv_params &q) {
+            ck(launch_gemv(q, nullptr), "launch");
+            if (q.pick.on()) ck(launch_gemv_pick_finish(q, nullptr), "launch (pick finish)");
+        };
+        int64_t differing = 0;
+        std::vector<float> gy;
+        for (int launch = 0; launch < 3; ++launch) {
+            launch_pick(p);
+            sync(name);
+            gy = dy.download();
+            int32_t id = 0;
+            float val = 0.0f, mx = 0.0f;
+            double sum = 0.0;
+            topk_logits_params t;
+            t.logits = gy.data();
+            t.ids = &id;
+            t.values = &val;
+            t.row_max = &mx;
+            t.row_sum = &sum;
+            t.n_rows = 1;
+            t.n_vocab = N;
+            t.n_top = 1;
+            topk_logits_ref(t);
+            const float gv = dval.download()[0], gm = dmax.download()[0];
+            differing += did.download()[0] != id || std::memcmp(&gv, &val, 4) != 0 ||
+                         std::memcmp(&gm, &mx, 4) != 0 || dsum.download()[0] != sum;
+        }
+        R.add("kernel", name, "pick differing from topk_logits_ref(n_top 1) on its y (3 launches)", double(differing),
+              0.0);
+        std::vector<float> y(static_cast<size_t>(N));
+        int32_t id = 0;
+        float val = 0.0f, mx = 0.0f;
+        double sum = 0.0;
+        gemv_params h = p;
+        h.x = x.data();
+        h.w = fp8 ? static_cast<const void *>(wq.data()) : wb.data();
+        h.w_scale = fp8 ? sc.data() : nullptr;
+        h.y = y.data();
+        h.pick = {&id, &val, &mx, &sum, nullptr, 0};
+        gemv_ref(h);
+        if (case_ == "random" || case_ == "zero") {
+            R.add("kernel", name, "max scaled err", scaled_err(gy, y), k_f32_limit);
+            R.add("kernel", name + " twin", "pick id differing (the twin's own y)", double(did.download()[0] != id),
+                  0.0);
+        } else {
+            int64_t nan_differ = 0;
+            for (int64_t i = 0; i < N; ++i) nan_differ += std::isnan(gy[size_t(i)]) != std::isnan(y[size_t(i)]);
+            R.add("kernel", name, "NaN outputs differing from the twin", double(nan_differ), 0.0);
+            R.add("kernel", name + " twin", "pick id differing (the twin's own y)", double(did.download()[0] != id),
+                  0.0);
+        }
+        auto time_us = [&](const gemv_params &q) {
+            cudaEvent_t e0 = nullptr, e1 = nullptr;
+            ck(cudaEventCreate(&e0), "cudaEventCreate");
+            ck(cudaEventCreate(&e1), "cudaEventCreate");
+            ck(cudaEventRecord(e0), "cudaEventRecord");
+            for (int i = 0; i < 50; ++i) launch_pick(q);
+            ck(cudaEventRecord(e1), "cudaEventRecord");
+            sync(name);
+            float ms = 0.0f;
+            ck(cudaEventElapsedTime(&ms, e0, e1), "cudaEventElapsedTime");
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+            return 1000.0 * ms / 50.0;
+        };
+        gemv_params plain = p;
+        plain.pick = {};
+        R.info("kernel", name, "µs per launch with the pick (the GEMV and the finish; 50 back to back)", time_us(p));
+        R.info("kernel", name, "µs per launch without it", time_us(plain));
     });
 }
 
@@ -1913,6 +2041,47 @@ void test_argmax(runner &R, int64_t rows, int64_t V) {
     });
 }
 
+// copy_bytes (the zero-copy I/O of decode graphs): pinned host memory to device memory and device
+// memory to pinned host memory (the device reaching the host's pages directly), aligned and at odd
+// offsets and sizes, against the twin's memcpy, exact; the bytes around the target untouched.
+void test_copy_bytes(runner &R, size_t bytes, size_t offset) {
+    const std::string name = shape_name("copy_bytes", {{"bytes", int64_t(bytes)}, {"offset", int64_t(offset)}},
+                                        "pinned host <-> device");
+    R.run("kernel", name, [&] {
+        const size_t total = bytes + offset + 64;
+        std::vector<unsigned char> src(total), want(total, 0xa5);
+        for (size_t i = 0; i < total; ++i) src[i] = static_cast<unsigned char>(i * 131u + 7u);
+        unsigned char *host_src = nullptr, *host_dst = nullptr;
+        ck(cudaMallocHost(reinterpret_cast<void **>(&host_src), total), "cudaMallocHost");
+        struct freer {
+            unsigned char *&a, *&b;
+            ~freer() {
+                if (a) cudaFreeHost(a);
+                if (b) cudaFreeHost(b);
+            }
+        } guard{host_src, host_dst};
+        ck(cudaMallocHost(reinterpret_cast<void **>(&host_dst), total), "cudaMallocHost");
+        std::memcpy(host_src, src.data(), total);
+        std::memset(host_dst, 0xa5, total);
+        dvec<unsigned char> dev(std::vector<unsigned char>(total, 0xa5));
+        copy_bytes_params in{dev.get() + offset, host_src + offset, bytes};
+        copy_bytes_params out{host_dst + offset, dev.get() + offset, bytes};
+        ck(launch_copy_bytes(in, nullptr), "launch (host to device)");
+        ck(launch_copy_bytes(out, nullptr), "launch (device to host)");
+        sync(name);
+        copy_bytes_params ref{want.data() + offset, src.data() + offset, bytes};
+        copy_bytes_ref(ref);
+        const auto d = dev.download();
+        int64_t dev_diff = 0, host_diff = 0;
+        for (size_t i = 0; i < total; ++i) {
+            dev_diff += d[i] != want[i];
+            host_diff += host_dst[i] != want[i];
+        }
+        R.add("kernel", name, "device bytes differing from the twin (host to device)", double(dev_diff), 0.0);
+        R.add("kernel", name, "host bytes differing from the twin (device to host)", double(host_diff), 0.0);
+    });
+}
+
 // topk_logits vs its twin: exact ids and values (set and order), row max exact, sums within 1e-5
 // relative; launched twice (the per-row counters must re-arm), then timed (info row).
 void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
@@ -2174,6 +2343,13 @@ void run_kernel_tests(runner &R, int cc_major) {
         test_gemv(R, f, 1, 2560, 2560, false);
         test_gemv(R, f, 1, 40003, 1024, false); // the head's kernel (≥ 32,768 rows), a partial last warp
         test_gemv(R, f, 1, 103424, 1024, false); // the 0.3B's head: several row groups a warp (one wave)
+        // The greedy pick in the head's kernel: the heads of both shapes, a partial last group and
+        // warp (40,003 rows), and the edge rows.
+        test_gemv_pick(R, f, 103424, 2560, "random");
+        test_gemv_pick(R, f, 40003, 1024, "random");
+        test_gemv_pick(R, f, 103424, 1024, "zero");
+        test_gemv_pick(R, f, 40003, 1024, "nan");
+        if (f == bf) test_gemv_pick(R, f, 40003, 1024, "nan-top");
         test_gemv(R, f, 1, 32769, 512, true);
         test_gemv(R, f, 3, 1000, 40, false);
         test_gemv(R, f, 13, 100, 100, false);
@@ -2196,6 +2372,7 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_fp8_dequantize(R, 200, 272, blk);
     test_gemv(R, weight_format::fp8_e4m3, 1, 2560, 2560, false, 0, blk);
     test_gemv(R, weight_format::fp8_e4m3, 1, 40003, 1024, false, 0, blk);
+    test_gemv_pick(R, weight_format::fp8_e4m3, 40003, 1024, "random", blk);
     test_gemv(R, weight_format::fp8_e4m3, 2, 512, 1024, true, 4, blk);
     test_gemv(R, weight_format::fp8_e4m3, 8, 1536, 2560, true, 0, blk);
     test_gemv(R, weight_format::fp8_e4m3, 3, 1000, 48, false, 0, blk);
@@ -2412,6 +2589,8 @@ void run_kernel_tests(runner &R, int cc_major) {
         destroy_gemm_lt_context(ctx);
     }
     test_argmax(R, 3, 103424);
+    for (size_t bytes : {size_t(16), size_t(368), size_t(1344), size_t(5000), size_t(70000)})
+        for (size_t offset : {size_t(0), size_t(3)}) test_copy_bytes(R, bytes, offset);
     for (int32_t N : {1, 64, 256}) {
         test_topk_logits(R, 1, 103424, N);
         test_topk_logits(R, 8, 103424, N);
@@ -2480,20 +2659,22 @@ std::vector<float> logits_prefill(backend &be, const std::vector<int32_t> &promp
     return logits;
 }
 
-// Decode steps asking for 64 logit candidates (batch::top_n, topk_logits inside the decode graph):
-// each step's candidates against the twin over the same step's full row (backend::logits_row).
+// Decode steps asking for N logit candidates (batch::top_n, inside the decode graph): 64 at a
+// temperature (topk_logits after the head), or one at T = 0 as a greedy sampler asks (the pick in
+// the head's GEMV where the vocabulary takes the rows kernel, else topk_logits at n_top = 1): each
+// step's candidates against the twin over the same step's full row (backend::logits_row).
 // Returns {candidate slots differing, max relative sum error, a wrong logits_row answer (0/1)}.
-std::array<double, 3> candidates_decode(backend &be, const std::vector<int32_t> &prompt) {
+std::array<double, 3> candidates_decode(backend &be, const std::vector<int32_t> &prompt, int32_t N = 64,
+                                        float temperature = 0.8f) {
     auto s = be.init_kv_cache({16, 4});
     if (!s) throw test_failure(s.message());
     const int64_t V = be.config().n_vocab;
-    const int32_t N = 64;
     batch b;
     b.seqs.resize(1);
     b.seqs[0].block_table = {2, 0};
     b.seqs[0].block_table.resize(static_cast<size_t>((prompt.size() + 15) / 16));
     b.top_n = N;
-    b.temperatures = {0.8f};
+    b.temperatures = {temperature};
     std::array<double, 3> r{0, 0, 0};
     std::vector<float> row(static_cast<size_t>(V)), tv(N), mx(1);
     std::vector<int32_t> ti(N);
@@ -2509,7 +2690,8 @@ std::array<double, 3> candidates_decode(backend &be, const std::vector<int32_t> 
         const logit_candidate_rows &c = out.candidates;
         if (c.top_n != N || c.ids.size() != size_t(N) || c.logits.size() != size_t(N) ||
             c.row_sum.size() != 1 || !out.logits.empty())
-            throw test_failure("forward() with top_n did not return 64 candidates instead of the row");
+            throw test_failure("forward() with top_n did not return " + std::to_string(N) +
+                               " candidates instead of the row");
         if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
         r[2] = std::max(r[2], be.logits_row(1, row).ok() ? 1.0 : 0.0); // no such row: must fail
         if (auto g = be.logits_row(0, row); !g) throw test_failure(g.message());
@@ -2600,6 +2782,42 @@ void test_tile_major_model(runner &R) {
         R.add("model", name + " decode", "NMSE vs the row-major load", nmse(tm.dec, rm.dec), 1e-5);
         R.info("model", name + " decode", "logits differing in any bit", bit_diffs(tm.dec, rm.dec));
     });
+}
+
+// The greedy pick in the head's GEMV (gemv.cuh: gemv_pick) end to end: the reference checkpoints'
+// vocabularies (≤ 6,000) are below the rows kernel's 32,768, so their greedy rows take topk_logits
+// at n_top = 1; random weights of the 0.3B's widths (103,424 rows), two layers, BF16 and FP8 (the
+// head BF16, and FP8 with --fp8-head), one-candidate greedy steps and 64-candidate sampled steps
+// in the same decode graphs, each step's candidates against the twin over its full row.
+void test_head_pick_model(runner &R) {
+    for (const bool fp8 : {false, true})
+        for (const bool fp8_head : {false, true}) {
+            if (fp8_head && !fp8) continue;
+            const std::string name = std::string("ernie-4.5-0.3b widths, 2 layers, random ") +
+                                     (fp8 ? fp8_head ? "fp8 weights and head" : "fp8 weights" : "bf16 weights") +
+                                     ", greedy pick in the head";
+            R.run("model", name, [&] {
+                auto cfg = model_config_for_shape("ernie-4.5-0.3b");
+                if (!cfg) throw test_failure(cfg.message());
+                cfg->n_layer = 2;
+                if (auto v = validate_model_config(*cfg); !v) throw test_failure(v.message());
+                std::vector<int32_t> prompt(20);
+                std::uniform_int_distribution<int32_t> tok(0, int32_t(cfg->n_vocab - 1));
+                for (auto &t : prompt) t = tok(rng());
+                cuda_backend_params p;
+                p.precision = fp8 ? weight_precision::fp8 : weight_precision::bf16;
+                p.fp8.head = fp8_head;
+                auto be = make_cuda_backend_random(*cfg, 4321, p);
+                if (!be) throw test_failure(be.message());
+                const auto pick = candidates_decode(**be, prompt, 1, 0.0f);
+                R.add("model", name, "greedy candidate differing from the twin over logits_row (exact)", pick[0], 0.0);
+                R.add("model", name, "greedy row sum (T = 0) not 0", pick[1], 0.0);
+                const auto cand = candidates_decode(**be, prompt);
+                R.add("model", name, "64 candidates' slots differing from the twin over logits_row (exact)", cand[0],
+                      0.0);
+                R.add("model", name, "64 candidates' row sum max rel err", cand[1], 1e-5);
+            });
+        }
 }
 
 double top1_agreement(const std::vector<float> &a, const std::vector<float> &b, int64_t V) {
@@ -2917,6 +3135,10 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " decode candidates", "row sum max rel err", cand[1], 1e-5);
                 R.add("model", pn + " decode candidates", "logits_row accepted a row the step did not have",
                       cand[2], 0.0);
+                const auto pick = candidates_decode(be, prompt, 1, 0.0f);
+                R.add("model", pn + " decode greedy candidate",
+                      "id or value differing from the twin over logits_row (exact)", pick[0], 0.0);
+                R.add("model", pn + " decode greedy candidate", "row sum (T = 0) not 0", pick[1], 0.0);
                 memory_rows("after decode");
                 if (!cpu_routing.ids.empty()) {
                     // Router choices of the first chunk against the CPU's: set overlap per token.
@@ -2956,6 +3178,7 @@ selftest_report run_cuda_selftest(const selftest_options &o) {
     if (o.kernels) run_kernel_tests(R, dev->cc_major);
     if (o.models && !o.data_dir.empty()) run_model_tests(R, o.data_dir);
     if (o.models) test_tile_major_model(R); // random weights of a real shape: no data needed
+    if (o.models) test_head_pick_model(R);
     if (o.models && !o.data_dir.empty()) test_routed_fp8_model(R, o.data_dir);
     return rep;
 }

@@ -139,6 +139,7 @@ struct engine::impl {
     std::deque<step_record> ring;
     std::vector<uint64_t> expert_tokens, expert_window_sum;
     std::vector<float> row_scratch; // a full logits row when candidates cannot decide
+    forward_output out;             // every step's forward output (its buffers reused)
     std::vector<double> expert_weight;
     std::deque<std::vector<uint32_t>> window;
     std::vector<int32_t> moe_layers;
@@ -518,7 +519,7 @@ void engine::thread_main() {
         // Sampling rows come back as candidates where the backend can (the full row is fetched
         // only when they cannot decide): nothing in the engine needs whole rows.
         request_candidates(*I.mdl->be, b, row_samplers);
-        forward_output out;
+        forward_output &out = I.out; // one output for every step: its buffers are reused
         const status st = I.mdl->be->forward(b, out);
         const auto t2 = clk::now();
         if (!st) {

@@ -11,6 +11,7 @@ void request_candidates(const backend &be, batch &b, std::span<sampler *const> s
     // No rows to sample: no candidates (one CUDA graph fewer: top_n is part of its key).
     b.top_n = be.supports_candidates() && !samplers.empty() ? k_sample_top_n : 0;
     if (!b.top_n) return;
+    if (std::all_of(samplers.begin(), samplers.end(), [](const sampler *s) { return s->picks_top(); })) b.top_n = 1;
     for (const sampler *s : samplers) b.temperatures.push_back(s->sum_temperature());
 }
 

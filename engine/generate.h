@@ -34,7 +34,9 @@ struct generate_params {
 inline constexpr int32_t k_sample_top_n = 64;
 
 // Sets b.top_n and b.temperatures for the rows in b.logits_rows (one sampler each, in order), or
-// clears them when the backend returns only full rows.
+// clears them when the backend returns only full rows. When every sampler is greedy without
+// penalties (sampler::picks_top), one candidate a row: the CUDA backend then picks a one-row
+// step's token in its head GEMV, without a top-k launch.
 void request_candidates(const backend &be, batch &b, std::span<sampler *const> samplers);
 
 // The token for output row `row` of `out`, the last forward() of `be`: from the row's candidates

@@ -87,6 +87,8 @@ public:
     // The temperature a backend should compute its row sum at for this sampler (0: no sum needed).
     float sum_temperature() const;
     bool greedy() const { return m_p.temperature <= 1e-5f; }
+    // Greedy without penalties: the token is the row's top, so one candidate always decides.
+    bool picks_top() const { return greedy() && !has_penalties(); }
     const sampling_params &params() const { return m_p; }
     uint64_t seed() const { return m_seed; }
 

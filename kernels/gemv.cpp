@@ -2,6 +2,7 @@
 #include "gemv.cuh"
 #include "embedding.cuh"
 #include "rms_norm.cuh"
+#include "topk_logits.cuh"
 
 #include <algorithm>
 #include <vector>
@@ -33,7 +34,38 @@ bool gemv_fusion_ok(const gemv_params &p) {
     return true;
 }
 
+bool gemv_pick_ok(const gemv_params &p) {
+    const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
+    auto al16 = [](const void *q) { return (reinterpret_cast<uintptr_t>(q) & 15u) == 0; };
+    return p.pick.on() && p.pick.value && p.pick.row_max && p.pick.row_sum && p.pick.warp_keys && p.pick.warp_keys_cap &&
+           p.n_tokens == 1 && !p.norm.on() && !p.rope_on && !p.embd_table && p.k_splits <= 1 && !p.accumulate &&
+           p.n >= gemv_pick_min_rows && p.k % (fp8 ? 16 : 8) == 0 && p.ldx % 8 == 0 && al16(p.w) && al16(p.x);
+}
+
+namespace {
+// The pick as topk_logits_ref computes one candidate at T = 0.
+void gemv_pick_ref(const gemv_params &p) {
+    topk_logits_params t;
+    t.logits = p.y;
+    t.ids = p.pick.id;
+    t.values = p.pick.value;
+    t.row_max = p.pick.row_max;
+    t.row_sum = p.pick.row_sum;
+    t.n_rows = 1;
+    t.n_vocab = p.n;
+    t.n_top = 1;
+    topk_logits_ref(t);
+}
+} // namespace
+
 void gemv_ref(const gemv_params &p) {
+    if (p.pick.on()) {
+        gemv_params q = p;
+        q.pick = {};
+        gemv_ref(q);
+        gemv_pick_ref(p);
+        return;
+    }
     if (p.norm.on() || p.rope_on) {
         // The fusions as the separate kernels they replace: rms_norm, the plain GEMV, rope_kv.
         std::vector<bf16_t> xn;

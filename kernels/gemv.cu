@@ -18,7 +18,7 @@ namespace es {
 namespace {
 
 constexpr int k_rows_per_block = 4;
-constexpr int64_t k_rows_head = 32768; // one-token GEMVs of at least this many rows: gemv_rows_kernel
+constexpr int64_t k_rows_head = gemv_pick_min_rows; // one-token GEMVs of at least this many rows: gemv_rows_kernel
 
 // The fused epilogue of the q|k|v projection (gemv.cuh: rope): the block's four rows are two
 // rotation pairs of one q or k head (or four v elements). Before the kernel waits, lane m < mt of
@@ -234,13 +234,26 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
 // share 55 → 50 and 130 → 122 µs). Same per-row arithmetic and order as
 // gemv_kernel with MT = 1 (and as before: the same bits).
 // BLK: 128×128 block scales (the RW rows share a row block: 128 is a multiple of RW).
-template <bool FP8, int RW, bool BLK = false>
+// PICK (gemv.cuh: gemv_pick): after its rows, as without the pick, each warp re-reads the values
+// it wrote (a lane an element, one round trip), reduces their logit_keys by shuffles and stores
+// the largest in warp_keys[warp]; launch_gemv_pick_finish reduces those. The loop itself is the
+// one without the pick: a first version kept lane 0's largest key in the loop, and that loop
+// streamed the 21B-A3B's FP8 head in 77.5 µs where the plain one takes 68.8 (the self-test's
+// timing rows, docs/benchmarks.md, session 24); its atomics, fences and last-block election at
+// the end cost ~1-3 µs more. What the pick replaces is topk_logits' chain of two phases after
+// the head (~13 µs of a decode step, session 8).
+template <bool FP8, int RW, bool BLK = false, bool PICK = false>
 __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
     static_assert(128 % RW == 0, "a warp's rows in one scale block");
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int64_t groups = (p.n + RW - 1) / RW, stride = int64_t(gridDim.x) * k_rows_per_block;
-    int64_t g = int64_t(blockIdx.x) * k_rows_per_block + warp;
-    if (g >= groups) return;
+    const int64_t g0 = int64_t(blockIdx.x) * k_rows_per_block + warp;
+    int64_t g = g0;
+    if (g >= groups) {
+        if constexpr (PICK)
+            if (lane == 0) p.pick.warp_keys[g0] = 0ull; // no rows: no candidate
+        return;
+    }
     constexpr int E = vec_elems<FP8>;
     const int64_t row_bytes = p.k * (FP8 ? 1 : 2), kb_per_row = (p.k + fp8_block - 1) / fp8_block;
     float scale[RW];
@@ -282,16 +295,66 @@ __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
             }
         }
     }
+    if constexpr (PICK) {
+        __syncwarp(); // lane 0's stores, then every lane's loads of them
+        const int64_t n_groups = (groups - g0 + stride - 1) / stride, items = n_groups * RW;
+        unsigned long long key = 0ull;
+        for (int64_t j = lane; j < items; j += 32) {
+            const int64_t row = (g0 + (j / RW) * stride) * RW + j % RW;
+            if (row < p.n) key = max(key, logit_key(__ldcg(p.y + row), row));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o /= 2) key = max(key, __shfl_xor_sync(0xffffffffu, key, o));
+        if (lane == 0) p.pick.warp_keys[g0] = key;
+    }
 }
 
 // The rows kernel's grid: a block per four row groups, at most one wave.
-template <bool FP8, int RW, bool BLK = false>
-cudaError_t launch_rows(const gemv_params &p, cudaStream_t stream) {
+template <bool FP8, int RW, bool BLK = false, bool PICK = false>
+unsigned rows_grid(const gemv_params &p) {
     const unsigned need = ceil_div_u(p.n, int64_t(k_rows_per_block) * RW),
-                   wave = resident_blocks(reinterpret_cast<const void *>(gemv_rows_kernel<FP8, RW, BLK>), 128,
-                                          0);
-    return launch_decode<gemv_rows_kernel<FP8, RW, BLK>>(wave > 0 ? std::min(need, wave) : need, 128, 0,
-                                                         stream, p);
+                   wave = resident_blocks(
+                       reinterpret_cast<const void *>(gemv_rows_kernel<FP8, RW, BLK, PICK>), 128, 0);
+    return wave > 0 ? std::min(need, wave) : need;
+}
+
+template <bool FP8, int RW, bool BLK = false, bool PICK = false>
+cudaError_t launch_rows(const gemv_params &p, cudaStream_t stream) {
+    const unsigned grid = rows_grid<FP8, RW, BLK, PICK>(p);
+    if (PICK && uint64_t(grid) * k_rows_per_block > p.pick.warp_keys_cap) return cudaErrorInvalidValue;
+    return launch_decode<gemv_rows_kernel<FP8, RW, BLK, PICK>>(grid, 128, 0, stream, p);
+}
+
+// The pick's last part (gemv.cuh: launch_gemv_pick_finish): the largest of the rows kernel's
+// n_keys warp keys, each of 256 threads its share, then shuffles and shared memory; the id, the
+// value re-read from y (−0 stays −0), the row max (the same) and a zero sum.
+__global__ void __launch_bounds__(256) gemv_pick_finish_kernel(gemv_params p, unsigned n_keys) {
+    pdl_enter();
+    const gemv_pick &pk = p.pick;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    unsigned long long key = 0ull;
+#pragma unroll 8
+    for (unsigned i = threadIdx.x; i < n_keys; i += blockDim.x) key = max(key, __ldcg(pk.warp_keys + i));
+#pragma unroll
+    for (int o = 16; o > 0; o /= 2) key = max(key, __shfl_xor_sync(0xffffffffu, key, o));
+    __shared__ unsigned long long s_key[8];
+    if (lane == 0) s_key[warp] = key;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) key = max(key, s_key[i]);
+        const int32_t id = logit_key_id(key);
+        const float v = id < 0 ? -INFINITY : __ldcg(p.y + id);
+        *pk.id = id;
+        *pk.value = v;
+        *pk.row_max = v;
+        *pk.row_sum = 0.0;
+    }
+}
+
+template <bool FP8, int RW, bool BLK = false>
+cudaError_t launch_rows_pick(const gemv_params &p, cudaStream_t stream) {
+    return p.pick.on() ? launch_rows<FP8, RW, BLK, true>(p, stream) : launch_rows<FP8, RW, BLK>(p, stream);
 }
 
 bool block_scaled(const gemv_params &p) {
@@ -373,6 +436,16 @@ cudaError_t launch_fmt(const gemv_params &p, int mt, bool vec, dim3 grid, cudaSt
 void set_gemv_preload_min_bytes(int64_t bytes) { g_pre_min_bytes.store(std::max<int64_t>(0, bytes)); }
 int64_t gemv_preload_min_bytes() { return g_pre_min_bytes.load(std::memory_order_relaxed); }
 
+cudaError_t launch_gemv_pick_finish(const gemv_params &p, cudaStream_t stream) {
+    if (!gemv_pick_ok(p)) return cudaErrorInvalidValue;
+    constexpr int RW = 4;
+    const bool fp8 = p.wfmt == weight_format::fp8_e4m3;
+    const unsigned grid = block_scaled(p) ? rows_grid<true, RW, true, true>(p)
+                          : fp8           ? rows_grid<true, RW, false, true>(p)
+                                          : rows_grid<false, RW, false, true>(p);
+    return launch_decode<gemv_pick_finish_kernel>(1, 256, 0, stream, p, grid * unsigned(k_rows_per_block));
+}
+
 cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     if (p.n_tokens <= 0 || p.n <= 0) return cudaSuccess;
     if (p.k <= 0 || (p.wfmt == weight_format::fp8_e4m3 && !p.w_scale)) return cudaErrorInvalidValue;
@@ -383,10 +456,11 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     const bool vec = fused || (p.k % E == 0 && p.ldx % 8 == 0 && aligned16(p.w) && aligned16(p.x));
     // Block scales need the vector path (a 16-element vector inside one 128-column block).
     if (block_scaled(p) && !vec) return cudaErrorInvalidValue;
+    if (p.pick.on() && !gemv_pick_ok(p)) return cudaErrorInvalidValue;
     if (!fused && p.n_tokens == 1 && vec && p.n >= k_rows_head && p.k_splits <= 1) {
         constexpr int RW = 4;
-        if (block_scaled(p)) return launch_rows<true, RW, true>(p, stream);
-        return fp8 ? launch_rows<true, RW>(p, stream) : launch_rows<false, RW>(p, stream);
+        if (block_scaled(p)) return launch_rows_pick<true, RW, true>(p, stream);
+        return fp8 ? launch_rows_pick<true, RW>(p, stream) : launch_rows_pick<false, RW>(p, stream);
     }
     const int mt = p.n_tokens >= 8 ? 8 : p.n_tokens >= 5 ? 8 : p.n_tokens >= 3 ? 4 : int(p.n_tokens);
     const unsigned gx = ceil_div_u(p.n, k_rows_per_block), gy = ceil_div_u(p.n_tokens, mt);

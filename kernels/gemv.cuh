@@ -20,6 +20,22 @@
 
 namespace es {
 
+// The greedy pick fused into the one-token GEMV of very many rows (the LM head; gemv_pick_ok):
+// besides y, what topk_logits writes for that row at n_top = 1 and T ≤ 0 — the id of its largest
+// non-NaN value (ties → the lower id; −1 when every value is NaN), that value, the row max (the
+// same value; −inf when there is none) and a row sum of 0 — so a greedy decode step needs no top-k
+// after its head, only launch_gemv_pick_finish (one block) reducing the GEMV's warps' bests
+// (warp_keys: GPU scratch of at least warp_keys_cap ≥ the grid's warps, rewritten every launch).
+struct gemv_pick {
+    int32_t *id = nullptr;
+    float *value = nullptr;
+    float *row_max = nullptr;
+    double *row_sum = nullptr;
+    unsigned long long *warp_keys = nullptr;
+    unsigned warp_keys_cap = 0;
+    bool on() const { return id != nullptr; }
+};
+
 struct gemv_params {
     const bf16_t *x = nullptr;        // [n_tokens, ldx]
     int64_t ldx = 0;
@@ -47,6 +63,7 @@ struct gemv_params {
     float *embd_out = nullptr;            // [n_tokens, k]
     bool rope_on = false;             // fused RoPE + KV-write epilogue (then y is unused)
     rope_kv_params rope;
+    gemv_pick pick;                   // the greedy pick of y's row (gemv_pick_ok)
 };
 
 // Shared memory the normalized rows may take (MT tokens × k BF16; the same with the embedding
@@ -57,9 +74,17 @@ inline int64_t gemv_norm_smem_bytes(int64_t mt, int64_t k) { return mt * k * 2; 
 // Whether launch_gemv takes these fused inputs/epilogues (shared memory for the normalized rows,
 // 16-byte vectors, no split-K under rope): the backend falls back to separate launches otherwise.
 bool gemv_fusion_ok(const gemv_params &p);
+// Whether launch_gemv takes p with its greedy pick: one token, no fusion, no split-K, no
+// accumulation, at least gemv_pick_min_rows rows, 16-byte vectors (the persistent rows kernel),
+// every output and the warp keys given.
+inline constexpr int64_t gemv_pick_min_rows = 32768;
+bool gemv_pick_ok(const gemv_params &p);
 
 void gemv_ref(const gemv_params &p);
 #ifdef ES_KERNELS_HAVE_LAUNCHERS
+// After launch_gemv(p) with p.pick on: the pick's last part (one block) on the same stream, with
+// the same p; it writes pick.id, value, row_max and row_sum.
+cudaError_t launch_gemv_pick_finish(const gemv_params &p, cudaStream_t stream);
 cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream);
 // One-token GEMVs of matrices of at least this many bytes (default 4 MiB) load a lane's share of
 // its row into registers before the programmatic-launch wait instead of asking L2 for it (gemv.cu:

@@ -76,6 +76,22 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// A logit as a 64-bit key whose unsigned order is "greater value, or equal value and lower id":
+// the value's order-preserving bits above ~id. NaN is key 0 (never a candidate, below every
+// value, −inf included); −0 is keyed as +0 (they tie, as in the sampler's comparisons).
+// topk_logits and the greedy pick of the head's GEMV (gemv.cuh: gemv_pick) order by it.
+__device__ __forceinline__ unsigned long long logit_key(float v, int64_t id) {
+    if (isnan(v)) return 0ull;
+    unsigned u = __float_as_uint(v);
+    if ((u & 0x7fffffffu) == 0) u = 0;
+    const unsigned ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - unsigned(id));
+}
+// The id a key was made from; −1 for key 0 (no value).
+__device__ __forceinline__ int32_t logit_key_id(unsigned long long k) {
+    return (k >> 32) == 0 ? -1 : int32_t(0xffffffffu - unsigned(k & 0xffffffffu));
+}
+
 __device__ __forceinline__ float silu_f(float g) { return g / (1.0f + expf(-g)); }
 
 __host__ __device__ inline bool aligned16(const void *p) {

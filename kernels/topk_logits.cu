@@ -27,18 +27,6 @@ struct block_partial {
     float pad;
 };
 
-__device__ __forceinline__ unsigned long long make_key(float v, int64_t id) {
-    if (isnan(v)) return 0ull;
-    unsigned u = __float_as_uint(v);
-    if ((u & 0x7fffffffu) == 0) u = 0; // −0 and +0 tie, as in the sampler's comparisons
-    const unsigned ord = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-    return (static_cast<unsigned long long>(ord) << 32) | (0xffffffffu - unsigned(id));
-}
-
-__device__ __forceinline__ int32_t key_id(unsigned long long k) {
-    return (k >> 32) == 0 ? -1 : int32_t(0xffffffffu - unsigned(k & 0xffffffffu));
-}
-
 // Sorts keys[0, n) descending; n is a power of two, every thread of the block calls it after a
 // block barrier, and it ends with one. Pair t of a stage with distance j ≤ 32 lies in the 64 keys
 // [64·(t/32), +64), which only warp t/32 touches in such stages: between two of them a __syncwarp
@@ -139,7 +127,7 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
         const int j = tid + h * k_threads;
         const int64_t i = begin + j;
         v[h] = i < V ? x[i] : NAN;
-        keys[j] = i < V ? make_key(v[h], i) : 0ull;
+        keys[j] = i < V ? logit_key(v[h], i) : 0ull;
         if (!isnan(v[h])) m = fmaxf(m, v[h]);
     }
     m = block_max(m, redf);
@@ -204,7 +192,7 @@ __global__ void __launch_bounds__(k_threads) topk_logits_kernel(topk_logits_para
         __syncthreads();
     }
     for (int j = tid; j < N; j += k_threads) {
-        const int32_t id = key_id(keys[j]);
+        const int32_t id = logit_key_id(keys[j]);
         p.ids[r * N + j] = id;
         p.values[r * N + j] = id < 0 ? -INFINITY : x[id];
     }
@@ -344,10 +332,10 @@ __device__ __forceinline__ double exp_nonpos(double a) {
     return e * __longlong_as_double((long long)(int(n) + 1023) << 52);
 }
 
-// The value a key was made from (make_key's inverse); ±0 share a key, so zero is re-read.
+// The value a key was made from (logit_key's inverse); ±0 share a key, so zero is re-read.
 __device__ __forceinline__ float key_value(unsigned long long k, const float *x) {
     const unsigned ord = unsigned(k >> 32);
-    if (ord == 0x80000000u) return x[key_id(k)];
+    if (ord == 0x80000000u) return x[logit_key_id(k)];
     return __uint_as_float((ord & 0x80000000u) ? (ord ^ 0x80000000u) : ~ord);
 }
 
@@ -435,7 +423,7 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
         for (int q = 0; q < 8; ++q) {
             const int64_t i = begin + q * k_fast_threads + tid;
             v[q] = i < V ? __ldg(x + i) : NAN;
-            kq[q] = i < V ? make_key(v[q], i) : 0ull;
+            kq[q] = i < V ? logit_key(v[q], i) : 0ull;
             if (!isnan(v[q])) m = fmaxf(m, v[q]);
             srt = max(srt, kq[q]);
         }
@@ -559,7 +547,7 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
             for (int h = 0; h < 2; ++h) {
                 const int j = 2 * lane + h;
                 if (j >= N) continue;
-                const int32_t id = key_id(kk[h]);
+                const int32_t id = logit_key_id(kk[h]);
                 p.ids[r * N + j] = id;
                 p.values[r * N + j] = id < 0 ? -INFINITY : x[id];
             }
@@ -655,7 +643,7 @@ __global__ void __launch_bounds__(k_fast_threads, 1) topk64_kernel(topk_logits_p
         const int rank = rank_survivors(s_buf, s_part, S2, tid);
         if (tid < S2 && rank < N) {
             const unsigned long long key = s_buf[tid];
-            p.ids[r * N + rank] = key_id(key);
+            p.ids[r * N + rank] = logit_key_id(key);
             p.values[r * N + rank] = key_value(key, x);
         }
         for (int j = S2 + tid; j < N; j += k_fast_threads) {

@@ -103,6 +103,7 @@ public:
     es::status forward(const es::batch &b, es::forward_output &out) override {
         if (auto s = m_in.forward(b, out); !s) return s;
         m_rows = out.logits;
+        last_top_n = b.top_n;
         if (b.top_n <= 0) return es::ok_status();
         const int32_t top = std::min(b.top_n, m_cap);
         const int64_t R = int64_t(b.logits_rows.size()), n = top;
@@ -136,6 +137,7 @@ public:
         return es::ok_status();
     }
     int fetched = 0, candidate_rows = 0;
+    int32_t last_top_n = 0; // batch::top_n of the last forward
 
 private:
     es::backend &m_in;
@@ -242,6 +244,8 @@ void TestEngine::candidatesGiveSameTokens() {
             const int before = cand.fetched, rows_before = cand.candidate_rows;
             auto b = es::generate_tokens(cand, prompt, sp);
             QVERIFY2(a.ok() && b.ok(), "generate_tokens failed");
+            // Greedy without penalties asks for one candidate (the CUDA backend's head picks it).
+            QCOMPARE(cand.last_top_n, setting == 0 ? 1 : es::k_sample_top_n);
             QVERIFY2(
                 a->tokens == b->tokens,
                 qPrintable(

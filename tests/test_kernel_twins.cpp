@@ -146,6 +146,7 @@ private slots:
     void moeFrontEqualsParts();
     void sharedSlotEqualsSharedLinear();
     void argmaxTies();
+    void gemvPick();
     void topkLogits_data();
     void topkLogits();
     void fillRandom();
@@ -1299,6 +1300,80 @@ void TestKernelTwins::argmaxTies() {
     es::argmax_ref({x.data(), out.data(), 2, 5});
     QCOMPARE(out[0], 1);
     QCOMPARE(out[1], 0);
+}
+
+// gemv's greedy pick (gemv.cuh: gemv_pick): the twin writes y as without it, and the largest
+// non-NaN value's id (ties → the lower id), that value and max, sum 0; gemv_pick_ok takes only
+// the head's one-token, plain, large case.
+void TestKernelTwins::gemvPick() {
+    constexpr int64_t N = 6, K = 8;
+    std::vector<es::bf16_t> x(K), w(N * K, es::float_to_bf16_bits(0.0f));
+    for (int64_t k = 0; k < K; ++k) x[size_t(k)] = es::float_to_bf16_bits(1.0f);
+    const float row_val[N] = {0.25f, 0.5f, -1.0f, 0.5f, 0.125f, 0.0f};
+    for (int64_t n = 0; n < N; ++n)
+        for (int64_t k = 0; k < K; ++k) w[size_t(n * K + k)] = es::float_to_bf16_bits(row_val[n]);
+    w[size_t(4 * K + 2)] = es::float_to_bf16_bits(NAN); // row 4: NaN, never picked
+    std::vector<float> y(N), y_plain(N);
+    int32_t id = -7;
+    float val = 0.0f, mx = 0.0f;
+    double sum = -1.0;
+    es::gemv_params p;
+    p.x = x.data();
+    p.ldx = K;
+    p.w = w.data();
+    p.y = y_plain.data();
+    p.ldy = N;
+    p.n_tokens = 1;
+    p.n = N;
+    p.k = K;
+    es::gemv_ref(p);
+    p.y = y.data();
+    p.pick = {&id, &val, &mx, &sum, nullptr, 0};
+    es::gemv_ref(p);
+    QCOMPARE(std::memcmp(y.data(), y_plain.data(), y.size() * 4), 0);
+    QCOMPARE(id, 1); // rows 1 and 3 tie at 4.0
+    QCOMPARE(val, 4.0f);
+    QCOMPARE(mx, 4.0f);
+    QCOMPARE(sum, 0.0);
+    // Every value NaN: no candidate.
+    x[0] = es::float_to_bf16_bits(NAN);
+    es::gemv_ref(p);
+    QCOMPARE(id, -1);
+    QCOMPARE(val, -INFINITY);
+    QCOMPARE(mx, -INFINITY);
+    // gemv_pick_ok: the head's case only (alignment as cudaMalloc gives it).
+    std::vector<uint64_t> big(64);
+    std::vector<unsigned long long> scratch(64);
+    es::gemv_params h;
+    h.x = reinterpret_cast<const es::bf16_t *>(big.data());
+    h.ldx = 1024;
+    h.w = big.data();
+    h.y = reinterpret_cast<float *>(big.data());
+    h.ldy = 103424;
+    h.n_tokens = 1;
+    h.n = 103424;
+    h.k = 1024;
+    h.pick = {&id, &val, &mx, &sum, scratch.data(), unsigned(scratch.size())};
+    const bool aligned = (reinterpret_cast<uintptr_t>(big.data()) & 15u) == 0;
+    QCOMPARE(es::gemv_pick_ok(h), aligned);
+    es::gemv_params bad = h;
+    bad.n_tokens = 2;
+    QVERIFY(!es::gemv_pick_ok(bad));
+    bad = h;
+    bad.accumulate = true;
+    QVERIFY(!es::gemv_pick_ok(bad));
+    bad = h;
+    bad.n = es::gemv_pick_min_rows - 1;
+    QVERIFY(!es::gemv_pick_ok(bad));
+    bad = h;
+    bad.k_splits = 4;
+    QVERIFY(!es::gemv_pick_ok(bad));
+    bad = h;
+    bad.pick.warp_keys = nullptr;
+    QVERIFY(!es::gemv_pick_ok(bad));
+    bad = h;
+    bad.pick.warp_keys_cap = 0;
+    QVERIFY(!es::gemv_pick_ok(bad));
 }
 
 // topk_logits' twin against a brute force: a stable sort of every non-NaN (value, id) by value

@@ -1,0 +1,23 @@
+// copy_bytes: dst[0, bytes) = src[0, bytes), as a kernel in a decode step's CUDA graph, where src
+// or dst may be pinned host memory the device reads or writes directly (unified addressing): the
+// step's inputs from the host's pinned mirror at the graph's start, its download block to the
+// host's pinned copy at its end — two kernel nodes instead of the copies' calls around a replay
+// (cuda_backend.cpp: zero-copy I/O). dst and src must not overlap.
+#pragma once
+
+#include "kernel_common.h"
+
+namespace es {
+
+struct copy_bytes_params {
+    void *dst = nullptr;
+    const void *src = nullptr;
+    size_t bytes = 0;
+};
+
+void copy_bytes_ref(const copy_bytes_params &p);
+#ifdef ES_KERNELS_HAVE_LAUNCHERS
+cudaError_t launch_copy_bytes(const copy_bytes_params &p, cudaStream_t stream);
+#endif
+
+} // namespace es
