@@ -3,10 +3,13 @@
 // cli_bench.cpp's table format. MBU = tok/s × weight bytes a decode step reads ÷ 4.55 TB/s (the
 // H200's measured read-streaming bandwidth, ../shared/docs/gpu.md). Times are wall-clock around
 // forward(), which includes the input upload and the logits download (pp: the full row); decode
-// steps (tg, batched) ask for the engine's logit candidates and pick each token from them with a
-// greedy sampler, as a user's decode step does (the fed tokens stay pseudo-random, so runs stay
-// comparable); "tg sampled" does the same with the chat's default sampler (temperature 0.8). The backend comes from the CUDA module (cuda_loader.h); without a usable GPU the
-// command fails with the reason.
+// steps ask for the engine's logit candidates and pick each token from them with a greedy
+// sampler, as a user's decode step does. tg is greedy decode as the engine runs it on the GPU
+// (overlapped steps: each submitted before the previous one is finished, its token fed from that
+// step's pick on the GPU); "tg serial" the same tokens one forward() at a time; "tg sampled" one
+// forward() at a time with the chat's default sampler (temperature 0.8: no overlap); batched
+// decode one forward() a step, pseudo-random tokens. The backend comes from the CUDA module
+// (cuda_loader.h); without a usable GPU the command fails with the reason.
 #include "cli_commands.h"
 
 #include "cuda_loader.h"
@@ -138,7 +141,51 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         fetched_rows += fetched;
         return ok_status();
     };
-    auto decode_step = [&](int32_t pos) { return decode_with(pos, greedy); };
+    // Greedy decode as the engine runs it where the backend overlaps steps (engine_params::overlap):
+    // each step submitted before the one before it is finished, its token that step's pick, fed
+    // on the GPU (backend::submit); the host picks the same token from the step's candidate when it
+    // finishes. The first step's token is the pseudo-random one; the run's tokens are the greedy
+    // continuation, the same every run.
+    auto decode_run = [&](int32_t n) -> status {
+        sampler *const smp_ptr = &greedy;
+        auto pick = [&]() -> status {
+            auto id = sample_output_row(*be, out, 0, greedy, {}, {}, row_scratch);
+            if (!id) return id.err();
+            ++picked;
+            return ok_status();
+        };
+        for (int32_t i = 0; i < n; ++i) {
+            fill(1, i);
+            if (i > 0) b.tokens[0] = -1; // row 0 of the step before
+            request_candidates(*be, b, std::span<sampler *const>(&smp_ptr, 1));
+            if (auto s = be->submit(b); !s) return s;
+            if (i == 0) continue;
+            if (auto s = be->finish(out); !s) return s;
+            if (auto s = pick(); !s) return s;
+        }
+        if (n > 0) {
+            if (auto s = be->finish(out); !s) return s;
+            if (auto s = pick(); !s) return s;
+        }
+        return ok_status();
+    };
+    // The same greedy decode one step at a time (forward(), the token picked on the host and
+    // given as the next step's): the host's part of every step on the critical path.
+    auto decode_serial = [&](int32_t n) -> status {
+        sampler *const smp_ptr = &greedy;
+        int32_t token = -1;
+        for (int32_t i = 0; i < n; ++i) {
+            fill(1, i);
+            if (i > 0) b.tokens[0] = token;
+            request_candidates(*be, b, std::span<sampler *const>(&smp_ptr, 1));
+            if (auto s = be->forward(b, out); !s) return s;
+            auto id = sample_output_row(*be, out, 0, greedy, {}, {}, row_scratch);
+            if (!id) return id.err();
+            token = *id;
+            ++picked;
+        }
+        return ok_status();
+    };
 
     nlohmann::json results = nlohmann::json::array();
     std::printf("\n| model | backend | test | tok/s | ms/token | roofline tok/s | MBU |\n|---|---|---|---:|---:|---:|---:|\n");
@@ -169,8 +216,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     for (int r = 0; r < o.reps + 1; ++r) {
         cb->host_times(true);
         const auto t0 = std::chrono::steady_clock::now();
-        for (int32_t i = 0; i < o.tg; ++i)
-            if (auto s = decode_step(i); !s) return fail(s.message());
+        if (auto s = decode_run(o.tg); !s) return fail(s.message());
         if (r > 0) runs.push_back(seconds_since(t0));
         if (r > 0) {
             const forward_host_times h = cb->host_times(true);
@@ -194,17 +240,34 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                 1000.0 * t / o.tg, roof, 100.0 * mbu);
     // The same step's GPU time alone: the last decode step's graph replayed back to back.
     const double replay_us = cb->graph_replay_us(200);
-    // The same decode with the chat's default sampler (candidates and the row sum from the GPU).
+    // The same decode step by step (the baseline of the overlap, same run).
+    std::vector<double> serial_runs;
+    for (int r = 0; r < o.reps + 1; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        if (auto s = decode_serial(o.tg); !s) return fail(s.message());
+        if (r > 0) serial_runs.push_back(seconds_since(t0));
+    }
+    const double t_serial = median(serial_runs), tps_serial = o.tg / t_serial;
+    std::printf("| %s | %s | tg%d serial | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), be->name().c_str(), o.tg,
+                tps_serial, 1000.0 * t_serial / o.tg, roof, 100.0 * tps_serial * bytes / k_h200_read_bw);
+    // The same decode with the chat's default sampler (candidates and the row sum from the GPU),
+    // over at most 32 tokens: on random weights' flat rows the 64 candidates hold too little of
+    // the mass, so nearly every step fetches its full row and samples it on the host (~17 ms on
+    // the 103,424-token vocabulary), which 128 tokens × four runs would spend seconds on.
+    const int32_t tg_sampled = std::min<int32_t>(o.tg, 32);
+    const int64_t fetched_before = fetched_rows, picked_before = picked;
     std::vector<double> sampled_runs;
     for (int r = 0; r < o.reps + 1; ++r) {
         const auto t0 = std::chrono::steady_clock::now();
-        for (int32_t i = 0; i < o.tg; ++i)
+        for (int32_t i = 0; i < tg_sampled; ++i)
             if (auto s = decode_with(i, sampled); !s) return fail(s.message());
         if (r > 0) sampled_runs.push_back(seconds_since(t0));
     }
-    const double t_sampled = median(sampled_runs), tps_sampled = o.tg / t_sampled;
-    std::printf("| %s | %s | tg%d sampled | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), be->name().c_str(), o.tg,
-                tps_sampled, 1000.0 * t_sampled / o.tg, roof, 100.0 * tps_sampled * bytes / k_h200_read_bw);
+    const double t_sampled = median(sampled_runs), tps_sampled = tg_sampled / t_sampled;
+    std::printf("| %s | %s | tg%d sampled (%lld of %lld steps fetched the full row) | %.1f | %.4f | %.1f | %.1f%% |\n",
+                what.c_str(), be->name().c_str(), tg_sampled, (long long)(fetched_rows - fetched_before),
+                (long long)(picked - picked_before), tps_sampled, 1000.0 * t_sampled / tg_sampled, roof,
+                100.0 * tps_sampled * bytes / k_h200_read_bw);
     // Telemetry's cost: the same decode without the routing record (MoE models), reps
     // interleaved with recording ones so drift affects both alike.
     double tps_untraced = 0.0, tps_traced = 0.0;
@@ -214,8 +277,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
             for (bool rec : {false, true}) {
                 cb->set_record_routing(rec);
                 const auto t0 = std::chrono::steady_clock::now();
-                for (int32_t i = 0; i < o.tg; ++i)
-                    if (auto s = decode_step(i); !s) return fail(s.message());
+                if (auto s = decode_run(o.tg); !s) return fail(s.message());
                 (rec ? on : off).push_back(seconds_since(t0));
             }
         cb->set_record_routing(true);
@@ -310,8 +372,11 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
             cp.fp8.scales == scale_layout::block128 ? "128x128 block" : "output channel");
     if (be->supports_candidates())
         std::printf("decode figures (tg, telemetry, batched) include sampling: greedy, one logit candidate per row "
-                    "from the GPU (a one-row step's picked in the head's GEMV); \"sampled\": temperature %.1f, "
-                    "top-%d candidates and the row sum from the GPU; %lld tokens picked, %lld full rows fetched\n",
+                    "from the GPU (a one-row step's picked in the head's GEMV); tg and telemetry overlap steps "
+                    "(each submitted before the one before it finished, its token fed on the GPU), \"serial\" and "
+                    "batched do not; \"sampled\": temperature %.1f, top-%d candidates and the row sum from the GPU, "
+                    "the full row fetched when they cannot decide (random weights' flat rows: nearly always); %lld "
+                    "tokens picked, %lld full rows fetched\n",
                     double(sampled_params.temperature), int(k_sample_top_n), (long long)picked,
                     (long long)fetched_rows);
     else
@@ -374,12 +439,12 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         const int32_t steps = std::min<int32_t>(32, o.tg);
         cb->set_profiling(true);
         t0 = std::chrono::steady_clock::now();
-        for (int32_t i = 0; i < steps; ++i)
-            if (auto s = decode_step(i); !s) return fail(s.message());
+        if (auto s = decode_serial(steps); !s) return fail(s.message());
         print_profile(("decode, " + std::to_string(steps) + " steps from position 0").c_str(), double(steps),
                       seconds_since(t0));
         cb->set_profiling(false);
     }
+    results.push_back({{"test", "tg" + std::to_string(o.tg) + " serial"}, {"tokens_per_s", tps_serial}, {"seconds", t_serial}});
     results.push_back({{"test", "tg" + std::to_string(o.tg)},
                        {"tokens_per_s", tps},
                        {"seconds", t},
@@ -392,7 +457,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                        {"sampling", be->supports_candidates() ? "gpu_candidates_greedy" : "full_row_greedy"},
                        {"candidates_per_row", be->supports_candidates() ? 1 : 0},
                        {"full_rows_fetched", fetched_rows}});
-    results.push_back({{"test", "tg" + std::to_string(o.tg) + " sampled"},
+    results.push_back({{"test", "tg" + std::to_string(tg_sampled) + " sampled"},
                        {"tokens_per_s", tps_sampled},
                        {"seconds", t_sampled},
                        {"temperature", sampled_params.temperature},

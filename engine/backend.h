@@ -13,6 +13,7 @@
 #include "status.h"
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <span>
 #include <string>
@@ -25,7 +26,10 @@ struct batch_seq {
 };
 
 struct batch {
-    std::vector<int32_t> tokens;       // [n_tokens]
+    // [n_tokens]; through backend::submit, a token < 0 is fed: the previous submitted forward's
+    // output row −token − 1's top candidate (its greedy pick), which the backend knows before the
+    // host does, so that a decode step can be submitted while the one before it still runs.
+    std::vector<int32_t> tokens;
     std::vector<int32_t> pos;          // [n_tokens] position within its sequence
     std::vector<int32_t> seq;          // [n_tokens] index into seqs; a sequence's tokens are one run, positions rising by one
     std::vector<batch_seq> seqs;
@@ -95,8 +99,9 @@ struct backend_memory {
 // Checks a batch against the model and the KV pool before a backend touches memory: lengths
 // agree, token ids inside the vocabulary, positions covered by the sequence's block table and
 // inside the context, block ids inside the pool, logits rows inside the batch. Throws
-// es::load_error naming what is wrong (backends call it inside catch_errors).
-void check_batch(const batch &b, const model_config &cfg, const kv_cache_params &kv);
+// es::load_error naming what is wrong (backends call it inside catch_errors). fed: negative
+// tokens pass (submit's fed tokens, which the backend checks against the previous forward).
+void check_batch(const batch &b, const model_config &cfg, const kv_cache_params &kv, bool fed = false);
 
 class backend {
 public:
@@ -109,8 +114,23 @@ public:
     virtual const kv_cache_params &kv_params() const = 0;
     virtual size_t kv_block_bytes() const = 0;
 
-    // Runs one forward pass. Validates the batch (ids in vocab, positions inside blocks).
+    // Runs one forward pass. Validates the batch (ids in vocab, positions inside blocks). Nothing
+    // may be in flight (submit without its finish).
     virtual status forward(const batch &b, forward_output &out) = 0;
+
+    // Overlapped steps: submit() starts a forward and returns; finish() waits for the oldest
+    // submitted forward not yet finished and fills `out` as forward() would, with that forward's
+    // status. At most two are in flight. Only submit() takes fed tokens (batch::tokens); their
+    // rows must be rows of the previous submitted forward, and that forward's top candidate is
+    // what a greedy sampler without penalties picks. While a forward is in flight, logits_row()
+    // refuses. This default runs the forward inside submit() (no overlap) and resolves fed tokens
+    // from its outputs; the CUDA backend overlaps the next step's launch with the running step and
+    // feeds the token on the GPU.
+    virtual status submit(const batch &b);
+    virtual status finish(forward_output &out);
+    virtual int32_t in_flight() const { return int32_t(m_queued.size()); }
+    // Whether submit() overlaps steps, so that the engine gains by submitting ahead.
+    virtual bool overlaps_steps() const { return false; }
 
     // Whether forward() honours batch::top_n (returns candidates instead of full rows).
     virtual bool supports_candidates() const { return false; }
@@ -120,6 +140,20 @@ public:
 
     virtual size_t weights_bytes() const = 0;
     virtual backend_memory memory() const { return {}; }
+
+private:
+    // The default submit/finish: forwards run at submit, their outputs queued for finish.
+    struct queued_forward {
+        status st = ok_status();
+        forward_output out;
+    };
+    std::deque<queued_forward> m_queued;
+    std::vector<int32_t> m_prev_top; // the top candidate of each output row of the last submitted forward
 };
+
+// The top candidate of each output row of a finished forward: candidates' first id, or the arg
+// max of the full row (NaN skipped, ties → the lower id; −1 when every value is NaN), as a greedy
+// sampler without penalties picks it.
+std::vector<int32_t> top_candidates(const forward_output &out, int64_t n_vocab);
 
 } // namespace es

@@ -387,6 +387,7 @@ public:
         : m_cfg(cfg), m_params(p), m_dev(dev) {
         ck(cudaSetDevice(p.device), "cudaSetDevice");
         ck(cudaStreamCreateWithFlags(&m_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+        for (cudaEvent_t &e : m_done) ck(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
         ck(create_gemm_lt_context(&m_lt, k_cublas_workspace_bytes), "cuBLASLt initialisation");
         // FP8 activations need cuBLASLt's outer-vector scaling, which needs compute capability
         // 9.0: below, the dequantize path from the start (a refusal at run time does the same).
@@ -529,6 +530,8 @@ public:
         if (m_stream) cudaStreamSynchronize(m_stream);
         clear_graphs();
         for (cudaEvent_t e : m_events) cudaEventDestroy(e);
+        for (cudaEvent_t e : m_done)
+            if (e) cudaEventDestroy(e);
         destroy_gemm_lt_context(m_lt);
         if (m_stream) cudaStreamDestroy(m_stream);
     }
@@ -581,15 +584,19 @@ public:
     double launched_graphs_replay_us(int replays) override {
         double sum = 0.0;
         int64_t steps = 0;
-        // The latest forward's inputs, put back at the end for graph_replay_us and logits_row.
-        const std::vector<unsigned char> latest(m_pinned.at(), m_pinned.at() + m_in.total);
+        if (!m_flight.empty()) return 0.0; // (only between forwards)
+        // The slots' inputs as the latest forwards left them, put back at the end (graph_replay_us,
+        // logits_row and the next step see what they would have).
+        const std::vector<unsigned char> latest0(m_pinned[0].at(), m_pinned[0].at() + m_pinned[0].bytes()),
+            latest1(m_pinned[1].at(), m_pinned[1].at() + m_pinned[1].bytes());
         if (replays > 0 && m_broken.empty())
             for (const auto &[exec, gr] : m_graph_runs) {
                 // Its latest launch's inputs back in place: a graph of fewer KV splits replayed
                 // with a later step's positions would attend over more keys a split.
-                if (!gr.launches || gr.inputs.size() > m_pinned.bytes()) continue;
-                std::memcpy(m_pinned.at(), gr.inputs.data(), gr.inputs.size());
-                if (cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), gr.inputs.size(), cudaMemcpyHostToDevice, m_stream) !=
+                pinned_buffer &pin = m_pinned[gr.slot];
+                if (!gr.launches || gr.inputs.size() > pin.bytes()) continue;
+                std::memcpy(pin.at(), gr.inputs.data(), gr.inputs.size());
+                if (cudaMemcpyAsync(m_inputs.at(), pin.at(), gr.inputs.size(), cudaMemcpyHostToDevice, m_stream) !=
                     cudaSuccess)
                     break;
                 const double us = time_replays(exec, replays);
@@ -597,13 +604,17 @@ public:
                 sum += us * double(gr.launches);
                 steps += gr.launches;
             }
-        if (!latest.empty() && m_broken.empty()) {
-            std::memcpy(m_pinned.at(), latest.data(), latest.size());
-            cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), latest.size(), cudaMemcpyHostToDevice, m_stream);
-        }
+        cudaStreamSynchronize(m_stream);
+        if (!latest0.empty()) std::memcpy(m_pinned[0].at(), latest0.data(), latest0.size());
+        if (!latest1.empty()) std::memcpy(m_pinned[1].at(), latest1.data(), latest1.size());
+        if (m_in.total && m_pinned[0].bytes() >= m_in.total && m_broken.empty())
+            cudaMemcpyAsync(m_inputs.at(), m_pinned[m_last_slot].at(), m_in.total, cudaMemcpyHostToDevice, m_stream);
         cudaStreamSynchronize(m_stream);
         cudaGetLastError();
         m_graph_runs.clear();
+        // The replays rewrote the workspace's candidates: no fed token may read them now.
+        m_fed.valid = false;
+        m_last_tops_current = false;
         return steps ? sum / double(steps) : 0.0;
     }
     forward_host_times host_times(bool reset) override {
@@ -701,6 +712,7 @@ public:
             check_usable();
             if (p.block_size <= 0 || p.n_blocks <= 0)
                 throw load_error("KV cache: block_size and n_blocks must be positive");
+            if (!m_flight.empty()) throw load_error("KV cache: a submitted forward is not finished");
             ck(cudaStreamSynchronize(m_stream), "KV cache re-initialisation");
             clear_graphs();
             m_kv_pool.reset();
@@ -719,22 +731,57 @@ public:
     }
 
     status forward(const batch &b, forward_output &out) override {
+        if (!m_flight.empty()) return error{"forward: a submitted forward is not finished (finish it first)"};
+        const auto t0 = std::chrono::steady_clock::now();
+        if (auto s = submit(b); !s) return s;
+        auto s = finish(out);
+        if (s) out.phases.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+        return s;
+    }
+
+    // Overlapped steps (backend::submit): a forward is enqueued with its outputs' host copies in
+    // one of two slots of pinned buffers, so that the next one can be enqueued before its outputs
+    // are read; fed tokens come from the previous forward's candidates on the GPU (copy_bytes).
+    status submit(const batch &b) override {
         return catch_errors([&]() -> status {
             check_usable();
-            try {
-                const auto t0 = std::chrono::steady_clock::now();
-                check_batch(b);
-                run(b, out);
-                out.phases = phase_times{};
-                out.phases.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-            } catch (const load_error &e) {
-                const cudaError_t st = cudaGetLastError();
-                if (is_sticky(st) || std::string(e.what()).find("no longer usable") != std::string::npos)
-                    m_broken = e.what();
-                throw;
-            }
+            guard_sticky([&] {
+                if (m_flight.size() >= 2) throw load_error("submit: two forwards are in flight already; finish one first");
+                check_batch(b, true);
+                m_flight.push_back(start(b));
+            });
             return ok_status();
         });
+    }
+
+    status finish(forward_output &out) override {
+        return catch_errors([&]() -> status {
+            if (m_flight.empty()) throw load_error("finish: no forward was submitted");
+            pending_forward p = std::move(m_flight.front());
+            m_flight.pop_front();
+            if (p.done) {
+                if (p.st) out = std::move(p.out);
+                return p.st;
+            }
+            check_usable();
+            guard_sticky([&] { collect(p, out, m_flight.empty()); });
+            return ok_status();
+        });
+    }
+
+    int32_t in_flight() const override { return int32_t(m_flight.size()); }
+    bool overlaps_steps() const override { return true; }
+
+    // Runs f; a CUDA error that leaves the context unusable marks the backend broken.
+    template <typename F>
+    void guard_sticky(F &&f) {
+        try {
+            f();
+        } catch (const load_error &e) {
+            const cudaError_t st = cudaGetLastError();
+            if (is_sticky(st) || std::string(e.what()).find("no longer usable") != std::string::npos) m_broken = e.what();
+            throw;
+        }
     }
 
     bool supports_candidates() const override { return true; }
@@ -742,6 +789,8 @@ public:
     status logits_row(int32_t row, std::span<float> out) override {
         return catch_errors([&]() -> status {
             check_usable();
+            if (!m_flight.empty())
+                throw load_error("logits_row: a forward is in flight (the workspace's rows are the newer one's)");
             if (row < 0 || row >= m_last_rows)
                 throw load_error("logits_row: row " + std::to_string(row) +
                                  " is not a logits row of the last forward pass (" +
@@ -750,13 +799,13 @@ public:
                 throw load_error("logits_row: the output holds " + std::to_string(out.size()) +
                                  " values, n_vocab is " + std::to_string(m_cfg.n_vocab));
             const size_t bytes = size_t(m_cfg.n_vocab) * 4;
-            if (m_pinned_logits.bytes() < bytes)
-                m_pinned_logits.alloc(size_t(k_graph_max_tokens * m_cfg.n_vocab) * 4, "pinned logits buffer");
-            ck(cudaMemcpyAsync(m_pinned_logits.at(), m_work.at(m_lay.logits + size_t(row) * bytes), bytes,
+            if (m_pinned_logits[0].bytes() < bytes)
+                m_pinned_logits[0].alloc(size_t(k_graph_max_tokens * m_cfg.n_vocab) * 4, "pinned logits buffer");
+            ck(cudaMemcpyAsync(m_pinned_logits[0].at(), m_work.at(m_lay.logits + size_t(row) * bytes), bytes,
                                cudaMemcpyDeviceToHost, m_stream),
                "logits row download");
             ck(cudaStreamSynchronize(m_stream), "logits row download");
-            std::memcpy(out.data(), m_pinned_logits.at(), bytes);
+            std::memcpy(out.data(), m_pinned_logits[0].at(), bytes);
             return ok_status();
         });
     }
@@ -1091,9 +1140,9 @@ private:
         if (!m_broken.empty()) throw load_error("the CUDA backend stopped after an earlier error: " + m_broken);
     }
 
-    void check_batch(const batch &b) const {
+    void check_batch(const batch &b, bool fed = false) const {
         if (!m_kv_pool.bytes()) throw load_error("batch: the KV cache is not initialised");
-        es::check_batch(b, m_cfg, m_kv);
+        es::check_batch(b, m_cfg, m_kv, fed);
     }
 
     // ---- workspace ---------------------------------------------------------------------------
@@ -1250,8 +1299,11 @@ private:
         return c;
     }
 
+    bool workspace_fits(int64_t T, int64_t R, int64_t bt) const {
+        return m_work.bytes() && T <= m_lay.T && R <= m_lay.R && bt <= m_lay.bt;
+    }
     void ensure_workspace(int64_t T, int64_t R, int64_t bt) {
-        if (m_work.bytes() && T <= m_lay.T && R <= m_lay.R && bt <= m_lay.bt) return;
+        if (workspace_fits(T, R, bt)) return;
         ck(cudaStreamSynchronize(m_stream), "workspace resize");
         clear_graphs();
         const work_layout w = make_layout(round_cap(T, std::max<int64_t>(m_lay.T, 16)),
@@ -1259,9 +1311,12 @@ private:
                                           round_cap(std::max<int64_t>(bt, 1), std::max<int64_t>(m_lay.bt, 64)));
         m_work.reset();
         m_inputs.reset();
-        m_pinned.reset();
-        m_pinned_out.reset();
-        m_pinned_io.reset();
+        for (int i = 0; i < 2; ++i) {
+            m_pinned[i].reset();
+            m_pinned_out[i].reset();
+            m_pinned_io[i].reset();
+        }
+        m_fed.valid = false; // the candidates fed tokens would read were in the old workspace
         m_lay = work_layout{};
         m_work.alloc(w.total, "the forward pass's workspace (" + std::to_string(w.T) + " tokens)");
         ck(cudaMemsetAsync(m_work.at(w.router_counters), 0, size_t(w.T) * 4, m_stream), "workspace clear");
@@ -1270,10 +1325,13 @@ private:
            "workspace clear");
         ck(cudaMemsetAsync(m_work.at(w.topk_counters), 0, size_t(w.R) * 4, m_stream), "workspace clear");
         m_inputs.alloc(w.in_total, "the batch inputs");
-        m_pinned.alloc(w.in_total, "pinned batch inputs");
-        m_pinned_out.alloc(size_t(std::max<int64_t>(n_moe_layers(), 1) * w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 8,
-                           "pinned routing record");
-        m_pinned_io.alloc(w.out_bytes, "pinned download block");
+        for (int i = 0; i < 2; ++i) { // a slot for each forward in flight (submit)
+            m_pinned[i].alloc(w.in_total, "pinned batch inputs");
+            m_pinned_out[i].alloc(
+                size_t(std::max<int64_t>(n_moe_layers(), 1) * w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 8,
+                "pinned routing record");
+            m_pinned_io[i].alloc(w.out_bytes, "pinned download block");
+        }
         // Layouts only grow: a segment the old layout emptied goes back to the device (the KV
         // cache, cuBLASLt and other processes may need it); partly used ones stay as free blocks.
         m_ws.release_cached();
@@ -1556,6 +1614,7 @@ private:
                 }
                 fq.rope_on = true;
                 fq.rope = rp;
+                fq.rope_inputs_after_wait = il == 0 && m_inputs_by_kernel;
                 fq.k_splits = 1;
             }
             if (il == 0 && fq.rope_on && T == 1 && m_skip_ops.empty()) {
@@ -1958,35 +2017,55 @@ private:
         return true;
     }
 
-    void run(const batch &b, forward_output &out) {
+    // A forward submitted and not finished: what its outputs' unpacking needs.
+    struct pending_forward {
+        int slot = 0;
+        int64_t T = 0, R = 0, top_n = 0, nk = 0;
+        size_t cand_rel = 0, logit_bytes = 0;
+        bool via_pinned = false, cand_block = false, io_done = false, replayed = false;
+        bool done = false;       // its outputs already in `out` (run synchronously, or drained)
+        status st = ok_status(); // its status, when done
+        forward_output out;
+        std::chrono::steady_clock::time_point h0, h1, h2, h3, h4;
+    };
+
+    // Collects every forward in flight into its pending entry (their outputs read now), so that
+    // the workspace or its pinned buffers can change.
+    void drain() {
+        for (pending_forward &p : m_flight)
+            if (!p.done) {
+                p.done = true;
+                try {
+                    collect(p, p.out, &p == &m_flight.back());
+                } catch (const load_error &e) {
+                    p.st = error{e.what()};
+                }
+            }
+    }
+
+    // Enqueues a forward (submit): inputs into its slot's pinned mirror, the step's launches (a
+    // graph or eagerly), its outputs' download; returns what collect() needs. Profiling and
+    // full-row forwards larger than decode's run to the end here (done).
+    pending_forward start(const batch &b) {
         using hclk = std::chrono::steady_clock;
-        const auto h0 = hclk::now();
+        pending_forward pf;
+        pf.h0 = hclk::now();
         const auto &c = m_cfg;
         const int64_t T = b.n_tokens(), R = int64_t(b.logits_rows.size()), S = int64_t(b.seqs.size());
-        // The routing record's ids and weights are sized and filled in place at the end, so a
-        // caller that passes the same output every step (the bench, the engine) allocates nothing
-        // for them in a decode step.
-        routing_record &rr = out.routing;
-        rr.moe_layers.clear();
-        rr.n_expert_used = int32_t(c.n_expert_used);
         const int64_t top_n = b.top_n > 0 ? std::min<int64_t>(b.top_n, topk_logits_max_top) : 0;
         if (b.top_n < 0 || (!b.temperatures.empty() && int64_t(b.temperatures.size()) != R))
             throw load_error("batch: top_n must be >= 0 and temperatures one per logits row");
-        m_last_rows = 0; // logits_row() serves this forward's rows once it has finished
-        // (cleared, not replaced: the vectors keep their capacity for the next step's candidates)
-        out.candidates.top_n = 0;
-        out.candidates.ids.clear();
-        out.candidates.logits.clear();
-        out.candidates.row_max.clear();
-        out.candidates.row_sum.clear();
-        if (top_n > 0)
-            out.logits.clear();
-        else
-            out.logits.resize(size_t(R * c.n_vocab)); // every element is written below
+        const bool has_fed = std::any_of(b.tokens.begin(), b.tokens.end(), [](int32_t t) { return t < 0; });
+        pf.T = T;
+        pf.R = R;
+        pf.top_n = top_n;
         if (T == 0) {
-            rr.ids.clear();
-            rr.weights.clear();
-            return;
+            pf.done = true;
+            pf.out.logits.clear();
+            m_fed.valid = false;
+            m_last_tops.clear();
+            m_last_tops_current = true;
+            return pf;
         }
         m_top_n = top_n;
         // Greedy rows need no row sum: one candidate from the head's GEMV (enqueue, gemv_pick)
@@ -2000,21 +2079,51 @@ private:
         const int64_t n_tiles = int64_t(tiles.size() / 2);
         int64_t max_tile = 1;
         for (int64_t i = 0; i < n_tiles; ++i) max_tile = std::max<int64_t>(max_tile, tiles[2 * i + 1]);
+        // The workspace grows only with nothing in flight (its pinned buffers hold their outputs).
+        if (!workspace_fits(T, R, S * stride)) drain();
         ensure_workspace(T, R, S * stride);
         const work_layout &w = m_lay;
+        // Fed tokens: from the previous forward's candidates on the GPU where they still are, else
+        // from its top candidates on the host (collected first if it is still in flight).
+        bool fed_on_gpu = false;
+        std::vector<int32_t> tokens(b.tokens);
+        if (has_fed) {
+            const int64_t prev_rows = m_fed.valid ? m_fed.R : int64_t(m_last_tops.size());
+            for (int32_t t : tokens)
+                if (t < 0 && -int64_t(t) - 1 >= prev_rows)
+                    throw load_error("batch: a fed token names row " + std::to_string(-int64_t(t) - 1) +
+                                     " of the previous forward, which had " + std::to_string(prev_rows) +
+                                     " candidate rows (fed tokens need its candidates: batch::top_n >= 1)");
+            fed_on_gpu = m_fed.valid && !m_profiling;
+            if (!fed_on_gpu) {
+                if (!m_last_tops_current) drain_for_tops();
+                for (int32_t &t : tokens)
+                    if (t < 0) {
+                        t = m_last_tops[size_t(-int64_t(t) - 1)];
+                        if (t < 0)
+                            throw load_error("batch: a fed token names a row of the previous forward that had no "
+                                             "candidate (every logit NaN)");
+                    }
+            }
+        }
+        const int slot = m_flight.empty() ? 0 : 1 - m_flight.back().slot;
+        pf.slot = slot;
+        m_last_slot = slot;
+        pinned_buffer &pin = m_pinned[slot], &pin_logits = m_pinned_logits[slot], &pin_out = m_pinned_out[slot],
+                      &pin_io = m_pinned_io[slot];
 
-        // Inputs → pinned mirror → one transfer of this batch's bytes.
+        // Inputs → the slot's pinned mirror → one transfer of this batch's bytes.
         m_in = make_input_layout(T, R, S * stride);
         m_out = make_out_layout(T);
         const input_layout &il = m_in;
-        std::memcpy(m_pinned.at(il.tokens), b.tokens.data(), size_t(T) * 4);
-        std::memcpy(m_pinned.at(il.pos), b.pos.data(), size_t(T) * 4);
-        std::memcpy(m_pinned.at(il.seq), b.seq.data(), size_t(T) * 4);
-        if (R) std::memcpy(m_pinned.at(il.rows), b.logits_rows.data(), size_t(R) * 4);
+        std::memcpy(pin.at(il.tokens), tokens.data(), size_t(T) * 4);
+        std::memcpy(pin.at(il.pos), b.pos.data(), size_t(T) * 4);
+        std::memcpy(pin.at(il.seq), b.seq.data(), size_t(T) * 4);
+        if (R) std::memcpy(pin.at(il.rows), b.logits_rows.data(), size_t(R) * 4);
         for (int64_t r = 0; r < R; ++r)
-            m_pinned.at<float>(il.temps)[r] = b.temperatures.empty() ? 0.0f : b.temperatures[size_t(r)];
-        std::memcpy(m_pinned.at(il.tiles), tiles.data(), tiles.size() * 4);
-        int32_t *btp = m_pinned.at<int32_t>(il.bt);
+            pin.at<float>(il.temps)[r] = b.temperatures.empty() ? 0.0f : b.temperatures[size_t(r)];
+        std::memcpy(pin.at(il.tiles), tiles.data(), tiles.size() * 4);
+        int32_t *btp = pin.at<int32_t>(il.bt);
         for (int64_t s = 0; s < S; ++s) {
             const auto &tbl = b.seqs[s].block_table;
             std::copy(tbl.begin(), tbl.end(), btp + s * stride);
@@ -2022,7 +2131,7 @@ private:
         }
         // Outputs.
         // Decode-sized logits come through a pinned buffer (one DMA at full speed, then a host
-        // copy), larger ones straight into the (pageable) output.
+        // copy), larger ones straight into the (pageable) output, at once (done).
         // Candidates: one small DMA of the download block (out_layout) through the same pinned
         // buffer, the routing record with them when it is on; with full logits rows the record
         // comes in a transfer of its own.
@@ -2031,74 +2140,92 @@ private:
         const bool via_pinned = R > 0 && (R <= k_graph_max_tokens || top_n > 0);
         const size_t cand_rel = m_out.cand - m_out.ids; // the candidates' offset in the block
         const bool cand_block = R > 0 && top_n > 0;
-        if (via_pinned && m_pinned_logits.bytes() < cand_rel + logit_bytes)
-            m_pinned_logits.alloc(std::max(cand_rel + logit_bytes, size_t(k_graph_max_tokens * c.n_vocab) * 4),
-                                  "pinned logits buffer");
+        pf.nk = nk;
+        pf.cand_rel = cand_rel;
+        pf.logit_bytes = logit_bytes;
+        pf.via_pinned = via_pinned;
+        pf.cand_block = cand_block;
+        const bool sync_now = m_profiling || (R > 0 && !via_pinned);
+        if (sync_now) drain(); // (the forward's rows go straight into its output below)
+        if (!via_pinned) pf.out.logits.resize(size_t(R * c.n_vocab)); // every element is written below
+        if (via_pinned && pin_logits.bytes() < cand_rel + logit_bytes)
+            pin_logits.alloc(std::max(cand_rel + logit_bytes, size_t(k_graph_max_tokens * c.n_vocab) * 4),
+                             "pinned logits buffer");
+        // The inputs in: a copy, or (fed tokens on the GPU) copy_bytes patching them on the way.
+        copy_bytes_params in;
+        in.dst = m_inputs.at();
+        in.src = pin.at();
+        in.bytes = il.total;
+        if (fed_on_gpu) {
+            in.fed_offset = il.tokens;
+            in.fed_n = T;
+            in.fed_ids = m_work.at<int32_t>(m_fed.cand);
+            in.fed_stride = m_fed.top_n;
+        }
         const std::function<void()> upload = [&] {
-            ck(cudaMemcpyAsync(m_inputs.at(), m_pinned.at(), il.total, cudaMemcpyHostToDevice, m_stream),
-               "input upload");
+            if (fed_on_gpu)
+                op("inputs in", [&] { return launch_copy_bytes(in, m_stream); });
+            else
+                ck(cudaMemcpyAsync(m_inputs.at(), pin.at(), il.total, cudaMemcpyHostToDevice, m_stream), "input upload");
         };
         const std::function<void()> download = [&] {
             if (cand_block) {
                 const size_t from = nk ? 0 : cand_rel; // the record too when it is on
-                ck(cudaMemcpyAsync(m_pinned_logits.at(from), m_work.at(m_out.ids + from), cand_rel - from + logit_bytes,
+                ck(cudaMemcpyAsync(pin_logits.at(from), m_work.at(m_out.ids + from), cand_rel - from + logit_bytes,
                                    cudaMemcpyDeviceToHost, m_stream),
                    "candidates download");
             } else if (R)
-                ck(cudaMemcpyAsync(via_pinned ? m_pinned_logits.at() : static_cast<void *>(out.logits.data()),
+                ck(cudaMemcpyAsync(via_pinned ? pin_logits.at() : static_cast<void *>(pf.out.logits.data()),
                                    m_work.at(w.logits), logit_bytes, cudaMemcpyDeviceToHost, m_stream),
                    "logits download");
             if (nk && !cand_block)
-                ck(cudaMemcpyAsync(m_pinned_out.at(), m_work.at(m_out.ids), size_t(nk) * 8, cudaMemcpyDeviceToHost,
-                                   m_stream),
+                ck(cudaMemcpyAsync(pin_out.at(), m_work.at(m_out.ids), size_t(nk) * 8, cudaMemcpyDeviceToHost, m_stream),
                    "routing download");
         };
-        // Zero-copy I/O: a candidates step's graph reads its inputs from the pinned mirror and
-        // writes its download block to m_pinned_io itself (copy_bytes kernels, the device reaching
-        // pinned host memory directly), so that a replay is one launch call and no transfer: on
-        // the H200 the host's share of a token fell (docs/benchmarks.md, session 24). The same
-        // transfers as copies inside the graph made its launch call 3-7× longer.
-        // ES_CUDA_ZERO_COPY=0 keeps the transfers around every step.
+        // Zero-copy I/O: a candidates step's graph reads its inputs from the slot's pinned mirror
+        // and writes its download block to the slot's m_pinned_io itself (copy_bytes kernels, the
+        // device reaching pinned host memory directly), so that a replay is one launch call and no
+        // transfer (docs/benchmarks.md, session 24: the host's share of a 21B-A3B token 14.5-15.7
+        // → 9.4-10.8 µs). The same transfers as copies inside the graph made its launch call 3-7×
+        // longer. ES_CUDA_ZERO_COPY=0 keeps the transfers around every step.
         const bool io_in_graph = m_zero_copy && cand_block;
         const size_t dl_from = nk ? 0 : cand_rel, dl_bytes = cand_rel - dl_from + logit_bytes;
-        const std::function<void()> copy_in = [&] {
-            copy_bytes_params cp;
-            cp.dst = m_inputs.at();
-            cp.src = m_pinned.at();
-            cp.bytes = il.total;
-            op("inputs in", [&] { return launch_copy_bytes(cp, m_stream); });
-        };
+        const std::function<void()> copy_in = [&] { op("inputs in", [&] { return launch_copy_bytes(in, m_stream); }); };
         const std::function<void()> copy_out = [&] {
             copy_bytes_params cp;
-            cp.dst = m_pinned_io.at(dl_from);
+            cp.dst = pin_io.at(dl_from);
             cp.src = m_work.at(m_out.ids + dl_from);
             cp.bytes = dl_bytes;
             op("download block out", [&] { return launch_copy_bytes(cp, m_stream); });
         };
         const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
         const int64_t kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos, m_kv_split_chunks) : 1;
-        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits, max_tile, top_n, m_pick,
-                                         io_in_graph ? (nk ? 2 : 1) : 0);
-        const auto h1 = hclk::now();
-        auto h2 = h1;
-        bool done = false, replayed = false, io_done = false;
+        // The graph holds the slot's pinned pointers when it carries its I/O, and the fed tokens'
+        // source (the previous forward's candidates: their offset and stride).
+        const int64_t io_key = io_in_graph ? 1 + (nk ? 1 : 0) + 2 * slot : 0;
+        const int64_t fed_key = fed_on_gpu ? int64_t(m_fed.cand) * 128 + m_fed.top_n : -1;
+        const auto key = std::make_tuple(T, R, S, stride, n_tiles, kv_splits, max_tile, top_n, m_pick, io_key, fed_key);
+        pf.h1 = hclk::now();
+        pf.h2 = pf.h1;
+        bool launched = false, replayed = false, io_done = false;
         if (m_params.use_graphs && !m_profiling && m_graph_error.empty() && T <= k_graph_max_tokens) {
             auto it = m_graphs.find(key);
             if (it != m_graphs.end()) {
                 if (!io_in_graph) upload();
-                h2 = hclk::now();
+                pf.h2 = hclk::now();
                 m_last_graph = it->second;
                 m_graph_used[key] = ++m_graph_tick;
                 ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
-                note_graph_launch(it->second);
-                done = replayed = true;
+                note_graph_launch(it->second, slot);
+                launched = replayed = true;
                 io_done = io_in_graph;
             } else if (m_seen_keys.count(key)) {
                 if (!io_in_graph) upload();
-                done = capture_and_launch(key, T, R, n_tiles, stride, kv_splits, max_tile,
-                                          io_in_graph ? copy_in : nullptr, io_in_graph ? copy_out : nullptr);
-                io_done = done && io_in_graph;
-                if (!done && io_in_graph) upload(); // the eager launches below need the inputs
+                m_inputs_by_kernel = io_in_graph || fed_on_gpu; // layer 0's GEMV reads them after its wait
+                launched = capture_and_launch(key, T, R, n_tiles, stride, kv_splits, max_tile,
+                                              io_in_graph ? copy_in : nullptr, io_in_graph ? copy_out : nullptr, slot);
+                io_done = launched && io_in_graph;
+                if (!launched && io_in_graph) upload(); // the eager launches below need the inputs
             } else {
                 m_seen_keys.insert(key); // run eagerly once first: lazy initialization stays out of the graph
                 upload();
@@ -2106,39 +2233,89 @@ private:
         } else {
             upload();
         }
-        if (!done) enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
-        const auto h3 = hclk::now();
+        if (!launched) {
+            m_inputs_by_kernel = fed_on_gpu;
+            enqueue(T, R, n_tiles, stride, kv_splits, max_tile);
+        }
+        pf.h3 = hclk::now();
         if (!io_done) download();
-        const auto h4 = hclk::now();
-        ck(cudaStreamSynchronize(m_stream), "the forward pass");
+        ck(cudaEventRecord(m_done[slot], m_stream), "cudaEventRecord");
+        pf.h4 = hclk::now();
+        pf.io_done = io_done;
+        pf.replayed = replayed;
+        // What the next forward's fed tokens read: these candidates, on the GPU.
+        m_fed = fed_source{m_out.cand, top_n, R, cand_block};
+        m_last_tops_current = false;
+        if (sync_now) {
+            collect(pf, pf.out, true);
+            pf.done = true;
+        }
+        return pf;
+    }
+
+    // The previous submitted forward's top candidates on the host (m_last_tops): collects the
+    // forwards in flight.
+    void drain_for_tops() {
+        drain();
+        if (!m_last_tops_current)
+            throw load_error("batch: fed tokens need the previous forward's candidates (batch::top_n >= 1)");
+    }
+
+    // Waits for a started forward and reads its outputs from its slot's pinned buffers into out.
+    // latest: pf is the last forward submitted (its top candidates are what fed tokens name next).
+    void collect(pending_forward &pf, forward_output &out, bool latest) {
+        using hclk = std::chrono::steady_clock;
+        const auto &c = m_cfg;
+        const int64_t T = pf.T, R = pf.R, top_n = pf.top_n, nk = pf.nk, K = c.n_expert_used;
+        const int slot = pf.slot;
+        ck(cudaEventSynchronize(m_done[slot]), "the forward pass");
         ck(cudaGetLastError(), "the forward pass");
         const auto h5 = hclk::now();
+        // The routing record's ids and weights and the candidates are sized and filled in place,
+        // so a caller that passes the same output every step (the bench, the engine) allocates
+        // nothing for them in a decode step.
+        routing_record &rr = out.routing;
+        rr.moe_layers.clear();
+        rr.n_expert_used = int32_t(c.n_expert_used);
+        logit_candidate_rows &cr = out.candidates;
+        cr.top_n = 0;
+        cr.ids.clear();
+        cr.logits.clear();
+        cr.row_max.clear();
+        cr.row_sum.clear();
+        out.phases = phase_times{};
+        if (&out != &pf.out) {
+            if (pf.via_pinned || R == 0) out.logits.clear();
+            else out.logits = std::move(pf.out.logits);
+        }
         // The download block's host copy: written by the graph itself (zero-copy) or by the copy.
-        const unsigned char *dl = io_done ? m_pinned_io.at() : m_pinned_logits.at();
-        if (via_pinned && top_n > 0) {
-            logit_candidate_rows &cr = out.candidates;
-            const unsigned char *p = dl + cand_rel;
+        const unsigned char *dl = pf.io_done ? m_pinned_io[slot].at() : m_pinned_logits[slot].at();
+        if (pf.via_pinned && top_n > 0) {
+            const unsigned char *p = dl + pf.cand_rel;
             cr.top_n = int32_t(top_n);
-            cr.ids.assign(reinterpret_cast<const int32_t *>(p),
-                          reinterpret_cast<const int32_t *>(p) + R * top_n);
+            cr.ids.assign(reinterpret_cast<const int32_t *>(p), reinterpret_cast<const int32_t *>(p) + R * top_n);
             p += size_t(R * top_n) * 4;
-            cr.logits.assign(reinterpret_cast<const float *>(p),
-                             reinterpret_cast<const float *>(p) + R * top_n);
+            cr.logits.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R * top_n);
             p += size_t(R * top_n) * 4;
             cr.row_max.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R);
-            const double *sums = reinterpret_cast<const double *>(dl + cand_rel + cand_sums_offset(R, top_n));
+            const double *sums = reinterpret_cast<const double *>(dl + pf.cand_rel + cand_sums_offset(R, top_n));
             cr.row_sum.assign(sums, sums + R);
-        } else if (via_pinned) {
-            std::memcpy(out.logits.data(), m_pinned_logits.at(), logit_bytes);
+        } else if (pf.via_pinned) {
+            out.logits.resize(size_t(R * c.n_vocab));
+            std::memcpy(out.logits.data(), m_pinned_logits[slot].at(), pf.logit_bytes);
         }
         m_last_rows = R;
+        // The top candidates, for fed tokens of a next forward that cannot read them on the GPU.
+        m_last_tops.clear();
+        for (int64_t r = 0; r < (top_n > 0 ? R : 0); ++r) m_last_tops.push_back(cr.ids[size_t(r * top_n)]);
+        m_last_tops_current = latest && top_n > 0;
         if (m_profiling) collect_profile();
         if (nk) {
-            const unsigned char *rec = cand_block ? dl : m_pinned_out.at();
+            const unsigned char *rec = pf.cand_block ? dl : m_pinned_out[slot].at();
             const int32_t *ids = reinterpret_cast<const int32_t *>(rec);
             const float *wts = reinterpret_cast<const float *>(rec + size_t(nk) * 4);
-            rr.ids.resize(size_t(n_moe));
-            rr.weights.resize(size_t(n_moe));
+            rr.ids.resize(size_t(n_moe_layers()));
+            rr.weights.resize(size_t(n_moe_layers()));
             int64_t m = 0;
             for (int64_t il = 0; il < c.n_layer; ++il) {
                 if (!m_layers[il].is_moe) continue;
@@ -2153,30 +2330,34 @@ private:
             rr.ids.clear();
             rr.weights.clear();
         }
-        if (replayed) {
+        if (pf.replayed) {
             auto us = [](hclk::time_point a, hclk::time_point b) {
                 return std::chrono::duration<double, std::micro>(b - a).count();
             };
             forward_host_times &h = m_host_times;
             ++h.forwards;
-            h.prep_us += us(h0, h1);
-            h.upload_us += us(h1, h2);
-            h.launch_us += us(h2, h3);
-            h.download_us += us(h3, h4);
-            h.wait_us += us(h4, h5);
+            h.prep_us += us(pf.h0, pf.h1);
+            h.upload_us += us(pf.h1, pf.h2);
+            h.launch_us += us(pf.h2, pf.h3);
+            h.download_us += us(pf.h3, pf.h4);
+            h.wait_us += us(std::max(pf.h4, m_last_collect), h5); // (overlapped: from the previous one's end)
             h.unpack_us += us(h5, hclk::now());
         }
+        m_last_collect = hclk::now();
     }
 
     // Counts a launch of `exec` and keeps the inputs it ran with (launched_graphs_replay_us).
-    void note_graph_launch(cudaGraphExec_t exec) {
+    void note_graph_launch(cudaGraphExec_t exec, int slot) {
         graph_run &gr = m_graph_runs[exec];
         ++gr.launches;
-        gr.inputs.assign(m_pinned.at(), m_pinned.at() + m_in.total);
+        gr.slot = slot;
+        gr.inputs.assign(m_pinned[slot].at(), m_pinned[slot].at() + m_in.total);
     }
 
+    // T, R, S, stride, n_tiles, kv_splits, max_tile, top_n, m_pick, the transfers in the graph
+    // (0: none; 1 + record + 2 · slot), the fed tokens' source (−1: none).
     using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
-                                 int>; // …, top_n, m_pick, transfers in the graph (0; 1; 2: with the record)
+                                 int64_t, int64_t>;
 
     // Drops the graph replayed longest ago (k_max_graphs; ES_CUDA_MAX_GRAPHS). The stream is
     // drained first: that graph may be the one still running. Its workspace stays pinned until
@@ -2200,7 +2381,8 @@ private:
 
     // pre and post (when set) enqueue transfers captured before and after the step's launches.
     bool capture_and_launch(const graph_key &key, int64_t T, int64_t R, int64_t n_tiles, int64_t stride, int64_t kv_splits,
-                            int64_t max_tile, const std::function<void()> &pre, const std::function<void()> &post) {
+                            int64_t max_tile, const std::function<void()> &pre, const std::function<void()> &post,
+                            int slot) {
         cudaGraph_t graph = nullptr;
         ck(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
         std::vector<std::string> ops; // the launch names, for graph_timeline
@@ -2240,7 +2422,7 @@ private:
         m_ws.pin_in_use(); // the graph holds the workspace's raw pointers until clear_graphs
         m_last_graph = exec;
         ck(cudaGraphLaunch(exec, m_stream), "cudaGraphLaunch");
-        note_graph_launch(exec);
+        note_graph_launch(exec, slot);
         return true;
     }
 
@@ -2260,10 +2442,23 @@ private:
     // Per-step scratch from the caching workspace allocator (declared first: it outlives its blocks).
     device_allocator m_ws{cuda_memory_source()};
     workspace_buffer m_staging{m_ws}, m_deq{m_ws}, m_work{m_ws}, m_inputs{m_ws};
-    pinned_buffer m_pinned, m_pinned_out, m_pinned_logits; // m_pinned_logits: full rows or candidates
-    // The download block as zero-copy graphs write it (run()); sized with the workspace layout, so
-    // its address changes only where the graphs are cleared.
-    pinned_buffer m_pinned_io;
+    // Pinned host buffers, one set a slot (a forward in flight each, submit): the inputs' mirror,
+    // the routing record's and the logits' or candidates' copies, and the download block as
+    // zero-copy graphs write it (sized with the workspace layout, so that its address changes only
+    // where the graphs are cleared; m_pinned_logits grows as needed: graphs never hold it).
+    pinned_buffer m_pinned[2], m_pinned_out[2], m_pinned_logits[2], m_pinned_io[2];
+    cudaEvent_t m_done[2] = {nullptr, nullptr}; // recorded after each slot's forward
+    std::deque<pending_forward> m_flight; // submitted, not finished (oldest first)
+    // Where the last submitted forward left its candidates in the workspace (fed tokens of the
+    // next one read them on the GPU), and the top candidate of each row of the last one finished
+    // (fed tokens resolved on the host, where the workspace has moved since).
+    struct fed_source {
+        size_t cand = 0;
+        int64_t top_n = 0, R = 0;
+        bool valid = false;
+    } m_fed;
+    std::vector<int32_t> m_last_tops;
+    bool m_last_tops_current = false; // m_last_tops is of the last submitted forward
     int64_t m_top_n = 0;     // candidates per row of the forward being enqueued (0: none)
     bool m_pick = false;     // …and its one row is greedy (top_n 1, T ≤ 0): the head's GEMV picks it
     int64_t m_last_rows = 0; // logits rows of the last finished forward (logits_row())
@@ -2295,10 +2490,16 @@ private:
     // its latest launch (the pinned mirror's bytes), so that it can be replayed as it ran.
     struct graph_run {
         int64_t launches = 0;
+        int slot = 0; // the pinned slot its inputs come from
         std::vector<unsigned char> inputs;
     };
     std::map<cudaGraphExec_t, graph_run> m_graph_runs;
     forward_host_times m_host_times; // host_times()
+    std::chrono::steady_clock::time_point m_last_collect{}; // the last collect()'s end (host_times' wait)
+    int m_last_slot = 0;                                    // the last submitted forward's slot
+    // The step being enqueued gets its inputs from a kernel (copy_bytes), not a copy before its
+    // first launch: layer 0's fused q/k/v GEMV must read them after its wait.
+    bool m_inputs_by_kernel = false;
     int m_kv_split_chunks = 1; // ES_CUDA_KV_SPLIT_CHUNKS
     int64_t m_moe_gemv_max_tokens = k_moe_gemv_max_tokens; // ES_CUDA_MOE_GEMV_MAX_TOKENS
     int m_moe_down_rows_per_warp = 0; // ES_CUDA_MOE_DOWN_ROWS_PER_WARP; 0: the kernel's default

@@ -2784,11 +2784,66 @@ void test_tile_major_model(runner &R) {
     });
 }
 
+// Overlapped greedy decode (backend::submit, each step's token fed on the GPU from the step before)
+// against the same decode one forward() at a time with the token picked on the host, from an
+// empty cache: {steps whose token differs, steps whose candidate value differs in any bit}.
+std::array<double, 2> overlapped_vs_serial(backend &be, int32_t steps, int32_t first_token) {
+    auto run = [&](bool overlapped, std::vector<int32_t> &tokens, std::vector<float> &values) {
+        auto s = be.init_kv_cache({16, (steps + 15) / 16 + 1});
+        if (!s) throw test_failure(s.message());
+        batch b;
+        b.seqs.resize(1);
+        for (int32_t i = 0; i < (steps + 15) / 16 + 1; ++i) b.seqs[0].block_table.push_back(i);
+        b.seq = {0};
+        b.logits_rows = {0};
+        b.top_n = 1;
+        b.temperatures = {0.0f};
+        forward_output out;
+        auto take = [&] {
+            if (out.candidates.top_n != 1 || out.candidates.ids.empty())
+                throw test_failure("a greedy step did not return its candidate");
+            tokens.push_back(out.candidates.ids[0]);
+            values.push_back(out.candidates.logits[0]);
+        };
+        int32_t token = first_token;
+        for (int32_t i = 0; i < steps; ++i) {
+            b.pos = {i};
+            b.tokens = {overlapped && i > 0 ? -1 : token};
+            if (!overlapped) {
+                if (auto f = be.forward(b, out); !f) throw test_failure(f.message());
+                take();
+                token = tokens.back();
+                continue;
+            }
+            if (auto f = be.submit(b); !f) throw test_failure(f.message());
+            if (i == 0) continue;
+            if (auto f = be.finish(out); !f) throw test_failure(f.message());
+            take();
+        }
+        if (overlapped) {
+            if (auto f = be.finish(out); !f) throw test_failure(f.message());
+            take();
+        }
+    };
+    std::vector<int32_t> ts, to;
+    std::vector<float> vs, vo;
+    run(false, ts, vs);
+    run(true, to, vo);
+    std::array<double, 2> r{0, 0};
+    for (size_t i = 0; i < ts.size() && i < to.size(); ++i) {
+        r[0] += ts[i] != to[i];
+        r[1] += std::memcmp(&vs[i], &vo[i], 4) != 0;
+    }
+    r[0] += double(std::max(ts.size(), to.size()) - std::min(ts.size(), to.size()));
+    return r;
+}
+
 // The greedy pick in the head's GEMV (gemv.cuh: gemv_pick) end to end: the reference checkpoints'
 // vocabularies (≤ 6,000) are below the rows kernel's 32,768, so their greedy rows take topk_logits
 // at n_top = 1; random weights of the 0.3B's widths (103,424 rows), two layers, BF16 and FP8 (the
 // head BF16, and FP8 with --fp8-head), one-candidate greedy steps and 64-candidate sampled steps
-// in the same decode graphs, each step's candidates against the twin over its full row.
+// in the same decode graphs, each step's candidates against the twin over its full row; and the
+// same greedy decode overlapped (submit, fed tokens) against it one step at a time.
 void test_head_pick_model(runner &R) {
     for (const bool fp8 : {false, true})
         for (const bool fp8_head : {false, true}) {
@@ -2816,6 +2871,12 @@ void test_head_pick_model(runner &R) {
                 R.add("model", name, "64 candidates' slots differing from the twin over logits_row (exact)", cand[0],
                       0.0);
                 R.add("model", name, "64 candidates' row sum max rel err", cand[1], 1e-5);
+                // 40 steps: graphs of one to two KV splits, the fed tokens' graphs and the eager first steps.
+                const auto ov = overlapped_vs_serial(**be, 40, prompt[0]);
+                R.add("model", name, "overlapped decode (fed tokens): steps whose token differs from serial", ov[0], 0.0);
+                // (information: the one-token GEMVs' split-k atomics may change the last bits of a run)
+                R.info("model", name, "overlapped decode (fed tokens): steps whose logit differs from serial (bits)",
+                       ov[1]);
             });
         }
 }
@@ -3139,6 +3200,10 @@ void run_model_tests(runner &R, const std::filesystem::path &data_dir) {
                 R.add("model", pn + " decode greedy candidate",
                       "id or value differing from the twin over logits_row (exact)", pick[0], 0.0);
                 R.add("model", pn + " decode greedy candidate", "row sum (T = 0) not 0", pick[1], 0.0);
+                const auto ov = overlapped_vs_serial(be, 24, prompt[0]);
+                R.add("model", pn + " decode overlapped", "steps whose token differs from serial (fed tokens)", ov[0],
+                      0.0);
+                R.info("model", pn + " decode overlapped", "steps whose logit differs from serial (bits)", ov[1]);
                 memory_rows("after decode");
                 if (!cpu_routing.ids.empty()) {
                     // Router choices of the first chunk against the CPU's: set overlap per token.

@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <unistd.h>
 #include <variant>
 
@@ -101,6 +102,15 @@ struct live_request {
     int32_t traced = 0;             // positions whose routing is recorded
 };
 
+// A step whose forward was submitted (backend::submit) and whose outputs are not yet processed.
+struct inflight_step {
+    scheduler_output so;
+    std::vector<uint64_t> ids; // so.chunks[i].req's id: a request may finish or be cancelled meanwhile
+    step_record rec;
+    std::chrono::steady_clock::time_point t0, t1; // the step's start, its schedule's end
+    bool updated = false;                          // the scheduler's update() ran (speculate)
+};
+
 uint64_t physical_memory() {
     const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
     return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
@@ -140,10 +150,11 @@ struct engine::impl {
     std::vector<uint64_t> expert_tokens, expert_window_sum;
     std::vector<float> row_scratch; // a full logits row when candidates cannot decide
     forward_output out;             // every step's forward output (its buffers reused)
+    std::optional<inflight_step> pending; // a step submitted and not yet processed (overlapped steps)
     std::vector<double> expert_weight;
     std::deque<std::vector<uint32_t>> window;
     std::vector<int32_t> moe_layers;
-    uint64_t n_finished = 0, n_generated = 0, n_prompt_tokens = 0;
+    uint64_t n_finished = 0, n_generated = 0, n_prompt_tokens = 0, n_overlapped = 0;
     std::chrono::steady_clock::time_point last_publish{};
 
     int64_t now_us() const {
@@ -369,6 +380,11 @@ void engine::thread_main() {
         s->push({event_kind::failed, {}, {}, {}, msg, I.now_us()});
     };
     auto drop_model = [&]() {
+        if (I.pending && I.mdl) {
+            forward_output discard;
+            I.mdl->be->finish(discard); // (its requests are cancelled below)
+        }
+        I.pending.reset();
         std::vector<request_id> ids;
         for (auto &[id, lr] : I.live) ids.push_back(id);
         for (request_id id : ids) finish(id, "cancelled");
@@ -487,24 +503,39 @@ void engine::thread_main() {
         return false;
     };
 
-    auto step = [&]() {
-        using clk = std::chrono::steady_clock;
-        auto ms = [](clk::time_point a, clk::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
-        step_record rec;
-        rec.step = I.n_steps++;
-        rec.t_start_us = I.now_us();
-        const auto t0 = clk::now();
-        scheduler_output so = I.sched->schedule();
-        const auto t1 = clk::now();
-        rec.n_preempted = int32_t(so.preempted.size());
-        if (so.chunks.empty()) return;
-        rec.seq_tokens.reserve(so.chunks.size());
-        for (const scheduled_chunk &c : so.chunks) rec.seq_tokens.emplace_back(c.req->id, c.n_new);
-
+    using clk = std::chrono::steady_clock;
+    auto ms = [](clk::time_point a, clk::time_point b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+    // Fails every request of a step whose forward could not run (still alive: none finished since).
+    auto fail_step = [&](const inflight_step &f, const std::string &what) {
+        for (request_id id : f.ids) {
+            auto it = I.live.find(id);
+            if (it == I.live.end()) continue;
+            fail(it->second.stream, what);
+            I.sched->finish(id);
+            I.live.erase(it);
+        }
+    };
+    // Schedules a step and submits its forward. Tokens that are placeholders (negative: the picks
+    // of the step still running, speculate()) go to the backend as fed tokens. Empty when nothing
+    // was scheduled or the submission failed (its requests failed).
+    auto schedule_and_submit = [&]() -> std::optional<inflight_step> {
+        inflight_step f;
+        f.rec.step = I.n_steps++;
+        f.rec.t_start_us = I.now_us();
+        f.t0 = clk::now();
+        f.so = I.sched->schedule();
+        f.t1 = clk::now();
+        f.rec.n_preempted = int32_t(f.so.preempted.size());
+        if (f.so.chunks.empty()) return std::nullopt;
+        f.rec.seq_tokens.reserve(f.so.chunks.size());
+        for (const scheduled_chunk &c : f.so.chunks) {
+            f.rec.seq_tokens.emplace_back(c.req->id, c.n_new);
+            f.ids.push_back(c.req->id);
+        }
         batch b;
         std::vector<sampler *> row_samplers; // one per logits row
-        for (size_t i = 0; i < so.chunks.size(); ++i) {
-            const scheduled_chunk &c = so.chunks[i];
+        for (size_t i = 0; i < f.so.chunks.size(); ++i) {
+            const scheduled_chunk &c = f.so.chunks[i];
             b.seqs.push_back({c.req->blocks});
             for (int32_t p = c.start; p < c.start + c.n_new; ++p) {
                 b.tokens.push_back(c.req->tokens[p]);
@@ -519,28 +550,83 @@ void engine::thread_main() {
         // Sampling rows come back as candidates where the backend can (the full row is fetched
         // only when they cannot decide): nothing in the engine needs whole rows.
         request_candidates(*I.mdl->be, b, row_samplers);
-        forward_output &out = I.out; // one output for every step: its buffers are reused
-        const status st = I.mdl->be->forward(b, out);
-        const auto t2 = clk::now();
-        if (!st) {
-            for (const auto &c : so.chunks) {
-                auto it = I.live.find(c.req->id);
-                if (it == I.live.end()) continue;
-                fail(it->second.stream, "the forward pass failed: " + st.message());
-                I.sched->finish(c.req->id);
-                I.live.erase(it);
-            }
-            return;
+        if (const status st = I.mdl->be->submit(b); !st) {
+            fail_step(f, "the forward pass failed: " + st.message());
+            return std::nullopt;
         }
-        I.sched->update(so);
+        return f;
+    };
+    // Whether the step still running can have its successor submitted now (overlapped steps):
+    // every running request decodes in it with a greedy sampler without penalties (its token is
+    // the backend's pick), none is waiting or about to reach its length limit, no command waits,
+    // and the blocks for one more position are free (the next schedule then neither preempts nor
+    // admits).
+    auto can_speculate = [&](const inflight_step &f) {
+        const bool on = m_params.overlap == engine_params::overlap_mode::on ||
+                        (m_params.overlap == engine_params::overlap_mode::automatic && I.mdl->be->overlaps_steps());
+        if (!on || I.sched->n_waiting() > 0 || size_t(I.sched->n_running()) != f.so.chunks.size()) return false;
+        {
+            std::lock_guard lock(I.mutex);
+            if (!I.commands.empty()) return false;
+        }
+        const auto &pool = I.sched->pool();
+        const int32_t bs = pool.block_size();
+        const int64_t kv_capacity = int64_t(pool.n_blocks()) * bs;
+        int32_t need_blocks = 0;
+        for (const scheduled_chunk &c : f.so.chunks) {
+            auto it = I.live.find(c.req->id);
+            if (it == I.live.end() || c.n_new != 1 || !c.samples || !it->second.smp->picks_top()) return false;
+            const sched_request &sr = *c.req;
+            // After the running step's token: n + 1 tokens; the speculated step computes the
+            // (n + 1)-th and samples the (n + 2)-th.
+            const int32_t n = sr.n_tokens(), n_out = n + 1 - it->second.n_prompt;
+            if (n_out >= it->second.sp.max_tokens || n + 1 >= I.sched->params().max_model_len || n + 1 >= kv_capacity)
+                return false;
+            need_blocks += (n + 1 + bs - 1) / bs > int32_t(sr.blocks.size());
+        }
+        return pool.n_free() >= need_blocks;
+    };
+    // Submits the step after f before f's tokens are known: each request's next token is a
+    // placeholder (−row − 1: row `row` of f's outputs, fed on the backend) until process(f) puts
+    // the sampled id in its place.
+    auto speculate = [&](inflight_step &f) -> std::optional<inflight_step> {
+        I.sched->update(f.so);
+        f.updated = true;
+        int32_t row = 0;
+        for (const scheduled_chunk &c : f.so.chunks) I.sched->append_token(*c.req, -1 - row++);
+        auto next = schedule_and_submit();
+        if (next) ++I.n_overlapped;
+        return next;
+    };
+    // Reads a finished step's outputs: routing telemetry, sampling, emission, finishing. Requests
+    // that finished or were cancelled while it ran are skipped (their rows too).
+    auto process = [&](inflight_step &f, const status &st) {
+        const auto t2 = clk::now();
+        forward_output &out = I.out;
+        if (!st) return fail_step(f, "the forward pass failed: " + st.message());
+        // The chunks whose requests are still alive (a pointer of a finished one dangles).
+        std::vector<char> alive(f.so.chunks.size());
+        for (size_t i = 0; i < f.so.chunks.size(); ++i) alive[i] = I.live.count(f.ids[i]) > 0;
+        if (!f.updated) {
+            scheduler_output so_alive = f.so;
+            so_alive.chunks.clear();
+            for (size_t i = 0; i < f.so.chunks.size(); ++i)
+                if (alive[i]) so_alive.chunks.push_back(f.so.chunks[i]);
+            I.sched->update(so_alive);
+        }
 
         // Routing: record positions computed for the first time (traces and expert counts).
         std::vector<uint32_t> step_counts(I.expert_tokens.size(), 0);
         const int32_t n_moe = int32_t(out.routing.moe_layers.size()), K = out.routing.n_expert_used;
         const int64_t E = I.mdl->config.n_expert;
         int32_t row = 0;
-        for (const auto &c : so.chunks) {
-            live_request &lr = I.live.at(c.req->id);
+        for (size_t ci = 0; ci < f.so.chunks.size(); ++ci) {
+            const scheduled_chunk &c = f.so.chunks[ci];
+            if (!alive[ci]) {
+                row += c.n_new;
+                continue;
+            }
+            live_request &lr = I.live.at(f.ids[ci]);
             std::lock_guard lock(lr.stream->m_mutex);
             auto &m = lr.stream->m_metrics;
             m.n_preemptions = c.req->n_preemptions;
@@ -580,15 +666,20 @@ void engine::thread_main() {
         int32_t logit_row = 0;
         double emit_ms = 0.0;
         std::vector<std::pair<request_id, std::string>> to_fail;
-        for (const auto &c : so.chunks) {
+        for (size_t ci = 0; ci < f.so.chunks.size(); ++ci) {
+            const scheduled_chunk &c = f.so.chunks[ci];
             if (!c.samples) continue;
+            const int32_t this_row = logit_row++;
+            if (!alive[ci]) continue;
             sched_request &sr = *c.req;
             live_request &lr = I.live.at(sr.id);
+            // The sampled token's place: a placeholder when the next step was submitted already.
+            const size_t at = size_t(c.start + c.n_new);
+            const bool placeholder = sr.tokens.size() > at;
             std::span<const int32_t> prompt(sr.tokens.data(), size_t(lr.n_prompt));
-            std::span<const int32_t> output(sr.tokens.data() + lr.n_prompt, sr.tokens.size() - size_t(lr.n_prompt));
+            std::span<const int32_t> output(sr.tokens.data() + lr.n_prompt, at - size_t(lr.n_prompt));
             // sample_ms includes the full row's download when the candidates cannot decide.
-            const auto sampled =
-                sample_output_row(*I.mdl->be, out, logit_row++, *lr.smp, prompt, output, I.row_scratch);
+            const auto sampled = sample_output_row(*I.mdl->be, out, this_row, *lr.smp, prompt, output, I.row_scratch);
             if (!sampled) {
                 to_fail.emplace_back(sr.id, "sampling failed: " + sampled.err().message);
                 continue;
@@ -607,17 +698,18 @@ void engine::thread_main() {
                 to_finish.emplace_back(sr.id, "stop");
                 continue;
             }
-            I.sched->append_token(sr, id);
+            if (placeholder) sr.tokens[at] = id;
+            else I.sched->append_token(sr, id);
             const std::string piece = lr.detok ? lr.detok->push(id) : std::string();
             if (emit_text(lr, piece, {id})) {
                 to_finish.emplace_back(sr.id, "stop_string");
                 continue;
             }
-            const int32_t n_out = sr.n_tokens() - lr.n_prompt;
+            const int32_t n_out = int32_t(at) + 1 - lr.n_prompt;
             const auto &pool = I.sched->pool();
             const int64_t kv_capacity = int64_t(pool.n_blocks()) * pool.block_size();
-            if (n_out >= lr.sp.max_tokens || sr.n_tokens() >= I.sched->params().max_model_len ||
-                sr.n_tokens() >= kv_capacity)
+            if (n_out >= lr.sp.max_tokens || int64_t(at) + 1 >= I.sched->params().max_model_len ||
+                int64_t(at) + 1 >= kv_capacity)
                 to_finish.emplace_back(sr.id, "length");
             emit_ms += ms(te, clk::now());
         }
@@ -631,20 +723,38 @@ void engine::thread_main() {
         }
         const auto t4 = clk::now();
 
-        rec.duration_ms = ms(t0, t4);
-        rec.schedule_ms = ms(t0, t1);
-        rec.forward_ms = ms(t1, t2);
+        step_record &rec = f.rec;
+        rec.duration_ms = ms(f.t0, t4);
+        rec.schedule_ms = ms(f.t0, f.t1);
+        rec.forward_ms = ms(f.t1, t2); // overlapped steps: from its submission, the previous one's processing included
         rec.sample_ms = ms(t3, t4) - emit_ms;
         rec.emit_ms = emit_ms + ms(t2, t3);
-        rec.n_seqs = int32_t(so.chunks.size());
-        rec.n_prefill_tokens = so.n_prefill_tokens;
-        rec.n_decode_tokens = so.n_decode_tokens;
+        rec.n_seqs = int32_t(f.so.chunks.size());
+        rec.n_prefill_tokens = f.so.n_prefill_tokens;
+        rec.n_decode_tokens = f.so.n_decode_tokens;
         rec.attention_ms = out.phases.attention_ms;
         rec.moe_ms = out.phases.moe_ms;
         rec.dense_ms = out.phases.dense_ms;
         rec.head_ms = out.phases.head_ms;
-        I.ring.push_back(rec);
+        I.ring.push_back(std::move(rec));
         if (int32_t(I.ring.size()) > m_params.telemetry_ring) I.ring.pop_front();
+    };
+
+    // One step: the running step (submitted by the previous call when it overlapped) or a new one;
+    // its successor submitted before its outputs are read where can_speculate allows.
+    auto step = [&]() {
+        if (!I.pending) {
+            auto f = schedule_and_submit();
+            if (!f) return;
+            I.pending = std::move(f);
+        }
+        std::optional<inflight_step> next;
+        if (can_speculate(*I.pending)) next = speculate(*I.pending);
+        inflight_step cur = std::move(*I.pending);
+        I.pending.reset();
+        const status st = I.mdl->be->finish(I.out);
+        process(cur, st);
+        I.pending = std::move(next);
     };
 
     auto publish = [&](bool force) {
@@ -695,6 +805,7 @@ void engine::thread_main() {
         s->n_requests_finished = I.n_finished;
         s->n_tokens_generated = I.n_generated;
         s->n_prompt_tokens = I.n_prompt_tokens;
+        s->n_steps_overlapped = I.n_overlapped;
         m_telemetry.publish(std::move(s));
     };
 
@@ -703,7 +814,7 @@ void engine::thread_main() {
         std::deque<command> cmds;
         {
             std::unique_lock lock(I.mutex);
-            const bool busy = I.sched && I.sched->has_work();
+            const bool busy = (I.sched && I.sched->has_work()) || I.pending;
             if (!busy) I.cv.wait(lock, [&] { return I.stop || !I.commands.empty(); });
             if (I.stop) break;
             cmds.swap(I.commands);
@@ -714,7 +825,7 @@ void engine::thread_main() {
             else if (auto *l = std::get_if<cmd_load>(&c)) handle_load(*l);
             else if (std::holds_alternative<cmd_unload>(c)) drop_model();
         }
-        if (I.sched && I.sched->has_work()) {
+        if ((I.sched && I.sched->has_work()) || I.pending) {
             step();
             publish(!I.sched->has_work());
         } else {

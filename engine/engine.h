@@ -96,6 +96,12 @@ struct engine_params {
     bool enable_prefix_caching = true;
     int32_t telemetry_ring = 512;       // steps kept in snapshots
     int32_t telemetry_window = 64;      // steps in the live expert window
+    // Overlapped decode steps: while a step of greedy decodes (samplers without penalties) runs,
+    // the next one is submitted with its tokens fed from the running step's picks (backend::submit),
+    // so that the host's part of a step hides behind the GPU's. automatic: where the backend
+    // overlaps steps (CUDA); on: always (the default submit runs at once: the CPU then computes
+    // the same tokens, which is what the tests check); off: never.
+    enum class overlap_mode { automatic, on, off } overlap = overlap_mode::automatic;
 };
 
 // Will the model fit where it would load (the backend and precision of engine_params)? On the

@@ -61,6 +61,9 @@ struct telemetry_snapshot {
     int32_t n_running = 0, n_waiting = 0;
     uint64_t prefix_queries = 0, prefix_hits = 0; // blocks looked up / found in the prefix cache
     uint64_t n_requests_finished = 0, n_tokens_generated = 0, n_prompt_tokens = 0;
+    // Steps submitted while the step before them still ran, their tokens fed from its picks
+    // (engine_params::overlap).
+    uint64_t n_steps_overlapped = 0;
 };
 
 // Latest-snapshot holder: one writer (the engine thread), any number of readers.

@@ -3,6 +3,10 @@
 // step's inputs from the host's pinned mirror at the graph's start, its download block to the
 // host's pinned copy at its end — two kernel nodes instead of the copies' calls around a replay
 // (cuda_backend.cpp: zero-copy I/O). dst and src must not overlap.
+// Fed tokens (backend::submit): with fed_n > 0, the int32 tokens at byte fed_offset of the block
+// (16-byte aligned, like both ends) that are negative are replaced on the way by the previous
+// step's top candidate of output row −token − 1: fed_ids[(−token − 1) · fed_stride] (device
+// memory: the previous forward's candidate ids).
 #pragma once
 
 #include "kernel_common.h"
@@ -13,6 +17,10 @@ struct copy_bytes_params {
     void *dst = nullptr;
     const void *src = nullptr;
     size_t bytes = 0;
+    size_t fed_offset = 0;            // bytes from the block's start to its tokens
+    int64_t fed_n = 0;                // tokens there; 0: a plain copy
+    const int32_t *fed_ids = nullptr; // [rows, fed_stride]
+    int64_t fed_stride = 1;
 };
 
 void copy_bytes_ref(const copy_bytes_params &p);

@@ -23,7 +23,8 @@ constexpr int64_t k_rows_head = gemv_pick_min_rows; // one-token GEMVs of at lea
 // The fused epilogue of the q|k|v projection (gemv.cuh: rope): the block's four rows are two
 // rotation pairs of one q or k head (or four v elements). Before the kernel waits, lane m < mt of
 // each warp looks up token m's cache slot and, for its warp's pair, the rotation's sin/cos (inputs
-// and weights only: no kernel writes them); after the dot products each warp leaves its row's
+// and weights, which no kernel writes — except a decode graph's input copy just before layer 0's
+// GEMV: then after the wait, rope_inputs_after_wait); after the dot products each warp leaves its row's
 // outputs in ep[warp][m], and warps 0 and 2 rotate their pair, one lane per token.
 struct rope_lane {
     int64_t t = 0, slot = 0;
@@ -126,12 +127,15 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
     // The norm weight goes to shared memory, not registers (kernel_common.cuh: norm_weight_stage).
     if constexpr (NORM) norm_weight_stage(p.norm.weight, p.k, reinterpret_cast<uint16_t *>(gemv_smem));
     rope_lane rl;
-    if constexpr (ROPE) rl = rope_prepare(p, n, m0, mt, lane);
+    if constexpr (ROPE)
+        if (!p.rope_inputs_after_wait) rl = rope_prepare(p, n, m0, mt, lane);
     float prev[MT]; // y_ready: the values accumulated into, read before the wait (gemv.cuh)
     const bool early = !ROPE && p.accumulate && p.y_ready && splits == 1 && has_row && lane == 0;
 #pragma unroll
     for (int m = 0; m < MT; ++m) prev[m] = early && m < mt ? __ldcg(p.y + (m0 + m) * p.ldy + n) : 0.0f;
     pdl_enter();
+    if constexpr (ROPE)
+        if (p.rope_inputs_after_wait) rl = rope_prepare(p, n, m0, mt, lane);
 
     const uint16_t *x = p.x + m0 * p.ldx;
     int64_t ldx = p.ldx;

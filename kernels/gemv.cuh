@@ -63,6 +63,9 @@ struct gemv_params {
     float *embd_out = nullptr;            // [n_tokens, k]
     bool rope_on = false;             // fused RoPE + KV-write epilogue (then y is unused)
     rope_kv_params rope;
+    // The epilogue's inputs (positions, sequences, block tables) were written by the kernel just
+    // before (a decode graph's copy_bytes of its inputs): read after the wait, not before it.
+    bool rope_inputs_after_wait = false;
     gemv_pick pick;                   // the greedy pick of y's row (gemv_pick_ok)
 };
 

@@ -164,6 +164,9 @@ private slots:
     void promptLongerThanContext();
     void cancelFreesBlocks();
     void destroyMidStream();
+    void submitFeedsTokens();
+    void overlappedStepsGiveSameTokens();
+    void overlappedStopAndCancel();
 };
 
 void TestEngine::noModelAndBadFolder() {
@@ -492,6 +495,153 @@ void TestEngine::destroyMidStream() {
         QVERIFY2(o.finish_reason == "cancelled" || !o.error.empty(), o.finish_reason.c_str());
         QVERIFY(s->done());
     }
+}
+
+// backend::submit/finish (the default: the forward runs at submit) with fed tokens: a greedy
+// decode with two steps in flight, each step's token the previous step's top candidate, gives the
+// tokens and the logits (bit for bit) of forward() step by step; and bad feeds are refused.
+void TestEngine::submitFeedsTokens() {
+    es::model_load_params lp;
+    lp.need_tokenizer = false;
+    auto m = es::load_model((data_dir + "/dense").toStdString(), lp);
+    QVERIFY(m.ok());
+    es::backend &be = *(*m)->be;
+    const int64_t V = be.config().n_vocab;
+    const auto prompt = reference_ids("dense", "prompt_ids");
+    const int32_t P = int32_t(prompt.size()), steps = 12;
+    auto prefill = [&](es::forward_output &out) {
+        QVERIFY(be.init_kv_cache({16, 8}).ok());
+        es::batch b;
+        b.seqs = {{{0, 1, 2, 3, 4, 5, 6, 7}}};
+        b.tokens = prompt;
+        for (int32_t i = 0; i < P; ++i) {
+            b.pos.push_back(i);
+            b.seq.push_back(0);
+        }
+        b.logits_rows = {P - 1};
+        QVERIFY(be.forward(b, out).ok());
+    };
+    auto decode_batch = [&](int32_t token, int32_t pos) {
+        es::batch b;
+        b.seqs = {{{0, 1, 2, 3, 4, 5, 6, 7}}};
+        b.tokens = {token};
+        b.pos = {pos};
+        b.seq = {0};
+        b.logits_rows = {0};
+        return b;
+    };
+    // Step by step: forward(), the token picked on the host.
+    es::forward_output out;
+    prefill(out);
+    std::vector<int32_t> serial;
+    std::vector<std::vector<float>> serial_logits;
+    int32_t tok = es::top_candidates(out, V)[0];
+    for (int32_t i = 0; i < steps; ++i) {
+        serial.push_back(tok);
+        QVERIFY(be.forward(decode_batch(tok, P + i), out).ok());
+        serial_logits.push_back(out.logits);
+        tok = es::top_candidates(out, V)[0];
+    }
+    // Two in flight: step i+1 submitted before step i is finished, its token fed (−1: row 0).
+    prefill(out);
+    std::vector<int32_t> fed{es::top_candidates(out, V)[0]};
+    QVERIFY(be.submit(decode_batch(fed[0], P)).ok());
+    for (int32_t i = 0; i < steps; ++i) {
+        if (i + 1 < steps) QVERIFY(be.submit(decode_batch(-1, P + i + 1)).ok());
+        QCOMPARE(be.in_flight(), i + 1 < steps ? 2 : 1);
+        QVERIFY(be.finish(out).ok());
+        QVERIFY(std::memcmp(out.logits.data(), serial_logits[size_t(i)].data(), size_t(V) * 4) == 0);
+        if (i + 1 < steps) fed.push_back(es::top_candidates(out, V)[0]);
+    }
+    QCOMPARE(fed, serial);
+    QCOMPARE(be.in_flight(), 0);
+    // Refused: a third in flight, a row the previous forward did not have, finish with none.
+    QVERIFY(be.submit(decode_batch(1, P)).ok());
+    QVERIFY(be.submit(decode_batch(-1, P + 1)).ok());
+    auto st = be.submit(decode_batch(-1, P + 2));
+    QVERIFY(!st.ok());
+    QVERIFY2(st.message().find("two forwards") != std::string::npos, st.message().c_str());
+    QVERIFY(be.finish(out).ok());
+    QVERIFY(be.finish(out).ok());
+    st = be.submit(decode_batch(-2, P + 2)); // row 1: the previous forward had one row
+    QVERIFY(!st.ok());
+    QVERIFY2(st.message().find("row 1") != std::string::npos, st.message().c_str());
+    st = be.finish(out);
+    QVERIFY(!st.ok());
+    // forward() itself takes no fed token.
+    QVERIFY(!be.forward(decode_batch(-1, P), out).ok());
+}
+
+// The engine with overlapped steps (on the CPU backend the forward runs at submit, so only the
+// engine's bookkeeping differs): greedy requests of several lengths alongside a sampled one (no
+// overlap while it runs) give the tokens they give without it, and steps were overlapped.
+void TestEngine::overlappedStepsGiveSameTokens() {
+    const auto prompt = reference_ids("moe-odd", "prompt_ids");
+    std::vector<es::request_params> lone, together;
+    for (int i = 0; i < 4; ++i) lone.push_back(greedy_ids(std::vector<int32_t>(prompt.begin() + 2 * i, prompt.end()), 9 + 5 * i));
+    together = lone;
+    es::request_params sampled = greedy_ids(prompt, 12);
+    sampled.sampling.temperature = 0.9f;
+    sampled.sampling.seed = 7;
+    together.push_back(sampled);
+    for (bool concurrent : {false, true}) {
+        const auto &reqs = concurrent ? together : lone;
+        std::vector<outcome> off, on;
+        for (auto mode : {es::engine_params::overlap_mode::off, es::engine_params::overlap_mode::on}) {
+            es::engine_params p;
+            p.overlap = mode;
+            auto e = make_engine("moe-odd", p);
+            std::vector<std::shared_ptr<es::request_stream>> streams;
+            if (concurrent)
+                for (const auto &r : reqs) streams.push_back(e->submit(r));
+            auto &res = mode == es::engine_params::overlap_mode::on ? on : off;
+            for (size_t i = 0; i < reqs.size(); ++i) res.push_back(collect(concurrent ? streams[i] : e->submit(reqs[i])));
+            QVERIFY(wait_until([&] { return e->telemetry()->n_running == 0; }));
+            auto t = e->telemetry();
+            if (mode == es::engine_params::overlap_mode::on) QVERIFY2(t->n_steps_overlapped > 0, "no step overlapped");
+            else QCOMPARE(t->n_steps_overlapped, uint64_t(0));
+            QVERIFY(wait_until([&] { return e->telemetry()->memory.kv_blocks_used == 0; }));
+        }
+        for (size_t i = 0; i < reqs.size(); ++i) {
+            QCOMPARE(on[i].tokens, off[i].tokens);
+            QCOMPARE(on[i].finish_reason, off[i].finish_reason);
+            QCOMPARE(int(on[i].tokens.size()), reqs[i].sampling.max_tokens);
+            // Every position's routing is recorded once, overlapped or not.
+            QCOMPARE(on[i].metrics.trace, off[i].metrics.trace);
+        }
+    }
+}
+
+// Overlapped steps end where they should: a stop id met while the next step is already
+// submitted (its work is dropped), a stop string, and a cancel mid-stream free every block.
+void TestEngine::overlappedStopAndCancel() {
+    const auto prompt = reference_ids("moe-shared", "prompt_ids");
+    es::engine_params p;
+    p.overlap = es::engine_params::overlap_mode::on;
+    auto e = make_engine("moe-shared", p);
+    const outcome full = collect(e->submit(greedy_ids(prompt, 20)));
+    QCOMPARE(int(full.tokens.size()), 20);
+    es::request_params r = greedy_ids(prompt, 20);
+    r.sampling.stop_ids = {full.tokens[7]};
+    const outcome stopped = collect(e->submit(r));
+    QCOMPARE(stopped.finish_reason, std::string("stop"));
+    const auto first = std::find(full.tokens.begin(), full.tokens.end(), full.tokens[7]);
+    QCOMPARE(stopped.tokens, std::vector<int32_t>(full.tokens.begin(), first));
+    QVERIFY(wait_until([&] { return e->telemetry()->memory.kv_blocks_used == 0; }));
+    auto s = e->submit(greedy_ids(prompt, 3000));
+    es::request_event ev;
+    int tokens = 0;
+    while (tokens < 5 && s->wait_pop(ev, 5000ms))
+        if (ev.kind == es::event_kind::token) ++tokens;
+    QCOMPARE(tokens, 5);
+    e->cancel(s->id());
+    const outcome o = collect(s);
+    QCOMPARE(o.finish_reason, std::string("cancelled"));
+    QVERIFY(wait_until([&] {
+        auto t = e->telemetry();
+        return t->n_running == 0 && t->memory.kv_blocks_used == 0;
+    }));
+    QVERIFY(e->telemetry()->n_steps_overlapped > 0);
 }
 
 QTEST_GUILESS_MAIN(TestEngine)
