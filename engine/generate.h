@@ -32,6 +32,7 @@ struct generate_params {
 // a backend for (batch::top_n) when it supports them: 64 hold nearly all of the mass at usual
 // temperatures, so a fallback to the full row is rare, and they come back in ~1 KB.
 inline constexpr int32_t k_sample_top_n = 64;
+static_assert(k_sample_top_n <= k_sorted_walk, "candidates beyond the sampler's sorted walk cannot decide a draw");
 
 // Sets b.top_n and b.temperatures for the rows in b.logits_rows (one sampler each, in order), or
 // clears them when the backend returns only full rows. When every sampler is greedy without

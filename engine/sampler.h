@@ -13,8 +13,11 @@
 //  3. mass = Σ w over the kept ids in ascending id order, in double. Top-p: walk the kept ids
 //     in order, cum += w (double), stop at the first cum ≥ top_p · mass; those are kept and the
 //     draw total is that cum; otherwise the draw total is the mass.
-//  4. r = U[0,1) · total (one mt19937_64 draw); the token is the first kept id in order with
-//     r < cum, else the last kept.
+//  4. r = U[0,1) · total (one mt19937_64 draw); the token is the first kept id in walk order
+//     with r < cum (cum += w in that order, double), else the last kept in walk order. The walk
+//     order is the order of 2; with top-p off and more than k_sorted_walk ids kept, its first
+//     k_sorted_walk, then the other kept ids ascending (any order draws from the same
+//     distribution, and a flat row would otherwise sort half the vocabulary).
 //
 // sample_candidates() decides from a backend's top-N list (ids and logits in the order of 2, the
 // unpenalized row's Σ exp((l − max)/T) in double) and returns a token only when it is the token
@@ -31,7 +34,8 @@
 //    and there are no penalties: the mass is the backend's sum, which differs from step 3's
 //    float-exp sum by ≤ ~3e-6 relative (expf ≤ 2 ulp, argument rounding over ≤ ln V of log-mass);
 //    the token is returned only when it is the same for every mass within ±1e-5 relative of it,
-//    and only when the walk ends inside the list (else insufficient). So the candidates decide
+//    and only when the walk ends inside the list and, top-p off, inside its first k_sorted_walk
+//    (else insufficient). So the candidates decide
 //    exactly; the fallback costs one row download in the rare cases (top-p boundary, or the
 //    draw landing in the tail beyond the N-th candidate).
 #pragma once
@@ -44,6 +48,10 @@
 #include <vector>
 
 namespace es {
+
+// The walk order's sorted prefix when top-p is off (step 4 above); a backend's candidate list
+// (sample_candidates) decides draws inside its first this many entries only.
+inline constexpr int32_t k_sorted_walk = 64;
 
 struct sampling_params {
     float temperature = 0.8f;        // <= 0: greedy
@@ -104,6 +112,7 @@ private:
     uint64_t m_seed;
     std::mt19937_64 m_rng;
     std::vector<int32_t> m_idx, m_tmp;
+    std::vector<char> m_mark; // sample(): the walk's sorted prefix, by id
     std::vector<float> m_w, m_row;
     std::vector<int32_t> m_seen;                       // distinct prompt ∪ output ids, sorted
     std::vector<std::pair<int32_t, int32_t>> m_counts; // output (id, count), sorted by id

@@ -145,7 +145,81 @@ private slots:
     void presenceFrequencyPenalties();
     void validate_data();
     void validate();
+    void walkOrderPastSortedPrefix_data();
+    void walkOrderPastSortedPrefix();
 };
+
+// sampler.h's step 4 with top-p off and more than k_sorted_walk ids kept: the walk is the first
+// k_sorted_walk in the order "logit descending, ties → lower id", then the other kept ids
+// ascending — here against that rule written out directly, over many seeds (draws far into the
+// tail included), with min-p and a top-k above the prefix.
+void TestSampler::walkOrderPastSortedPrefix_data() {
+    QTest::addColumn<int>("n_vocab");
+    QTest::addColumn<float>("spread");
+    QTest::addColumn<float>("min_p");
+    QTest::addColumn<int>("top_k");
+    QTest::newRow("flat_5000") << 5000 << 0.3f << 0.0f << 0;
+    QTest::newRow("peaked_5000") << 5000 << 3.0f << 0.0f << 0;
+    QTest::newRow("flat_min_p") << 3000 << 0.3f << 0.2f << 0;
+    QTest::newRow("top_k_above_prefix") << 3000 << 0.5f << 0.0f << 500;
+    QTest::newRow("top_k_large") << 20000 << 0.3f << 0.0f << 10000;
+}
+
+void TestSampler::walkOrderPastSortedPrefix() {
+    QFETCH(int, n_vocab);
+    QFETCH(float, spread);
+    QFETCH(float, min_p);
+    QFETCH(int, top_k);
+    std::mt19937 g(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    logits_t row(static_cast<size_t>(n_vocab));
+    for (auto &x : row) x = std::round(nd(g) * spread * 16.0f) / 16.0f; // ties
+    const float T = 0.8f;
+    int tail_draws = 0;
+    for (uint64_t seed = 1; seed <= 120; ++seed) {
+        es::sampling_params sp;
+        sp.temperature = T;
+        sp.min_p = min_p;
+        sp.top_k = top_k;
+        sp.seed = seed;
+        es::sampler smp(sp);
+        logits_t work = row;
+        const int32_t got = smp.sample(work, {}, {});
+        // The rule, written out.
+        const float mx = *std::max_element(row.begin(), row.end());
+        std::vector<float> w(row.size());
+        ids_t kept;
+        for (int v = 0; v < n_vocab; ++v) {
+            w[size_t(v)] = std::exp((row[size_t(v)] - mx) / T);
+            if (w[size_t(v)] >= min_p) kept.push_back(v);
+        }
+        auto before = [&](int a, int b) { return row[size_t(a)] > row[size_t(b)] || (row[size_t(a)] == row[size_t(b)] && a < b); };
+        if (top_k > 0 && top_k < int(kept.size())) {
+            std::sort(kept.begin(), kept.end(), before);
+            kept.resize(size_t(top_k));
+            std::sort(kept.begin(), kept.end());
+        }
+        double mass = 0.0;
+        for (int v : kept) mass += w[size_t(v)];
+        ids_t walk = kept;
+        std::sort(walk.begin(), walk.end(), before);
+        std::sort(walk.begin() + std::min<size_t>(walk.size(), es::k_sorted_walk), walk.end());
+        std::mt19937_64 rng(seed);
+        const double r = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * mass;
+        double cum = 0.0;
+        int32_t want = walk.back();
+        for (size_t i = 0; i < walk.size(); ++i) {
+            cum += w[size_t(walk[i])];
+            if (r < cum) {
+                want = walk[i];
+                tail_draws += i >= size_t(es::k_sorted_walk);
+                break;
+            }
+        }
+        QCOMPARE(got, want);
+    }
+    QVERIFY2(tail_draws > 0, "no draw reached past the sorted prefix");
+}
 
 void TestSampler::greedy_data() {
     QTest::addColumn<logits_t>("logits");
