@@ -151,6 +151,7 @@ struct engine::impl {
     std::vector<float> row_scratch; // a full logits row when candidates cannot decide
     forward_output out;             // every step's forward output (its buffers reused)
     std::optional<inflight_step> pending; // a step submitted and not yet processed (overlapped steps)
+    std::chrono::steady_clock::time_point last_step_end{}; // the last processed step's end
     std::vector<double> expert_weight;
     std::deque<std::vector<uint32_t>> window;
     std::vector<int32_t> moe_layers;
@@ -573,8 +574,9 @@ void engine::thread_main() {
         const int32_t bs = pool.block_size();
         const int64_t kv_capacity = int64_t(pool.n_blocks()) * bs;
         int32_t need_blocks = 0;
-        for (const scheduled_chunk &c : f.so.chunks) {
-            auto it = I.live.find(c.req->id);
+        for (size_t i = 0; i < f.so.chunks.size(); ++i) {
+            const scheduled_chunk &c = f.so.chunks[i];
+            auto it = I.live.find(f.ids[i]); // (by id: a finished request's pointer dangles)
             if (it == I.live.end() || c.n_new != 1 || !c.samples || !it->second.smp->picks_top()) return false;
             const sched_request &sr = *c.req;
             // After the running step's token: n + 1 tokens; the speculated step computes the
@@ -724,9 +726,16 @@ void engine::thread_main() {
         const auto t4 = clk::now();
 
         step_record &rec = f.rec;
-        rec.duration_ms = ms(f.t0, t4);
+        // An overlapped step began while the one before it was still processed: its span starts
+        // where that one's ended, so that the steps' spans partition the engine's time (the phase
+        // sums of a reply's profile count each moment once). Its schedule ran inside the span
+        // before (schedule_ms).
+        const clk::time_point from = std::max(f.t0, I.last_step_end);
+        rec.t_start_us += int64_t(std::chrono::duration_cast<std::chrono::microseconds>(from - f.t0).count());
+        rec.duration_ms = ms(from, t4);
         rec.schedule_ms = ms(f.t0, f.t1);
-        rec.forward_ms = ms(f.t1, t2); // overlapped steps: from its submission, the previous one's processing included
+        rec.forward_ms = ms(std::max(f.t1, from), t2);
+        I.last_step_end = t4;
         rec.sample_ms = ms(t3, t4) - emit_ms;
         rec.emit_ms = emit_ms + ms(t2, t3);
         rec.n_seqs = int32_t(f.so.chunks.size());

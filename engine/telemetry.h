@@ -15,7 +15,10 @@ namespace es {
 
 struct step_record {
     uint64_t step = 0;
-    int64_t t_start_us = 0;      // engine clock (steady, µs since engine start)
+    // Engine clock (steady, µs since engine start). An overlapped step (engine_params::overlap)
+    // is scheduled and submitted while the step before it is processed; its span starts where
+    // that one's ended, so that the steps' spans partition the engine's time.
+    int64_t t_start_us = 0;
     double duration_ms = 0.0;
     int32_t n_seqs = 0;
     int32_t n_prefill_tokens = 0, n_decode_tokens = 0;

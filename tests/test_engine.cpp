@@ -600,6 +600,16 @@ void TestEngine::overlappedStepsGiveSameTokens() {
             auto t = e->telemetry();
             if (mode == es::engine_params::overlap_mode::on) QVERIFY2(t->n_steps_overlapped > 0, "no step overlapped");
             else QCOMPARE(t->n_steps_overlapped, uint64_t(0));
+            // The steps' spans partition the engine's time, overlapped or not (a reply's phase
+            // sums count each moment once).
+            for (size_t i = 1; i < t->recent_steps.size(); ++i) {
+                const auto &a = t->recent_steps[i - 1], &b = t->recent_steps[i];
+                QVERIFY2(double(b.t_start_us) >= double(a.t_start_us) + 1000.0 * a.duration_ms - 2.0,
+                         qPrintable(QString("step %1 starts %2 µs before step %3 ends")
+                                        .arg(b.step)
+                                        .arg(double(a.t_start_us) + 1000.0 * a.duration_ms - double(b.t_start_us))
+                                        .arg(a.step)));
+            }
             QVERIFY(wait_until([&] { return e->telemetry()->memory.kv_blocks_used == 0; }));
         }
         for (size_t i = 0; i < reqs.size(); ++i) {
