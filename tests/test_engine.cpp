@@ -86,6 +86,24 @@ bool wait_until(Pred p, std::chrono::milliseconds timeout = 5000ms) {
     return p();
 }
 
+// A long greedy request cancelled after `after` tokens: it finishes "cancelled" and every block
+// goes back to the pool.
+void cancel_mid_stream(es::engine &e, const std::vector<int32_t> &prompt, int after) {
+    auto s = e.submit(greedy_ids(prompt, 3000));
+    es::request_event ev;
+    int tokens = 0;
+    while (tokens < after && s->wait_pop(ev, 5000ms))
+        if (ev.kind == es::event_kind::token) ++tokens;
+    QCOMPARE(tokens, after);
+    e.cancel(s->id());
+    const outcome o = collect(s);
+    QCOMPARE(o.finish_reason, std::string("cancelled"));
+    QVERIFY(wait_until([&] {
+        auto t = e.telemetry();
+        return t->n_running == 0 && t->memory.kv_blocks_used == 0;
+    }));
+}
+
 // The CPU backend behind the candidates interface: when a batch asks for top_n, forward()
 // returns what the CUDA backend returns (topk_logits' twin over the rows) and keeps the rows for
 // logits_row(), counting the fetches. At most `cap` candidates per row (the test models' vocabularies
@@ -467,19 +485,7 @@ void TestEngine::promptLongerThanContext() {
 
 void TestEngine::cancelFreesBlocks() {
     auto e = make_engine("moe-shared");
-    auto s = e->submit(greedy_ids(reference_ids("moe-shared", "prompt_ids"), 3000));
-    es::request_event ev;
-    int tokens = 0;
-    while (tokens < 3 && s->wait_pop(ev, 5000ms))
-        if (ev.kind == es::event_kind::token) ++tokens;
-    QCOMPARE(tokens, 3);
-    e->cancel(s->id());
-    const outcome o = collect(s);
-    QCOMPARE(o.finish_reason, std::string("cancelled"));
-    QVERIFY(wait_until([&] {
-        auto t = e->telemetry();
-        return t->n_running == 0 && t->memory.kv_blocks_used == 0;
-    }));
+    cancel_mid_stream(*e, reference_ids("moe-shared", "prompt_ids"), 3);
 }
 
 void TestEngine::destroyMidStream() {
@@ -638,19 +644,7 @@ void TestEngine::overlappedStopAndCancel() {
     const auto first = std::find(full.tokens.begin(), full.tokens.end(), full.tokens[7]);
     QCOMPARE(stopped.tokens, std::vector<int32_t>(full.tokens.begin(), first));
     QVERIFY(wait_until([&] { return e->telemetry()->memory.kv_blocks_used == 0; }));
-    auto s = e->submit(greedy_ids(prompt, 3000));
-    es::request_event ev;
-    int tokens = 0;
-    while (tokens < 5 && s->wait_pop(ev, 5000ms))
-        if (ev.kind == es::event_kind::token) ++tokens;
-    QCOMPARE(tokens, 5);
-    e->cancel(s->id());
-    const outcome o = collect(s);
-    QCOMPARE(o.finish_reason, std::string("cancelled"));
-    QVERIFY(wait_until([&] {
-        auto t = e->telemetry();
-        return t->n_running == 0 && t->memory.kv_blocks_used == 0;
-    }));
+    cancel_mid_stream(*e, prompt, 5);
     QVERIFY(e->telemetry()->n_steps_overlapped > 0);
 }
 
