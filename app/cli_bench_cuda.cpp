@@ -218,18 +218,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         const auto t0 = std::chrono::steady_clock::now();
         if (auto s = decode_run(o.tg); !s) return fail(s.message());
         if (r > 0) runs.push_back(seconds_since(t0));
-        if (r > 0) {
-            const forward_host_times h = cb->host_times(true);
-            host.forwards += h.forwards;
-            host.prep_us += h.prep_us;
-            host.upload_us += h.upload_us;
-            host.launch_us += h.launch_us;
-            host.download_us += h.download_us;
-            host.wait_us += h.wait_us;
-            host.unpack_us += h.unpack_us;
-        } else {
-            cb->launched_graphs_replay_us(0);
-        }
+        if (r > 0) host += cb->host_times(true);
+        else cb->launched_graphs_replay_us(0);
     }
     // The GPU's share of those steps: every graph they replayed, timed alone with the inputs it
     // ran with, weighted by its steps (positions 0-31 replay the graph of one KV split, 32-63 of
@@ -252,8 +242,9 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                 tps_serial, 1000.0 * t_serial / o.tg, roof, 100.0 * tps_serial * bytes / k_h200_read_bw);
     // The same decode with the chat's default sampler (candidates and the row sum from the GPU),
     // over at most 32 tokens: on random weights' flat rows the 64 candidates hold too little of
-    // the mass, so nearly every step fetches its full row and samples it on the host (~17 ms on
-    // the 103,424-token vocabulary), which 128 tokens × four runs would spend seconds on.
+    // the mass, so nearly every step fetches its full row and samples it on the host (17-23 ms on
+    // the 103,424-token vocabulary before the sampler's walk went by id past its sorted prefix,
+    // ~1 ms after: docs/benchmarks.md, session 24).
     const int32_t tg_sampled = std::min<int32_t>(o.tg, 32);
     const int64_t fetched_before = fetched_rows, picked_before = picked;
     std::vector<double> sampled_runs;

@@ -107,6 +107,8 @@ public:
 
     status logits_row(int32_t row, std::span<float> out) override {
         const int64_t V = m_cfg.n_vocab;
+        // (backend::submit ran its forwards already: the kept rows are the newest one's)
+        if (in_flight() > 0) return error{"logits_row: a submitted forward is not finished"};
         if (row < 0 || int64_t(row) * V >= int64_t(m_last_logits.size()))
             return error{"logits_row: row " + std::to_string(row) +
                          " is not a kept logits row of the last forward pass (rows are kept when a pass has at most " +

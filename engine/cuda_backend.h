@@ -94,6 +94,16 @@ struct kernel_timeline_row {
 struct forward_host_times {
     int64_t forwards = 0;
     double prep_us = 0.0, upload_us = 0.0, launch_us = 0.0, download_us = 0.0, wait_us = 0.0, unpack_us = 0.0;
+    forward_host_times &operator+=(const forward_host_times &o) {
+        forwards += o.forwards;
+        prep_us += o.prep_us;
+        upload_us += o.upload_us;
+        launch_us += o.launch_us;
+        download_us += o.download_us;
+        wait_us += o.wait_us;
+        unpack_us += o.unpack_us;
+        return *this;
+    }
 };
 
 // The extra calls of the CUDA backend (dynamic_cast a backend made below to reach them).

@@ -561,6 +561,13 @@ void TestEngine::submitFeedsTokens() {
     }
     QCOMPARE(fed, serial);
     QCOMPARE(be.in_flight(), 0);
+    // logits_row answers for a finished forward only (the kept rows would be the newer one's).
+    std::vector<float> row(static_cast<size_t>(V));
+    QVERIFY(be.logits_row(0, row).ok());
+    QVERIFY(be.submit(decode_batch(1, P)).ok());
+    QVERIFY(!be.logits_row(0, row).ok());
+    QVERIFY(be.finish(out).ok());
+    QVERIFY(be.logits_row(0, row).ok());
     // Refused: a third in flight, a row the previous forward did not have, finish with none.
     QVERIFY(be.submit(decode_batch(1, P)).ok());
     QVERIFY(be.submit(decode_batch(-1, P + 1)).ok());
