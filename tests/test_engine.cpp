@@ -609,9 +609,14 @@ void TestEngine::overlappedStepsGiveSameTokens() {
                 for (const auto &r : reqs) streams.push_back(e->submit(r));
             auto &res = mode == es::engine_params::overlap_mode::on ? on : off;
             for (size_t i = 0; i < reqs.size(); ++i) res.push_back(collect(concurrent ? streams[i] : e->submit(reqs[i])));
-            QVERIFY(wait_until([&] { return e->telemetry()->n_running == 0; }));
+            // (the snapshot after the last step: one published before it may show no step at all)
+            QVERIFY(wait_until([&] {
+                auto t = e->telemetry();
+                return t->n_running == 0 && t->n_requests_finished == reqs.size();
+            }));
             auto t = e->telemetry();
-            if (mode == es::engine_params::overlap_mode::on) QVERIFY2(t->n_steps_overlapped > 0, "no step overlapped");
+            if (mode == es::engine_params::overlap_mode::on)
+                QVERIFY2(t->n_steps_overlapped > 0, concurrent ? "no step overlapped (concurrent)" : "no step overlapped (one at a time)");
             else QCOMPARE(t->n_steps_overlapped, uint64_t(0));
             // The steps' spans partition the engine's time, overlapped or not (a reply's phase
             // sums count each moment once).
@@ -629,8 +634,14 @@ void TestEngine::overlappedStepsGiveSameTokens() {
             QCOMPARE(on[i].tokens, off[i].tokens);
             QCOMPARE(on[i].finish_reason, off[i].finish_reason);
             QCOMPARE(int(on[i].tokens.size()), reqs[i].sampling.max_tokens);
-            // Every position's routing is recorded once, overlapped or not.
-            QCOMPARE(on[i].metrics.trace, off[i].metrics.trace);
+            // Every position's routing is recorded once, overlapped or not; −1 marks a position
+            // served by the prefix cache, which depends on when a request sharing the prompt
+            // (the sampled one and the first greedy one) was admitted.
+            const auto &ta = on[i].metrics.trace, &tb = off[i].metrics.trace;
+            QCOMPARE(ta.size(), tb.size());
+            for (size_t j = 0; j < ta.size(); ++j)
+                QVERIFY2(ta[j] == tb[j] || ta[j] < 0 || tb[j] < 0,
+                         qPrintable(QString("request %1, trace entry %2: %3 against %4").arg(i).arg(j).arg(ta[j]).arg(tb[j])));
         }
     }
 }
