@@ -495,6 +495,12 @@ public:
         // A measuring aid: ES_CUDA_NORM_ROWS=2|3 fixes the rows a warp of the dense MLP's fused-norm
         // gate/up takes (moe_gate_up_gemv.cuh).
         if (const char *nr = std::getenv("ES_CUDA_NORM_ROWS")) set_moe_gate_up_norm_rows(std::atoi(nr));
+        // A measuring aid: ES_CUDA_L2_PREFETCH_KB=KiB caps what a decode GEMV sends towards L2
+        // before its wait (kernel_common.h: l2_prefetch_max_bytes; default 8192); -1: no cap.
+        if (const char *lp = std::getenv("ES_CUDA_L2_PREFETCH_KB")) {
+            const long long kb = std::atoll(lp);
+            set_l2_prefetch_max_bytes(kb < 0 ? -1 : int64_t(kb) << 10);
+        }
         // A measuring aid: ES_CUDA_COMBINE_NORM=0 has decode's q/k/v GEMV normalize its input
         // itself instead of reading the norm moe_combine wrote (moe_combine.cuh: norm_out).
         if (const char *cn = std::getenv("ES_CUDA_COMBINE_NORM")) m_combine_norm = std::atoi(cn) != 0;

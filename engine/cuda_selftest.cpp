@@ -2082,6 +2082,48 @@ void test_copy_bytes(runner &R, size_t bytes, size_t offset) {
     });
 }
 
+// copy_bytes with fed tokens (backend::submit): a step's input block from pinned memory, its n
+// tokens at fed_offset mixing ids and placeholders −row − 1 (row 0's −1 first: a one-token
+// step's only kind; the kernel loads row 0's candidate beside the block), patched from a [rows,
+// stride] candidates array on the GPU, against the twin, exact.
+void test_copy_bytes_fed(runner &R, int64_t n, int64_t rows) {
+    const std::string name = shape_name("copy_bytes", {{"tokens", n}, {"rows", rows}}, "fed tokens");
+    R.run("kernel", name, [&] {
+        constexpr size_t fed_offset = 48;
+        constexpr int64_t stride = 3;
+        const size_t bytes = (fed_offset + size_t(n) * 4 + 200 + 15) / 16 * 16;
+        std::vector<unsigned char> src(bytes);
+        for (size_t i = 0; i < bytes; ++i) src[i] = static_cast<unsigned char>(i * 37u + 11u);
+        auto *tok = reinterpret_cast<int32_t *>(src.data() + fed_offset);
+        std::mt19937 rng(unsigned(n * 7 + rows));
+        for (int64_t i = 0; i < n; ++i)
+            tok[i] = i == 0 ? -1 : rng() % 3 == 0 ? int32_t(rng() % 1000) : -1 - int32_t(rng() % uint32_t(rows));
+        std::vector<int32_t> cand(size_t(rows * stride));
+        for (size_t i = 0; i < cand.size(); ++i) cand[i] = int32_t(5000 + i * 13);
+        unsigned char *host = nullptr;
+        ck(cudaMallocHost(reinterpret_cast<void **>(&host), bytes), "cudaMallocHost");
+        struct freer {
+            unsigned char *&a;
+            ~freer() {
+                if (a) cudaFreeHost(a);
+            }
+        } guard{host};
+        std::memcpy(host, src.data(), bytes);
+        dvec<unsigned char> dev(std::vector<unsigned char>(bytes, 0xa5));
+        dvec<int32_t> dcand(cand);
+        copy_bytes_params p{dev.get(), host, bytes, fed_offset, n, dcand.get(), stride};
+        ck(launch_copy_bytes(p, nullptr), "launch");
+        sync(name);
+        std::vector<unsigned char> want(bytes);
+        copy_bytes_params ref{want.data(), src.data(), bytes, fed_offset, n, cand.data(), stride};
+        copy_bytes_ref(ref);
+        const auto d = dev.download();
+        int64_t diff = 0;
+        for (size_t i = 0; i < bytes; ++i) diff += d[i] != want[i];
+        R.add("kernel", name, "bytes differing from the twin", double(diff), 0.0);
+    });
+}
+
 // topk_logits vs its twin: exact ids and values (set and order), row max exact, sums within 1e-5
 // relative; launched twice (the per-row counters must re-arm), then timed (info row).
 void test_topk_logits(runner &R, int64_t rows, int64_t V, int32_t N) {
@@ -2591,6 +2633,9 @@ void run_kernel_tests(runner &R, int cc_major) {
     test_argmax(R, 3, 103424);
     for (size_t bytes : {size_t(16), size_t(368), size_t(1344), size_t(5000), size_t(70000)})
         for (size_t offset : {size_t(0), size_t(3)}) test_copy_bytes(R, bytes, offset);
+    test_copy_bytes_fed(R, 1, 1);
+    test_copy_bytes_fed(R, 9, 4);
+    test_copy_bytes_fed(R, 64, 64);
     for (int32_t N : {1, 64, 256}) {
         test_topk_logits(R, 1, 103424, N);
         test_topk_logits(R, 8, 103424, N);

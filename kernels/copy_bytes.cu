@@ -17,14 +17,18 @@ __global__ void __launch_bounds__(128) copy_bytes_kernel(copy_bytes_params p) {
     if (aligned16(src) && aligned16(dst)) {
         const size_t n16 = p.bytes / 16, fed_end = p.fed_offset + size_t(p.fed_n) * 4;
         for (size_t v = i; v < n16; v += stride) {
+            const bool fed = 16 * v < fed_end && 16 * v + 16 > p.fed_offset;
+            // Row 0's candidate, loaded beside the vector rather than after it (a one-token step's
+            // only fed token is −1): the two loads' latencies overlap.
+            const int32_t row0 = fed ? __ldcg(p.fed_ids) : 0;
             uint4 q = reinterpret_cast<const uint4 *>(src)[v];
-            if (16 * v < fed_end && 16 * v + 16 > p.fed_offset) { // a vector of tokens: feed the negative ones
+            if (fed) { // a vector of tokens: feed the negative ones
                 int32_t *t = reinterpret_cast<int32_t *>(&q);
 #pragma unroll
                 for (int e = 0; e < 4; ++e) {
                     const size_t at = 16 * v + 4 * size_t(e);
                     if (at >= p.fed_offset && at < fed_end && t[e] < 0)
-                        t[e] = p.fed_ids[(-int64_t(t[e]) - 1) * p.fed_stride];
+                        t[e] = t[e] == -1 ? row0 : p.fed_ids[(-int64_t(t[e]) - 1) * p.fed_stride];
                 }
             }
             reinterpret_cast<uint4 *>(dst)[v] = q;

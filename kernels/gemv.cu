@@ -2,7 +2,8 @@
 // row once (16-byte loads per lane, up to four in flight, evict-first) and multiplies it with up to MT
 // tokens' activations (MT = 1, 2, 4 or 8; more tokens run as more grid rows). Lanes keep MT fp32
 // partial sums, reduced by shuffles; lane 0 applies the FP8 scale and writes, adds, or (split-K)
-// atomically adds. Under programmatic launch the row slice is prefetched into L2 before the
+// atomically adds. Under programmatic launch the row slice (of a matrix over the L2 cap, its
+// leading part: kernel_common.h, l2_prefetch_max_bytes) is prefetched into L2 before the
 // kernel waits for its predecessor (one token, a lane's share of at most six 16-byte vectors of
 // a matrix of at least 4 MB: loaded into registers instead). Rows whose size or alignment does
 // not allow 16-byte vectors take a scalar path. The fused variants (gemv.cuh) normalize the block's input
@@ -118,8 +119,9 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
             const int64_t kk = kb + (int64_t(lane) + 32 * i) * E;
             if (kk < ke) pre[i] = __ldcs(reinterpret_cast<const uint4 *>(w_row) + kk / E);
         }
-    } else if (has_row) {
-        for (int64_t kk = kb + lane * line; kk < ke; kk += 32 * line) prefetch_l2(w_row + kk * (FP8 ? 1 : 2));
+    } else if (has_row) { // the row's slice, or its leading pre_l2_fraction (the L2 cap)
+        const int64_t pe = p.pre_l2_fraction >= 1.0f ? ke : kb + int64_t(float(ke - kb) * p.pre_l2_fraction);
+        for (int64_t kk = kb + lane * line; kk < pe; kk += 32 * line) prefetch_l2(w_row + kk * (FP8 ? 1 : 2));
     }
     const float scale = FP8 && !BLK ? __ldg(p.w_scale + nr) : 1.0f; // a weight too: loaded before the wait
     const float *bscale = p.w_scale + (nr / fp8_block) * ((p.k + fp8_block - 1) / fp8_block); // BLK: this row's
@@ -330,9 +332,13 @@ cudaError_t launch_rows(const gemv_params &p, cudaStream_t stream) {
 }
 
 // The pick's last part (gemv.cuh: launch_gemv_pick_finish): the largest of the rows kernel's
-// n_keys warp keys, each of 256 threads its share, then shuffles and shared memory; the id, the
-// value re-read from y (−0 stays −0), the row max (the same) and a zero sum.
-__global__ void __launch_bounds__(256) gemv_pick_finish_kernel(gemv_params p, unsigned n_keys) {
+// n_keys warp keys, each of 512 threads its share (the 21B-A3B's 4,224 keys: eight or nine loads
+// a thread in flight together, where 256 threads took two rounds: the launch's share of a decode
+// step 4.4 → 2.8-3.1 µs, docs/benchmarks.md, session 25), then shuffles and shared memory; the
+// id, the value re-read from y (−0 stays −0), the row max (the same) and a zero sum.
+constexpr unsigned k_pick_finish_threads = 512;
+
+__global__ void __launch_bounds__(k_pick_finish_threads) gemv_pick_finish_kernel(gemv_params p, unsigned n_keys) {
     pdl_enter();
     const gemv_pick &pk = p.pick;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -341,12 +347,12 @@ __global__ void __launch_bounds__(256) gemv_pick_finish_kernel(gemv_params p, un
     for (unsigned i = threadIdx.x; i < n_keys; i += blockDim.x) key = max(key, __ldcg(pk.warp_keys + i));
 #pragma unroll
     for (int o = 16; o > 0; o /= 2) key = max(key, __shfl_xor_sync(0xffffffffu, key, o));
-    __shared__ unsigned long long s_key[8];
+    __shared__ unsigned long long s_key[k_pick_finish_threads / 32];
     if (lane == 0) s_key[warp] = key;
     __syncthreads();
     if (threadIdx.x == 0) {
 #pragma unroll
-        for (int i = 0; i < 8; ++i) key = max(key, s_key[i]);
+        for (unsigned i = 0; i < k_pick_finish_threads / 32; ++i) key = max(key, s_key[i]);
         const int32_t id = logit_key_id(key);
         const float v = id < 0 ? -INFINITY : __ldcg(p.y + id);
         *pk.id = id;
@@ -447,7 +453,8 @@ cudaError_t launch_gemv_pick_finish(const gemv_params &p, cudaStream_t stream) {
     const unsigned grid = block_scaled(p) ? rows_grid<true, RW, true, true>(p)
                           : fp8           ? rows_grid<true, RW, false, true>(p)
                                           : rows_grid<false, RW, false, true>(p);
-    return launch_decode<gemv_pick_finish_kernel>(1, 256, 0, stream, p, grid * unsigned(k_rows_per_block));
+    return launch_decode<gemv_pick_finish_kernel>(1, k_pick_finish_threads, 0, stream, p,
+                                                 grid * unsigned(k_rows_per_block));
 }
 
 cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
@@ -482,11 +489,13 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
         if (e != cudaSuccess) return e;
     }
     const dim3 grid(gx, gy, unsigned(splits));
+    gemv_params q = p;
+    q.pre_l2_fraction = l2_prefetch_fraction(p.n * p.k * (fp8 ? 1 : 2));
     if (fused) {
         const size_t smem = p.norm.on() ? size_t(gemv_norm_smem_bytes(mt, p.k)) : 0;
-        return fp8 ? launch_fused<true>(p, mt, grid, smem, stream) : launch_fused<false>(p, mt, grid, smem, stream);
+        return fp8 ? launch_fused<true>(q, mt, grid, smem, stream) : launch_fused<false>(q, mt, grid, smem, stream);
     }
-    return fp8 ? launch_fmt<true>(p, mt, vec, grid, stream) : launch_fmt<false>(p, mt, vec, grid, stream);
+    return fp8 ? launch_fmt<true>(q, mt, vec, grid, stream) : launch_fmt<false>(q, mt, vec, grid, stream);
 }
 
 } // namespace es

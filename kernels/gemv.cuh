@@ -36,6 +36,7 @@ struct gemv_pick {
     bool on() const { return id != nullptr; }
 };
 
+
 struct gemv_params {
     const bf16_t *x = nullptr;        // [n_tokens, ldx]
     int64_t ldx = 0;
@@ -67,6 +68,9 @@ struct gemv_params {
     // before (a decode graph's copy_bytes of its inputs): read after the wait, not before it.
     bool rope_inputs_after_wait = false;
     gemv_pick pick;                   // the greedy pick of y's row (gemv_pick_ok)
+    // Set by launch_gemv (the caller's value is ignored): the leading fraction of each row's slice
+    // sent towards L2 before the wait (kernel_common.h: l2_prefetch_max_bytes).
+    float pre_l2_fraction = 1.0f;
 };
 
 // Shared memory the normalized rows may take (MT tokens × k BF16; the same with the embedding

@@ -225,6 +225,22 @@ void apply_kernel_carveout(const void *kernel);
 // count (decode_carveout_for_tokens) before it enqueues or captures the step's launches.
 void set_decode_carveout(int percent);
 int decode_carveout();
+// Bytes of a weight matrix the decode GEMVs (gemv's L2 path, the dense MLP's fused-norm gate/up)
+// send towards L2 before their programmatic-launch wait, at most: each warp the same leading
+// fraction of each of its rows' slices (cap / matrix bytes; whole slices under the cap). A matrix
+// much larger than what the previous kernel's time can bring, prefetched whole, queues ahead of
+// that kernel's own loads (the kernel on the critical path) and stretches it: in the 21B-A3B's
+// dense layer 0 the o_proj under the gate/up's 63 MB prefetch took 7.9 µs of the step against
+// ~3.5 in the other layers. Default 8 MiB (on the H200, 21B-A3B FP8 decode 1,432.3 → 1,425.3 µs a
+// token; the 0.3B's matrices are all under it, unchanged; no prefetch at all cost the 0.3B 5%:
+// docs/benchmarks.md, session 25). Process-wide; −1: no cap (ES_CUDA_L2_PREFETCH_KB).
+void set_l2_prefetch_max_bytes(int64_t bytes);
+int64_t l2_prefetch_max_bytes();
+// The fraction of a matrix of `total` bytes the cap lets through: 1 within it.
+inline float l2_prefetch_fraction(int64_t total) {
+    const int64_t cap = l2_prefetch_max_bytes();
+    return cap < 0 || total <= cap ? 1.0f : float(double(cap) / double(total));
+}
 // 64 KB (28% of Hopper's 228 KB) for one-token steps and steps of more than 8 tokens, 32 KB (14%)
 // for 2–8 tokens (measured: kernel_common.cuh, launch_decode).
 inline int decode_carveout_for_tokens(int64_t tokens) { return tokens >= 2 && tokens <= 8 ? 14 : 28; }

@@ -48,6 +48,13 @@ void set_decode_carveout(int percent) { t_decode_carveout = percent; }
 int decode_carveout() { return t_decode_carveout; }
 
 namespace {
+std::atomic<int64_t> g_l2_prefetch_max{int64_t(8) << 20}; // kernel_common.h: 8 MiB
+} // namespace
+
+void set_l2_prefetch_max_bytes(int64_t bytes) { g_l2_prefetch_max.store(bytes < 0 ? -1 : bytes); }
+int64_t l2_prefetch_max_bytes() { return g_l2_prefetch_max.load(std::memory_order_relaxed); }
+
+namespace {
 std::mutex g_resident_mutex;
 std::map<std::tuple<const void *, int, int, size_t>, unsigned> g_resident; // (kernel, device, threads, smem) → blocks
 } // namespace

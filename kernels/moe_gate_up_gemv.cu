@@ -76,12 +76,14 @@ __global__ void __launch_bounds__(k_norm_warps * 32) moe_gate_up_gemv_norm_kerne
     float gs[R], us[R];
     if (!p.ids) {
         // Expert 0: the rows are known, and no kernel writes weights, so they head for L2 while
-        // the previous kernel finishes.
+        // the previous kernel finishes (their leading pre_l2_fraction: the L2 cap).
+        const int64_t pre_bytes =
+            p.pre_l2_fraction >= 1.0f ? row_bytes : int64_t(float(row_bytes) * p.pre_l2_fraction);
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             const int64_t f = f0 + r;
             if (f < F) {
-                for (int64_t b = int64_t(lane) * 128; b < row_bytes; b += 32 * 128) {
+                for (int64_t b = int64_t(lane) * 128; b < pre_bytes; b += 32 * 128) {
                     prefetch_l2(w + f * row_bytes + b);
                     prefetch_l2(w + (F + f) * row_bytes + b);
                 }
@@ -172,7 +174,9 @@ cudaError_t launch_mma_shape(const moe_gate_up_gemv_params &p, int64_t slots, cu
 std::atomic<int> g_norm_rows{0}; // set_moe_gate_up_norm_rows: 0 chooses
 
 template <bool FP8, bool VEC, bool BLK>
-cudaError_t launch_norm(const moe_gate_up_gemv_params &p, int64_t slots, cudaStream_t stream) {
+cudaError_t launch_norm(const moe_gate_up_gemv_params &p_in, int64_t slots, cudaStream_t stream) {
+    moe_gate_up_gemv_params p = p_in;
+    p.pre_l2_fraction = l2_prefetch_fraction(2 * p.n_ff_exp * p.n_embd * (FP8 ? 1 : 2));
     const size_t smem = size_t(p.n_embd) * 2;
     constexpr unsigned threads = k_norm_warps * 32;
     const auto blocks = [&](int r) { return int64_t(ceil_div_u(p.n_ff_exp, k_norm_warps * r)) * slots; };

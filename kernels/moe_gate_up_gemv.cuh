@@ -50,6 +50,9 @@ struct moe_gate_up_gemv_params {
     // FP8 with per-row scales, norm off, n_ff_exp % 16 == 0, n_embd % 64 == 0, the default shape);
     // any other launch of it is refused.
     bool w_tile_major = false;
+    // Set by the launcher (the caller's value is ignored): the leading fraction of each dense row
+    // the fused-norm kernel sends towards L2 before the wait (kernel_common.h: l2_prefetch_max_bytes).
+    float pre_l2_fraction = 1.0f;
 };
 
 // The fused norm's limits: n_embd % 4 == 0 and ≤ 24,576 (its BF16 row in 48 KB of shared
