@@ -2097,7 +2097,9 @@ void test_copy_bytes_fed(runner &R, int64_t n, int64_t rows) {
         auto *tok = reinterpret_cast<int32_t *>(src.data() + fed_offset);
         std::mt19937 rng(unsigned(n * 7 + rows));
         for (int64_t i = 0; i < n; ++i)
-            tok[i] = i == 0 ? -1 : rng() % 3 == 0 ? int32_t(rng() % 1000) : -1 - int32_t(rng() % uint32_t(rows));
+            tok[i] = i == 0           ? -1
+                     : rng() % 3 == 0 ? int32_t(rng() % 1000)
+                                      : -1 - int32_t(rng() % uint32_t(rows));
         std::vector<int32_t> cand(size_t(rows * stride));
         for (size_t i = 0; i < cand.size(); ++i) cand[i] = int32_t(5000 + i * 13);
         unsigned char *host = nullptr;

@@ -338,7 +338,8 @@ cudaError_t launch_rows(const gemv_params &p, cudaStream_t stream) {
 // id, the value re-read from y (−0 stays −0), the row max (the same) and a zero sum.
 constexpr unsigned k_pick_finish_threads = 512;
 
-__global__ void __launch_bounds__(k_pick_finish_threads) gemv_pick_finish_kernel(gemv_params p, unsigned n_keys) {
+__global__ void __launch_bounds__(k_pick_finish_threads)
+    gemv_pick_finish_kernel(gemv_params p, unsigned n_keys) {
     pdl_enter();
     const gemv_pick &pk = p.pick;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -454,7 +455,7 @@ cudaError_t launch_gemv_pick_finish(const gemv_params &p, cudaStream_t stream) {
                           : fp8           ? rows_grid<true, RW, false, true>(p)
                                           : rows_grid<false, RW, false, true>(p);
     return launch_decode<gemv_pick_finish_kernel>(1, k_pick_finish_threads, 0, stream, p,
-                                                 grid * unsigned(k_rows_per_block));
+                                                  grid * unsigned(k_rows_per_block));
 }
 
 cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
@@ -493,7 +494,8 @@ cudaError_t launch_gemv(const gemv_params &p, cudaStream_t stream) {
     q.pre_l2_fraction = l2_prefetch_fraction(p.n * p.k * (fp8 ? 1 : 2));
     if (fused) {
         const size_t smem = p.norm.on() ? size_t(gemv_norm_smem_bytes(mt, p.k)) : 0;
-        return fp8 ? launch_fused<true>(q, mt, grid, smem, stream) : launch_fused<false>(q, mt, grid, smem, stream);
+        return fp8 ? launch_fused<true>(q, mt, grid, smem, stream)
+                   : launch_fused<false>(q, mt, grid, smem, stream);
     }
     return fp8 ? launch_fmt<true>(q, mt, vec, grid, stream) : launch_fmt<false>(q, mt, vec, grid, stream);
 }

@@ -36,7 +36,6 @@ struct gemv_pick {
     bool on() const { return id != nullptr; }
 };
 
-
 struct gemv_params {
     const bf16_t *x = nullptr;        // [n_tokens, ldx]
     int64_t ldx = 0;

@@ -6,7 +6,8 @@
 // f in turn (the block's norm amortized over 8R rows): R = 2, or 3 where two would need more than
 // one wave (the 21B-A3B's dense 12,288-row MLP: 768 blocks at two rows a warp, ~1.45 waves at the
 // four blocks an SM its registers allow; 512 at three); the
-// rows of a dense MLP (ids null: known before the wait) and their scales start moving into L2
+// rows of a dense MLP (ids null: known before the wait; of one over the L2 cap, each row's
+// leading part: kernel_common.h, l2_prefetch_max_bytes) and their scales start moving into L2
 // before pdl_wait, then every block normalizes its token's residual row into shared memory
 // (block_rms_norm_to_smem, under the weights' fetch) and reads the activations from there; the
 // first block of each token also stores the normalized row to norm.out when it is set.
