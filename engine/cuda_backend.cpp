@@ -588,6 +588,10 @@ public:
         return time_replays(m_last_graph, replays);
     }
     double launched_graphs_replay_us(int replays) override {
+        if (replays <= 0) { // only forget the counts
+            m_graph_runs.clear();
+            return 0.0;
+        }
         double sum = 0.0;
         int64_t steps = 0;
         if (!m_flight.empty()) return 0.0; // (only between forwards)
@@ -595,7 +599,7 @@ public:
         // logits_row and the next step see what they would have).
         const std::vector<unsigned char> latest0(m_pinned[0].at(), m_pinned[0].at() + m_pinned[0].bytes()),
             latest1(m_pinned[1].at(), m_pinned[1].at() + m_pinned[1].bytes());
-        if (replays > 0 && m_broken.empty())
+        if (m_broken.empty())
             for (const auto &[exec, gr] : m_graph_runs) {
                 // Its latest launch's inputs back in place: a graph of fewer KV splits replayed
                 // with a later step's positions would attend over more keys a split.

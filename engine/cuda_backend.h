@@ -124,7 +124,8 @@ public:
     // launch, `replays` times back to back, and returns the mean device time of one replay
     // weighted by how many steps launched it, in µs (0 when none did); then forgets the counts.
     // The GPU time of a decode run whose steps replayed graphs of different positions (a graph
-    // per KV split count), where graph_replay_us times only the last step's.
+    // per KV split count), where graph_replay_us times only the last step's. replays ≤ 0 only
+    // forgets the counts (0 returned), touching neither the GPU nor the inputs.
     virtual double launched_graphs_replay_us(int replays) = 0;
     // forward()'s host time since the last reset (forward_host_times); reset: start again at 0.
     virtual forward_host_times host_times(bool reset) = 0;
