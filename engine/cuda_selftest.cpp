@@ -92,6 +92,21 @@ private:
     size_t m_n = 0;
 };
 
+// Pinned host bytes (cudaMallocHost), freed with the object: what a zero-copy kernel reads or writes.
+class pinned_bytes {
+public:
+    explicit pinned_bytes(size_t n) {
+        ck(cudaMallocHost(reinterpret_cast<void **>(&m_p), std::max<size_t>(1, n)), "cudaMallocHost");
+    }
+    ~pinned_bytes() { cudaFreeHost(m_p); }
+    pinned_bytes(const pinned_bytes &) = delete;
+    pinned_bytes &operator=(const pinned_bytes &) = delete;
+    unsigned char *get() const { return m_p; }
+
+private:
+    unsigned char *m_p = nullptr;
+};
+
 void sync(const std::string &what) {
     ck(cudaGetLastError(), what + " (launch)");
     ck(cudaDeviceSynchronize(), what);
@@ -2051,16 +2066,8 @@ void test_copy_bytes(runner &R, size_t bytes, size_t offset) {
         const size_t total = bytes + offset + 64;
         std::vector<unsigned char> src(total), want(total, 0xa5);
         for (size_t i = 0; i < total; ++i) src[i] = static_cast<unsigned char>(i * 131u + 7u);
-        unsigned char *host_src = nullptr, *host_dst = nullptr;
-        ck(cudaMallocHost(reinterpret_cast<void **>(&host_src), total), "cudaMallocHost");
-        struct freer {
-            unsigned char *&a, *&b;
-            ~freer() {
-                if (a) cudaFreeHost(a);
-                if (b) cudaFreeHost(b);
-            }
-        } guard{host_src, host_dst};
-        ck(cudaMallocHost(reinterpret_cast<void **>(&host_dst), total), "cudaMallocHost");
+        const pinned_bytes pin_src(total), pin_dst(total);
+        unsigned char *host_src = pin_src.get(), *host_dst = pin_dst.get();
         std::memcpy(host_src, src.data(), total);
         std::memset(host_dst, 0xa5, total);
         dvec<unsigned char> dev(std::vector<unsigned char>(total, 0xa5));
@@ -2102,14 +2109,8 @@ void test_copy_bytes_fed(runner &R, int64_t n, int64_t rows) {
                                       : -1 - int32_t(rng() % uint32_t(rows));
         std::vector<int32_t> cand(size_t(rows * stride));
         for (size_t i = 0; i < cand.size(); ++i) cand[i] = int32_t(5000 + i * 13);
-        unsigned char *host = nullptr;
-        ck(cudaMallocHost(reinterpret_cast<void **>(&host), bytes), "cudaMallocHost");
-        struct freer {
-            unsigned char *&a;
-            ~freer() {
-                if (a) cudaFreeHost(a);
-            }
-        } guard{host};
+        const pinned_bytes pin(bytes);
+        unsigned char *host = pin.get();
         std::memcpy(host, src.data(), bytes);
         dvec<unsigned char> dev(std::vector<unsigned char>(bytes, 0xa5));
         dvec<int32_t> dcand(cand);
