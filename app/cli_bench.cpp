@@ -3,9 +3,9 @@
 // so decode speed is reported against its roofline (MBU). Output: a Markdown table, optional JSON.
 #include "cli_commands.h"
 
-#include "cpu_backend.h"
-#include "model.h"
-#include "model_config.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/model.h"
 
 #include <nlohmann/json.hpp>
 #include <omp.h>

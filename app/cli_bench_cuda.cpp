@@ -12,10 +12,10 @@
 // (cuda_loader.h); without a usable GPU the command fails with the reason.
 #include "cli_commands.h"
 
-#include "cuda_loader.h"
-#include "cuda_module_abi.h"
-#include "generate.h"
-#include "model.h"
+#include "engine/cuda/cuda_loader.h"
+#include "engine/cuda/cuda_module_abi.h"
+#include "engine/runtime/generate.h"
+#include "engine/runtime/model.h"
 
 #include <nlohmann/json.hpp>
 

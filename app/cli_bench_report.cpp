@@ -5,7 +5,7 @@
 // Qt-free like the rest of the CLI; the fields are documented in docs/reports.md.
 #include "cli_commands.h"
 
-#include "backend.h"
+#include "engine/backend/backend.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,12 +1,12 @@
 // expertscope-cli info / logits / generate (see cli_commands.h).
 #include "cli_commands.h"
 
-#include "chat_template.h"
-#include "generate.h"
-#include "model.h"
-#include "model_tensors.h"
-#include "npy.h"
-#include "safetensors.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/model_tensors.h"
+#include "engine/model/npy.h"
+#include "engine/model/safetensors.h"
+#include "engine/runtime/generate.h"
+#include "engine/runtime/model.h"
 
 #include <nlohmann/json.hpp>
 

@@ -2,10 +2,10 @@
 // on stderr naming the file, tensor or key and what was expected.
 #pragma once
 
-#include "backend.h"
-#include "model.h"
-#include "model_config.h"
-#include "status.h"
+#include "engine/backend/backend.h"
+#include "engine/core/status.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/model.h"
 
 #include <nlohmann/json_fwd.hpp>
 

@@ -7,8 +7,9 @@
 // the sets are identical — the article's "FP8 barely changes routing" as figures.
 #include "cli_commands.h"
 
-#include "backend.h"
-#include "model.h"
+#include "engine/backend/backend.h"
+#include "engine/core/compare.h"
+#include "engine/runtime/model.h"
 
 #include <nlohmann/json.hpp>
 
@@ -62,16 +63,6 @@ result<side> load_side(const std::string &dir, const std::string &precision, con
     return s;
 }
 
-// log-softmax in double.
-void log_softmax(const float *x, int64_t n, std::vector<double> &out) {
-    out.resize(size_t(n));
-    const double mx = *std::max_element(x, x + n);
-    double sum = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum += std::exp(double(x[i]) - mx);
-    const double lse = mx + std::log(sum);
-    for (int64_t i = 0; i < n; ++i) out[size_t(i)] = double(x[i]) - lse;
-}
-
 } // namespace
 
 int cmd_eval(const eval_opts &e, const common_opts &o) {
@@ -112,11 +103,10 @@ int cmd_eval(const eval_opts &e, const common_opts &o) {
 
     std::vector<double> kl;
     int64_t top1_same = 0, n_pos = 0;
-    double nmse_num = 0.0, nmse_den = 0.0;
+    nmse_accumulator logits_nmse; // the test side against the baseline
     std::vector<int32_t> moe_layers;
     std::vector<double> overlap_sum, identical;
     int64_t k = 0, n_route = 0;
-    std::vector<double> lp, lq;
     for (const auto &ids : windows) {
         forward_output fb, ft;
         if (auto s = forward_sequence(*base->m->be, ids, fb); !s) return fail("eval: baseline: " + s.message());
@@ -124,16 +114,10 @@ int cmd_eval(const eval_opts &e, const common_opts &o) {
         const int64_t V = c.n_vocab, n = int64_t(ids.size());
         for (int64_t t = 0; t < n; ++t) {
             const float *a = &fb.logits[size_t(t * V)], *b = &ft.logits[size_t(t * V)];
-            log_softmax(a, V, lp);
-            log_softmax(b, V, lq);
-            double d = 0.0;
-            for (int64_t i = 0; i < V; ++i) d += std::exp(lp[size_t(i)]) * (lp[size_t(i)] - lq[size_t(i)]);
-            kl.push_back(std::max(0.0, d));
+            const std::span<const float> ra(a, size_t(V)), rb(b, size_t(V));
+            kl.push_back(kl_divergence_logits(ra, rb));
             top1_same += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
-            for (int64_t i = 0; i < V; ++i) {
-                nmse_num += double(a[i] - b[i]) * double(a[i] - b[i]);
-                nmse_den += double(a[i]) * double(a[i]);
-            }
+            logits_nmse.add(rb, ra);
         }
         n_pos += n;
         // Router: the same slots on both sides.
@@ -163,7 +147,7 @@ int cmd_eval(const eval_opts &e, const common_opts &o) {
     kl_mean /= double(std::max<size_t>(kl.size(), 1));
     const double kl_p99 = percentile(kl, 99), kl_max = kl.empty() ? 0.0 : *std::max_element(kl.begin(), kl.end());
     const double top1 = n_pos ? double(top1_same) / double(n_pos) : 0.0;
-    const double nmse = nmse_den > 0 ? nmse_num / nmse_den : 0.0;
+    const double nmse = logits_nmse.value();
 
     std::printf("eval: %s\n  baseline  %s\n  test      %s\n  tokens    %lld positions in %zu windows (%s)\n",
                 e.model_dir.c_str(), base->label.c_str(), test->label.c_str(), (long long)n_pos, windows.size(),

@@ -2,7 +2,7 @@
 // generate, bench, …; `report` and `import` only in builds with Qt (ES_CLI_HAVE_REPORT). The `logits`
 // interface is stable: checks outside the test suite rely on it.
 #include "cli_commands.h"
-#include "cuda_loader.h"
+#include "engine/cuda/cuda_loader.h"
 
 #include <CLI/CLI.hpp>
 

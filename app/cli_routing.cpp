@@ -4,7 +4,7 @@
 // the Jensen–Shannon divergence (natural log, 0 … ln 2) between the two sets' expert shares.
 #include "cli_commands.h"
 
-#include "engine.h"
+#include "engine/runtime/engine.h"
 
 #include <nlohmann/json.hpp>
 

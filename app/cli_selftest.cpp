@@ -5,8 +5,8 @@
 // checks run inside the CUDA module (its table's run_selftest).
 #include "cli_commands.h"
 
-#include "cuda_loader.h"
-#include "cuda_module_abi.h"
+#include "engine/cuda/cuda_loader.h"
+#include "engine/cuda/cuda_module_abi.h"
 
 #include <cmath>
 #include <cstdio>

@@ -3,7 +3,7 @@
 // single-request baseline measured the same way. Output follows `vllm bench serve`.
 #include "cli_commands.h"
 
-#include "engine.h"
+#include "engine/runtime/engine.h"
 
 #include <nlohmann/json.hpp>
 

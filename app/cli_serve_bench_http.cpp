@@ -4,7 +4,7 @@
 // `vllm bench serve` does; output follows its layout.
 #include "cli_commands.h"
 
-#include "model_config.h"
+#include "engine/model/model_config.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>

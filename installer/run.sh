@@ -40,7 +40,7 @@ case "$model" in
   tests/data/*) echo "run: using the reference checkpoint $model (random weights, answers are noise); pass a real model folder or set ES_MODEL" >&2 ;;
 esac
 
-app=build/default/app/gui/expertscope
+app=build/default/ui/desktop/expertscope
 if [ $# -lt 2 ] && [ -x "$app" ] && { [ -n "${DISPLAY:-}" ] || [ -n "${WAYLAND_DISPLAY:-}" ]; }; then
   exec "$app" --model "$model"
 fi

@@ -1,7 +1,7 @@
 // CPU twin of act_quantize (see act_quantize.cuh): the same max, the same IEEE division and the
 // device's saturating round-to-nearest-even conversion (kernel_common.h), so codes and scales
 // are bit-identical to the GPU's.
-#include "act_quantize.cuh"
+#include "kernels/act_quantize.cuh"
 
 namespace es {
 

@@ -4,8 +4,8 @@
 // conversion, so codes and scales equal the CPU twin's. Rows whose start and length allow it
 // (x 16-byte aligned, ldx and k multiples of 8, q 16-byte aligned) move 8 BF16 values in and
 // 8 codes out per load/store; the second pass re-reads the row from L1/L2.
-#include "act_quantize.cuh"
-#include "kernel_common.cuh"
+#include "kernels/act_quantize.cuh"
+#include "kernels/kernel_common.cuh"
 
 namespace es {
 

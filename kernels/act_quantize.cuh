@@ -8,7 +8,7 @@
 // on the GPU and in the twin.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,5 +1,5 @@
 // CPU twin of argmax (see argmax.cuh).
-#include "argmax.cuh"
+#include "kernels/argmax.cuh"
 
 namespace es {
 

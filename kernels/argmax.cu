@@ -1,8 +1,8 @@
 // argmax (see argmax.cuh): one block of 1024 threads per row; each thread scans a strided slice
 // keeping (value, index), then warp shuffles and one warp over the warp winners reduce with the
 // rule "greater value, or equal value and lower index".
-#include "argmax.cuh"
-#include "kernel_common.cuh"
+#include "kernels/argmax.cuh"
+#include "kernels/kernel_common.cuh"
 
 namespace es {
 

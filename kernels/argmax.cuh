@@ -2,7 +2,7 @@
 // lowest index, as std::max_element; NaN never wins.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

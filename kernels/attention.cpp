@@ -1,5 +1,5 @@
 // CPU twin of attention and the host-side tile plan (see attention.cuh).
-#include "attention.cuh"
+#include "kernels/attention.cuh"
 
 #include <algorithm>
 #include <cstdint>

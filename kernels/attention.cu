@@ -14,9 +14,9 @@
 // KV splits the block writes o / l in BF16; with splits it writes (o, m, l) and
 // attention_combine_kernel merges the splits: m = max m_s, l = Σ l_s·e^(m_s − m),
 // o = Σ o_s·e^(m_s − m) / l.
-#include "attention.cuh"
-#include "kernel_common.cuh"
-#include "mma.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/mma.cuh"
 
 #include <climits>
 

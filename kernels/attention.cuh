@@ -14,7 +14,7 @@
 // head_dim 64 or 128 and group ≤ 32.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 #include <vector>
 

@@ -43,9 +43,9 @@
 // position 127, three runs each: 21B-A3B 1,514 µs with both barriers whole, 1,504 pulling with the
 // early arrival (the default), 1,496 pushing; the 0.3B 377.8 / 376.6 / 383.7 — its fused-norm
 // q/k/v GEMV's shared memory leaves the larger block no room beside it.
-#include "attention.cuh"
-#include "kernel_common.cuh"
-#include "mma.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/mma.cuh"
 
 #include <atomic>
 

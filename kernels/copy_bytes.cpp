@@ -1,5 +1,5 @@
 // CPU twin of copy_bytes (see copy_bytes.cuh).
-#include "copy_bytes.cuh"
+#include "kernels/copy_bytes.cuh"
 
 #include <cstring>
 

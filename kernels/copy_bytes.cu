@@ -2,8 +2,8 @@
 // (the step's input and download blocks are; fed tokens are patched in the vector that carries
 // them), the unaligned tail byte by byte; a block of 128 threads per 2 KB, so a step's few hundred
 // bytes to few KB are one round trip over PCIe.
-#include "copy_bytes.cuh"
-#include "kernel_common.cuh"
+#include "kernels/copy_bytes.cuh"
+#include "kernels/kernel_common.cuh"
 
 #include <algorithm>
 

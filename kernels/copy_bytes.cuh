@@ -9,7 +9,7 @@
 // memory: the previous forward's candidate ids).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,5 +1,5 @@
 // CPU twin of embedding (see embedding.cuh).
-#include "embedding.cuh"
+#include "kernels/embedding.cuh"
 
 namespace es {
 

@@ -4,8 +4,8 @@
 // issued together before its stores; others one element at a time. (A plain loop's loads waited
 // on each store before them: 4 dependent rounds at the 0.3B's width, 10 at the 21B-A3B's, in the
 // first launch of every decode step.)
-#include "embedding.cuh"
-#include "kernel_common.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/kernel_common.cuh"
 
 namespace es {
 

@@ -2,7 +2,7 @@
 // Token ids are validated by the caller (the backend checks the batch before any launch).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

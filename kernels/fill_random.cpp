@@ -1,5 +1,5 @@
 // CPU twin of fill_random (see fill_random.cuh).
-#include "fill_random.cuh"
+#include "kernels/fill_random.cuh"
 
 namespace es {
 

@@ -1,7 +1,7 @@
 // fill_random (see fill_random.cuh): grid-stride loop, one hash per element. The arithmetic uses
 // explicitly rounded intrinsics so no fused multiply-add makes it differ from the CPU twin.
-#include "fill_random.cuh"
-#include "kernel_common.cuh"
+#include "kernels/fill_random.cuh"
+#include "kernels/kernel_common.cuh"
 
 #include <algorithm>
 

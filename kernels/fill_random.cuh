@@ -3,7 +3,7 @@
 // u = (splitmix64(seed ^ i·φ) >> 40) / 2^24; the CPU twin gives identical bits.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,5 +1,5 @@
 // CPU twin of fp8_dequantize (see fp8_dequantize.cuh).
-#include "fp8_dequantize.cuh"
+#include "kernels/fp8_dequantize.cuh"
 
 namespace es {
 

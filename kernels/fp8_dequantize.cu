@@ -1,7 +1,7 @@
 // fp8_dequantize (see fp8_dequantize.cuh): a flat grid-stride loop over elements, one product
 // (exact E4M3 value × fp32 scale, explicitly rounded) and one BF16 rounding each.
-#include "fp8_dequantize.cuh"
-#include "kernel_common.cuh"
+#include "kernels/fp8_dequantize.cuh"
+#include "kernels/kernel_common.cuh"
 
 #include <algorithm>
 

@@ -3,7 +3,7 @@
 // BF16 on top of the FP8 error) until the FP8 cuBLASLt path exists.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,5 +1,5 @@
 // CPU twin of fp8_quantize (see fp8_quantize.cuh).
-#include "fp8_quantize.cuh"
+#include "kernels/fp8_quantize.cuh"
 
 #include <algorithm>
 

@@ -1,8 +1,8 @@
 // fp8_quantize (see fp8_quantize.cuh): one block of 256 threads per row: a block max-reduction of
 // |w|, then each thread converts a strided slice with an IEEE division (__fdiv_rn) and the
 // hardware's saturating E4M3 conversion, so results equal the CPU twin.
-#include "fp8_quantize.cuh"
-#include "kernel_common.cuh"
+#include "kernels/fp8_quantize.cuh"
+#include "kernels/kernel_common.cuh"
 
 namespace es {
 

@@ -4,7 +4,7 @@
 // scale after the dot product.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,5 +1,5 @@
 // CPU twin of fp8_tile_major (see fp8_tile_major.cuh).
-#include "fp8_tile_major.cuh"
+#include "kernels/fp8_tile_major.cuh"
 
 #include <cstring>
 #include <stdexcept>

@@ -1,7 +1,7 @@
 // fp8_tile_major (see fp8_tile_major.cuh): one 16-byte vector per thread, read in row-major order
 // and written to its tile-major place (a load-time pass over each expert's stack).
-#include "fp8_tile_major.cuh"
-#include "kernel_common.cuh"
+#include "kernels/fp8_tile_major.cuh"
+#include "kernels/kernel_common.cuh"
 
 #include <algorithm>
 

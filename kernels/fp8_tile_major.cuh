@@ -13,7 +13,7 @@
 // Needs n_ff % 16 == 0 and n_embd % 64 == 0 (fp8_tile_major_ok).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 #include <vector>
 

@@ -1,5 +1,5 @@
 // CPU twins of gemm_lt (BF16 and FP8) and their alignment rules (see gemm_lt.cuh).
-#include "gemm_lt.cuh"
+#include "kernels/gemm_lt.cuh"
 
 #include <vector>
 

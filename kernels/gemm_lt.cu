@@ -19,7 +19,7 @@
 // part of the plan key. A refusal (attribute unknown to the library, no algorithm, or the matmul
 // itself answering NOT_SUPPORTED / INVALID_VALUE / ARCH_MISMATCH before launching anything)
 // becomes cudaErrorNotSupported with the reason in last_error.
-#include "gemm_lt.cuh"
+#include "kernels/gemm_lt.cuh"
 
 #include <cublasLt.h>
 

@@ -17,7 +17,7 @@
 // gemm_lt_fp8_shape_ok); other shapes go to gemv (BF16) or to the dequantize path (FP8).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

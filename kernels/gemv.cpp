@@ -1,8 +1,8 @@
 // CPU twin of gemv (see gemv.cuh): fp32 accumulation in k order.
-#include "gemv.cuh"
-#include "embedding.cuh"
-#include "rms_norm.cuh"
-#include "topk_logits.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/rms_norm.cuh"
+#include "kernels/topk_logits.cuh"
 
 #include <algorithm>
 #include <vector>

@@ -9,8 +9,8 @@
 // not allow 16-byte vectors take a scalar path. The fused variants (gemv.cuh) normalize the block's input
 // rows into shared memory after the wait (the weights are already on their way; the norm weight was staged
 // there before it) and/or rotate q/k pairs in the epilogue: four rows per block are two whole pairs.
-#include "gemv.cuh"
-#include "kernel_common.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/kernel_common.cuh"
 
 #include <algorithm>
 #include <atomic>

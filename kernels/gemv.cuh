@@ -15,8 +15,8 @@
 //   gemv_preload_min_bytes() load into registers before the wait, as plain rows do.
 #pragma once
 
-#include "kernel_common.h"
-#include "rope_kv.cuh"
+#include "kernels/kernel_common.h"
+#include "kernels/rope_kv.cuh"
 
 namespace es {
 

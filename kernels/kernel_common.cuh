@@ -2,7 +2,7 @@
 // reductions, and the launch-check idiom. Included by device code only (never by plain C++).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>

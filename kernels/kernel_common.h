@@ -5,6 +5,8 @@
 // where ES_KERNELS_WITH_CUDA is defined (targets that link es_kernels).
 #pragma once
 
+#include "engine/core/scale_layout.h"
+
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -153,14 +155,8 @@ inline float weight_at(const void *w, weight_format f, int64_t i) {
 
 inline size_t weight_format_bytes(weight_format f) { return f == weight_format::bf16 ? 2 : 1; }
 
-// Where an FP8 weight matrix [n, k] keeps its fp32 scales: one per output channel (row), or one per
-// 128×128 block as DeepSeek-V3 ships its FP8 weights (a block's outlier then costs only its own
-// block precision): scale[(r / 128) · ceil(k / 128) + c / 128].
-enum class scale_layout : uint8_t { channel, block128 };
-inline constexpr int64_t fp8_block = 128; // a block scale covers fp8_block × fp8_block weights
-ES_HOST_DEVICE inline int64_t fp8_scale_count(int64_t n, int64_t k, scale_layout l) {
-    return l == scale_layout::channel ? n : ((n + fp8_block - 1) / fp8_block) * ((k + fp8_block - 1) / fp8_block);
-}
+// scale_layout (engine/core/scale_layout.h): where an FP8 weight matrix [n, k] keeps its fp32
+// scales; block128's scale of element (r, c) is scale[(r / 128) · ceil(k / 128) + c / 128].
 // The scale of element (r, c) in an FP8 matrix with k columns.
 ES_HOST_DEVICE inline int64_t fp8_scale_index(int64_t r, int64_t c, int64_t k, scale_layout l) {
     return l == scale_layout::channel ? r : (r / fp8_block) * ((k + fp8_block - 1) / fp8_block) + c / fp8_block;

@@ -1,5 +1,5 @@
 // The process-wide programmatic-dependent-launch switch (kernel_common.h).
-#include "kernel_common.cuh"
+#include "kernels/kernel_common.cuh"
 
 #include <atomic>
 #include <map>

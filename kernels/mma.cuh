@@ -3,7 +3,7 @@
 // accumulation, ldmatrix (plain and transposed) and cp.async. Device code only.
 #pragma once
 
-#include "kernel_common.cuh"
+#include "kernels/kernel_common.cuh"
 
 namespace es {
 

@@ -1,6 +1,6 @@
 // CPU twin of moe_combine (see moe_combine.cuh).
-#include "moe_combine.cuh"
-#include "rms_norm.cuh"
+#include "kernels/moe_combine.cuh"
+#include "kernels/rms_norm.cuh"
 
 namespace es {
 

@@ -5,8 +5,8 @@
 // squares and stores it into every block's shared memory, a cluster barrier publishes the parts,
 // and every block adds them in rank order (the same sum in all of them) and writes its elements
 // normalized.
-#include "kernel_common.cuh"
-#include "moe_combine.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/moe_combine.cuh"
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #include <cooperative_groups.h>

@@ -5,7 +5,7 @@
 // adds them), then the routed ones in choice order j = 0 … k−1 (deterministic: no atomics).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,5 +1,5 @@
 // CPU twin of moe_down_gemv (see moe_down_gemv.cuh).
-#include "moe_down_gemv.cuh"
+#include "kernels/moe_down_gemv.cuh"
 
 namespace es {
 

@@ -4,8 +4,8 @@
 // FP8) and dot it with that slot's activations; thread 0 sums the quarters in order, scales,
 // weights and sums in choice order (fp32) and adds the total into y. (One warp per (t, n), with
 // three dependent load rounds, streamed at ~1.3 TB/s on the H200.)
-#include "kernel_common.cuh"
-#include "moe_down_gemv.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/moe_down_gemv.cuh"
 
 #include <type_traits>
 

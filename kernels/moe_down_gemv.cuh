@@ -5,7 +5,7 @@
 // 128×128 block of each expert: w_layout).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

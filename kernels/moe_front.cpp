@@ -1,9 +1,9 @@
 // CPU twin of moe_front (see moe_front.cuh): rms_norm_ref, then moe_router_ref and
 // moe_gate_up_gemv_ref (one "expert") on the normalized rows.
-#include "moe_front.cuh"
-#include "moe_gate_up_gemv.cuh"
-#include "moe_router.cuh"
-#include "rms_norm.cuh"
+#include "kernels/moe_front.cuh"
+#include "kernels/moe_gate_up_gemv.cuh"
+#include "kernels/moe_router.cuh"
+#include "kernels/rms_norm.cuh"
 
 namespace es {
 

@@ -9,8 +9,8 @@
 // to norm.out for the routed experts' kernel. The last router block to finish (a counter) runs
 // the tail on one warp per token. The router's ~11 µs of latency overlaps the shared experts'
 // weight streaming instead of preceding it, and the rms_norm launch is gone.
-#include "moe_front.cuh"
-#include "moe_router_device.cuh"
+#include "kernels/moe_front.cuh"
+#include "kernels/moe_router_device.cuh"
 
 namespace es {
 namespace {

@@ -8,7 +8,7 @@
 // E4M3 with per-row (or 128×128 block: sh_w_layout) scales; n_ff_sh = 0 means no shared experts.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,7 +1,7 @@
 // CPU twin of moe_gate_up_gemv (see moe_gate_up_gemv.cuh).
-#include "moe_gate_up_gemv.cuh"
-#include "fp8_tile_major.cuh"
-#include "rms_norm.cuh"
+#include "kernels/moe_gate_up_gemv.cuh"
+#include "kernels/fp8_tile_major.cuh"
+#include "kernels/rms_norm.cuh"
 
 #include <algorithm>
 #include <stdexcept>

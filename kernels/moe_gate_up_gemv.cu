@@ -11,11 +11,11 @@
 // before pdl_wait, then every block normalizes its token's residual row into shared memory
 // (block_rms_norm_to_smem, under the weights' fetch) and reads the activations from there; the
 // first block of each token also stores the normalized row to norm.out when it is set.
-#include "fp8_tile_major.cuh"
-#include "kernel_common.cuh"
-#include "moe_gate_up_gemv.cuh"
-#include "moe_gate_up_mma.cuh"
-#include "moe_router_device.cuh"
+#include "kernels/fp8_tile_major.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/moe_gate_up_gemv.cuh"
+#include "kernels/moe_gate_up_mma.cuh"
+#include "kernels/moe_router_device.cuh"
 
 #include <atomic>
 

@@ -8,7 +8,7 @@
 // the RMSNorm of the residual row norm.x[t], computed by every block (no separate rms_norm).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -3,8 +3,8 @@
 // of it). Written in session 6, ported onto the slot counters in session 9 (branch moe-experts).
 #pragma once
 
-#include "kernel_common.cuh"
-#include "moe_gate_up_gemv.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/moe_gate_up_gemv.cuh"
 
 namespace es {
 

@@ -1,6 +1,6 @@
 // CPU twin of moe_grouped_gemm (see moe_grouped_gemm.cuh): walks the plan's groups slot by slot.
-#include "moe_grouped_gemm.cuh"
-#include "fp8_tile_major.cuh"
+#include "kernels/moe_grouped_gemm.cuh"
+#include "kernels/fp8_tile_major.cuh"
 
 #include <stdexcept>
 #include <utility>

@@ -9,11 +9,11 @@
 // (a dot product ignores the order of its terms), one load serving two k16 steps; FP8 is widened
 // to BF16 exactly as the B fragments are built, its row scales applied in the epilogue. Unaligned
 // operands (odd k or lda, pointers) are staged by synchronous scalar loads instead.
-#include "fp8_tile_major.cuh"
-#include "kernel_common.cuh"
-#include "mma.cuh"
-#include "moe_grouped_gemm.cuh"
-#include "wgmma.cuh"
+#include "kernels/fp8_tile_major.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/moe_grouped_gemm.cuh"
+#include "kernels/wgmma.cuh"
 
 #include <type_traits>
 

@@ -14,7 +14,7 @@
 // (moe_grouped_gemm_plan_rows).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,5 +1,5 @@
 // CPU twin of moe_plan (see moe_plan.cuh): a stable counting sort (slots ascending per expert).
-#include "moe_plan.cuh"
+#include "kernels/moe_plan.cuh"
 
 #include <vector>
 

@@ -2,8 +2,8 @@
 // slots' experts (atomics), an exclusive scan over experts by thread 0 (n_expert ≤ 4096, cheap
 // next to the GEMMs it plans), then each slot claims a position in its expert's range with an
 // atomic cursor.
-#include "kernel_common.cuh"
-#include "moe_plan.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/moe_plan.cuh"
 
 namespace es {
 

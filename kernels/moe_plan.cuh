@@ -7,7 +7,7 @@
 //   sorted_slots     slot ids grouped by expert (order within one expert unspecified)
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -1,6 +1,6 @@
 // CPU twin of moe_router (see moe_router.cuh); the same rules as the CPU backend's router.
-#include "moe_router.cuh"
-#include "rms_norm.cuh"
+#include "kernels/moe_router.cuh"
+#include "kernels/rms_norm.cuh"
 
 #include <algorithm>
 #include <numeric>

@@ -11,8 +11,8 @@
 // first normalizes its token's residual row into shared memory (block_rms_norm_to_smem) and block 0 of the
 // token stores it to norm.out. The device code is shared with moe_front (moe_router_device.cuh).
 // Steps of tiles_min_tokens and more take moe_router_tiles_kernel below instead (32 tokens a block).
-#include "moe_router.cuh"
-#include "moe_router_device.cuh"
+#include "kernels/moe_router.cuh"
+#include "kernels/moe_router_device.cuh"
 
 namespace es {
 

@@ -4,7 +4,7 @@
 //   weights[j] = p[ids[j]] / max(Σ_j p[ids[j]], norm_min)   (the unbiased p).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

@@ -3,7 +3,7 @@
 // and the one-warp tail (softmax, biased top-k, renormalized weights) of one token.
 #pragma once
 
-#include "kernel_common.cuh"
+#include "kernels/kernel_common.cuh"
 
 namespace es {
 

@@ -1,5 +1,5 @@
 // CPU twin of rms_norm (see rms_norm.cuh).
-#include "rms_norm.cuh"
+#include "kernels/rms_norm.cuh"
 
 #include <algorithm>
 

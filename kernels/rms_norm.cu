@@ -4,8 +4,8 @@
 // residual delta over a strided slice, accumulates its sum of squares, and a block reduction
 // (warp shuffles, then one warp over the warp partials) gives the row's scale. 1/sqrt is IEEE
 // (not rsqrtf) so the result tracks the CPU twin to rounding.
-#include "kernel_common.cuh"
-#include "rms_norm.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/rms_norm.cuh"
 
 namespace es {
 

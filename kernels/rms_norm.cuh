@@ -4,7 +4,7 @@
 // `rows` gathers a subset (the final norm of only the rows whose logits are wanted).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 #include <vector>
 

@@ -1,5 +1,5 @@
 // CPU twin of rope_kv (see rope_kv.cuh).
-#include "rope_kv.cuh"
+#include "kernels/rope_kv.cuh"
 
 namespace es {
 

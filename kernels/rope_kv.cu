@@ -3,8 +3,8 @@
 // are in flight together (one block per token striding over 1,152 pairs waited ~9 µs on nine
 // load round trips).
 // sincosf (not __sincosf) keeps full accuracy at large angles (pos up to the model's context).
-#include "kernel_common.cuh"
-#include "rope_kv.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/rope_kv.cuh"
 
 namespace es {
 

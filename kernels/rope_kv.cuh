@@ -7,7 +7,7 @@
 // k' / k_scale and v / v_scale, saturating (kernel_common.h's kv_store_fp8).
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

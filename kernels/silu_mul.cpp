@@ -1,5 +1,5 @@
 // CPU twin of silu_mul (see silu_mul.cuh).
-#include "silu_mul.cuh"
+#include "kernels/silu_mul.cuh"
 
 namespace es {
 

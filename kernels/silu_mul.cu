@@ -1,7 +1,7 @@
 // silu_mul (see silu_mul.cuh): a flat grid-stride loop, one output element per thread step, or,
 // for rows of a multiple of 4 with aligned pointers, four outputs a thread (silu_mul_vec_kernel).
-#include "kernel_common.cuh"
-#include "silu_mul.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/silu_mul.cuh"
 
 #include <algorithm>
 

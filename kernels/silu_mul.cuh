@@ -2,7 +2,7 @@
 //   out[t, f] = bf16(silu(gate_up[t, f]) · gate_up[t, n_ff + f]),  silu(g) = g / (1 + e^−g), fp32.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

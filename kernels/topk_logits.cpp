@@ -1,5 +1,5 @@
 // CPU twin of topk_logits (see topk_logits.cuh), and the scratch size its launcher needs.
-#include "topk_logits.cuh"
+#include "kernels/topk_logits.cuh"
 
 #include <algorithm>
 #include <vector>

@@ -11,8 +11,8 @@
 // list, usually 1–2 × n_top keys in all) are gathered and sorted; when they overflow the
 // 4096-key buffer (rows with fewer than n_top values per block), repeated bitonic sorts of
 // (current top, next lists) do it. Values are re-read from the row (exact, −0 stays −0).
-#include "kernel_common.cuh"
-#include "topk_logits.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/topk_logits.cuh"
 
 namespace es {
 

@@ -8,7 +8,7 @@
 // ~1e-6 at most); it is 0 when T_r ≤ 0 or the max is not finite.
 #pragma once
 
-#include "kernel_common.h"
+#include "kernels/kernel_common.h"
 
 namespace es {
 

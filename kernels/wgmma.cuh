@@ -10,7 +10,7 @@
 // rows; one k16 step further along the row is its start address + 32 bytes.
 #pragma once
 
-#include "kernel_common.cuh"
+#include "kernels/kernel_common.cuh"
 
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define ES_WGMMA_DEVICE 1

@@ -5,7 +5,7 @@
 // sorted all the way, what the draw with top-p off cost before session 24) in the same run,
 // alternating, on a flat row (random weights' logits: the draw lands deep in the vocabulary) and a
 // peaked one. ES_BENCH_ROUNDS (default 20) sets the draws per condition.
-#include "sampler.h"
+#include "engine/runtime/sampler.h"
 
 #include <QtTest>
 

@@ -1,7 +1,7 @@
 // Stand-ins for a broken CUDA module (tests/test_cuda_module.cpp points EXPERTSCOPE_CUDA_MODULE at
 // them): FAKE_KIND 1 exports no entry point, 2 a table of another ABI, 3 a table of another
 // build, 4 needs a library that cannot be found at run time (like a missing libcublasLt.so.N).
-#include "cuda_module_abi.h"
+#include "engine/cuda/cuda_module_abi.h"
 
 #if FAKE_KIND == 1
 extern "C" __attribute__((visibility("default"))) int es_not_a_cuda_module() { return 1; }

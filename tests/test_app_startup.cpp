@@ -1,4 +1,4 @@
-// The desktop app's start-up decisions (app/gui/app_startup.cpp) against an in-memory store and
+// The desktop app's start-up decisions (ui/desktop/app_startup.cpp) against an in-memory store and
 // settings in a temporary folder: the first run opens the embedded default model and gets the
 // welcome conversation; a deleted welcome never comes back; an existing database gets none; a
 // failing store records nothing; the welcome is translated (zh_CN).

@@ -4,7 +4,7 @@
 // drops an evicted block's hash), hash reuse and its limits (ids compared on lookup, first writer
 // wins), hash_block chaining, and a randomized property test against a small reference model of
 // the pool that checks check() and every ref count, the queue order and lookups after each step.
-#include "block_pool.h"
+#include "engine/runtime/block_pool.h"
 
 #include <QtTest>
 

@@ -2,8 +2,8 @@
 // Jinja2 from the chat_template in tests/data/tokenizer/tokenizer_config.json (the hub's template):
 //   jinja2.Environment().from_string(cfg["chat_template"]).render(messages=…, add_generation_prompt=…)
 // One more row checks that the rendered template tokenizes with single ids for its special tokens.
-#include "chat_template.h"
-#include "tokenizer.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/tokenizer.h"
 
 #include <QtTest>
 

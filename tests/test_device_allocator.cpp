@@ -4,7 +4,7 @@
 // best fit, growth by segments, the out-of-memory path (cached segments given back, one retry,
 // then a message naming the request and the state), the stats and fragmentation on hand-made
 // layouts, bad frees as errors, graph pinning, and a randomized run checked against the invariants.
-#include "device_allocator.h"
+#include "engine/cuda/device_allocator.h"
 
 #include <QtTest>
 

@@ -4,10 +4,10 @@
 // exactly (tokens, and logits bit for bit at the backend level). Sampling from logit candidates
 // (a backend that returns them, emulated here over the CPU backend with topk_logits' twin) gives
 // the tokens sampling from full rows gives.
-#include "engine.h"
-#include "generate.h"
-#include "model.h"
-#include "topk_logits.cuh"
+#include "engine/runtime/engine.h"
+#include "engine/runtime/generate.h"
+#include "engine/runtime/model.h"
+#include "kernels/topk_logits.cuh"
 
 #include <QDir>
 #include <QFile>

@@ -1,10 +1,10 @@
 // EngineSession against the real engine on the tiny reference models: tokens arrive as coalesced
 // signals, cancel is immediate, two panes generate at once, failures are shown, the model load
 // reports progress and errors, and destroying the session mid-reply is clean.
-#include "cuda_loader.h"
-#include "engine.h"
+#include "engine/cuda/cuda_loader.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/engine.h"
 #include "engine_session.h"
-#include "model_config.h"
 
 #include <QSignalSpy>
 #include <QtTest>

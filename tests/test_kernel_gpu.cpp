@@ -1,7 +1,7 @@
 // The CUDA self-test as a CTest suite (label gpu): every kernel against its CPU twin and the
 // reference checkpoints end to end. Skips (never fails) where there is no usable GPU; the same
 // checks run on the GPU machine through `expertscope-cli selftest`.
-#include "cuda_selftest.h"
+#include "engine/cuda/selftest/cuda_selftest.h"
 
 #include <QtTest>
 

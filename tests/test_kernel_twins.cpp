@@ -7,32 +7,33 @@
 // equal their parts run one after the other), then the twin model (the CUDA backend's
 // numerics emulated on the CPU) against the CPU backend on every reference checkpoint. Plain C++:
 // runs without a GPU or a CUDA toolkit.
-#include "cuda_twin_model.h"
-#include "model.h"
-#include "npy.h"
-#include "safetensors.h"
+#include "engine/core/compare.h"
+#include "engine/cuda/cuda_twin_model.h"
+#include "engine/model/npy.h"
+#include "engine/model/safetensors.h"
+#include "engine/runtime/model.h"
 
-#include "act_quantize.cuh"
-#include "argmax.cuh"
-#include "attention.cuh"
-#include "embedding.cuh"
-#include "fill_random.cuh"
-#include "fp8_dequantize.cuh"
-#include "fp8_quantize.cuh"
-#include "fp8_tile_major.cuh"
-#include "gemm_lt.cuh"
-#include "gemv.cuh"
-#include "moe_combine.cuh"
-#include "moe_down_gemv.cuh"
-#include "moe_front.cuh"
-#include "moe_gate_up_gemv.cuh"
-#include "moe_grouped_gemm.cuh"
-#include "moe_plan.cuh"
-#include "moe_router.cuh"
-#include "rms_norm.cuh"
-#include "rope_kv.cuh"
-#include "silu_mul.cuh"
-#include "topk_logits.cuh"
+#include "kernels/act_quantize.cuh"
+#include "kernels/argmax.cuh"
+#include "kernels/attention.cuh"
+#include "kernels/embedding.cuh"
+#include "kernels/fill_random.cuh"
+#include "kernels/fp8_dequantize.cuh"
+#include "kernels/fp8_quantize.cuh"
+#include "kernels/fp8_tile_major.cuh"
+#include "kernels/gemm_lt.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/moe_combine.cuh"
+#include "kernels/moe_down_gemv.cuh"
+#include "kernels/moe_front.cuh"
+#include "kernels/moe_gate_up_gemv.cuh"
+#include "kernels/moe_grouped_gemm.cuh"
+#include "kernels/moe_plan.cuh"
+#include "kernels/moe_router.cuh"
+#include "kernels/rms_norm.cuh"
+#include "kernels/rope_kv.cuh"
+#include "kernels/silu_mul.cuh"
+#include "kernels/topk_logits.cuh"
 
 #include <QDir>
 #include <QFile>
@@ -58,14 +59,7 @@ std::vector<es::bf16_t> rand_bf16(size_t n, float lo = -1.0f, float hi = 1.0f) {
     return v;
 }
 
-double nmse(const std::vector<float> &a, const std::vector<float> &b) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < a.size(); ++i) {
-        num += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
-        den += double(b[i]) * b[i];
-    }
-    return den > 0 ? num / den : num;
-}
+using es::nmse;
 
 } // namespace
 

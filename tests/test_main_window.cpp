@@ -7,7 +7,7 @@
 #include "composer.h"
 #include "conversation_list_model.h"
 #include "conversation_sidebar.h"
-#include "cuda_loader.h"
+#include "engine/cuda/cuda_loader.h"
 #include "engine_session.h"
 #include "export_menu.h"
 #include "main_window.h"

@@ -1,10 +1,10 @@
 // Tests of config.json parsing (HF defaults, rope forms, MoE layer selection, every refusal with a
 // message naming the key and the expectation), the benchmark shapes, and bind_model_tensors on
 // tiny model folders written in the test (missing, transposed, FP8 tensors; mtp skipped).
-#include "model.h"
-#include "model_config.h"
-#include "model_tensors.h"
-#include "safetensors.h"
+#include "engine/model/model_config.h"
+#include "engine/model/model_tensors.h"
+#include "engine/model/safetensors.h"
+#include "engine/runtime/model.h"
 #include "test_support.h"
 
 #include <QTemporaryDir>

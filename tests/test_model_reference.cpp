@@ -3,14 +3,15 @@
 // teacher-forced logits (NMSE <= 1e-6 and the same argmax at every position) and the greedy
 // continuation (identical ids). References come from tests/reference/make_reference.py, run on
 // the GPU machine. Also checks the CLI's `logits` command end to end on one checkpoint.
-#include "cpu_backend.h"
-#include "cuda_twin_model.h"
-#include "fp8_quantize.cuh"
-#include "generate.h"
-#include "model.h"
-#include "model_config.h"
-#include "npy.h"
-#include "safetensors.h"
+#include "engine/core/compare.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_twin_model.h"
+#include "engine/model/model_config.h"
+#include "engine/model/npy.h"
+#include "engine/model/safetensors.h"
+#include "engine/runtime/generate.h"
+#include "engine/runtime/model.h"
+#include "kernels/fp8_quantize.cuh"
 
 #include <QDir>
 #include <QFile>
@@ -40,14 +41,8 @@ reference read_reference(const QString &dir) {
     return r;
 }
 
-// Normalized mean squared error: sum((a-b)²) / sum(b²).
 double nmse(const float *a, const float *b, size_t n) {
-    double num = 0.0, den = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-        num += double(a[i] - b[i]) * double(a[i] - b[i]);
-        den += double(b[i]) * double(b[i]);
-    }
-    return den > 0 ? num / den : num;
+    return es::nmse(std::span<const float>(a, n), std::span<const float>(b, n));
 }
 
 size_t argmax(const float *x, size_t n) { return size_t(std::max_element(x, x + n) - x); }

@@ -1,9 +1,9 @@
 // Tests of dtype conversions (exact on known values and exhaustive over all f16/bf16 patterns)
 // and of safetensors_file / weight_store: every malformed-header class is refused with a message
 // naming the file, the tensor and the expectation; valid single files and sharded folders load.
-#include "dtype.h"
-#include "npy.h"
-#include "safetensors.h"
+#include "engine/core/dtype.h"
+#include "engine/model/npy.h"
+#include "engine/model/safetensors.h"
 #include "test_support.h"
 
 #include <QTemporaryDir>

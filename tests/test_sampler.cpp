@@ -5,7 +5,7 @@
 // place (greedy path) and by making a seen token lose to another; validate()'s messages; and
 // sample_candidates() against sample() on the same logits and seeds (same token whenever it
 // decides, "insufficient" exactly in the cases sampler.h names, the RNG untouched then).
-#include "sampler.h"
+#include "engine/runtime/sampler.h"
 
 #include <QtTest>
 

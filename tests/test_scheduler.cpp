@@ -8,7 +8,7 @@
 // first, FCFS admission, the newest running request as the preemption victim, ref counts against
 // the block tables, and pool.check(). The expected tokens of every request come from running the
 // same "model" over the request alone (an unpreempted, unbatched run), computed independently.
-#include "scheduler.h"
+#include "engine/runtime/scheduler.h"
 
 #include <QtTest>
 

@@ -4,7 +4,7 @@
 // a client that goes away mid-stream frees its request; /metrics parses as Prometheus text and
 // moves as it should; malformed requests get 4xx with an OpenAI error body and the server stays
 // up; SIGTERM shuts it down cleanly. Every wait is bounded.
-#include "engine.h"
+#include "engine/runtime/engine.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>

@@ -4,8 +4,8 @@
 // Header-only; tests that include it link nlohmann_json.
 #pragma once
 
-#include "dtype.h"
-#include "model_config.h"
+#include "engine/core/dtype.h"
+#include "engine/model/model_config.h"
 
 #include <QByteArray>
 #include <QDir>

@@ -2,7 +2,7 @@
 // tests/data/tokenizer (tokenizer.model from make_tokenizer.sh, plus the hub-layout JSON files):
 // round trips, special tokens and their ids as the files state them, exact ids from spm_encode,
 // streaming that never splits a UTF-8 character, stop ids, and the load errors.
-#include "tokenizer.h"
+#include "engine/model/tokenizer.h"
 
 #include <QDir>
 #include <QFile>

@@ -34,10 +34,10 @@
 #include <vector>
 
 #ifdef HANDOFF_WITH_ES
-#include "gemv.cuh"
-#include "kernel_common.cuh"
-#include "moe_front.cuh"
-#include "moe_gate_up_gemv.cuh"
+#include "kernels/gemv.cuh"
+#include "kernels/kernel_common.cuh"
+#include "kernels/moe_front.cuh"
+#include "kernels/moe_gate_up_gemv.cuh"
 #endif
 
 #define CHECK(x)                                                                                             \

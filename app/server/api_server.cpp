@@ -5,10 +5,10 @@
 // server stopping) cancels its request, which frees its KV blocks.
 #include "api_server.h"
 
-#include "engine.h"
+#include "engine/model/tokenizer.h"
+#include "engine/runtime/engine.h"
 #include "openai_protocol.h"
 #include "server_metrics.h"
-#include "tokenizer.h"
 
 #include <httplib.h>
 #include <nlohmann/json.hpp>

@@ -5,7 +5,7 @@
 // Threads: listen() blocks the caller; stop() may be called from any thread (a signal thread).
 #pragma once
 
-#include "model_config.h"
+#include "engine/model/model_config.h"
 
 #include <cstdint>
 #include <memory>

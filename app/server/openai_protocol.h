@@ -4,8 +4,8 @@
 // ({"error":{"message","type","param","code"}}); nothing here throws past its functions.
 #pragma once
 
-#include "chat_template.h"
-#include "sampler.h"
+#include "engine/model/chat_template.h"
+#include "engine/runtime/sampler.h"
 
 #include <nlohmann/json.hpp>
 

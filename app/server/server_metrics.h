@@ -4,7 +4,7 @@
 // the snapshot's step ring. Names follow vLLM where the concept is the same.
 #pragma once
 
-#include "engine.h"
+#include "engine/runtime/engine.h"
 
 #include <map>
 #include <mutex>

@@ -2,8 +2,8 @@
 // (a load or a reply), so an idle app costs nothing.
 #include "engine_session.h"
 
-#include "cuda_loader.h"
-#include "engine.h"
+#include "engine/cuda/cuda_loader.h"
+#include "engine/runtime/engine.h"
 
 #include <QDateTime>
 #include <QDir>

@@ -1,8 +1,8 @@
 // generation_config.json of any text: load_generation_config() refuses it naming the file and
 // the key, or gives sampling defaults that pass validate() and whose stop ids are token ids.
+#include "engine/model/model_config.h"
+#include "engine/runtime/model.h"
 #include "fuzz_support.h"
-#include "model.h"
-#include "model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     using namespace es;

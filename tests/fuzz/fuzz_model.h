@@ -1,9 +1,9 @@
 // Loading a model folder the fuzzers assembled, and a few greedy tokens from it when it loads.
 #pragma once
 
+#include "engine/runtime/generate.h"
+#include "engine/runtime/model.h"
 #include "fuzz_support.h"
-#include "generate.h"
-#include "model.h"
 
 #include <vector>
 

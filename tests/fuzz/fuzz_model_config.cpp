@@ -1,9 +1,9 @@
 // config.json of any text: parse_model_config() refuses it with a message, or accepts a config
 // that validate_model_config() also accepts and whose derived sizes (MoE layers, the CUDA weight
 // arena at every precision) compute without overflow.
-#include "engine.h"
+#include "engine/model/model_config.h"
+#include "engine/runtime/engine.h"
 #include "fuzz_support.h"
-#include "model_config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     using namespace es;

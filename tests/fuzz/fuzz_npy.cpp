@@ -1,7 +1,7 @@
 // A .npy file of any bytes: read_npy_f32() refuses it with a message or returns an array whose
 // element count is the product of its shape.
+#include "engine/model/npy.h"
 #include "fuzz_support.h"
-#include "npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     using namespace es;

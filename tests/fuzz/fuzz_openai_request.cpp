@@ -2,7 +2,7 @@
 // refuses it with an api_error whose JSON serializes, or accepts a request that renders (chat
 // template), passes or fails the prompt-length check with a serializable error, and whose
 // answer and stream chunks serialize the way the server writes them (invalid UTF-8 replaced).
-#include "chat_template.h"
+#include "engine/model/chat_template.h"
 #include "fuzz_support.h"
 #include "openai_protocol.h"
 

@@ -1,9 +1,9 @@
 // A safetensors file of any bytes: open() either refuses it with a message or exposes tensors
 // that lie inside the data section and hold exactly shape × dtype bytes; every exposed tensor is
 // read and converted to fp32. Then the same bytes as a model folder's model.safetensors.
-#include "dtype.h"
+#include "engine/core/dtype.h"
+#include "engine/model/safetensors.h"
 #include "fuzz_support.h"
-#include "safetensors.h"
 
 #include <vector>
 

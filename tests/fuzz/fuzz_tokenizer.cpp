@@ -1,9 +1,9 @@
 // Text of any bytes through the tokenizer of the reference checkpoints: encode() gives ids in
 // the vocabulary; the streaming detokenizer, fed those ids one at a time, yields exactly
 // decode()'s text; and any ids at all (out of range too) decode and stream without a crash.
-#include "chat_template.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/tokenizer.h"
 #include "fuzz_support.h"
-#include "tokenizer.h"
 
 #include <memory>
 

@@ -1,9 +1,9 @@
 // tokenizer_config.json of any text beside the reference tokenizer.model (and its
 // special_tokens_map.json): load() refuses it with a message, or gives a tokenizer whose special
 // ids are in the vocabulary (or -1 where optional) and that encodes and decodes the chat template.
-#include "chat_template.h"
+#include "engine/model/chat_template.h"
+#include "engine/model/tokenizer.h"
 #include "fuzz_support.h"
-#include "tokenizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     using namespace es;

@@ -1,8 +1,8 @@
 // model.safetensors.index.json of any bytes beside two valid shards: open_dir() either refuses it
 // with a message or indexes exactly the tensors the shards hold, each from the shard the index
 // names. Shard names that leave the folder are refused.
+#include "engine/model/safetensors.h"
 #include "fuzz_support.h"
-#include "safetensors.h"
 #include "test_support.h"
 
 namespace {

@@ -1,0 +1,159 @@
+// The interface every compute backend implements (CPU now, CUDA later), and the batch a
+// forward pass consumes. One batch mixes prefill chunks and decode tokens of many sequences:
+// each token carries its sequence and position; each sequence carries its KV block table.
+//
+// Paged KV layout (owned by the backend): per layer, K and V pools of n_blocks blocks of
+// block_size tokens; token `pos` of a sequence lives in block block_table[pos / block_size] at
+// slot pos % block_size. A forward pass first writes K/V of all batch tokens, then every token
+// attends to positions [0, pos] of its own sequence through the block table, so chunked
+// prefill, prefix-cached blocks and decode are one code path.
+#pragma once
+
+#include "engine/core/status.h"
+#include "engine/model/model_config.h"
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace es {
+
+struct batch_seq {
+    std::vector<int32_t> block_table;  // KV blocks of this sequence, in position order
+};
+
+struct batch {
+    // [n_tokens]; through backend::submit, a token < 0 is fed: the previous submitted forward's
+    // output row −token − 1's top candidate (its greedy pick), which the backend knows before the
+    // host does, so that a decode step can be submitted while the one before it still runs.
+    std::vector<int32_t> tokens;
+    std::vector<int32_t> pos;          // [n_tokens] position within its sequence
+    std::vector<int32_t> seq;          // [n_tokens] index into seqs; a sequence's tokens are one run, positions rising by one
+    std::vector<batch_seq> seqs;
+    std::vector<int32_t> logits_rows;  // token indices whose logits are wanted, in output order
+    // > 0: a backend that supports it (backend::supports_candidates) may return each row's top
+    // top_n candidates instead of the full row (forward_output::candidates); 0: full rows.
+    int32_t top_n = 0;
+    // [logits_rows.size()] or empty: the temperature of each row's softmax denominator
+    // (forward_output::cand_sum); <= 0 or absent: no sum.
+    std::vector<float> temperatures;
+
+    int32_t n_tokens() const { return int32_t(tokens.size()); }
+};
+
+// Router decisions of one forward pass, for telemetry: for MoE layer slot m (layers in order,
+// dense layers skipped), ids[m][t*k + j] and weights[m][t*k + j] for token t, choice j.
+struct routing_record {
+    std::vector<int32_t> moe_layers;            // layer index of each slot
+    int32_t n_expert_used = 0;
+    std::vector<std::vector<int16_t>> ids;
+    std::vector<std::vector<float>> weights;
+};
+
+// Where a forward pass spent its time (the profiler's phase chart). Names match the labels.
+struct phase_times {
+    double attention_ms = 0.0;  // norms, q/k/v, RoPE, KV write, attention, output projection
+    double moe_ms = 0.0;        // router, routed and shared experts
+    double dense_ms = 0.0;      // dense MLP layers
+    double head_ms = 0.0;       // final norm and logits
+    double total_ms = 0.0;
+};
+
+// Each logits row reduced to its top_n candidates (kernels/topk_logits.cuh): values descending,
+// ties → lower id, NaN never a candidate, id −1 / −inf in unused slots.
+struct logit_candidate_rows {
+    int32_t top_n = 0;           // 0: not returned (forward_output::logits holds the rows)
+    std::vector<int32_t> ids;    // [rows, top_n]
+    std::vector<float> logits;   // [rows, top_n]
+    std::vector<float> row_max;  // [rows] largest non-NaN logit
+    std::vector<double> row_sum; // [rows] Σ exp((l − max)/T_row) in double (0 where T_row <= 0)
+};
+
+struct forward_output {
+    // [logits_rows.size(), n_vocab]; empty when `candidates` were returned instead
+    // (backend::logits_row fetches a full row then).
+    std::vector<float> logits;
+    logit_candidate_rows candidates;
+    routing_record routing;
+    phase_times phases;
+};
+
+struct kv_cache_params {
+    int32_t block_size = 16;
+    int32_t n_blocks = 0;
+};
+
+// Memory the backend manages besides weights and KV (workspace) and what the device reports.
+// reserved: bytes the workspace holds (CUDA: the allocator's segments); in_use: bytes of it handed
+// out; largest_free: the largest block inside `reserved` a request gets without asking the
+// device (never the device's free memory). fragmentation = 1 − largest_free / (reserved − in_use),
+// 0 when nothing is free (device_allocator.h).
+struct backend_memory {
+    uint64_t reserved = 0, in_use = 0, largest_free = 0; // workspace allocator
+    uint64_t device_total = 0, device_free = 0;          // GPU: cudaMemGetInfo; CPU: RAM
+};
+
+// Checks a batch against the model and the KV pool before a backend touches memory: lengths
+// agree, token ids inside the vocabulary, positions covered by the sequence's block table and
+// inside the context, block ids inside the pool, logits rows inside the batch. Throws
+// es::load_error naming what is wrong (backends call it inside catch_errors). fed: negative
+// tokens pass (submit's fed tokens, which the backend checks against the previous forward).
+void check_batch(const batch &b, const model_config &cfg, const kv_cache_params &kv, bool fed = false);
+
+class backend {
+public:
+    virtual ~backend() = default;
+    virtual std::string name() const = 0;            // "cpu", "cuda:0 NVIDIA H200"
+    virtual const model_config &config() const = 0;
+
+    // (Re)creates the KV pools. Fails with a readable message when the memory is not there.
+    virtual status init_kv_cache(const kv_cache_params &p) = 0;
+    virtual const kv_cache_params &kv_params() const = 0;
+    virtual size_t kv_block_bytes() const = 0;
+
+    // Runs one forward pass. Validates the batch (ids in vocab, positions inside blocks). Nothing
+    // may be in flight (submit without its finish).
+    virtual status forward(const batch &b, forward_output &out) = 0;
+
+    // Overlapped steps: submit() starts a forward and returns; finish() waits for the oldest
+    // submitted forward not yet finished and fills `out` as forward() would, with that forward's
+    // status. At most two are in flight. Only submit() takes fed tokens (batch::tokens); their
+    // rows must be rows of the previous submitted forward, and that forward's top candidate is
+    // what a greedy sampler without penalties picks. While a forward is in flight, logits_row()
+    // refuses. This default runs the forward inside submit() (no overlap) and resolves fed tokens
+    // from its outputs; the CUDA backend overlaps the next step's launch with the running step and
+    // feeds the token on the GPU.
+    virtual status submit(const batch &b);
+    virtual status finish(forward_output &out);
+    virtual int32_t in_flight() const { return int32_t(m_queued.size()); }
+    // Whether submit() overlaps steps, so that the engine gains by submitting ahead.
+    virtual bool overlaps_steps() const { return false; }
+
+    // Whether forward() honours batch::top_n (returns candidates instead of full rows).
+    virtual bool supports_candidates() const { return false; }
+    // Full logits of output row `row` of the last forward(), valid until the next forward() or
+    // init_kv_cache(); out.size() must be n_vocab. Same thread as forward().
+    virtual status logits_row(int32_t row, std::span<float> out) = 0;
+
+    virtual size_t weights_bytes() const = 0;
+    virtual backend_memory memory() const { return {}; }
+
+private:
+    // The default submit/finish: forwards run at submit, their outputs queued for finish.
+    struct queued_forward {
+        status st = ok_status();
+        forward_output out;
+    };
+    std::deque<queued_forward> m_queued;
+    std::vector<int32_t> m_prev_top; // the top candidate of each output row of the last submitted forward
+};
+
+// The top candidate of each output row of a finished forward: candidates' first id, or the arg
+// max of the full row (NaN skipped, ties → the lower id; −1 when every value is NaN), as a greedy
+// sampler without penalties picks it.
+std::vector<int32_t> top_candidates(const forward_output &out, int64_t n_vocab);
+
+} // namespace es

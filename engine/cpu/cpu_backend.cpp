@@ -1,0 +1,537 @@
+// CPU backend: fp32 forward pass of ERNIE-4.5 dense and MoE models over a paged KV cache.
+// Numerics follow HF transformers in float32 (the reference): RMSNorm in fp32, interleaved RoPE
+// with fp32 angles, causal GQA attention with fp32 softmax, fp32 router (softmax, top-k chosen
+// by p + e_score_correction_bias, weights = unbiased p renormalized by max(sum, moe_norm_min)),
+// one shared SwiGLU MLP added unweighted. Linears run the batch-invariant GEMM of cpu_gemm.h on
+// weights widened to fp32 at load; q/k/v are one fused matrix, gate/up another, residual adds
+// are fused into the GEMM. Every step is per token, so no token's result depends on the batch.
+#include "engine/cpu/cpu_backend.h"
+
+#include "engine/core/dtype.h"
+#include "engine/cpu/cpu_gemm.h"
+#include "engine/cpu/cpu_ops.h"
+#include "kernels/fp8_quantize.cuh"
+
+#include <omp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace es {
+namespace {
+
+using fvec = std::vector<float>;
+
+struct cpu_layer {
+    fvec attn_norm, ffn_norm; // [n_embd]
+    fvec wqkv;                // [q_dim + 2*kv_dim, n_embd]
+    fvec wo;                  // [n_embd, q_dim]
+    bool is_moe = false;
+    fvec w_gate_up;           // dense: [2*n_ff, n_embd], gate rows then up rows
+    fvec w_down;              // dense: [n_embd, n_ff]
+    fvec router;              // [n_expert, n_embd]
+    fvec router_bias;         // [n_expert]
+    std::vector<fvec> exp_gate_up; // n_expert × [2*n_ff_exp, n_embd]
+    std::vector<fvec> exp_down;    // n_expert × [n_embd, n_ff_exp]
+    fvec sh_gate_up;               // [2*n_ff_sh, n_embd]
+    fvec sh_down;                  // [n_embd, n_ff_sh]
+};
+
+// out[M, N] = a[M, K] · w[N, K]ᵀ (+ out when accumulate). Batch-invariant (cpu_gemm.h).
+void linear(const float *a, const float *w, float *out, int64_t M, int64_t N, int64_t K, bool accumulate = false) {
+    cpu::gemm_nt(a, M, w, N, K, out, accumulate);
+}
+
+size_t physical_memory_bytes() {
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : 0;
+}
+
+class cpu_backend final : public backend {
+public:
+    cpu_backend(const model_config &cfg, const cpu_backend_params &p) : m_cfg(cfg), m_params(p) {
+        m_threads = p.n_threads > 0 ? p.n_threads : omp_get_max_threads();
+    }
+
+    std::string name() const override {
+        const char *w = m_params.rounding == cpu_weight_rounding::fp8_e4m3 ? ", weights rounded to fp8-e4m3"
+                        : m_params.rounding == cpu_weight_rounding::bf16   ? ", weights rounded to bf16"
+                                                                           : "";
+        return "cpu (" + std::to_string(m_threads) + " threads, fp32" + w + ")";
+    }
+    const model_config &config() const override { return m_cfg; }
+    size_t weights_bytes() const override { return m_weight_bytes; }
+
+    backend_memory memory() const override {
+        backend_memory m;
+        for (const fvec *v : {&m_x, &m_xn, &m_qkv, &m_attn, &m_rope_cos, &m_rope_sin, &m_rows, &m_gu, &m_act,
+                              &m_eout, &m_router, &m_gather, &m_last_logits})
+            m.reserved += v->capacity() * sizeof(float);
+        m.in_use = m.reserved;
+        m.device_total = physical_memory_bytes();
+        const long avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+        m.device_free = avail > 0 && page > 0 ? uint64_t(avail) * uint64_t(page) : 0;
+        return m;
+    }
+    const kv_cache_params &kv_params() const override { return m_kv; }
+
+    size_t kv_block_bytes() const override {
+        return size_t(m_kv.block_size) * size_t(m_cfg.kv_dim()) * sizeof(float) * 2 * size_t(m_cfg.n_layer);
+    }
+
+    status init_kv_cache(const kv_cache_params &p) override {
+        return catch_errors([&]() -> status {
+            if (p.block_size <= 0 || p.n_blocks <= 0)
+                throw load_error("KV cache: block_size and n_blocks must be positive");
+            m_kv = p;
+            const size_t per_layer = size_t(p.n_blocks) * size_t(p.block_size) * size_t(m_cfg.kv_dim());
+            const size_t need = per_layer * sizeof(float) * 2 * size_t(m_cfg.n_layer);
+            const size_t have = physical_memory_bytes();
+            if (have && need > have / 2)
+                throw load_error("KV cache: " + std::to_string(need >> 20) + " MiB for " +
+                                 std::to_string(p.n_blocks) + " blocks exceeds half of this machine's " +
+                                 std::to_string(have >> 20) + " MiB");
+            m_k.assign(size_t(m_cfg.n_layer), fvec());
+            m_v.assign(size_t(m_cfg.n_layer), fvec());
+            for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
+                m_k[il].assign(per_layer, 0.0f);
+                m_v[il].assign(per_layer, 0.0f);
+            }
+            return ok_status();
+        });
+    }
+
+    status logits_row(int32_t row, std::span<float> out) override {
+        const int64_t V = m_cfg.n_vocab;
+        // (backend::submit ran its forwards already: the kept rows are the newest one's)
+        if (in_flight() > 0) return error{"logits_row: a submitted forward is not finished"};
+        if (row < 0 || int64_t(row) * V >= int64_t(m_last_logits.size()))
+            return error{"logits_row: row " + std::to_string(row) +
+                         " is not a kept logits row of the last forward pass (rows are kept when a pass has at most " +
+                         std::to_string(k_kept_logits_rows) + ")"};
+        if (int64_t(out.size()) != V)
+            return error{"logits_row: the output holds " + std::to_string(out.size()) +
+                         " values, n_vocab is " + std::to_string(V)};
+        std::copy_n(m_last_logits.begin() + int64_t(row) * V, V, out.begin());
+        return ok_status();
+    }
+
+    status forward(const batch &b, forward_output &out) override {
+        return catch_errors([&]() -> status {
+            m_last_logits.clear();
+            check_batch(b);
+            omp_set_num_threads(m_threads);
+            run(b, out);
+            return ok_status();
+        });
+    }
+
+    // Fills every weight through `fill(name, dst, rows, cols)`; used by both loaders.
+    template <typename Fill>
+    void build(Fill &&fill) {
+        const auto &c = m_cfg;
+        const int64_t H = c.n_embd;
+        size_t total = 0, done = 0;
+        auto count = [&](int64_t n) { total += size_t(n); };
+        // Pass 1: count, pass 2: fill (for progress).
+        for (int pass = 0; pass < 2; ++pass) {
+            auto take = [&](fvec &dst, const std::string &name, int64_t rows, int64_t cols, size_t offset = 0) {
+                if (pass == 0) return count(rows * cols);
+                if (dst.size() < offset + size_t(rows * cols)) dst.resize(offset + size_t(rows * cols));
+                fill(name, dst.data() + offset, rows, cols);
+                done += size_t(rows * cols);
+                if (m_params.on_progress && total) m_params.on_progress(float(double(done) / double(total)));
+            };
+            take(m_tok_embd, "model.embed_tokens.weight", c.n_vocab, H);
+            m_layers.resize(size_t(c.n_layer));
+            for (int64_t il = 0; il < c.n_layer; ++il) {
+                auto &L = m_layers[il];
+                const std::string p = "model.layers." + std::to_string(il) + ".";
+                L.is_moe = c.is_moe_layer(il);
+                take(L.attn_norm, p + "input_layernorm.weight", 1, H);
+                take(L.ffn_norm, p + "post_attention_layernorm.weight", 1, H);
+                take(L.wqkv, p + "self_attn.q_proj.weight", c.q_dim(), H);
+                take(L.wqkv, p + "self_attn.k_proj.weight", c.kv_dim(), H, size_t(c.q_dim() * H));
+                take(L.wqkv, p + "self_attn.v_proj.weight", c.kv_dim(), H, size_t((c.q_dim() + c.kv_dim()) * H));
+                take(L.wo, p + "self_attn.o_proj.weight", H, c.q_dim());
+                if (!L.is_moe) {
+                    take(L.w_gate_up, p + "mlp.gate_proj.weight", c.n_ff, H);
+                    take(L.w_gate_up, p + "mlp.up_proj.weight", c.n_ff, H, size_t(c.n_ff * H));
+                    take(L.w_down, p + "mlp.down_proj.weight", H, c.n_ff);
+                    continue;
+                }
+                take(L.router, p + "mlp.gate.weight", c.n_expert, H);
+                take(L.router_bias, p + "mlp.moe_statics.e_score_correction_bias", 1, c.n_expert);
+                L.exp_gate_up.resize(size_t(c.n_expert));
+                L.exp_down.resize(size_t(c.n_expert));
+                for (int64_t e = 0; e < c.n_expert; ++e) {
+                    const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+                    take(L.exp_gate_up[e], q + "gate_proj.weight", c.n_ff_exp, H);
+                    take(L.exp_gate_up[e], q + "up_proj.weight", c.n_ff_exp, H, size_t(c.n_ff_exp * H));
+                    take(L.exp_down[e], q + "down_proj.weight", H, c.n_ff_exp);
+                }
+                if (c.n_expert_shared > 0) {
+                    const int64_t F = c.n_ff_exp * c.n_expert_shared;
+                    take(L.sh_gate_up, p + "mlp.shared_experts.gate_proj.weight", F, H);
+                    take(L.sh_gate_up, p + "mlp.shared_experts.up_proj.weight", F, H, size_t(F * H));
+                    take(L.sh_down, p + "mlp.shared_experts.down_proj.weight", H, F);
+                }
+            }
+            take(m_output_norm, "model.norm.weight", 1, H);
+            if (!c.tie_word_embeddings) take(m_output, "lm_head.weight", c.n_vocab, H);
+            if (pass == 0) {
+                const size_t need = total * sizeof(float), have = physical_memory_bytes();
+                if (have && need > have * 9 / 10)
+                    throw load_error("the CPU backend needs " + std::to_string(need >> 20) +
+                                     " MiB for fp32 weights but this machine has " + std::to_string(have >> 20) +
+                                     " MiB; use the CUDA backend or a smaller model");
+            }
+        }
+        m_weight_bytes = total * sizeof(float);
+        init_rope();
+    }
+
+private:
+    const float *output_weights() const { return m_cfg.tie_word_embeddings ? m_tok_embd.data() : m_output.data(); }
+
+    void init_rope() {
+        const int64_t half = m_cfg.head_dim / 2;
+        m_inv_freq.resize(size_t(half));
+        for (int64_t i = 0; i < half; ++i) {
+            // As HF: inv_freq = 1 / theta^(2i/d), computed in fp32.
+            const float expo = float(2 * i) / float(m_cfg.head_dim);
+            m_inv_freq[i] = 1.0f / std::pow(float(m_cfg.rope_theta), expo);
+        }
+    }
+
+    void check_batch(const batch &b) const {
+        if (m_k.empty()) throw load_error("batch: the KV cache is not initialised");
+        es::check_batch(b, m_cfg, m_kv);
+    }
+
+    float *kv_slot(fvec &pool, const batch &b, int64_t t) {
+        const auto &bt = b.seqs[b.seq[t]].block_table;
+        const int64_t pos = b.pos[t];
+        const int64_t slot = int64_t(bt[pos / m_kv.block_size]) * m_kv.block_size + pos % m_kv.block_size;
+        return pool.data() + slot * m_cfg.kv_dim();
+    }
+
+    void run(const batch &b, forward_output &out) {
+        const auto &c = m_cfg;
+        const int64_t T = b.n_tokens(), H = c.n_embd, hd = c.head_dim, half = hd / 2;
+        const int64_t qd = c.q_dim(), kvd = c.kv_dim(), n_qkv = qd + 2 * kvd;
+        const float eps = float(c.rms_eps);
+
+        m_x.resize(size_t(T * H));
+        m_xn.resize(size_t(T * H));
+        m_qkv.resize(size_t(T * n_qkv));
+        m_attn.resize(size_t(T * qd));
+        m_rope_cos.resize(size_t(T * half));
+        m_rope_sin.resize(size_t(T * half));
+
+        for (int64_t t = 0; t < T; ++t) {
+            std::memcpy(&m_x[t * H], &m_tok_embd[size_t(b.tokens[t]) * H], size_t(H) * sizeof(float));
+            for (int64_t i = 0; i < half; ++i) {
+                const float angle = float(b.pos[t]) * m_inv_freq[i];
+                m_rope_cos[t * half + i] = std::cos(angle);
+                m_rope_sin[t * half + i] = std::sin(angle);
+            }
+        }
+
+        out.routing = routing_record{};
+        out.routing.n_expert_used = int32_t(c.n_expert_used);
+        out.phases = phase_times{};
+        using clk = std::chrono::steady_clock;
+        auto ms_since = [](clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); };
+        const auto t_begin = clk::now();
+
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+            const cpu_layer &L = m_layers[il];
+            auto t0 = clk::now();
+            // --- attention ---
+#pragma omp parallel for schedule(static) if (T * H >= (1 << 16))
+            for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&m_x[t * H], L.attn_norm.data(), &m_xn[t * H], H, eps);
+            linear(m_xn.data(), L.wqkv.data(), m_qkv.data(), T, n_qkv, H);
+#pragma omp parallel for schedule(static) if (T * n_qkv >= (1 << 16))
+            for (int64_t t = 0; t < T; ++t) {
+                float *row = &m_qkv[t * n_qkv];
+                const float *cs = &m_rope_cos[t * half], *sn = &m_rope_sin[t * half];
+                for (int64_t h = 0; h < c.n_head; ++h) cpu::rope_interleaved(row + h * hd, cs, sn, hd);
+                for (int64_t h = 0; h < c.n_head_kv; ++h) cpu::rope_interleaved(row + qd + h * hd, cs, sn, hd);
+                std::memcpy(kv_slot(m_k[il], b, t), row + qd, size_t(kvd) * sizeof(float));
+                std::memcpy(kv_slot(m_v[il], b, t), row + qd + kvd, size_t(kvd) * sizeof(float));
+            }
+            attention(b, il);
+            linear(m_attn.data(), L.wo.data(), m_x.data(), T, H, qd, true);
+            out.phases.attention_ms += ms_since(t0);
+            t0 = clk::now();
+
+            // --- MLP ---
+#pragma omp parallel for schedule(static) if (T * H >= (1 << 16))
+            for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&m_x[t * H], L.ffn_norm.data(), &m_xn[t * H], H, eps);
+            if (!L.is_moe) {
+                swiglu(m_xn.data(), T, L.w_gate_up.data(), L.w_down.data(), c.n_ff, m_x.data(), nullptr);
+                out.phases.dense_ms += ms_since(t0);
+            } else {
+                moe(L, il, T, out.routing);
+                out.phases.moe_ms += ms_since(t0);
+            }
+        }
+        const auto t_head = clk::now();
+
+        // --- head: final norm and logits for the requested rows only ---
+        const int64_t R = int64_t(b.logits_rows.size());
+        m_rows.resize(size_t(R * H));
+        for (int64_t r = 0; r < R; ++r)
+            cpu::rms_norm(&m_x[b.logits_rows[r] * H], m_output_norm.data(), &m_rows[r * H], H, eps);
+        out.candidates = logit_candidate_rows{}; // full rows always (batch::top_n is a request)
+        out.logits.resize(size_t(R * c.n_vocab));
+        linear(m_rows.data(), output_weights(), out.logits.data(), R, c.n_vocab, H);
+        // logits_row serves decode-sized forwards; the rows of every position (logits, eval) are
+        // not kept twice (at 2,048 positions of a 103k vocabulary that is 850 MB).
+        if (R <= k_kept_logits_rows) {
+            m_last_logits.assign(out.logits.begin(), out.logits.end());
+        } else {
+            m_last_logits.clear();
+            m_last_logits.shrink_to_fit();
+        }
+        out.phases.head_ms = ms_since(t_head);
+        out.phases.total_ms = ms_since(t_begin);
+    }
+
+    // Causal GQA attention of every batch token over its own sequence, through the block table.
+    void attention(const batch &b, int64_t il) {
+        const auto &c = m_cfg;
+        const int64_t T = b.n_tokens(), hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
+        const int64_t n_qkv = qd + 2 * kvd, group = c.n_head / c.n_head_kv, bs = m_kv.block_size;
+        const float scale = 1.0f / std::sqrt(float(hd));
+        const fvec &K = m_k[il], &V = m_v[il];
+        // Fork only when there is enough work: a fork/join costs microseconds, and far more
+        // when the machine is busy (threads wait for a time slice at every barrier).
+        int64_t attention_work = 0;
+        for (int64_t t = 0; t < T; ++t) attention_work += (int64_t(b.pos[t]) + 1) * hd * c.n_head;
+#pragma omp parallel if (attention_work >= (1 << 18))
+        {
+            fvec scores;
+#pragma omp for collapse(2) schedule(dynamic, 4)
+            for (int64_t t = 0; t < T; ++t) {
+                for (int64_t h = 0; h < c.n_head; ++h) {
+                    const int64_t n_ctx = int64_t(b.pos[t]) + 1, kvh = h / group;
+                    const auto &bt = b.seqs[b.seq[t]].block_table;
+                    const float *q = &m_qkv[t * n_qkv + h * hd];
+                    scores.resize(size_t(n_ctx));
+                    for (int64_t j = 0; j < n_ctx; ++j) {
+                        const int64_t slot = int64_t(bt[j / bs]) * bs + j % bs;
+                        scores[j] = cpu::dot(q, &K[slot * kvd + kvh * hd], hd) * scale;
+                    }
+                    cpu::softmax(scores.data(), n_ctx);
+                    float *o = &m_attn[t * qd + h * hd];
+                    std::fill(o, o + hd, 0.0f);
+                    for (int64_t j = 0; j < n_ctx; ++j) {
+                        const int64_t slot = int64_t(bt[j / bs]) * bs + j % bs;
+                        cpu::axpy(scores[j], &V[slot * kvd + kvh * hd], o, hd);
+                    }
+                }
+            }
+        }
+    }
+
+    // y (+)= down(silu(gate(x)) * up(x)) for x [M, H]. With `row_weight`, row m of the result is
+    // scaled and added into y at row `rows[m]`; otherwise accumulated into y row by row.
+    void swiglu(const float *x, int64_t M, const float *w_gate_up, const float *w_down, int64_t F, float *y,
+                const std::vector<int32_t> *rows, const float *row_weight = nullptr) {
+        const int64_t H = m_cfg.n_embd;
+        m_gu.resize(size_t(M * 2 * F));
+        m_act.resize(size_t(M * F));
+        linear(x, w_gate_up, m_gu.data(), M, 2 * F, H);
+#pragma omp parallel for schedule(static) if (M * F >= (1 << 16))
+        for (int64_t m = 0; m < M; ++m) cpu::silu_mul(&m_gu[m * 2 * F], &m_gu[m * 2 * F + F], &m_act[m * F], F);
+        if (!rows) {
+            linear(m_act.data(), w_down, y, M, H, F, true);
+            return;
+        }
+        m_eout.resize(size_t(M * H));
+        linear(m_act.data(), w_down, m_eout.data(), M, H, F);
+        for (int64_t m = 0; m < M; ++m) cpu::axpy(row_weight[m], &m_eout[m * H], &y[int64_t((*rows)[m]) * H], H);
+    }
+
+    void moe(const cpu_layer &L, int64_t il, int64_t T, routing_record &rec) {
+        const auto &c = m_cfg;
+        const int64_t H = c.n_embd, E = c.n_expert, K = c.n_expert_used;
+        m_router.resize(size_t(T * E));
+        linear(m_xn.data(), L.router.data(), m_router.data(), T, E, H);
+
+        std::vector<int16_t> ids(size_t(T * K));
+        std::vector<float> wts(size_t(T * K));
+#pragma omp parallel if (T * E >= (1 << 14))
+        {
+            std::vector<int32_t> order(static_cast<size_t>(E));
+            fvec biased(static_cast<size_t>(E));
+#pragma omp for schedule(static)
+            for (int64_t t = 0; t < T; ++t) {
+                float *p = &m_router[t * E];
+                cpu::softmax(p, E);
+                for (int64_t e = 0; e < E; ++e) biased[e] = p[e] + L.router_bias[e];
+                std::iota(order.begin(), order.end(), 0);
+                // Top-k by biased score; ties broken by the lower expert id.
+                std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+                    return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
+                });
+                float sum = 0.0f;
+                for (int64_t j = 0; j < K; ++j) sum += p[order[j]];
+                const float denom = std::max(sum, float(c.moe_norm_min));
+                for (int64_t j = 0; j < K; ++j) {
+                    ids[t * K + j] = int16_t(order[j]);
+                    wts[t * K + j] = p[order[j]] / denom;
+                }
+            }
+        }
+
+        // Shared experts see every token and are added unweighted.
+        if (c.n_expert_shared > 0)
+            swiglu(m_xn.data(), T, L.sh_gate_up.data(), L.sh_down.data(), c.n_ff_exp * c.n_expert_shared,
+                   m_x.data(), nullptr);
+
+        // Group token slots by expert, then one GEMM per selected expert over its tokens only.
+        std::vector<std::vector<int32_t>> tok_of(static_cast<size_t>(E));
+        std::vector<fvec> w_of(static_cast<size_t>(E));
+        for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < K; ++j) {
+                tok_of[ids[t * K + j]].push_back(int32_t(t));
+                w_of[ids[t * K + j]].push_back(wts[t * K + j]);
+            }
+        for (int64_t e = 0; e < E; ++e) {
+            const int64_t n = int64_t(tok_of[e].size());
+            if (n == 0) continue;
+            m_gather.resize(size_t(n * H));
+            for (int64_t m = 0; m < n; ++m)
+                std::memcpy(&m_gather[m * H], &m_xn[int64_t(tok_of[e][m]) * H], size_t(H) * sizeof(float));
+            swiglu(m_gather.data(), n, L.exp_gate_up[e].data(), L.exp_down[e].data(), c.n_ff_exp, m_x.data(),
+                   &tok_of[e], w_of[e].data());
+        }
+
+        rec.moe_layers.push_back(int32_t(il));
+        rec.ids.push_back(std::move(ids));
+        rec.weights.push_back(std::move(wts));
+    }
+
+    model_config m_cfg;
+    cpu_backend_params m_params;
+    int m_threads = 1;
+    size_t m_weight_bytes = 0;
+    fvec m_tok_embd, m_output_norm, m_output;
+    std::vector<cpu_layer> m_layers;
+    fvec m_inv_freq;
+    kv_cache_params m_kv;
+    std::vector<fvec> m_k, m_v; // per layer: [n_blocks * block_size, kv_dim]
+    // workspace, reused across steps
+    static constexpr int64_t k_kept_logits_rows = 64;
+    fvec m_last_logits; // [rows, n_vocab] of the last forward (logits_row), up to k_kept_logits_rows rows
+    fvec m_x, m_xn, m_qkv, m_attn, m_rope_cos, m_rope_sin, m_rows, m_gu, m_act, m_eout, m_router, m_gather;
+};
+
+} // namespace
+
+std::set<std::string> cpu_rounded_linears(const model_tensors &t) {
+    std::set<std::string> out;
+    auto add = [&](const tensor_view *tv) {
+        if (tv) out.insert(tv->name);
+    };
+    for (const auto &L : t.layers) {
+        for (auto *tv : {L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down, L.ffn_gate_shexp, L.ffn_up_shexp,
+                         L.ffn_down_shexp})
+            add(tv);
+        for (auto *tv : L.ffn_gate_exps) add(tv);
+        for (auto *tv : L.ffn_up_exps) add(tv);
+        for (auto *tv : L.ffn_down_exps) add(tv);
+    }
+    return out;
+}
+
+void round_cpu_weights(float *w, int64_t rows, int64_t cols, cpu_weight_rounding r) {
+    if (r == cpu_weight_rounding::none) return;
+    const int64_t n = rows * cols;
+    if (r == cpu_weight_rounding::bf16) {
+        for (int64_t i = 0; i < n; ++i) w[i] = round_bf16(w[i]);
+        return;
+    }
+    // E4M3 per output channel, exactly as the GPU quantizes at load (from BF16).
+    std::vector<bf16_t> b(static_cast<size_t>(cols));
+    std::vector<fp8_t> q(static_cast<size_t>(cols));
+    for (int64_t row = 0; row < rows; ++row) {
+        float *wr = w + row * cols;
+        for (int64_t i = 0; i < cols; ++i) b[size_t(i)] = float_to_bf16_bits(wr[i]);
+        float scale = 1.0f;
+        fp8_quantize_ref({b.data(), q.data(), &scale, 1, cols});
+        for (int64_t i = 0; i < cols; ++i) wr[i] = fp8_e4m3_to_float(q[size_t(i)]) * scale;
+    }
+}
+
+result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const model_tensors &t,
+                                                  const cpu_backend_params &p) {
+    return catch_errors([&]() -> result<std::unique_ptr<backend>> {
+        // Name → bound tensor, so the shared build() walks the same names as bind_model_tensors.
+        std::map<std::string, const tensor_view *> by_name;
+        auto add = [&](const tensor_view *tv) {
+            if (tv) by_name[tv->name] = tv;
+        };
+        add(t.tok_embd);
+        add(t.output_norm);
+        add(t.output);
+        for (const auto &L : t.layers) {
+            for (auto *tv : {L.attn_norm, L.ffn_norm, L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down,
+                             L.ffn_gate_inp, L.ffn_exp_probs_b, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp})
+                add(tv);
+            for (auto *tv : L.ffn_gate_exps) add(tv);
+            for (auto *tv : L.ffn_up_exps) add(tv);
+            for (auto *tv : L.ffn_down_exps) add(tv);
+        }
+        const std::set<std::string> rounded = cpu_rounded_linears(t);
+        auto be = std::make_unique<cpu_backend>(cfg, p);
+        be->build([&](const std::string &name, float *dst, int64_t rows, int64_t cols) {
+            auto it = by_name.find(name);
+            if (it == by_name.end()) throw load_error("missing tensor '" + name + "'");
+            const tensor_view &tv = *it->second;
+            if (tv.n_elements() != rows * cols)
+                throw load_error("tensor '" + name + "' in " + tv.file + " has shape " + tv.shape_str() +
+                                 ", expected " + std::to_string(rows * cols) + " elements");
+            convert_to_f32(tv.type, tv.data, dst, size_t(rows * cols));
+            if (p.rounding != cpu_weight_rounding::none && rounded.count(name)) round_cpu_weights(dst, rows, cols, p.rounding);
+        });
+        return std::unique_ptr<backend>(std::move(be));
+    });
+}
+
+result<std::unique_ptr<backend>> make_cpu_backend_random(const model_config &cfg, uint64_t seed,
+                                                         const cpu_backend_params &p) {
+    return catch_errors([&]() -> result<std::unique_ptr<backend>> {
+        auto be = std::make_unique<cpu_backend>(cfg, p);
+        be->build([&](const std::string &name, float *dst, int64_t rows, int64_t cols) {
+            // Each tensor its own stream (seed ^ hash(name)), so the result does not depend on order.
+            // Uniform with the wanted standard deviation; splitmix64 keeps 0.3B-sized fills fast.
+            uint64_t state = seed ^ std::hash<std::string>{}(name);
+            auto next = [&state]() {
+                uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+                z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+                z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+                return z ^ (z >> 31);
+            };
+            const bool is_norm = rows == 1 && name.find("norm") != std::string::npos;
+            const bool is_bias = name.find("correction_bias") != std::string::npos;
+            const float stddev = is_norm ? 0.1f : is_bias ? 0.01f : 1.0f / std::sqrt(float(cols));
+            const float mean = is_norm ? 1.0f : 0.0f, half = stddev * 1.7320508f; // sqrt(3)·std
+            const size_t n = size_t(rows * cols);
+            for (size_t i = 0; i < n; ++i) {
+                const float u = float(next() >> 40) * (1.0f / 16777216.0f); // [0, 1)
+                dst[i] = mean + (2.0f * u - 1.0f) * half;
+            }
+        });
+        return std::unique_ptr<backend>(std::move(be));
+    });
+}
+
+} // namespace es

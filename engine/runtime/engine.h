@@ -1,0 +1,172 @@
+// The engine: one worker thread that owns all model state (weights, KV cache, scheduler) and
+// runs the step loop schedule → run → sample → emit. Any thread may submit and cancel requests
+// and read telemetry; results come back through each request's thread-safe event stream.
+// Destroying the engine mid-generation finishes every open stream (reason "cancelled"), joins
+// the thread and frees everything.
+#pragma once
+
+#include "engine/core/telemetry.h"
+#include "engine/model/chat_template.h"
+#include "engine/runtime/model.h"
+#include "engine/runtime/sampler.h"
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace es {
+
+using request_id = uint64_t;
+
+struct request_params {
+    std::vector<chat_message> messages; // rendered with the chat template, or …
+    std::vector<int32_t> prompt_ids;    // … token ids used as they are when messages is empty
+    std::string system_prompt;          // when non-empty, the first message (system)
+    std::string preset_prefix;          // mode prefix (【技术解析模式】…) put before the last user message
+    sampling_params sampling;           // callers start from engine::model_defaults()
+    bool add_generation_prompt = true;
+};
+
+enum class event_kind { token, finished, failed };
+
+struct request_event {
+    event_kind kind = event_kind::token;
+    std::string text;                 // token: text delta (may be empty while a UTF-8 char or a
+                                      // possible stop string is pending)
+    std::vector<int32_t> token_ids;   // token: ids this event covers
+    std::string finish_reason;        // finished: "stop" | "length" | "cancelled"
+    std::string error;                // failed: what went wrong
+    int64_t t_us = 0;                 // engine clock
+};
+
+// Per-request measurements, copied out on request (ARCHITECTURE.md metric definitions).
+struct request_metrics {
+    int64_t t_submit_us = 0, t_first_token_us = -1, t_finish_us = -1;
+    std::vector<int64_t> token_times_us;  // one per generated token
+    int32_t n_prompt_tokens = 0, n_cached_prompt_tokens = 0, n_preemptions = 0;
+    uint64_t seed = 0;
+    // Routing trace: for position p (prompt and generated), MoE slot m, choice j:
+    // trace[(p * n_moe + m) * k + j]; -1 where the position was served by the prefix cache.
+    int32_t n_moe_layers = 0, k = 0;
+    std::vector<int16_t> trace;
+    std::vector<float> trace_weights;     // same layout
+    double ttft_ms() const { return t_first_token_us < 0 ? -1.0 : (t_first_token_us - t_submit_us) / 1000.0; }
+};
+
+class request_stream {
+public:
+    request_id id() const { return m_id; }
+    // Blocks until an event arrives or the timeout passes; false on timeout.
+    bool wait_pop(request_event &ev, std::chrono::milliseconds timeout);
+    bool try_pop(request_event &ev);
+    std::vector<request_event> drain();
+    bool done() const;                  // a finished/failed event has been queued
+    request_metrics metrics() const;
+    // Called on the engine thread after events are queued (e.g. to wake a GUI timer); keep it cheap.
+    void set_notify(std::function<void()> f);
+
+private:
+    friend class engine;
+    explicit request_stream(request_id id) : m_id(id) {}
+    void push(request_event ev);
+
+    request_id m_id;
+    mutable std::mutex m_mutex;
+    std::condition_variable m_cv;
+    std::deque<request_event> m_events;
+    bool m_done = false;
+    request_metrics m_metrics;
+    std::function<void()> m_notify;
+};
+
+struct engine_params {
+    model_load_params load;
+    int32_t max_num_seqs = 16;
+    int32_t max_batched_tokens = 512;
+    int32_t block_size = 16;
+    int32_t n_kv_blocks = 0;            // 0: from kv_cache_bytes
+    uint64_t kv_cache_bytes = 0;        // 0: min(1 GiB, a quarter of RAM), capped at what max_num_seqs full contexts need
+    bool enable_prefix_caching = true;
+    int32_t telemetry_ring = 512;       // steps kept in snapshots
+    int32_t telemetry_window = 64;      // steps in the live expert window
+    // Overlapped decode steps: while a step of greedy decodes (samplers without penalties) runs,
+    // the next one is submitted with its tokens fed from the running step's picks (backend::submit),
+    // so that the host's part of a step hides behind the GPU's. automatic: where the backend
+    // overlaps steps (CUDA); on: always (the default submit runs at once: the CPU then computes
+    // the same tokens, which is what the tests check); off: never.
+    enum class overlap_mode { automatic, on, off } overlap = overlap_mode::automatic;
+};
+
+// Will the model fit where it would load (the backend and precision of engine_params)? On the
+// GPU: the CUDA backend's weight arena at that precision, a BF16 KV cache, the forward pass's
+// workspace for a full token budget and the cuBLASLt workspace, against the device's free
+// memory now; on the CPU: fp32 weights and KV against physical RAM. An estimate (what the
+// driver and allocator add is not counted); 5% of the memory is kept as headroom.
+struct memory_estimate {
+    uint64_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, available_bytes = 0;
+    bool fits = false;
+    bool gpu = false;
+    std::string device;                 // "CPU" or the GPU's name
+    std::string note;                   // automatic on the CPU: why not the GPU
+    std::string summary;                // one line for the UI
+};
+
+// Bytes of the CUDA backend's weight arena for this config and precision (its layout: fused
+// q/k/v and gate/up, BF16 embeddings, norms and head, fp32 router and RoPE table, FP8 linears
+// with one fp32 scale per row; 256-byte aligned pieces).
+uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision, const fp8_policy &policy = {});
+
+struct model_info {
+    std::filesystem::path dir;
+    model_config config;
+    std::string backend_name;
+    std::string backend_note;           // model::backend_note: why CUDA is not used, when it is not
+    sampling_params defaults;
+    int32_t n_kv_blocks = 0, block_size = 0;
+};
+
+class engine {
+public:
+    explicit engine(engine_params p = {});
+    ~engine();
+    engine(const engine &) = delete;
+    engine &operator=(const engine &) = delete;
+
+    // Loads (or replaces) the model on the engine thread; progress is called there.
+    // Open requests of a replaced model are finished with "cancelled".
+    std::future<status> load_model(const std::filesystem::path &dir,
+                                   std::function<void(const std::string &, float)> on_progress = {});
+    // Random weights of a real shape, no tokenizer (serve-bench on real shapes).
+    std::future<status> load_random_model(const model_config &cfg, uint64_t seed);
+    void unload_model();
+    static result<memory_estimate> estimate_memory(const std::filesystem::path &dir, const engine_params &p);
+
+    bool has_model() const;
+    std::optional<model_info> info() const;
+    sampling_params model_defaults() const;
+
+    // Never blocks on the step loop. Invalid requests fail through the stream.
+    std::shared_ptr<request_stream> submit(request_params r);
+    void cancel(request_id id);
+
+    std::shared_ptr<const telemetry_snapshot> telemetry() const { return m_telemetry.latest(); }
+    int64_t now_us() const;
+
+private:
+    struct impl;
+    void thread_main();
+
+    engine_params m_params;
+    telemetry_channel m_telemetry;
+    std::unique_ptr<impl> m_impl;
+    std::thread m_thread;
+};
+
+} // namespace es

@@ -1,0 +1,277 @@
+// expertscope: the desktop app. Opens the store, starts the engine session, shows the window,
+// reopens the last model (unless the last session crashed). Options:
+//   --model DIR        open this model folder
+//   --backend B        auto | cuda | cpu (default: the last choice, else auto)
+//   --version, -v      version, commit, Qt and CUDA versions, backends (and why CUDA is not
+//                      usable, when it is not); answered before any window system is touched
+//   --demo-prompt T, --screenshot FILE, --screenshot-after-ms N   send T once the model is loaded,
+//                      grab the window N ms after the first tokens, save FILE and quit (docs).
+//                      --demo-prompt may be repeated: the prompts go one after another and the
+//                      screenshot waits for the last one's tokens.
+//   --profiler-tab P   show the profiler dock on page P: routing | compare | latency | memory
+//   --lang L           interface language, zh_CN | en (default: the system's; LANGUAGE honored)
+//   --smoke-test       once the model is loaded, send one message in a new conversation, wait for
+//                      the reply, print one line and exit: 0 with a reply, 1 otherwise (the
+//                      package test runs it offscreen in a fresh Debian root)
+//   --connect URL      chat with the OpenAI-compatible server at URL instead of a local model
+//                      (its first model, or --served-model NAME; key from EXPERTSCOPE_API_KEY)
+#include "app_startup.h"
+#include "chat_pane.h"
+#include "chat_store.h"
+#include "composer.h"
+#include "conversation_sidebar.h"
+#include "engine/cuda/cuda_loader.h"
+#include "engine_session.h"
+#include "main_window.h"
+#include "profiler_panel.h"
+#include "translations.h"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QDockWidget>
+#include <QLockFile>
+#include <QMessageBox>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTimer>
+
+#include <cstdio>
+#include <cstring>
+
+namespace {
+
+// --version needs no display: it is answered before QApplication exists (which would need one).
+bool wantsVersion(int argc, char **argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--") == 0) return false;
+        if (std::strcmp(argv[i], "--version") == 0 || std::strcmp(argv[i], "-v") == 0) return true;
+    }
+    return false;
+}
+
+} // namespace
+
+namespace {
+
+constexpr int smokeTestTimeoutMs = 300000;
+
+// --smoke-test, part 1, before the window exists: a failed load ends the run. app.exit ends every
+// running event loop, so the window's error dialog, connected after this, returns at once; a
+// load that fails before app.exec() (a missing folder) sets *failed, which main checks.
+void armSmokeTestFailure(QApplication &app, es::EngineSession &session, std::shared_ptr<bool> failed) {
+    QObject::connect(&session, &es::EngineSession::modelLoadFailed, &app,
+                     [&app, failed](const QString &dir, const QString &message) {
+                         std::fprintf(stderr,
+                                      "expertscope: smoke test failed: the model %s did not load: %s\n",
+                                      qPrintable(dir), qPrintable(message));
+                         *failed = true;
+                         app.exit(1);
+                     });
+}
+
+// --smoke-test, part 2: one message in a new conversation once the model is loaded, one reply,
+// one line on stdout, a clean exit (0), or a line on stderr and 1.
+void armSmokeTest(QApplication &app, es::EngineSession &session, es::MainWindow &window) {
+    QObject::connect(&session, &es::EngineSession::modelLoaded, &window,
+                     [&window](const es::SessionModelInfo &) {
+                         window.currentPane()->setConversation(std::nullopt);
+                         window.currentPane()->send(QStringLiteral("【技术解析模式】What does ls do?"));
+                     });
+    auto text = std::make_shared<QString>();
+    QObject::connect(&session, &es::EngineSession::tokensGenerated, &app,
+                     [text](quint64, const QString &delta, int) { *text += delta; });
+    QObject::connect(
+        &session, &es::EngineSession::replyFinished, &app,
+        [&app, &session, &window, text](quint64, const QString &reason, const es::MessageMetrics &metrics) {
+            if (text->trimmed().isEmpty() || reason == QLatin1String("cancelled")) {
+                std::fprintf(stderr,
+                             "expertscope: smoke test failed: the reply was empty (finish reason %s)\n",
+                             qPrintable(reason));
+                app.exit(1);
+                return;
+            }
+            std::printf("expertscope: smoke test passed: %s on %s, %d tokens (%s): %s\n",
+                        qPrintable(session.modelInfo().name), qPrintable(session.modelInfo().backend),
+                        metrics.nOutputTokens.value_or(0), qPrintable(reason),
+                        qPrintable(text->simplified().left(80)));
+            std::fflush(stdout);
+            window.close();
+            app.exit(0);
+        });
+    QObject::connect(&session, &es::EngineSession::replyFailed, &app,
+                     [&app](quint64, const QString &message) {
+                         std::fprintf(stderr, "expertscope: smoke test failed: %s\n", qPrintable(message));
+                         app.exit(1);
+                     });
+    QTimer::singleShot(smokeTestTimeoutMs, &app, [&app] {
+        std::fprintf(stderr, "expertscope: smoke test failed: no reply within %d s\n",
+                     smokeTestTimeoutMs / 1000);
+        app.exit(1);
+    });
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    if (wantsVersion(argc, argv)) {
+        std::printf("expertscope %s (commit %s)\nQt %s (built with %s)\n%s", ES_VERSION, ES_GIT_COMMIT,
+                    qVersion(), QT_VERSION_STR, es::cuda_version_lines().c_str());
+        return 0;
+    }
+    QApplication app(argc, argv);
+    QApplication::setOrganizationName("ExpertScope");
+    QApplication::setApplicationName("ExpertScope");
+    QApplication::setApplicationVersion(ES_VERSION);
+    // Wayland app id and the desktop entry's name (icon and grouping in docks and task bars).
+    QGuiApplication::setDesktopFileName(QStringLiteral("invalid.example.expertscope"));
+
+    QCommandLineParser cli;
+    cli.setApplicationDescription("Chat with ERNIE-4.5 models and see inside them while they answer.");
+    cli.addHelpOption();
+    QCommandLineOption version({"v", "version"}, "Print the version, commit, Qt version and backends, then exit.");
+    QCommandLineOption model("model", "Open this model folder.", "dir");
+    QCommandLineOption backend("backend", "auto | cuda | cpu.", "name");
+    QCommandLineOption demoPrompt("demo-prompt", "Send this prompt once the model is loaded.", "text");
+    QCommandLineOption screenshot("screenshot", "Save a screenshot of the window to this PNG and quit.", "file");
+    QCommandLineOption shotDelay("screenshot-after-ms", "Delay after the first tokens (default 1500).", "ms", "1500");
+    cli.addOptions({version, model, backend, demoPrompt, screenshot, shotDelay});
+    QCommandLineOption profilerTab("profiler-tab", "Show the profiler on this page: routing | compare | latency | memory.",
+                                   "page");
+    cli.addOption(profilerTab);
+    QCommandLineOption lang("lang", "Interface language: zh_CN | en (default: the system's).", "code");
+    cli.addOption(lang);
+    QCommandLineOption smokeTest("smoke-test",
+                                 "Send one message once the model is loaded, wait for the reply, exit "
+                                 "0 when one came, 1 otherwise.");
+    cli.addOption(smokeTest);
+    QCommandLineOption connectUrl("connect", "Chat with the OpenAI-compatible server at this URL (API key from "
+                                             "EXPERTSCOPE_API_KEY).", "url");
+    QCommandLineOption servedModel("served-model", "With --connect: the model id (default: the server's first).", "name");
+    cli.addOptions({connectUrl, servedModel});
+    cli.process(app);
+    es::installTranslations(app, cli.value(lang));
+    if (cli.isSet(version)) { // "-v" inside a bundle of short options: answered above otherwise
+        std::printf("expertscope %s (commit %s)\nQt %s\n%s", ES_VERSION, ES_GIT_COMMIT, qVersion(),
+                    es::cuda_version_lines().c_str());
+        return 0;
+    }
+
+    const es::StartupPlan plan = es::planStartup(cli.value(model));
+    // One instance per user: the store recovers replies left 'partial' when it opens, which
+    // would cut off a second window's reply in progress.
+    QLockFile lock(plan.databasePath + ".lock");
+    lock.setStaleLockTime(0);
+    if (!lock.tryLock(200)) {
+        if (cli.isSet(smokeTest)) {
+            std::fprintf(stderr, "expertscope: smoke test failed: another instance holds %s\n",
+                         qPrintable(plan.databasePath + ".lock"));
+            return 1;
+        }
+        QMessageBox::information(nullptr, QObject::tr("ExpertScope"),
+                                 QObject::tr("ExpertScope is already running (the lock %1 is held).")
+                                     .arg(plan.databasePath + ".lock"));
+        return 0;
+    }
+    es::ChatStore store;
+    const es::OpenResult opened = store.open(plan.databasePath);
+    if (!opened.ok()) {
+        if (cli.isSet(smokeTest)) { // no dialog that would wait for a click
+            std::fprintf(stderr, "expertscope: smoke test failed: the database %s could not be opened: %s\n",
+                         qPrintable(plan.databasePath), qPrintable(opened.message));
+            return 1;
+        }
+        QMessageBox::critical(nullptr, QObject::tr("ExpertScope"),
+                              QObject::tr("The conversation database could not be opened:\n%1").arg(opened.message));
+        return 1;
+    }
+    es::markSessionRunning();
+
+    QSettings settings;
+    es::EngineSessionOptions options;
+    options.backend = cli.isSet(backend) ? cli.value(backend) : settings.value("engine/backend", "auto").toString();
+    options.precision = settings.value("engine/precision", "auto").toString();
+    options.kvCache = settings.value("engine/kv_cache", "bf16").toString();
+    es::EngineSession session(options);
+    const auto smokeFailed = std::make_shared<bool>(false);
+    if (cli.isSet(smokeTest)) {
+        if (plan.modelToOpen.isEmpty()) {
+            std::fprintf(
+                stderr,
+                "expertscope: smoke test failed: no model to open (no --model, no default model "
+                "under %s)\n",
+                qPrintable(QCoreApplication::applicationDirPath() + "/../share/expertscope/models/default"));
+            es::markCleanExit();
+            return 1;
+        }
+        // The window reports a folder that is not a model in a dialog; the smoke test says it and stops.
+        const es::MemoryEstimateView estimate = es::EngineSession::estimate(plan.modelToOpen, options);
+        if (!estimate.ok) {
+            std::fprintf(stderr, "expertscope: smoke test failed: %s: %s\n", qPrintable(plan.modelToOpen),
+                         qPrintable(estimate.message));
+            es::markCleanExit();
+            return 1;
+        }
+        armSmokeTestFailure(app, session, smokeFailed);
+    }
+    const std::optional<qint64> welcome = es::createWelcomeConversation(store); // first run only
+    es::MainWindow window(&store, &session);
+    if (cli.isSet(smokeTest)) armSmokeTest(app, session, window);
+    if (welcome) {
+        window.sidebar()->selectConversation(*welcome);
+        window.currentPane()->setConversation(*welcome);
+    }
+    window.show();
+    if (!opened.message.isEmpty()) window.statusBar()->showMessage(opened.message, 15000);
+    if (!plan.notice.isEmpty()) window.statusBar()->showMessage(plan.notice, 15000);
+    if (opened.status == es::OpenResult::Status::RecoveredFromCorruption && !cli.isSet(smokeTest))
+        QMessageBox::warning(&window, QObject::tr("Database recovered"), opened.message);
+    if (cli.isSet(connectUrl))
+        window.connectToEndpoint({es::normalizeBaseUrl(cli.value(connectUrl)),
+                                  qEnvironmentVariable("EXPERTSCOPE_API_KEY"), cli.value(servedModel)});
+    else if (!plan.modelToOpen.isEmpty())
+        window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
+
+    // Documentation screenshots: send a prompt, grab the window mid-reply, quit.
+    if (cli.isSet(profilerTab)) {
+        const std::optional<es::ProfilerPanel::Tab> tab = es::ProfilerPanel::tabFromName(cli.value(profilerTab));
+        if (!tab) {
+            std::fprintf(stderr, "expertscope: --profiler-tab: expected routing, compare, latency or memory, got \"%s\"\n",
+                         qPrintable(cli.value(profilerTab)));
+            return 2;
+        }
+        window.profilerDock()->show();
+        window.profilerPanel()->setCurrentTab(*tab);
+    }
+    // Prompts still to send (several --demo-prompt: one after another, each when the last ended).
+    auto pendingPrompts = std::make_shared<QStringList>(cli.values(demoPrompt));
+    if (cli.isSet(demoPrompt)) {
+        auto sendNext = [&window, pendingPrompts] {
+            if (!pendingPrompts->isEmpty()) window.currentPane()->send(pendingPrompts->takeFirst());
+        };
+        QObject::connect(&session, &es::EngineSession::modelLoaded, &window, sendNext);
+        QObject::connect(&session, &es::EngineSession::replyFinished, &window,
+                         [sendNext] { QTimer::singleShot(0, sendNext); });
+    }
+    if (cli.isSet(screenshot)) {
+        const QString file = cli.value(screenshot);
+        const int delay = cli.value(shotDelay).toInt();
+        auto *shot = new QTimer(&window);
+        shot->setSingleShot(true);
+        QObject::connect(shot, &QTimer::timeout, &window, [&window, file] {
+            window.grab().save(file);
+            window.close();
+        });
+        QObject::connect(&session, &es::EngineSession::tokensGenerated, shot, [shot, delay, pendingPrompts] {
+            if (!shot->isActive() && pendingPrompts->isEmpty()) shot->start(delay);
+        });
+        QObject::connect(&session, &es::EngineSession::modelLoadFailed, &window, [&window] { window.close(); });
+    }
+
+    if (*smokeFailed) { // failed before the event loop ran
+        es::markCleanExit();
+        return 1;
+    }
+    const int rc = app.exec();
+    es::markCleanExit();
+    return rc;
+}
