@@ -12,6 +12,7 @@
 // (cuda_loader.h); without a usable GPU the command fails with the reason.
 #include "cli_commands.h"
 
+#include "engine/core/switches.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine/cuda/cuda_module_abi.h"
 #include "engine/runtime/generate.h"
@@ -355,6 +356,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     std::printf("\ndecode reads %.1f MB of weights per token; MBU against %.2f TB/s; weights built in %.1f s\n"
                 "GPU memory: %s\nCUDA graphs: %s\n",
                 bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str(), cb->graph_status().c_str());
+    for (const std::string &n : ignored_switches())
+        std::printf("%s is set but ignored: it changes results, which only developer builds allow\n", n.c_str());
     if (prec == weight_precision::fp8)
         std::printf(
             "FP8 activations of steps above 8 tokens: %s%s%s; head %s, attention output %s; scales per %s\n",

@@ -4,6 +4,7 @@
 // expert counts per MoE layer and the memory in use; plus the machine and the model's identity.
 // Qt-free like the rest of the CLI; the fields are documented in docs/reports.md.
 #include "cli_commands.h"
+#include "es_build_info.h"
 
 #include "engine/backend/backend.h"
 

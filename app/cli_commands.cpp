@@ -1,6 +1,7 @@
 // expertscope-cli info / logits / generate (see cli_commands.h).
 #include "cli_commands.h"
 
+#include "engine/core/switches.h"
 #include "engine/model/chat_template.h"
 #include "engine/model/model_tensors.h"
 #include "engine/model/npy.h"
@@ -74,6 +75,33 @@ backend_kind to_kind(const std::string &s) {
 }
 
 } // namespace
+
+int cmd_switches(bool json) {
+    const bool dev = developer_switches_enabled();
+    if (json) {
+        nlohmann::json rows = nlohmann::json::array();
+        for (const switch_info &s : all_switches())
+            rows.push_back({{"name", s.name},
+                            {"type", s.type == switch_type::flag ? "flag" : s.type == switch_type::integer ? "integer" : "text"},
+                            {"default", s.default_value},
+                            {"meaning", s.meaning},
+                            {"exact", s.exact},
+                            {"honoured", s.exact || dev}});
+        std::printf("%s\n", nlohmann::json{{"developer_build", dev}, {"switches", rows}}.dump(2).c_str());
+        return 0;
+    }
+    std::printf("Runtime switches (environment variables). Exact ones change timing or placement only;\n"
+                "the others are measuring aids that change results, honoured only in developer builds\n"
+                "(this build: %s).\n\n",
+                dev ? "developer, all honoured" : "release, result-changing switches ignored");
+    for (const switch_info &s : all_switches())
+        std::printf("%-32s %-8s %-7s default %s\n    %s\n", s.name,
+                    s.type == switch_type::flag ? "flag" : s.type == switch_type::integer ? "integer" : "text",
+                    s.exact ? "exact" : "changes", s.default_value, s.meaning);
+    for (const std::string &n : ignored_switches())
+        std::printf("\nset but ignored in this build: %s\n", n.c_str());
+    return 0;
+}
 
 int cmd_info(const std::string &model_dir, bool json) {
     auto cfg = load_model_config(model_dir);

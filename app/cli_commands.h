@@ -53,6 +53,8 @@ inline kv_cache_dtype to_kv_cache_dtype(const std::string &s) {
 }
 
 int cmd_info(const std::string &model_dir, bool json);
+// The runtime switches (engine/core/switches.h) as a table, or JSON.
+int cmd_switches(bool json);
 int cmd_logits(const std::string &model_dir, const std::string &ids, const std::string &out, const common_opts &o);
 
 struct generate_opts {

@@ -3,6 +3,7 @@
 // interface is stable: checks outside the test suite rely on it.
 #include "cli_commands.h"
 #include "engine/cuda/cuda_loader.h"
+#include "es_build_info.h"
 
 #include <CLI/CLI.hpp>
 
@@ -208,6 +209,11 @@ int main(int argc, char **argv) {
     selftest->add_flag("--models-only", st.models_only, "skip the kernel checks");
     selftest->add_option("--only", st.only, "run only the checks whose name contains TEXT (e.g. \"moe_front\")");
 
+    bool switches_json = false;
+    auto *switches = app.add_subcommand("switches", "The environment variables the engine reads: type, default, "
+                                                    "what each changes, whether results stay exact");
+    switches->add_flag("--json", switches_json, "as JSON");
+
 #if ES_CLI_HAVE_REPORT
     report_opts rp;
     auto *report = app.add_subcommand(
@@ -252,6 +258,7 @@ int main(int argc, char **argv) {
     try {
         if (*info) return cmd_info(model_dir, info_json);
         if (*selftest) return cmd_selftest(st);
+        if (*switches) return cmd_switches(switches_json);
         if (*logits) return cmd_logits(model_dir, ids, out, common);
         if (*gen) return cmd_generate(g, common);
         if (*serve) {

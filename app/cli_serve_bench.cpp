@@ -2,6 +2,7 @@
 // prefix cache), at several concurrency levels in one run, so throughput is reported against the
 // single-request baseline measured the same way. Output follows `vllm bench serve`.
 #include "cli_commands.h"
+#include "es_build_info.h"
 
 #include "engine/runtime/engine.h"
 

@@ -2,6 +2,7 @@
 // per-message QJsonDocuments so that only one message is in memory at a time; Qt writes object
 // keys sorted and doubles in their shortest exact form, which makes the output deterministic.
 #include "conversation_export.h"
+#include "es_build_info.h"
 
 #include "chat_store.h"
 #include "report_writers.h"

@@ -1,5 +1,6 @@
 // Report builders and the profile's JSON form (see report_data.h).
 #include "report_data.h"
+#include "es_build_info.h"
 
 #include "chat_store.h"
 #include "latency_stats.h"

@@ -42,7 +42,7 @@ struct cuda_backend_params {
     bool use_graphs = true;                            // decode-sized steps replayed as CUDA graphs
     // The FP8 routed experts' gate/up stacks stored tile-major (kernels/fp8_tile_major.cuh), the
     // order decode's tensor-core gate/up reads (on the H200 the 21B-A3B's step 1.8% shorter than
-    // row-major, docs/benchmarks.md session 15); taken only where it applies (FP8, per-channel
+    // row-major); taken only where it applies (FP8, per-channel
     // scales, n_ff_exp % 16 == 0, n_embd % 64 == 0, the tensor-core gate/up in its default shape),
     // else the stacks stay row-major and the bench's graph line says why. false: row-major always.
     bool moe_tile_major = true;

@@ -3,6 +3,7 @@
 // symbols stay its own). A module that fails to load is never retried in this process.
 #include "engine/cuda/cuda_loader.h"
 
+#include "engine/core/switches.h"
 #include "engine/cuda/cuda_module_abi.h"
 
 #include <dlfcn.h>
@@ -80,7 +81,7 @@ void load_module() {
         s.error = "this build has no CUDA backend (no CUDA toolkit was found when it was built)";
         return;
     }
-    const char *env = std::getenv("EXPERTSCOPE_CUDA_MODULE");
+    const std::optional<std::string> env = switch_value("EXPERTSCOPE_CUDA_MODULE");
     const std::vector<std::string> candidates = cuda_module_candidates();
     std::string found;
     for (const auto &c : candidates) {
@@ -91,9 +92,9 @@ void load_module() {
         }
     }
     if (found.empty()) {
-        if (env && *env) {
-            s.path = env;
-            s.error = std::string("EXPERTSCOPE_CUDA_MODULE names ") + env + ", which is not a file";
+        if (env) {
+            s.path = *env;
+            s.error = "EXPERTSCOPE_CUDA_MODULE names " + *env + ", which is not a file";
             return;
         }
         std::string where;
@@ -184,8 +185,8 @@ std::string cuda_version_string(int v) {
 
 std::vector<std::string> cuda_module_candidates() {
     std::vector<std::string> out;
-    if (const char *env = std::getenv("EXPERTSCOPE_CUDA_MODULE"); env && *env) {
-        out.push_back(env);
+    if (const auto env = switch_value("EXPERTSCOPE_CUDA_MODULE")) {
+        out.push_back(*env);
         return out;
     }
     std::error_code ec;

@@ -11,6 +11,7 @@
 #include "engine/cuda/selftest_api.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_tensors.h"
+#include "es_build_info.h"
 
 #include <cstdint>
 #include <memory>

@@ -22,6 +22,7 @@
 #include "conversation_sidebar.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine_session.h"
+#include "es_build_info.h"
 #include "main_window.h"
 #include "profiler_panel.h"
 #include "translations.h"

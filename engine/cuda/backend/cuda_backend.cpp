@@ -8,6 +8,7 @@
 #include "engine/cuda/backend/cuda_backend.h"
 
 #include "engine/core/dtype.h"
+#include "engine/core/switches.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine/cuda/cuda_twin_model.h"
 #include "engine/cuda/device_allocator.h"
@@ -64,8 +65,7 @@ constexpr int64_t k_graph_max_tokens = 8;
 // needs a few dozen over a long reply, a server's mix of batches can ask for thousands.
 constexpr size_t k_max_graphs = 256;
 // Steps of at most this many tokens fuse norms, RoPE/KV writes and the MoE front into fewer
-// launches (gemv.cuh, moe_front.cuh). Measured on the H200 (docs/benchmarks.md, session 4): one
-// token gains 3–5%; at 4 and 8 tokens the fused kernels, which normalize every row in every
+// launches (gemv.cuh, moe_front.cuh). On the H200 one token gains 3–5%; at 4 and 8 tokens the fused kernels, which normalize every row in every
 // block, lose 20–35% against the separate launches.
 constexpr int64_t k_fuse_max_tokens = 1;
 // Attention of decode-sized steps splits each sequence's KV range over up to this many blocks
@@ -404,133 +404,83 @@ public:
                          "activations, weights dequantized";
             m_act = activation_format::bf16;
         }
-        // Programmatic dependent launch from Hopper on (kernel_common.h); ES_CUDA_PDL=0 keeps it
-        // off, for measuring what it buys.
-        const char *pdl = std::getenv("ES_CUDA_PDL");
-        set_programmatic_launch(dev.cc_major >= 9 && !(pdl && std::string(pdl) == "0"));
-        // A measuring aid: ES_CUDA_MOE_DOWN=gather keeps decode's routed down projection in one
-        // kernel that gathers every choice of an output element (the default is per-slot rows
-        // plus moe_combine).
-        if (const char *md = std::getenv("ES_CUDA_MOE_DOWN")) m_moe_down_rows = std::string(md) != "gather";
-        // A measuring aid: ES_CUDA_FUSE=0 runs decode's fused launches (norm into the following
-        // GEMV, RoPE + KV write in the q/k/v GEMV's epilogue) as the separate kernels.
-        if (const char *fu = std::getenv("ES_CUDA_FUSE")) m_fuse = std::string(fu) != "0";
-        if (const char *kc = std::getenv("ES_CUDA_KV_SPLIT_CHUNKS"))
-            m_kv_split_chunks = std::max(1, std::atoi(kc));
-        // A measuring aid: ES_CUDA_MOE_DOWN_ROWS_PER_WARP=1, 2 or 4 has each warp of decode's
-        // routed-expert down GEMV compute that many output rows, their loads issued together
-        // (bit-identical output); unset, the kernel's default (2 where the loads fit in registers).
-        if (const char *rw = std::getenv("ES_CUDA_MOE_DOWN_ROWS_PER_WARP")) {
-            const std::string v(rw);
-            if (v != "1" && v != "2" && v != "4")
-                throw load_error("ES_CUDA_MOE_DOWN_ROWS_PER_WARP must be 1, 2 or 4, not '" + v + "'");
-            m_moe_down_rows_per_warp = std::stoi(v);
+        read_switches(dev);
+    }
+
+    // The runtime switches (core/switches.h has each one's meaning; those that change results
+    // are read only in developer builds).
+    void read_switches(const cuda_device_info &dev) {
+        set_programmatic_launch(dev.cc_major >= 9 && switch_flag("ES_CUDA_PDL", true));
+        m_moe_down_rows = switch_value("ES_CUDA_MOE_DOWN").value_or("rows") != "gather";
+        m_fuse = switch_flag("ES_CUDA_FUSE", m_fuse);
+        m_kv_split_chunks = int(std::max<int64_t>(1, switch_int("ES_CUDA_KV_SPLIT_CHUNKS", m_kv_split_chunks)));
+        if (const auto rw = switch_value("ES_CUDA_MOE_DOWN_ROWS_PER_WARP")) {
+            if (*rw != "1" && *rw != "2" && *rw != "4")
+                throw load_error("ES_CUDA_MOE_DOWN_ROWS_PER_WARP must be 1, 2 or 4, not '" + *rw + "'");
+            m_moe_down_rows_per_warp = std::stoi(*rw);
         }
-        if (const char *mt = std::getenv("ES_CUDA_MOE_GEMV_MAX_TOKENS"))
-            m_moe_gemv_max_tokens = std::max(0, std::atoi(mt));
-        // A measuring aid: ES_CUDA_MOE_SLOT_COUNTERS=0 has decode's routed down GEMV wait for the
-        // whole gate/up kernel instead of each slot's rows.
-        if (const char *sc = std::getenv("ES_CUDA_MOE_SLOT_COUNTERS")) m_moe_slot_counters = std::string(sc) != "0";
-        // A measuring aid: ES_CUDA_ROUTER_TILES_MIN=N routes steps of at least N tokens in token
-        // tiles (moe_router.cuh: tiles_min_tokens; 0: never).
-        if (const char *rt = std::getenv("ES_CUDA_ROUTER_TILES_MIN"))
-            m_router_tiles_min = std::max<int64_t>(0, std::atoll(rt));
-        // A measuring aid: ES_CUDA_MOE_WGMMA=0 keeps prefill's grouped expert GEMM on mma.sync
-        // where the warpgroup-MMA kernel would apply (moe_grouped_gemm.cuh: allow_wgmma).
-        if (const char *wm = std::getenv("ES_CUDA_MOE_WGMMA")) m_moe_wgmma = std::string(wm) != "0";
-        // A measuring aid: ES_CUDA_MOE_WGMMA_MIN=N takes that kernel from N routed slots per expert
-        // (moe_grouped_gemm_wgmma_min_slots_per_expert), for the crossover sweep.
-        if (const char *wn = std::getenv("ES_CUDA_MOE_WGMMA_MIN"))
-            m_moe_wgmma_min = std::max<int64_t>(0, std::atoll(wn));
-        // A measuring aid: ES_CUDA_MOE_FP8_ACT=0 gives that kernel BF16 activations (the routed
-        // experts' codes are then not the dense linears' kind; results differ from the twin's).
-        if (const char *fa = std::getenv("ES_CUDA_MOE_FP8_ACT")) m_moe_fp8_act = std::string(fa) != "0";
-        // Decode's routed gate/up on tensor cores (moe_gate_up_gemv.cuh: mma; FP8 with per-row
-        // scales), every tile at once: the 21B-A3B's step 1,630 -> 1,599 us on the H200 (session 13).
-        // A measuring aid: ES_CUDA_MOE_MMA=0 keeps the CUDA-core kernel, =r takes r rounds of tiles.
-        if (const char *mm = std::getenv("ES_CUDA_MOE_MMA")) m_moe_mma = std::max(0, std::atoi(mm));
-        // A measuring aid: ES_CUDA_MOE_MMA_SHAPE=warps/tiles/depth[/wave] picks another instance
-        // of that kernel (moe_gate_up_gemv.cuh: mma_shape); a shape it has no instance of is refused.
-        if (const char *ms = std::getenv("ES_CUDA_MOE_MMA_SHAPE")) {
-            moe_gate_up_gemv_params::mma_shape_t m;
-            std::vector<std::string> part;
-            for (std::string v(ms); !v.empty();) {
-                const size_t slash = v.find('/');
-                part.push_back(v.substr(0, slash));
-                v = slash == std::string::npos ? "" : v.substr(slash + 1);
-            }
-            bool ok = part.size() >= 3;
-            try {
-                if (ok) {
-                    m.warps = std::stoi(part[0]);
-                    m.tiles = std::stoi(part[1]);
-                    m.depth = std::stoi(part[2]);
-                }
-            } catch (const std::exception &) {
-                ok = false;
-            }
-            for (size_t k = 3; ok && k < part.size(); ++k) {
-                if (part[k] == "wave")
-                    m.wave = true;
-                else
-                    ok = false;
-            }
-            if (!ok || !moe_gate_up_mma_shape_ok(m))
-                throw load_error(std::string("ES_CUDA_MOE_MMA_SHAPE='") + ms +
-                                 "' is not a shape of the routed gate/up's tensor-core kernel "
-                                 "(warps/tiles/depth[/wave]; kernels/moe_gate_up_gemv.cu lists them)");
-            m_moe_mma_shape = m;
-        }
-        // ES_CUDA_MOE_TILE_MAJOR=0|1 overrides the parameter (a measuring aid: the row-major stacks).
-        m_moe_tile_major = p.moe_tile_major;
-        if (const char *tm = std::getenv("ES_CUDA_MOE_TILE_MAJOR")) m_moe_tile_major = std::string(tm) == "1";
-        if (const char *mg = std::getenv("ES_CUDA_MAX_GRAPHS")) m_max_graphs = size_t(std::max(1, std::atoi(mg)));
-        // A measuring aid: ES_CUDA_CARVEOUT=percent gives every kernel the same shared-memory
-        // carveout preference (kernel_common.h).
-        if (const char *co = std::getenv("ES_CUDA_CARVEOUT")) set_kernel_carveout(std::atoi(co));
-        // A measuring aid: ES_CUDA_GEMV_PRELOAD_MIN_KB=KiB moves the floor above which one-token
-        // GEMVs load their rows into registers before the wait (gemv.cuh; default 4096).
-        if (const char *pm = std::getenv("ES_CUDA_GEMV_PRELOAD_MIN_KB"))
-            set_gemv_preload_min_bytes(int64_t(std::max(0, std::atoi(pm))) << 10);
-        // A measuring aid: ES_CUDA_NORM_ROWS=2|3 fixes the rows a warp of the dense MLP's fused-norm
-        // gate/up takes (moe_gate_up_gemv.cuh).
-        if (const char *nr = std::getenv("ES_CUDA_NORM_ROWS")) set_moe_gate_up_norm_rows(std::atoi(nr));
-        // A measuring aid: ES_CUDA_L2_PREFETCH_KB=KiB caps what a decode GEMV sends towards L2
-        // before its wait (kernel_common.h: l2_prefetch_max_bytes; default 8192); -1: no cap.
-        if (const char *lp = std::getenv("ES_CUDA_L2_PREFETCH_KB")) {
-            const long long kb = std::atoll(lp);
+        m_moe_gemv_max_tokens = std::max<int64_t>(0, switch_int("ES_CUDA_MOE_GEMV_MAX_TOKENS", m_moe_gemv_max_tokens));
+        m_moe_slot_counters = switch_flag("ES_CUDA_MOE_SLOT_COUNTERS", m_moe_slot_counters);
+        m_router_tiles_min = std::max<int64_t>(0, switch_int("ES_CUDA_ROUTER_TILES_MIN", m_router_tiles_min));
+        m_moe_wgmma = switch_flag("ES_CUDA_MOE_WGMMA", m_moe_wgmma);
+        m_moe_wgmma_min = std::max<int64_t>(0, switch_int("ES_CUDA_MOE_WGMMA_MIN", m_moe_wgmma_min));
+        m_moe_fp8_act = switch_flag("ES_CUDA_MOE_FP8_ACT", m_moe_fp8_act);
+        m_moe_mma = int(std::max<int64_t>(0, switch_int("ES_CUDA_MOE_MMA", m_moe_mma)));
+        if (const auto ms = switch_value("ES_CUDA_MOE_MMA_SHAPE")) m_moe_mma_shape = parse_mma_shape(*ms);
+        m_moe_tile_major = switch_flag("ES_CUDA_MOE_TILE_MAJOR", m_params.moe_tile_major);
+        m_max_graphs = size_t(std::max<int64_t>(1, switch_int("ES_CUDA_MAX_GRAPHS", int64_t(m_max_graphs))));
+        if (const auto co = switch_value("ES_CUDA_CARVEOUT")) set_kernel_carveout(std::atoi(co->c_str()));
+        if (const auto pm = switch_value("ES_CUDA_GEMV_PRELOAD_MIN_KB"))
+            set_gemv_preload_min_bytes(int64_t(std::max(0, std::atoi(pm->c_str()))) << 10);
+        if (const auto nr = switch_value("ES_CUDA_NORM_ROWS")) set_moe_gate_up_norm_rows(std::atoi(nr->c_str()));
+        if (const auto lp = switch_value("ES_CUDA_L2_PREFETCH_KB")) {
+            const long long kb = std::atoll(lp->c_str());
             set_l2_prefetch_max_bytes(kb < 0 ? -1 : int64_t(kb) << 10);
         }
-        // A measuring aid: ES_CUDA_COMBINE_NORM=0 has decode's q/k/v GEMV normalize its input
-        // itself instead of reading the norm moe_combine wrote (moe_combine.cuh: norm_out).
-        if (const char *cn = std::getenv("ES_CUDA_COMBINE_NORM")) m_combine_norm = std::atoi(cn) != 0;
-        // A measuring aid: ES_CUDA_HEAD_PICK=0 has greedy one-row steps take their candidate from
-        // topk_logits after the head, as sampled steps do, instead of from the head's GEMV.
-        if (const char *hp = std::getenv("ES_CUDA_HEAD_PICK")) m_head_pick = std::atoi(hp) != 0;
-        // A measuring aid: ES_CUDA_ZERO_COPY=0 has candidates steps' graphs leave their input
-        // upload and download to copies around each replay (run(): zero-copy I/O).
-        if (const char *zc = std::getenv("ES_CUDA_ZERO_COPY")) m_zero_copy = std::atoi(zc) != 0;
-        // A measuring aid: ES_CUDA_ATTN_CLUSTER=0 has decode attention merge its KV splits through
-        // memory and a counter instead of inside a thread-block cluster (attention.cuh).
-        if (const char *ac = std::getenv("ES_CUDA_ATTN_CLUSTER"))
-            set_attention_cluster_merge(std::atoi(ac) != 0);
-        // ES_CUDA_ATTN_MERGE=push: that merge by pushes into the merging blocks instead of pulls.
-        if (const char *am = std::getenv("ES_CUDA_ATTN_MERGE"))
-            set_attention_merge_push(std::string(am) == "push");
-        // A measuring aid: ES_CUDA_SKIP_OPS=name,name… leaves out every launch whose name contains
-        // one of them (the results are wrong; the time saved is what those launches cost).
-        if (const char *skip = std::getenv("ES_CUDA_SKIP_OPS")) {
+        m_combine_norm = switch_flag("ES_CUDA_COMBINE_NORM", m_combine_norm);
+        m_head_pick = switch_flag("ES_CUDA_HEAD_PICK", m_head_pick);
+        m_zero_copy = switch_flag("ES_CUDA_ZERO_COPY", m_zero_copy);
+        if (switch_value("ES_CUDA_ATTN_CLUSTER")) set_attention_cluster_merge(switch_flag("ES_CUDA_ATTN_CLUSTER", true));
+        if (const auto am = switch_value("ES_CUDA_ATTN_MERGE")) set_attention_merge_push(*am == "push");
+        if (const auto skip = switch_value("ES_CUDA_SKIP_OPS")) {
             std::string cur;
-            for (const char *q = skip;; ++q) {
-                if (*q == ',' || *q == 0) {
-                    if (!cur.empty()) m_skip_ops.push_back(cur);
+            for (const char ch : *skip + ",") {
+                if (ch != ',') {
+                    cur += ch;
+                } else if (!cur.empty()) {
+                    m_skip_ops.push_back(cur);
                     cur.clear();
-                    if (!*q) break;
-                } else {
-                    cur += *q;
                 }
             }
         }
+    }
+
+    // "warps/tiles/depth[/wave]" → an instance of the tensor-core routed gate/up, or a refusal.
+    static moe_gate_up_gemv_params::mma_shape_t parse_mma_shape(const std::string &text) {
+        moe_gate_up_gemv_params::mma_shape_t m;
+        std::vector<std::string> part;
+        for (std::string v = text; !v.empty();) {
+            const size_t slash = v.find('/');
+            part.push_back(v.substr(0, slash));
+            v = slash == std::string::npos ? "" : v.substr(slash + 1);
+        }
+        bool ok = part.size() >= 3;
+        try {
+            if (ok) {
+                m.warps = std::stoi(part[0]);
+                m.tiles = std::stoi(part[1]);
+                m.depth = std::stoi(part[2]);
+            }
+        } catch (const std::exception &) {
+            ok = false;
+        }
+        for (size_t k = 3; ok && k < part.size(); ++k) ok = part[k] == "wave";
+        if (ok && part.size() > 3) m.wave = true;
+        if (!ok || !moe_gate_up_mma_shape_ok(m))
+            throw load_error("ES_CUDA_MOE_MMA_SHAPE='" + text +
+                             "' is not a shape of the routed gate/up's tensor-core kernel "
+                             "(warps/tiles/depth[/wave]; kernels/moe_gate_up_gemv.cu lists them)");
+        return m;
     }
     ~cuda_backend_impl() override {
         if (m_stream) cudaStreamSynchronize(m_stream);
@@ -881,8 +831,8 @@ public:
         if (!c.tie_word_embeddings) m_head_off = take(size_t(c.n_vocab * H) * 2);
         // fp8_policy::head: an E4M3 copy of the head, quantized from the BF16 table on the GPU, in
         // an allocation of its own: growing the weights' allocation by its size made the
-        // 21B-A3B's decode 2-5% slower on the H200 (docs/benchmarks.md, sessions 9 and 10), so the
-        // layers' allocation stays the same size with and without it.
+        // 21B-A3B's decode 2-5% slower on the H200, so the layers' allocation stays the same size
+        // with and without it.
         m_head_fp8 = dlin{};
         size_t head_arena = 0;
         if (fp8 && m_params.fp8.head) {
@@ -896,11 +846,10 @@ public:
         // Measuring aids: ES_CUDA_WEIGHTS_PAD_KB=N leaves N KiB unused before the layers' weights,
         // ES_CUDA_WEIGHTS_TAIL_KB=N after them. On the H200 the decode step depends on the weight
         // allocation's size, not on where the layers lie in it: 2 MiB more, either way, made the
-        // 21B-A3B's step 3% slower, and an FP8 head copy's 253 MiB 5% (docs/benchmarks.md, session 9;
-        // the copy has had an allocation of its own since session 10).
+        // 21B-A3B's step 3% slower, and an FP8 head copy's 253 MiB inside it 5% (hence the copy's
+        // allocation of its own, above).
         auto env_kib = [](const char *name) -> size_t { // 0 when unset; at most 1 TiB
-            const char *v = std::getenv(name);
-            return v ? size_t(std::clamp<long long>(std::strtoll(v, nullptr, 10), 0, 1LL << 30)) << 10 : 0;
+            return size_t(std::clamp<int64_t>(switch_int(name, 0), 0, int64_t(1) << 30)) << 10;
         };
         if (const size_t pad = env_kib("ES_CUDA_WEIGHTS_PAD_KB")) take(pad);
         m_layers.assign(size_t(c.n_layer), dlayer{});
@@ -1207,8 +1156,8 @@ private:
     // then weights [n_moe, T, K], then the candidates — ids [R, n], logits [R, n], row max [R],
     // row sums [R] (double, 8-aligned) — 16-byte aligned after them. Placed for this forward's T
     // (a graph's key holds T), so a step with candidates downloads its record and its candidates
-    // in one transfer, where the record took two more (on the H200 the telemetry's price on the
-    // 4-layer 21B-A3B went −1.0% → −0.2% of tg128: docs/benchmarks.md, session 12).
+    // in one transfer, where the record would take two more (the telemetry's price on the
+    // H200 is then about 0.2% of a 4-layer 21B-A3B's tg128 instead of 1%).
     struct out_layout {
         size_t ids, wts, cand;
     };
@@ -1458,14 +1407,14 @@ private:
     // 21B-A3B's 253 MiB copy in an allocation of its own size, the routed gate/up GEMV of every MoE
     // layer ran ~1.4 µs slower on the H200 (17.6–18.2 against 16.4–16.6 µs; 2 MiB more: 20.6); at 1
     // or 2 GiB it runs as without the copy, the step 1,484–1,492 → 1,451–1,461 µs (the 0.3B's 101 MiB
-    // copy: no difference; docs/benchmarks.md, session 23). Why one allocation's placement slows the
-    // reads of another was not found (session 9's finding for the layers' own allocation).
+    // copy: no difference). Why one allocation's placement slows the reads of another is not
+    // known; the layers' own allocation shows the same (build(), ES_CUDA_WEIGHTS_PAD_KB).
     // ES_CUDA_HEAD_ALLOC_MIB=N (a measuring aid) takes max(N MiB, the copy) instead.
     size_t head_copy_alloc_bytes(size_t bytes) const {
         if (bytes == 0) return 0;
         const size_t want = size_t(1) << 30;
-        if (const char *v = std::getenv("ES_CUDA_HEAD_ALLOC_MIB"))
-            return std::max(bytes, size_t(std::clamp(std::atoll(v), 0LL, 1LL << 20)) << 20);
+        if (const auto v = switch_value("ES_CUDA_HEAD_ALLOC_MIB"))
+            return std::max(bytes, size_t(std::clamp(std::atoll(v->c_str()), 0LL, 1LL << 20)) << 20);
         if (bytes >= want || bytes < want / 8) return bytes;
         size_t free_b = 0, total_b = 0;
         if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
@@ -2195,8 +2144,8 @@ private:
         // Zero-copy I/O: a candidates step's graph reads its inputs from the slot's pinned mirror
         // and writes its download block to the slot's m_pinned_io itself (copy_bytes kernels, the
         // device reaching pinned host memory directly), so that a replay is one launch call and no
-        // transfer (docs/benchmarks.md, session 24: the host's share of a 21B-A3B token 14.5-15.7
-        // → 9.4-10.8 µs). The same transfers as copies inside the graph made its launch call 3-7×
+        // transfer (the host's share of a 21B-A3B token 9.4-10.8 µs instead of 14.5-15.7 with
+        // transfers around the replay). The same transfers as copies inside the graph made its launch call 3-7×
         // longer. ES_CUDA_ZERO_COPY=0 keeps the transfers around every step.
         const bool io_in_graph = m_zero_copy && cand_block;
         const size_t dl_from = nk ? 0 : cand_rel, dl_bytes = cand_rel - dl_from + logit_bytes;

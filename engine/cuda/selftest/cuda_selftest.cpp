@@ -1055,7 +1055,7 @@ struct expert_weights {
 // seconds of random numbers and quantization on the CPU per case. Empty: every expert.
 // The experts are filled and quantized on threads of their own, each with a generator seeded from
 // rng() in expert order (the values do not depend on the thread count): the 21B-A3B's T = 8 cases
-// spent ~20 s of a self-test here on one core (session 15).
+// would spend ~20 s of a self-test here on one core.
 expert_weights make_expert_weights(weight_format f, int64_t rows, int64_t k,
                                    scale_layout L = scale_layout::channel, int64_t stack = 1,
                                    const std::vector<int32_t> &used = {}) {
@@ -2772,8 +2772,8 @@ std::vector<float> logits_decode(backend &be, const std::vector<int32_t> &prompt
 // seed; the kernels read each stack in its own order but add the same products in the same order.
 // The one-token GEMVs of n = 2,560 rows split k and add the parts with atomics (gemv.cuh), so two
 // runs of one load may already differ in the last bits, and 24 decode steps amplify that: on the
-// H200 the decode rows have given 0 … 2.5e-10 (sessions 15-17) and 1.3e-8 once (session 18's full
-// self-test; four re-runs of the same build 0, 0, 7.7e-11, 7.7e-11). A stack read in the wrong
+// H200 the decode rows give 0 … 2.5e-10, rarely up to ~1.3e-8 (re-runs of one build: 0, 0,
+// 7.7e-11, 7.7e-11). A stack read in the wrong
 // order gives ~1, so the limit is an NMSE of 1e-5; the logits differing in any bit are information.
 void test_tile_major_model(runner &R) {
     const std::string name =
