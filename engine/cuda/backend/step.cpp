@@ -1,0 +1,347 @@
+// The asynchronous step: forward = submit + finish. submit plans the step, packs its inputs into
+// a pinned slot and launches it (a graph or eagerly) with its outputs' download; finish waits for
+// the slot's event and unpacks the routing record and the logits or candidates. Fed tokens (the
+// previous step's greedy pick) are patched on the GPU where its candidates still are.
+#include "engine/cuda/backend/cuda_backend_impl.h"
+
+#include "kernels/copy_bytes.cuh"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+namespace es {
+
+status cuda_backend_impl::forward(const batch &b, forward_output &out) {
+    if (!m_flight.empty()) return error{"forward: a submitted forward is not finished (finish it first)"};
+    const auto t0 = std::chrono::steady_clock::now();
+    if (auto s = submit(b); !s) return s;
+    auto s = finish(out);
+    if (s) out.phases.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return s;
+}
+
+status cuda_backend_impl::submit(const batch &b) {
+    return catch_errors([&]() -> status {
+        check_usable();
+        guard_sticky([&] {
+            if (m_flight.size() >= 2) throw load_error("submit: two forwards are in flight already; finish one first");
+            check_batch(b, true);
+            m_flight.push_back(start(b));
+        });
+        return ok_status();
+    });
+}
+
+status cuda_backend_impl::finish(forward_output &out) {
+    return catch_errors([&]() -> status {
+        if (m_flight.empty()) throw load_error("finish: no forward was submitted");
+        pending_forward p = std::move(m_flight.front());
+        m_flight.pop_front();
+        if (p.done) {
+            if (p.st) out = std::move(p.out);
+            return p.st;
+        }
+        check_usable();
+        guard_sticky([&] { collect(p, out, m_flight.empty()); });
+        return ok_status();
+    });
+}
+
+status cuda_backend_impl::logits_row(int32_t row, std::span<float> out) {
+    return catch_errors([&]() -> status {
+        check_usable();
+        if (!m_flight.empty())
+            throw load_error("logits_row: a forward is in flight (the workspace's rows are the newer one's)");
+        if (row < 0 || row >= m_last_rows)
+            throw load_error("logits_row: row " + std::to_string(row) +
+                             " is not a logits row of the last forward pass (" +
+                             std::to_string(m_last_rows) + " rows)");
+        if (int64_t(out.size()) != m_cfg.n_vocab)
+            throw load_error("logits_row: the output holds " + std::to_string(out.size()) +
+                             " values, n_vocab is " + std::to_string(m_cfg.n_vocab));
+        const size_t bytes = size_t(m_cfg.n_vocab) * 4;
+        if (m_io[0].logits.bytes() < bytes)
+            m_io[0].logits.alloc(size_t(k_graph_max_tokens * m_cfg.n_vocab) * 4, "pinned logits buffer");
+        ck(cudaMemcpyAsync(m_io[0].logits.at(), m_work.at(m_lay.logits + size_t(row) * bytes), bytes,
+                           cudaMemcpyDeviceToHost, m_stream),
+           "logits row download");
+        ck(cudaStreamSynchronize(m_stream), "logits row download");
+        std::memcpy(out.data(), m_io[0].logits.at(), bytes);
+        return ok_status();
+    });
+}
+
+void cuda_backend_impl::drain() {
+    for (pending_forward &p : m_flight)
+        if (!p.done) {
+            p.done = true;
+            try {
+                collect(p, p.out, &p == &m_flight.back());
+            } catch (const load_error &e) {
+                p.st = error{e.what()};
+            }
+        }
+}
+
+auto cuda_backend_impl::start(const batch &b) -> pending_forward {
+    using hclk = std::chrono::steady_clock;
+    pending_forward pf;
+    pf.h0 = hclk::now();
+    check_step_request(b);
+    pf.T = b.n_tokens();
+    pf.R = int64_t(b.logits_rows.size());
+    if (pf.T == 0) {
+        pf.done = true;
+        pf.out.logits.clear();
+        m_fed.valid = false;
+        m_last_tops.clear();
+        m_last_tops_current = true;
+        return pf;
+    }
+    // The workspace grows only with nothing in flight (its pinned buffers hold their outputs).
+    const int64_t bt = int64_t(b.seqs.size()) * block_table_stride(b);
+    if (!workspace_fits(pf.T, pf.R, bt)) drain();
+    ensure_workspace(pf.T, pf.R, bt);
+    const int64_t prev_rows = m_fed.valid ? m_fed.R : int64_t(m_last_tops.size());
+    const int slot = m_flight.empty() ? 0 : 1 - m_flight.back().slot;
+    const step_plan p = plan_step(m_cfg, n_moe_layers(), b, current_plan_options(), m_fed, prev_rows, slot);
+    pf.slot = slot;
+    pf.top_n = p.top_n;
+    pf.nk = p.nk;
+    pf.cand_rel = p.cand_rel;
+    pf.logit_bytes = p.logit_bytes;
+    pf.via_pinned = p.via_pinned;
+    pf.cand_block = p.cand_block;
+    m_last_slot = slot;
+    m_last_in = p.in;
+    m_out = make_out_layout(m_lay.out, p.n_moe, p.T, m_cfg.n_expert_used);
+    pack_inputs(b, p, host_tokens(b, p));
+    if (p.sync_now) drain(); // (the forward's rows go straight into its output below)
+    if (!p.via_pinned) pf.out.logits.resize(size_t(p.R * m_cfg.n_vocab)); // every element is written below
+    pinned_buffer &pin_logits = m_io[slot].logits;
+    if (p.via_pinned && pin_logits.bytes() < p.cand_rel + p.logit_bytes)
+        pin_logits.alloc(std::max(p.cand_rel + p.logit_bytes, size_t(k_graph_max_tokens * m_cfg.n_vocab) * 4),
+                         "pinned logits buffer");
+    pf.h1 = hclk::now();
+    launch_step(p, pf);
+    // What the next forward's fed tokens read: these candidates, on the GPU.
+    m_fed = fed_source{m_out.cand, p.top_n, p.R, p.cand_block};
+    m_last_tops_current = false;
+    if (p.sync_now) {
+        collect(pf, pf.out, true);
+        pf.done = true;
+    }
+    return pf;
+}
+
+std::vector<int32_t> cuda_backend_impl::host_tokens(const batch &b, const step_plan &p) {
+    std::vector<int32_t> tokens(b.tokens);
+    if (!p.has_fed || p.fed_on_gpu) return tokens;
+    if (!m_last_tops_current) drain_for_tops();
+    for (int32_t &t : tokens)
+        if (t < 0) {
+            t = m_last_tops[size_t(-int64_t(t) - 1)];
+            if (t < 0)
+                throw load_error("batch: a fed token names a row of the previous forward that had no "
+                                 "candidate (every logit NaN)");
+        }
+    return tokens;
+}
+
+void cuda_backend_impl::pack_inputs(const batch &b, const step_plan &p, const std::vector<int32_t> &tokens) {
+    pinned_buffer &pin = m_io[p.slot].inputs;
+    const input_layout &il = p.in;
+    std::memcpy(pin.at(il.tokens), tokens.data(), size_t(p.T) * 4);
+    std::memcpy(pin.at(il.pos), b.pos.data(), size_t(p.T) * 4);
+    std::memcpy(pin.at(il.seq), b.seq.data(), size_t(p.T) * 4);
+    if (p.R) std::memcpy(pin.at(il.rows), b.logits_rows.data(), size_t(p.R) * 4);
+    for (int64_t r = 0; r < p.R; ++r)
+        pin.at<float>(il.temps)[r] = b.temperatures.empty() ? 0.0f : b.temperatures[size_t(r)];
+    std::memcpy(pin.at(il.tiles), p.tiles.data(), p.tiles.size() * 4);
+    int32_t *btp = pin.at<int32_t>(il.bt);
+    for (int64_t s = 0; s < p.S; ++s) {
+        const auto &tbl = b.seqs[size_t(s)].block_table;
+        std::copy(tbl.begin(), tbl.end(), btp + s * p.stride);
+        std::fill(btp + s * p.stride + int64_t(tbl.size()), btp + (s + 1) * p.stride, 0);
+    }
+}
+
+void cuda_backend_impl::launch_step(const step_plan &p, pending_forward &pf) {
+    using hclk = std::chrono::steady_clock;
+    io_slot &io = m_io[p.slot];
+    const input_layout &il = p.in;
+    // The inputs in: a copy, or (fed tokens on the GPU) copy_bytes patching them on the way.
+    copy_bytes_params in;
+    in.dst = m_inputs.at();
+    in.src = io.inputs.at();
+    in.bytes = il.total;
+    if (p.fed_on_gpu) {
+        in.fed_offset = il.tokens;
+        in.fed_n = p.T;
+        in.fed_ids = m_work.at<int32_t>(m_fed.cand);
+        in.fed_stride = m_fed.top_n;
+    }
+    const std::function<void()> upload = [&] {
+        if (p.fed_on_gpu)
+            op("inputs in", [&] { return launch_copy_bytes(in, m_stream); });
+        else
+            ck(cudaMemcpyAsync(m_inputs.at(), io.inputs.at(), il.total, cudaMemcpyHostToDevice, m_stream),
+               "input upload");
+    };
+    const std::function<void()> download = [&] {
+        if (p.cand_block) {
+            const size_t from = p.nk ? 0 : p.cand_rel; // the record too when it is on
+            ck(cudaMemcpyAsync(io.logits.at(from), m_work.at(m_out.ids + from), p.cand_rel - from + p.logit_bytes,
+                               cudaMemcpyDeviceToHost, m_stream),
+               "candidates download");
+        } else if (p.R)
+            ck(cudaMemcpyAsync(p.via_pinned ? io.logits.at() : static_cast<void *>(pf.out.logits.data()),
+                               m_work.at(m_lay.logits), p.logit_bytes, cudaMemcpyDeviceToHost, m_stream),
+               "logits download");
+        if (p.nk && !p.cand_block)
+            ck(cudaMemcpyAsync(io.record.at(), m_work.at(m_out.ids), size_t(p.nk) * 8, cudaMemcpyDeviceToHost,
+                               m_stream),
+               "routing download");
+    };
+    // Zero-copy I/O (plan: io_in_graph): the graph's first kernel reads the inputs from the slot's
+    // pinned mirror and its last writes the download block to the slot's `block` (the device
+    // reaching pinned host memory directly), so that a replay is one launch call and no transfer
+    // (a 21B-A3B token's host share 9.4-10.8 µs instead of 14.5-15.7 on the H200). The same
+    // transfers as copy nodes inside the graph make its launch call 3-7× longer.
+    const size_t dl_from = p.nk ? 0 : p.cand_rel, dl_bytes = p.cand_rel - dl_from + p.logit_bytes;
+    const std::function<void()> copy_in = [&] { op("inputs in", [&] { return launch_copy_bytes(in, m_stream); }); };
+    const std::function<void()> copy_out = [&] {
+        copy_bytes_params cp;
+        cp.dst = io.block.at(dl_from);
+        cp.src = m_work.at(m_out.ids + dl_from);
+        cp.bytes = dl_bytes;
+        op("download block out", [&] { return launch_copy_bytes(cp, m_stream); });
+    };
+    pf.h2 = pf.h1;
+    bool launched = false, io_done = false;
+    if (p.graphable && m_graph.error.empty()) {
+        auto it = m_graph.execs.find(p.key);
+        if (it != m_graph.execs.end()) {
+            if (!p.io_in_graph) upload();
+            pf.h2 = hclk::now();
+            m_graph.last = it->second;
+            m_graph.used[p.key] = ++m_graph.tick;
+            ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
+            note_graph_launch(it->second, p.slot);
+            launched = pf.replayed = true;
+            io_done = p.io_in_graph;
+        } else if (m_graph.seen.count(p.key)) {
+            if (!p.io_in_graph) upload();
+            m_inputs_by_kernel = p.io_in_graph || p.fed_on_gpu; // layer 0's GEMV reads them after its wait
+            launched = capture_and_launch(p, p.io_in_graph ? copy_in : nullptr, p.io_in_graph ? copy_out : nullptr);
+            io_done = launched && p.io_in_graph;
+            if (!launched && p.io_in_graph) upload(); // the eager launches below need the inputs
+        } else {
+            m_graph.seen.insert(p.key); // run eagerly once first: lazy initialization stays out of the graph
+            upload();
+        }
+    } else {
+        upload();
+    }
+    if (!launched) {
+        m_inputs_by_kernel = p.fed_on_gpu;
+        record_step(p);
+    }
+    pf.h3 = hclk::now();
+    if (!io_done) download();
+    ck(cudaEventRecord(io.done, m_stream), "cudaEventRecord");
+    pf.h4 = hclk::now();
+    pf.io_done = io_done;
+}
+
+void cuda_backend_impl::drain_for_tops() {
+    drain();
+    if (!m_last_tops_current)
+        throw load_error("batch: fed tokens need the previous forward's candidates (batch::top_n >= 1)");
+}
+
+void cuda_backend_impl::collect(pending_forward &pf, forward_output &out, bool latest) {
+    using hclk = std::chrono::steady_clock;
+    const auto &c = m_cfg;
+    const int64_t T = pf.T, R = pf.R, top_n = pf.top_n, nk = pf.nk, K = c.n_expert_used;
+    const int slot = pf.slot;
+    ck(cudaEventSynchronize(m_io[slot].done), "the forward pass");
+    ck(cudaGetLastError(), "the forward pass");
+    const auto h5 = hclk::now();
+    // The routing record's ids and weights and the candidates are sized and filled in place,
+    // so a caller that passes the same output every step (the bench, the engine) allocates
+    // nothing for them in a decode step.
+    routing_record &rr = out.routing;
+    rr.moe_layers.clear();
+    rr.n_expert_used = int32_t(c.n_expert_used);
+    logit_candidate_rows &cr = out.candidates;
+    cr.top_n = 0;
+    cr.ids.clear();
+    cr.logits.clear();
+    cr.row_max.clear();
+    cr.row_sum.clear();
+    out.phases = phase_times{};
+    if (&out != &pf.out) {
+        if (pf.via_pinned || R == 0) out.logits.clear();
+        else out.logits = std::move(pf.out.logits);
+    }
+    // The download block's host copy: written by the graph itself (zero-copy) or by the copy.
+    const unsigned char *dl = pf.io_done ? m_io[slot].block.at() : m_io[slot].logits.at();
+    if (pf.via_pinned && top_n > 0) {
+        const unsigned char *p = dl + pf.cand_rel;
+        cr.top_n = int32_t(top_n);
+        cr.ids.assign(reinterpret_cast<const int32_t *>(p), reinterpret_cast<const int32_t *>(p) + R * top_n);
+        p += size_t(R * top_n) * 4;
+        cr.logits.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R * top_n);
+        p += size_t(R * top_n) * 4;
+        cr.row_max.assign(reinterpret_cast<const float *>(p), reinterpret_cast<const float *>(p) + R);
+        const double *sums = reinterpret_cast<const double *>(dl + pf.cand_rel + cand_sums_offset(R, top_n));
+        cr.row_sum.assign(sums, sums + R);
+    } else if (pf.via_pinned) {
+        out.logits.resize(size_t(R * c.n_vocab));
+        std::memcpy(out.logits.data(), m_io[slot].logits.at(), pf.logit_bytes);
+    }
+    m_last_rows = R;
+    // The top candidates, for fed tokens of a next forward that cannot read them on the GPU.
+    m_last_tops.clear();
+    for (int64_t r = 0; r < (top_n > 0 ? R : 0); ++r) m_last_tops.push_back(cr.ids[size_t(r * top_n)]);
+    m_last_tops_current = latest && top_n > 0;
+    if (m_prof.on) collect_profile();
+    if (nk) {
+        const unsigned char *rec = pf.cand_block ? dl : m_io[slot].record.at();
+        const int32_t *ids = reinterpret_cast<const int32_t *>(rec);
+        const float *wts = reinterpret_cast<const float *>(rec + size_t(nk) * 4);
+        rr.ids.resize(size_t(n_moe_layers()));
+        rr.weights.resize(size_t(n_moe_layers()));
+        int64_t m = 0;
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+            if (!m_w.layers[il].is_moe) continue;
+            rr.moe_layers.push_back(int32_t(il));
+            std::vector<int16_t> &li = rr.ids[size_t(m)];
+            li.resize(size_t(T * K));
+            for (int64_t i = 0; i < T * K; ++i) li[size_t(i)] = int16_t(ids[m * T * K + i]);
+            rr.weights[size_t(m)].assign(wts + m * T * K, wts + (m + 1) * T * K);
+            ++m;
+        }
+    } else {
+        rr.ids.clear();
+        rr.weights.clear();
+    }
+    if (pf.replayed) {
+        auto us = [](hclk::time_point a, hclk::time_point b) {
+            return std::chrono::duration<double, std::micro>(b - a).count();
+        };
+        forward_host_times &h = m_host_times;
+        ++h.forwards;
+        h.prep_us += us(pf.h0, pf.h1);
+        h.upload_us += us(pf.h1, pf.h2);
+        h.launch_us += us(pf.h2, pf.h3);
+        h.download_us += us(pf.h3, pf.h4);
+        h.wait_us += us(std::max(pf.h4, m_last_collect), h5); // (overlapped: from the previous one's end)
+        h.unpack_us += us(h5, hclk::now());
+    }
+    m_last_collect = hclk::now();
+}
+
+} // namespace es
