@@ -2,8 +2,8 @@
 // settings in a temporary folder: the first run opens the embedded default model and gets the
 // welcome conversation; a deleted welcome never comes back; an existing database gets none; a
 // failing store records nothing; the welcome is translated (zh_CN).
+#include "app_startup.h"
 #include "chat_store.h"
-#include "gui/app_startup.h"
 #include "translations.h"
 
 #include <QCoreApplication>

@@ -1,23 +1,28 @@
 // ChatStore: the app's SQLite database (conversations, the message tree, metrics, routing,
-// presets, benchmark runs) behind value-type calls; no SQL leaves this class.
-// Invariants: one QSqlDatabase connection per instance, used only on the thread that opened it
-// (GPT4All's cross-thread connection is the bug this avoids; asserted in debug builds); every
-// mutation is one transaction; schema changes only through schema_migrations.cpp.
-// Follows KDE Elisa: migrations keyed on PRAGMA user_version, tested from every old version.
+// presets, benchmark runs) behind value-type calls. It opens and migrates the file and hands each
+// call to a repository (*_repository.h) on its one connection; no SQL leaves es_storage.
+// Invariants: the connection is used only on the thread that opened it (GPT4All's cross-thread
+// bug; asserted in debug builds); every mutation is one transaction; schema changes only through
+// schema_migrations.cpp, keyed on PRAGMA user_version and tested from every old version (KDE Elisa).
 #pragma once
 
 #include "storage_types.h"
 
 #include <QObject>
-#include <QSqlDatabase>
 #include <QVariantMap>
 
 #include <functional>
+#include <memory>
 #include <optional>
 
-class QThread;
-
 namespace es {
+
+class BenchRunRepository;
+class ConversationRepository;
+class PresetRepository;
+class ProfileRepository;
+class SearchRepository;
+class StoreConnection;
 
 // What open() did, in words the GUI can show as they are.
 struct OpenResult {
@@ -36,11 +41,6 @@ struct OpenResult {
     int toVersion = 0;
     int recoveredReplies = 0; // replies left 'partial' by a crash, now marked interrupted
     bool ok() const { return status != Status::Failed; }
-};
-
-struct PresetImportResult {
-    QList<qint64> importedIds; // appended after the existing presets, in file order
-    int skippedDuplicates = 0; // identical to an existing preset (name, prefix, prompt, sampling)
 };
 
 class ChatStore : public QObject {
@@ -66,14 +66,14 @@ public:
     bool isOpen() const;
     QString path() const { return m_path; }
     // The last failure of any call, as a sentence with SQLite's own message appended.
-    QString lastError() const { return m_lastError; }
+    QString lastError() const;
     int schemaVersion() const;
     static int latestSchemaVersion();
     // journal_mode, foreign_keys, synchronous, sqlite_version, user_version: for an About box
     // and for tests.
     QVariantMap diagnostics() const;
     // Tests only: the clock used for created_at/updated_at (ms since the epoch).
-    void setClockForTesting(std::function<qint64()> nowMs) { m_nowMs = std::move(nowMs); }
+    void setClockForTesting(std::function<qint64()> nowMs);
 
     // ---- Conversations -----------------------------------------------------------------------
     std::optional<qint64> createConversation(const QString &title, const ConversationSettings &settings = {});
@@ -185,37 +185,19 @@ Q_SIGNALS:
     void presetsChanged();
 
 private:
-    class Transaction;
-
-    bool checkThread() const;
-    bool fail(const QString &what, const QString &sqliteError) const;
-    qint64 nowMs() const;
     QString integrityProblem(bool *corrupt);
-    bool openConnection(const QString &path, QString *error);
-    void closeConnection();
     bool applyConnectionPragmas(QString *error);
     bool checkSchemaVersion(OpenResult *result);
     bool migrate(OpenResult *result);
-    bool refreshBuiltinPresets();
-    bool touchConversation(qint64 conversationId);
-    std::optional<qint64> insertMessage(qint64 conversationId, std::optional<qint64> parentId, MessageRole role,
-                                        const QString &content, MessageState state,
-                                        const GenerationInfo &generation);
-    bool endPartialReply(qint64 messageId, const QString &text, MessageState state, const QString &finishReason,
-                         const MessageMetrics *metrics, const QList<LayerRouting> *routing,
-                         const MessageProfile *profile = nullptr);
-    bool writeProfile(qint64 messageId, const MessageProfile &profile, bool writeRouting); // inside a transaction
-    std::optional<qint64> conversationOf(qint64 messageId) const;
-    QList<Message> messagesOf(qint64 conversationId) const;
-    QList<SearchHit> searchFts(const QStringList &terms, int limit) const;
-    QList<SearchHit> searchLike(const QStringList &terms, int limit) const;
 
-    QString m_connectionName;
-    QSqlDatabase m_db;
     QString m_path;
-    QThread *m_thread = nullptr; // the thread that opened m_db
-    mutable QString m_lastError;
-    std::function<qint64()> m_nowMs;
+    // Declared in dependency order: each repository holds references to those declared before it.
+    std::unique_ptr<StoreConnection> m_connection;
+    std::unique_ptr<ProfileRepository> m_profiles;
+    std::unique_ptr<ConversationRepository> m_conversations;
+    std::unique_ptr<SearchRepository> m_search;
+    std::unique_ptr<PresetRepository> m_presets;
+    std::unique_ptr<BenchRunRepository> m_benchRuns;
 };
 
 } // namespace es

@@ -1,6 +1,7 @@
 // Value types the storage layer hands out: conversations, messages of the message tree, their
-// metrics and routing summaries, presets, search hits, undo snapshots. Plain copyable structs
-// with defaulted ==, no Qt SQL types and no engine types, so ui/ can use them directly.
+// metrics and routing summaries, presets and preset imports, search hits, undo snapshots. Plain
+// copyable structs with defaulted ==, no Qt SQL types and no engine types, so ui/ can use them
+// directly.
 // Times are UTC QDateTimes with millisecond precision (stored as ms since the epoch).
 #pragma once
 
@@ -198,6 +199,11 @@ struct Preset {
     QString builtinKey;   // non-empty for the built-in presets ("technical", "creative")
     bool isBuiltin() const { return !builtinKey.isEmpty(); }
     bool operator==(const Preset &) const = default;
+};
+
+struct PresetImportResult {
+    QList<qint64> importedIds; // appended after the existing presets, in file order
+    int skippedDuplicates = 0; // identical to an existing preset (name, prefix, prompt, sampling)
 };
 
 // [start, start + length) in UTF-16 code units of the string it belongs to.

@@ -1,0 +1,176 @@
+// ChatStore profiles (schema v4, steps and memory samples since v5): the BLOB codecs of
+// message_profiles round-trip exactly and refuse damaged input, a profile is stored with its reply
+// in one transaction, survives delete and undo, and a damaged row reads as no profile.
+#include "chat_store_test_support.h"
+
+#include <QTemporaryDir>
+#include <QtTest>
+
+#include <limits>
+
+using namespace es;
+using namespace es_test;
+
+class TestChatStoreProfiles : public QObject {
+    Q_OBJECT
+
+private:
+    QTemporaryDir m_dir;
+    int m_fileCounter = 0;
+    QString freshPath() { return m_dir.filePath(QStringLiteral("chats-%1.sqlite").arg(++m_fileCounter)); }
+
+private Q_SLOTS:
+    void initTestCase() { QVERIFY(m_dir.isValid()); }
+
+    // ---- Profiles (schema v4) ----------------------------------------------------------------------
+
+    void profileCodecs_data() {
+        QTest::addColumn<QList<qint64>>("times");
+        QTest::newRow("none") << QList<qint64>{};
+        QTest::newRow("one") << QList<qint64>{0};
+        QTest::newRow("decode") << QList<qint64>{31250, 51750, 72750, 92500};
+        QTest::newRow("clock step back") << QList<qint64>{100, 90, 5'000'000'000LL, 5'000'000'001LL};
+    }
+    void profileCodecs() {
+        QFETCH(QList<qint64>, times);
+        const QByteArray b = encodeTokenTimes(times);
+        QCOMPARE(decodeTokenTimes(b), std::optional<QList<qint64>>(times));
+        QVERIFY(!decodeTokenTimes(QByteArray()));
+        QVERIFY(!decodeTokenTimes(QByteArray("\x02", 1)));        // unknown format
+        QVERIFY(!decodeTokenTimes(QByteArray("\x01\x80", 2)));    // varint cut off
+
+        // Traces: one byte per id up to 255 experts (−1 kept), two above; float16 weights exact.
+        for (int nExperts : {4, 255, 300}) {
+            const QList<qint16> ids = {-1, 0, 3, qint16(nExperts - 1)};
+            const QList<float> w = {0.f, 0.5f, 0.2998046875f, 1.f};
+            const QByteArray blob = encodeRoutingTrace(ids, w, nExperts);
+            QList<qint16> ids2;
+            QList<float> w2;
+            QVERIFY(decodeRoutingTrace(blob, &ids2, &w2));
+            QCOMPARE(ids2, ids);
+            QCOMPARE(w2, w);
+            QCOMPARE(blob.at(5), char(nExperts <= 255 ? 1 : 2));
+            QByteArray damaged = blob;
+            damaged.chop(3);
+            QVERIFY(!decodeRoutingTrace(damaged, &ids2, &w2));
+        }
+        QList<qint16> ids;
+        QList<float> w;
+        QVERIFY(decodeRoutingTrace(QByteArray(), &ids, &w)); // no trace: a dense model
+        QVERIFY(ids.isEmpty());
+        QVERIFY(!decodeRoutingTrace(QByteArray("XXXX\x01\x01\0\0\0\0\0\0", 12), &ids, &w));
+    }
+
+    // v5 columns: steps and memory samples round-trip exactly; damaged BLOBs are refused.
+    void profileStepCodecs() {
+        const MessageProfile p = sampleProfile();
+        QCOMPARE(decodeProfileSteps(encodeProfileSteps(p.steps)), std::optional<QList<ProfileStep>>(p.steps));
+        QCOMPARE(decodeMemorySamples(encodeMemorySamples(p.memory)),
+                 std::optional<QList<ProfileMemorySample>>(p.memory));
+        QCOMPARE(decodeProfileSteps(QByteArray()), std::optional<QList<ProfileStep>>(QList<ProfileStep>{}));
+        QCOMPARE(decodeMemorySamples(QByteArray()),
+                 std::optional<QList<ProfileMemorySample>>(QList<ProfileMemorySample>{}));
+        QByteArray cut = encodeProfileSteps(p.steps);
+        cut.chop(1);
+        QVERIFY(!decodeProfileSteps(cut));                        // a record cut short
+        QVERIFY(!decodeMemorySamples(QByteArray("\x02\x00", 2))); // unknown format
+    }
+
+    // Found by tests/fuzz: extreme values round-trip (differences wrap, no signed overflow), a
+    // count beyond int is refused, and a trace whose zlib length is damaged is refused before
+    // qUncompress() would allocate it.
+    void profileCodecsAtTheLimits() {
+        constexpr qint64 lo = std::numeric_limits<qint64>::min(), hi = std::numeric_limits<qint64>::max();
+        const QList<qint64> times = {hi, lo, 0, lo, hi};
+        QCOMPARE(decodeTokenTimes(encodeTokenTimes(times)), std::optional<QList<qint64>>(times));
+        const QList<ProfileStep> steps = {{lo, hi, 1, 2, 3, lo, hi, 0, -1}, {hi, lo, -4, 5, 6, 7, 8, 9, 10}};
+        QCOMPARE(decodeProfileSteps(encodeProfileSteps(steps)), std::optional<QList<ProfileStep>>(steps));
+        const QList<ProfileMemorySample> mem = {{hi, lo, 3}, {lo, hi, -3}};
+        QCOMPARE(decodeMemorySamples(encodeMemorySamples(mem)),
+                 std::optional<QList<ProfileMemorySample>>(mem));
+
+        QByteArray wide("\x01", 1); // one step whose n_seqs (third field) is 2^40
+        for (quint8 b : {0, 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x20, 0, 0, 0, 0, 0, 0}) wide.append(char(b));
+        QVERIFY(!decodeProfileSteps(wide));
+
+        QByteArray trace = encodeRoutingTrace({1, 2}, {0.5f, 0.5f}, 8);
+        trace[12] = char(0x7f); // after the 12-byte header, qCompress()'s big-endian length: ~2 GB
+        QList<qint16> ids;
+        QList<float> w;
+        QVERIFY(!decodeRoutingTrace(trace, &ids, &w));
+    }
+
+    void profileStoredWithReply() {
+        auto s = memoryStore();
+        const qint64 c = *s->createConversation(QStringLiteral("profiled"));
+        const qint64 u = *s->addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("【技术解析模式】MoE?"));
+        const qint64 a = *s->beginPartialReply(c, u, sampleGeneration());
+        QVERIFY(!s->profile(a));
+        // Routing passed beside the profile wins for message_routing (ChatPane passes both, equal).
+        QVERIFY(s->finishReply(a, QStringLiteral("answer"), QStringLiteral("stop"), sampleMetrics(), {}, sampleProfile()));
+        QCOMPARE(*s->profile(a), sampleProfile());
+        QCOMPARE(s->routing(a), sampleProfile().routing);
+        QCOMPARE(*s->metrics(a), sampleMetrics());
+
+        // One transaction: a finish that fails (not partial any more) leaves no profile behind.
+        const qint64 b = *s->regenerate(a, sampleGeneration());
+        QVERIFY(s->finishReply(b, QStringLiteral("plain"), QStringLiteral("stop")));
+        MessageProfile other = sampleProfile();
+        other.ttftUs = 1;
+        QVERIFY(!s->finishReply(b, QStringLiteral("again"), QStringLiteral("stop"), sampleMetrics(), {}, other));
+        QVERIFY(!s->profile(b));
+
+        // saveProfile replaces, routing included; a dense model's profile has no trace.
+        MessageProfile dense;
+        dense.ttftUs = 5;
+        dense.tokenTimesUs = {5, 9};
+        dense.nLayers = 2;
+        QVERIFY(s->saveProfile(b, dense));
+        QCOMPARE(*s->profile(b), dense);
+        QVERIFY(s->routing(b).isEmpty());
+        QVERIFY(!s->saveProfile(424242, dense)); // no such message
+    }
+
+    void profileSurvivesDeleteAndUndo() {
+        auto s = memoryStore();
+        const qint64 c = *s->createConversation(QStringLiteral("undo keeps profiles"));
+        const qint64 u = *s->addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("q"));
+        const qint64 a = *s->beginPartialReply(c, u, sampleGeneration());
+        QVERIFY(s->finishReply(a, QStringLiteral("answer"), QStringLiteral("stop"), sampleMetrics(), sampleRouting(),
+                               sampleProfile()));
+        const std::optional<ConversationSnapshot> snap = s->deleteConversation(c);
+        QVERIFY(snap);
+        QVERIFY(!s->profile(a));
+        QCOMPARE(snap->profiles.size(), 1);
+        QVERIFY(s->restoreConversation(*snap));
+        MessageProfile expected = sampleProfile();
+        expected.routing = sampleRouting(); // the routing argument was stored
+        QCOMPARE(*s->profile(a), expected);
+    }
+
+    void damagedProfileReadsAsNone() {
+        const QString path = freshPath();
+        qint64 a = 0;
+        {
+            ChatStore s;
+            QVERIFY(s.open(path).ok());
+            const qint64 c = *s.createConversation(QStringLiteral("damaged"));
+            const qint64 u = *s.addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("q"));
+            a = *s.beginPartialReply(c, u, {});
+            QVERIFY(s.finishReply(a, QStringLiteral("x"), QStringLiteral("stop"), {}, {}, sampleProfile()));
+        }
+        {
+            RawDb raw(path);
+            QVERIFY(raw.exec(QStringLiteral("UPDATE message_profiles SET routing_trace = X'00112233'")));
+        }
+        ChatStore s;
+        QVERIFY(s.open(path).ok());
+        QVERIFY(!s.profile(a));
+        QVERIFY2(s.lastError().contains(QLatin1String("damaged")), qPrintable(s.lastError()));
+        QCOMPARE(s.message(a)->content, QStringLiteral("x")); // the message itself is fine
+    }
+};
+
+QTEST_GUILESS_MAIN(TestChatStoreProfiles)
+
+#include "test_chat_store_profiles.moc"
