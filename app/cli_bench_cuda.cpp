@@ -1,7 +1,7 @@
 // expertscope-cli bench --backend cuda: prefill (ppN) and decode (tgN) at batch 1 on the CUDA
 // backend, with random weights of a real shape built on the GPU (or a model folder), reported in
 // cli_bench.cpp's table format. MBU = tok/s × weight bytes a decode step reads ÷ 4.55 TB/s (the
-// H200's measured read-streaming bandwidth, ../shared/docs/gpu.md). Times are wall-clock around
+// H200's read-only streaming bandwidth, measured; docs/benchmarks.md). Times are wall-clock around
 // forward(), which includes the input upload and the logits download (pp: the full row); decode
 // steps ask for the engine's logit candidates and pick each token from them with a greedy
 // sampler, as a user's decode step does. tg is greedy decode as the engine runs it on the GPU
@@ -90,8 +90,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
 
     // Each test gets a context of its own size, as llama-bench gives each test n_prompt + n_gen
     // positions: the pp tests max(pp) + 1, the tg test tg + 1 (one KV cache and block table of
-    // that length; the workspace keeps its largest size). Until session 12 one context of
-    // max(pp, tg) + 1 served all tests, so tg128 decoded with a 2,049-position context's tables.
+    // that length; the workspace keeps its largest size), so that tg128 does not decode with the
+    // block tables of a 2,049-position context sized for pp2048.
     const int32_t max_pp = *std::max_element(o.pp.begin(), o.pp.end());
     batch b;
     b.seqs.resize(1);
@@ -243,9 +243,9 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
                 tps_serial, 1000.0 * t_serial / o.tg, roof, 100.0 * tps_serial * bytes / k_h200_read_bw);
     // The same decode with the chat's default sampler (candidates and the row sum from the GPU),
     // over at most 32 tokens: on random weights' flat rows the 64 candidates hold too little of
-    // the mass, so nearly every step fetches its full row and samples it on the host (17-23 ms on
-    // the 103,424-token vocabulary before the sampler's walk went by id past its sorted prefix,
-    // ~1 ms after: docs/benchmarks.md, session 24).
+    // the mass, so nearly every step fetches its full row and samples it on the host (about 1 ms
+    // a draw on the 103,424-token vocabulary, the walk going by id past its sorted prefix:
+    // tests/bench_sampler.cpp).
     const int32_t tg_sampled = std::min<int32_t>(o.tg, 32);
     const int64_t fetched_before = fetched_rows, picked_before = picked;
     std::vector<double> sampled_runs;
@@ -411,7 +411,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         }
     }
     if (o.profile) {
-        // Device time per launch name (events around each launch; graphs off meanwhile).
+        // GPU time per launch name (events around each launch; graphs off meanwhile).
         auto print_profile = [&](const char *what, double steps, double wall_s) {
             const auto rows = cb->profile();
             double total = 0.0;

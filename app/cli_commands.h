@@ -73,7 +73,7 @@ struct bench_opts {
     std::vector<int32_t> pp{512};  // prefill lengths
     int32_t tg = 128;              // decode tokens
     int32_t reps = 3;
-    bool profile = false;          // CUDA: device time per kernel for one prefill and 32 decode steps
+    bool profile = false;          // CUDA: GPU time per kernel for one prefill and 32 decode steps
     bool timeline = false;         // CUDA: release time of each kernel of the last decode graph (one replay)
     std::vector<int32_t> batch;    // CUDA: decode batch sizes (B sequences of 128-token prompts)
     std::string report, report_format; // also render the --json results as a report (builds with Qt)

@@ -106,7 +106,7 @@ int main(int argc, char **argv) {
                                           "each, then decoding --tg tokens together (TTFT, ITL p50/p99, tok/s)")
         ->delimiter(',')
         ->check(CLI::Range(1, 1024));
-    bench->add_flag("--profile", b.profile, "CUDA: also print device time per kernel (prefill and decode)");
+    bench->add_flag("--profile", b.profile, "CUDA: also print GPU time per kernel (prefill and decode)");
     bench->add_flag("--timeline", b.timeline,
                     "CUDA: also print when each kernel of the last decode step's graph was released by its "
                     "predecessor (one replay)");

@@ -2,8 +2,8 @@
 // rows, then its n_ff up rows; row-major) rewritten tile-major — the order in which decode's
 // tensor-core gate/up (moe_gate_up_mma.cuh) reads it, so that every warp load takes 512
 // contiguous bytes and a tile's rows one contiguous range, where the row-major stack gives each
-// warp load 64 bytes of 8 rows (session 14 measured the access pattern alone at 19.2 → 16.7 µs a
-// layer's routed gate/up on the 21B-A3B; docs/benchmarks.md). Scales stay per row, unchanged.
+// warp load 64 bytes of 8 rows (on the H200 the 21B-A3B's routed gate/up is about 14% shorter
+// read this way; docs/benchmarks.md). Scales stay per row, unchanged.
 //
 // Within expert e's 2·n_ff·n_embd bytes: tile t (rows f = 16t … 16t + 15, gate and up) is the
 // 32·n_embd bytes from 32t·n_embd; in it, 64-column chunk c the 2,048 bytes from 2,048c; in it,

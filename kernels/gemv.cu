@@ -81,9 +81,9 @@ __device__ __forceinline__ void rope_epilogue(const gemv_params &p, const float 
 // PRE (one token, no split, a lane's share of the row ≤ k_pre_vectors, a matrix of at least
 // gemv_preload_min_bytes()): the lane loads its whole share into registers before the wait instead of
 // asking L2 for it, so after the wait only the activations travel. What it saves is the matrix's
-// trip from L2 to the SMs after the wait; measured on the H200 (docs/benchmarks.md, session 8):
-// the 21B-A3B's o_proj (6.5 MB) 1 µs faster a layer, the 0.3B's o_proj and down (2 and 3 MB)
-// together 2 µs slower a step, so the floor sits between them.
+// trip from L2 to the SMs after the wait; measured on the H200 (docs/benchmarks.md, designs
+// tried): the 21B-A3B's o_proj (6.5 MB) 1 µs faster a layer, the 0.3B's o_proj and down (2 and
+// 3 MB) together 2 µs slower a step, so the floor sits between them.
 constexpr int k_pre_vectors = 6;
 std::atomic<int64_t> g_pre_min_bytes{int64_t(4) << 20}; // set_gemv_preload_min_bytes
 template <bool FP8, int MT, bool VEC, bool NORM = false, bool ROPE = false, bool BLK = false,
@@ -230,24 +230,21 @@ __global__ void __launch_bounds__(128) gemv_kernel(gemv_params p) {
 }
 
 // One token, very many rows (the LM head: 103,424): each warp takes RW consecutive rows, their
-// loads interleaved, so a warp has RW times the bytes in flight (one row per warp streamed the
+// loads interleaved, so a warp has RW times the bytes in flight (one row per warp streams the
 // BF16 head at ~2.3 TB/s, its 25,856 blocks costing more than the bytes). Persistent: the grid is
-// one wave (resident_blocks) and warp w takes row groups w, w + W, … (W the grid's warps), where a
-// block per group's four warps left a partial last wave and the blocks' scheduling: on the H200
-// the 0.3B's BF16 head (212 MB) 55.6 → 51.4 µs, the 21B-A3B's (530 MB) 133.5 → 121.8 µs, against a
-// read-only stream of the same bytes at 49.5 and 119.2 (tools/handoff_bench.cu head, before and
-// after from two runs: docs/benchmarks.md, session 11; in the decode step, same run, the head's
-// share 55 → 50 and 130 → 122 µs). Same per-row arithmetic and order as
-// gemv_kernel with MT = 1 (and as before: the same bits).
+// one wave (resident_blocks) and warp w takes row groups w, w + W, … (W the grid's warps), since a
+// block per group of rows leaves a partial last wave and pays for the blocks' scheduling. On the
+// H200 the BF16 heads (212 and 530 MB) stream within 2–4% of a read-only stream of the same bytes
+// (tools/handoff_bench.cu head). Same per-row arithmetic and order as gemv_kernel with MT = 1:
+// the same bits.
 // BLK: 128×128 block scales (the RW rows share a row block: 128 is a multiple of RW).
 // PICK (gemv.cuh: gemv_pick): after its rows, as without the pick, each warp re-reads the values
 // it wrote (a lane an element, one round trip), reduces their logit_keys by shuffles and stores
 // the largest in warp_keys[warp]; launch_gemv_pick_finish reduces those. The loop itself is the
-// one without the pick: a first version kept lane 0's largest key in the loop, and that loop
-// streamed the 21B-A3B's FP8 head in 77.5 µs where the plain one takes 68.8 (the self-test's
-// timing rows, docs/benchmarks.md, session 24); its atomics, fences and last-block election at
-// the end cost ~1-3 µs more. What the pick replaces is topk_logits' chain of two phases after
-// the head (~13 µs of a decode step, session 8).
+// one without the pick: keeping lane 0's largest key inside the loop makes it stream the
+// 21B-A3B's FP8 head in 77.5 µs instead of 68.8 (the self-test's timing rows; docs/benchmarks.md,
+// designs tried). What the pick replaces is topk_logits' chain of two phases after the head
+// (~13 µs of a decode step).
 template <bool FP8, int RW, bool BLK = false, bool PICK = false>
 __global__ void __launch_bounds__(128) gemv_rows_kernel(gemv_params p) {
     static_assert(128 % RW == 0, "a warp's rows in one scale block");
@@ -333,9 +330,9 @@ cudaError_t launch_rows(const gemv_params &p, cudaStream_t stream) {
 
 // The pick's last part (gemv.cuh: launch_gemv_pick_finish): the largest of the rows kernel's
 // n_keys warp keys, each of 512 threads its share (the 21B-A3B's 4,224 keys: eight or nine loads
-// a thread in flight together, where 256 threads took two rounds: the launch's share of a decode
-// step 4.4 → 2.8-3.1 µs, docs/benchmarks.md, session 25), then shuffles and shared memory; the
-// id, the value re-read from y (−0 stays −0), the row max (the same) and a zero sum.
+// a thread in flight together; 256 threads would take two rounds, and the launch's share of a
+// decode step is then ~1.5 µs longer), then shuffles and shared memory; the id, the value re-read
+// from y (−0 stays −0), the row max (the same) and a zero sum.
 constexpr unsigned k_pick_finish_threads = 512;
 
 __global__ void __launch_bounds__(k_pick_finish_threads)

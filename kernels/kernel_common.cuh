@@ -276,18 +276,15 @@ cudaError_t launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size
 // the small kernels prefill shares with it): with the step's shared-memory carveout,
 // decode_carveout() (kernel_common.h), so that all of a step's kernels ask for one L1/shared split
 // — an SM must drain before it changes splits, and every change stalls the programmatic-launch
-// overlap (measured with ncu's launch__shared_mem_config_size; left to itself the driver picked
-// 32 KB for the kernels without shared memory and 132 KB for attention_decode; docs/benchmarks.md,
-// session 4). Which split (session 20, docs/benchmarks.md; every kernel at one split through
-// ES_CUDA_CARVEOUT, three runs each): one-token steps of the 21B-A3B 1,580 / 1,559 / 1,566 /
-// 1,567 / 1,576 µs at 32 / 64 / 100 / 132 / 164 KB (1,658 at 228 KB: the L1 too small for the head
-// GEMV's and the gate/up's activations), the 0.3B's 398 µs at 32, 100, 132 and 228 KB (393 at 64 KB
-// against 398 at 32 in an A/B of the two builds) — at 32 KB decode
-// attention's ~22 KB block could not join an SM holding a few of the q/k/v GEMV's 5 KB blocks until
-// they left, so its loads before the wait started late; 8-token steps of the 0.3B 1.42 ms at 64 KB
-// against 1.37 at 32 KB (the 21B-A3B's the same at both); prefill of 512 tokens of the 21B-A3B
-// 32.7k tok/s with the driver's choice for these kernels, 36.9k at 64 KB. Hence 64 KB for one
-// token and for more than 8, 32 KB for 2–8 (decode_carveout_for_tokens).
+// overlap (ncu's launch__shared_mem_config_size: left to itself the driver picks 32 KB for the
+// kernels without shared memory and 132 KB for attention_decode). Which split, measured on the
+// H200 with every kernel at one split (ES_CUDA_CARVEOUT; docs/benchmarks.md, designs tried): at
+// 64 KB one-token steps are 1.1–1.3% shorter than at 32 KB (decode attention's ~22 KB block then
+// fits beside a few of the q/k/v GEMV's 5 KB blocks and starts its loads before the wait early;
+// at 228 KB the L1 is too small for the head GEMV's and the gate/up's activations), prefill of
+// 512 tokens of the 21B-A3B 13% faster than with the driver's choice, and 8-token steps of the
+// 0.3B 3% slower than at 32 KB. Hence 64 KB for one token and for more than 8, 32 KB for 2–8
+// (decode_carveout_for_tokens).
 template <auto Kernel, typename... Args>
 cudaError_t launch_decode(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Args &&...args) {
     return launch_kernel_carveout(decode_carveout(), Kernel, grid, block, smem, stream,

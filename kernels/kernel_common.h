@@ -227,9 +227,10 @@ int decode_carveout();
 // much larger than what the previous kernel's time can bring, prefetched whole, queues ahead of
 // that kernel's own loads (the kernel on the critical path) and stretches it: in the 21B-A3B's
 // dense layer 0 the o_proj under the gate/up's 63 MB prefetch took 7.9 µs of the step against
-// ~3.5 in the other layers. Default 8 MiB (on the H200, 21B-A3B FP8 `--fp8-head` decode 1,432.3
-// → 1,425.3 µs a token; the 0.3B's FP8 matrices are all under it, unchanged; no prefetch at all
-// cost the 0.3B 5%: docs/benchmarks.md, session 25). Process-wide; −1: no cap (ES_CUDA_L2_PREFETCH_KB).
+// ~3.5 in the other layers. Default 8 MiB (on the H200 the 21B-A3B's FP8 `--fp8-head` decode is
+// 0.5% shorter a token than without a cap; the 0.3B's FP8 matrices are all under it, and no
+// prefetch at all costs the 0.3B 5%: docs/benchmarks.md). Process-wide; −1: no cap
+// (ES_CUDA_L2_PREFETCH_KB).
 void set_l2_prefetch_max_bytes(int64_t bytes);
 int64_t l2_prefetch_max_bytes();
 // The fraction of a matrix of `total` bytes the cap lets through: 1 within it.

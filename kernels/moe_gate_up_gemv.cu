@@ -154,8 +154,9 @@ cudaError_t launch_mma(const moe_gate_up_gemv_params &p, int64_t slots, cudaStre
     return launch_decode<moe_gate_up_mma_kernel<W, RT, D, TM>>(unsigned(grid), W * 32, 0, stream, p);
 }
 
-// The instances: (warps, row tiles, depth, tile-major weights). Session 14 measured twenty shapes
-// (docs/benchmarks.md): every other one was slower than the default; these are kept as aids.
+// The instances: (warps, row tiles, depth, tile-major weights). Of twenty shapes measured on the
+// H200 every other one is slower than the default (docs/benchmarks.md, designs tried); these are
+// kept as aids.
 #define ES_MMA_SHAPES(X)                                                                                     \
     X(4, 2, 1, false) X(4, 2, 2, false) X(8, 2, 1, false) X(4, 1, 1, false) X(4, 2, 1, true)
 

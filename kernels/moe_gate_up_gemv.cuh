@@ -34,9 +34,9 @@ struct moe_gate_up_gemv_params {
     // the slot-major list of tiles taken by ⌈tiles / r⌉ blocks in r rounds (block b: tiles b, b + G,
     // …). One round (every tile at once, one wave at the 21B-A3B's 576 tiles) is the fast one; more
     // rounds let the first slots reach moe_down_gemv early but cost more than they gain
-    // (docs/benchmarks.md, session 13). 0: the CUDA-core kernel (a warp per row).
+    // (docs/benchmarks.md, designs tried). 0: the CUDA-core kernel (a warp per row).
     int mma = 0;
-    // The tensor-core kernel's shape (a measuring aid; the default is the fast one, session 14):
+    // The tensor-core kernel's shape (a measuring aid; the default is the fastest measured):
     // warps a block, row tiles of 8 f a block, chunks each warp's loads run ahead of its products —
     // the combinations moe_gate_up_gemv.cu instantiates (ES_MMA_SHAPES; moe_gate_up_mma_shape_ok) —
     // and wave: one resident wave of blocks (resident_blocks) taking the tiles in turn instead of r

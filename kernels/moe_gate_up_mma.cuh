@@ -1,6 +1,5 @@
 // The FP8 routed gate/up GEMV's row tile on tensor cores (device code of moe_gate_up_gemv.cu's
-// mma kernel, decode's default for FP8 routed experts since session 13; the host includes nothing
-// of it). Written in session 6, ported onto the slot counters in session 9 (branch moe-experts).
+// mma kernel, decode's default for FP8 routed experts; the host includes nothing of it).
 #pragma once
 
 #include "kernels/kernel_common.cuh"
@@ -66,9 +65,9 @@ __device__ __forceinline__ void mma_chunk(float (&d)[4], const uint4 &wg, const 
 // in order, the warps' parts are added in warp order.
 // TM: the stack tile-major (fp8_tile_major.cuh; RT = 2, F % 16 == 0): chunk c of a tile is one
 // contiguous block of NW·512 bytes, the warp's load r its 512 bytes at r·512, lane l's 16 at 16·l,
-// so every warp load takes 512 contiguous bytes instead of 64 bytes of 8 rows. Measured first
-// as a timing aid reading the row-major stack in this order: 19.2 → 16.7 µs a layer's routed
-// gate/up on the 21B-A3B, the step 1,615 → 1,585 µs (session 14).
+// so every warp load takes 512 contiguous bytes instead of 64 bytes of 8 rows: on the H200 the
+// 21B-A3B's routed gate/up about 14% shorter a layer, its decode step about 1.8%
+// (docs/benchmarks.md).
 template <int W, int RT, int D, bool TM = false>
 __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params &p,
                                                   float (*part)[W][8 * RT][2]) {
@@ -77,7 +76,7 @@ __device__ __forceinline__ void gate_up_mma_tiles(const moe_gate_up_gemv_params 
     const int64_t F = p.n_ff_exp, H = p.n_embd;
     // The tile list's arithmetic in 32 bits (launch_mma: fewer than 2³¹ tiles): the first tile's
     // slot, and so its expert id and its first loads, wait on these divisions — in 64 bits each
-    // is a ~70-instruction emulation (0.3 µs of a 14 µs launch on the H200, session 18).
+    // is a ~70-instruction emulation (0.3 µs of a 14 µs launch on the H200).
     const unsigned per_slot = unsigned((F + R - 1) / R), n_used = unsigned(p.n_expert_used),
                    n = unsigned(p.n_tokens) * n_used * per_slot;
     const unsigned tiles = blockIdx.x < n ? (n - blockIdx.x + gridDim.x - 1) / gridDim.x : 0u;

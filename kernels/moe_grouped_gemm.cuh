@@ -61,10 +61,10 @@ inline constexpr int64_t moe_grouped_gemm_tile_rows = 64;        // the mma.sync
 inline constexpr int64_t moe_grouped_gemm_wgmma_tile_rows = 128; // the warpgroup-MMA kernel's
 // The engine takes the warpgroup-MMA kernel for steps of at least this many slots (tokens ·
 // experts used) per expert on average. H200, the 21B-A3B's widths (64 experts, top-6), FP8
-// activations on both kernels (session 18, ES_CUDA_MOE_WGMMA_MIN): prefill tok/s with wgmma from
-// 0 / 4 / 16 slots an expert, 32 tokens (3 an expert) 4,562 / 4,421 / 4,375, 64 (6) 7,910 /
-// 7,895 / 7,385, 128 (12) 13,467 / 13,530 / 11,888; batched decode tok/s with wgmma from 0 / 16,
-// 32 sequences 3,088 / 3,185, 64 5,629 / 5,553, 128 10,122 / 9,639. Around 3 an expert the two
+// activations on both kernels (ES_CUDA_MOE_WGMMA_MIN; docs/benchmarks.md): prefill tok/s with
+// wgmma from 0 / 4 / 16 slots an expert, 32 tokens (3 an expert) 4,562 / 4,421 / 4,375, 64 (6)
+// 7,910 / 7,895 / 7,385, 128 (12) 13,467 / 13,530 / 11,888; batched decode tok/s with wgmma from
+// 0 / 16, 32 sequences 3,088 / 3,185, 64 5,629 / 5,553, 128 10,122 / 9,639. Around 3 an expert the two
 // kernels are even (the weights' streaming bounds both); from 6 on wgmma wins.
 inline constexpr int64_t moe_grouped_gemm_wgmma_min_slots_per_expert = 4;
 

@@ -3,7 +3,7 @@
 // in flight, shuffle reduction, the quarters summed in order) into the logits scratch, so the
 // 655 KB router of a 21B-A3B layer is read by many SMs at once, and its rows are loaded (into
 // registers: a whole row up to n_embd 3,072) before the kernel waits for its predecessor (one
-// block per token was latency-bound at ~15 µs; eight experts per block, one warp each, at ~18 µs
+// block per token is latency-bound at ~15 µs; eight experts per block, one warp each, at ~18 µs
 // with five dependent load rounds per warp). The last block of a token to finish (a counter
 // bumped after a fence) then does the rest for that token with one warp (no block barriers):
 // softmax (max, then e^(l−max) · (1/sum), as the CPU), k rounds of a warp arg-max over p + bias
@@ -77,8 +77,8 @@ __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
 // memory (the tokens' BF16 rows and the experts' fp32 rows, each read from L2 once a block, all of
 // a chunk's loads issued before any is stored; rows padded so that neither operand's loads
 // conflict), each logit summed in column order, four columns a step: 103 µs a layer at 2,048
-// tokens on the H200 (session 16). A first form (a warp an expert, its tokens' activations read
-// through L1 by all eight warps of the block) took 89 µs a layer at 512 tokens. The last block of
+// tokens on the H200 (a warp an expert, its tokens' activations read through L1 by all eight
+// warps of the block, is slower: 89 µs a layer already at 512 tokens). The last block of
 // a token group to finish does the tails, one token a warp at a time (router_tail_warp, as the
 // kernel above), in the staging buffers' space. Unnormalized input only (prefill normalizes in its
 // own launch), the vector path's alignment, up to k_tile_max_experts and 64 experts used.

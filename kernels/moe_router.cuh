@@ -9,7 +9,7 @@
 namespace es {
 
 // The token-tiled kernel's default floor (moe_router_params::tiles_min_tokens): where the two
-// kernels cross on the H200 with the 21B-A3B's router (2,560 × 64; session 17, µs for three
+// kernels cross on the H200 with the 21B-A3B's router (2,560 × 64; µs for three
 // layers, per-token / tiled): 64 tokens 58.8 / 145.6, 128 84.2 / 139.1, 256 140.0 / 139.3, 512
 // 246.8 / 140.7, 2,048 902.1 / 321.6. Below it the per-token kernel's E / 2 · T blocks (2,048 at
 // 64 tokens) fill the GPU where the tiles' E / 8 · T / 32 (16) do not (batch-64 decode: ITL 15.3 →

@@ -2,7 +2,7 @@
 // 103,424-token vocabulary (the ERNIE-4.5 tokenizer's), the fallback sample_output_row takes when
 // a backend's 64 candidates cannot decide. The chat's default sampler (temperature 0.8, top-p
 // off: the draw walks its first k_sorted_walk sorted, then by id) against top-p 0.9999 (a walk
-// sorted all the way, what the draw with top-p off cost before session 24) in the same run,
+// sorted all the way: the baseline, a draw that sorts the vocabulary) in the same run,
 // alternating, on a flat row (random weights' logits: the draw lands deep in the vocabulary) and a
 // peaked one. ES_BENCH_ROUNDS (default 20) sets the draws per condition.
 #include "engine/runtime/sampler.h"

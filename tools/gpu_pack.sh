@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
-# Builds expertscope-cli and the CUDA module (GUI-less, sm_90a) and packs them with the shared
-# libraries the GPU machine lacks into .device/ (git-ignored), then prints the device command.
+# Builds expertscope-cli and the CUDA module (GUI-less, sm_90a) on a machine with the CUDA toolkit
+# and packs them, with the shared libraries a GPU machine without a development setup lacks, into
+# .device/ (git-ignored) and .device.tar.xz, then prints the command to run on the GPU machine.
 # Layout as installed: .device/bin/expertscope-cli and .device/lib/expertscope/libexpertscope-cuda.so
-# (found as <bin>/../lib/expertscope/). The CLI links no CUDA library; the module carries cudart
-# (static) and needs the driver and libcublasLt.so.13. The GPU machine (Ubuntu 24.04, driver 580,
-# CUDA 13) runs binaries built here unchanged; it has its own libcublasLt (too large to carry:
-# tools/gpu_run.sh finds it there).
+# (found as <bin>/../lib/expertscope/). The CLI links no CUDA library; the module holds cudart
+# (static) and needs the driver and libcublasLt.so.13. A GPU machine with Ubuntu 24.04, driver 580
+# and CUDA 13 runs binaries built on Debian 12 unchanged; its own libcublasLt is used (about
+# 500 MB, not packed: tools/gpu_run.sh finds it there).
 #
-#   tools/gpu_pack.sh [--no-build]        then run the printed command with carry [".device.tar.xz"]
+#   tools/gpu_pack.sh [--no-build]        then, on the GPU machine, in a copy of the repository with
+#                                         .device.tar.xz beside it: the printed command
 #   tools/gpu_pack.sh --as-old            packs this tree's CUDA module into .device/old/lib/expertscope/
 #                                         instead (kept by later packs): the baseline of `tools/gpu_run.sh
 #                                         abbuild`, loaded by the next pack's CLI, so of the same commit
 #                                         (e.g. `git stash; tools/gpu_pack.sh --as-old; git stash pop;
 #                                         tools/gpu_pack.sh`); the module's build id must match the CLI's.
-#                                         It travels with every carry of .device (11 MB): rm -rf
-#                                         .device/old when done
+#                                         It stays in every later pack (11 MB): rm -rf .device/old when
+#                                         done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda} # BUILD=build/headless: the headless preset's build
@@ -43,7 +45,7 @@ mkdir -p .device/bin .device/lib/expertscope
 if [[ -n "$old" ]]; then mv "$old/old" .device/ && rmdir "$old"; fi
 cp "$BIN" .device/bin/
 cp "$MODULE" .device/lib/expertscope/
-# Non-system libraries the CLI and the module link (cuBLASLt excepted: the device has it).
+# Non-system libraries the CLI and the module link (cuBLASLt excepted: the GPU machine has it).
 for lib in libsentencepiece.so.0 libprotobuf-lite.so.32 libgomp.so.1 libcpp-httplib.so.0.11 \
            libssl.so.3 libcrypto.so.3 libbrotlidec.so.1 libbrotlienc.so.1 libbrotlicommon.so.1; do
     path=$( (ldd "$BIN"; ldd "$MODULE") | awk -v l="$lib" '$1 == l { print $3; exit }')
@@ -51,12 +53,12 @@ for lib in libsentencepiece.so.0 libprotobuf-lite.so.32 libgomp.so.1 libcpp-http
 done
 grep -qx '/.device/' .gitignore || echo '/.device/' >> .git/info/exclude
 du -sh .device
-# The device tool carries at most 64 MiB with the working tree, which with docs/ and resources/
-# leaves no room for .device as it is: it travels compressed (~7 MB of ~25) and is unpacked there.
+# One compressed archive (~7 MB of ~25) to copy to the GPU machine with the repository; unpacked
+# there, in the repository's root.
 rm -f .device.tar.xz
 tar cJf .device.tar.xz .device
 du -sh .device.tar.xz
 cat <<'CMD'
-device command (carry [".device.tar.xz"]; about 3-5 minutes):
+on the GPU machine, in the repository's root with .device.tar.xz (about 3-5 minutes):
   tar xJf .device.tar.xz && bash tools/gpu_run.sh full
 CMD

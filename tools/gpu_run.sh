@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine over a copy of the repository, after tools/gpu_pack.sh here:
+# Runs on the GPU machine in a copy of the repository, after tools/gpu_pack.sh (its .device.tar.xz
+# unpacked in the repository's root):
 #   bash tools/gpu_run.sh full|selftest|bench|final|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abfinal|abbuild|only   (BENCH_ARGS="--profile" adds per-kernel tables)
-#   bash tools/gpu_run.sh final    the bench, then the self-test in what is left of one 600-s call
-#                                  (FINAL_BUDGET_S): a session's last call
+#   bash tools/gpu_run.sh final    the bench, then the self-test in what is left of a time limit for
+#                                  the whole run (FINAL_BUDGET_S seconds, 600 by default), so that
+#                                  the figures come first when the run has a limit
 #   bash tools/gpu_run.sh blk      FP8 128x128 block scales (--fp8-scales block128): the selftest's
 #                                  block rows, then bench against per-channel scales (blk.md)
 #   bash tools/gpu_run.sh serve    the OpenAI server under 1/8/32 streaming clients, random weights
@@ -74,9 +76,9 @@ if [[ $mode == full || $mode == bench || $mode == final ]]; then
     done
 fi
 if [[ $mode == final ]]; then
-    # The last call of a session: the bench above first (about a minute), then the self-test in
-    # what is left of FINAL_BUDGET_S (600 s, one device call) less 15 s, so that a slow host cuts
-    # the self-test (which says so) rather than the figures.
+    # The bench above first (about a minute), then the self-test in what is left of the run's time
+    # limit FINAL_BUDGET_S (600 s by default) less 15 s, so that a slow host cuts the self-test
+    # (which says so) rather than the figures.
     left=$((${FINAL_BUDGET_S:-600} - (SECONDS - start_s) - 15))
     if ((left < 30)); then # (timeout 0 would mean no limit at all)
         echo "final: bench done after $((SECONDS - start_s)) s; no time left for the self-test" | tee -a "$OUT/bench.md"
@@ -191,7 +193,7 @@ fi
 if [[ $mode == abfinal ]]; then
     # abenv, then the self-test and the bench (as `selftest` and `bench`) under the variant with the
     # shortest mean GPU step on the first of AB_SHAPES, when it beats the default's by at least
-    # AB_MIN_GAIN (a fraction, 0.01 by default): a new default's evidence in one call. abfinal.md
+    # AB_MIN_GAIN (a fraction, 0.01 by default): a new default's evidence in one run. abfinal.md
     # says which variant ran; selftest.md and bench.md are that variant's.
     first=${AB_SHAPES:-ernie-4.5-21b-a3b}
     first=${first%% *}
@@ -245,7 +247,7 @@ if [[ $mode == carveout ]]; then
     done
 fi
 if [[ $mode == ncu ]]; then
-    # Per-kernel device time (each kernel alone: ncu serializes), DRAM bytes and throughput, grid
+    # Per-kernel GPU time (each kernel alone: ncu serializes), DRAM bytes and throughput, grid
     # and shared-memory split of a few decode steps (clocks unlocked). NCU_SHAPES: "shape:skip …"
     # (2 layers each, fp8); only the forward pass's kernels are counted (weight building's are
     # filtered out), so the skip passes prefill and lands in decode.

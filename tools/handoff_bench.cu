@@ -20,8 +20,8 @@
 // `handoff_bench front [replays]` moe_front with and without its shared rows against pure reads
 // of their bytes (front_main).
 // Usage: handoff_bench [K [replays]] | handoff_bench head|ramp [launches [replays]] | handoff_bench
-// experts|front [replays]; the machine runs
-// the binary built here (it carries cudart; cuBLASLt is not needed by what it calls):
+// experts|front [replays]. Built on a machine with the CUDA toolkit, it runs on the GPU machine
+// as it is (cudart linked statically; cuBLASLt is not needed by what it calls):
 //   nvcc -O3 -std=c++17 -arch=sm_90a -DHANDOFF_WITH_ES -Ikernels -o handoff_bench tools/handoff_bench.cu \
 //        build/cuda/kernels/libes_kernels.a build/cuda/kernels/libes_kernel_refs.a -lcublasLt -lgomp
 #include <cuda_runtime.h>
@@ -246,8 +246,7 @@ void launch_es_chain(const Chain &c, cudaStream_t s) {
 #ifdef HANDOFF_WITH_ES
 // `handoff_bench head`: the LM head's one-token BF16 GEMV (n = 103,424 rows) as the engine runs it
 // (launch_gemv: gemv_rows_kernel) against a read-only stream of the same bytes (the ceiling), each
-// replayed as a graph of `count` launches back to back under programmatic launch. (Session 11
-// measured the persistent form of gemv_rows_kernel here as a copy first: handoff-head.md.)
+// replayed as a graph of `count` launches back to back under programmatic launch.
 // PDL: behind the programmatic-launch wait (as every decode kernel), the next launch let go at once.
 template <bool PDL = false>
 __global__ void __launch_bounds__(128) stream_read(const uint4 *w, size_t n_vec, unsigned *sink) {

@@ -3,8 +3,8 @@
 shapes, measured the way `expertscope-cli bench --backend cuda` measures (batch 1): prefill of
 --pp tokens (one forward, median of --reps after a warm-up) and decode of --tg tokens from an
 empty context (forward with the KV cache, one token per step, greedy, median of --reps).
-Run on the GPU machine (it has torch and transformers) in the same call as the bench, e.g. from
-tools/gpu_run.sh hf:
+Runs on a GPU machine with torch and transformers, beside the bench (so both figures come from the
+same machine and run), e.g. from tools/gpu_run.sh hf:
 
     python3 tools/hf_bench.py --shape ernie-4.5-0.3b
     python3 tools/hf_bench.py --shape ernie-4.5-21b-a3b --layers 4 --json out.json

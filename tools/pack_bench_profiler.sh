@@ -1,7 +1,7 @@
 #!/bin/bash
 # Packs bench_profiler with the Qt libraries it loads into BUILD/devbench, so the profiler's
-# benchmark can run on a machine without Qt (the GPU machine's quiet 16 cores were used for the
-# record in docs/benchmarks.md, "Profiler"). Usage: tools/pack_bench_profiler.sh BUILD_DIR
+# benchmark can run on a machine without Qt (e.g. a quiet 16-core machine, as for the figures in
+# docs/benchmarks.md, "Profiler"). Usage: tools/pack_bench_profiler.sh BUILD_DIR
 # There: BUILD_DIR/devbench/run.sh (env ES_BENCH_* as in tests/bench_profiler.cpp).
 set -euo pipefail
 build=${1:?usage: tools/pack_bench_profiler.sh BUILD_DIR}

@@ -1,7 +1,7 @@
 // Shared pieces of the profiler's QCustomPlot charts: a plot set up the same way everywhere
 // (small fonts, no interaction that would fight the refresh timer), the colour gradients, and
 // the metric definitions shown in tooltips — worded exactly as the metrics table of
-// docs/architecture.md, the one source of truth for tooltips, reports and docs.
+// ARCHITECTURE.md ("Metric definitions"), the one source of truth for tooltips, reports and docs.
 #pragma once
 
 #include <QCoreApplication>

@@ -30,7 +30,7 @@ public:
     SamplingParams modelDefaults() const { return m_modelDefaults; }
 
     // What an unset field means when the model's generation_config does not say either: the
-    // engine's own defaults (engine/sampler.h, sampling_params; restated here because ui/ never
+    // engine's own defaults (engine/runtime/sampler.h, sampling_params; restated here because ui/ never
     // includes engine/): temperature 0.8, top-p 1 (off), top-k 0 (off), min-p 0 (off), penalties
     // off, max tokens 512, a random seed.
     static SamplingParams fallbackDefaults();

@@ -1,6 +1,6 @@
 // Latency aggregations for the profiler: ITL from token times, percentiles, decode tok/s and
 // tok/s over time, and engine time per phase from step records. Pure functions; definitions
-// as in the metrics table of docs/architecture.md:
+// as in the metrics table of ARCHITECTURE.md:
 //   TTFT = submit → first token; ITL = gap between consecutive tokens of one request;
 //   decode tok/s = (n_out − 1) / (t_last − t_first).
 #pragma once

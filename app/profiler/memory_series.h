@@ -1,6 +1,6 @@
 // Memory aggregations for the profiler: one sample of the stacked memory chart from the
 // engine's accounting, the fragmentation and KV-waste definitions, and the KV block map.
-// Definitions as in the metrics table of docs/architecture.md:
+// Definitions as in the metrics table of ARCHITECTURE.md:
 //   fragmentation = 1 − largest free block / total free (0 when nothing is free);
 //   KV waste = 1 − tokens stored / (blocks used × block size).
 #pragma once

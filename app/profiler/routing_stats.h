@@ -1,7 +1,7 @@
 // Routing aggregations for the profiler: expert load matrices (live window, one message, a whole
 // conversation), per-layer balance figures, Jensen–Shannon divergence between two routing
 // distributions, and the per-token × layer strip of a reply. Pure functions over value types,
-// no widgets; definitions exactly as in the metrics table of docs/architecture.md:
+// no widgets; definitions exactly as in the metrics table of ARCHITECTURE.md:
 //   share = c / Σc; imbalance = max(c)/mean(c); balancedness = mean/max;
 //   entropy = H(share)/ln E (natural log, so 1 means uniform); dead experts = #{c = 0}.
 #pragma once

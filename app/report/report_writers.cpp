@@ -133,7 +133,7 @@ QString summaryTables(const Report &r, const ReportSummary &s) {
         if (s.phases.attentionMs + s.phases.moeMs + s.phases.denseMs == 0)
             t += QStringLiteral("<p class=\"meta\">This backend does not time the phases inside its forward pass "
                                 "(the CUDA backend runs its kernels asynchronously on one stream and measures the step "
-                                "as a whole), so the forward pass is counted under “other”; per-kernel device times "
+                                "as a whole), so the forward pass is counted under “other”; per-kernel GPU times "
                                 "come from <code>expertscope-cli bench --backend cuda --profile</code>.</p>\n");
     }
     if (!r.bench.isEmpty()) {

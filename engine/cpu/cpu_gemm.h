@@ -3,7 +3,7 @@
 // the batch, the row's place in it, the tiling edge it falls on, or the thread count. So a
 // token's logits do not depend on what else was batched with it: prefix-cached, preempted and
 // batched runs reproduce a lone cold run bit for bit. (OpenBLAS switches kernels with the row
-// count, which breaks that; measured in ARCHITECTURE.md.)
+// count, which breaks that: ARCHITECTURE.md, "CPU backend"; the cost in docs/benchmarks.md.)
 #pragma once
 
 #include <cstdint>

@@ -62,7 +62,7 @@ struct cuda_memory_report {
     std::string to_string() const;
 };
 
-// Device time per kernel (by launch name) while profiling is on.
+// GPU time per kernel (by launch name) while profiling is on.
 struct kernel_profile_row {
     std::string name;   // "qkv gemv", "attention", "moe_router", …
     double total_ms = 0.0;
@@ -102,17 +102,17 @@ class cuda_backend : public backend {
 public:
     virtual cuda_memory_report memory_report() const = 0;
     // Profiling: every launch bracketed by CUDA events (graphs off meanwhile, so launches run
-    // eagerly); profile() sums device time per launch name since profiling was switched on.
+    // eagerly); profile() sums GPU time per launch name since profiling was switched on.
     virtual void set_profiling(bool on) = 0;
     virtual std::vector<kernel_profile_row> profile() const = 0;
     // "on, N graphs" / "off" / why capture failed.
     virtual std::string graph_status() const = 0;
     // Replays the CUDA graph of the latest graph-replayed step `replays` times back to back and
-    // returns the device time of one replay in µs (0 when no graph ran yet): a decode step's GPU
+    // returns the GPU time of one replay in µs (0 when no graph ran yet): a decode step's GPU
     // time without the host's share (input upload, launch, logits download, synchronization).
     virtual double graph_replay_us(int replays) = 0;
     // Replays each graph forward() launched since the last call, with the inputs of its latest
-    // launch, `replays` times back to back, and returns the mean device time of one replay
+    // launch, `replays` times back to back, and returns the mean GPU time of one replay
     // weighted by how many steps launched it, in µs (0 when none did); then forgets the counts.
     // The GPU time of a decode run whose steps replayed graphs of different positions (a graph
     // per KV split count), where graph_replay_us times only the last step's. replays ≤ 0 only
