@@ -16,7 +16,7 @@ set(ES_PKG_STAGE ${CMAKE_BINARY_DIR}/installer)
 
 # ---- Data ----------------------------------------------------------------------------------------
 # The embedded default model: what load_model reads, and its NOTICE. ref_logits.npy and
-# reference.json are test data (tests/test_model_reference) and stay in the source tree.
+# reference.json are test data (tests/engine/model/test_model_reference) and stay in the source tree.
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/resources/models/default/ DESTINATION ${ES_DATA_DIR}/models/default
         COMPONENT app
         FILES_MATCHING PATTERN "*.json" PATTERN "*.safetensors" PATTERN "tokenizer.model" PATTERN "NOTICE"

@@ -8,11 +8,11 @@ if(NOT TARGET es_cuda_module)
   return()
 endif()
 target_compile_definitions(test_cuda_module PRIVATE ES_CUDA_MODULE_PATH="$<TARGET_FILE:es_cuda_module>")
-add_library(es_fake_missing_dependency SHARED fake_missing_dependency.cpp)
+add_library(es_fake_missing_dependency SHARED engine/cuda/fake_missing_dependency.cpp)
 set_target_properties(es_fake_missing_dependency PROPERTIES
   LIBRARY_OUTPUT_DIRECTORY ${CMAKE_CURRENT_BINARY_DIR}/fake_dependency)
 foreach(kind 1 2 3 4)
-  add_library(es_fake_cuda_module_${kind} MODULE fake_cuda_module.cpp)
+  add_library(es_fake_cuda_module_${kind} MODULE engine/cuda/fake_cuda_module.cpp)
   target_compile_definitions(es_fake_cuda_module_${kind} PRIVATE FAKE_KIND=${kind})
   # Headers only (cuda_module_abi.h); nothing of es_engine is linked in.
   target_include_directories(es_fake_cuda_module_${kind} PRIVATE

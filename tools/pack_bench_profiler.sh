@@ -2,7 +2,7 @@
 # Packs bench_profiler with the Qt libraries it loads into BUILD/devbench, so the profiler's
 # benchmark can run on a machine without Qt (e.g. a quiet 16-core machine, as for the figures in
 # docs/benchmarks.md, "Profiler"). Usage: tools/pack_bench_profiler.sh BUILD_DIR
-# There: BUILD_DIR/devbench/run.sh (env ES_BENCH_* as in tests/bench_profiler.cpp).
+# There: BUILD_DIR/devbench/run.sh (env ES_BENCH_* as in tests/ui/bench_profiler.cpp).
 set -euo pipefail
 build=${1:?usage: tools/pack_bench_profiler.sh BUILD_DIR}
 out="$build/devbench"
@@ -10,12 +10,12 @@ rm -rf "$out" && mkdir -p "$out"
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/lib" "$stage/plugins/platforms" "$stage/plugins/sqldrivers" "$stage/fonts"
-strip -o "$out/bench_profiler" "$build/tests/bench_profiler"
+strip -o "$out/bench_profiler" "$build/tests/ui/bench_profiler"
 plugins=$(qtpaths6 --plugin-dir 2>/dev/null || echo /usr/lib/x86_64-linux-gnu/qt6/plugins)
 cp "$plugins/platforms/libqoffscreen.so" "$stage/plugins/platforms/"
 cp "$plugins/sqldrivers/libqsqlite.so" "$stage/plugins/sqldrivers/"
 # Every shared library they load except the C/C++ runtime, which the target has.
-for f in "$build/tests/bench_profiler" "$plugins/platforms/libqoffscreen.so" "$plugins/sqldrivers/libqsqlite.so"; do
+for f in "$build/tests/ui/bench_profiler" "$plugins/platforms/libqoffscreen.so" "$plugins/sqldrivers/libqsqlite.so"; do
   ldd "$f" | awk '/=>/ {print $3}' | while read -r lib; do
     case $(basename "$lib") in libc.so* | libm.so* | libstdc++* | libgcc_s* | ld-linux*) ;; *) cp -nL "$lib" "$stage/lib/" ;; esac
   done

@@ -135,7 +135,7 @@ struct graph_cache {
     std::map<cudaGraphExec_t, run> runs;
 };
 
-// Every launch timed with events while profiling is on; device time summed per launch name.
+// Every launch timed with events while profiling is on; GPU time summed per launch name.
 struct op_profiler {
     bool on = false;
     std::vector<cudaEvent_t> events;
@@ -339,7 +339,7 @@ private:
 
     // ---- graphs.cpp
     void clear_graphs();
-    // One replay's device time in µs, from `replays` back to back after a warm one (0 on failure).
+    // One replay's GPU time in µs, from `replays` back to back after a warm one (0 on failure).
     double time_replays(cudaGraphExec_t exec, int replays);
     // Counts a launch of `exec` and keeps the inputs it ran with (launched_graphs_replay_us).
     void note_graph_launch(cudaGraphExec_t exec, int slot);
