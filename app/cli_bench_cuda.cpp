@@ -15,7 +15,7 @@
 #include "engine/core/switches.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine/cuda/cuda_module_abi.h"
-#include "engine/runtime/generate.h"
+#include "engine/runtime/row_sampling.h"
 #include "engine/runtime/model.h"
 
 #include <nlohmann/json.hpp>

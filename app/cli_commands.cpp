@@ -6,7 +6,7 @@
 #include "engine/model/model_tensors.h"
 #include "engine/model/npy.h"
 #include "engine/model/safetensors.h"
-#include "engine/runtime/generate.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/model.h"
 
 #include <nlohmann/json.hpp>
@@ -253,28 +253,48 @@ int cmd_generate(const generate_opts &g, const common_opts &o) {
     if (g.repetition_penalty) sp.repetition_penalty = *g.repetition_penalty;
     if (g.seed) sp.seed = *g.seed;
     sp.max_tokens = g.max_tokens;
+    if (auto msg = sp.validate(); !msg.empty()) return fail("sampling parameters: " + msg);
+    if (int64_t(prompt.size()) >= m.config.n_ctx_train)
+        return fail("the prompt has " + std::to_string(prompt.size()) + " tokens but the model's context is " +
+                    std::to_string(m.config.n_ctx_train) + " tokens");
 
-    detokenizer detok(*m.tok);
-    generate_params gp;
-    gp.on_token = [&](int32_t id) {
-        std::string piece = detok.push(id);
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
+    // The runtime the app and the server use: one request through the engine's step loop.
+    engine_params ep;
+    ep.load = lp;
+    ep.max_num_seqs = 1;
+    const std::string backend_name = m.be->name();
+    engine eng(ep);
+    if (auto st = eng.load_model(std::move(*loaded)).get(); !st) return fail(st.message());
+    request_params rp;
+    rp.prompt_ids = prompt;
+    rp.sampling = sp;
+    auto stream = eng.submit(std::move(rp));
+    size_t n_out = 0;
+    std::string finish_reason;
+    for (request_event ev;;) {
+        if (!stream->wait_pop(ev, std::chrono::milliseconds(100))) continue;
+        if (ev.kind == event_kind::failed) return fail(ev.error);
+        if (ev.kind == event_kind::finished) {
+            finish_reason = ev.finish_reason;
+            break;
+        }
+        n_out += ev.token_ids.size();
+        std::fwrite(ev.text.data(), 1, ev.text.size(), stdout);
         std::fflush(stdout);
-        return true;
-    };
-    auto r = generate_tokens(*m.be, prompt, sp, gp);
-    if (!r) return fail(r.message());
-    std::string tail = detok.flush();
-    std::fwrite(tail.data(), 1, tail.size(), stdout);
+    }
     std::fputc('\n', stdout);
     std::fflush(stdout);
-    const size_t n_out = r->tokens.size();
-    const double decode_tps = n_out > 1 && r->decode_ms > 0 ? double(n_out - 1) / (r->decode_ms / 1000.0) : 0.0;
+    const request_metrics rm = stream->metrics();
+    const double ttft_ms = rm.ttft_ms();
+    const double decode_s = n_out > 1 && rm.token_times_us.size() >= n_out
+                                ? double(rm.token_times_us[n_out - 1] - rm.token_times_us[0]) / 1e6
+                                : 0.0;
     std::fprintf(stderr,
                  "[%s] prompt %zu tokens, prefill %.1f tok/s | TTFT %.1f ms | %zu tokens, decode %.1f tok/s | "
                  "finish: %s | seed %llu\n",
-                 m.be->name().c_str(), prompt.size(), prompt.size() / (r->prefill_ms / 1000.0), r->ttft_ms, n_out,
-                 decode_tps, r->finish_reason.c_str(), (unsigned long long)r->seed);
+                 backend_name.c_str(), prompt.size(), ttft_ms > 0 ? double(prompt.size()) / (ttft_ms / 1000.0) : 0.0,
+                 ttft_ms, n_out, decode_s > 0 ? double(n_out - 1) / decode_s : 0.0, finish_reason.c_str(),
+                 (unsigned long long)rm.seed);
     return 0;
 }
 

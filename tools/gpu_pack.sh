@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda} # BUILD=build/headless: the headless preset's build
 if [[ "${1:-}" != "--no-build" ]]; then # (--as-old builds too)
-    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DES_BUILD_GUI=OFF -DES_BUILD_TESTS=OFF -DES_BUILD_CLI=ON \
+    cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DES_BUILD_GUI=OFF -DES_BUILD_TESTS=OFF -DES_BUILD_CLI=ON -DES_DEVELOPER_SWITCHES=ON \
         -DES_CUDA_ARCHITECTURES=90a >/dev/null
     ninja -C "$BUILD" expertscope-cli es_cuda_module
 fi

@@ -134,6 +134,11 @@ public:
     // multiple of 16, or n) take the BF16 path whatever this says (gemm_lt.cuh).
     virtual activation_format activations() const = 0;
     virtual std::string activation_note() const = 0;
+    // This device's read bandwidth in bytes/s, measured now: a streaming read (kernels/read_sum)
+    // of 1 GiB, or a quarter of the free memory when less, timed over five passes after a warm
+    // one. The denominator of the bench's MBU. 0 when it cannot be measured (less than 64 MiB free,
+    // a forward in flight, a broken context).
+    virtual double measure_read_bandwidth() = 0;
     // Weight bytes one batch-1 decode step must read (routed experts: only n_expert_used of
     // n_expert; the embedding table: one row; the head: all of it). The MBU numerator.
     virtual double decode_weight_bytes() const = 0;

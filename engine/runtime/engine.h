@@ -7,6 +7,7 @@
 
 #include "engine/core/telemetry.h"
 #include "engine/model/chat_template.h"
+#include "engine/runtime/memory_estimate.h"
 #include "engine/runtime/model.h"
 #include "engine/runtime/sampler.h"
 
@@ -24,6 +25,7 @@
 namespace es {
 
 using request_id = uint64_t;
+class step_loop;
 
 struct request_params {
     std::vector<chat_message> messages; // rendered with the chat template, or …
@@ -74,6 +76,7 @@ public:
 
 private:
     friend class engine;
+    friend class step_loop;
     explicit request_stream(request_id id) : m_id(id) {}
     void push(request_event ev);
 
@@ -104,25 +107,6 @@ struct engine_params {
     enum class overlap_mode { automatic, on, off } overlap = overlap_mode::automatic;
 };
 
-// Will the model fit where it would load (the backend and precision of engine_params)? On the
-// GPU: the CUDA backend's weight arena at that precision, a BF16 KV cache, the forward pass's
-// workspace for a full token budget and the cuBLASLt workspace, against the device's free
-// memory now; on the CPU: fp32 weights and KV against physical RAM. An estimate (what the
-// driver and allocator add is not counted); 5% of the memory is kept as headroom.
-struct memory_estimate {
-    uint64_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, available_bytes = 0;
-    bool fits = false;
-    bool gpu = false;
-    std::string device;                 // "CPU" or the GPU's name
-    std::string note;                   // automatic on the CPU: why not the GPU
-    std::string summary;                // one line for the UI
-};
-
-// Bytes of the CUDA backend's weight arena for this config and precision (its layout: fused
-// q/k/v and gate/up, BF16 embeddings, norms and head, fp32 router and RoPE table, FP8 linears
-// with one fp32 scale per row; 256-byte aligned pieces).
-uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision, const fp8_policy &policy = {});
-
 struct model_info {
     std::filesystem::path dir;
     model_config config;
@@ -145,6 +129,9 @@ public:
                                    std::function<void(const std::string &, float)> on_progress = {});
     // Random weights of a real shape, no tokenizer (serve-bench on real shapes).
     std::future<status> load_random_model(const model_config &cfg, uint64_t seed);
+    // A model built by the caller (es::load_model, or a backend wrapped by a test), owned by the
+    // engine from now on.
+    std::future<status> load_model(std::unique_ptr<model> built);
     void unload_model();
     static result<memory_estimate> estimate_memory(const std::filesystem::path &dir, const engine_params &p);
 
@@ -160,12 +147,9 @@ public:
     int64_t now_us() const;
 
 private:
-    struct impl;
-    void thread_main();
-
     engine_params m_params;
     telemetry_channel m_telemetry;
-    std::unique_ptr<impl> m_impl;
+    std::unique_ptr<step_loop> m_loop; // the engine thread's state (step_loop.h)
     std::thread m_thread;
 };
 

@@ -1,10 +1,11 @@
 // Loading a model folder the fuzzers assembled, and a few greedy tokens from it when it loads.
 #pragma once
 
-#include "engine/runtime/generate.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/model.h"
 #include "fuzz_support.h"
 
+#include <chrono>
 #include <vector>
 
 namespace es::fuzz {
@@ -16,8 +17,8 @@ inline std::filesystem::path reference_checkpoint() {
 }
 
 // Loads dir on the CPU (one thread, no tokenizer) and, when it loads, generates three tokens
-// greedily from a short prompt: either step may fail with a message, nothing may crash, and
-// every token generated lies in the vocabulary.
+// greedily from a short prompt through the engine: either step may fail with a message, nothing
+// may crash, and every token generated lies in the vocabulary.
 inline void load_and_generate(const std::filesystem::path &dir) {
     model_load_params p;
     p.kind = backend_kind::cpu;
@@ -37,12 +38,29 @@ inline void load_and_generate(const std::filesystem::path &dir) {
     sampling_params sp;
     sp.temperature = 0.0f;
     sp.max_tokens = 3;
-    auto r = generate_tokens(*(*m)->be, prompt, sp);
-    if (!r) {
-        ES_FUZZ_CHECK(fuzz::is_specific(r.message()));
+    // Through the engine, as the app runs a model; a KV pool just large enough for the request.
+    const int64_t vocab = cfg.n_vocab;
+    engine_params ep;
+    ep.max_num_seqs = 1;
+    ep.n_kv_blocks = 4;
+    engine e(ep);
+    if (const status st = e.load_model(std::move(*m)).get(); !st) {
+        ES_FUZZ_CHECK(fuzz::is_specific(st.message()));
         return;
     }
-    for (int32_t id : r->tokens) ES_FUZZ_CHECK(id >= 0 && id < cfg.n_vocab);
+    request_params rp;
+    rp.prompt_ids = prompt;
+    rp.sampling = sp;
+    auto stream = e.submit(std::move(rp));
+    for (request_event ev;;) {
+        if (!stream->wait_pop(ev, std::chrono::milliseconds(100))) continue;
+        if (ev.kind == event_kind::failed) {
+            ES_FUZZ_CHECK(fuzz::is_specific(ev.error));
+            return;
+        }
+        if (ev.kind == event_kind::finished) return;
+        for (int32_t id : ev.token_ids) ES_FUZZ_CHECK(id >= 0 && id < vocab);
+    }
 }
 
 } // namespace es::fuzz

@@ -5,6 +5,7 @@
 #include "engine/core/switches.h"
 #include "engine/cuda/cuda_loader.h"
 #include "kernels/fill_random.cuh"
+#include "kernels/read_sum.cuh"
 
 #include <dlfcn.h>
 
@@ -229,6 +230,48 @@ status cuda_backend_impl::init_kv_cache(const kv_cache_params &p) {
         m_kv = p;
         return ok_status();
     });
+}
+
+double cuda_backend_impl::measure_read_bandwidth() {
+    if (!m_broken.empty() || !m_flight.empty()) return 0.0;
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) {
+        cudaGetLastError();
+        return 0.0;
+    }
+    // Far beyond L2 (50-60 MiB on Hopper), so every pass streams from HBM.
+    const size_t bytes = std::min<size_t>(size_t(1) << 30, free_b / 4) / 16 * 16;
+    if (bytes < (size_t(64) << 20)) return 0.0;
+    constexpr int k_passes = 5;
+    cudaEvent_t a = nullptr, b = nullptr;
+    double result = 0.0;
+    try {
+        device_buffer buf, sink;
+        buf.alloc(bytes, "the read-bandwidth probe");
+        sink.alloc(256, "the read-bandwidth probe's checksum");
+        ck(cudaMemsetAsync(buf.at(), 0x5a, bytes, m_stream), "the read-bandwidth probe");
+        ck(cudaMemsetAsync(sink.at(), 0, 4, m_stream), "the read-bandwidth probe");
+        read_sum_params p;
+        p.src = buf.at();
+        p.bytes = bytes;
+        p.out = sink.at<unsigned>();
+        ck(launch_read_sum(p, m_stream), "read_sum"); // warm
+        ck(cudaEventCreate(&a), "cudaEventCreate");
+        ck(cudaEventCreate(&b), "cudaEventCreate");
+        ck(cudaEventRecord(a, m_stream), "cudaEventRecord");
+        for (int i = 0; i < k_passes; ++i) ck(launch_read_sum(p, m_stream), "read_sum");
+        ck(cudaEventRecord(b, m_stream), "cudaEventRecord");
+        ck(cudaEventSynchronize(b), "the read-bandwidth probe");
+        float ms = 0.0f;
+        ck(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        if (ms > 0.0f) result = double(bytes) * k_passes / (double(ms) / 1000.0);
+    } catch (const load_error &) {
+        cudaGetLastError();
+        result = 0.0;
+    }
+    if (a) cudaEventDestroy(a);
+    if (b) cudaEventDestroy(b);
+    return result;
 }
 
 void cuda_backend_impl::check_usable() const {

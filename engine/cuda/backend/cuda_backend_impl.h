@@ -211,6 +211,7 @@ public:
     activation_format activations() const override { return m_act; }
     std::string activation_note() const override { return m_act_note; }
     double decode_weight_bytes() const override { return m_w.decode_bytes; }
+    double measure_read_bandwidth() override;
 
     // Builds every weight through `src` (plan offsets, one allocation, fill, quantize).
     void build(weight_source &src);

@@ -9,8 +9,9 @@
 #include "engine/model/model_config.h"
 #include "engine/model/npy.h"
 #include "engine/model/safetensors.h"
-#include "engine/runtime/generate.h"
+#include "engine/runtime/engine.h"
 #include "engine/runtime/model.h"
+#include "engine_generate.h"
 #include "kernels/fp8_quantize.cuh"
 
 #include <QDir>
@@ -230,11 +231,14 @@ void TestModelReference::greedy() {
     sp.temperature = 0.0f;
     sp.max_tokens = int32_t(ref.greedy.size());
     sp.stop_ids.clear(); // HF's reference loop does not stop at eos
-    es::generate_params gp;
-    gp.prefill_chunk = 7; // several chunks, not a tile multiple
-    auto r = es::generate_tokens(*(*m)->be, ref.prompt, sp, gp);
-    QVERIFY2(r.ok(), r.ok() ? "" : r.message().c_str());
-    QCOMPARE(r->tokens, ref.greedy);
+    es::engine_params ep;
+    ep.max_batched_tokens = 7; // prefill in several chunks, not a tile multiple
+    es::engine e(ep);
+    const es::status st = e.load_model(std::move(*m)).get();
+    QVERIFY2(st.ok(), st.ok() ? "" : st.message().c_str());
+    const es_test::generation r = es_test::generate_with_engine(e, ref.prompt, sp);
+    QVERIFY2(r.ok(), r.error.c_str());
+    QCOMPARE(r.tokens, ref.greedy);
 }
 
 void TestModelReference::cliLogits() {

@@ -5,8 +5,9 @@
 // (a backend that returns them, emulated here over the CPU backend with topk_logits' twin) gives
 // the tokens sampling from full rows gives.
 #include "engine/runtime/engine.h"
-#include "engine/runtime/generate.h"
 #include "engine/runtime/model.h"
+#include "engine/runtime/row_sampling.h"
+#include "engine_generate.h"
 #include "kernels/topk_logits.cuh"
 
 #include <QDir>
@@ -197,9 +198,9 @@ void TestEngine::noModelAndBadFolder() {
     QVERIFY(!e.has_model());
 }
 
-// generate_tokens (request_candidates + sample_output_row, shared with the engine's loop) on a
-// backend returning candidates against the same backend returning full rows: the same tokens for
-// every sampling setting; both the candidates' decisions and full-row fetches happen.
+// The engine's sampling (request_candidates + sample_output_row) on a backend returning
+// candidates against the same backend returning full rows: the same tokens for every sampling
+// setting; both the candidates' decisions and full-row fetches happen.
 void TestEngine::candidatesGiveSameTokens() {
     es::model_load_params lp;
     lp.need_tokenizer = false;
@@ -246,7 +247,18 @@ void TestEngine::candidatesGiveSameTokens() {
         bad.pos = {0, 1, 0};
         QVERIFY(plain.forward(bad, out).ok());
     }
-    candidate_backend cand(plain, 6);
+    // The same requests through the engine on that backend as it is, and on a second copy wrapped to
+    // return candidates (the wrapper lives in the engine's model; the copy outlives the engine).
+    auto copy = es::load_model((data_dir + "/moe-shared").toStdString(), lp);
+    QVERIFY(copy.ok());
+    auto wrapped = std::make_unique<es::model>();
+    wrapped->config = (*copy)->config;
+    auto cand_owner = std::make_unique<candidate_backend>(*(*copy)->be, 6);
+    candidate_backend &cand = *cand_owner;
+    wrapped->be = std::move(cand_owner);
+    es::engine plain_engine, cand_engine;
+    QVERIFY(plain_engine.load_model(std::move(*m)).get().ok());
+    QVERIFY(cand_engine.load_model(std::move(wrapped)).get().ok());
     const auto prompt = reference_ids("moe-shared", "prompt_ids");
     int fetched = 0, decided_rows = 0;
     for (int setting = 0; setting < 5; ++setting)
@@ -261,14 +273,14 @@ void TestEngine::candidatesGiveSameTokens() {
                 sp.min_p = 0.05f;
                 sp.repetition_penalty = 1.3f;
             }
-            auto a = es::generate_tokens(plain, prompt, sp);
+            const es_test::generation a = es_test::generate_with_engine(plain_engine, prompt, sp);
             const int before = cand.fetched, rows_before = cand.candidate_rows;
-            auto b = es::generate_tokens(cand, prompt, sp);
-            QVERIFY2(a.ok() && b.ok(), "generate_tokens failed");
+            const es_test::generation b = es_test::generate_with_engine(cand_engine, prompt, sp);
+            QVERIFY2(a.ok() && b.ok(), (a.error + b.error).c_str());
             // Greedy without penalties asks for one candidate (the CUDA backend's head picks it).
             QCOMPARE(cand.last_top_n, setting == 0 ? 1 : es::k_sample_top_n);
             QVERIFY2(
-                a->tokens == b->tokens,
+                a.tokens == b.tokens,
                 qPrintable(
                     QString("setting %1 seed %2: candidates changed the tokens").arg(setting).arg(seed)));
             fetched += cand.fetched - before;

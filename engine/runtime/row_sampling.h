@@ -1,6 +1,6 @@
-// Single-sequence generation on a backend: chunked prefill, then decode with the sampler.
-// Used by the CLI and the reference tests; the multi-request runtime (scheduler, block pool)
-// drives backends directly.
+// Sampling a forward's output rows: which candidates to ask a backend for, and the token of a row
+// from its candidates or, when they cannot decide, from the full row. The one place the engine's
+// step loop and the CUDA bench sample; generation itself is the engine's (engine.h).
 #pragma once
 
 #include "engine/backend/backend.h"
@@ -13,22 +13,7 @@
 
 namespace es {
 
-struct generate_result {
-    std::vector<int32_t> tokens;     // generated ids (stop token excluded)
-    std::string finish_reason;       // "stop" (stop id), "length" (max_tokens or context), "cancelled"
-    double ttft_ms = 0.0;            // start → first token sampled
-    double prefill_ms = 0.0;
-    double decode_ms = 0.0;          // first token → last token
-    uint64_t seed = 0;
-};
-
-struct generate_params {
-    int32_t prefill_chunk = 512;
-    // Called for each generated token (stop tokens excluded); return false to stop.
-    std::function<bool(int32_t)> on_token;
-};
-
-// Logit candidates per sampled row that the engine, generate_tokens and the CUDA benchmark ask
+// Logit candidates per sampled row that the engine and the CUDA benchmark ask
 // a backend for (batch::top_n) when it supports them: 64 hold nearly all of the mass at usual
 // temperatures, so a fallback to the full row is rare, and they come back in ~1 KB.
 inline constexpr int32_t k_sample_top_n = 64;
@@ -47,8 +32,5 @@ void request_candidates(const backend &be, batch &b, std::span<sampler *const> s
 result<int32_t> sample_output_row(backend &be, forward_output &out, int32_t row, sampler &smp,
                                   std::span<const int32_t> prompt, std::span<const int32_t> output,
                                   std::vector<float> &scratch, bool *fetched = nullptr);
-
-result<generate_result> generate_tokens(backend &be, const std::vector<int32_t> &prompt, const sampling_params &sp,
-                                        const generate_params &gp = {});
 
 } // namespace es
