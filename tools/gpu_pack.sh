@@ -17,9 +17,17 @@
 #                                         tools/gpu_pack.sh`); the module's build id must match the CLI's.
 #                                         It stays in every later pack (11 MB): rm -rf .device/old when
 #                                         done
+#   BUILD=<other tree>/build/cuda tools/gpu_pack.sh --no-build --as-before
+#                                         packs another tree's CLI and module (e.g. a worktree of the
+#                                         commit before a change, built with this script's cmake line)
+#                                         into .device/before/{bin,lib/expertscope}: the baseline of
+#                                         `tools/gpu_run.sh abtree`, kept by later packs; rm -rf
+#                                         .device/before when done
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/cuda} # BUILD=build/headless: the headless preset's build
+as_before=0
+for a in "$@"; do [[ $a == --as-before ]] && as_before=1; done
 if [[ "${1:-}" != "--no-build" ]]; then # (--as-old builds too)
     cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DES_BUILD_GUI=OFF -DES_BUILD_TESTS=OFF -DES_BUILD_CLI=ON -DES_DEVELOPER_SWITCHES=ON \
         -DES_CUDA_ARCHITECTURES=90a >/dev/null
@@ -38,11 +46,21 @@ if [[ "${1:-}" == "--as-old" ]]; then
     echo "gpu_pack: the baseline module is in .device/old/lib/expertscope/"
     exit 0
 fi
-old=""
-if [[ -d .device/old ]]; then old=$(mktemp -d) && mv .device/old "$old/"; fi
+if [[ $as_before == 1 ]]; then
+    rm -rf .device/before
+    mkdir -p .device/before/bin .device/before/lib/expertscope
+    cp "$BIN" .device/before/bin/
+    cp "$MODULE" .device/before/lib/expertscope/
+    strip --strip-debug .device/before/bin/expertscope-cli .device/before/lib/expertscope/libexpertscope-cuda.so
+    echo "gpu_pack: the baseline CLI and module are in .device/before/"
+    exit 0
+fi
+keep=$(mktemp -d)
+for d in old before; do [[ -d .device/$d ]] && mv ".device/$d" "$keep/"; done
 rm -rf .device
 mkdir -p .device/bin .device/lib/expertscope
-if [[ -n "$old" ]]; then mv "$old/old" .device/ && rmdir "$old"; fi
+for d in old before; do [[ -d $keep/$d ]] && mv "$keep/$d" .device/; done
+rmdir "$keep"
 cp "$BIN" .device/bin/
 cp "$MODULE" .device/lib/expertscope/
 # Non-system libraries the CLI and the module link (cuBLASLt excepted: the GPU machine has it).

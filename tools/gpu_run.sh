@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in a copy of the repository, after tools/gpu_pack.sh (its .device.tar.xz
 # unpacked in the repository's root):
-#   bash tools/gpu_run.sh full|selftest|bench|final|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abfinal|abbuild|only   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|final|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abfinal|abbuild|abtree|only   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh final    the bench, then the self-test in what is left of a time limit for
 #                                  the whole run (FINAL_BUDGET_S seconds, 600 by default), so that
 #                                  the figures come first when the run has a limit
@@ -219,6 +219,29 @@ if [[ $mode == abfinal ]]; then
         echo "abfinal: no variant beat the default by ${AB_MIN_GAIN:-0.01} on $first (best: ${best_v:-none} ${best_us:-}, default ${dflt:-?})" |
             tee "$OUT/abfinal.md"
     fi
+fi
+if [[ $mode == abtree ]]; then
+    # Two builds of the tree alternating: .device/before/ (bin/ and lib/ as .device's, the baseline,
+    # e.g. the commit before a restructuring) and .device (the change); each CLI loads the module
+    # beside it. Batch-1 prefill and decode on ABTREE_SPECS ("shape precision layers [bench args]"
+    # entries separated by ';'), AB_ROUNDS times each (1 by default). abtree.md: every run's output;
+    # the tg128, pp2048 and GPU-step lines are also printed.
+    BEFORE=.device/before/bin/expertscope-cli
+    [[ -x $BEFORE ]] || { echo "gpu_run: abtree needs $BEFORE" | tee -a "$OUT/abtree.md"; exit 2; }
+    "$BEFORE" --version 2>&1 | tee -a "$OUT/abtree.md" | grep -E 'commit|^backends'
+    IFS=';' read -ra specs <<<"${ABTREE_SPECS:-ernie-4.5-21b-a3b fp8 0 --fp8-head;ernie-4.5-0.3b fp8 0}"
+    for ((r = 0; r < ${AB_ROUNDS:-1}; ++r)); do
+        for spec in "${specs[@]}"; do
+            set -- $spec
+            for side in before after; do
+                cli=$CLI
+                [[ $side == before ]] && cli=$BEFORE
+                echo "### $side: $spec" | tee -a "$OUT/abtree.md"
+                timeout 150 "$cli" bench --backend cuda --shape "$1" --precision "$2" --layers "$3" "${@:4}" \
+                    --pp 2048 --tg 128 --reps 3 2>&1 | tee -a "$OUT/abtree.md" | grep -E 'tg128|pp2048|decode step|MBU'
+            done
+        done
+    done
 fi
 if [[ $mode == abbuild ]]; then
     # Batch-1 decode, two CUDA modules of one commit alternating, three times each: the baseline
