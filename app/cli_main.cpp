@@ -9,12 +9,53 @@
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 
-int main(int argc, char **argv) {
-    using namespace es::cli;
-    CLI::App app{"ExpertScope command-line engine for ERNIE-4.5 models"};
-    app.require_subcommand(1);
-    // Evaluated only when --version is given: it loads the CUDA module and probes the GPU.
+namespace {
+
+using namespace es::cli;
+
+// Every subcommand's options, filled in by parsing. The subcommands bind references into it, so
+// it stays where it was made.
+struct cli_options {
+    common_opts common;
+    std::string model_dir; // info, logits
+    bool info_json = false;
+    std::string ids, out; // logits
+    generate_opts generate;
+    bench_opts bench;
+    serve_bench_opts serve_bench;
+    serve_opts serve;
+    routing_opts routing;
+    eval_opts eval;
+    selftest_opts selftest;
+    bool switches_json = false;
+#if ES_CLI_HAVE_REPORT
+    report_opts report;
+    import_opts import;
+#endif
+};
+
+// The subcommands, to tell which one the command line named.
+struct cli_commands {
+    CLI::App *info = nullptr, *logits = nullptr, *generate = nullptr, *bench = nullptr, *serve_bench = nullptr,
+             *serve = nullptr, *routing = nullptr, *eval = nullptr, *selftest = nullptr, *switches = nullptr;
+#if ES_CLI_HAVE_REPORT
+    CLI::App *report = nullptr, *import = nullptr;
+#endif
+};
+
+const char *const k_kv_cache_help =
+    "CUDA: KV cache elements, bf16 | fp8 (E4M3, scale 1.0 as vLLM's kv_cache_dtype=fp8: "
+    "half the KV memory, twice the context or sequences)";
+// The activations of FP8 linears in steps of more than 8 tokens (prefill, batched decode).
+const char *const k_activations_help =
+    "CUDA, --precision fp8: activations of steps of more than 8 tokens, quantized per "
+    "token to e4m3 | e5m2 for FP8 GEMMs, or bf16 (weights dequantized); decode-sized "
+    "steps always use bf16";
+
+// --version: evaluated only when given, as it loads the CUDA module and probes the GPU.
+void set_version_flag(CLI::App &app) {
     app.set_version_flag("--version", std::function<std::string()>([] {
                              std::string v = std::string("expertscope-cli ") + ES_VERSION + " (commit " +
                                              ES_GIT_COMMIT + ")\nQt: not used (the CLI is Qt-free)\n" +
@@ -22,61 +63,60 @@ int main(int argc, char **argv) {
                              v.pop_back(); // CLI11 ends the text with its own newline
                              return v;
                          }));
+}
 
-    common_opts common;
-    const char *kv_cache_help =
-        "CUDA: KV cache elements, bf16 | fp8 (E4M3, scale 1.0 as vLLM's kv_cache_dtype=fp8: "
-        "half the KV memory, twice the context or sequences)";
-    auto add_common = [&](CLI::App *sub) {
-        sub->add_option("--backend", common.backend, "cpu | cuda | auto")
-            ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
-            ->default_val("cpu");
-        sub->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
-        sub->add_option("--precision", common.precision, "CUDA weights: bf16 | fp8 (E4M3, per-channel scales)")
-            ->check(CLI::IsMember({"bf16", "fp8"}))
-            ->default_val("bf16");
-        sub->add_option("--kv-cache", common.kv_cache, kv_cache_help)
-            ->check(CLI::IsMember({"bf16", "fp8"}))
-            ->default_val("bf16");
-    };
-    // The activations of FP8 linears in steps of more than 8 tokens (prefill, batched decode).
-    const char *activations_help =
-        "CUDA, --precision fp8: activations of steps of more than 8 tokens, quantized per "
-        "token to e4m3 | e5m2 for FP8 GEMMs, or bf16 (weights dequantized); decode-sized "
-        "steps always use bf16";
-    auto add_fp8_scales = [&](CLI::App *sub) {
-        sub->add_option("--fp8-scales", common.fp8_scales,
-                        "CUDA, --precision fp8: the weights' fp32 scales, channel (one per output channel) | "
-                        "block128 (one per 128x128 block; prefill-sized steps then dequantize to BF16)")
-            ->check(CLI::IsMember({"channel", "block128"}))
-            ->default_val("channel");
-    };
-    auto add_activations = [&](CLI::App *sub) {
-        sub->add_option("--activations", common.activations, activations_help)
-            ->check(CLI::IsMember({"e4m3", "e5m2", "bf16"}))
-            ->default_val("e4m3");
-        // The per-layer precision policy (the router is always fp32).
-        sub->add_flag("--fp8-head", common.fp8_head, "CUDA, --precision fp8: the LM head in E4M3 too (default BF16)");
-        sub->add_flag("--bf16-attn-out", common.bf16_attn_out,
-                      "CUDA, --precision fp8: keep the attention output projections BF16 (default E4M3)");
-        add_fp8_scales(sub);
-    };
+// --backend, --threads, --precision, --kv-cache.
+void add_common_options(CLI::App &sub, common_opts &common) {
+    sub.add_option("--backend", common.backend, "cpu | cuda | auto")
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
+        ->default_val("cpu");
+    sub.add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
+    sub.add_option("--precision", common.precision, "CUDA weights: bf16 | fp8 (E4M3, per-channel scales)")
+        ->check(CLI::IsMember({"bf16", "fp8"}))
+        ->default_val("bf16");
+    sub.add_option("--kv-cache", common.kv_cache, k_kv_cache_help)
+        ->check(CLI::IsMember({"bf16", "fp8"}))
+        ->default_val("bf16");
+}
 
-    std::string model_dir;
-    bool info_json = false;
+void add_fp8_scales_option(CLI::App &sub, common_opts &common) {
+    sub.add_option("--fp8-scales", common.fp8_scales,
+                   "CUDA, --precision fp8: the weights' fp32 scales, channel (one per output channel) | "
+                   "block128 (one per 128x128 block; prefill-sized steps then dequantize to BF16)")
+        ->check(CLI::IsMember({"channel", "block128"}))
+        ->default_val("channel");
+}
+
+// --activations and the per-layer precision policy (the router is always fp32), then --fp8-scales.
+void add_activation_options(CLI::App &sub, common_opts &common) {
+    sub.add_option("--activations", common.activations, k_activations_help)
+        ->check(CLI::IsMember({"e4m3", "e5m2", "bf16"}))
+        ->default_val("e4m3");
+    sub.add_flag("--fp8-head", common.fp8_head, "CUDA, --precision fp8: the LM head in E4M3 too (default BF16)");
+    sub.add_flag("--bf16-attn-out", common.bf16_attn_out,
+                 "CUDA, --precision fp8: keep the attention output projections BF16 (default E4M3)");
+    add_fp8_scales_option(sub, common);
+}
+
+CLI::App *add_info_command(CLI::App &app, std::string &model_dir, bool &json) {
     auto *info = app.add_subcommand("info", "Architecture, shapes, parameter count, bytes at BF16/FP8, KV bytes per token");
     info->add_option("--model", model_dir, "model folder (config.json + safetensors)")->required();
-    info->add_flag("--json", info_json, "print JSON instead of text");
+    info->add_flag("--json", json, "print JSON instead of text");
+    return info;
+}
 
-    std::string ids, out;
+CLI::App *add_logits_command(CLI::App &app, std::string &model_dir, std::string &ids, std::string &out,
+                             common_opts &common) {
     auto *logits = app.add_subcommand("logits", "Teacher-forced logits at every position as float32 .npy [n_ids, vocab]");
     logits->add_option("--model", model_dir, "model folder")->required();
     logits->add_option("--ids", ids, "comma-separated token ids, e.g. 5,17,3")->required();
     logits->add_option("--out", out, "output .npy file")->required();
-    add_common(logits);
-    add_activations(logits);
+    add_common_options(*logits, common);
+    add_activation_options(*logits, common);
+    return logits;
+}
 
-    generate_opts g;
+CLI::App *add_generate_command(CLI::App &app, generate_opts &g, common_opts &common) {
     auto *gen = app.add_subcommand("generate", "Stream a continuation to stdout; TTFT and tok/s on stderr");
     gen->add_option("--model", g.model_dir, "model folder")->required();
     gen->add_option("--prompt", g.prompt, "prompt text")->required();
@@ -90,10 +130,12 @@ int main(int argc, char **argv) {
     gen->add_option("--seed", g.seed, "sampling seed (same seed, same output)");
     gen->add_option("--max-tokens", g.max_tokens, "maximum new tokens")->check(CLI::Range(0, 1 << 24));
     gen->add_flag("--ids", g.raw_ids, "the prompt is comma-separated token ids");
-    add_common(gen);
-    add_activations(gen);
+    add_common_options(*gen, common);
+    add_activation_options(*gen, common);
+    return gen;
+}
 
-    bench_opts b;
+CLI::App *add_bench_command(CLI::App &app, bench_opts &b, common_opts &common) {
     auto *bench = app.add_subcommand("bench", "Prefill and decode speed on random weights of a real shape, or a model");
     auto *shape = bench->add_option("--shape", b.shape, "ernie-4.5-0.3b | ernie-4.5-21b-a3b");
     bench->add_option("--model", b.model_dir, "model folder instead of a shape")->excludes(shape);
@@ -115,10 +157,12 @@ int main(int argc, char **argv) {
     bench->add_option("--report-format", b.report_format,
                       "html | pdf | json | csv | trace (default: from --report's suffix)");
 #endif
-    add_common(bench);
-    add_activations(bench);
+    add_common_options(*bench, common);
+    add_activation_options(*bench, common);
+    return bench;
+}
 
-    serve_bench_opts sb;
+CLI::App *add_serve_bench_command(CLI::App &app, serve_bench_opts &sb, common_opts &common) {
     auto *sbench = app.add_subcommand("serve-bench", "N synthetic requests through the engine at several concurrencies "
                                                      "(throughput, TTFT, ITL, prefix-cache hits, like vllm bench serve)");
     auto *sb_shape = sbench->add_option("--shape", sb.shape, "ernie-4.5-0.3b | ernie-4.5-21b-a3b (random weights)");
@@ -134,10 +178,12 @@ int main(int argc, char **argv) {
     sbench->add_option("--json", sb.out_json, "also write results as JSON to this file");
     sbench->add_option("--url", sb.url, "http://HOST:PORT of a running `serve`: streaming HTTP clients instead of the in-process engine");
     sbench->add_option("--api-key", sb.api_key, "with --url: Bearer key (default: env EXPERTSCOPE_API_KEY)")->envname("EXPERTSCOPE_API_KEY");
-    add_common(sbench);
-    add_fp8_scales(sbench);
+    add_common_options(*sbench, common);
+    add_fp8_scales_option(*sbench, common);
+    return sbench;
+}
 
-    serve_opts sv;
+CLI::App *add_serve_command(CLI::App &app, serve_opts &sv, common_opts &common) {
     auto *serve = app.add_subcommand("serve", "OpenAI-compatible HTTP server (/v1/chat/completions, /v1/completions, "
                                               "/v1/models, /metrics, /health) with continuous batching across clients");
     auto *sv_model = serve->add_option("--model", sv.model_dir, "model folder");
@@ -161,10 +207,12 @@ int main(int argc, char **argv) {
     serve->add_option("--max-body-bytes", sv.max_body_bytes, "larger request bodies get 413 (default 1048576)")->check(CLI::Range(size_t(64), size_t(1) << 32));
     serve->add_option("--max-prompt-tokens", sv.max_prompt_tokens, "longer prompts get 400 (default: the context)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
     serve->add_option("--max-num-seqs", sv.max_num_seqs, "sequences batched per engine step (default 16)")->check(CLI::Range(1, 4096));
-    add_common(serve);
-    add_fp8_scales(serve);
+    add_common_options(*serve, common);
+    add_fp8_scales_option(*serve, common);
+    return serve;
+}
 
-    routing_opts ro;
+CLI::App *add_routing_command(CLI::App &app, routing_opts &ro, common_opts &common) {
     auto *routing = app.add_subcommand("routing", "Per-layer Jensen-Shannon divergence between the expert shares of "
                                                   "two prompt sets (one user message per line)");
     routing->add_option("--model", ro.model_dir, "model folder (MoE)")->required();
@@ -175,10 +223,12 @@ int main(int argc, char **argv) {
     routing->add_option("--max-tokens", ro.max_tokens, "greedy tokens generated per prompt (default 1)")->check(CLI::Range(1, 1 << 16));
     routing->add_flag("--generated-only", ro.generated_only, "count only the generated positions");
     routing->add_option("--json", ro.out_json, "also write counts and divergences as JSON");
-    add_common(routing);
+    add_common_options(*routing, common);
+    return routing;
+}
 
-    selftest_opts st;
-    eval_opts ev;
+// eval's own --backend, --threads and --kv-cache: they apply to the tested side only.
+CLI::App *add_eval_command(CLI::App &app, eval_opts &ev, common_opts &common) {
     auto *eval = app.add_subcommand("eval", "What a weight precision costs: KL, top-1 agreement and router overlap "
                                             "against a baseline on the same tokens");
     eval->add_option("--model", ev.model_dir, "model folder")->required();
@@ -189,9 +239,9 @@ int main(int argc, char **argv) {
     eval->add_option("--backend", common.backend, "backend of the tested precision: cpu | cuda | auto")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
     eval->add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
-    add_activations(eval); // the CPU's emulation of a precision rounds weights only
+    add_activation_options(*eval, common); // the CPU's emulation of a precision rounds weights only
     eval->add_option("--kv-cache", common.kv_cache,
-                     std::string(kv_cache_help) +
+                     std::string(k_kv_cache_help) +
                          "; the tested side only (the baseline keeps BF16 KV), so "
                          "--precision P --baseline P --kv-cache fp8 measures the FP8 KV alone")
         ->check(CLI::IsMember({"bf16", "fp8"}))
@@ -201,21 +251,28 @@ int main(int argc, char **argv) {
     eval->add_option("--windows", ev.windows, "windows (default 4)")->check(CLI::Range(1, 100000));
     eval->add_option("--seed", ev.seed, "seed of the random ids");
     eval->add_option("--json", ev.out_json, "also write the figures as JSON");
+    return eval;
+}
 
+CLI::App *add_selftest_command(CLI::App &app, selftest_opts &st) {
     auto *selftest = app.add_subcommand("selftest", "GPU check: every CUDA kernel against its CPU twin, then the reference "
                                                     "checkpoints end to end against the CPU backend and HF (skipped without a GPU)");
     selftest->add_option("--data", st.data_dir, "folder of reference checkpoints (default tests/data)");
     selftest->add_flag("--kernels-only", st.kernels_only, "skip the end-to-end model checks");
     selftest->add_flag("--models-only", st.models_only, "skip the kernel checks");
     selftest->add_option("--only", st.only, "run only the checks whose name contains TEXT (e.g. \"moe_front\")");
+    return selftest;
+}
 
-    bool switches_json = false;
+CLI::App *add_switches_command(CLI::App &app, bool &json) {
     auto *switches = app.add_subcommand("switches", "The environment variables the engine reads: type, default, "
                                                     "what each changes, whether results stay exact");
-    switches->add_flag("--json", switches_json, "as JSON");
+    switches->add_flag("--json", json, "as JSON");
+    return switches;
+}
 
 #if ES_CLI_HAVE_REPORT
-    report_opts rp;
+CLI::App *add_report_command(CLI::App &app, report_opts &rp) {
     auto *report = app.add_subcommand(
         "report", "Profiling report of a stored message, conversation or bench run, or of a "
                   "bench --json file (html, pdf, json, csv, Perfetto trace); a conversation "
@@ -234,14 +291,42 @@ int main(int argc, char **argv) {
     report->add_option("--format", rp.format, "html | pdf | json | csv | trace | markdown | chat-json")
         ->required();
     report->add_option("--out", rp.out, "output file (written atomically)")->required();
-    import_opts im;
+    return report;
+}
+
+CLI::App *add_import_command(CLI::App &app, import_opts &im) {
     auto *import = app.add_subcommand(
         "import", "Add an exported conversation (chat-json) or a bench --json run to a database");
     import->add_option("--db", im.db, "the app's database (created if missing)")->required();
     auto *i_chat = import->add_option("--chat", im.chat, "conversation JSON exported by ExpertScope");
     import->add_option("--bench-json", im.bench_json, "a `bench --json` file")->excludes(i_chat);
+    return import;
+}
 #endif
 
+// Every subcommand, in the order --help lists them.
+cli_commands add_commands(CLI::App &app, cli_options &o) {
+    cli_commands c;
+    c.info = add_info_command(app, o.model_dir, o.info_json);
+    c.logits = add_logits_command(app, o.model_dir, o.ids, o.out, o.common);
+    c.generate = add_generate_command(app, o.generate, o.common);
+    c.bench = add_bench_command(app, o.bench, o.common);
+    c.serve_bench = add_serve_bench_command(app, o.serve_bench, o.common);
+    c.serve = add_serve_command(app, o.serve, o.common);
+    c.routing = add_routing_command(app, o.routing, o.common);
+    c.eval = add_eval_command(app, o.eval, o.common);
+    c.selftest = add_selftest_command(app, o.selftest);
+    c.switches = add_switches_command(app, o.switches_json);
+#if ES_CLI_HAVE_REPORT
+    c.report = add_report_command(app, o.report);
+    c.import = add_import_command(app, o.import);
+#endif
+    return c;
+}
+
+// Parses the command line; the exit code when the process ends here (help, version, or a parse
+// error as one line on stderr, like every other failure, with CLI11's non-zero exit code).
+std::optional<int> parse_command_line(CLI::App &app, int argc, char **argv) {
     try {
         app.parse(argc, argv);
     } catch (const CLI::CallForHelp &e) {
@@ -251,61 +336,81 @@ int main(int argc, char **argv) {
     } catch (const CLI::CallForVersion &e) {
         return app.exit(e);
     } catch (const CLI::ParseError &e) {
-        // One line, like every other failure; the exit code is CLI11's (non-zero).
         std::fprintf(stderr, "error: %s (see --help)\n", e.what());
         return e.get_exit_code() != 0 ? e.get_exit_code() : 2;
     }
-    try {
-        if (*info) return cmd_info(model_dir, info_json);
-        if (*selftest) return cmd_selftest(st);
-        if (*switches) return cmd_switches(switches_json);
-        if (*logits) return cmd_logits(model_dir, ids, out, common);
-        if (*gen) return cmd_generate(g, common);
-        if (*serve) {
-            if (sv.shape.empty() && sv.model_dir.empty())
-                return fail("serve needs --model DIR or --shape NAME");
-            return cmd_serve(sv, common);
-        }
-        if (*routing) return cmd_routing(ro, common);
+    return std::nullopt;
+}
+
+// bench, then (builds with Qt) the report of its --json file when --report asks for one, in
+// --report-format or the format --report's suffix names.
+int run_bench(const bench_opts &b, const common_opts &common) {
+    if (b.shape.empty() && b.model_dir.empty()) return fail("bench needs --shape or --model");
+    if (!b.batch.empty() && common.backend != "cuda")
+        return fail("bench --batch measures batched decode on the GPU: it needs --backend cuda");
 #if ES_CLI_HAVE_REPORT
-        if (*report) return cmd_report(rp);
-        if (*import) {
-            if (im.chat.empty() == im.bench_json.empty())
-                return fail("import needs exactly one of --chat or --bench-json");
-            return cmd_import(im);
-        }
-#endif
-        if (*eval) return cmd_eval(ev, common);
-        if (*sbench) {
-            if (!sb.url.empty()) return cmd_serve_bench_http(sb);
-            if (sb.shape.empty() && sb.model_dir.empty()) return fail("serve-bench needs --shape or --model");
-            if (sb.shared_prefix > sb.prompt_len) return fail("--shared-prefix is longer than --prompt-len");
-            return cmd_serve_bench(sb, common);
-        }
-        if (*bench) {
-            if (b.shape.empty() && b.model_dir.empty()) return fail("bench needs --shape or --model");
-            if (!b.batch.empty() && common.backend != "cuda")
-                return fail("bench --batch measures batched decode on the GPU: it needs --backend cuda");
-#if ES_CLI_HAVE_REPORT
-            if (!b.report.empty() && b.out_json.empty())
-                return fail("bench --report needs --json FILE (the report is made from it)");
-            if (const int rc = cmd_bench(b, common); rc != 0 || b.report.empty()) return rc;
-            report_opts r;
-            r.bench_json = b.out_json;
-            r.out = b.report;
-            r.format = b.report_format;
-            if (r.format.empty()) {
-                const auto dot = b.report.rfind('.');
-                r.format = dot == std::string::npos ? "" : b.report.substr(dot + 1);
-                if (b.report.ends_with(".trace.json")) r.format = "trace";
-            }
-            return cmd_report(r);
+    if (!b.report.empty() && b.out_json.empty())
+        return fail("bench --report needs --json FILE (the report is made from it)");
+    if (const int rc = cmd_bench(b, common); rc != 0 || b.report.empty()) return rc;
+    report_opts r;
+    r.bench_json = b.out_json;
+    r.out = b.report;
+    r.format = b.report_format;
+    if (r.format.empty()) {
+        const auto dot = b.report.rfind('.');
+        r.format = dot == std::string::npos ? "" : b.report.substr(dot + 1);
+        if (b.report.ends_with(".trace.json")) r.format = "trace";
+    }
+    return cmd_report(r);
 #else
-            return cmd_bench(b, common);
+    return cmd_bench(b, common);
 #endif
-        }
+}
+
+// The named subcommand, after the checks across its options that CLI11 cannot express.
+int run_command(const cli_commands &c, const cli_options &o) {
+    if (*c.info) return cmd_info(o.model_dir, o.info_json);
+    if (*c.selftest) return cmd_selftest(o.selftest);
+    if (*c.switches) return cmd_switches(o.switches_json);
+    if (*c.logits) return cmd_logits(o.model_dir, o.ids, o.out, o.common);
+    if (*c.generate) return cmd_generate(o.generate, o.common);
+    if (*c.serve) {
+        if (o.serve.shape.empty() && o.serve.model_dir.empty()) return fail("serve needs --model DIR or --shape NAME");
+        return cmd_serve(o.serve, o.common);
+    }
+    if (*c.routing) return cmd_routing(o.routing, o.common);
+#if ES_CLI_HAVE_REPORT
+    if (*c.report) return cmd_report(o.report);
+    if (*c.import) {
+        if (o.import.chat.empty() == o.import.bench_json.empty())
+            return fail("import needs exactly one of --chat or --bench-json");
+        return cmd_import(o.import);
+    }
+#endif
+    if (*c.eval) return cmd_eval(o.eval, o.common);
+    if (*c.serve_bench) {
+        const serve_bench_opts &sb = o.serve_bench;
+        if (!sb.url.empty()) return cmd_serve_bench_http(sb);
+        if (sb.shape.empty() && sb.model_dir.empty()) return fail("serve-bench needs --shape or --model");
+        if (sb.shared_prefix > sb.prompt_len) return fail("--shared-prefix is longer than --prompt-len");
+        return cmd_serve_bench(sb, o.common);
+    }
+    if (*c.bench) return run_bench(o.bench, o.common);
+    return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    CLI::App app{"ExpertScope command-line engine for ERNIE-4.5 models"};
+    app.require_subcommand(1);
+    set_version_flag(app);
+    cli_options options;
+    const cli_commands commands = add_commands(app, options);
+    if (const std::optional<int> rc = parse_command_line(app, argc, argv)) return *rc;
+    try {
+        return run_command(commands, options);
     } catch (const std::exception &e) {
         return fail(std::string("internal error: ") + e.what());
     }
-    return 0;
 }

@@ -267,6 +267,236 @@ void linear(const twin_lin &L, const std::vector<bf16_t> &x, int64_t T, std::vec
     }
 }
 
+// Which tokens reach FP8 linears quantized: those of steps above the GEMV threshold (o.steps; none
+// given, one step of every token), and of those, which reach the routed experts' grouped GEMM
+// with FP8 activations.
+act_plan plan_activations(const model_config &c, int64_t T, weight_format fmt, const twin_options &o) {
+    act_plan aplan;
+    aplan.fmt = o.activations == activation_format::e5m2 ? fp8_format::e5m2 : fp8_format::e4m3;
+    aplan.quant.assign(static_cast<size_t>(T), 0);
+    aplan.routed.assign(static_cast<size_t>(T), 0);
+    std::vector<int64_t> steps = o.steps.empty() ? std::vector<int64_t>{T} : o.steps;
+    int64_t start = 0;
+    for (int64_t n : steps) {
+        if (n <= 0 || start + n > T)
+            throw load_error("twin model: the steps do not add up to the tokens");
+        if (n > cuda_gemv_max_tokens) {
+            std::fill(aplan.quant.begin() + start, aplan.quant.begin() + start + n, char(1));
+            std::fill(aplan.routed.begin() + start, aplan.routed.begin() + start + n, char(1));
+        }
+        start += n;
+    }
+    if (start != T) throw load_error("twin model: the steps do not add up to the tokens");
+    aplan.fp8_act = o.activations != activation_format::bf16;
+    // The backend's activations with block scales are BF16 (cuda_backend::activation_note).
+    if (o.fp8.scales == scale_layout::block128) aplan.fp8_act = false;
+    aplan.any = fmt == weight_format::fp8_e4m3 &&
+                std::find(aplan.quant.begin(), aplan.quant.end(), 1) != aplan.quant.end();
+    // The routed experts' FP8 activations (cuda_backend.cpp: the grouped GEMM's a_q).
+    if (!o.grouped_fp8 || !aplan.fp8_act || fmt != weight_format::fp8_e4m3 || c.n_expert == 0 ||
+        c.n_embd % 16 != 0 || c.n_ff_exp % 16 != 0)
+        std::fill(aplan.routed.begin(), aplan.routed.end(), char(0));
+    return aplan;
+}
+
+// One forward pass of one sequence from position 0: the formats in effect, the activation plan,
+// the positions and block table (identity), and the buffers every layer reuses: the residual x
+// (fp32), its normalized rows xn, the K/V pools.
+struct twin_pass {
+    twin_pass(const model_config &cfg, int64_t n_tokens, weight_format f, const twin_options &o, act_plan plan)
+        : c(cfg), fmt(f), fmt_o(f == weight_format::fp8_e4m3 && !o.fp8.attn_out ? weight_format::bf16 : f),
+          sl(o.fp8.scales), aplan(std::move(plan)), T(n_tokens), H(cfg.n_embd), hd(cfg.head_dim), qd(cfg.q_dim()),
+          K(cfg.n_expert_used), eps(float(cfg.rms_eps)),
+          kvf(o.kv_cache == kv_cache_dtype::fp8 ? kv_format::fp8_e4m3 : kv_format::bf16) {
+        const int64_t n_blocks = (T + bs - 1) / bs;
+        inv_freq.resize(static_cast<size_t>(hd / 2));
+        for (int64_t i = 0; i < hd / 2; ++i)
+            inv_freq[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(hd));
+        pos.resize(static_cast<size_t>(T));
+        seq.assign(static_cast<size_t>(T), 0);
+        bt.resize(static_cast<size_t>(std::max<int64_t>(n_blocks, 1)));
+        for (int64_t i = 0; i < T; ++i) pos[i] = int32_t(i);
+        for (int64_t i = 0; i < int64_t(bt.size()); ++i) bt[i] = int32_t(i);
+        tiles = attention_tiles(seq.data(), T, c.n_head / c.n_head_kv);
+        x.resize(static_cast<size_t>(T * H));
+        xn.resize(static_cast<size_t>(T * H));
+        q.resize(static_cast<size_t>(T * qd));
+        attn.resize(static_cast<size_t>(T * qd));
+        // K/V pools (bytes) of BF16 or E4M3 elements.
+        const size_t kv_pool_bytes = static_cast<size_t>(n_blocks * bs * cfg.kv_dim()) * kv_format_bytes(kvf);
+        kc.resize(kv_pool_bytes);
+        vc.resize(kv_pool_bytes);
+    }
+
+    const model_config &c;
+    const weight_format fmt, fmt_o; // fmt_o: the attention output projection's
+    const scale_layout sl;
+    const act_plan aplan;
+    const int64_t T, H, hd, qd, K;
+    static constexpr int64_t bs = 16; // KV block size
+    const float eps;
+    const kv_format kvf;
+    std::vector<float> inv_freq;
+    std::vector<int32_t> pos, seq, bt, tiles;
+    std::vector<float> x, qkv, gu;
+    std::vector<bf16_t> xn, q, attn, act;
+    std::vector<uint8_t> kc, vc;
+};
+
+// xn = rms_norm(x) · weight.
+void normalize(twin_pass &p, const std::vector<bf16_t> &weight) {
+    rms_norm_params nrm;
+    nrm.x = p.x.data();
+    nrm.weight = weight.data();
+    nrm.out = p.xn.data();
+    nrm.n_rows = p.T;
+    nrm.n_embd = p.H;
+    nrm.eps = p.eps;
+    rms_norm_ref(nrm);
+}
+
+// The attention block: the input norm, the q|k|v linear, RoPE with the K/V store, attention over
+// the cache, the output projection added into the residual.
+void attention_block(twin_pass &p, const layer_tensors &L, const std::vector<bf16_t> &attn_norm) {
+    const model_config &c = p.c;
+    normalize(p, attn_norm);
+    linear(make_lin({L.wq, L.wk, L.wv}, p.H, p.fmt, p.sl), p.xn, p.T, p.qkv, false, p.aplan);
+    rope_kv_params rp;
+    rp.qkv = p.qkv.data();
+    rp.pos = p.pos.data();
+    rp.seq = p.seq.data();
+    rp.block_tables = p.bt.data();
+    rp.bt_stride = int64_t(p.bt.size());
+    rp.inv_freq = p.inv_freq.data();
+    rp.q_out = p.q.data();
+    rp.k_cache = p.kc.data();
+    rp.v_cache = p.vc.data();
+    rp.n_tokens = p.T;
+    rp.n_head = c.n_head;
+    rp.n_head_kv = c.n_head_kv;
+    rp.head_dim = p.hd;
+    rp.block_size = p.bs;
+    rp.kv = p.kvf;
+    rope_kv_ref(rp);
+    attention_params ap;
+    ap.q = p.q.data();
+    ap.k_cache = p.kc.data();
+    ap.v_cache = p.vc.data();
+    ap.pos = p.pos.data();
+    ap.seq = p.seq.data();
+    ap.block_tables = p.bt.data();
+    ap.bt_stride = int64_t(p.bt.size());
+    ap.tiles = p.tiles.data();
+    ap.n_tiles = int64_t(p.tiles.size() / 2);
+    ap.out = p.attn.data();
+    ap.n_tokens = p.T;
+    ap.n_head = c.n_head;
+    ap.n_head_kv = c.n_head_kv;
+    ap.head_dim = p.hd;
+    ap.block_size = p.bs;
+    ap.kv = p.kvf;
+    ap.scale = 1.0f / std::sqrt(float(p.hd));
+    attention_ref(ap);
+    linear(make_lin({L.wo}, p.qd, p.fmt_o, p.sl), p.attn, p.T, p.x, true, p.aplan);
+}
+
+// A SwiGLU FFN of width F on xn (the dense FFN, or the shared experts), added into the residual.
+void swiglu_ffn(twin_pass &p, const tensor_view *g, const tensor_view *u, const tensor_view *d, int64_t F) {
+    linear(make_lin({g, u}, p.H, p.fmt, p.sl), p.xn, p.T, p.gu, false, p.aplan);
+    p.act.assign(static_cast<size_t>(p.T * F), 0);
+    silu_mul_ref({p.gu.data(), p.act.data(), p.T, F});
+    linear(make_lin({d}, F, p.fmt, p.sl), p.act, p.T, p.x, true, p.aplan);
+}
+
+// The routed experts of the router's choice (ids, wts: [T, K]) on xn as the backend's default
+// path has them: per-slot rows (decode: moe_down_gemv's y_slots; prefill: the grouped GEMM's),
+// then moe_combine adding them into the residual in choice order.
+void routed_experts(twin_pass &p, const layer_tensors &L, const std::vector<int32_t> &ids,
+                    const std::vector<float> &wts) {
+    const model_config &c = p.c;
+    const int64_t T = p.T, H = p.H, K = p.K;
+    std::vector<const tensor_view *> gu_parts, down_parts;
+    for (int64_t e = 0; e < c.n_expert; ++e) {
+        gu_parts.push_back(L.ffn_gate_exps[e]);
+        gu_parts.push_back(L.ffn_up_exps[e]);
+        down_parts.push_back(L.ffn_down_exps[e]);
+    }
+    const twin_lin egu = make_lin(gu_parts, H, p.fmt, p.sl, c.n_expert),
+                   edn = make_lin(down_parts, c.n_ff_exp, p.fmt, p.sl, c.n_expert);
+    std::vector<bf16_t> act_e(static_cast<size_t>(T * K * c.n_ff_exp));
+    moe_gate_up_gemv_params g;
+    g.x = p.xn.data();
+    g.ids = ids.data();
+    g.w = egu.w();
+    g.wfmt = p.fmt;
+    g.w_scale = egu.scale();
+    g.w_layout = egu.layout;
+    g.act = act_e.data();
+    g.n_tokens = T;
+    g.n_embd = H;
+    g.n_expert_used = K;
+    g.n_ff_exp = c.n_ff_exp;
+    moe_gate_up_gemv_ref(g);
+    std::vector<float> y_e(static_cast<size_t>(T * K * H));
+    moe_down_gemv_params d;
+    d.act = act_e.data();
+    d.ids = ids.data();
+    d.weights = wts.data();
+    d.w = edn.w();
+    d.wfmt = p.fmt;
+    d.w_scale = edn.scale();
+    d.w_layout = edn.layout;
+    d.y_slots = y_e.data();
+    d.n_tokens = T;
+    d.n_embd = H;
+    d.n_expert_used = K;
+    d.n_ff_exp = c.n_ff_exp;
+    moe_down_gemv_ref(d);
+    routed_fp8_act(p.aplan.routed, p.xn, ids, egu.w(), egu.scale(), edn.w(), edn.scale(), H, c.n_ff_exp, c.n_expert,
+                   K, p.aplan.fmt, act_e, y_e);
+    moe_combine_params cb;
+    cb.y = y_e.data();
+    cb.weights = wts.data();
+    cb.x = p.x.data();
+    cb.n_tokens = T;
+    cb.n_embd = H;
+    cb.n_expert_used = K;
+    moe_combine_ref(cb);
+}
+
+// The MoE FFN on xn: the router, the shared experts, the routed ones. The shared experts go in
+// first: on the GPU, decode steps (moe_front) add them as moe_combine's y_shared, x + y_shared,
+// the same fp32 sum as the accumulating linear of prefill steps and of this twin.
+void moe_ffn(twin_pass &p, const layer_tensors &L) {
+    const model_config &c = p.c;
+    const auto router = to_f32(*L.ffn_gate_inp), bias = to_f32(*L.ffn_exp_probs_b);
+    std::vector<int32_t> ids(static_cast<size_t>(p.T * p.K));
+    std::vector<float> wts(static_cast<size_t>(p.T * p.K));
+    moe_router_params mr;
+    mr.x = p.xn.data();
+    mr.w = router.data();
+    mr.bias = bias.data();
+    mr.ids = ids.data();
+    mr.weights = wts.data();
+    mr.n_tokens = p.T;
+    mr.n_embd = p.H;
+    mr.n_expert = c.n_expert;
+    mr.n_expert_used = p.K;
+    mr.norm_min = float(c.moe_norm_min);
+    moe_router_ref(mr);
+    if (c.n_expert_shared > 0)
+        swiglu_ffn(p, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, c.n_ff_exp * c.n_expert_shared);
+    routed_experts(p, L, ids, wts);
+}
+
+// The output norm and the head: logits [T, n_vocab].
+std::vector<float> head_logits(twin_pass &p, const twin_lin &head, const std::vector<bf16_t> &out_norm) {
+    normalize(p, out_norm);
+    std::vector<float> logits;
+    linear(head, p.xn, p.T, logits, false, p.aplan);
+    return logits;
+}
+
 } // namespace
 
 result<std::vector<float>> twin_forward_logits(const model_config &c, const model_tensors &t,
@@ -274,205 +504,26 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
                                                const twin_options &o) {
     return catch_errors([&]() -> std::vector<float> {
         const weight_format fmt = precision == weight_precision::fp8 ? weight_format::fp8_e4m3 : weight_format::bf16;
-        const int64_t T = int64_t(tokens.size()), H = c.n_embd, hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
-        // Which tokens reach FP8 linears quantized: those of steps above the GEMV threshold.
-        act_plan aplan;
-        aplan.fmt = o.activations == activation_format::e5m2 ? fp8_format::e5m2 : fp8_format::e4m3;
-        aplan.quant.assign(static_cast<size_t>(T), 0);
-        aplan.routed.assign(static_cast<size_t>(T), 0);
-        const int64_t K = c.n_expert_used;
-        {
-            std::vector<int64_t> steps = o.steps.empty() ? std::vector<int64_t>{T} : o.steps;
-            int64_t start = 0;
-            for (int64_t n : steps) {
-                if (n <= 0 || start + n > T)
-                    throw load_error("twin model: the steps do not add up to the tokens");
-                if (n > cuda_gemv_max_tokens) {
-                    std::fill(aplan.quant.begin() + start, aplan.quant.begin() + start + n, char(1));
-                    std::fill(aplan.routed.begin() + start, aplan.routed.begin() + start + n, char(1));
-                }
-                start += n;
-            }
-            if (start != T) throw load_error("twin model: the steps do not add up to the tokens");
-            aplan.fp8_act = o.activations != activation_format::bf16;
-            // The backend's activations with block scales are BF16 (cuda_backend::activation_note).
-            if (o.fp8.scales == scale_layout::block128) aplan.fp8_act = false;
-            aplan.any = fmt == weight_format::fp8_e4m3 &&
-                        std::find(aplan.quant.begin(), aplan.quant.end(), 1) != aplan.quant.end();
-            // The routed experts' FP8 activations (cuda_backend.cpp: the grouped GEMM's a_q).
-            if (!o.grouped_fp8 || !aplan.fp8_act || fmt != weight_format::fp8_e4m3 || c.n_expert == 0 ||
-                c.n_embd % 16 != 0 || c.n_ff_exp % 16 != 0)
-                std::fill(aplan.routed.begin(), aplan.routed.end(), char(0));
-        }
-        const int64_t bs = 16, n_blocks = (T + bs - 1) / bs;
-        const float eps = float(c.rms_eps);
-
+        const int64_t T = int64_t(tokens.size());
+        act_plan aplan = plan_activations(c, T, fmt, o);
         const auto tok_embd = to_bf16(*t.tok_embd);
-        const scale_layout sl = o.fp8.scales;
         const twin_lin head =
-            make_lin({c.tie_word_embeddings ? t.tok_embd : t.output}, H,
-                     fmt == weight_format::fp8_e4m3 && o.fp8.head ? fmt : weight_format::bf16, sl);
-        const weight_format fmt_o = fmt == weight_format::fp8_e4m3 && !o.fp8.attn_out ? weight_format::bf16 : fmt;
+            make_lin({c.tie_word_embeddings ? t.tok_embd : t.output}, c.n_embd,
+                     fmt == weight_format::fp8_e4m3 && o.fp8.head ? fmt : weight_format::bf16, o.fp8.scales);
         const auto out_norm = to_bf16(*t.output_norm);
-        std::vector<float> inv_freq(static_cast<size_t>(hd / 2));
-        for (int64_t i = 0; i < hd / 2; ++i)
-            inv_freq[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(hd));
-        std::vector<int32_t> pos(static_cast<size_t>(T)), seq(static_cast<size_t>(T), 0), bt(static_cast<size_t>(std::max<int64_t>(n_blocks, 1)));
-        for (int64_t i = 0; i < T; ++i) pos[i] = int32_t(i);
-        for (int64_t i = 0; i < int64_t(bt.size()); ++i) bt[i] = int32_t(i);
-        const std::vector<int32_t> tiles = attention_tiles(seq.data(), T, c.n_head / c.n_head_kv);
-
-        std::vector<float> x(static_cast<size_t>(T * H)), qkv, gu, y;
-        std::vector<bf16_t> xn(static_cast<size_t>(T * H)), q(static_cast<size_t>(T * qd)), attn(static_cast<size_t>(T * qd)), act;
-        // K/V pools (bytes) of BF16 or E4M3 elements.
-        const kv_format kvf = o.kv_cache == kv_cache_dtype::fp8 ? kv_format::fp8_e4m3 : kv_format::bf16;
-        const size_t kv_pool_bytes = static_cast<size_t>(n_blocks * bs * kvd) * kv_format_bytes(kvf);
-        std::vector<uint8_t> kc(kv_pool_bytes), vc(kv_pool_bytes);
-        embedding_ref({tokens.data(), tok_embd.data(), x.data(), T, H});
-
+        twin_pass p(c, T, fmt, o, std::move(aplan));
+        embedding_ref({tokens.data(), tok_embd.data(), p.x.data(), T, p.H});
         for (int64_t il = 0; il < c.n_layer; ++il) {
             const layer_tensors &L = t.layers[il];
             const auto attn_norm = to_bf16(*L.attn_norm), ffn_norm = to_bf16(*L.ffn_norm);
-            rms_norm_params nrm;
-            nrm.x = x.data();
-            nrm.weight = attn_norm.data();
-            nrm.out = xn.data();
-            nrm.n_rows = T;
-            nrm.n_embd = H;
-            nrm.eps = eps;
-            rms_norm_ref(nrm);
-            linear(make_lin({L.wq, L.wk, L.wv}, H, fmt, sl), xn, T, qkv, false, aplan);
-            rope_kv_params rp;
-            rp.qkv = qkv.data();
-            rp.pos = pos.data();
-            rp.seq = seq.data();
-            rp.block_tables = bt.data();
-            rp.bt_stride = int64_t(bt.size());
-            rp.inv_freq = inv_freq.data();
-            rp.q_out = q.data();
-            rp.k_cache = kc.data();
-            rp.v_cache = vc.data();
-            rp.n_tokens = T;
-            rp.n_head = c.n_head;
-            rp.n_head_kv = c.n_head_kv;
-            rp.head_dim = hd;
-            rp.block_size = bs;
-            rp.kv = kvf;
-            rope_kv_ref(rp);
-            attention_params ap;
-            ap.q = q.data();
-            ap.k_cache = kc.data();
-            ap.v_cache = vc.data();
-            ap.pos = pos.data();
-            ap.seq = seq.data();
-            ap.block_tables = bt.data();
-            ap.bt_stride = int64_t(bt.size());
-            ap.tiles = tiles.data();
-            ap.n_tiles = int64_t(tiles.size() / 2);
-            ap.out = attn.data();
-            ap.n_tokens = T;
-            ap.n_head = c.n_head;
-            ap.n_head_kv = c.n_head_kv;
-            ap.head_dim = hd;
-            ap.block_size = bs;
-            ap.kv = kvf;
-            ap.scale = 1.0f / std::sqrt(float(hd));
-            attention_ref(ap);
-            linear(make_lin({L.wo}, qd, fmt_o, sl), attn, T, x, true, aplan);
-
-            nrm.weight = ffn_norm.data();
-            rms_norm_ref(nrm);
-            auto swiglu = [&](const tensor_view *g, const tensor_view *u, const tensor_view *d, int64_t F) {
-                linear(make_lin({g, u}, H, fmt, sl), xn, T, gu, false, aplan);
-                act.assign(static_cast<size_t>(T * F), 0);
-                silu_mul_ref({gu.data(), act.data(), T, F});
-                linear(make_lin({d}, F, fmt, sl), act, T, x, true, aplan);
-            };
-            if (!L.is_moe) {
-                swiglu(L.ffn_gate, L.ffn_up, L.ffn_down, c.n_ff);
-                continue;
-            }
-            const auto router = to_f32(*L.ffn_gate_inp), bias = to_f32(*L.ffn_exp_probs_b);
-            std::vector<int32_t> ids(static_cast<size_t>(T * K));
-            std::vector<float> wts(static_cast<size_t>(T * K));
-            moe_router_params mr;
-            mr.x = xn.data();
-            mr.w = router.data();
-            mr.bias = bias.data();
-            mr.ids = ids.data();
-            mr.weights = wts.data();
-            mr.n_tokens = T;
-            mr.n_embd = H;
-            mr.n_expert = c.n_expert;
-            mr.n_expert_used = K;
-            mr.norm_min = float(c.moe_norm_min);
-            moe_router_ref(mr);
-            if (c.n_expert_shared > 0)
-                swiglu(L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, c.n_ff_exp * c.n_expert_shared);
-            std::vector<const tensor_view *> gu_parts, down_parts;
-            for (int64_t e = 0; e < c.n_expert; ++e) {
-                gu_parts.push_back(L.ffn_gate_exps[e]);
-                gu_parts.push_back(L.ffn_up_exps[e]);
-                down_parts.push_back(L.ffn_down_exps[e]);
-            }
-            const twin_lin egu = make_lin(gu_parts, H, fmt, sl, c.n_expert),
-                           edn = make_lin(down_parts, c.n_ff_exp, fmt, sl, c.n_expert);
-            std::vector<bf16_t> act_e(static_cast<size_t>(T * K * c.n_ff_exp));
-            moe_gate_up_gemv_params g;
-            g.x = xn.data();
-            g.ids = ids.data();
-            g.w = egu.w();
-            g.wfmt = fmt;
-            g.w_scale = egu.scale();
-            g.w_layout = egu.layout;
-            g.act = act_e.data();
-            g.n_tokens = T;
-            g.n_embd = H;
-            g.n_expert_used = K;
-            g.n_ff_exp = c.n_ff_exp;
-            moe_gate_up_gemv_ref(g);
-            // The routed experts as the backend's default path has them: per-slot rows (decode:
-            // moe_down_gemv's y_slots; prefill: the grouped GEMM's), then moe_combine adding them
-            // into the residual in choice order. The shared experts went in first above: on the
-            // GPU, decode steps (moe_front) add them as moe_combine's y_shared, x + y_shared, the
-            // same fp32 sum as the accumulating linear of prefill steps and of this twin.
-            std::vector<float> y_e(static_cast<size_t>(T * K * H));
-            moe_down_gemv_params d;
-            d.act = act_e.data();
-            d.ids = ids.data();
-            d.weights = wts.data();
-            d.w = edn.w();
-            d.wfmt = fmt;
-            d.w_scale = edn.scale();
-            d.w_layout = edn.layout;
-            d.y_slots = y_e.data();
-            d.n_tokens = T;
-            d.n_embd = H;
-            d.n_expert_used = K;
-            d.n_ff_exp = c.n_ff_exp;
-            moe_down_gemv_ref(d);
-            routed_fp8_act(aplan.routed, xn, ids, egu.w(), egu.scale(), edn.w(), edn.scale(), H, c.n_ff_exp,
-                           c.n_expert, K, aplan.fmt, act_e, y_e);
-            moe_combine_params cb;
-            cb.y = y_e.data();
-            cb.weights = wts.data();
-            cb.x = x.data();
-            cb.n_tokens = T;
-            cb.n_embd = H;
-            cb.n_expert_used = K;
-            moe_combine_ref(cb);
+            attention_block(p, L, attn_norm);
+            normalize(p, ffn_norm);
+            if (L.is_moe)
+                moe_ffn(p, L);
+            else
+                swiglu_ffn(p, L.ffn_gate, L.ffn_up, L.ffn_down, c.n_ff);
         }
-        rms_norm_params nrm;
-        nrm.x = x.data();
-        nrm.weight = out_norm.data();
-        nrm.out = xn.data();
-        nrm.n_rows = T;
-        nrm.n_embd = H;
-        nrm.eps = eps;
-        rms_norm_ref(nrm);
-        std::vector<float> logits;
-        linear(head, xn, T, logits, false, aplan);
-        return logits;
+        return head_logits(p, head, out_norm);
     });
 }
 

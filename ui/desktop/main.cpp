@@ -38,6 +38,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <optional>
 
 namespace {
 
@@ -50,9 +52,116 @@ bool wantsVersion(int argc, char **argv) {
     return false;
 }
 
-} // namespace
+// The --version text; before QApplication exists it also names the Qt the app was built with.
+void printVersion(bool beforeApplication) {
+    if (beforeApplication)
+        std::printf("expertscope %s (commit %s)\nQt %s (built with %s)\n%s", ES_VERSION, ES_GIT_COMMIT,
+                    qVersion(), QT_VERSION_STR, es::cuda_version_lines().c_str());
+    else
+        std::printf("expertscope %s (commit %s)\nQt %s\n%s", ES_VERSION, ES_GIT_COMMIT, qVersion(),
+                    es::cuda_version_lines().c_str());
+}
 
-namespace {
+// Names the settings, the store's folder and the desktop entry go by.
+void setApplicationIdentity() {
+    QApplication::setOrganizationName("ExpertScope");
+    QApplication::setApplicationName("ExpertScope");
+    QApplication::setApplicationVersion(ES_VERSION);
+    // Wayland app id and the desktop entry's name (icon and grouping in docks and task bars).
+    QGuiApplication::setDesktopFileName(QStringLiteral("invalid.example.expertscope"));
+}
+
+// The command line (see the file's opening comment); --help lists the options in the order they
+// are added here.
+struct CommandLine {
+    CommandLine() {
+        parser.setApplicationDescription("Chat with ERNIE-4.5 models and see inside them while they answer.");
+        parser.addHelpOption();
+        parser.addOptions({version, model, backend, demoPrompt, screenshot, shotDelay});
+        parser.addOption(profilerTab);
+        parser.addOption(lang);
+        parser.addOption(smokeTest);
+        parser.addOptions({connectUrl, servedModel});
+    }
+
+    QCommandLineParser parser;
+    QCommandLineOption version{QStringList{"v", "version"},
+                               "Print the version, commit, Qt version and backends, then exit."};
+    QCommandLineOption model{"model", "Open this model folder.", "dir"};
+    QCommandLineOption backend{"backend", "auto | cuda | cpu.", "name"};
+    QCommandLineOption demoPrompt{"demo-prompt", "Send this prompt once the model is loaded.", "text"};
+    QCommandLineOption screenshot{"screenshot", "Save a screenshot of the window to this PNG and quit.", "file"};
+    QCommandLineOption shotDelay{"screenshot-after-ms", "Delay after the first tokens (default 1500).", "ms", "1500"};
+    QCommandLineOption profilerTab{"profiler-tab",
+                                   "Show the profiler on this page: routing | compare | latency | memory.", "page"};
+    QCommandLineOption lang{"lang", "Interface language: zh_CN | en (default: the system's).", "code"};
+    QCommandLineOption smokeTest{"smoke-test", "Send one message once the model is loaded, wait for the reply, exit "
+                                               "0 when one came, 1 otherwise."};
+    QCommandLineOption connectUrl{"connect",
+                                  "Chat with the OpenAI-compatible server at this URL (API key from "
+                                  "EXPERTSCOPE_API_KEY).",
+                                  "url"};
+    QCommandLineOption servedModel{"served-model", "With --connect: the model id (default: the server's first).",
+                                   "name"};
+};
+
+// One instance per user: the store recovers replies left 'partial' when it opens, which would cut
+// off a second window's reply in progress. Returns the exit code when another instance holds the
+// lock (the smoke test fails; otherwise the user is told and the app ends quietly).
+std::optional<int> lockSingleInstance(QLockFile &lock, const QString &lockPath, bool smokeTest) {
+    lock.setStaleLockTime(0);
+    if (lock.tryLock(200)) return std::nullopt;
+    if (smokeTest) {
+        std::fprintf(stderr, "expertscope: smoke test failed: another instance holds %s\n", qPrintable(lockPath));
+        return 1;
+    }
+    QMessageBox::information(nullptr, QObject::tr("ExpertScope"),
+                             QObject::tr("ExpertScope is already running (the lock %1 is held).").arg(lockPath));
+    return 0;
+}
+
+// A store that did not open ends the app (1): a dialog, or for the smoke test a line on stderr
+// and no dialog that would wait for a click.
+void reportStoreFailure(const es::OpenResult &opened, const QString &databasePath, bool smokeTest) {
+    if (smokeTest) {
+        std::fprintf(stderr, "expertscope: smoke test failed: the database %s could not be opened: %s\n",
+                     qPrintable(databasePath), qPrintable(opened.message));
+        return;
+    }
+    QMessageBox::critical(nullptr, QObject::tr("ExpertScope"),
+                          QObject::tr("The conversation database could not be opened:\n%1").arg(opened.message));
+}
+
+// The engine's options: --backend, else the last choice (auto); precision and KV cache as stored.
+es::EngineSessionOptions sessionOptions(const CommandLine &cli) {
+    QSettings settings;
+    es::EngineSessionOptions options;
+    options.backend =
+        cli.parser.isSet(cli.backend) ? cli.parser.value(cli.backend) : settings.value("engine/backend", "auto").toString();
+    options.precision = settings.value("engine/precision", "auto").toString();
+    options.kvCache = settings.value("engine/kv_cache", "bf16").toString();
+    return options;
+}
+
+// --smoke-test, before the window exists: a model to open that is a model. The window would report
+// a folder that is not one in a dialog; the smoke test says it and stops. False after the line on
+// stderr.
+bool smokeTestHasModel(const es::StartupPlan &plan, const es::EngineSessionOptions &options) {
+    if (plan.modelToOpen.isEmpty()) {
+        std::fprintf(stderr,
+                     "expertscope: smoke test failed: no model to open (no --model, no default model "
+                     "under %s)\n",
+                     qPrintable(QCoreApplication::applicationDirPath() + "/../share/expertscope/models/default"));
+        return false;
+    }
+    const es::MemoryEstimateView estimate = es::EngineSession::estimate(plan.modelToOpen, options);
+    if (!estimate.ok) {
+        std::fprintf(stderr, "expertscope: smoke test failed: %s: %s\n", qPrintable(plan.modelToOpen),
+                     qPrintable(estimate.message));
+        return false;
+    }
+    return true;
+}
 
 constexpr int smokeTestTimeoutMs = 300000;
 
@@ -111,112 +220,11 @@ void armSmokeTest(QApplication &app, es::EngineSession &session, es::MainWindow 
     });
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
-    if (wantsVersion(argc, argv)) {
-        std::printf("expertscope %s (commit %s)\nQt %s (built with %s)\n%s", ES_VERSION, ES_GIT_COMMIT,
-                    qVersion(), QT_VERSION_STR, es::cuda_version_lines().c_str());
-        return 0;
-    }
-    QApplication app(argc, argv);
-    QApplication::setOrganizationName("ExpertScope");
-    QApplication::setApplicationName("ExpertScope");
-    QApplication::setApplicationVersion(ES_VERSION);
-    // Wayland app id and the desktop entry's name (icon and grouping in docks and task bars).
-    QGuiApplication::setDesktopFileName(QStringLiteral("invalid.example.expertscope"));
-
-    QCommandLineParser cli;
-    cli.setApplicationDescription("Chat with ERNIE-4.5 models and see inside them while they answer.");
-    cli.addHelpOption();
-    QCommandLineOption version({"v", "version"}, "Print the version, commit, Qt version and backends, then exit.");
-    QCommandLineOption model("model", "Open this model folder.", "dir");
-    QCommandLineOption backend("backend", "auto | cuda | cpu.", "name");
-    QCommandLineOption demoPrompt("demo-prompt", "Send this prompt once the model is loaded.", "text");
-    QCommandLineOption screenshot("screenshot", "Save a screenshot of the window to this PNG and quit.", "file");
-    QCommandLineOption shotDelay("screenshot-after-ms", "Delay after the first tokens (default 1500).", "ms", "1500");
-    cli.addOptions({version, model, backend, demoPrompt, screenshot, shotDelay});
-    QCommandLineOption profilerTab("profiler-tab", "Show the profiler on this page: routing | compare | latency | memory.",
-                                   "page");
-    cli.addOption(profilerTab);
-    QCommandLineOption lang("lang", "Interface language: zh_CN | en (default: the system's).", "code");
-    cli.addOption(lang);
-    QCommandLineOption smokeTest("smoke-test",
-                                 "Send one message once the model is loaded, wait for the reply, exit "
-                                 "0 when one came, 1 otherwise.");
-    cli.addOption(smokeTest);
-    QCommandLineOption connectUrl("connect", "Chat with the OpenAI-compatible server at this URL (API key from "
-                                             "EXPERTSCOPE_API_KEY).", "url");
-    QCommandLineOption servedModel("served-model", "With --connect: the model id (default: the server's first).", "name");
-    cli.addOptions({connectUrl, servedModel});
-    cli.process(app);
-    es::installTranslations(app, cli.value(lang));
-    if (cli.isSet(version)) { // "-v" inside a bundle of short options: answered above otherwise
-        std::printf("expertscope %s (commit %s)\nQt %s\n%s", ES_VERSION, ES_GIT_COMMIT, qVersion(),
-                    es::cuda_version_lines().c_str());
-        return 0;
-    }
-
-    const es::StartupPlan plan = es::planStartup(cli.value(model));
-    // One instance per user: the store recovers replies left 'partial' when it opens, which
-    // would cut off a second window's reply in progress.
-    QLockFile lock(plan.databasePath + ".lock");
-    lock.setStaleLockTime(0);
-    if (!lock.tryLock(200)) {
-        if (cli.isSet(smokeTest)) {
-            std::fprintf(stderr, "expertscope: smoke test failed: another instance holds %s\n",
-                         qPrintable(plan.databasePath + ".lock"));
-            return 1;
-        }
-        QMessageBox::information(nullptr, QObject::tr("ExpertScope"),
-                                 QObject::tr("ExpertScope is already running (the lock %1 is held).")
-                                     .arg(plan.databasePath + ".lock"));
-        return 0;
-    }
-    es::ChatStore store;
-    const es::OpenResult opened = store.open(plan.databasePath);
-    if (!opened.ok()) {
-        if (cli.isSet(smokeTest)) { // no dialog that would wait for a click
-            std::fprintf(stderr, "expertscope: smoke test failed: the database %s could not be opened: %s\n",
-                         qPrintable(plan.databasePath), qPrintable(opened.message));
-            return 1;
-        }
-        QMessageBox::critical(nullptr, QObject::tr("ExpertScope"),
-                              QObject::tr("The conversation database could not be opened:\n%1").arg(opened.message));
-        return 1;
-    }
-    es::markSessionRunning();
-
-    QSettings settings;
-    es::EngineSessionOptions options;
-    options.backend = cli.isSet(backend) ? cli.value(backend) : settings.value("engine/backend", "auto").toString();
-    options.precision = settings.value("engine/precision", "auto").toString();
-    options.kvCache = settings.value("engine/kv_cache", "bf16").toString();
-    es::EngineSession session(options);
-    const auto smokeFailed = std::make_shared<bool>(false);
-    if (cli.isSet(smokeTest)) {
-        if (plan.modelToOpen.isEmpty()) {
-            std::fprintf(
-                stderr,
-                "expertscope: smoke test failed: no model to open (no --model, no default model "
-                "under %s)\n",
-                qPrintable(QCoreApplication::applicationDirPath() + "/../share/expertscope/models/default"));
-            es::markCleanExit();
-            return 1;
-        }
-        // The window reports a folder that is not a model in a dialog; the smoke test says it and stops.
-        const es::MemoryEstimateView estimate = es::EngineSession::estimate(plan.modelToOpen, options);
-        if (!estimate.ok) {
-            std::fprintf(stderr, "expertscope: smoke test failed: %s: %s\n", qPrintable(plan.modelToOpen),
-                         qPrintable(estimate.message));
-            es::markCleanExit();
-            return 1;
-        }
-        armSmokeTestFailure(app, session, smokeFailed);
-    }
-    const std::optional<qint64> welcome = es::createWelcomeConversation(store); // first run only
-    es::MainWindow window(&store, &session);
-    if (cli.isSet(smokeTest)) armSmokeTest(app, session, window);
+// The window's first state: the welcome conversation (first run only), what opening the store and
+// planning the start-up have to say, and a dialog when the store was rebuilt (none for the smoke
+// test, which nobody watches).
+void showStartupState(es::MainWindow &window, const std::optional<qint64> &welcome, const es::OpenResult &opened,
+                      const es::StartupPlan &plan, bool smokeTest) {
     if (welcome) {
         window.sidebar()->selectConversation(*welcome);
         window.currentPane()->setConversation(*welcome);
@@ -224,28 +232,41 @@ int main(int argc, char **argv) {
     window.show();
     if (!opened.message.isEmpty()) window.statusBar()->showMessage(opened.message, 15000);
     if (!plan.notice.isEmpty()) window.statusBar()->showMessage(plan.notice, 15000);
-    if (opened.status == es::OpenResult::Status::RecoveredFromCorruption && !cli.isSet(smokeTest))
+    if (opened.status == es::OpenResult::Status::RecoveredFromCorruption && !smokeTest)
         QMessageBox::warning(&window, QObject::tr("Database recovered"), opened.message);
-    if (cli.isSet(connectUrl))
-        window.connectToEndpoint({es::normalizeBaseUrl(cli.value(connectUrl)),
-                                  qEnvironmentVariable("EXPERTSCOPE_API_KEY"), cli.value(servedModel)});
+}
+
+// --connect URL (key from EXPERTSCOPE_API_KEY), else the planned model, if any.
+void openModelOrEndpoint(es::MainWindow &window, const CommandLine &cli, const es::StartupPlan &plan) {
+    if (cli.parser.isSet(cli.connectUrl))
+        window.connectToEndpoint({es::normalizeBaseUrl(cli.parser.value(cli.connectUrl)),
+                                  qEnvironmentVariable("EXPERTSCOPE_API_KEY"), cli.parser.value(cli.servedModel)});
     else if (!plan.modelToOpen.isEmpty())
         window.loadModelFolder(plan.modelToOpen, /*askWhenTooBig=*/false);
+}
 
-    // Documentation screenshots: send a prompt, grab the window mid-reply, quit.
-    if (cli.isSet(profilerTab)) {
-        const std::optional<es::ProfilerPanel::Tab> tab = es::ProfilerPanel::tabFromName(cli.value(profilerTab));
-        if (!tab) {
-            std::fprintf(stderr, "expertscope: --profiler-tab: expected routing, compare, latency or memory, got \"%s\"\n",
-                         qPrintable(cli.value(profilerTab)));
-            return 2;
-        }
-        window.profilerDock()->show();
-        window.profilerPanel()->setCurrentTab(*tab);
+// --profiler-tab: the profiler dock shown on that page. False, after a line on stderr, for a page
+// that does not exist.
+bool showProfilerTab(es::MainWindow &window, const CommandLine &cli) {
+    if (!cli.parser.isSet(cli.profilerTab)) return true;
+    const std::optional<es::ProfilerPanel::Tab> tab = es::ProfilerPanel::tabFromName(cli.parser.value(cli.profilerTab));
+    if (!tab) {
+        std::fprintf(stderr, "expertscope: --profiler-tab: expected routing, compare, latency or memory, got \"%s\"\n",
+                     qPrintable(cli.parser.value(cli.profilerTab)));
+        return false;
     }
-    // Prompts still to send (several --demo-prompt: one after another, each when the last ended).
-    auto pendingPrompts = std::make_shared<QStringList>(cli.values(demoPrompt));
-    if (cli.isSet(demoPrompt)) {
+    window.profilerDock()->show();
+    window.profilerPanel()->setCurrentTab(*tab);
+    return true;
+}
+
+// Documentation screenshots: send the --demo-prompt texts one after another (each when the last
+// reply ended), grab the window --screenshot-after-ms after the tokens of the last one begin,
+// save it to --screenshot and quit (also when the model fails to load).
+void armDemo(es::EngineSession &session, es::MainWindow &window, const CommandLine &cli) {
+    // Prompts still to send.
+    auto pendingPrompts = std::make_shared<QStringList>(cli.parser.values(cli.demoPrompt));
+    if (cli.parser.isSet(cli.demoPrompt)) {
         auto sendNext = [&window, pendingPrompts] {
             if (!pendingPrompts->isEmpty()) window.currentPane()->send(pendingPrompts->takeFirst());
         };
@@ -253,20 +274,67 @@ int main(int argc, char **argv) {
         QObject::connect(&session, &es::EngineSession::replyFinished, &window,
                          [sendNext] { QTimer::singleShot(0, sendNext); });
     }
-    if (cli.isSet(screenshot)) {
-        const QString file = cli.value(screenshot);
-        const int delay = cli.value(shotDelay).toInt();
-        auto *shot = new QTimer(&window);
-        shot->setSingleShot(true);
-        QObject::connect(shot, &QTimer::timeout, &window, [&window, file] {
-            window.grab().save(file);
-            window.close();
-        });
-        QObject::connect(&session, &es::EngineSession::tokensGenerated, shot, [shot, delay, pendingPrompts] {
-            if (!shot->isActive() && pendingPrompts->isEmpty()) shot->start(delay);
-        });
-        QObject::connect(&session, &es::EngineSession::modelLoadFailed, &window, [&window] { window.close(); });
+    if (!cli.parser.isSet(cli.screenshot)) return;
+    const QString file = cli.parser.value(cli.screenshot);
+    const int delay = cli.parser.value(cli.shotDelay).toInt();
+    auto *shot = new QTimer(&window);
+    shot->setSingleShot(true);
+    QObject::connect(shot, &QTimer::timeout, &window, [&window, file] {
+        window.grab().save(file);
+        window.close();
+    });
+    QObject::connect(&session, &es::EngineSession::tokensGenerated, shot, [shot, delay, pendingPrompts] {
+        if (!shot->isActive() && pendingPrompts->isEmpty()) shot->start(delay);
+    });
+    QObject::connect(&session, &es::EngineSession::modelLoadFailed, &window, [&window] { window.close(); });
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+    if (wantsVersion(argc, argv)) {
+        printVersion(/*beforeApplication=*/true);
+        return 0;
     }
+    QApplication app(argc, argv);
+    setApplicationIdentity();
+    CommandLine cli;
+    cli.parser.process(app);
+    es::installTranslations(app, cli.parser.value(cli.lang));
+    if (cli.parser.isSet(cli.version)) { // "-v" inside a bundle of short options: answered above otherwise
+        printVersion(/*beforeApplication=*/false);
+        return 0;
+    }
+    const bool smokeTest = cli.parser.isSet(cli.smokeTest);
+
+    const es::StartupPlan plan = es::planStartup(cli.parser.value(cli.model));
+    QLockFile lock(plan.databasePath + ".lock");
+    if (const std::optional<int> rc = lockSingleInstance(lock, plan.databasePath + ".lock", smokeTest)) return *rc;
+    es::ChatStore store;
+    const es::OpenResult opened = store.open(plan.databasePath);
+    if (!opened.ok()) {
+        reportStoreFailure(opened, plan.databasePath, smokeTest);
+        return 1;
+    }
+    es::markSessionRunning();
+
+    const es::EngineSessionOptions options = sessionOptions(cli);
+    es::EngineSession session(options);
+    const auto smokeFailed = std::make_shared<bool>(false);
+    if (smokeTest) {
+        if (!smokeTestHasModel(plan, options)) {
+            es::markCleanExit();
+            return 1;
+        }
+        armSmokeTestFailure(app, session, smokeFailed);
+    }
+    const std::optional<qint64> welcome = es::createWelcomeConversation(store); // first run only
+    es::MainWindow window(&store, &session);
+    if (smokeTest) armSmokeTest(app, session, window);
+    showStartupState(window, welcome, opened, plan, smokeTest);
+    openModelOrEndpoint(window, cli, plan);
+    if (!showProfilerTab(window, cli)) return 2;
+    armDemo(session, window, cli);
 
     if (*smokeFailed) { // failed before the event loop ran
         es::markCleanExit();
