@@ -1,7 +1,7 @@
 // expertscope-cli bench --backend cuda: prefill (ppN) and decode (tgN) at batch 1 on the CUDA
 // backend, with random weights of a real shape built on the GPU (or a model folder), reported in
-// cli_bench.cpp's table format. MBU = tok/s × weight bytes a decode step reads ÷ 4.55 TB/s (the
-// H200's read-only streaming bandwidth, measured; docs/benchmarks.md). Times are wall-clock around
+// cli_bench.cpp's table format. MBU = tok/s × weight bytes a decode step reads ÷ this device's
+// read bandwidth, measured before the runs (cuda_backend::measure_read_bandwidth). Times are wall-clock around
 // forward(), which includes the input upload and the logits download (pp: the full row); decode
 // steps ask for the engine's logit candidates and pick each token from them with a greedy
 // sampler, as a user's decode step does. tg is greedy decode as the engine runs it on the GPU
@@ -30,7 +30,9 @@ namespace es::cli {
 
 namespace {
 
-constexpr double k_h200_read_bw = 4.55e12; // bytes/s
+// The MBU denominator when this device's bandwidth cannot be measured (too little free memory):
+// an H200's read-only streaming bandwidth, and the summary line says it was not measured.
+constexpr double k_fallback_read_bw = 4.55e12; // bytes/s
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -136,6 +138,10 @@ struct bench_runner {
     sampler sampled{sampled_params};
     std::vector<float> row_scratch;
     int64_t picked = 0, fetched_rows = 0;
+    // The device's read bandwidth in bytes/s (cuda_backend::measure_read_bandwidth), the MBU and
+    // roofline denominator; read_bw_measured false: the fallback figure.
+    double read_bw = k_fallback_read_bw;
+    bool read_bw_measured = false;
 };
 
 // Each test gets a context of its own size, as llama-bench gives each test n_prompt + n_gen
@@ -311,8 +317,8 @@ result<tg_figures> run_tg_row(bench_runner &r, cuda_backend &cb, const bench_opt
     f.gpu_mean_us = cb.launched_graphs_replay_us(50);
     f.t = median(runs);
     f.tps = o.tg / f.t;
-    f.roof = k_h200_read_bw / f.bytes;
-    f.mbu = f.tps * f.bytes / k_h200_read_bw;
+    f.roof = r.read_bw / f.bytes;
+    f.mbu = f.tps * f.bytes / r.read_bw;
     std::printf("| %s | %s | tg%d | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), r.be.name().c_str(), o.tg, f.tps,
                 1000.0 * f.t / o.tg, f.roof, 100.0 * f.mbu);
     // The same step's GPU time alone: the last decode step's graph replayed back to back.
@@ -338,7 +344,7 @@ result<row_timing> run_serial_row(bench_runner &r, const bench_opts &o, const st
     f.t = median(serial_runs);
     f.tps = o.tg / f.t;
     std::printf("| %s | %s | tg%d serial | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), r.be.name().c_str(), o.tg,
-                f.tps, 1000.0 * f.t / o.tg, tg.roof, 100.0 * f.tps * tg.bytes / k_h200_read_bw);
+                f.tps, 1000.0 * f.t / o.tg, tg.roof, 100.0 * f.tps * tg.bytes / r.read_bw);
     return f;
 }
 
@@ -369,7 +375,7 @@ result<sampled_figures> run_sampled_row(bench_runner &r, const bench_opts &o, co
     std::printf("| %s | %s | tg%d sampled (%lld of %lld steps fetched the full row) | %.1f | %.4f | %.1f | %.1f%% |\n",
                 what.c_str(), r.be.name().c_str(), f.tokens, (long long)(r.fetched_rows - fetched_before),
                 (long long)(r.picked - picked_before), f.timing.tps, 1000.0 * f.timing.t / f.tokens, tg.roof,
-                100.0 * f.timing.tps * tg.bytes / k_h200_read_bw);
+                100.0 * f.timing.tps * tg.bytes / r.read_bw);
     return f;
 }
 
@@ -494,9 +500,10 @@ void print_sampling_note(const bench_runner &r) {
 void print_summary(const bench_runner &r, cuda_backend &cb, const cuda_backend_params &cp, const bench_opts &o,
                    double load_s, const cuda_memory_report &mem, const decode_figures &f) {
     const tg_figures &tg = f.tg;
-    std::printf("\ndecode reads %.1f MB of weights per token; MBU against %.2f TB/s; weights built in %.1f s\n"
+    std::printf("\ndecode reads %.1f MB of weights per token; MBU against %.2f TB/s%s; weights built in %.1f s\n"
                 "GPU memory: %s\nCUDA graphs: %s\n",
-                tg.bytes / 1e6, k_h200_read_bw / 1e12, load_s, mem.to_string().c_str(), cb.graph_status().c_str());
+                tg.bytes / 1e6, r.read_bw / 1e12,
+                r.read_bw_measured ? " (this device's read bandwidth, measured)" : " (not measured: an H200's figure)", load_s, mem.to_string().c_str(), cb.graph_status().c_str());
     for (const std::string &n : ignored_switches())
         std::printf("%s is set but ignored: it changes results, which only developer builds allow\n", n.c_str());
     if (cp.precision == weight_precision::fp8)
@@ -512,7 +519,7 @@ void print_summary(const bench_runner &r, cuda_backend &cb, const cuda_backend_p
                     100.0 * (f.telemetry.tps_traced / f.telemetry.tps_untraced - 1.0));
     if (tg.replay_us > 0.0)
         std::printf("decode step at position %d: %.1f µs on the GPU (its graph replayed alone, %.0f tok/s, MBU %.1f%%)\n",
-                    o.tg - 1, tg.replay_us, 1e6 / tg.replay_us, 100.0 * tg.bytes / (tg.replay_us * 1e-6) / k_h200_read_bw);
+                    o.tg - 1, tg.replay_us, 1e6 / tg.replay_us, 100.0 * tg.bytes / (tg.replay_us * 1e-6) / r.read_bw);
     if (tg.gpu_mean_us > 0.0 && tg.host.forwards > 0) {
         // A token of tg: its wall time against the GPU time of the graphs the steps replayed.
         const double wall_us = 1e6 * tg.t / o.tg, n = double(tg.host.forwards);
@@ -604,7 +611,7 @@ void add_decode_results(nlohmann::json &results, const bench_runner &r, const be
 // effect, bandwidth, bytes per token, memory in use).
 int write_cuda_bench_json(const bench_opts &o, const common_opts &common, const cuda_backend_params &cp,
                           const bench_target &t, const nlohmann::json &results, double bytes,
-                          const cuda_memory_report &mem) {
+                          const cuda_memory_report &mem, double read_bw, bool read_bw_measured) {
     const weight_precision prec = cp.precision;
     const int driver = cuda_status().driver_version; // CUDA version the driver supports
     return write_bench_json(
@@ -619,7 +626,8 @@ int write_cuda_bench_json(const bench_opts &o, const common_opts &common, const 
          {"fp8_attn_out", prec == weight_precision::fp8 && cp.fp8.attn_out},
          {"fp8_scales", prec == weight_precision::fp8 ? scale_layout_name(cp.fp8.scales) : "none"},
          {"kv_cache", kv_cache_dtype_name(cp.kv_cache)},
-         {"read_bandwidth_bytes_per_s", k_h200_read_bw},
+         {"read_bandwidth_bytes_per_s", read_bw},
+         {"read_bandwidth_measured", read_bw_measured},
          {"decode_bytes_per_token", bytes},
          {"vram_used_bytes", mem.device_total_bytes - mem.device_free_bytes}});
 }
@@ -655,6 +663,10 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     const bench_target target = std::move(*opened);
     cuda_backend &cb = *target.cb;
     bench_runner r(*target.be);
+    if (const double bw = cb.measure_read_bandwidth(); bw > 0.0) {
+        r.read_bw = bw;
+        r.read_bw_measured = true;
+    }
 
     const int32_t max_pp = *std::max_element(o.pp.begin(), o.pp.end());
     if (auto s = r.size_context(int64_t(max_pp) + 1); !s) return fail(s.message());
@@ -674,7 +686,8 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
         if (auto s = run_profile(r, cb, o, max_pp); !s) return fail(s.message());
     }
     add_decode_results(results, r, o, *decode);
-    if (!o.out_json.empty()) return write_cuda_bench_json(o, common, cp, target, results, decode->tg.bytes, mem);
+    if (!o.out_json.empty()) return write_cuda_bench_json(o, common, cp, target, results, decode->tg.bytes, mem, r.read_bw,
+                                                           r.read_bw_measured);
     return 0;
 }
 
