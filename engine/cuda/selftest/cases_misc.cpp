@@ -1,6 +1,6 @@
 // The self-test's cases of the small kernels (selftest_cases.h): fill_random, embedding,
 // rms_norm, rope_kv, silu_mul, the FP8 quantization of weights and activations, argmax,
-// copy_bytes and topk_logits, each against its CPU twin.
+// copy_bytes, read_sum and topk_logits, each against its CPU twin.
 #include "engine/cuda/selftest/selftest_cases.h"
 
 #include "engine/core/compare.h"
@@ -8,6 +8,7 @@
 #include "kernels/act_quantize.cuh"
 #include "kernels/argmax.cuh"
 #include "kernels/copy_bytes.cuh"
+#include "kernels/read_sum.cuh"
 #include "kernels/embedding.cuh"
 #include "kernels/fill_random.cuh"
 #include "kernels/fp8_dequantize.cuh"
@@ -361,6 +362,29 @@ void copy_bytes_case::run(runner &R, const std::string &name) const {
     }
     R.add("kernel", name, "device bytes differing from the twin (host to device)", double(dev_diff), 0.0);
     R.add("kernel", name, "host bytes differing from the twin (device to host)", double(host_diff), 0.0);
+}
+
+std::string read_sum_case::name() const {
+    return shape_name("read_sum", {{"bytes", int64_t(bytes)}, {"blocks", int64_t(blocks)}});
+}
+
+void read_sum_case::run(runner &R, const std::string &name) const {
+    std::vector<unsigned> words(bytes / 4);
+    uint32_t x = 0x9e3779b9u ^ uint32_t(bytes); // its own sequence: the shared generator stays as it was
+    for (auto &w : words) w = (x = x * 1664525u + 1013904223u);
+    dvec<unsigned> src(words), out(std::vector<unsigned>(1, 0u));
+    read_sum_params p;
+    p.src = src.get();
+    p.bytes = bytes;
+    p.out = out.get();
+    ck(launch_read_sum(p, nullptr, blocks), "launch");
+    sync(name);
+    unsigned want = 0;
+    read_sum_params ref = p;
+    ref.src = words.data();
+    ref.out = &want;
+    read_sum_ref(ref);
+    R.add("kernel", name, "XOR differs from the twin", double(out.download()[0] != want), 0.0);
 }
 
 std::string copy_bytes_fed_case::name() const {

@@ -484,6 +484,9 @@ case_list kernel_cases(int cc_major) {
     moe_block_scale_cases(c);
     gemm_lt_cases(c, cc_major);
     logits_and_copy_cases(c);
+    // Last, with data of their own: the rows before keep the shared generator's sequence.
+    for (size_t bytes : {size_t(16), size_t(4096), size_t(1) << 20, (size_t(64) << 20) + 48})
+        for (unsigned blocks : {0u, 3u}) add(c, read_sum_case{bytes, blocks});
     return c;
 }
 

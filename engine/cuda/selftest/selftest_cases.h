@@ -101,6 +101,15 @@ struct copy_bytes_fed_case {
     void run(runner &R, const std::string &name) const;
 };
 
+// read_sum (the read-bandwidth probe's kernel) vs its twin: the XOR of every word, exact, for
+// sizes inside one block, across many blocks and with a partial last round of loads.
+struct read_sum_case {
+    size_t bytes;
+    unsigned blocks; // 0: the launcher's default grid
+    std::string name() const;
+    void run(runner &R, const std::string &name) const;
+};
+
 // topk_logits vs its twin: exact ids and values (set and order), row max exact, sums within 1e-5
 // relative; launched twice (the per-row counters must re-arm), then timed (info row).
 struct topk_logits_case {
