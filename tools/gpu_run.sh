@@ -225,6 +225,7 @@ if [[ $mode == abtree ]]; then
     # e.g. the commit before a restructuring) and .device (the change); each CLI loads the module
     # beside it. Batch-1 prefill and decode on ABTREE_SPECS ("shape precision layers [bench args]"
     # entries separated by ';'), AB_ROUNDS times each (1 by default). abtree.md: every run's output;
+    # ABTREE_ORDER="after before" runs the change first in each pair (to see order effects).
     # the tg128, pp2048 and GPU-step lines are also printed.
     BEFORE=.device/before/bin/expertscope-cli
     [[ -x $BEFORE ]] || { echo "gpu_run: abtree needs $BEFORE" | tee -a "$OUT/abtree.md"; exit 2; }
@@ -233,7 +234,7 @@ if [[ $mode == abtree ]]; then
     for ((r = 0; r < ${AB_ROUNDS:-1}; ++r)); do
         for spec in "${specs[@]}"; do
             set -- $spec
-            for side in before after; do
+            for side in ${ABTREE_ORDER:-before after}; do
                 cli=$CLI
                 [[ $side == before ]] && cli=$BEFORE
                 echo "### $side: $spec" | tee -a "$OUT/abtree.md"
