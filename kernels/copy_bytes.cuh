@@ -2,7 +2,7 @@
 // or dst may be pinned host memory the device reads or writes directly (unified addressing): the
 // step's inputs from the host's pinned mirror at the graph's start, its download block to the
 // host's pinned copy at its end — two kernel nodes instead of the copies' calls around a replay
-// (cuda_backend.cpp: zero-copy I/O). dst and src must not overlap.
+// (cuda/backend/step.cpp: zero-copy I/O). dst and src must not overlap.
 // Fed tokens (backend::submit): with fed_n > 0, the int32 tokens at byte fed_offset of the block
 // (16-byte aligned, like both ends) that are negative are replaced on the way by the previous
 // step's top candidate of output row −token − 1: fed_ids[(−token − 1) · fed_stride] (device

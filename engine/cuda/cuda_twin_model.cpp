@@ -1,6 +1,6 @@
-// twin_forward_logits (see cuda_twin_model.h): the layer sequence of cuda_backend.cpp's
-// enqueue(), each step a kernel twin on host buffers. Weights are laid out as the backend lays
-// them out (q|k|v and gate|up concatenated, experts stacked), FP8 through fp8_quantize_ref; the
+// twin_forward_logits (see cuda_twin_model.h): the phases the CUDA backend records
+// (cuda/backend/record.cpp), each step a kernel twin on host buffers. Weights are laid out as
+// the backend lays them out (q|k|v and gate|up concatenated, experts stacked), FP8 through fp8_quantize_ref; the
 // tokens of prefill-sized steps go into FP8 linears through act_quantize_ref and gemm_lt_fp8_ref,
 // and, where the GPU's grouped GEMM takes FP8 activations (twin_options::grouped_fp8), into the
 // routed experts through act_quantize_ref and moe_grouped_gemm_ref's FP8-activation form.
@@ -292,7 +292,7 @@ act_plan plan_activations(const model_config &c, int64_t T, weight_format fmt, c
     if (o.fp8.scales == scale_layout::block128) aplan.fp8_act = false;
     aplan.any = fmt == weight_format::fp8_e4m3 &&
                 std::find(aplan.quant.begin(), aplan.quant.end(), 1) != aplan.quant.end();
-    // The routed experts' FP8 activations (cuda_backend.cpp: the grouped GEMM's a_q).
+    // The routed experts' FP8 activations (record.cpp, record_moe_grouped: the grouped GEMM's a_q).
     if (!o.grouped_fp8 || !aplan.fp8_act || fmt != weight_format::fp8_e4m3 || c.n_expert == 0 ||
         c.n_embd % 16 != 0 || c.n_ff_exp % 16 != 0)
         std::fill(aplan.routed.begin(), aplan.routed.end(), char(0));

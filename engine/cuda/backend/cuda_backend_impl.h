@@ -1,6 +1,7 @@
 // The CUDA backend's class, inside the module only. Its work is split by concern, one file each:
-//   cuda_backend.cpp  construction, switches, reports, the KV pools, the factories
-//   weights.cpp       weights: sources (checkpoint, random), placement, upload, FP8 quantization
+//   cuda_backend.cpp  construction, switches, reports, the KV pools, the device probe
+//   weights.cpp       weights: sources (checkpoint, random), placement, upload, FP8 quantization;
+//                     the factories
 //   workspace.cpp     the per-step workspace and the pinned I/O slots
 //   step_plan.cpp     the pure plan of a step (layouts, fusions, graph key)
 //   record.cpp        a plan recorded into launches, one function per phase

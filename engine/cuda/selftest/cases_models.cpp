@@ -225,7 +225,7 @@ double top1_agreement(const std::vector<float> &a, const std::vector<float> &b, 
     return double(same) / double(T);
 }
 
-// The FP8 head copy's placement slack (cuda_backend.cpp: head_copy_alloc_bytes, whose measuring aid
+// The FP8 head copy's placement slack (cuda/backend/weights.cpp: head_copy_alloc_bytes, whose measuring aid
 // forces it here on a tiny checkpoint): the memory report names it and the weights figure leaves
 // it out; a KV cache that needs the room takes it back (give_back_head_slack_for), and the
 // logits stay the same bits.
