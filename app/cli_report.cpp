@@ -44,7 +44,9 @@ bool openStore(ChatStore &store, const std::string &db, std::string *error) {
         *error = "no database at " + db;
         return false;
     }
-    const OpenResult r = store.open(QString::fromStdString(db));
+    OpenOptions options;
+    options.moveDamagedAside = false; // a path the user gave: refuse a file that is not a database
+    const OpenResult r = store.open(QString::fromStdString(db), options);
     if (!r.ok()) {
         *error = "cannot open " + db + ": " + s(r.message);
         return false;
@@ -128,7 +130,10 @@ int cmd_report(const report_opts &o) {
 int cmd_import(const import_opts &o) {
     auto app = makeApp();
     ChatStore store;
-    const OpenResult opened = store.open(QString::fromStdString(o.db)); // creates the database if needed
+    // Creates the database if needed; a file that is not one is refused and left as it is.
+    OpenOptions options;
+    options.moveDamagedAside = false;
+    const OpenResult opened = store.open(QString::fromStdString(o.db), options);
     if (!opened.ok()) return fail("cannot open " + o.db + ": " + s(opened.message));
     QString error;
     if (!o.chat.empty()) {

@@ -113,7 +113,7 @@ bool ChatStore::applyConnectionPragmas(QString *error) {
     return true;
 }
 
-OpenResult ChatStore::open(const QString &path) {
+OpenResult ChatStore::open(const QString &path, const OpenOptions &options) {
     OpenResult result;
     close();
     m_connection->setThread(QThread::currentThread());
@@ -139,6 +139,8 @@ OpenResult ChatStore::open(const QString &path) {
         const QString problem = integrityProblem(&corrupt);
         if (!problem.isEmpty() && !corrupt)
             return failed(tr("Could not read the chat database %1: %2").arg(path, problem));
+        if (corrupt && !options.moveDamagedAside)
+            return failed(tr("%1 is not an intact ExpertScope database (%2); it was left as it is.").arg(path, problem));
         if (corrupt) {
             m_connection->close();
             const QString stamp = QDateTime::currentDateTime().toString(QStringLiteral("yyyyMMdd-HHmmss"));

@@ -43,6 +43,14 @@ struct OpenResult {
     bool ok() const { return status != Status::Failed; }
 };
 
+// How open() treats a file that is not an intact ExpertScope database.
+struct OpenOptions {
+    // true for the app's own data file: a damaged one is moved aside and a fresh database started
+    // (the user is told where the copy is). false for a path a command was given: such a file is
+    // refused and left exactly as it was.
+    bool moveDamagedAside = true;
+};
+
 class ChatStore : public QObject {
     Q_OBJECT
 public:
@@ -60,8 +68,10 @@ public:
     // presets refreshed; replies left 'partial' by a crash marked interrupted.
     // Assumes no other process is writing the same file (the app is single-instance): the
     // partial-reply recovery would otherwise interrupt another instance's reply.
+    // With options.moveDamagedAside false, a file that fails the integrity check (a text file, a
+    // damaged database) is refused instead, untouched.
     // Call on the thread that will use the store; the connection stays on that thread.
-    OpenResult open(const QString &path);
+    OpenResult open(const QString &path, const OpenOptions &options = {});
     void close();
     bool isOpen() const;
     QString path() const { return m_path; }

@@ -278,6 +278,10 @@ Delete this conversation from the list on the left when you no longer need it; i
         <translation>对话数据库 %1 已损坏（%2），且无法移到一旁；已保持原样。</translation>
     </message>
     <message>
+        <source>%1 is not an intact ExpertScope database (%2); it was left as it is.</source>
+        <translation>%1 不是完好的 ExpertScope 数据库（%2）；已保持原样。</translation>
+    </message>
+    <message>
         <source>Could not create a new chat database %1: %2</source>
         <translation>无法创建新的对话数据库 %1：%2</translation>
     </message>

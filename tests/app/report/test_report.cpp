@@ -637,6 +637,28 @@ private slots:
                      QStringLiteral("--out"), path(QStringLiteral("x"))},
                     &err) != 0);
         QVERIFY2(err.contains(QStringLiteral("--format must be")), qPrintable(err));
+        // A --db that is not a database (the user's notes): import and report refuse it, say so,
+        // and leave it exactly as it was, with nothing set aside beside it.
+        const QString notes = path(QStringLiteral("notes.txt"));
+        const QByteArray text("Shopping: milk, tea.\nNot a database.\n");
+        {
+            QFile f(notes);
+            QVERIFY(f.open(QIODevice::WriteOnly));
+            f.write(text);
+        }
+        for (const QStringList &args :
+             {QStringList{QStringLiteral("import"), QStringLiteral("--db"), notes, QStringLiteral("--chat"), chat},
+              QStringList{QStringLiteral("report"), QStringLiteral("--db"), notes, QStringLiteral("--message"),
+                          QStringLiteral("1"), QStringLiteral("--format"), QStringLiteral("html"),
+                          QStringLiteral("--out"), path(QStringLiteral("notes.html"))}}) {
+            QVERIFY(run(args, &err) != 0);
+            QVERIFY2(err.contains(QStringLiteral("not an intact ExpertScope database")), qPrintable(err));
+            QFile f(notes);
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            QCOMPARE(f.readAll(), text);
+            QCOMPARE(QDir(QFileInfo(notes).path()).entryList({QStringLiteral("notes.txt*")}, QDir::Files),
+                     QStringList{QStringLiteral("notes.txt")});
+        }
 #endif
     }
 };

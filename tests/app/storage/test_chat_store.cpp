@@ -550,6 +550,25 @@ private Q_SLOTS:
             f.write(broken);
         }
 
+        // A path a command was given: refused, and the file left exactly as it was.
+        {
+            ChatStore refusing;
+            OpenOptions options;
+            options.moveDamagedAside = false;
+            const OpenResult refused = refusing.open(path, options);
+            QCOMPARE(refused.status, OpenResult::Status::Failed);
+            QVERIFY2(refused.message.contains(QLatin1String("not an intact ExpertScope database")) &&
+                         refused.message.contains(QLatin1String("left as it is")),
+                     qPrintable(refused.message));
+            QVERIFY(!refusing.isOpen());
+            QFile f(path);
+            QVERIFY(f.open(QIODevice::ReadOnly));
+            QCOMPARE(f.readAll(), broken);
+            const QStringList siblings = QFileInfo(path).dir().entryList({QFileInfo(path).fileName() + "*"}, QDir::Files);
+            QCOMPARE(siblings, QStringList{QFileInfo(path).fileName()});
+        }
+
+        // The app's own data file: moved aside, and a fresh database started.
         ChatStore store;
         const OpenResult r = store.open(path);
         qInfo().noquote() << r.message;
