@@ -80,6 +80,9 @@ result<model_config> bench_shape_config(const std::string &shape, int32_t layers
 
 int cmd_bench(const bench_opts &o, const common_opts &common) {
     if (common.backend == "cuda") return cmd_bench_cuda(o, common);
+    if (!o.batch.empty() || !o.depth.empty() || o.profile || o.timeline)
+        return fail("bench: --batch, --depth, --profile and --timeline are measured on the CUDA backend; use "
+                    "--backend cuda");
     if (common.kv_cache == "fp8")
         return fail("bench: --kv-cache fp8 is a CUDA backend option (the CPU backend keeps fp32 KV); use "
                     "--backend cuda");

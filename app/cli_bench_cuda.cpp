@@ -123,7 +123,8 @@ struct bench_runner {
     void fill(int32_t n, int32_t pos0);
     status pick_greedy();
     status decode_with(int32_t pos, sampler &smp);
-    status decode_run(int32_t n);
+    status decode_run(int32_t n, int32_t pos0 = 0);
+    status prefill_context(int32_t n, int32_t chunk);
     status decode_serial(int32_t n);
     result<double> batched_step(batch &bb, int32_t n_seqs, int32_t n_per_seq, int32_t pos0);
 
@@ -197,10 +198,10 @@ status bench_runner::decode_with(int32_t pos, sampler &smp) {
 // the GPU (backend::submit); the host picks the same token from the step's candidate when it
 // finishes. The first step's token is the pseudo-random one; the run's tokens are the greedy
 // continuation, the same every run.
-status bench_runner::decode_run(int32_t n) {
+status bench_runner::decode_run(int32_t n, int32_t pos0) {
     sampler *const smp_ptr = &greedy;
     for (int32_t i = 0; i < n; ++i) {
-        fill(1, i);
+        fill(1, pos0 + i);
         if (i > 0) b.tokens[0] = -1; // row 0 of the step before
         request_candidates(be, b, std::span<sampler *const>(&smp_ptr, 1));
         if (auto s = be.submit(b); !s) return s;
@@ -211,6 +212,16 @@ status bench_runner::decode_run(int32_t n) {
     if (n > 0) {
         if (auto s = be.finish(out); !s) return s;
         if (auto s = pick_greedy(); !s) return s;
+    }
+    return ok_status();
+}
+
+// Positions [0, n) of the sequence written by prefill steps of at most `chunk` tokens, as the
+// engine's token budget cuts a long prompt.
+status bench_runner::prefill_context(int32_t n, int32_t chunk) {
+    for (int32_t p = 0; p < n; p += chunk) {
+        fill(std::min(chunk, n - p), p);
+        if (auto s = be.forward(b, out); !s) return s;
     }
     return ok_status();
 }
@@ -324,6 +335,45 @@ result<tg_figures> run_tg_row(bench_runner &r, cuda_backend &cb, const bench_opt
     // The same step's GPU time alone: the last decode step's graph replayed back to back.
     f.replay_us = cb.graph_replay_us(200);
     return f;
+}
+
+// Decode after a context, as llama-bench's -d: for each --depth N, positions [0, N) prefilled
+// (chunks of 2,048 tokens), then --tg greedy tokens decoded as the engine runs them (overlapped
+// steps), the median of --reps runs over the same positions. A step at position p reads the
+// weights and the KV cache of positions [0, p], so the roofline counts the weights and the KV
+// bytes of the run's mean position.
+status run_depth_rows(bench_runner &r, cuda_backend &cb, const bench_opts &o, const std::string &what,
+                      nlohmann::json &results) {
+    constexpr int32_t k_chunk = 2048;
+    const double kv_per_position = double(r.be.kv_block_bytes()) / 16.0;
+    for (const int32_t depth : o.depth) {
+        if (depth < 0 || int64_t(depth) + o.tg + 1 > r.cfg.n_ctx_train)
+            return error{"--depth " + std::to_string(depth) + " with --tg " + std::to_string(o.tg) +
+                         " is outside the model's context of " + std::to_string(r.cfg.n_ctx_train) + " tokens"};
+        if (auto s = r.size_context(int64_t(depth) + o.tg + 1); !s) return s;
+        if (auto s = r.prefill_context(depth, k_chunk); !s) return s;
+        std::vector<double> runs;
+        for (int rep = 0; rep < o.reps + 1; ++rep) { // the first run captures the graphs
+            const auto t0 = std::chrono::steady_clock::now();
+            if (auto s = r.decode_run(o.tg, depth); !s) return s;
+            if (rep > 0) runs.push_back(seconds_since(t0));
+        }
+        const double t = median(runs), tps = o.tg / t;
+        const double bytes = cb.decode_weight_bytes() + kv_per_position * (double(depth) + 0.5 * (o.tg + 1));
+        const double roof = r.read_bw / bytes, mbu = tps * bytes / r.read_bw;
+        const std::string test = "tg" + std::to_string(o.tg) + " @ d" + std::to_string(depth);
+        std::printf("| %s | %s | %s | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(), r.be.name().c_str(), test.c_str(),
+                    tps, 1000.0 * t / o.tg, roof, 100.0 * mbu);
+        std::fflush(stdout);
+        results.push_back({{"test", test},
+                           {"depth", depth},
+                           {"tokens_per_s", tps},
+                           {"seconds", t},
+                           {"bytes_per_token", bytes},
+                           {"roofline_tokens_per_s", roof},
+                           {"mbu", mbu}});
+    }
+    return ok_status();
 }
 
 // A decode row's median run and its tokens per second.
@@ -675,6 +725,9 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     if (auto s = run_prefill_rows(r, o, target.what, results); !s) return fail(s.message());
     auto decode = run_decode_rows(r, cb, o, target.what);
     if (!decode) return fail(decode.message());
+    if (!o.depth.empty()) {
+        if (auto s = run_depth_rows(r, cb, o, target.what, results); !s) return fail(s.message());
+    }
     if (!o.batch.empty()) {
         if (auto s = run_batched_rows(r, o, target.what, results); !s) return fail(s.message());
     }

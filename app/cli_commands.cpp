@@ -262,6 +262,7 @@ int cmd_generate(const generate_opts &g, const common_opts &o) {
     engine_params ep;
     ep.load = lp;
     ep.max_num_seqs = 1;
+    ep.gpu_memory_utilization = o.gpu_memory_utilization;
     const std::string backend_name = m.be->name();
     engine eng(ep);
     if (auto st = eng.load_model(std::move(*loaded)).get(); !st) return fail(st.message());

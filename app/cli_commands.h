@@ -29,6 +29,7 @@ struct common_opts {
     bool bf16_attn_out = false;       // CUDA, fp8 weights: o_proj kept BF16
     std::string kv_cache = "bf16";    // CUDA: KV cache elements, bf16 | fp8 (E4M3)
     std::string fp8_scales = "channel"; // CUDA, fp8 weights: channel | block128 (one scale per 128×128)
+    double gpu_memory_utilization = 0.90; // CUDA: the device's share weights, workspace and KV pool may fill
 };
 
 // --fp8-head / --bf16-attn-out as the engine's per-layer precision policy.
@@ -76,6 +77,7 @@ struct bench_opts {
     bool profile = false;          // CUDA: GPU time per kernel for one prefill and 32 decode steps
     bool timeline = false;         // CUDA: release time of each kernel of the last decode graph (one replay)
     std::vector<int32_t> batch;    // CUDA: decode batch sizes (B sequences of 128-token prompts)
+    std::vector<int32_t> depth;    // CUDA: decode of tg tokens after a context of each of these lengths
     std::string report, report_format; // also render the --json results as a report (builds with Qt)
 };
 int cmd_bench(const bench_opts &b, const common_opts &o);

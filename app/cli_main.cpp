@@ -79,6 +79,16 @@ void add_common_options(CLI::App &sub, common_opts &common) {
         ->default_val("bf16");
 }
 
+// Commands that run the engine: the GPU's share that sizes the KV pool (engine_params).
+void add_gpu_memory_option(CLI::App &sub, common_opts &common) {
+    sub.add_option("--gpu-memory-utilization", common.gpu_memory_utilization,
+                   "CUDA: the share of the GPU's memory the weights, workspace and KV cache may fill "
+                   "together; the KV cache takes what the others leave (default 0.90; memory other "
+                   "processes hold counts as used)")
+        ->check(CLI::Range(0.05, 1.0))
+        ->default_val(0.90);
+}
+
 void add_fp8_scales_option(CLI::App &sub, common_opts &common) {
     sub.add_option("--fp8-scales", common.fp8_scales,
                    "CUDA, --precision fp8: the weights' fp32 scales, channel (one per output channel) | "
@@ -131,6 +141,7 @@ CLI::App *add_generate_command(CLI::App &app, generate_opts &g, common_opts &com
     gen->add_option("--max-tokens", g.max_tokens, "maximum new tokens")->check(CLI::Range(0, 1 << 24));
     gen->add_flag("--ids", g.raw_ids, "the prompt is comma-separated token ids");
     add_common_options(*gen, common);
+    add_gpu_memory_option(*gen, common);
     add_activation_options(*gen, common);
     return gen;
 }
@@ -148,6 +159,10 @@ CLI::App *add_bench_command(CLI::App &app, bench_opts &b, common_opts &common) {
                                           "each, then decoding --tg tokens together (TTFT, ITL p50/p99, tok/s)")
         ->delimiter(',')
         ->check(CLI::Range(1, 1024));
+    bench->add_option("--depth", b.depth, "CUDA: contexts, e.g. 8192,32768: decode --tg tokens after a prefilled "
+                                          "context of each length (llama-bench's -d; roofline counts the KV bytes)")
+        ->delimiter(',')
+        ->check(CLI::Range(0, 1 << 24));
     bench->add_flag("--profile", b.profile, "CUDA: also print GPU time per kernel (prefill and decode)");
     bench->add_flag("--timeline", b.timeline,
                     "CUDA: also print when each kernel of the last decode step's graph was released by its "
@@ -179,6 +194,7 @@ CLI::App *add_serve_bench_command(CLI::App &app, serve_bench_opts &sb, common_op
     sbench->add_option("--url", sb.url, "http://HOST:PORT of a running `serve`: streaming HTTP clients instead of the in-process engine");
     sbench->add_option("--api-key", sb.api_key, "with --url: Bearer key (default: env EXPERTSCOPE_API_KEY)")->envname("EXPERTSCOPE_API_KEY");
     add_common_options(*sbench, common);
+    add_gpu_memory_option(*sbench, common);
     add_fp8_scales_option(*sbench, common);
     return sbench;
 }
@@ -196,7 +212,8 @@ CLI::App *add_serve_command(CLI::App &app, serve_opts &sv, common_opts &common) 
         ->check(CLI::Range(0, 1024));
     serve
         ->add_option("--kv-cache-mib", sv.kv_cache_mib,
-                     "KV cache size (default: min(1 GiB, RAM/4), capped at what "
+                     "KV cache size (default: on a GPU what --gpu-memory-utilization leaves, at least one "
+                     "full context where it fits; on the CPU min(1 GiB, RAM/4); capped at what "
                      "--max-num-seqs full contexts need)")
         ->check(CLI::Range(uint64_t(1), uint64_t(1) << 30));
     serve->add_option("--host", sv.host, "address to bind (default 127.0.0.1: this machine only)");
@@ -208,6 +225,7 @@ CLI::App *add_serve_command(CLI::App &app, serve_opts &sv, common_opts &common) 
     serve->add_option("--max-prompt-tokens", sv.max_prompt_tokens, "longer prompts get 400 (default: the context)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
     serve->add_option("--max-num-seqs", sv.max_num_seqs, "sequences batched per engine step (default 16)")->check(CLI::Range(1, 4096));
     add_common_options(*serve, common);
+    add_gpu_memory_option(*serve, common);
     add_fp8_scales_option(*serve, common);
     return serve;
 }

@@ -42,6 +42,7 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
     ep.load.need_tokenizer = false;
     ep.max_num_seqs = *std::max_element(o.concurrency.begin(), o.concurrency.end());
     ep.max_batched_tokens = o.max_batched_tokens;
+    ep.gpu_memory_utilization = common.gpu_memory_utilization;
     engine eng(ep);
     std::string what;
     status st = ok_status();

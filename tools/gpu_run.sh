@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in a copy of the repository, after tools/gpu_pack.sh (its .device.tar.xz
 # unpacked in the repository's root):
-#   bash tools/gpu_run.sh full|selftest|bench|final|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abfinal|abbuild|abtree|only   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|final|depth|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abfinal|abbuild|abtree|only   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh final    the bench, then the self-test in what is left of a time limit for
 #                                  the whole run (FINAL_BUDGET_S seconds, 600 by default), so that
 #                                  the figures come first when the run has a limit
@@ -87,6 +87,27 @@ if [[ $mode == final ]]; then
         echo "final: bench done after $((SECONDS - start_s)) s; the self-test gets $left s" | tee -a "$OUT/bench.md"
         run_selftest "$left"
     fi
+fi
+if [[ $mode == depth ]]; then
+    # What a chat at a depth costs: the KV pool the engine sizes from the device (serve's load
+    # line: KV blocks of 16 tokens, BF16 and FP8 KV), then batch-1 decode after contexts of
+    # DEPTHS tokens (bench --depth) beside tg128 from an empty context (the same run's baseline).
+    for kv in bf16 fp8; do
+        echo "### serve 21b-a3b fp8, --kv-cache $kv" | tee -a "$OUT/depth.md"
+        timeout 120 "$CLI" serve --backend cuda --shape ernie-4.5-21b-a3b --precision fp8 --kv-cache "$kv" \
+            --port 0 >"$OUT/serve-$kv.log" 2>&1 &
+        pid=$!
+        for _ in $(seq 1 110); do grep -q listening "$OUT/serve-$kv.log" && break; sleep 1; done
+        kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+        grep -E 'KV blocks|error|out of' "$OUT/serve-$kv.log" | tee -a "$OUT/depth.md"
+    done
+    for spec in ${DEPTH_SPECS:-"ernie-4.5-21b-a3b fp8" "ernie-4.5-0.3b fp8"}; do
+        set -- $spec
+        echo "### depth $*" | tee -a "$OUT/depth.md"
+        timeout 240 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --pp 2048 --tg 128 --reps 3 \
+            --depth "${DEPTHS:-1024,8192,32768}" --json "$OUT/depth-$1-$2.json" 2>&1 | grep -E '^\| |^###|error' |
+            tee -a "$OUT/depth.md"
+    done
 fi
 if [[ $mode == batch ]]; then
     # Batched decode (TTFT, ITL p50/p99, tok/s at batch 1, 8, 64), pp/tg skipped: --pp 16 --reps 1.

@@ -235,6 +235,25 @@ void MainWindow::buildMenus() {
                                "memory, at some cost in accuracy. The CPU keeps its fp32 cache.")
                           : tr("Keys and values stored in 16 bits, as the model computes them."));
     }
+    // The GPU's share the engine may fill; the KV pool takes what the weights and workspace leave.
+    auto *shares = new QActionGroup(this);
+    QMenu *shareMenu = model->addMenu(tr("&GPU memory"));
+    shareMenu->setToolTipsVisible(true);
+    for (const int percent : {50, 70, 80, 90, 95}) {
+        QAction *a = shareMenu->addAction(percent == 90 ? tr("%1% (default)").arg(percent) : tr("%1%").arg(percent));
+        a->setCheckable(true);
+        a->setChecked(qRound(m_session->options().gpuMemoryUtilization * 100.0) == percent);
+        a->setToolTip(tr("The share of the GPU's memory ExpertScope may fill: the weights, the workspace and, "
+                         "with what they leave, the KV cache (more context and more replies at once). Memory "
+                         "other programs hold counts as used."));
+        shares->addAction(a);
+        connect(a, &QAction::triggered, this, [this, percent] {
+            EngineSessionOptions o = m_session->options();
+            o.gpuMemoryUtilization = percent / 100.0;
+            QSettings().setValue(QStringLiteral("engine/gpu_memory_utilization"), o.gpuMemoryUtilization);
+            m_session->reconfigure(o);
+        });
+    }
 
     QMenu *help = menuBar()->addMenu(tr("&Help"));
     help->addAction(tr("&About ExpertScope"), this, [this] {

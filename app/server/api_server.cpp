@@ -175,6 +175,7 @@ std::string api_server::load() {
     ep.load.need_tokenizer = !m->opt.random_shape;
     ep.max_num_seqs = m->opt.max_num_seqs;
     ep.kv_cache_bytes = m->opt.kv_cache_bytes;
+    ep.gpu_memory_utilization = m->opt.gpu_memory_utilization;
     m->eng = std::make_unique<engine>(ep);
     status st = m->opt.random_shape ? m->eng->load_random_model(*m->opt.random_shape, 42).get()
                                     : m->eng->load_model(m->opt.model_dir).get();

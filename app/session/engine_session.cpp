@@ -37,6 +37,7 @@ engine_params make_params(const EngineSessionOptions &o) {
     p.load.n_threads = o.threads;
     p.load.need_tokenizer = true;
     p.max_num_seqs = std::max(1, o.maxConcurrentReplies);
+    p.gpu_memory_utilization = o.gpuMemoryUtilization;
     return p;
 }
 
@@ -233,6 +234,7 @@ MemoryEstimateView EngineSession::estimate(const QString &dir, const EngineSessi
         v.message = (v.fits ? tr("CPU: weights %1 + KV cache %2 of %3 RAM — fits")
                             : tr("CPU: weights %1 + KV cache %2 of %3 RAM — does not fit"))
                         .arg(size(v.weightsBytes), size(v.kvBytes), size(v.availableBytes));
+    v.message += tr("; the KV cache holds %1 tokens").arg(QLocale().toString(qlonglong(e->kv_tokens)));
     if (!e->note.empty()) v.message += QStringLiteral(" (") + QString::fromStdString(e->note) + QLatin1Char(')');
     return v;
 }

@@ -35,6 +35,8 @@ struct EngineSessionOptions {
     // bf16 | fp8: the GPU's KV cache (fp8: E4M3, half the memory, so twice the context or
     // replies). The CPU keeps its fp32 cache: fp8 applies only when the model runs on the GPU.
     QString kvCache = QStringLiteral("bf16");
+    // The share of the GPU's memory the engine may fill (engine_params::gpu_memory_utilization).
+    double gpuMemoryUtilization = 0.90;
     int threads = 0;                           // CPU threads, 0: all
     int maxConcurrentReplies = 8;
     int defaultMaxTokens = 1024;               // when neither the preset nor the conversation sets one

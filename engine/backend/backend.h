@@ -140,6 +140,15 @@ public:
 
     virtual size_t weights_bytes() const = 0;
     virtual backend_memory memory() const { return {}; }
+    // Places the forward pass's workspace for the largest step the engine runs (max_tokens
+    // tokens, max_rows logits rows, block tables of max_blocks_per_seq), so that the device's
+    // free memory afterwards is what the KV pool may take. Backends whose memory is RAM have
+    // nothing to place.
+    virtual status reserve_workspace(int32_t max_tokens, int32_t max_rows, int32_t max_blocks_per_seq) {
+        return ok_status();
+    }
+    // Whether the KV pool lives in device memory sized from memory() (a GPU), not from RAM.
+    virtual bool kv_in_device_memory() const { return false; }
 
 private:
     // The default submit/finish: forwards run at submit, their outputs queued for finish.

@@ -95,7 +95,13 @@ struct engine_params {
     int32_t max_batched_tokens = 512;
     int32_t block_size = 16;
     int32_t n_kv_blocks = 0;            // 0: from kv_cache_bytes
-    uint64_t kv_cache_bytes = 0;        // 0: min(1 GiB, a quarter of RAM), capped at what max_num_seqs full contexts need
+    // 0: on a GPU, what gpu_memory_utilization leaves once the weights and the workspace are
+    // placed (at least one full context where that fits); on the CPU, min(1 GiB, a quarter of
+    // RAM). Either way capped at what max_num_seqs full contexts need (kv_budget_bytes).
+    uint64_t kv_cache_bytes = 0;
+    // The share of the GPU's memory this process may fill (weights, workspace and KV pool
+    // together), as vLLM's --gpu-memory-utilization: what other processes hold counts as used.
+    double gpu_memory_utilization = 0.90;
     bool enable_prefix_caching = true;
     int32_t telemetry_ring = 512;       // steps kept in snapshots
     int32_t telemetry_window = 64;      // steps in the live expert window

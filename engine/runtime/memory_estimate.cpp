@@ -17,14 +17,28 @@ uint64_t physical_memory() {
     return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
 }
 
-int32_t pick_kv_blocks(const engine_params &p, const model_config &c, uint64_t block_bytes) {
+uint64_t kv_budget_bytes(const engine_params &p, const model_config &c, uint64_t block_bytes,
+                         const device_room &room) {
+    block_bytes = std::max<uint64_t>(block_bytes, 1);
+    const uint64_t per_seq = uint64_t((c.n_ctx_train + p.block_size - 1) / p.block_size);
+    const uint64_t full_context = per_seq * block_bytes;
+    const uint64_t cap = full_context * uint64_t(std::max(1, p.max_num_seqs));
+    if (p.kv_cache_bytes) return std::min(p.kv_cache_bytes, cap);
+    if (room.total == 0) return std::min({uint64_t(1) << 30, physical_memory() / 4, cap});
+    const double share = std::clamp(p.gpu_memory_utilization, 0.0, 1.0);
+    const uint64_t allowed = uint64_t(share * double(room.total));
+    const uint64_t used = room.total - std::min(room.free, room.total);
+    uint64_t bytes = allowed > used ? allowed - used : 0;
+    // One whole conversation at the model's context, where the device has it to spare.
+    if (bytes < full_context && full_context + room.total / 20 <= room.free) bytes = full_context;
+    return std::min(bytes, cap);
+}
+
+int32_t pick_kv_blocks(const engine_params &p, const model_config &c, uint64_t block_bytes,
+                       const device_room &room) {
     if (p.n_kv_blocks > 0) return p.n_kv_blocks;
-    const uint64_t ram = physical_memory();
-    uint64_t bytes = p.kv_cache_bytes ? p.kv_cache_bytes : std::min<uint64_t>(uint64_t(1) << 30, ram / 4);
-    const int64_t per_seq = (c.n_ctx_train + p.block_size - 1) / p.block_size;
-    int64_t n = int64_t(bytes / std::max<uint64_t>(block_bytes, 1));
-    n = std::min<int64_t>(n, per_seq * p.max_num_seqs);
-    return int32_t(std::clamp<int64_t>(n, 2, INT32_MAX / 2));
+    const uint64_t n = kv_budget_bytes(p, c, block_bytes, room) / std::max<uint64_t>(block_bytes, 1);
+    return int32_t(std::clamp<uint64_t>(n, 2, INT32_MAX / 2));
 }
 
 uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision, const fp8_policy &policy) {
@@ -86,7 +100,6 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
             p.load.kv_cache == kv_cache_dtype::fp8 ? 1 : 2; // as the backend's kv_block_bytes
         const uint64_t block_bytes =
             uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 2 * kv_elem * uint64_t(c.n_layer);
-        e.kv_bytes = uint64_t(pick_kv_blocks(p, c, block_bytes)) * block_bytes;
         // The forward pass at a full token budget: logits in fp32 plus the widest activations
         // (q/k/v, gate/up of the routed experts of every token) in fp32, the FP8 prefill's BF16
         // dequantization buffer, and cuBLASLt's workspace.
@@ -98,12 +111,19 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
             e.workspace_bytes += uint64_t(std::max({(c.q_dim() + 2 * c.kv_dim()) * c.n_embd, 2 * c.n_ff * c.n_embd,
                                                    2 * c.n_ff_exp * c.n_expert_shared * c.n_embd})) * 2;
         e.available_bytes = cs.device.free_bytes;
+        const uint64_t placed = e.weights_bytes + e.workspace_bytes;
+        const device_room room{cs.device.total_bytes, e.available_bytes > placed ? e.available_bytes - placed : 0};
+        const int32_t blocks = pick_kv_blocks(p, c, block_bytes, room);
+        e.kv_bytes = uint64_t(blocks) * block_bytes;
+        e.kv_tokens = int64_t(blocks) * p.block_size;
     } else {
         // The CPU backend holds fp32 weights; KV is fp32 K and V per layer.
         e.device = "CPU";
         e.weights_bytes = uint64_t(c.n_params()) * 4;
         const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 4 * 2 * uint64_t(c.n_layer);
-        e.kv_bytes = uint64_t(pick_kv_blocks(p, c, block_bytes)) * block_bytes;
+        const int32_t blocks = pick_kv_blocks(p, c, block_bytes);
+        e.kv_bytes = uint64_t(blocks) * block_bytes;
+        e.kv_tokens = int64_t(blocks) * p.block_size;
         e.available_bytes = physical_memory();
     }
     e.fits = e.weights_bytes + e.kv_bytes + e.workspace_bytes < e.available_bytes / 20 * 19;
@@ -119,12 +139,13 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
         return std::string(buf);
     };
+    const std::string kv_tokens = " (" + std::to_string(e.kv_tokens) + " tokens)";
     if (e.gpu)
         e.summary = e.device + " (" + (p.load.precision == weight_precision::fp8 ? "FP8" : "BF16") + "): weights " +
-                    gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + " + workspace " + gib(e.workspace_bytes) +
+                    gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + kv_tokens + " + workspace " + gib(e.workspace_bytes) +
                     " of " + gib(e.available_bytes) + " free — " + (e.fits ? "fits" : "does not fit");
     else
-        e.summary = "CPU: weights " + gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + " of " +
+        e.summary = "CPU: weights " + gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + kv_tokens + " of " +
                     gib(e.available_bytes) + " RAM — " + (e.fits ? "fits" : "does not fit");
     return e;
 }

@@ -204,9 +204,19 @@ void step_loop::load(cmd_load &c) {
     auto &mdl = *m;
     const model_config &cfg = mdl->config;
     // The budget in the pools' real bytes (kv_block_bytes: fp32 on the CPU, BF16 or FP8 on the
-    // GPU, so an FP8 KV cache holds twice the blocks), known once a minimal pool exists.
+    // GPU, so an FP8 KV cache holds twice the blocks), known once a minimal pool exists. On a
+    // GPU the workspace of the largest step is placed first, so that the pool takes what the
+    // weights and the workspace leave (kv_budget_bytes).
     if (auto s = mdl->be->init_kv_cache({m_params.block_size, 2}); !s) return c.done->set_value(s.err());
-    const int32_t n_blocks = pick_kv_blocks(m_params, cfg, mdl->be->kv_block_bytes());
+    device_room room;
+    if (mdl->be->kv_in_device_memory()) {
+        const int32_t blocks_per_seq = int32_t((cfg.n_ctx_train + m_params.block_size - 1) / m_params.block_size);
+        if (auto s = mdl->be->reserve_workspace(m_params.max_batched_tokens, m_params.max_num_seqs, blocks_per_seq); !s)
+            return c.done->set_value(s.err());
+        const backend_memory bm = mdl->be->memory();
+        room = {bm.device_total, bm.device_free};
+    }
+    const int32_t n_blocks = pick_kv_blocks(m_params, cfg, mdl->be->kv_block_bytes(), room);
     if (auto s = mdl->be->init_kv_cache({m_params.block_size, n_blocks}); !s) return c.done->set_value(s.err());
     scheduler_params sp;
     sp.max_num_seqs = m_params.max_num_seqs;

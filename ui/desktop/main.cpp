@@ -36,6 +36,7 @@
 #include <QStatusBar>
 #include <QTimer>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -140,6 +141,8 @@ es::EngineSessionOptions sessionOptions(const CommandLine &cli) {
         cli.parser.isSet(cli.backend) ? cli.parser.value(cli.backend) : settings.value("engine/backend", "auto").toString();
     options.precision = settings.value("engine/precision", "auto").toString();
     options.kvCache = settings.value("engine/kv_cache", "bf16").toString();
+    options.gpuMemoryUtilization =
+        std::clamp(settings.value("engine/gpu_memory_utilization", 0.90).toDouble(), 0.10, 0.99);
     return options;
 }
 

@@ -195,6 +195,8 @@ public:
     bool supports_candidates() const override { return true; }
     status logits_row(int32_t row, std::span<float> out) override;
     backend_memory memory() const override;
+    status reserve_workspace(int32_t max_tokens, int32_t max_rows, int32_t max_blocks_per_seq) override;
+    bool kv_in_device_memory() const override { return true; }
 
     // es::cuda_backend
     // The workspace figures are the allocator's (device_allocator_stats); the device's come from

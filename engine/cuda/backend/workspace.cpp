@@ -35,6 +35,16 @@ bool cuda_backend_impl::workspace_fits(int64_t T, int64_t R, int64_t bt) const {
     return m_work.bytes() && T <= m_lay.T && R <= m_lay.R && bt <= m_lay.bt;
 }
 
+status cuda_backend_impl::reserve_workspace(int32_t max_tokens, int32_t max_rows, int32_t max_blocks_per_seq) {
+    return catch_errors([&]() -> status {
+        check_usable();
+        if (!m_flight.empty()) throw load_error("workspace: a submitted forward is not finished");
+        ensure_workspace(std::max(max_tokens, 1), std::max(max_rows, 1), std::max(max_blocks_per_seq, 1));
+        ck(cudaStreamSynchronize(m_stream), "workspace reservation");
+        return ok_status();
+    });
+}
+
 void cuda_backend_impl::ensure_workspace(int64_t T, int64_t R, int64_t bt) {
     if (workspace_fits(T, R, bt)) return;
     ck(cudaStreamSynchronize(m_stream), "workspace resize");
