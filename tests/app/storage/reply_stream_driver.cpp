@@ -166,8 +166,9 @@ private:
 
     void stream(qint64 replyId, int tokens) {
         m_writer = std::make_unique<ReplyWriter>(&m_store, replyId);
-        connect(m_writer.get(), &ReplyWriter::checkpointSaved, this,
-                [replyId](qsizetype chars) { report("S", {replyId, chars}); });
+        if (!m_bench)
+            connect(m_writer.get(), &ReplyWriter::checkpointSaved, this,
+                    [replyId](qsizetype chars) { report("S", {replyId, chars}); });
         connect(m_writer.get(), &ReplyWriter::checkpointFailed, this, [](const QString &e) { die(e); });
         m_planned = tokens;
         m_produced = 0;
@@ -197,8 +198,9 @@ private:
     void benchSecond() {
         if (!m_writer) return;
         const ReplyWriter::Stats s = m_writer->stats();
-        std::printf("second %2d: text %7.1f KB, %2d saves, %6.2f ms saving (%.2f%% of the second), longest %.2f ms\n",
-                    ++m_benchSeconds, double(m_writer->text().size()) * 2 / 1024, s.saves - m_lastStats.saves,
+        std::printf("second %2d: text %7.1f KiB, %2d saves, %6.2f ms saving (%.2f%% of the second), longest so far "
+                    "%.2f ms\n",
+                    ++m_benchSeconds, double(m_writer->text().toUtf8().size()) / 1024, s.saves - m_lastStats.saves,
                     double(s.saveNs - m_lastStats.saveNs) / 1e6, double(s.saveNs - m_lastStats.saveNs) / 1e7,
                     double(s.maxSaveNs) / 1e6);
         std::fflush(stdout);
@@ -212,9 +214,9 @@ private:
         finish.start();
         if (!m_writer->finish(QStringLiteral("length"), {}, {})) die(m_store.lastError());
         const double finishMs = double(finish.nsecsElapsed()) / 1e6;
-        std::printf("%d tok/s for %.1f s: %d tokens, %.1f KB of text (UTF-16); %d saves, %.1f ms saving in all = "
+        std::printf("%d tok/s for %.1f s: %d tokens, %.1f KiB of text (UTF-8); %d saves, %.1f ms saving in all = "
                     "%.2f ms per second of streaming (%.3f%%), longest save %.2f ms; the final write %.2f ms\n",
-                    m_options.rate, seconds, m_planned, double(m_writer->text().size()) * 2 / 1024, s.saves,
+                    m_options.rate, seconds, m_planned, double(m_writer->text().toUtf8().size()) / 1024, s.saves,
                     double(s.saveNs) / 1e6, double(s.saveNs) / 1e6 / seconds, double(s.saveNs) / 1e7 / seconds,
                     double(s.maxSaveNs) / 1e6, finishMs);
         std::fflush(stdout);
