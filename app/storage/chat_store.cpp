@@ -411,7 +411,8 @@ std::optional<TurnIds> ChatStore::beginTurn(qint64 conversationId, std::optional
 }
 
 std::optional<TurnIds> ChatStore::beginTurnInNewConversation(const NewConversation &conversation,
-                                                             const QString &text, const GenerationInfo &reply) {
+                                                             const QString &text,
+                                                             const GenerationInfo &reply) {
     return m_conversations->beginTurn(std::nullopt, conversation, std::nullopt, text, reply);
 }
 

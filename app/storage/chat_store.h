@@ -144,11 +144,11 @@ public:
     // leaf, reply's generation info attached) in ONE transaction: a crash leaves both rows or
     // neither, never a question without its reply row.
     // The user's message under parentId (nullopt: a root) of an existing conversation.
-    std::optional<TurnIds> beginTurn(qint64 conversationId, std::optional<qint64> parentId, const QString &text,
-                                     const GenerationInfo &reply);
+    std::optional<TurnIds> beginTurn(qint64 conversationId, std::optional<qint64> parentId,
+                                     const QString &text, const GenerationInfo &reply);
     // The first turn of a new conversation: the conversation is created in the same transaction.
-    std::optional<TurnIds> beginTurnInNewConversation(const NewConversation &conversation, const QString &text,
-                                                      const GenerationInfo &reply);
+    std::optional<TurnIds> beginTurnInNewConversation(const NewConversation &conversation,
+                                                      const QString &text, const GenerationInfo &reply);
     // Edit-and-resend: the edited text as a new user message beside userMessageId (same parent),
     // with its reply begun. The original and its replies stay as a sibling branch.
     std::optional<TurnIds> beginEditedTurn(qint64 userMessageId, const QString &newContent,

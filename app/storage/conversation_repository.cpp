@@ -384,8 +384,9 @@ std::optional<qint64> ConversationRepository::insertMessage(qint64 conversationI
 }
 
 std::optional<qint64> ConversationRepository::insertMessageRow(qint64 conversationId,
-                                                               std::optional<qint64> parentId, MessageRole role,
-                                                               const QString &content, MessageState state,
+                                                               std::optional<qint64> parentId,
+                                                               MessageRole role, const QString &content,
+                                                               MessageState state,
                                                                const GenerationInfo &generation) {
     if (parentId) {
         const std::optional<qint64> parentConversation = conversationOf(m_connection, *parentId);
@@ -397,9 +398,10 @@ std::optional<qint64> ConversationRepository::insertMessageRow(qint64 conversati
     }
     QSqlQuery q(m_connection.db());
     if (!run(q,
-             QStringLiteral("INSERT INTO messages (conversation_id, parent_id, role, content, created_at, state, "
-                            "model_name, model_hash, precision, sampling, seed) "
-                            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+             QStringLiteral(
+                 "INSERT INTO messages (conversation_id, parent_id, role, content, created_at, state, "
+                 "model_name, model_hash, precision, sampling, seed) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
              {conversationId, nullable(parentId), messageRoleName(role), content, m_connection.nowMs(),
               messageStateName(state), generation.modelName, generation.modelHash, generation.precision,
               jsonText(generation.sampling.toJson()), seedVariant(generation.seed)})) {
@@ -557,18 +559,21 @@ std::optional<qint64> ConversationRepository::regenerate(qint64 assistantMessage
                          MessageState::Partial, generation);
 }
 
-// ---- Turns -------------------------------------------------------------------------------------------------
+// ---- Turns
+// -------------------------------------------------------------------------------------------------
 
-std::optional<TurnIds> ConversationRepository::insertTurnRows(qint64 conversationId, std::optional<qint64> parentId,
-                                                              const QString &text, const GenerationInfo &reply) {
+std::optional<TurnIds> ConversationRepository::insertTurnRows(qint64 conversationId,
+                                                              std::optional<qint64> parentId,
+                                                              const QString &text,
+                                                              const GenerationInfo &reply) {
     TurnIds ids;
     ids.conversationId = conversationId;
     const std::optional<qint64> user =
         insertMessageRow(conversationId, parentId, MessageRole::User, text, MessageState::Complete, {});
     if (!user) return std::nullopt;
     ids.userMessageId = *user;
-    const std::optional<qint64> partial = insertMessageRow(conversationId, *user, MessageRole::Assistant, QString(),
-                                                           MessageState::Partial, reply);
+    const std::optional<qint64> partial = insertMessageRow(conversationId, *user, MessageRole::Assistant,
+                                                           QString(), MessageState::Partial, reply);
     if (!partial) return std::nullopt;
     ids.replyId = *partial;
     return ids;
@@ -593,7 +598,8 @@ std::optional<TurnIds> ConversationRepository::beginTurn(std::optional<qint64> c
     return ids;
 }
 
-std::optional<TurnIds> ConversationRepository::beginEditedTurn(qint64 userMessageId, const QString &newContent,
+std::optional<TurnIds> ConversationRepository::beginEditedTurn(qint64 userMessageId,
+                                                               const QString &newContent,
                                                                const GenerationInfo &reply) {
     const std::optional<Message> original = message(userMessageId);
     if (!original) return std::nullopt;

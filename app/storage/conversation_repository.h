@@ -76,8 +76,8 @@ private:
     // The row writers below run inside the caller's transaction and report nothing.
     std::optional<qint64> insertConversationRow(const QString &title, const ConversationSettings &settings);
     // A message under parentId (checked to be in the same conversation), made current leaf.
-    std::optional<qint64> insertMessageRow(qint64 conversationId, std::optional<qint64> parentId, MessageRole role,
-                                           const QString &content, MessageState state,
+    std::optional<qint64> insertMessageRow(qint64 conversationId, std::optional<qint64> parentId,
+                                           MessageRole role, const QString &content, MessageState state,
                                            const GenerationInfo &generation);
     std::optional<TurnIds> insertTurnRows(qint64 conversationId, std::optional<qint64> parentId,
                                           const QString &text, const GenerationInfo &reply);

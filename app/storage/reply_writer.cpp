@@ -60,8 +60,8 @@ bool ReplyWriter::end() {
     return true;
 }
 
-bool ReplyWriter::finish(const QString &reason, const MessageMetrics &metrics, const QList<LayerRouting> &routing,
-                         const std::optional<MessageProfile> &profile) {
+bool ReplyWriter::finish(const QString &reason, const MessageMetrics &metrics,
+                         const QList<LayerRouting> &routing, const std::optional<MessageProfile> &profile) {
     if (!end()) return false;
     return profile ? m_store->finishReply(m_replyId, m_text, reason, metrics, routing, *profile)
                    : m_store->finishReply(m_replyId, m_text, reason, metrics, routing);

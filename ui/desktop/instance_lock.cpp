@@ -1,4 +1,5 @@
-// The single-instance lock (see instance_lock.h).
+// The single-instance lock (see instance_lock.h). Its messages are translated in the context
+// "InstanceLock".
 #include "instance_lock.h"
 
 #include <QDir>
@@ -17,11 +18,6 @@
 namespace es {
 
 namespace {
-
-// The messages' translation context.
-struct InstanceLockText {
-    Q_DECLARE_TR_FUNCTIONS(InstanceLock)
-};
 
 QString native(const QString &path) { return QDir::toNativeSeparators(path); }
 
@@ -46,37 +42,48 @@ bool holderIsRunning(qint64 pid, const QString &hostname, const QString &appname
 } // namespace
 
 QString describeDataFolderError(const QString &folder, int error, qint64 bytesFree) {
-    using T = InstanceLockText;
     const QString where = native(folder);
     switch (error) {
     case EACCES:
     case EPERM:
-        return T::tr("The data folder %1 is not writable (permission denied). ExpertScope keeps its "
-                     "conversations there: give your user write access to it, or set XDG_DATA_HOME to a "
-                     "writable folder.")
+        return QCoreApplication::translate(
+                   "InstanceLock",
+                   "The data folder %1 is not writable (permission denied). ExpertScope keeps its "
+                   "conversations there: give your user write access to it, or set XDG_DATA_HOME to a "
+                   "writable folder.")
             .arg(where);
     case EROFS:
-        return T::tr("The data folder %1 is not writable: it is on a read-only file system. ExpertScope keeps "
-                     "its conversations there: set XDG_DATA_HOME to a folder on a writable disk.")
+        return QCoreApplication::translate(
+                   "InstanceLock",
+                   "The data folder %1 is not writable: it is on a read-only file system. ExpertScope keeps "
+                   "its conversations there: set XDG_DATA_HOME to a folder on a writable disk.")
             .arg(where);
     case ENOSPC:
         if (bytesFree >= 0)
-            return T::tr("The disk that holds the data folder %1 is full (%2 KiB free). Free some space and "
-                         "start ExpertScope again.")
+            return QCoreApplication::translate(
+                       "InstanceLock",
+                       "The disk that holds the data folder %1 is full (%2 KiB free). Free some space and "
+                       "start ExpertScope again.")
                 .arg(where)
                 .arg(bytesFree / 1024);
-        return T::tr("The disk that holds the data folder %1 is full. Free some space and start ExpertScope "
-                     "again.")
+        return QCoreApplication::translate(
+                   "InstanceLock",
+                   "The disk that holds the data folder %1 is full. Free some space and start ExpertScope "
+                   "again.")
             .arg(where);
     case EDQUOT:
-        return T::tr("Your disk quota for the data folder %1 is used up. Free some space and start ExpertScope "
-                     "again.")
+        return QCoreApplication::translate(
+                   "InstanceLock",
+                   "Your disk quota for the data folder %1 is used up. Free some space and start ExpertScope "
+                   "again.")
             .arg(where);
     case ENOENT:
     case ENOTDIR:
-        return T::tr("The data folder %1 does not exist and could not be created.").arg(where);
+        return QCoreApplication::translate("InstanceLock",
+                                           "The data folder %1 does not exist and could not be created.")
+            .arg(where);
     default:
-        return T::tr("Could not write in the data folder %1: %2.")
+        return QCoreApplication::translate("InstanceLock", "Could not write in the data folder %1: %2.")
             .arg(where, QString::fromLocal8Bit(std::strerror(error)));
     }
 }
@@ -101,7 +108,6 @@ QString dataFolderWriteProblem(const QString &folder) {
 }
 
 InstanceLockResult acquireInstanceLock(QLockFile &lock, const QString &lockPath) {
-    using T = InstanceLockText;
     InstanceLockResult result;
     lock.setStaleLockTime(0); // held for the app's lifetime: only a dead holder makes it stale
     if (lock.tryLock(200)) {
@@ -115,8 +121,10 @@ InstanceLockResult acquireInstanceLock(QLockFile &lock, const QString &lockPath)
     if (error == QLockFile::LockFailedError && known && holderIsRunning(pid, hostname, appname)) {
         result.outcome = InstanceLockResult::Outcome::AlreadyRunning;
         result.holderPid = pid;
-        result.message =
-            T::tr("ExpertScope is already running (process %1 holds the lock %2).").arg(pid).arg(native(lockPath));
+        result.message = QCoreApplication::translate(
+                             "InstanceLock", "ExpertScope is already running (process %1 holds the lock %2).")
+                             .arg(pid)
+                             .arg(native(lockPath));
         return result;
     }
     // Not a live instance: no lock file can be written, or a stale one could not be removed. The
@@ -124,12 +132,17 @@ InstanceLockResult acquireInstanceLock(QLockFile &lock, const QString &lockPath)
     result.message = dataFolderWriteProblem(QFileInfo(lockPath).absolutePath());
     if (!result.message.isEmpty()) return result;
     if (error == QLockFile::LockFailedError)
-        result.message = T::tr("The lock %1 was left by process %2, which is no longer running, and could not be "
-                               "removed. Delete it and start ExpertScope again.")
-                             .arg(native(lockPath))
-                             .arg(pid);
+        result.message =
+            QCoreApplication::translate(
+                "InstanceLock",
+                "The lock %1 was left by process %2, which is no longer running, and could not be "
+                "removed. Delete it and start ExpertScope again.")
+                .arg(native(lockPath))
+                .arg(pid);
     else
-        result.message = T::tr("Could not create the lock %1 in the data folder.").arg(native(lockPath));
+        result.message =
+            QCoreApplication::translate("InstanceLock", "Could not create the lock %1 in the data folder.")
+                .arg(native(lockPath));
     return result;
 }
 

@@ -22,7 +22,7 @@ struct InstanceLockResult {
         Failed,         // a real failure: message says what is wrong; the app exits non-zero
     };
     Outcome outcome = Outcome::Failed;
-    QString message;     // one or two sentences for the user (empty when acquired)
+    QString message;      // one or two sentences for the user (empty when acquired)
     qint64 holderPid = 0; // AlreadyRunning: the running instance
 };
 

@@ -6,17 +6,20 @@
 
 namespace es {
 
-SmokeTest::SmokeTest(EngineSession *session, int timeoutMs, QObject *parent) : QObject(parent), m_session(session) {
-    connect(session, &EngineSession::modelLoadFailed, this, [this](const QString &dir, const QString &message) {
-        fail(QStringLiteral("the model %1 did not load: %2").arg(dir, message));
-    });
+SmokeTest::SmokeTest(EngineSession *session, int timeoutMs, QObject *parent)
+    : QObject(parent), m_session(session) {
+    connect(session, &EngineSession::modelLoadFailed, this,
+            [this](const QString &dir, const QString &message) {
+                fail(QStringLiteral("the model %1 did not load: %2").arg(dir, message));
+            });
     connect(session, &EngineSession::tokensGenerated, this,
             [this](quint64, const QString &delta, int) { m_text += delta; });
     connect(session, &EngineSession::replyFinished, this,
             [this](quint64 id, const QString &reason, const MessageMetrics &metrics) {
                 onReplyFinished(id, reason, metrics.nOutputTokens.value_or(0));
             });
-    connect(session, &EngineSession::replyFailed, this, [this](quint64, const QString &message) { fail(message); });
+    connect(session, &EngineSession::replyFailed, this,
+            [this](quint64, const QString &message) { fail(message); });
     m_timeout.setSingleShot(true);
     connect(&m_timeout, &QTimer::timeout, this,
             [this, timeoutMs] { fail(QStringLiteral("no reply within %1 s").arg(timeoutMs / 1000)); });

@@ -68,7 +68,8 @@ struct Options {
 
 class Driver : public QObject {
 public:
-    Driver(ChatStore &store, const Options &options) : m_store(store), m_options(options), m_rng(options.seed) {
+    Driver(ChatStore &store, const Options &options)
+        : m_store(store), m_options(options), m_rng(options.seed) {
         m_pump.setTimerType(Qt::PreciseTimer);
         m_pump.setInterval(10);
         connect(&m_pump, &QTimer::timeout, this, &Driver::pump);
@@ -78,8 +79,8 @@ public:
 
     void startBench() {
         m_bench = true;
-        const std::optional<TurnIds> t =
-            m_store.beginTurnInNewConversation({QStringLiteral("bench"), {}}, QStringLiteral("Write a lot."), {});
+        const std::optional<TurnIds> t = m_store.beginTurnInNewConversation(
+            {QStringLiteral("bench"), {}}, QStringLiteral("Write a lot."), {});
         if (!t) die(m_store.lastError());
         stream(t->replyId, m_options.rate * m_options.benchSeconds);
         m_benchClock.start();
@@ -93,7 +94,8 @@ private:
 
     QString userText() {
         QString text = QStringLiteral("问题 %1: ").arg(++m_turns);
-        while (text.size() < m_options.userChars) text += QStringLiteral("请解释专家路由 explain expert routing ");
+        while (text.size() < m_options.userChars)
+            text += QStringLiteral("请解释专家路由 explain expert routing ");
         return text.left(std::max<qsizetype>(m_options.userChars, 1));
     }
 
@@ -127,8 +129,8 @@ private:
         case Kind::New: {
             const QString text = userText();
             report("B", {}, "new");
-            std::optional<TurnIds> t =
-                m_store.beginTurnInNewConversation({QStringLiteral("对话 %1").arg(m_turns), {}}, text, generation());
+            std::optional<TurnIds> t = m_store.beginTurnInNewConversation(
+                {QStringLiteral("对话 %1").arg(m_turns), {}}, text, generation());
             if (t) m_conversation = t->conversationId;
             return t;
         }
@@ -167,8 +169,9 @@ private:
     void stream(qint64 replyId, int tokens) {
         m_writer = std::make_unique<ReplyWriter>(&m_store, replyId);
         if (!m_bench)
-            connect(m_writer.get(), &ReplyWriter::checkpointSaved, this,
-                    [replyId](qsizetype chars) { report("S", {replyId, chars}); });
+            connect(m_writer.get(), &ReplyWriter::checkpointSaved, this, [replyId](qsizetype chars) {
+                report("S", {replyId, chars});
+            });
         connect(m_writer.get(), &ReplyWriter::checkpointFailed, this, [](const QString &e) { die(e); });
         m_planned = tokens;
         m_produced = 0;
@@ -178,7 +181,8 @@ private:
 
     void pump() {
         const qint64 reply = m_writer->replyId();
-        const int due = int(std::min<qint64>(m_planned, m_turnClock.nsecsElapsed() * m_options.rate / 1'000'000'000));
+        const int due =
+            int(std::min<qint64>(m_planned, m_turnClock.nsecsElapsed() * m_options.rate / 1'000'000'000));
         if (due > m_produced) {
             if (!m_bench) report("P", {reply, due});
             m_writer->append(streamText(reply, m_produced, due));
@@ -198,11 +202,12 @@ private:
     void benchSecond() {
         if (!m_writer) return;
         const ReplyWriter::Stats s = m_writer->stats();
-        std::printf("second %2d: text %7.1f KiB, %2d saves, %6.2f ms saving (%.2f%% of the second), longest so far "
-                    "%.2f ms\n",
-                    ++m_benchSeconds, double(m_writer->text().toUtf8().size()) / 1024, s.saves - m_lastStats.saves,
-                    double(s.saveNs - m_lastStats.saveNs) / 1e6, double(s.saveNs - m_lastStats.saveNs) / 1e7,
-                    double(s.maxSaveNs) / 1e6);
+        std::printf(
+            "second %2d: text %7.1f KiB, %2d saves, %6.2f ms saving (%.2f%% of the second), longest so far "
+            "%.2f ms\n",
+            ++m_benchSeconds, double(m_writer->text().toUtf8().size()) / 1024, s.saves - m_lastStats.saves,
+            double(s.saveNs - m_lastStats.saveNs) / 1e6, double(s.saveNs - m_lastStats.saveNs) / 1e7,
+            double(s.maxSaveNs) / 1e6);
         std::fflush(stdout);
         m_lastStats = s;
     }
@@ -214,11 +219,12 @@ private:
         finish.start();
         if (!m_writer->finish(QStringLiteral("length"), {}, {})) die(m_store.lastError());
         const double finishMs = double(finish.nsecsElapsed()) / 1e6;
-        std::printf("%d tok/s for %.1f s: %d tokens, %.1f KiB of text (UTF-8); %d saves, %.1f ms saving in all = "
-                    "%.2f ms per second of streaming (%.3f%%), longest save %.2f ms; the final write %.2f ms\n",
-                    m_options.rate, seconds, m_planned, double(m_writer->text().toUtf8().size()) / 1024, s.saves,
-                    double(s.saveNs) / 1e6, double(s.saveNs) / 1e6 / seconds, double(s.saveNs) / 1e7 / seconds,
-                    double(s.maxSaveNs) / 1e6, finishMs);
+        std::printf(
+            "%d tok/s for %.1f s: %d tokens, %.1f KiB of text (UTF-8); %d saves, %.1f ms saving in all = "
+            "%.2f ms per second of streaming (%.3f%%), longest save %.2f ms; the final write %.2f ms\n",
+            m_options.rate, seconds, m_planned, double(m_writer->text().toUtf8().size()) / 1024, s.saves,
+            double(s.saveNs) / 1e6, double(s.saveNs) / 1e6 / seconds, double(s.saveNs) / 1e7 / seconds,
+            double(s.maxSaveNs) / 1e6, finishMs);
         std::fflush(stdout);
         QCoreApplication::exit(0);
     }
@@ -246,7 +252,8 @@ Options parseOptions(const QCoreApplication &app) {
     const QCommandLineOption rate("rate", "Tokens per second.", "n", "2000");
     const QCommandLineOption userChars("user-chars", "Characters per user message.", "n", "200");
     const QCommandLineOption maxSeconds("max-seconds", "Stop after this long.", "s", "20");
-    const QCommandLineOption bench("bench", "Stream one reply this long and print the time spent saving it.", "s");
+    const QCommandLineOption bench("bench", "Stream one reply this long and print the time spent saving it.",
+                                   "s");
     p.addOptions({db, seed, rate, userChars, maxSeconds, bench});
     p.process(app);
     Options o;

@@ -18,8 +18,8 @@ inline qint64 monotonicUs() {
 }
 
 inline QString streamToken(qint64 replyId, int i) {
-    static const char *const kWords[] = {"专家", "routing", "路由", "token", "模型", "layer",
-                                         "注意力", "the", "门控", "expert", "缓存", "KV"};
+    static const char *const kWords[] = {"专家",   "routing", "路由", "token",  "模型", "layer",
+                                         "注意力", "the",     "门控", "expert", "缓存", "KV"};
     const quint64 h = quint64(replyId) * 0x9E3779B97F4A7C15ull + quint64(i) * 0xBF58476D1CE4E5B9ull;
     return QString::fromUtf8(kWords[(h >> 40) % 12]) + (i % 17 == 16 ? QLatin1Char('\n') : QLatin1Char(' '));
 }

@@ -47,9 +47,12 @@ enum class KillMode { DuringOpen, InsideTurn, WhileStreaming };
 
 const char *modeName(KillMode m) {
     switch (m) {
-    case KillMode::DuringOpen: return "during open";
-    case KillMode::InsideTurn: return "inside a turn's transaction";
-    case KillMode::WhileStreaming: return "while streaming";
+    case KillMode::DuringOpen:
+        return "during open";
+    case KillMode::InsideTurn:
+        return "inside a turn's transaction";
+    case KillMode::WhileStreaming:
+        return "while streaming";
     }
     return "?";
 }
@@ -59,9 +62,9 @@ struct Turn {
     qint64 beganUs = 0, reportedUs = 0;
     qint64 conversation = 0, user = 0, reply = 0;
     int planned = 0;
-    bool reported = false;                 // T seen (the turn committed)
+    bool reported = false;                  // T seen (the turn committed)
     QList<std::pair<qint64, int>> produced; // (t µs, tokens so far), from P lines
-    int finished = -1;                     // tokens, from F
+    int finished = -1;                      // tokens, from F
 };
 
 // The driver's stdout, parsed as it arrives.
@@ -151,8 +154,8 @@ private slots:
 
 private:
     // Starts the driver and kills it as `mode` says; false (with *why) when that did not happen.
-    bool runAndKill(QProcess &child, ChildLog &log, KillMode mode, const QStringList &args, QRandomGenerator &rng,
-                    qint64 *killUs, QString *why);
+    bool runAndKill(QProcess &child, ChildLog &log, KillMode mode, const QStringList &args,
+                    QRandomGenerator &rng, qint64 *killUs, QString *why);
     void learnTurnDuration(const ChildLog &log);
 
     // How long a turn's store call with a long user message takes here (from the B and T lines
@@ -241,19 +244,21 @@ void TestReplyCrash::learnTurnDuration(const ChildLog &log) {
     if (m_turnsTimed > 0) m_turnUs = std::max<qint64>(1000, m_turnUsSum / m_turnsTimed);
 }
 
-QString TestReplyCrash::check(const Snapshot &before, const Snapshot &after, const ChildLog &log, qint64 killUs,
-                              qint64 *lostAgeMs) {
+QString TestReplyCrash::check(const Snapshot &before, const Snapshot &after, const ChildLog &log,
+                              qint64 killUs, qint64 *lostAgeMs) {
     // What existed after the previous kill is untouched.
     for (auto it = before.messages.cbegin(); it != before.messages.cend(); ++it) {
         if (!after.messages.contains(it.key())) return QStringLiteral("message %1 disappeared").arg(it.key());
-        if (after.messages.value(it.key()) != it.value()) return QStringLiteral("message %1 changed").arg(it.key());
+        if (after.messages.value(it.key()) != it.value())
+            return QStringLiteral("message %1 changed").arg(it.key());
     }
     // The tree's invariants.
     QHash<qint64, int> replies; // user message → assistant children
     QSet<qint64> conversationsWithMessages;
     for (const Message &m : after.messages) {
         conversationsWithMessages.insert(m.conversationId);
-        if (m.state == MessageState::Partial) return QStringLiteral("message %1 is still partial after open").arg(m.id);
+        if (m.state == MessageState::Partial)
+            return QStringLiteral("message %1 is still partial after open").arg(m.id);
         if (m.role == MessageRole::Assistant && m.parentId) replies[*m.parentId] += 1;
     }
     for (const Message &m : after.messages)
@@ -277,8 +282,10 @@ QString TestReplyCrash::check(const Snapshot &before, const Snapshot &after, con
         const QString whole = streamText(turn.reply, 0, turn.planned);
         if (turn.finished >= 0 || reply.state == MessageState::Complete) {
             // Finished, reported or not (a kill between the commit and the F line).
-            if (reply.state != MessageState::Complete || reply.content != whole || reply.finishReason != "stop")
-                return QStringLiteral("finished reply %1 is not complete with its %2 tokens (state %3, %4 chars of %5)")
+            if (reply.state != MessageState::Complete || reply.content != whole ||
+                reply.finishReason != "stop")
+                return QStringLiteral(
+                           "finished reply %1 is not complete with its %2 tokens (state %3, %4 chars of %5)")
                     .arg(turn.reply)
                     .arg(turn.planned)
                     .arg(messageStateName(reply.state))
@@ -294,7 +301,8 @@ QString TestReplyCrash::check(const Snapshot &before, const Snapshot &after, con
         const int lastReported = turn.produced.isEmpty() ? 0 : turn.produced.last().second;
         const int stored = tokensIn(turn.reply, reply.content, lastReported);
         if (stored < 0)
-            return QStringLiteral("reply %1 holds %2 characters that are not a prefix of the %3 tokens reported")
+            return QStringLiteral(
+                       "reply %1 holds %2 characters that are not a prefix of the %3 tokens reported")
                 .arg(turn.reply)
                 .arg(reply.content.size())
                 .arg(lastReported);
@@ -308,8 +316,9 @@ QString TestReplyCrash::check(const Snapshot &before, const Snapshot &after, con
                 break;
             }
         if (stored < required)
-            return QStringLiteral("reply %1 holds %2 tokens, but %3 were produced more than %4 + %5 ms before the "
-                                  "kill (lost text was %6 ms old)")
+            return QStringLiteral(
+                       "reply %1 holds %2 tokens, but %3 were produced more than %4 + %5 ms before the "
+                       "kill (lost text was %6 ms old)")
                 .arg(turn.reply)
                 .arg(stored)
                 .arg(required)
@@ -358,7 +367,9 @@ void TestReplyCrash::killNineWhileWriting() {
             ++fresh;
         }
         const int r = int(rng.bounded(100));
-        const KillMode mode = r < 20 ? KillMode::DuringOpen : r < 55 ? KillMode::InsideTurn : KillMode::WhileStreaming;
+        const KillMode mode = r < 20   ? KillMode::DuringOpen
+                              : r < 55 ? KillMode::InsideTurn
+                                       : KillMode::WhileStreaming;
         ++byMode[int(mode)];
         // Long user messages (FTS indexing) keep the turn's transaction open for milliseconds.
         const int userChars = mode == KillMode::InsideTurn ? 20000 + int(rng.bounded(180000)) : 200;
@@ -376,10 +387,13 @@ void TestReplyCrash::killNineWhileWriting() {
         ChildLog log;
         qint64 killUs = 0;
         QString why;
-        QVERIFY2(runAndKill(child, log, mode, args, rng, &killUs, &why), (where + ": " + why.toUtf8()).constData());
+        QVERIFY2(runAndKill(child, log, mode, args, rng, &killUs, &why),
+                 (where + ": " + why.toUtf8()).constData());
         if (mode == KillMode::InsideTurn) learnTurnDuration(log);
-        if (log.insideTurn()) ++insideTurn;
-        else if (!log.turns.isEmpty()) ++streaming;
+        if (log.insideTurn())
+            ++insideTurn;
+        else if (!log.turns.isEmpty())
+            ++streaming;
 
         ChatStore store;
         const OpenResult opened = store.open(path);
@@ -394,7 +408,8 @@ void TestReplyCrash::killNineWhileWriting() {
         before = after;
     }
     qInfo("%d kills (%d on a fresh database): %d during open, %d aimed at a turn's transaction, %d while "
-          "streaming; %d landed between a turn's start and its report (such a turn took %.1f ms on average), %d "
+          "streaming; %d landed between a turn's start and its report (such a turn took %.1f ms on average), "
+          "%d "
           "after it; the oldest text lost was %lld ms old",
           kKills, fresh, byMode.value(int(KillMode::DuringOpen)), byMode.value(int(KillMode::InsideTurn)),
           byMode.value(int(KillMode::WhileStreaming)), insideTurn, double(m_turnUs) / 1000, streaming,

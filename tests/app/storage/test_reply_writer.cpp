@@ -18,14 +18,14 @@ using namespace es_test;
 namespace {
 
 // A reply row that nothing can be added under: the second insert of a turn fails.
-const QString kRefuseReplies = QStringLiteral(
-    "CREATE TRIGGER refuse_replies BEFORE INSERT ON messages WHEN new.role = 'assistant' "
-    "BEGIN SELECT RAISE(ABORT, 'no room for the reply'); END");
+const QString kRefuseReplies =
+    QStringLiteral("CREATE TRIGGER refuse_replies BEFORE INSERT ON messages WHEN new.role = 'assistant' "
+                   "BEGIN SELECT RAISE(ABORT, 'no room for the reply'); END");
 // A partial reply whose text cannot be updated (as on a full disk).
-const QString kRefuseCheckpoints = QStringLiteral(
-    "CREATE TRIGGER refuse_checkpoints BEFORE UPDATE OF content ON messages "
-    "WHEN old.state = 'partial' AND new.state = 'partial' "
-    "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
+const QString kRefuseCheckpoints =
+    QStringLiteral("CREATE TRIGGER refuse_checkpoints BEFORE UPDATE OF content ON messages "
+                   "WHEN old.state = 'partial' AND new.state = 'partial' "
+                   "BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END");
 
 QString contentOf(ChatStore &store, qint64 id) { return store.message(id)->content; }
 
@@ -48,7 +48,8 @@ private slots:
         auto s = memoryStore();
         const qint64 c = *s->createConversation(QStringLiteral("turns"));
         QSignalSpy messages(s.get(), &ChatStore::messagesChanged);
-        const std::optional<TurnIds> t = s->beginTurn(c, std::nullopt, QStringLiteral("第一个问题"), sampleGeneration());
+        const std::optional<TurnIds> t =
+            s->beginTurn(c, std::nullopt, QStringLiteral("第一个问题"), sampleGeneration());
         QVERIFY2(t, qPrintable(s->lastError()));
         QCOMPARE(t->conversationId, c);
         QCOMPARE(messages.count(), 1); // one commit, one notification
@@ -67,8 +68,8 @@ private slots:
         QVERIFY(s->finishReply(t->replyId, QStringLiteral("答"), QStringLiteral("stop")));
         const std::optional<TurnIds> next = s->beginTurn(c, t->replyId, QStringLiteral("and then?"), {});
         QVERIFY(next);
-        QCOMPARE(ids(s->activePath(c)), (QList<qint64>{t->userMessageId, t->replyId, next->userMessageId,
-                                                         next->replyId}));
+        QCOMPARE(ids(s->activePath(c)),
+                 (QList<qint64>{t->userMessageId, t->replyId, next->userMessageId, next->replyId}));
     }
 
     void beginTurnInNewConversation() {
@@ -103,7 +104,8 @@ private slots:
         QVERIFY(!s.beginTurn(c, a, QStringLiteral("lost question"), {}));
         QVERIFY2(s.lastError().contains(QLatin1String("no room for the reply")), qPrintable(s.lastError()));
         QVERIFY(!s.beginEditedTurn(u, QStringLiteral("lost edit"), {}));
-        QVERIFY(!s.beginTurnInNewConversation({QStringLiteral("lost conversation"), {}}, QStringLiteral("q"), {}));
+        QVERIFY(!s.beginTurnInNewConversation({QStringLiteral("lost conversation"), {}}, QStringLiteral("q"),
+                                              {}));
         QCOMPARE(s.messageCount(c), 2);
         QCOMPARE(s.conversations().size(), 1);
         QCOMPARE(s.conversation(c)->currentLeafId, std::optional<qint64>(a));
@@ -112,16 +114,18 @@ private slots:
 
     void beginEditedTurnMakesASiblingBranch() {
         auto s = memoryStore();
-        const std::optional<TurnIds> first = s->beginTurnInNewConversation({QStringLiteral("edit"), {}},
-                                                                           QStringLiteral("question"), {});
+        const std::optional<TurnIds> first =
+            s->beginTurnInNewConversation({QStringLiteral("edit"), {}}, QStringLiteral("question"), {});
         QVERIFY(first);
         QVERIFY(s->finishReply(first->replyId, QStringLiteral("answer"), QStringLiteral("stop")));
         const std::optional<TurnIds> edited =
             s->beginEditedTurn(first->userMessageId, QStringLiteral("question, edited"), sampleGeneration());
         QVERIFY2(edited, qPrintable(s->lastError()));
         QCOMPARE(edited->conversationId, first->conversationId);
-        QCOMPARE(s->siblings(edited->userMessageId).ids, (QList<qint64>{first->userMessageId, edited->userMessageId}));
-        QCOMPARE(ids(s->activePath(first->conversationId)), (QList<qint64>{edited->userMessageId, edited->replyId}));
+        QCOMPARE(s->siblings(edited->userMessageId).ids,
+                 (QList<qint64>{first->userMessageId, edited->userMessageId}));
+        QCOMPARE(ids(s->activePath(first->conversationId)),
+                 (QList<qint64>{edited->userMessageId, edited->replyId}));
         QCOMPARE(s->message(edited->replyId)->state, MessageState::Partial);
         QCOMPARE(s->message(first->replyId)->content, QStringLiteral("answer")); // the old branch stays
         QVERIFY(!s->beginEditedTurn(first->replyId, QStringLiteral("not a user message"), {}));
@@ -215,7 +219,8 @@ private slots:
         const QString path = freshPath();
         ChatStore s;
         QVERIFY(s.open(path).ok());
-        const TurnIds t = *s.beginTurnInNewConversation({QStringLiteral("full disk"), {}}, QStringLiteral("q"), {});
+        const TurnIds t =
+            *s.beginTurnInNewConversation({QStringLiteral("full disk"), {}}, QStringLiteral("q"), {});
         {
             RawDb raw(path);
             QVERIFY(raw.exec(kRefuseCheckpoints));
@@ -228,7 +233,8 @@ private slots:
         QVERIFY2(failed.at(0).at(0).toString().contains(QLatin1String("disk is full")),
                  qPrintable(failed.at(0).at(0).toString()));
         writer.append(QStringLiteral("second "));
-        QTest::qWait(int(ReplyWriter::kCheckpointInterval.count()) * 3); // more failed attempts, no more reports
+        QTest::qWait(int(ReplyWriter::kCheckpointInterval.count()) *
+                     3); // more failed attempts, no more reports
         QCOMPARE(failed.count(), 1);
         QCOMPARE(saved.count(), 0);
         {

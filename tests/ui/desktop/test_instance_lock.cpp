@@ -27,14 +27,17 @@ using namespace es;
 
 namespace {
 
-const char *const kHoldLock = "--hold-lock";     // child: hold the lock at argv[2] until killed
+const char *const kHoldLock = "--hold-lock";    // child: hold the lock at argv[2] until killed
 const char *const kInNamespace = "--namespace"; // child: argv[2] = read-only | full-disk, argv[3] = folder
 
 const char *outcomeName(InstanceLockResult::Outcome o) {
     switch (o) {
-    case InstanceLockResult::Outcome::Acquired: return "acquired";
-    case InstanceLockResult::Outcome::AlreadyRunning: return "already-running";
-    case InstanceLockResult::Outcome::Failed: return "failed";
+    case InstanceLockResult::Outcome::Acquired:
+        return "acquired";
+    case InstanceLockResult::Outcome::AlreadyRunning:
+        return "already-running";
+    case InstanceLockResult::Outcome::Failed:
+        return "failed";
     }
     return "?";
 }
@@ -150,12 +153,14 @@ private slots:
         if (privateMountsAvailable()) {
             const QString line = runInNamespace(QStringLiteral("read-only"), folder);
             QVERIFY2(line.startsWith(QLatin1String("failed ")), qPrintable(line));
-            QVERIFY2(line.contains(QLatin1String("is not writable")) && line.contains(QLatin1String("read-only file system")),
+            QVERIFY2(line.contains(QLatin1String("is not writable")) &&
+                         line.contains(QLatin1String("read-only file system")),
                      qPrintable(line));
             QVERIFY2(line.contains(folder), qPrintable(line));
             return;
         }
-        if (geteuid() == 0) QSKIP("neither a private mount namespace nor a non-root user: no read-only folder to try");
+        if (geteuid() == 0)
+            QSKIP("neither a private mount namespace nor a non-root user: no read-only folder to try");
         // A folder without write permission, with a stale lock QLockFile cannot remove.
         QVERIFY(writeStaleLock(folder + QStringLiteral("/expertscope.sqlite.lock")));
         QVERIFY(QFile::setPermissions(folder, QFile::ReadOwner | QFile::ExeOwner));
@@ -164,12 +169,14 @@ private slots:
         const InstanceLockResult r = acquireInstanceLock(lock, path);
         QFile::setPermissions(folder, QFile::ReadOwner | QFile::WriteOwner | QFile::ExeOwner);
         QCOMPARE(outcomeName(r.outcome), "failed");
-        QVERIFY2(r.message.contains(QLatin1String("is not writable (permission denied)")), qPrintable(r.message));
+        QVERIFY2(r.message.contains(QLatin1String("is not writable (permission denied)")),
+                 qPrintable(r.message));
         QVERIFY2(r.message.contains(folder), qPrintable(r.message));
     }
 
     void fullDiskWithStaleLockIsNotAlreadyRunning() {
-        if (!privateMountsAvailable()) QSKIP("no private mount namespace (unshare -rm) here: no full disk to try");
+        if (!privateMountsAvailable())
+            QSKIP("no private mount namespace (unshare -rm) here: no full disk to try");
         const QString folder = m_dir.filePath(QStringLiteral("full"));
         QVERIFY(QDir().mkpath(folder));
         const QString line = runInNamespace(QStringLiteral("full-disk"), folder);
@@ -180,7 +187,8 @@ private slots:
 
     void errorsInWords() {
         const QString f = QStringLiteral("/data/ExpertScope");
-        QVERIFY(describeDataFolderError(f, EACCES).contains(QLatin1String("/data/ExpertScope is not writable (permission denied)")));
+        QVERIFY(describeDataFolderError(f, EACCES).contains(
+            QLatin1String("/data/ExpertScope is not writable (permission denied)")));
         QVERIFY(describeDataFolderError(f, EROFS).contains(QLatin1String("read-only file system")));
         QVERIFY(describeDataFolderError(f, ENOSPC, 0).contains(QLatin1String("is full (0 KiB free)")));
         QVERIFY(describeDataFolderError(f, ENOSPC).contains(QLatin1String("is full.")));
@@ -189,15 +197,19 @@ private slots:
         QVERIFY(describeDataFolderError(f, EIO).contains(QString::fromLocal8Bit(std::strerror(EIO))));
         // A folder that can be written has no problem.
         QVERIFY(dataFolderWriteProblem(m_dir.path()).isEmpty());
-        QVERIFY(QDir(m_dir.path()).entryList(QDir::Files | QDir::Hidden).filter(QStringLiteral("write-test")).isEmpty());
+        QVERIFY(QDir(m_dir.path())
+                    .entryList(QDir::Files | QDir::Hidden)
+                    .filter(QStringLiteral("write-test"))
+                    .isEmpty());
     }
 
 private:
     // This binary in a private namespace: the case's line ("<outcome> <message>").
     QString runInNamespace(const QString &which, const QString &folder) {
         QProcess child;
-        child.start(QStringLiteral("unshare"), {QStringLiteral("-rm"), QCoreApplication::applicationFilePath(),
-                                                QString::fromLatin1(kInNamespace), which, folder});
+        child.start(QStringLiteral("unshare"),
+                    {QStringLiteral("-rm"), QCoreApplication::applicationFilePath(),
+                     QString::fromLatin1(kInNamespace), which, folder});
         if (!child.waitForFinished(30000)) return QStringLiteral("the child did not finish");
         const QString out = QString::fromLocal8Bit(child.readAllStandardOutput()).trimmed();
         return out + QString::fromLocal8Bit(child.readAllStandardError()).trimmed();

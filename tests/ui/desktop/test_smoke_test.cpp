@@ -108,7 +108,8 @@ void TestSmokeTest::initTestCase() {
     QVERIFY(m_dir.isValid());
     QVERIFY(m_home.isValid());
     qputenv("HOME", m_home.path().toUtf8()); // the panes' QSettings stay out of the real home
-    m_session = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = 8});
+    m_session =
+        std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = 8});
     QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
     m_session->loadModel(kModel);
     QVERIFY(loaded.wait(30000));
@@ -132,7 +133,8 @@ void TestSmokeTest::refusedSendEndsAtOnce() {
     QCOMPARE(finished.count(), 1); // at once, not after 300 s
     QCOMPARE(finished.at(0).at(0).toInt(), 1);
     const QString line = finished.at(0).at(1).toString();
-    QVERIFY2(line.startsWith(QLatin1String("smoke test failed: Could not save the message")), qPrintable(line));
+    QVERIFY2(line.startsWith(QLatin1String("smoke test failed: Could not save the message")),
+             qPrintable(line));
     QVERIFY2(line.contains(QLatin1String("database or disk is full")), qPrintable(line));
     QCOMPARE(smoke.exitCode(), std::optional<int>(1));
     QVERIFY(!pane.isGenerating());
@@ -185,8 +187,9 @@ AppRun TestSmokeTest::runApp(const QStringList &prefix) {
     env.insert(QStringLiteral("XDG_CONFIG_HOME"), m_home.filePath(QStringLiteral("config")));
     env.insert(QStringLiteral("XDG_CACHE_HOME"), m_home.filePath(QStringLiteral("cache")));
     env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
-    const QStringList appArgs{QStringLiteral(ES_APP_PATH), QStringLiteral("--smoke-test"), QStringLiteral("--model"),
-                              kModel, QStringLiteral("--backend"), QStringLiteral("cpu")};
+    const QStringList appArgs{QStringLiteral(ES_APP_PATH), QStringLiteral("--smoke-test"),
+                              QStringLiteral("--model"),   kModel,
+                              QStringLiteral("--backend"), QStringLiteral("cpu")};
     const QStringList command = prefix + appArgs;
     QProcess app;
     app.setProcessEnvironment(env);
@@ -210,8 +213,9 @@ AppRun TestSmokeTest::runAppOnTmpfs(const QString &mode) {
         "2>/dev/null || true; fi\n"
         "shift 3\n"
         "exec \"$@\"\n");
-    return runApp({QStringLiteral("unshare"), QStringLiteral("-rm"), QStringLiteral("sh"), QStringLiteral("-c"), script,
-                   QStringLiteral("sh"), dataFolder(), QString::number(deadPid()), mode});
+    return runApp({QStringLiteral("unshare"), QStringLiteral("-rm"), QStringLiteral("sh"),
+                   QStringLiteral("-c"), script, QStringLiteral("sh"), dataFolder(),
+                   QString::number(deadPid()), mode});
 }
 
 void TestSmokeTest::appFailsAtOnceWhenTheMessageCannotBeSaved() {
@@ -219,7 +223,8 @@ void TestSmokeTest::appFailsAtOnceWhenTheMessageCannotBeSaved() {
     const AppRun run = runApp();
     QVERIFY2(run.finished, "expertscope --smoke-test was still waiting after 60 s");
     QCOMPARE(run.exitCode, 1);
-    QVERIFY2(run.err.contains(QLatin1String("smoke test failed: Could not save the message")), qPrintable(run.err));
+    QVERIFY2(run.err.contains(QLatin1String("smoke test failed: Could not save the message")),
+             qPrintable(run.err));
     QVERIFY2(run.err.contains(QLatin1String("database or disk is full")), qPrintable(run.err));
 }
 
@@ -242,8 +247,9 @@ void TestSmokeTest::appNamesAReadOnlyDataFolder() {
     const AppRun run = runAppOnTmpfs(QStringLiteral("ro"));
     QVERIFY(run.finished);
     QCOMPARE(run.exitCode, 1);
-    QVERIFY2(run.err.contains(QStringLiteral("The data folder %1 is not writable: it is on a read-only file system")
-                                  .arg(dataFolder())),
+    QVERIFY2(run.err.contains(
+                 QStringLiteral("The data folder %1 is not writable: it is on a read-only file system")
+                     .arg(dataFolder())),
              qPrintable(run.err));
     QVERIFY2(!run.err.contains(QLatin1String("already running")), qPrintable(run.err));
 }
@@ -253,8 +259,9 @@ void TestSmokeTest::appNamesAFullDisk() {
     const AppRun run = runAppOnTmpfs(QStringLiteral("full"));
     QVERIFY(run.finished);
     QCOMPARE(run.exitCode, 1);
-    QVERIFY2(run.err.contains(QStringLiteral("The disk that holds the data folder %1 is full").arg(dataFolder())),
-             qPrintable(run.err));
+    QVERIFY2(
+        run.err.contains(QStringLiteral("The disk that holds the data folder %1 is full").arg(dataFolder())),
+        qPrintable(run.err));
     QVERIFY2(!run.err.contains(QLatin1String("already running")), qPrintable(run.err));
 }
 
