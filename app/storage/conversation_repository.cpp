@@ -559,8 +559,7 @@ std::optional<qint64> ConversationRepository::regenerate(qint64 assistantMessage
                          MessageState::Partial, generation);
 }
 
-// ---- Turns
-// -------------------------------------------------------------------------------------------------
+// ---- Turns ------------------------------------------------------------------------------------------------
 
 std::optional<TurnIds> ConversationRepository::insertTurnRows(qint64 conversationId,
                                                               std::optional<qint64> parentId,
