@@ -84,9 +84,8 @@ public:
         if (!t) die(m_store.lastError());
         stream(t->replyId, m_options.rate * m_options.benchSeconds);
         m_benchClock.start();
-        auto *second = new QTimer(this);
-        connect(second, &QTimer::timeout, this, [this] { benchSecond(); });
-        second->start(1000);
+        connect(&m_second, &QTimer::timeout, this, [this] { benchSecond(); });
+        m_second.start(1000);
     }
 
 private:
@@ -213,6 +212,7 @@ private:
     }
 
     void benchDone() {
+        m_second.stop();
         const double seconds = double(m_benchClock.nsecsElapsed()) / 1e9;
         const ReplyWriter::Stats s = m_writer->stats();
         QElapsedTimer finish;
@@ -241,6 +241,7 @@ private:
     int m_produced = 0;
     bool m_bench = false;
     QElapsedTimer m_benchClock;
+    QTimer m_second; // the benchmark's per-second lines
     int m_benchSeconds = 0;
     ReplyWriter::Stats m_lastStats;
 };
