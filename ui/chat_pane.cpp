@@ -5,8 +5,9 @@
 #include "composer.h"
 #include "engine_session.h"
 #include "message_widget.h"
-#include "profile_recorder.h"
 #include "preset_bar.h"
+#include "profile_recorder.h"
+#include "reply_writer.h"
 #include "sampling_controls.h"
 
 #include <QDialog>
@@ -94,7 +95,7 @@ ChatPane::~ChatPane() {
         disconnect(m_session, nullptr, this, nullptr);
         m_session->cancel(m_request);
     }
-    if (m_store) m_store->finishReply(m_replyId, m_replyText, QStringLiteral("cancelled"));
+    if (m_reply) m_reply->cancel();
 }
 
 bool ChatPane::eventFilter(QObject *watched, QEvent *event) {
@@ -204,7 +205,7 @@ void ChatPane::reload() {
         });
         w->setSelected(m.id == m_selectedMessage);
         m_listLayout->insertWidget(m_listLayout->count() - 1, w);
-        if (m.id == m_replyId && isGenerating()) m_replyWidget = w;
+        if (m_reply && m.id == m_reply->replyId()) m_replyWidget = w;
     }
     scrollToBottom();
 }
@@ -253,24 +254,27 @@ GenerationInfo ChatPane::generationInfo(quint64 seed) const {
 void ChatPane::send(const QString &text) {
     emit activated();
     if (isGenerating() || !m_session->isModelLoaded() || text.trimmed().isEmpty()) return;
-    if (!m_conversation) {
-        QString title = text.simplified();
-        if (title.size() > 48) title = title.left(47) + QStringLiteral("…");
-        ConversationSettings settings = m_pendingSettings;
-        if (m_preset) settings.presetId = m_preset->id;
-        auto id = m_store->createConversation(title, settings);
-        m_pendingSettings = {};
-        if (!id) return emit errorOccurred(tr("Could not create the conversation: %1").arg(m_store->lastError()));
-        m_conversation = *id;
-        emit conversationCreated(*id);
-    }
-    const auto conv = m_store->conversation(*m_conversation);
-    auto userId = m_store->addMessage(*m_conversation, conv ? conv->currentLeafId : std::nullopt, MessageRole::User, text);
-    if (!userId) return emit errorOccurred(tr("Could not save the message: %1").arg(m_store->lastError()));
+    // Seed and sampling come from the conversation's settings, or for a new one the pending ones.
     const quint64 seed = effectiveSampling().seed.value_or(QRandomGenerator::global()->generate64() >> 11);
-    auto replyId = m_store->beginPartialReply(*m_conversation, *userId, generationInfo(seed));
-    if (!replyId) return emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
-    startReply(*m_conversation, *replyId);
+    std::optional<TurnIds> turn;
+    if (!m_conversation) {
+        NewConversation created;
+        created.title = text.simplified();
+        if (created.title.size() > 48) created.title = created.title.left(47) + QStringLiteral("…");
+        created.settings = m_pendingSettings;
+        if (m_preset) created.settings.presetId = m_preset->id;
+        turn = m_store->beginTurnInNewConversation(created, text, generationInfo(seed));
+        if (!turn) return emit errorOccurred(tr("Could not save the message: %1").arg(m_store->lastError()));
+        m_pendingSettings = {};
+        m_conversation = turn->conversationId;
+        emit conversationCreated(turn->conversationId);
+    } else {
+        const auto conv = m_store->conversation(*m_conversation);
+        turn = m_store->beginTurn(*m_conversation, conv ? conv->currentLeafId : std::nullopt, text,
+                                  generationInfo(seed));
+        if (!turn) return emit errorOccurred(tr("Could not save the message: %1").arg(m_store->lastError()));
+    }
+    startReply(turn->replyId);
 }
 
 void ChatPane::regenerate(qint64 assistantMessageId) {
@@ -280,17 +284,15 @@ void ChatPane::regenerate(qint64 assistantMessageId) {
     const quint64 use = s.seed ? *s.seed : seed;
     auto replyId = m_store->regenerate(assistantMessageId, generationInfo(use));
     if (!replyId) return emit errorOccurred(tr("Could not regenerate: %1").arg(m_store->lastError()));
-    startReply(*m_conversation, *replyId);
+    startReply(*replyId);
 }
 
 void ChatPane::editAndResend(qint64 userMessageId, const QString &text) {
     if (isGenerating() || !m_session->isModelLoaded()) return;
-    auto userId = m_store->editAndResend(userMessageId, text);
-    if (!userId) return emit errorOccurred(tr("Could not save the edit: %1").arg(m_store->lastError()));
     const quint64 seed = effectiveSampling().seed.value_or(QRandomGenerator::global()->generate64() >> 11);
-    auto replyId = m_store->beginPartialReply(*m_conversation, *userId, generationInfo(seed));
-    if (!replyId) return emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
-    startReply(*m_conversation, *replyId);
+    const std::optional<TurnIds> turn = m_store->beginEditedTurn(userMessageId, text, generationInfo(seed));
+    if (!turn) return emit errorOccurred(tr("Could not save the edit: %1").arg(m_store->lastError()));
+    startReply(turn->replyId);
 }
 
 void ChatPane::switchBranch(qint64 messageId) {
@@ -299,7 +301,7 @@ void ChatPane::switchBranch(qint64 messageId) {
     reload();
 }
 
-void ChatPane::startReply(qint64 conversationId, qint64 replyId) {
+void ChatPane::startReply(qint64 replyId) {
     // The prompt: the active path up to (not including) the new partial reply.
     ChatRequest req;
     const QList<Message> path = m_store->pathTo(replyId);
@@ -312,26 +314,20 @@ void ChatPane::startReply(qint64 conversationId, qint64 replyId) {
     const auto reply = m_store->message(replyId);
     req.sampling = effectiveSampling();
     if (reply && reply->generation.seed) req.sampling.seed = reply->generation.seed;
-    m_replyId = replyId;
-    m_replyText.clear();
-    m_sinceCheckpoint.start();
+    m_reply = std::make_unique<ReplyWriter>(m_store, replyId);
+    connect(m_reply.get(), &ReplyWriter::checkpointFailed, this, [this](const QString &error) {
+        emit errorOccurred(tr("Could not save the reply: %1").arg(error));
+    });
     m_request = m_session->submit(req);
     reload();
-    for (MessageWidget *w : messageWidgets())
-        if (w->messageId() == replyId) m_replyWidget = w;
     emit generatingChanged(true);
     updateComposerState();
-    Q_UNUSED(conversationId);
 }
 
 void ChatPane::onTokens(quint64 requestId, const QString &delta, int) {
     if (requestId != m_request) return;
-    m_replyText += delta;
-    if (m_replyWidget) m_replyWidget->setStreamingText(m_replyText);
-    if (m_sinceCheckpoint.elapsed() >= 1000) {
-        m_store->updatePartialReply(m_replyId, m_replyText);
-        m_sinceCheckpoint.restart();
-    }
+    m_reply->append(delta);
+    if (m_replyWidget) m_replyWidget->setStreamingText(m_reply->text());
     const QScrollBar *bar = m_scroll->verticalScrollBar();
     if (bar->value() >= bar->maximum() - 40) scrollToBottom(); // follow unless the user scrolled up
 }
@@ -344,14 +340,9 @@ void ChatPane::onFinished(quint64 requestId, const QString &reason, const Messag
     const std::optional<MessageProfile> profile = ProfileRecorder::forSession(m_session)->takeProfile(requestId);
     MessageMetrics stored = metrics;
     if (profile && profile->memoryPeakBytes > 0) stored.peakMemoryBytes = profile->memoryPeakBytes;
-    if (!(profile ? m_store->finishReply(m_replyId, m_replyText, reason, stored, routing, *profile)
-                  : m_store->finishReply(m_replyId, m_replyText, reason, stored, routing)))
+    if (!m_reply->finish(reason, stored, routing, profile))
         emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
-    m_replyId = 0;
-    m_replyWidget = nullptr;
-    emit generatingChanged(false);
-    updateComposerState();
-    reload();
+    endReply();
 }
 
 void ChatPane::onFailed(quint64 requestId, const QString &message) {
@@ -359,13 +350,17 @@ void ChatPane::onFailed(quint64 requestId, const QString &message) {
     m_request = 0;
     // What was measured until the failure is kept with the message, like a finished reply's.
     const std::optional<MessageProfile> profile = ProfileRecorder::forSession(m_session)->takeProfile(requestId);
-    if (!(profile ? m_store->failReply(m_replyId, m_replyText, message, metricsFromProfile(*profile), *profile)
-                  : m_store->failReply(m_replyId, m_replyText, message)))
+    if (!(profile ? m_reply->fail(message, metricsFromProfile(*profile), *profile) : m_reply->fail(message)))
         emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
-    m_replyId = 0;
+    endReply();
+    emit errorOccurred(message);
+}
+
+// After the reply's final state is written: back to idle, the list rebuilt from the store.
+void ChatPane::endReply() {
+    m_reply.reset();
     m_replyWidget = nullptr;
     emit generatingChanged(false);
-    emit errorOccurred(message);
     updateComposerState();
     reload();
 }

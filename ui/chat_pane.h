@@ -1,17 +1,18 @@
 // ChatPane: one conversation — its active branch as MessageWidgets, and a Composer. It turns
 // user actions into store mutations and engine requests: send, stop, regenerate and
-// edit-and-resend (both make sibling branches, never erase), branch switching. While a reply
-// streams it shows the text at the session's pump rate and checkpoints it into the store at
-// most once a second, so a crash loses at most a second of text and never a finished message.
+// edit-and-resend (both make sibling branches, never erase), branch switching. A send writes the
+// user's message and the reply's row in one transaction; while the reply streams the pane shows
+// the text at the session's pump rate and its ReplyWriter saves it at least every 250 ms, so a
+// crash loses at most the last 250 ms of text and never a finished message.
 #pragma once
 
 #include "session_types.h"
 #include "storage_types.h"
 
-#include <QElapsedTimer>
 #include <QPointer>
 #include <QWidget>
 
+#include <memory>
 #include <optional>
 
 class QLabel;
@@ -25,6 +26,7 @@ class Composer;
 class PresetBar;
 class EngineSession;
 class MessageWidget;
+class ReplyWriter;
 
 class ChatPane : public QWidget {
     Q_OBJECT
@@ -65,7 +67,8 @@ signals:
     void messageSelected(qint64 messageId); // the user clicked a message's header (the profiler shows it)
 
 private:
-    void startReply(qint64 conversationId, qint64 replyId);
+    void startReply(qint64 replyId);
+    void endReply();
     void onTokens(quint64 requestId, const QString &delta, int nTokens);
     void onFinished(quint64 requestId, const QString &reason, const es::MessageMetrics &metrics,
                     const QList<es::LayerRouting> &routing, quint64 seed);
@@ -89,11 +92,9 @@ private:
     PresetBar *m_presetBar = nullptr;
     ConversationSettings m_pendingSettings; // for a conversation not created yet
 
-    quint64 m_request = 0;      // engine request in flight (0: none)
-    qint64 m_replyId = 0;       // its partial message in the store
-    QString m_replyText;
+    quint64 m_request = 0;                // engine request in flight (0: none)
+    std::unique_ptr<ReplyWriter> m_reply; // its partial message in the store, while it streams
     MessageWidget *m_replyWidget = nullptr;
-    QElapsedTimer m_sinceCheckpoint;
     qint64 m_selectedMessage = 0; // highlighted; its profile is in the profiler
 };
 

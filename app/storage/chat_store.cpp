@@ -403,6 +403,24 @@ std::optional<qint64> ChatStore::regenerate(qint64 assistantMessageId, const Gen
     return m_conversations->regenerate(assistantMessageId, generation);
 }
 
+// ---- Turns ----------------------------------------------------------------------------------------------
+
+std::optional<TurnIds> ChatStore::beginTurn(qint64 conversationId, std::optional<qint64> parentId,
+                                            const QString &text, const GenerationInfo &reply) {
+    return m_conversations->beginTurn(conversationId, {}, parentId, text, reply);
+}
+
+std::optional<TurnIds> ChatStore::beginTurnInNewConversation(const NewConversation &conversation,
+                                                             const QString &text,
+                                                             const GenerationInfo &reply) {
+    return m_conversations->beginTurn(std::nullopt, conversation, std::nullopt, text, reply);
+}
+
+std::optional<TurnIds> ChatStore::beginEditedTurn(qint64 userMessageId, const QString &newContent,
+                                                  const GenerationInfo &reply) {
+    return m_conversations->beginEditedTurn(userMessageId, newContent, reply);
+}
+
 // ---- Streaming replies -----------------------------------------------------------------------------------
 
 std::optional<qint64> ChatStore::beginPartialReply(qint64 conversationId, qint64 parentId,

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "storage_types.h"
+#include "turn_ids.h"
 
 #include <QObject>
 #include <QVariantMap>
@@ -130,17 +131,35 @@ public:
     QList<Message> children(qint64 messageId) const;
     // The message and its siblings (same conversation and parent), oldest first.
     SiblingInfo siblings(qint64 messageId) const;
-    // Edit-and-resend: a new user message beside userMessageId (same parent) holding the edited
-    // text, made current leaf. The original and its replies stay as a sibling branch.
+    // Edit-and-resend without a reply: a new user message beside userMessageId (same parent) holding
+    // the edited text, made current leaf. The original and its replies stay as a sibling branch.
+    // The app uses beginEditedTurn, which begins the reply in the same transaction.
     std::optional<qint64> editAndResend(qint64 userMessageId, const QString &newContent);
     // Regenerate: begins a new partial assistant reply beside assistantMessageId (same parent).
+    // One row, so one transaction: it is the whole turn.
     std::optional<qint64> regenerate(qint64 assistantMessageId, const GenerationInfo &generation);
+
+    // ---- Turns: what the app writes when the user sends ----------------------------------------------
+    // Each adds the user's message and begins the 'partial' assistant reply to it (the new current
+    // leaf, reply's generation info attached) in ONE transaction: a crash leaves both rows or
+    // neither, never a question without its reply row.
+    // The user's message under parentId (nullopt: a root) of an existing conversation.
+    std::optional<TurnIds> beginTurn(qint64 conversationId, std::optional<qint64> parentId,
+                                     const QString &text, const GenerationInfo &reply);
+    // The first turn of a new conversation: the conversation is created in the same transaction.
+    std::optional<TurnIds> beginTurnInNewConversation(const NewConversation &conversation,
+                                                      const QString &text, const GenerationInfo &reply);
+    // Edit-and-resend: the edited text as a new user message beside userMessageId (same parent),
+    // with its reply begun. The original and its replies stay as a sibling branch.
+    std::optional<TurnIds> beginEditedTurn(qint64 userMessageId, const QString &newContent,
+                                           const GenerationInfo &reply);
 
     // ---- Streaming replies -----------------------------------------------------------------------
     // A new assistant message in state 'partial' under parentId, made current leaf.
     std::optional<qint64> beginPartialReply(qint64 conversationId, qint64 parentId, const GenerationInfo &generation);
-    // Checkpoint: one UPDATE of the text (no index work: partial rows are not in the FTS index).
-    // The app calls it at most about once a second; a crash loses only what came after.
+    // Checkpoint: one UPDATE of the whole text so far (no index work: partial rows are not in the
+    // FTS index). The app calls it through ReplyWriter (reply_writer.h), which saves what arrived
+    // within ReplyWriter::kCheckpointInterval; a crash loses only what came after the last one.
     bool updatePartialReply(qint64 messageId, const QString &text);
     // Ends a partial reply: text, state 'complete', finish reason, metrics and routing, in one
     // transaction. Fails if the message is not partial (e.g. recovered after a crash).

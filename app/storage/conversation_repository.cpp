@@ -19,6 +19,13 @@ namespace es {
 std::optional<qint64> ConversationRepository::createConversation(const QString &title,
                                                                  const ConversationSettings &settings) {
     if (!m_connection.checkThread()) return std::nullopt;
+    const std::optional<qint64> id = insertConversationRow(title, settings);
+    if (id) m_connection.notifyConversationsChanged();
+    return id;
+}
+
+std::optional<qint64> ConversationRepository::insertConversationRow(const QString &title,
+                                                                    const ConversationSettings &settings) {
     QSqlQuery q(m_connection.db());
     const qint64 now = m_connection.nowMs();
     if (!run(q,
@@ -28,9 +35,7 @@ std::optional<qint64> ConversationRepository::createConversation(const QString &
         m_connection.fail(tr("Could not create a conversation"), q.lastError().text());
         return std::nullopt;
     }
-    const qint64 id = q.lastInsertId().toLongLong();
-    m_connection.notifyConversationsChanged();
-    return id;
+    return q.lastInsertId().toLongLong();
 }
 
 bool ConversationRepository::renameConversation(qint64 id, const QString &title) {
@@ -367,43 +372,53 @@ std::optional<qint64> ConversationRepository::insertMessage(qint64 conversationI
     {
         StoreTransaction t(m_connection);
         if (!t.ok()) return std::nullopt;
-        if (parentId) {
-            const std::optional<qint64> parentConversation = conversationOf(m_connection, *parentId);
-            if (!parentConversation) return std::nullopt;
-            if (*parentConversation != conversationId) {
-                m_connection.fail(tr("Message %1 belongs to another conversation").arg(*parentId), {});
-                return std::nullopt;
-            }
-        }
-        QSqlQuery q(m_connection.db());
-        if (!run(q,
-                 QStringLiteral(
-                     "INSERT INTO messages (conversation_id, parent_id, role, content, created_at, state, "
-                     "model_name, model_hash, precision, sampling, seed) "
-                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
-                 {conversationId, nullable(parentId), messageRoleName(role), content, m_connection.nowMs(),
-                  messageStateName(state), generation.modelName, generation.modelHash, generation.precision,
-                  jsonText(generation.sampling.toJson()), seedVariant(generation.seed)})) {
-            m_connection.fail(tr("Could not add a message to conversation %1").arg(conversationId),
-                              q.lastError().text());
-            return std::nullopt;
-        }
-        id = q.lastInsertId().toLongLong();
-        if (!run(q,
-                 QStringLiteral("UPDATE conversations SET current_leaf_id = ?, updated_at = ? WHERE id = ?"),
-                 {id, m_connection.nowMs(), conversationId})) {
-            m_connection.fail(tr("Could not update conversation %1").arg(conversationId),
-                              q.lastError().text());
-            return std::nullopt;
-        }
-        if (q.numRowsAffected() != 1) {
-            m_connection.fail(tr("There is no conversation %1").arg(conversationId), {});
-            return std::nullopt;
-        }
+        const std::optional<qint64> inserted =
+            insertMessageRow(conversationId, parentId, role, content, state, generation);
+        if (!inserted) return std::nullopt;
+        id = *inserted;
         if (!t.commit()) return std::nullopt;
     }
     m_connection.notifyMessagesChanged(conversationId);
     m_connection.notifyConversationsChanged();
+    return id;
+}
+
+std::optional<qint64> ConversationRepository::insertMessageRow(qint64 conversationId,
+                                                               std::optional<qint64> parentId,
+                                                               MessageRole role, const QString &content,
+                                                               MessageState state,
+                                                               const GenerationInfo &generation) {
+    if (parentId) {
+        const std::optional<qint64> parentConversation = conversationOf(m_connection, *parentId);
+        if (!parentConversation) return std::nullopt;
+        if (*parentConversation != conversationId) {
+            m_connection.fail(tr("Message %1 belongs to another conversation").arg(*parentId), {});
+            return std::nullopt;
+        }
+    }
+    QSqlQuery q(m_connection.db());
+    if (!run(q,
+             QStringLiteral(
+                 "INSERT INTO messages (conversation_id, parent_id, role, content, created_at, state, "
+                 "model_name, model_hash, precision, sampling, seed) "
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+             {conversationId, nullable(parentId), messageRoleName(role), content, m_connection.nowMs(),
+              messageStateName(state), generation.modelName, generation.modelHash, generation.precision,
+              jsonText(generation.sampling.toJson()), seedVariant(generation.seed)})) {
+        m_connection.fail(tr("Could not add a message to conversation %1").arg(conversationId),
+                          q.lastError().text());
+        return std::nullopt;
+    }
+    const qint64 id = q.lastInsertId().toLongLong();
+    if (!run(q, QStringLiteral("UPDATE conversations SET current_leaf_id = ?, updated_at = ? WHERE id = ?"),
+             {id, m_connection.nowMs(), conversationId})) {
+        m_connection.fail(tr("Could not update conversation %1").arg(conversationId), q.lastError().text());
+        return std::nullopt;
+    }
+    if (q.numRowsAffected() != 1) {
+        m_connection.fail(tr("There is no conversation %1").arg(conversationId), {});
+        return std::nullopt;
+    }
     return id;
 }
 
@@ -542,6 +557,56 @@ std::optional<qint64> ConversationRepository::regenerate(qint64 assistantMessage
     }
     return insertMessage(original->conversationId, original->parentId, MessageRole::Assistant, QString(),
                          MessageState::Partial, generation);
+}
+
+// ---- Turns ------------------------------------------------------------------------------------------------
+
+std::optional<TurnIds> ConversationRepository::insertTurnRows(qint64 conversationId,
+                                                              std::optional<qint64> parentId,
+                                                              const QString &text,
+                                                              const GenerationInfo &reply) {
+    TurnIds ids;
+    ids.conversationId = conversationId;
+    const std::optional<qint64> user =
+        insertMessageRow(conversationId, parentId, MessageRole::User, text, MessageState::Complete, {});
+    if (!user) return std::nullopt;
+    ids.userMessageId = *user;
+    const std::optional<qint64> partial = insertMessageRow(conversationId, *user, MessageRole::Assistant,
+                                                           QString(), MessageState::Partial, reply);
+    if (!partial) return std::nullopt;
+    ids.replyId = *partial;
+    return ids;
+}
+
+std::optional<TurnIds> ConversationRepository::beginTurn(std::optional<qint64> conversationId,
+                                                         const NewConversation &create,
+                                                         std::optional<qint64> parentId, const QString &text,
+                                                         const GenerationInfo &reply) {
+    if (!m_connection.checkThread()) return std::nullopt;
+    std::optional<TurnIds> ids;
+    {
+        StoreTransaction t(m_connection);
+        if (!t.ok()) return std::nullopt;
+        if (!conversationId) conversationId = insertConversationRow(create.title, create.settings);
+        if (!conversationId) return std::nullopt;
+        ids = insertTurnRows(*conversationId, parentId, text, reply);
+        if (!ids || !t.commit()) return std::nullopt;
+    }
+    m_connection.notifyMessagesChanged(ids->conversationId);
+    m_connection.notifyConversationsChanged();
+    return ids;
+}
+
+std::optional<TurnIds> ConversationRepository::beginEditedTurn(qint64 userMessageId,
+                                                               const QString &newContent,
+                                                               const GenerationInfo &reply) {
+    const std::optional<Message> original = message(userMessageId);
+    if (!original) return std::nullopt;
+    if (original->role != MessageRole::User) {
+        m_connection.fail(tr("Message %1 is not a user message").arg(userMessageId), {});
+        return std::nullopt;
+    }
+    return beginTurn(original->conversationId, {}, original->parentId, newContent, reply);
 }
 
 // ---- Streaming replies -----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
 #pragma once
 
 #include "storage_types.h"
+#include "turn_ids.h"
 
 #include <QCoreApplication>
 
@@ -50,6 +51,14 @@ public:
     std::optional<qint64> editAndResend(qint64 userMessageId, const QString &newContent);
     std::optional<qint64> regenerate(qint64 assistantMessageId, const GenerationInfo &generation);
 
+    // ---- Turns: a user message and the partial reply to it, in one transaction ---------------------
+    // conversationId nullopt: a new conversation made from `create`, in the same transaction.
+    std::optional<TurnIds> beginTurn(std::optional<qint64> conversationId, const NewConversation &create,
+                                     std::optional<qint64> parentId, const QString &text,
+                                     const GenerationInfo &reply);
+    std::optional<TurnIds> beginEditedTurn(qint64 userMessageId, const QString &newContent,
+                                           const GenerationInfo &reply);
+
     // ---- Streaming replies -----------------------------------------------------------------------
     std::optional<qint64> beginPartialReply(qint64 conversationId, qint64 parentId,
                                             const GenerationInfo &generation);
@@ -64,6 +73,15 @@ public:
 
 private:
     bool touchConversation(qint64 conversationId);
+    // The row writers below run inside the caller's transaction and report nothing.
+    std::optional<qint64> insertConversationRow(const QString &title, const ConversationSettings &settings);
+    // A message under parentId (checked to be in the same conversation), made current leaf.
+    std::optional<qint64> insertMessageRow(qint64 conversationId, std::optional<qint64> parentId,
+                                           MessageRole role, const QString &content, MessageState state,
+                                           const GenerationInfo &generation);
+    std::optional<TurnIds> insertTurnRows(qint64 conversationId, std::optional<qint64> parentId,
+                                          const QString &text, const GenerationInfo &reply);
+    // insertMessageRow in its own transaction, then the change notifications.
     std::optional<qint64> insertMessage(qint64 conversationId, std::optional<qint64> parentId,
                                         MessageRole role, const QString &content, MessageState state,
                                         const GenerationInfo &generation);

@@ -2,6 +2,49 @@
 <!DOCTYPE TS>
 <TS version="2.1" language="zh_CN" sourcelanguage="en">
 <context>
+    <name>InstanceLock</name>
+    <message>
+        <source>The data folder %1 is not writable (permission denied). ExpertScope keeps its conversations there: give your user write access to it, or set XDG_DATA_HOME to a writable folder.</source>
+        <translation>数据文件夹 %1 不可写（权限不足）。ExpertScope 在那里保存对话：请给当前用户写入权限，或将 XDG_DATA_HOME 设为一个可写的文件夹。</translation>
+    </message>
+    <message>
+        <source>The data folder %1 is not writable: it is on a read-only file system. ExpertScope keeps its conversations there: set XDG_DATA_HOME to a folder on a writable disk.</source>
+        <translation>数据文件夹 %1 不可写：它位于只读文件系统上。ExpertScope 在那里保存对话：请将 XDG_DATA_HOME 设为可写磁盘上的文件夹。</translation>
+    </message>
+    <message>
+        <source>The disk that holds the data folder %1 is full (%2 KiB free). Free some space and start ExpertScope again.</source>
+        <translation>数据文件夹 %1 所在的磁盘已满（剩余 %2 KiB）。请释放一些空间，然后重新启动 ExpertScope。</translation>
+    </message>
+    <message>
+        <source>The disk that holds the data folder %1 is full. Free some space and start ExpertScope again.</source>
+        <translation>数据文件夹 %1 所在的磁盘已满。请释放一些空间，然后重新启动 ExpertScope。</translation>
+    </message>
+    <message>
+        <source>Your disk quota for the data folder %1 is used up. Free some space and start ExpertScope again.</source>
+        <translation>您在数据文件夹 %1 上的磁盘配额已用完。请释放一些空间，然后重新启动 ExpertScope。</translation>
+    </message>
+    <message>
+        <source>The data folder %1 does not exist and could not be created.</source>
+        <translation>数据文件夹 %1 不存在，且无法创建。</translation>
+    </message>
+    <message>
+        <source>Could not write in the data folder %1: %2.</source>
+        <translation>无法写入数据文件夹 %1：%2。</translation>
+    </message>
+    <message>
+        <source>ExpertScope is already running (process %1 holds the lock %2).</source>
+        <translation>ExpertScope 已在运行（进程 %1 持有锁文件 %2）。</translation>
+    </message>
+    <message>
+        <source>The lock %1 was left by process %2, which is no longer running, and could not be removed. Delete it and start ExpertScope again.</source>
+        <translation>锁文件 %1 由已不再运行的进程 %2 留下，且无法删除。请删除它，然后重新启动 ExpertScope。</translation>
+    </message>
+    <message>
+        <source>Could not create the lock %1 in the data folder.</source>
+        <translation>无法在数据文件夹中创建锁文件 %1。</translation>
+    </message>
+</context>
+<context>
     <name>ProfilerDefinitions</name>
     <message>
         <source>TTFT: request submitted → first generated token available (ms).</source>
@@ -57,10 +100,6 @@
     <message>
         <source>ExpertScope</source>
         <translation>ExpertScope</translation>
-    </message>
-    <message>
-        <source>ExpertScope is already running (the lock %1 is held).</source>
-        <translation>ExpertScope 已在运行（锁文件 %1 已被占用）。</translation>
     </message>
     <message>
         <source>The conversation database could not be opened:
@@ -203,10 +242,6 @@ Delete this conversation from the list on the left when you no longer need it; i
     <message>
         <source>New conversation</source>
         <translation>新对话</translation>
-    </message>
-    <message>
-        <source>Could not create the conversation: %1</source>
-        <translation>无法创建对话：%1</translation>
     </message>
     <message>
         <source>Could not save the message: %1</source>

@@ -145,14 +145,22 @@ void TestMainWindow::checkpointsWhileStreaming() {
     s.sampling.maxTokens = 4000;
     const qint64 conv = *m_store->createConversation("stream", s);
     pane()->setConversation(conv);
+    QSignalSpy tokens(m_session.get(), &EngineSession::tokensGenerated);
     pane()->send("Write a lot");
     QVERIFY(pane()->isGenerating());
-    QTest::qWait(1600); // past one checkpoint interval
-    const QList<Message> path = m_store->activePath(conv);
+    // The user's message and the reply's row are there before any token.
+    QList<Message> path = m_store->activePath(conv);
     QCOMPARE(path.size(), 2);
     QCOMPARE(path[1].state, MessageState::Partial);
-    QVERIFY2(!path[1].content.isEmpty(), "no checkpoint of the partial reply after 1.6 s");
+    QVERIFY(tokens.wait(30000));
+    QTest::qWait(600); // past two checkpoint intervals (250 ms), well short of a second
+    path = m_store->activePath(conv);
+    QCOMPARE(path[1].state, MessageState::Partial);
+    QVERIFY2(!path[1].content.isEmpty(), "no checkpoint of the partial reply 0.6 s after its first tokens");
     pane()->stop();
+    const Message stopped = *m_store->message(path[1].id);
+    QCOMPARE(stopped.finishReason, QStringLiteral("cancelled"));
+    QVERIFY(stopped.content.startsWith(path[1].content)); // the checkpoint was a prefix of the reply
 }
 
 void TestMainWindow::regenerateMakesSiblingBranch() {

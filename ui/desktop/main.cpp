@@ -11,8 +11,9 @@
 //   --profiler-tab P   show the profiler dock on page P: routing | compare | latency | memory
 //   --lang L           interface language, zh_CN | en (default: the system's; LANGUAGE honored)
 //   --smoke-test       once the model is loaded, send one message in a new conversation, wait for
-//                      the reply, print one line and exit: 0 with a reply, 1 otherwise (the
-//                      package test runs it offscreen in a fresh Debian root)
+//                      the reply, print one line and exit: 0 with a reply, 1 at once on any
+//                      failure (smoke_test.h; the package test runs it offscreen in a fresh Debian
+//                      root)
 //   --connect URL      chat with the OpenAI-compatible server at URL instead of a local model
 //                      (its first model, or --served-model NAME; key from EXPERTSCOPE_API_KEY)
 #include "app_startup.h"
@@ -23,8 +24,10 @@
 #include "engine/cuda/cuda_loader.h"
 #include "engine_session.h"
 #include "es_build_info.h"
+#include "instance_lock.h"
 #include "main_window.h"
 #include "profiler_panel.h"
+#include "smoke_test.h"
 #include "translations.h"
 
 #include <QApplication>
@@ -107,18 +110,24 @@ struct CommandLine {
 };
 
 // One instance per user: the store recovers replies left 'partial' when it opens, which would cut
-// off a second window's reply in progress. Returns the exit code when another instance holds the
-// lock (the smoke test fails; otherwise the user is told and the app ends quietly).
+// off a second window's reply in progress. Returns the exit code when the app must not go on: 0
+// when a live instance holds the lock (the user is told; the smoke test fails with 1), 1 when the
+// lock cannot be taken (a read-only data folder, a full disk: the message says which).
 std::optional<int> lockSingleInstance(QLockFile &lock, const QString &lockPath, bool smokeTest) {
-    lock.setStaleLockTime(0);
-    if (lock.tryLock(200)) return std::nullopt;
+    const es::InstanceLockResult locked = es::acquireInstanceLock(lock, lockPath);
+    if (locked.outcome == es::InstanceLockResult::Outcome::Acquired) return std::nullopt;
+    const bool running = locked.outcome == es::InstanceLockResult::Outcome::AlreadyRunning;
     if (smokeTest) {
-        std::fprintf(stderr, "expertscope: smoke test failed: another instance holds %s\n", qPrintable(lockPath));
+        std::fprintf(stderr, "expertscope: smoke test failed: %s\n", qPrintable(locked.message));
         return 1;
     }
-    QMessageBox::information(nullptr, QObject::tr("ExpertScope"),
-                             QObject::tr("ExpertScope is already running (the lock %1 is held).").arg(lockPath));
-    return 0;
+    if (running) {
+        QMessageBox::information(nullptr, QObject::tr("ExpertScope"), locked.message);
+        return 0;
+    }
+    std::fprintf(stderr, "expertscope: %s\n", qPrintable(locked.message));
+    QMessageBox::critical(nullptr, QObject::tr("ExpertScope"), locked.message);
+    return 1;
 }
 
 // A store that did not open ends the app (1): a dialog, or for the smoke test a line on stderr
@@ -166,60 +175,25 @@ bool smokeTestHasModel(const es::StartupPlan &plan, const es::EngineSessionOptio
     return true;
 }
 
-constexpr int smokeTestTimeoutMs = 300000;
-
-// --smoke-test, part 1, before the window exists: a failed load ends the run. app.exit ends every
-// running event loop, so the window's error dialog, connected after this, returns at once; a
-// load that fails before app.exec() (a missing folder) sets *failed, which main checks.
-void armSmokeTestFailure(QApplication &app, es::EngineSession &session, std::shared_ptr<bool> failed) {
-    QObject::connect(&session, &es::EngineSession::modelLoadFailed, &app,
-                     [&app, failed](const QString &dir, const QString &message) {
-                         std::fprintf(stderr,
-                                      "expertscope: smoke test failed: the model %s did not load: %s\n",
-                                      qPrintable(dir), qPrintable(message));
-                         *failed = true;
-                         app.exit(1);
-                     });
+// --smoke-test: its verdict is one line (stdout when it passed, stderr when not) and the exit code.
+// Armed before the window exists: a failed load must end the run before the window's error
+// dialog (connected later) could wait for a click; app.exit ends that dialog's loop too.
+std::unique_ptr<es::SmokeTest> armSmokeTest(QApplication &app, es::EngineSession &session) {
+    auto smoke = std::make_unique<es::SmokeTest>(&session);
+    QObject::connect(smoke.get(), &es::SmokeTest::finished, &app, [&app](int rc, const QString &line) {
+        std::fprintf(rc == 0 ? stdout : stderr, "expertscope: %s\n", qPrintable(line));
+        std::fflush(rc == 0 ? stdout : stderr);
+        app.exit(rc);
+    });
+    return smoke;
 }
 
-// --smoke-test, part 2: one message in a new conversation once the model is loaded, one reply,
-// one line on stdout, a clean exit (0), or a line on stderr and 1.
-void armSmokeTest(QApplication &app, es::EngineSession &session, es::MainWindow &window) {
-    QObject::connect(&session, &es::EngineSession::modelLoaded, &window,
-                     [&window](const es::SessionModelInfo &) {
-                         window.currentPane()->setConversation(std::nullopt);
-                         window.currentPane()->send(QStringLiteral("【技术解析模式】What does ls do?"));
-                     });
-    auto text = std::make_shared<QString>();
-    QObject::connect(&session, &es::EngineSession::tokensGenerated, &app,
-                     [text](quint64, const QString &delta, int) { *text += delta; });
-    QObject::connect(
-        &session, &es::EngineSession::replyFinished, &app,
-        [&app, &session, &window, text](quint64, const QString &reason, const es::MessageMetrics &metrics) {
-            if (text->trimmed().isEmpty() || reason == QLatin1String("cancelled")) {
-                std::fprintf(stderr,
-                             "expertscope: smoke test failed: the reply was empty (finish reason %s)\n",
-                             qPrintable(reason));
-                app.exit(1);
-                return;
-            }
-            std::printf("expertscope: smoke test passed: %s on %s, %d tokens (%s): %s\n",
-                        qPrintable(session.modelInfo().name), qPrintable(session.modelInfo().backend),
-                        metrics.nOutputTokens.value_or(0), qPrintable(reason),
-                        qPrintable(text->simplified().left(80)));
-            std::fflush(stdout);
-            window.close();
-            app.exit(0);
-        });
-    QObject::connect(&session, &es::EngineSession::replyFailed, &app,
-                     [&app](quint64, const QString &message) {
-                         std::fprintf(stderr, "expertscope: smoke test failed: %s\n", qPrintable(message));
-                         app.exit(1);
-                     });
-    QTimer::singleShot(smokeTestTimeoutMs, &app, [&app] {
-        std::fprintf(stderr, "expertscope: smoke test failed: no reply within %d s\n",
-                     smokeTestTimeoutMs / 1000);
-        app.exit(1);
+// --smoke-test, once the window exists: the message goes to its pane when the model is loaded.
+void sendSmokeTestWhenLoaded(es::SmokeTest &smoke, es::EngineSession &session, es::MainWindow &window) {
+    QObject::connect(&session, &es::EngineSession::modelLoaded, &smoke,
+                     [&smoke, &window](const es::SessionModelInfo &) { smoke.send(window.currentPane()); });
+    QObject::connect(&smoke, &es::SmokeTest::finished, &window, [&window](int rc) {
+        if (rc == 0) window.close(); // saves the window's state, as a user's close would
     });
 }
 
@@ -323,25 +297,25 @@ int main(int argc, char **argv) {
 
     const es::EngineSessionOptions options = sessionOptions(cli);
     es::EngineSession session(options);
-    const auto smokeFailed = std::make_shared<bool>(false);
+    std::unique_ptr<es::SmokeTest> smoke;
     if (smokeTest) {
         if (!smokeTestHasModel(plan, options)) {
             es::markCleanExit();
             return 1;
         }
-        armSmokeTestFailure(app, session, smokeFailed);
+        smoke = armSmokeTest(app, session);
     }
     const std::optional<qint64> welcome = es::createWelcomeConversation(store); // first run only
     es::MainWindow window(&store, &session);
-    if (smokeTest) armSmokeTest(app, session, window);
+    if (smoke) sendSmokeTestWhenLoaded(*smoke, session, window);
     showStartupState(window, welcome, opened, plan, smokeTest);
     openModelOrEndpoint(window, cli, plan);
     if (!showProfilerTab(window, cli)) return 2;
     armDemo(session, window, cli);
 
-    if (*smokeFailed) { // failed before the event loop ran
+    if (smoke && smoke->exitCode()) { // it ended before the event loop ran (a load that failed at once)
         es::markCleanExit();
-        return 1;
+        return *smoke->exitCode();
     }
     const int rc = app.exec();
     es::markCleanExit();
