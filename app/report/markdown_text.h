@@ -8,10 +8,14 @@
 //   content is inert, and are written at the start of the line with a fence of their own: longer
 //   than any run of the fence character inside, so no line of the block can close it, and
 //   closed at the end of the text when the message left it open (the next message stays outside).
-// - Inline code spans stay verbatim when a renderer certainly reads them as code: on one line, no
-//   `]` before them in the paragraph (a link destination or title could take their backtick), no
-//   `|` inside (a table row would split them). Others are escaped like text, which in a code
-//   span shows the entity instead of the character: safe, and rare.
+// - Inline code spans stay verbatim when every renderer reads them as code: on one line, no `]`
+//   before them in the paragraph (a link destination or title could take their backtick), no `|`
+//   inside (a table row would split them), not in a `www.`/`scheme:` word (GitHub's autolinks run
+//   on through backticks), not next to `{…}` (MyST roles, Pandoc raw attributes). Once one is in
+//   doubt, the rest of the paragraph is escaped like text, which in a code span shows the entity
+//   instead of the character: safe, and rare.
+// - A fence's info string keeps a plain language name only (Pandoc's {=html} would make the block
+//   raw HTML).
 // Indented code blocks are escaped like text (telling them from a list item's continuation needs
 // the whole block structure).
 #pragma once
