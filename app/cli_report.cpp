@@ -61,12 +61,23 @@ std::optional<QJsonObject> readJsonFile(const std::string &path, std::string *er
         return std::nullopt;
     }
     QJsonParseError pe;
-    const QJsonDocument d = QJsonDocument::fromJson(f.readAll(), &pe);
+    const QByteArray bytes = f.readAll();
+    const QJsonDocument d = QJsonDocument::fromJson(bytes, &pe);
     if (pe.error != QJsonParseError::NoError || !d.isObject()) {
         *error = path + " is not a JSON object" +
                  (pe.error != QJsonParseError::NoError
                       ? ": " + s(pe.errorString()) + " at byte " + std::to_string(pe.offset)
                       : "");
+        return std::nullopt;
+    }
+    // A bench JSON is stored as it is (`import --bench-json`): no text in it may be half a character.
+    if (const std::optional<LoneSurrogate> lone = findLoneSurrogate(d, bytes)) {
+        char unit[8];
+        std::snprintf(unit, sizeof unit, "%04x", unsigned(lone->unit));
+        *error = path + ": " +
+                 (lone->path.isEmpty() ? "byte " + std::to_string(lone->byteOffset)
+                                       : (lone->inKey ? "a key of \"" : "\"") + s(lone->path) + "\"") +
+                 " holds a lone UTF-16 surrogate (\\u" + unit + "), which is not text";
         return std::nullopt;
     }
     return d.object();

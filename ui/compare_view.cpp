@@ -114,8 +114,10 @@ void CompareView::fillMap(QCustomPlot *plot, QCPColorMap *map, const Side &side,
     const RoutingMatrix &m = side.matrix;
     int maxLayer = -1;
     for (int l : m.layers) maxLayer = std::max(maxLayer, l);
-    const int nLayers = std::max(side.nLayers, maxLayer + 1);
-    const int nExperts = std::max(0, m.nExperts), nShared = std::max(0, side.nSharedExperts);
+    // Bounded as in RoutingView::showMatrix: the map and its ticks are sized by these.
+    const int nLayers = std::clamp(std::max(side.nLayers, maxLayer + 1), 0, kMaxProfileLayers);
+    const int nExperts = std::clamp(m.nExperts, 0, kMaxProfileExperts);
+    const int nShared = std::clamp(side.nSharedExperts, 0, kMaxProfileExperts);
     const int nx = std::max(1, nExperts + nShared), ny = std::max(1, nLayers);
     if (map->data()->keySize() != nx || map->data()->valueSize() != ny) {
         map->data()->setSize(nx, ny);
@@ -165,7 +167,8 @@ void CompareView::showPair(const Side &a, const Side &b) {
         ++n;
     }
     m_bars->setData(keys, values, true);
-    const int nLayers = std::max({a.nLayers, b.nLayers, keys.isEmpty() ? 0 : int(keys.last()) + 1});
+    const int nLayers = std::min(std::max({a.nLayers, b.nLayers, keys.isEmpty() ? 0 : int(keys.last()) + 1}),
+                                 kMaxProfileLayers);
     QSharedPointer<QCPAxisTickerText> xt(new QCPAxisTickerText);
     for (int l = 0; l < nLayers; ++l)
         xt->addTick(l, a.matrix.layers.contains(l) || b.matrix.layers.contains(l) ? tr("L%1").arg(l)

@@ -1,6 +1,8 @@
 // Shared chart set-up and metric definitions (see profiler_charts.h).
 #include "profiler_charts.h"
 
+#include "storage_types.h"
+
 #include <QLabel>
 
 #include <qcustomplot.h>
@@ -100,7 +102,7 @@ QCPColorGradient shareGradient() {
 QCPColorGradient categoricalGradient(int n) {
     QCPColorGradient g;
     g.clearColorStops();
-    n = std::max(n, 2);
+    n = std::clamp(n, 2, kMaxProfileExperts); // one stop per expert: never more than a model has
     for (int i = 0; i < n; ++i) {
         // Golden-angle hues: neighbouring ids get distant colours.
         const int hue = int(std::fmod(i * 137.508, 360.0));

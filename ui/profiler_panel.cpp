@@ -161,6 +161,9 @@ void ProfilerPanel::selectMessage(qint64 messageId) {
     m_selectedProfile = m_store->profile(messageId).value_or(MessageProfile{});
     if (m_selectedProfile.routing.isEmpty())
         m_selectedProfile.routing = m_store->routing(messageId); // pre-v4 message
+    // A stored profile may be an older build's or hand-edited: its counts are bounded by its
+    // arrays before any page sizes a chart or a table by them.
+    m_selectedProfile = boundedProfile(std::move(m_selectedProfile));
     ++m_shownVersion;
     emit shownProfileChanged();
     refresh();
@@ -384,7 +387,8 @@ CompareView::Side ProfilerPanel::compareSide(qint64 messageId) const {
     const std::optional<Message> msg = m_store->message(messageId);
     if (!msg) return side;
     const SessionModelInfo info = m_session ? m_session->modelInfo() : SessionModelInfo{};
-    const std::optional<MessageProfile> p = m_store->profile(messageId);
+    std::optional<MessageProfile> p = m_store->profile(messageId);
+    if (p) p = boundedProfile(std::move(*p)); // as selectMessage: counts bounded by the arrays
     side.nLayers = p && p->nLayers ? p->nLayers : info.nLayers;
     side.nSharedExperts = p && p->nLayers ? p->nSharedExperts : info.nSharedExperts;
     const int nExperts = p && p->nExperts ? p->nExperts : info.nExperts;

@@ -161,9 +161,11 @@ void RoutingView::showMatrix(const RoutingMatrix &m, int nLayers, int nShared, c
     m_caption->setText(caption);
     int maxLayer = -1;
     for (int l : m.layers) maxLayer = std::max(maxLayer, l);
-    nLayers = std::max(nLayers, maxLayer + 1);
-    nShared = std::max(0, nShared);
-    const int nExperts = std::max(0, m.nExperts);
+    // The map, its ticks and the table are sized by these: bounded whatever the source claims
+    // (storage_types.h); a layer beyond the bound is not drawn.
+    nLayers = std::clamp(std::max(nLayers, maxLayer + 1), 0, kMaxProfileLayers);
+    nShared = std::clamp(nShared, 0, kMaxProfileExperts);
+    const int nExperts = std::clamp(m.nExperts, 0, kMaxProfileExperts);
     const int nx = std::max(1, nExperts + nShared), ny = std::max(1, nLayers);
     if (nExperts != m_shapeExperts || nShared != m_shapeShared || nLayers != m_shapeLayers ||
         m.layers != m_shapeMoe) {

@@ -29,29 +29,35 @@ QList<double> interTokenLatenciesMs(const QList<qint64> &t) {
     QList<double> out;
     if (t.size() < 2) return out;
     out.reserve(t.size() - 1);
-    for (qsizetype i = 1; i < t.size(); ++i) out.append(double(t[i] - t[i - 1]) / 1000.0);
+    // In doubles: exact for any real timestamps (< 2^53 µs), and no overflow for a damaged row's.
+    for (qsizetype i = 1; i < t.size(); ++i) out.append((double(t[i]) - double(t[i - 1])) / 1000.0);
     return out;
 }
 
 double decodeTokensPerSecond(const QList<qint64> &t) {
     if (t.size() < 2 || t.last() <= t.first()) return kNaN;
-    return double(t.size() - 1) / (double(t.last() - t.first()) / 1e6);
+    return double(t.size() - 1) / ((double(t.last()) - double(t.first())) / 1e6);
 }
 
 QList<RatePoint> throughputSeries(const QList<qint64> &t, qint64 binUs) {
     QList<RatePoint> out;
     if (t.size() < 2 || binUs <= 0) return out;
     const qint64 t0 = t.first();
-    const qint64 span = t.last() - t0;
-    const qint64 nBins = std::max<qint64>(1, (span + binUs - 1) / binUs);
+    qint64 span = 0;
+    if (__builtin_sub_overflow(t.last(), t0, &span)) return out; // not times of one reply
+    // The bins are sized by the times, which a stored profile may hold anything in: at most
+    // kMaxRateBins of them (40 minutes of decoding in the profiler's quarter seconds), wider beyond.
+    if (span / binUs >= kMaxRateBins) binUs = span / kMaxRateBins + 1;
+    const qint64 nBins = std::max<qint64>(1, span / binUs + (span % binUs > 0 ? 1 : 0));
     QList<int> n(nBins, 0);
     for (qsizetype i = 1; i < t.size(); ++i) {
-        const qint64 d = t[i] - t0;
+        qint64 d = 0;
+        if (__builtin_sub_overflow(t[i], t0, &d)) d = t[i] > t0 ? span : 0;
         const qint64 b = d <= 0 ? 0 : (d - 1) / binUs; // (start, end]
         ++n[std::min(b, nBins - 1)];
     }
     for (qint64 b = 0; b < nBins; ++b) {
-        const qint64 end = std::min(span, (b + 1) * binUs);
+        const qint64 end = b + 1 >= nBins ? span : (b + 1) * binUs; // the last bin ends at the last token
         const qint64 len = end - b * binUs;
         out.append({double(end) / 1e6, len > 0 ? double(n[b]) / (double(len) / 1e6) : 0.0});
     }

@@ -30,10 +30,12 @@ double decodeTokensPerSecond(const QList<qint64> &tokenTimesUs);        // NaN w
 // rate is the tokens after the first whose time falls in (start, end] divided by the bin length
 // (the last bin: up to the last token, so a partial bin is not diluted). tS is the bin's end,
 // seconds since the first token.
+// At most kMaxRateBins bins: a longer span gets wider bins (stored times may be anything).
 struct RatePoint {
     double tS = 0;
     double tokensPerSecond = 0;
 };
+inline constexpr qint64 kMaxRateBins = 10'000;
 QList<RatePoint> throughputSeries(const QList<qint64> &tokenTimesUs, qint64 binUs);
 
 // Engine time per phase of one step: attention; MoE; dense GEMM = dense MLP + LM head; sampling;

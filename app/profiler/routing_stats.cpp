@@ -39,7 +39,10 @@ void RoutingMatrix::add(const RoutingMatrix &other) {
 RoutingMatrix RoutingMatrix::fromTelemetry(const TelemetryView &t, bool window) {
     RoutingMatrix m;
     const QList<quint64> &src = window ? t.expertTokensWindow : t.expertTokens;
-    if (t.nExperts <= 0 || src.size() != t.moeLayers.size() * t.nExperts) return m;
+    // A remote server's figures are outside input: a shape beyond any model's is not drawn.
+    if (t.nExperts <= 0 || t.nExperts > kMaxProfileExperts || t.moeLayers.size() > kMaxProfileLayers ||
+        src.size() != t.moeLayers.size() * t.nExperts)
+        return m;
     m.layers = t.moeLayers;
     m.nExperts = t.nExperts;
     m.counts = src;
@@ -49,10 +52,16 @@ RoutingMatrix RoutingMatrix::fromTelemetry(const TelemetryView &t, bool window) 
 RoutingMatrix RoutingMatrix::fromLayerRouting(const QList<LayerRouting> &routing, int nExperts) {
     RoutingMatrix m;
     if (nExperts <= 0)
-        for (const LayerRouting &r : routing) nExperts = std::max(nExperts, int(r.expertCounts.size()));
+        for (const LayerRouting &r : routing)
+            nExperts =
+                std::max(nExperts, int(std::min<qsizetype>(r.expertCounts.size(), kMaxProfileExperts)));
+    // The matrix is sized rows × nExperts: both bounded (storage_types.h), whatever the caller's
+    // count or the stored rows say; a layer outside the limit or listed twice is not a row.
+    nExperts = std::min(nExperts, kMaxProfileExperts);
     if (nExperts <= 0) return m;
     m.nExperts = nExperts;
     for (const LayerRouting &r : routing) {
+        if (r.layer < 0 || r.layer >= kMaxProfileLayers || m.layers.contains(r.layer)) continue;
         m.layers.append(r.layer);
         for (int e = 0; e < nExperts; ++e) m.counts.append(e < r.expertCounts.size() ? r.expertCounts[e] : 0);
     }
@@ -122,6 +131,7 @@ QList<LayerRouting> routingFromTrace(const QList<qint16> &ids, const QList<int> 
     QList<LayerRouting> out;
     const int nMoe = int(moeLayers.size());
     if (nMoe <= 0 || k <= 0 || nExperts <= 0) return out;
+    if (nMoe > kMaxProfileLayers || nExperts > kMaxProfileExperts) return out; // not a model's shape
     for (int m = 0; m < nMoe; ++m) out.append({moeLayers[m], QList<quint32>(nExperts, 0)});
     const qsizetype perPos = qsizetype(nMoe) * k;
     for (qsizetype i = qsizetype(std::max(0, firstPosition)) * perPos; i < ids.size(); ++i) {

@@ -29,6 +29,9 @@ struct RoutingMatrix {
     void add(const RoutingMatrix &other);
     bool operator==(const RoutingMatrix &) const = default;
 
+    // Both bounded by storage_types.h's limits, whatever their source says: telemetry of a shape
+    // beyond them (a remote server's) gives an empty matrix; routing rows give at most
+    // kMaxProfileLayers distinct rows of at most kMaxProfileExperts experts.
     static RoutingMatrix fromTelemetry(const TelemetryView &t,
                                        bool window); // window: the live sliding window
     static RoutingMatrix fromLayerRouting(const QList<LayerRouting> &routing, int nExperts);

@@ -5,11 +5,13 @@
 #include "es_build_info.h"
 
 #include "chat_store.h"
+#include "markdown_text.h"
 #include "report_writers.h"
 
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
+#include <QRegularExpression>
 
 namespace es::report {
 
@@ -64,6 +66,29 @@ std::optional<QList<qint64>> activeBranchIds(const ChatStore &store, const Conve
     return ids;
 }
 
+// Where a lone surrogate is, in the words of the other refusals: "Message 3 of the file: …".
+QString loneSurrogateError(const LoneSurrogate &s) {
+    const QString what =
+        QStringLiteral("holds a lone UTF-16 surrogate (\\u%1), which is not text (an export never has one)")
+            .arg(s.unit, 4, 16, QLatin1Char('0'));
+    if (s.path.isEmpty() && s.byteOffset >= 0)
+        return QStringLiteral("The file %1 at byte %2").arg(what).arg(s.byteOffset);
+    auto place = [&](const QString &field) {
+        if (s.inKey)
+            return field.isEmpty() ? QStringLiteral("a key") : QStringLiteral("a key of \"%1\"").arg(field);
+        return field.isEmpty() ? QStringLiteral("the value") : QStringLiteral("\"%1\"").arg(field);
+    };
+    static const QRegularExpression message(QStringLiteral("^messages\\[(\\d+)\\](?:\\.(.*))?$"));
+    static const QRegularExpression conversation(QStringLiteral("^conversation(?:\\.(.*))?$"));
+    if (const QRegularExpressionMatch m = message.match(s.path); m.hasMatch())
+        return QStringLiteral("Message %1 of the file: %2 %3")
+            .arg(m.captured(1).toLongLong() + 1)
+            .arg(place(m.captured(2)), what);
+    if (const QRegularExpressionMatch m = conversation.match(s.path); m.hasMatch())
+        return QStringLiteral("The conversation's %1 %2").arg(place(m.captured(1)), what);
+    return QStringLiteral("The file's %1 %2").arg(place(s.path), what);
+}
+
 } // namespace
 
 bool writeConversationMarkdown(const ChatStore &store, qint64 conversationId, QIODevice &out, QString *error,
@@ -75,10 +100,9 @@ bool writeConversationMarkdown(const ChatStore &store, qint64 conversationId, QI
     }
     const std::optional<QList<qint64>> ids = activeBranchIds(store, *c, error);
     if (!ids) return false;
-    // Markdown has no escaping that keeps text readable; the title's line breaks are flattened so
-    // it stays one heading, and message text goes in as written (it is the conversation).
-    QString title = c->title;
-    title.replace(QLatin1Char('\n'), QLatin1Char(' '));
+    // Every text from the store goes in inert (markdown_text.h): it renders as written, but a
+    // viewer that renders HTML finds none in it; the title stays one heading line.
+    const QString title = inertMarkdownLine(c->title);
     QByteArray head =
         QStringLiteral("# %1\n\n_Exported from ExpertScope %2 · created %3 UTC · %4 messages on the "
                        "active branch_\n\n")
@@ -102,13 +126,14 @@ bool writeConversationMarkdown(const ChatStore &store, qint64 conversationId, QI
         QString line = QStringLiteral("### %1 · %2 UTC")
                            .arg(who, m->createdAt.toUTC().toString(QStringLiteral("yyyy-MM-dd HH:mm:ss")));
         if (m->role == MessageRole::Assistant && !m->generation.modelName.isEmpty())
-            line += QStringLiteral(" · %1").arg(m->generation.modelName);
+            line += QStringLiteral(" · %1").arg(inertMarkdownLine(m->generation.modelName));
         if (m->state != MessageState::Complete ||
             (!m->finishReason.isEmpty() && m->finishReason != QLatin1String("stop")))
-            line += QStringLiteral(" · %1").arg(m->finishReason.isEmpty() ? messageStateName(m->state)
-                                                                          : m->finishReason);
-        if (!put(out, (line + QStringLiteral("\n\n") + m->content + QStringLiteral("\n\n")).toUtf8(), error))
-            return false;
+            line += QStringLiteral(" · %1").arg(
+                m->finishReason.isEmpty() ? messageStateName(m->state) : inertMarkdownLine(m->finishReason));
+        const QString block =
+            line + QStringLiteral("\n\n") + inertMarkdown(m->content) + QStringLiteral("\n\n");
+        if (!put(out, block.toUtf8(), error)) return false;
     }
     if (progress) progress(ids->size(), ids->size());
     return true;
@@ -158,12 +183,16 @@ bool writeConversationJson(const ChatStore &store, qint64 conversationId, QIODev
                                  {QStringLiteral("seed"), seedJson(m.generation.seed)}});
         if (const std::optional<MessageMetrics> mm = store.metrics(m.id))
             o.insert(QStringLiteral("metrics"), metricsToJson(*mm));
+        // Bounded as every reader of a stored profile bounds it (an older build's or a hand-edited
+        // row), so the file imports again; a consistent profile is written as it is. Its routing
+        // counts go with it.
         if (const std::optional<MessageProfile> p = store.profile(m.id)) {
-            o.insert(QStringLiteral("profile"), profileToJson(*p)); // its routing counts included
+            o.insert(QStringLiteral("profile"), profileToJson(boundedProfile(*p)));
         } else {
-            const QList<LayerRouting> routing = store.routing(m.id);
+            MessageProfile routingOnly;
+            routingOnly.routing = store.routing(m.id);
             QJsonArray r;
-            for (const LayerRouting &lr : routing) {
+            for (const LayerRouting &lr : boundedProfile(routingOnly).routing) {
                 QJsonArray counts;
                 for (quint32 x : lr.expertCounts) counts.append(qint64(x));
                 r.append(QJsonObject{{QStringLiteral("layer"), lr.layer},
@@ -222,6 +251,10 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
     const QJsonDocument doc = QJsonDocument::fromJson(json, &pe);
     if (pe.error != QJsonParseError::NoError) {
         *error = QStringLiteral("Not valid JSON: %1 at byte %2").arg(pe.errorString()).arg(pe.offset);
+        return std::nullopt;
+    }
+    if (const std::optional<LoneSurrogate> lone = findLoneSurrogate(doc, json)) {
+        *error = loneSurrogateError(*lone);
         return std::nullopt;
     }
     const QJsonObject root = doc.object();

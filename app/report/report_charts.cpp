@@ -129,24 +129,38 @@ void drawRouting(QPainter &p, const QRectF &r, const Report &rep) {
     const RoutingMatrix m = reportRouting(rep);
     const int rows = m.rows(), cols = m.nExperts;
     const QRectF area = r.adjusted(58, 30, -90, -40);
-    const double cw = area.width() / cols, ch = area.height() / rows;
-    p.setFont(font(11));
+    // At most one cell per pixel: with more experts (or layers) than that, a cell stands for
+    // several and shows the most loaded of them, so the drawing's size is the chart's, not the
+    // model's (an SVG rectangle per expert and layer would grow without bound).
+    const int colsPerCell = std::max(1, int(std::ceil(cols / std::max(1.0, std::floor(area.width())))));
+    const int rowsPerCell = std::max(1, int(std::ceil(rows / std::max(1.0, std::floor(area.height())))));
+    const int cellCols = (cols + colsPerCell - 1) / colsPerCell,
+              cellRows = (rows + rowsPerCell - 1) / rowsPerCell;
+    QList<double> load(qsizetype(cellRows) * cellCols, 0.0); // share × E: 1 is an even split
     for (int row = 0; row < rows; ++row) {
         const QList<double> share = expertShares(m.row(row));
-        for (int e = 0; e < cols; ++e)
-            p.fillRect(QRectF(area.left() + e * cw, area.top() + row * ch, cw + 0.3, ch + 0.3),
-                       loadColor(share[e] * cols));
+        for (int e = 0; e < cols; ++e) {
+            double &cell = load[qsizetype(row / rowsPerCell) * cellCols + e / colsPerCell];
+            cell = std::max(cell, share[e] * cols);
+        }
+    }
+    const double cw = area.width() / cellCols, ch = area.height() / cellRows;
+    p.setFont(font(11));
+    for (int row = 0; row < cellRows; ++row) {
+        for (int c = 0; c < cellCols; ++c)
+            p.fillRect(QRectF(area.left() + c * cw, area.top() + row * ch, cw + 0.3, ch + 0.3),
+                       loadColor(load[qsizetype(row) * cellCols + c]));
         p.setPen(Qt::black);
-        if (rows <= 32 || row % ((rows + 31) / 32) == 0)
+        if (cellRows <= 32 || row % ((cellRows + 31) / 32) == 0)
             p.drawText(QRectF(r.left(), area.top() + row * ch, 52, ch), Qt::AlignRight | Qt::AlignVCenter,
-                       QStringLiteral("L%1").arg(m.layers.at(row)));
+                       QStringLiteral("L%1").arg(m.layers.at(row * rowsPerCell)));
     }
     p.setPen(QPen(Qt::black, 1));
     p.drawRect(area);
-    const int every = std::max(1, int(std::ceil(cols / 16.0)));
-    for (int e = 0; e < cols; e += every)
-        p.drawText(QRectF(area.left() + e * cw - 10, area.bottom() + 3, cw + 20, 14), Qt::AlignHCenter,
-                   QString::number(e));
+    const int every = std::max(1, int(std::ceil(cellCols / 16.0)));
+    for (int c = 0; c < cellCols; c += every)
+        p.drawText(QRectF(area.left() + c * cw - 10, area.bottom() + 3, cw + 20, 14), Qt::AlignHCenter,
+                   QString::number(c * colsPerCell));
     p.drawText(QRectF(area.left(), r.bottom() - 18, area.width(), 16), Qt::AlignHCenter,
                QStringLiteral("expert (routed experts; shared experts see every token)"));
     // Colour bar: load relative to an even split (share × E).
@@ -389,7 +403,8 @@ QString chartCaption(Chart c) {
         return QStringLiteral(
             "Each cell is an expert's share of its layer's token slots times the number of experts: "
             "1× is an even split, 0 an unused expert. All positions the requests computed (prompt and "
-            "output).");
+            "output). Where a model has more experts or layers than the chart has pixels, a cell stands "
+            "for several and shows the most loaded.");
     case Chart::Itl:
         return QStringLiteral(
             "Gap between consecutive tokens of each request; the dashed lines are the p50 and p99 "

@@ -79,12 +79,19 @@ std::optional<ReportRequest> storedRequest(const ChatStore &store, const Message
     } else {
         return std::nullopt;
     }
+    // A stored profile may come from an older build or a hand edit: its counts are bounded by
+    // its arrays before any chart or table is sized by them.
+    q.profile = boundedProfile(std::move(q.profile));
     return q;
 }
 
 bool fieldError(QString *error, const QString &what) {
     if (error) *error = what;
     return false;
+}
+
+bool fitsInt(qint64 v) {
+    return v >= std::numeric_limits<int>::min() && v <= std::numeric_limits<int>::max();
 }
 
 // Reads an integer field (JSON numbers are doubles: refuse fractions and values beyond 2^53).
@@ -234,8 +241,14 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
         if (!readInt(o, f.key, &v, error)) return std::nullopt;
         if (f.to64)
             *f.to64 = v;
-        else
+        else if (fitsInt(v))
             *f.to32 = int(v);
+        else {
+            fieldError(error, QStringLiteral("\"%1\" is %2, beyond any count this profile can hold")
+                                  .arg(QLatin1String(f.key))
+                                  .arg(v));
+            return std::nullopt;
+        }
     }
     if (!readIntList(o, "token_times_us", &p.tokenTimesUs, error) ||
         !readIntList(o, "moe_layers", &p.moeLayers, error) ||
@@ -286,6 +299,14 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
                                "moe_us",           "dense_us",        "sampling_us"};
         for (int i = 0; i < 9; ++i)
             if (!readInt(s, keys[i], &f[i], error)) return std::nullopt;
+        for (int i = 2; i < 5; ++i)
+            if (!fitsInt(f[i])) {
+                fieldError(error,
+                           QStringLiteral("a step's \"%1\" is %2, beyond any count this profile can hold")
+                               .arg(QLatin1String(keys[i]))
+                               .arg(f[i]));
+                return std::nullopt;
+            }
         p.steps.append({f[0], f[1], int(f[2]), int(f[3]), int(f[4]), f[5], f[6], f[7], f[8]});
     }
     for (const QJsonValue &x : o.value(QStringLiteral("memory")).toArray()) {
@@ -294,7 +315,19 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
         if (!readInt(m, "t_us", &t, error) || !readInt(m, "in_use_bytes", &b, error) ||
             !readInt(m, "kv_blocks_used", &k, error))
             return std::nullopt;
+        if (!fitsInt(k)) {
+            fieldError(error,
+                       QStringLiteral("a memory sample's \"kv_blocks_used\" is %1, beyond any count this "
+                                      "profile can hold")
+                           .arg(k));
+            return std::nullopt;
+        }
         p.memory.append({t, b, int(k)});
+    }
+    // The counts and the arrays must agree before anything is sized by them (storage_types.h).
+    if (const std::optional<QString> shape = profileShapeError(p)) {
+        fieldError(error, *shape);
+        return std::nullopt;
     }
     return p;
 }

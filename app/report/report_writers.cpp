@@ -603,7 +603,9 @@ bool writeTrace(const Report &r, QIODevice &out, QString *error) {
                     QJsonObject{{QStringLiteral("tokens_per_s"), pt.tokensPerSecond}});
         const int nMoe = int(p.moeLayers.size());
         const int nPos = p.tracePositions();
-        if (nMoe > 0 && p.k > 0 && p.nExperts > 0 && nPos > 0) {
+        // counts is sized nMoe × n_experts: only for a shape inside the limits (storage_types.h).
+        if (nMoe > 0 && p.k > 0 && p.nExperts > 0 && nPos > 0 && nMoe <= kMaxProfileLayers &&
+            p.nExperts <= kMaxProfileExperts) {
             // Trace positions: the prompt, then one per generated token (the last token is not computed).
             const int firstGen = std::max(0, nPos - int(p.tokenTimesUs.size()) + 1);
             const int nGen = nPos - firstGen;

@@ -72,6 +72,14 @@ std::optional<QList<Preset>> parsePresetsJson(const QByteArray &json, QString *e
                         .arg(parseError.offset));
     if (!doc.isObject())
         return fail(QCoreApplication::translate("es::Presets", "Not a preset file: expected a JSON object."));
+    // Half a UTF-16 pair is no text: stored, it would come back as another character.
+    if (const std::optional<LoneSurrogate> lone = findLoneSurrogate(doc, json))
+        return fail(
+            QCoreApplication::translate(
+                "es::Presets", "Preset file: %1 holds a lone UTF-16 surrogate (\\u%2), which is not text.")
+                .arg(lone->path.isEmpty() ? QStringLiteral("byte %1").arg(lone->byteOffset)
+                                          : QStringLiteral("\"%1\"").arg(lone->path))
+                .arg(lone->unit, 4, 16, QLatin1Char('0')));
     const QJsonObject root = doc.object();
     if (root.value(QLatin1String("format")).toString() != kFormatName)
         return fail(QCoreApplication::translate("es::Presets",

@@ -8,6 +8,7 @@
 #include <QByteArray>
 #include <QDateTime>
 #include <QHash>
+#include <QJsonDocument>
 #include <QJsonObject>
 #include <QList>
 #include <QString>
@@ -188,6 +189,52 @@ struct MessageProfile {
     bool isEmpty() const { return tokenTimesUs.isEmpty() && traceIds.isEmpty() && !ttftUs; }
     bool operator==(const MessageProfile &) const = default;
 };
+
+// ---- A profile's model shape, before anything is sized by it ----
+// A profile read from outside (an imported conversation, a bench JSON) or from a database (a
+// row an older build or a hand edit wrote) names its model's shape in numbers: layers, experts,
+// top-k. Charts, tables and aggregations size cells and arrays by them, so they are checked
+// against these limits and against the arrays that are actually there before any use.
+// The limits are the engine's own for a config (engine/model/model_config.cpp: at most 1024
+// layers and 4096 experts), so no model this software loads makes a larger profile; today's
+// largest MoE models are far inside them (ERNIE 4.5 300B-A47B: 54 layers, 64 experts;
+// DeepSeek-V3: 61 layers, 256 experts). The largest routing matrix is then 1024 × 4096 cells.
+inline constexpr int kMaxProfileLayers = 1024;
+inline constexpr int kMaxProfileExperts = 4096; // routed experts; shared experts too
+
+// Why a profile's shape is inconsistent, as a sentence naming the field and both numbers
+// (`"n_layers" is 1000000; a profile has at most 1024 layers`); nullopt when it is consistent:
+// - n_layers ≤ kMaxProfileLayers, n_experts and n_shared_experts ≤ kMaxProfileExperts, k ≤
+//   n_experts; no count, time or size is negative;
+// - moe_layers: distinct layers below n_layers;
+// - routing: distinct layers, each among moe_layers (below n_layers, or below the limit when the
+//   profile names neither), every row as long as n_experts (all rows equally long when
+//   n_experts is 0: routing stored without a profile);
+// - trace_ids: as many as trace_weights, a whole number of positions of moe_layers × k slots,
+//   each −1 or an expert below n_experts.
+// Every profile the recorder makes is consistent; an import refuses one that is not.
+std::optional<QString> profileShapeError(const MessageProfile &p);
+// The same profile made consistent by trusting its arrays over its counts, for profiles already
+// stored (which the app must show, not refuse): counts are bounded to the limits and raised to
+// what the arrays hold (layers), rows that do not fit are dropped or padded, n_experts becomes
+// the routing rows' length, and a trace that does not fit the shape is dropped (shown as none).
+// Allocates nothing a count in the profile asks for beyond the limits. A consistent profile comes
+// back unchanged; afterwards profileShapeError() is nullopt.
+MessageProfile boundedProfile(MessageProfile p);
+
+// A lone UTF-16 surrogate in JSON text: a string or key that a file spells with a \uD800–\uDFFF
+// escape that is not half of a pair. QJsonDocument keeps it in the QString, but it is no
+// character and UTF-8 (the database, every export) cannot hold it: it would come back as U+FFFD.
+struct LoneSurrogate {
+    QString path;              // where: messages[2].content, presets[0].sampling.stop[1]; "" is the
+                               // top level, or unknown when found in the bytes only
+    bool inKey = false;        // in one of the keys of the object at path, not in a value
+    ushort unit = 0;           // the surrogate, 0xD800..0xDFFF
+    qsizetype byteOffset = -1; // of its escape in the raw JSON, when found in the bytes only
+};
+// The first lone surrogate in a parsed document (with its path) or, should the parser have
+// replaced it, in the raw bytes it was parsed from; nullopt when there is none.
+std::optional<LoneSurrogate> findLoneSurrogate(const QJsonDocument &doc, const QByteArray &json);
 
 struct Preset {
     qint64 id = 0;

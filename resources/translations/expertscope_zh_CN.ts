@@ -1860,6 +1860,10 @@ dense</source>
         <translation>不是预设文件：应为 JSON 对象。</translation>
     </message>
     <message>
+        <source>Preset file: %1 holds a lone UTF-16 surrogate (\u%2), which is not text.</source>
+        <translation>预设文件：%1 含有孤立的 UTF-16 代理项（\u%2），它不是文本。</translation>
+    </message>
+    <message>
         <source>Not a preset file: &quot;format&quot; should be &quot;%1&quot;.</source>
         <translation>不是预设文件：&quot;format&quot; 应为 &quot;%1&quot;。</translation>
     </message>

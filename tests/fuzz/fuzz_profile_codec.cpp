@@ -1,6 +1,8 @@
 // The message_profiles BLOB formats (app/storage/message_profile_codec.cpp), both ways: any
 // bytes given to each decoder are refused or decoded (a damaged row must never crash the app),
-// and values built from the input encode and decode back to themselves.
+// and values built from the input encode and decode back to themselves. A profile's shape
+// (storage_types.h): any profile built from the input, bounded, is consistent and inside the
+// limits; bounding again changes nothing, and a consistent profile is not changed at all.
 #include "fuzz_support.h"
 #include "storage_types.h"
 
@@ -72,5 +74,41 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     QList<float> weights2;
     ES_FUZZ_CHECK(decodeRoutingTrace(encodeRoutingTrace(ids, weights, n_experts), &ids2, &weights2));
     ES_FUZZ_CHECK(ids2 == ids && weights2 == weights);
+
+    // A profile of any shape from the same bytes: counts near the limits, around them and absurd.
+    FuzzedDataProvider shape(data, size);
+    auto count = [&shape] {
+        switch (shape.ConsumeIntegralInRange(0, 3)) {
+        case 0: return shape.ConsumeIntegralInRange(0, 8);
+        case 1: return shape.ConsumeIntegralInRange(-2, 70);
+        case 2: return shape.ConsumeIntegralInRange(1020, 4100);
+        default: return shape.ConsumeIntegral<int>();
+        }
+    };
+    MessageProfile p;
+    p.nLayers = count();
+    p.nExperts = count();
+    p.nSharedExperts = count();
+    p.k = count();
+    p.nPromptTokens = count();
+    for (int i = shape.ConsumeIntegralInRange(0, 6); i > 0; --i) p.moeLayers.append(count());
+    for (int i = shape.ConsumeIntegralInRange(0, 6); i > 0; --i) {
+        LayerRouting r{count(), {}};
+        for (int e = shape.ConsumeIntegralInRange(0, 9); e > 0; --e) r.expertCounts.append(shape.ConsumeIntegral<quint32>());
+        p.routing.append(r);
+    }
+    for (int i = shape.ConsumeIntegralInRange(0, 40); i > 0; --i) {
+        p.traceIds.append(qint16(shape.ConsumeIntegralInRange(-2, 9)));
+        p.traceWeights.append(0.5f);
+    }
+    if (shape.ConsumeBool() && !p.traceWeights.isEmpty()) p.traceWeights.removeLast();
+    const MessageProfile bounded = boundedProfile(p);
+    const std::optional<QString> why = profileShapeError(bounded);
+    if (why) std::fprintf(stderr, "bounded profile still inconsistent: %s\n", qPrintable(*why));
+    ES_FUZZ_CHECK(!why);
+    ES_FUZZ_CHECK(bounded.nLayers <= kMaxProfileLayers && bounded.nExperts <= kMaxProfileExperts &&
+                  bounded.nSharedExperts <= kMaxProfileExperts && bounded.routing.size() <= kMaxProfileLayers);
+    ES_FUZZ_CHECK(boundedProfile(bounded) == bounded);
+    if (!profileShapeError(p)) ES_FUZZ_CHECK(bounded == p);
     return 0;
 }

@@ -1,8 +1,9 @@
 // The profiler panel's widgets (offscreen): fed telemetry and stored profiles, the charts hold
 // what they should (QCPColorMap cells read back, graph and bar data, balance table, block map,
 // per-layer JS divergence); the timer runs only while the panel is visible and idle ticks draw
-// nothing. Against the real engine on the tiny MoE model: a reply is followed live, and the
-// profile stored with the message equals the one shown (live and after selecting it again).
+// nothing; a stored profile with absurd counts is shown bounded by its arrays. Against the real
+// engine on the tiny MoE model: a reply is followed live, and the profile stored with the message
+// equals the one shown (live and after selecting it again).
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "compare_view.h"
@@ -104,6 +105,7 @@ private slots:
     void timerOnlyWhileVisibleAndIdleTicksDrawNothing();
     void selectedMessageLatencyAndStrip();
     void compareShowsPerLayerDivergence();
+    void hostileStoredProfileIsBounded();
     void storedProfileEqualsLive();
     void concurrentRepliesShareSteps();
 
@@ -338,6 +340,62 @@ void TestProfilerPanel::compareShowsPerLayerDivergence() {
     QVERIFY(near(cell(cv->heatmapB(), 0, 1), 0.5)); // a3's reply: experts {0, 1} in layer 1
     cv->setReplyTokensOnly(false);
     for (const LayerDivergence &d : cv->divergences()) QVERIFY(d.js > 0.1);
+}
+
+// A stored profile that claims a million layers, experts and shared experts and a top-k of a
+// million, with MoE layers outside any model and token times ten years apart (an older build's
+// row, or a hand edit): every page shows it bounded by what is there and by the limits, at once.
+void TestProfilerPanel::hostileStoredProfileIsBounded() {
+    m_panel = makePanel();
+    QVERIFY(m_panel);
+    const qint64 c = *m_store->createConversation("hostile");
+    const qint64 u = *m_store->addMessage(c, std::nullopt, MessageRole::User, "q");
+    const qint64 a = *m_store->beginPartialReply(c, u, {});
+    MessageProfile p = sampleProfile(0);
+    p.nLayers = p.nExperts = p.nSharedExperts = p.k = 1000000;
+    p.moeLayers = {1, 2, 5000, -1};
+    p.tokenTimesUs = {4000, 5000, 315'360'000'000'000};
+    QVERIFY(m_store->finishReply(a, "answer", "stop", {}, {}, p)); // the store keeps what it is given
+    QCOMPARE(m_store->profile(a)->nExperts, 1000000);
+    m_panel->setConversationProvider([c]() -> std::optional<qint64> { return c; });
+    m_panel->show();
+    QVERIFY(QTest::qWaitForWindowExposed(m_panel.get()));
+    m_panel->selectMessage(a);
+    const MessageProfile shown = m_panel->shownProfile();
+    QCOMPARE(shown.nExperts, 4); // the routing rows' length
+    QCOMPARE(shown.nLayers, kMaxProfileLayers);
+    QCOMPARE(shown.nSharedExperts, kMaxProfileExperts);
+    QCOMPARE(shown.moeLayers, (QList<int>{1, 2}));
+    QVERIFY(shown.traceIds.isEmpty()); // recorded with k = 2, it does not fit the claimed k
+
+    m_panel->setCurrentTab(ProfilerPanel::Tab::Routing);
+    RoutingView *r = m_panel->routingView();
+    r->setSource(RoutingView::Source::SelectedMessage);
+    m_panel->refresh();
+    QCOMPARE(r->heatmap()->data()->keySize(), 4 + kMaxProfileExperts);
+    QCOMPARE(r->heatmap()->data()->valueSize(), kMaxProfileLayers);
+    QCOMPARE(r->balanceTable()->rowCount(), kMaxProfileLayers);
+    QVERIFY(near(cell(r->heatmap(), 0, 1), 0.5)); // layer 1: experts {0, 1}, as stored
+    QCOMPARE(r->stripPositions(), 0);
+    r->setSource(RoutingView::Source::Conversation); // the stored routing rows (no model loaded)
+    m_panel->refresh();
+    QCOMPARE(r->heatmap()->data()->keySize(), 4);
+    QCOMPARE(r->heatmap()->data()->valueSize(), 3);
+    QVERIFY(near(cell(r->heatmap(), 0, 1), 0.5));
+
+    m_panel->setCurrentTab(ProfilerPanel::Tab::Latency);
+    m_panel->refresh();
+    LatencyView *l = m_panel->latencyView();
+    QCOMPARE(l->itlGraph()->data()->size(), 2);
+    QVERIFY(l->rateGraph()->data()->size() <= kMaxRateBins + 1); // ten years of quarter seconds: no
+
+    m_panel->setCompareMessages(a, a);
+    m_panel->setCurrentTab(ProfilerPanel::Tab::Compare);
+    m_panel->refresh();
+    CompareView *cv = m_panel->compareView();
+    QVERIFY(cv->heatmapA()->data()->keySize() <= 4 + kMaxProfileExperts);
+    QCOMPARE(cv->heatmapA()->data()->valueSize(), kMaxProfileLayers);
+    QCOMPARE(cv->divergences().size(), 2);
 }
 
 // Two replies computed together: every shared step is apportioned by tokens, so their phase

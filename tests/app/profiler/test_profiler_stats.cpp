@@ -2,7 +2,8 @@
 // comments): expert shares, imbalance / balancedness / normalized entropy / dead experts,
 // Jensen–Shannon divergence (natural log, ≤ ln 2), percentiles (linear between closest ranks),
 // ITL, decode tok/s, tok/s over time, phase sums, memory figures, the KV block map, routing
-// counts and the token strip from a trace, and the MessageProfile made from a ReplyProfile.
+// counts and the token strip from a trace, and the MessageProfile made from a ReplyProfile; none
+// of them sized by a count or a time span as it comes.
 #include "latency_stats.h"
 #include "memory_series.h"
 #include "profile_recorder.h"
@@ -11,6 +12,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <limits>
 
 using namespace es;
 
@@ -135,6 +137,18 @@ private slots:
         sum.add(RoutingMatrix::fromLayerRouting({{2, {0, 0, 5}}, {1, {2, 2, 2}}}, 3));
         QCOMPARE(sum.layers, (QList<int>{1, 2}));
         QCOMPARE(sum.counts, (QList<quint64>{3, 2, 2, 0, 0, 5}));
+
+        // Never sized by a count as it comes: experts and layers bounded, a layer twice or
+        // outside the bound is no row; telemetry of a shape beyond any model's is not drawn.
+        const RoutingMatrix huge = RoutingMatrix::fromLayerRouting(
+            {{1, {1}}, {1, {7}}, {-1, {1}}, {kMaxProfileLayers, {1}}, {3, {2}}}, 1000000);
+        QCOMPARE(huge.nExperts, kMaxProfileExperts);
+        QCOMPARE(huge.layers, (QList<int>{1, 3}));
+        QCOMPARE(huge.counts.size(), qsizetype(2) * kMaxProfileExperts);
+        t.nExperts = kMaxProfileExperts + 1;
+        t.expertTokens = QList<quint64>(qsizetype(2) * t.nExperts, 1);
+        QVERIFY(RoutingMatrix::fromTelemetry(t, false).isEmpty());
+        QVERIFY(routingFromTrace({0, 1}, {1}, 1, 1000000).isEmpty());
     }
 
     void routingFromTraceAndStrip() {
@@ -223,6 +237,18 @@ private slots:
         // The series integrates back to n − 1 tokens.
         QNEAR(r[0].tokensPerSecond * 0.25 + r[1].tokensPerSecond * 0.25 + r[2].tokensPerSecond * 0.1, 4.0);
         QVERIFY(throughputSeries({1}, 1000).isEmpty());
+        // Times years apart (a damaged row) make at most kMaxRateBins wider bins, still counting
+        // every token; times whose difference overflows make none.
+        const QList<RatePoint> years = throughputSeries({0, 10, 20, 315'360'000'000'000}, 250000);
+        QVERIFY(!years.isEmpty() && years.size() <= kMaxRateBins);
+        QNEAR(years.last().tS, 315'360'000.0);
+        QVERIFY(
+            throughputSeries({std::numeric_limits<qint64>::min(), std::numeric_limits<qint64>::max()}, 250000)
+                .isEmpty());
+        QCOMPARE(
+            interTokenLatenciesMs({std::numeric_limits<qint64>::min(), std::numeric_limits<qint64>::max()})
+                .size(),
+            1);
     }
 
     void phases() {

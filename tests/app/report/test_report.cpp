@@ -1,27 +1,38 @@
 // es_report: the report JSON and the conversation JSON validate against their schemas in
 // docs/schemas (python3-jsonschema); the trace is well-formed Trace Event JSON of the documented
-// kinds; the PDF renders to pages with pdftoppm; hostile user text is escaped in HTML; conversation
-// export → import → export is byte-identical; a 10,000-message export streams in bounded memory,
-// reports progress and can be cancelled; bench JSON is a report input; the CLI's report command.
+// kinds; the PDF renders to pages with pdftoppm; hostile user text is escaped in HTML and made
+// inert in Markdown (no element a renderer would make of it, code verbatim); conversation
+// export → import → export is byte-identical; an import refuses a profile whose counts disagree
+// with its arrays and a lone UTF-16 surrogate, naming where; a hostile profile already in a
+// database makes a small report; a 10,000-message export streams in bounded memory, reports
+// progress and can be cancelled; bench JSON is a report input; the CLI's report command.
 #include "chat_store.h"
 #include "conversation_export.h"
+#include "markdown_text.h"
 #include "report_charts.h"
 #include "report_data.h"
 #include "report_writers.h"
 
 #include <QBuffer>
 #include <QDir>
+#include <QElapsedTimer>
 #include <QFile>
 #include <QJsonArray>
 #include <QJsonDocument>
 #include <QJsonObject>
 #include <QProcess>
 #include <QSet>
+#include <QSqlDatabase>
+#include <QSqlError>
+#include <QSqlQuery>
 #include <QStandardPaths>
 #include <QTemporaryDir>
+#include <QTextBlock>
+#include <QTextDocument>
 #include <QtTest>
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 using namespace es;
 using namespace es::report;
@@ -334,6 +345,187 @@ private slots:
                    "]}")
             << QStringLiteral("lists layer 1 twice");
     }
+    // A profile whose counts disagree with its arrays (or with any model) is refused naming the
+    // field and both numbers, before anything is sized by it: a 10 KB file that claims a million
+    // layers and experts is refused at once instead of becoming a report of hundreds of MB.
+    void importRefusesInconsistentProfiles_data() {
+        QTest::addColumn<QByteArray>("json");
+        QTest::addColumn<QString>("expected");
+        auto file = [](const QByteArray &profile) {
+            return QByteArray(
+                       R"({"format":"expertscope.conversation","version":1,"messages":[)"
+                       R"({"id":1,"parent":null,"role":"user","content":"q","created_at":"2026-01-01T00:00:00.000Z","state":"complete","finish_reason":""},)"
+                       R"({"id":2,"parent":1,"role":"assistant","content":"a","created_at":"2026-01-01T00:00:01.000Z","state":"complete","finish_reason":"stop","profile":)") +
+                   profile +
+                   R"(}],"conversation":{"title":"t","created_at":"2026-01-01T00:00:00.000Z","updated_at":"2026-01-01T00:00:00.000Z","pinned":false,"settings":{},"current_leaf":2}})";
+        };
+        // A model of 4 layers (1 and 3 MoE), 4 experts, top-2, one position; each row changes fields.
+        auto profile = [](const QJsonObject &change) {
+            QJsonObject o{
+                {QStringLiteral("n_layers"), 4},
+                {QStringLiteral("n_experts"), 4},
+                {QStringLiteral("k"), 2},
+                {QStringLiteral("moe_layers"), QJsonArray{1, 3}},
+                {QStringLiteral("routing"),
+                 QJsonArray{QJsonObject{{QStringLiteral("layer"), 1},
+                                        {QStringLiteral("expert_counts"), QJsonArray{1, 0, 0, 1}}},
+                            QJsonObject{{QStringLiteral("layer"), 3},
+                                        {QStringLiteral("expert_counts"), QJsonArray{0, 1, 1, 0}}}}},
+                {QStringLiteral("trace_ids"), QJsonArray{0, 3, 1, 2}},
+                {QStringLiteral("trace_weights"), QJsonArray{0.5, 0.5, 0.5, 0.5}}};
+            for (auto it = change.begin(); it != change.end(); ++it) o.insert(it.key(), it.value());
+            return QJsonDocument(o).toJson(QJsonDocument::Compact);
+        };
+        auto json = [](const char *text) { return QJsonDocument::fromJson(text).object(); };
+        // The hostile file of about 10 KB: a million layers and experts over 400 routed "layers".
+        QJsonArray moe, rows;
+        for (int l = 0; l < 400; ++l) {
+            moe.append(l);
+            rows.append(
+                QJsonObject{{QStringLiteral("layer"), l}, {QStringLiteral("expert_counts"), QJsonArray{1}}});
+        }
+        const QByteArray million = file(profile({{QStringLiteral("n_layers"), 1000000},
+                                                 {QStringLiteral("n_experts"), 1000000},
+                                                 {QStringLiteral("moe_layers"), moe},
+                                                 {QStringLiteral("routing"), rows},
+                                                 {QStringLiteral("trace_ids"), QJsonArray{}},
+                                                 {QStringLiteral("trace_weights"), QJsonArray{}}}));
+        QVERIFY(million.size() > 8000 && million.size() < 20000);
+        QTest::newRow("a million layers and experts")
+            << million
+            << QStringLiteral(
+                   R"(Message 2 of the file: profile: "n_layers" is 1000000; a profile has at most 1024 layers)");
+        QTest::newRow("a million experts")
+            << file(profile(json(R"({"n_experts":1000000})")))
+            << QStringLiteral(R"("n_experts" is 1000000; a profile has at most 4096 experts)");
+        QTest::newRow("k above n_experts")
+            << file(profile(json(R"({"k":5})"))) << QStringLiteral(R"("k" is 5 but "n_experts" is 4)");
+        QTest::newRow("counts shorter than n_experts")
+            << file(profile(json(
+                   R"({"routing":[{"layer":1,"expert_counts":[1,0,0]},{"layer":3,"expert_counts":[0,1,1,0]}]})")))
+            << QStringLiteral(R"("routing" layer 1 has 3 expert counts but "n_experts" is 4)");
+        QTest::newRow("counts longer than n_experts")
+            << file(profile(json(
+                   R"({"routing":[{"layer":1,"expert_counts":[1,0,0,1,5]},{"layer":3,"expert_counts":[0,1,1,0]}]})")))
+            << QStringLiteral(R"("routing" layer 1 has 5 expert counts but "n_experts" is 4)");
+        QTest::newRow("trace shorter than its positions")
+            << file(profile(json(R"({"trace_ids":[0,3,1],"trace_weights":[0.5,0.5,0.5]})")))
+            << QStringLiteral(R"("trace_ids" has 3 entries, not a whole number of positions of 4 slots)");
+        QTest::newRow("trace longer than its positions")
+            << file(profile(json(R"({"trace_ids":[0,3,1,2,0],"trace_weights":[0.5,0.5,0.5,0.5,0.5]})")))
+            << QStringLiteral(R"("trace_ids" has 5 entries, not a whole number of positions of 4 slots)");
+        QTest::newRow("trace of an expert beyond n_experts")
+            << file(profile(json(R"({"trace_ids":[0,3,1,4]})")))
+            << QStringLiteral(R"("trace_ids" holds expert 4 but "n_experts" is 4)");
+        QTest::newRow("MoE layer beyond n_layers")
+            << file(profile(json(R"({"moe_layers":[1,3,7]})")))
+            << QStringLiteral(R"("moe_layers" lists layer 7 but "n_layers" is 4)");
+        QTest::newRow("negative n_layers") << file(profile(json(R"({"n_layers":-4})")))
+                                           << QStringLiteral(R"("n_layers" is -4; it cannot be negative)");
+        QTest::newRow("negative k") << file(profile(json(R"({"k":-1})")))
+                                    << QStringLiteral(R"("k" is -1; it cannot be negative)");
+        QTest::newRow("negative prompt tokens")
+            << file(profile(json(R"({"prompt_tokens":-3})")))
+            << QStringLiteral(R"("prompt_tokens" is -3; it cannot be negative)");
+        QTest::newRow("n_layers an int would wrap to 4")
+            << file(profile(json(R"({"n_layers":4294967300})")))
+            << QStringLiteral(R"("n_layers" is 4294967300, beyond any count this profile can hold)");
+        QTest::newRow("routing alone, rows of two lengths")
+            << QByteArray(file("{}"))
+                   .replace(
+                       R"("profile":{})",
+                       R"("routing":[{"layer":1,"expert_counts":[1,2]},{"layer":2,"expert_counts":[1]}])")
+            << QStringLiteral(
+                   R"(Message 2 of the file: routing: "routing" layer 2 has 1 expert counts but layer 1 has 2)");
+    }
+    void importRefusesInconsistentProfiles() {
+        QFETCH(QByteArray, json);
+        QFETCH(QString, expected);
+        ChatStore s;
+        QVERIFY(s.open(QStringLiteral(":memory:")).ok());
+        QString error;
+        QElapsedTimer clock;
+        clock.start();
+        QVERIFY(!importConversationJson(s, json, &error));
+        QVERIFY2(error.contains(expected), qPrintable(error));
+        QVERIFY(clock.elapsed() < 10000); // refused at once: nothing is sized by the claims
+        QCOMPARE(s.conversations().size(), 0);
+        // The same profile as a bench run's instrumented request (report/import --bench-json).
+        const QJsonObject profile = QJsonDocument::fromJson(json)
+                                        .object()
+                                        .value(QStringLiteral("messages"))
+                                        .toArray()
+                                        .last()
+                                        .toObject()
+                                        .value(QStringLiteral("profile"))
+                                        .toObject();
+        if (!profile.isEmpty()) {
+            QJsonObject bench = benchJson(true);
+            bench.insert(QStringLiteral("request"), profile);
+            QVERIFY(!benchReport(bench, QStringLiteral("bench.json"), &error));
+            QVERIFY2(error.contains(expected.section(QStringLiteral("profile: "), -1)), qPrintable(error));
+        }
+    }
+
+    // Half a UTF-16 pair (JSON "\ud800") is no text: Qt keeps it in the QString, and SQLite's UTF-8
+    // would store another character (U+FFFD). The import is refused naming where it was; a pair
+    // of halves is a character and imports.
+    void importRefusesLoneSurrogates_data() {
+        QTest::addColumn<QByteArray>("json");
+        QTest::addColumn<QString>("expected");
+        const QByteArray conv =
+            R"("conversation":{"title":"t","created_at":"2026-01-01T00:00:00.000Z","updated_at":"2026-01-01T00:00:00.000Z","pinned":false,"settings":{},"current_leaf":2})";
+        const QByteArray msgs =
+            R"("messages":[{"id":1,"parent":null,"role":"user","content":"q","created_at":"2026-01-01T00:00:00.000Z","state":"complete","finish_reason":""},)"
+            R"({"id":2,"parent":1,"role":"assistant","content":"a","created_at":"2026-01-01T00:00:01.000Z","state":"complete","finish_reason":"stop","generation":{"model_name":"m","model_hash":"","precision":"","sampling":{"stop":["x"]},"seed":null}}])";
+        auto doc = [](const QByteArray &m, const QByteArray &c) {
+            return QByteArray(R"({"format":"expertscope.conversation","version":1,)") + m + "," + c + "}";
+        };
+        const QString lone = QStringLiteral(R"( holds a lone UTF-16 surrogate (\u%1))");
+        QTest::newRow("message text")
+            << doc(QByteArray(msgs).replace(R"("content":"a")", R"("content":"a\ud800b")"), conv)
+            << QStringLiteral(R"(Message 2 of the file: "content")") + lone.arg("d800");
+        QTest::newRow("title") << doc(msgs,
+                                      QByteArray(conv).replace(R"("title":"t")", R"("title":"\udc00t")"))
+                               << QStringLiteral(R"(The conversation's "title")") + lone.arg("dc00");
+        QTest::newRow("a pair the wrong way round")
+            << doc(QByteArray(msgs).replace(R"("content":"q")", R"("content":"\ude00\ud83d")"), conv)
+            << QStringLiteral(R"(Message 1 of the file: "content")") + lone.arg("de00");
+        QTest::newRow("finish reason")
+            << doc(QByteArray(msgs).replace(R"("finish_reason":"stop")", R"("finish_reason":"\ud800")"), conv)
+            << QStringLiteral(R"(Message 2 of the file: "finish_reason")") + lone.arg("d800");
+        QTest::newRow("model name")
+            << doc(QByteArray(msgs).replace(R"("model_name":"m")", R"("model_name":"m\udbff")"), conv)
+            << QStringLiteral(R"(Message 2 of the file: "generation.model_name")") + lone.arg("dbff");
+        QTest::newRow("stop string")
+            << doc(QByteArray(msgs).replace(R"("stop":["x"])", R"("stop":["x","\ud800"])"), conv)
+            << QStringLiteral(R"(Message 2 of the file: "generation.sampling.stop[1]")") + lone.arg("d800");
+        QTest::newRow("a settings key kept for newer builds")
+            << doc(msgs, QByteArray(conv).replace(R"("settings":{})", R"("settings":{"pane\udfff":1})"))
+            << QStringLiteral(R"(The conversation's a key of "settings")") + lone.arg("dfff");
+    }
+    void importRefusesLoneSurrogates() {
+        QFETCH(QByteArray, json);
+        QFETCH(QString, expected);
+        ChatStore s;
+        QVERIFY(s.open(QStringLiteral(":memory:")).ok());
+        QString error;
+        QVERIFY(!importConversationJson(s, json, &error));
+        QVERIFY2(error.contains(expected), qPrintable(error));
+        QCOMPARE(s.conversations().size(), 0);
+        // The same file with a whole pair (an emoji as two escapes) in that place imports, and the
+        // character is stored.
+        QByteArray pair = json;
+        pair.replace(R"(\ude00\ud83d)", R"(\ud83d\ude00)");
+        for (const char *half : {R"(\ud800)", R"(\udc00)", R"(\udbff)", R"(\udfff)"})
+            pair.replace(half, R"(\ud83d\ude00)");
+        const std::optional<qint64> id = importConversationJson(s, pair, &error);
+        QVERIFY2(id, qPrintable(error));
+        const QByteArray exported =
+            render([&](QIODevice &d, QString *e) { return writeConversationJson(s, *id, d, e); });
+        QVERIFY(exported.contains("\xF0\x9F\x98\x80")); // U+1F600 in UTF-8
+    }
+
     void importRefusesBadFiles() {
         QFETCH(QByteArray, json);
         QFETCH(QString, expected);
@@ -469,6 +661,120 @@ private slots:
         QVERIFY(md.contains(QStringLiteral(" · length"))); // a reply cut by the token limit says so
     }
 
+    // The Markdown export renders as the text but can create no HTML element: <, > and & outside
+    // code become entities, code stays verbatim inside fences that no line of it can close.
+    void inertMarkdownCases_data() {
+        QTest::addColumn<QString>("text");
+        QTest::addColumn<QString>("expected");
+        QTest::newRow("plain") << QStringLiteral("**bold** and _em_, 1 < 2 & 3 > 2")
+                               << QStringLiteral("**bold** and _em_, 1 &lt; 2 &amp; 3 &gt; 2");
+        QTest::newRow("script") << QStringLiteral("<script>alert(1)</script>")
+                                << QStringLiteral("&lt;script&gt;alert(1)&lt;/script&gt;");
+        QTest::newRow("img onerror") << QStringLiteral("x <img src=x onerror=alert(1)> y")
+                                     << QStringLiteral("x &lt;img src=x onerror=alert(1)&gt; y");
+        QTest::newRow("entity stays text")
+            << QStringLiteral("&lt;b&gt;") << QStringLiteral("&amp;lt;b&amp;gt;");
+        QTest::newRow("blockquote kept")
+            << QStringLiteral("> quoted <b>\n> > nested") << QStringLiteral("> quoted &lt;b&gt;\n> > nested");
+        QTest::newRow("inline code verbatim")
+            << QStringLiteral("use `<div>` or ``a ` <b>``") << QStringLiteral("use `<div>` or ``a ` <b>``");
+        QTest::newRow("escaped backtick is no code")
+            << QStringLiteral("\\`<img src=x onerror=alert(2)>`")
+            << QStringLiteral("\\`&lt;img src=x onerror=alert(2)&gt;`");
+        QTest::newRow("backslash before <") << QStringLiteral("\\<b>") << QStringLiteral("&lt;b&gt;");
+        QTest::newRow("link destination takes a backtick")
+            << QStringLiteral("[a](b`c) <img src=x onerror=alert(3)> `")
+            << QStringLiteral("[a](b`c) &lt;img src=x onerror=alert(3)&gt; `");
+        QTest::newRow("link title across lines")
+            << QStringLiteral("[a](b \"x\n` y\") <img src=x onerror=alert(4)> `")
+            << QStringLiteral("[a](b \"x\n` y\") &lt;img src=x onerror=alert(4)&gt; `");
+        QTest::newRow("a blank line ends the paragraph")
+            << QStringLiteral("[a]\n\n`<b>`") << QStringLiteral("[a]\n\n`<b>`");
+        QTest::newRow("table cell") << QStringLiteral("| `a | <img src=x onerror=alert(5)> | b` |")
+                                    << QStringLiteral("| `a | &lt;img src=x onerror=alert(5)&gt; | b` |");
+        QTest::newRow("autolink takes a backtick")
+            << QStringLiteral("www.x.org/`a <img src=x onerror=alert(6)> `")
+            << QStringLiteral("www.x.org/`a &lt;img src=x onerror=alert(6)&gt; `");
+        QTest::newRow("Pandoc raw attribute")
+            << QStringLiteral("`<b>x</b>`{=html}") << QStringLiteral("`&lt;b&gt;x&lt;/b&gt;`{=html}");
+        QTest::newRow("code span does not cross lines")
+            << QStringLiteral("`abc\n# <img src=x onerror=alert(7)> `")
+            << QStringLiteral("`abc\n# &lt;img src=x onerror=alert(7)&gt; `");
+        QTest::newRow("fenced code verbatim")
+            << QStringLiteral("before <b>\n```python\nif a < b and c > d: print(\"<b>\")\n```\nafter <b>")
+            << QStringLiteral(
+                   "before &lt;b&gt;\n```python\nif a < b and c > d: print(\"<b>\")\n```\nafter &lt;b&gt;");
+        QTest::newRow("a fence longer than the backticks inside")
+            << QStringLiteral("````\nprint(\"```\")\n```\n<b>still code</b>\n````\n<b>")
+            << QStringLiteral("````\nprint(\"```\")\n```\n<b>still code</b>\n````\n&lt;b&gt;");
+        QTest::newRow("tilde fence, info with a backtick")
+            << QStringLiteral("~~~ sh `x`\n```\n<b>\n~~~") << QStringLiteral("````sh\n```\n<b>\n````");
+        QTest::newRow("unclosed fence is closed") << QStringLiteral("```\n<script>alert(8)</script>")
+                                                  << QStringLiteral("```\n<script>alert(8)</script>\n```");
+        QTest::newRow("fence inside a list item moves to the margin")
+            << QStringLiteral("- item\n  ```\n  <b>x</b>\n  ```")
+            << QStringLiteral("- item\n```\n<b>x</b>\n```");
+        QTest::newRow("Pandoc raw block loses its attribute")
+            << QStringLiteral("```{=html}\n<img src=x onerror=alert(9)>\n```")
+            << QStringLiteral("```\n<img src=x onerror=alert(9)>\n```");
+        QTest::newRow("indented code is escaped")
+            << QStringLiteral("    <b>") << QStringLiteral("    &lt;b&gt;");
+        QTest::newRow("carriage returns are line ends")
+            << QStringLiteral("a\r```\r<b>\r```\rb<i>") << QStringLiteral("a\n```\n<b>\n```\nb&lt;i&gt;");
+    }
+    void inertMarkdownCases() {
+        QFETCH(QString, text);
+        QFETCH(QString, expected);
+        QCOMPARE(inertMarkdown(text), expected);
+    }
+
+    void markdownExportIsInert() {
+        ChatStore s;
+        QVERIFY(s.open(QStringLiteral(":memory:")).ok());
+        const qint64 c =
+            *s.createConversation(QStringLiteral("<img src=x onerror=alert('title')> & co\nline 2"));
+        const QString attack = QStringLiteral(
+            "Look: <script>alert(1)</script> and <img src=x onerror=alert(1)> & `<kbd>inline</kbd>`\n\n"
+            "````html\n<b>bold</b>\n```\nnot the end\n````\n\n"
+            "```\n<script>alert('unclosed')</script>");
+        const qint64 u = *s.addMessage(c, std::nullopt, MessageRole::User, attack);
+        GenerationInfo g = sampleGeneration();
+        g.modelName = QStringLiteral("<i>model</i>");
+        const qint64 a = *s.beginPartialReply(c, u, g);
+        QVERIFY(s.finishReply(a, QStringLiteral("reply <svg onload=alert(2)>"),
+                              QStringLiteral("error: <b>x</b>")));
+        QString error;
+        const QString md = QString::fromUtf8(
+            render([&](QIODevice &d, QString *e) { return writeConversationMarkdown(s, c, d, e); }));
+        // No raw markup outside code: the only `<` left are inside the inline span and the fences.
+        for (const char *raw : {"<script>alert(1)", "<img", "<svg", "<i>model", "<b>x"})
+            QVERIFY2(!md.contains(QLatin1String(raw)), raw);
+        QVERIFY(
+            md.startsWith(QStringLiteral("# &lt;img src=x onerror=alert('title')&gt; &amp; co line 2\n")));
+        QVERIFY(md.contains(QStringLiteral("&lt;script&gt;alert(1)&lt;/script&gt; and &lt;img src=x "
+                                           "onerror=alert(1)&gt; &amp; `<kbd>inline</kbd>`")));
+        QVERIFY(md.contains(QStringLiteral("````html\n<b>bold</b>\n```\nnot the end\n````\n")));
+        QVERIFY(md.contains(QStringLiteral("```\n<script>alert('unclosed')</script>\n```\n\n### Assistant")));
+        QVERIFY(md.contains(QStringLiteral("· &lt;i&gt;model&lt;/i&gt; · error: &lt;b&gt;x&lt;/b&gt;")));
+        QVERIFY(md.contains(QStringLiteral("reply &lt;svg onload=alert(2)&gt;")));
+
+        // A renderer (md4c, CommonMark with GitHub's extensions, as QTextDocument uses) shows the
+        // markup as text and makes no element of it; the code keeps its characters.
+        QTextDocument doc;
+        doc.setMarkdown(md, QTextDocument::MarkdownDialectGitHub);
+        const QString text = doc.toPlainText();
+        for (const char *shown :
+             {"<script>alert(1)</script>", "<img src=x onerror=alert(1)>", "<kbd>inline</kbd>", "<b>bold</b>",
+              "not the end", "<script>alert('unclosed')</script>", "reply <svg onload=alert(2)>"})
+            QVERIFY2(text.contains(QLatin1String(shown)), shown);
+        QVERIFY(!doc.toHtml().contains(QLatin1String("<img")));
+        // The assistant's heading is a heading, not code swallowed by the unclosed fence.
+        bool heading = false;
+        for (QTextBlock b = doc.begin(); b.isValid(); b = b.next())
+            heading |= b.text().startsWith(QLatin1String("Assistant")) && b.blockFormat().headingLevel() == 3;
+        QVERIFY(heading);
+    }
+
     void benchJsonIsAReportInput() {
         QString error;
         std::optional<Report> r = benchReport(benchJson(true), QStringLiteral("bench.json"), &error);
@@ -585,6 +891,108 @@ private slots:
         const std::optional<ConversationSnapshot> back = parseConversationJson(f.readAll(), &error);
         QVERIFY2(back, qPrintable(error));
         QCOMPARE(back->messages.size(), kMessages);
+    }
+
+    // A profile already in a database (an older build's, or edited by hand: here written with
+    // SQL, past every check) that claims a million layers, experts and shared experts, top-k of a
+    // million, MoE layers outside any model and token times ten years apart: reports are bounded
+    // by the arrays that are there, quickly and in little memory, and the conversation's export
+    // imports again.
+    void hostileStoredProfileMakesASmallReport() {
+        const QString db = path(QStringLiteral("hostile.sqlite"));
+        qint64 reply = 0, conversation = 0;
+        {
+            ChatStore s;
+            QVERIFY(s.open(db).ok());
+            conversation = *s.createConversation(QStringLiteral("hostile"));
+            const qint64 u =
+                *s.addMessage(conversation, std::nullopt, MessageRole::User, QStringLiteral("q"));
+            reply = *s.beginPartialReply(conversation, u, sampleGeneration());
+            QVERIFY(s.finishReply(reply, QStringLiteral("a"), QStringLiteral("stop"), sampleMetrics(), {},
+                                  sampleProfile()));
+        }
+        {
+            QSqlDatabase sql =
+                QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("hostile"));
+            sql.setDatabaseName(db);
+            QVERIFY(sql.open());
+            QSqlQuery q(sql);
+            QList<quint32> moe;
+            for (quint32 l = 0; l < 40; ++l) moe << l;
+            moe << 5000 << 0xFFFFFFFFu;
+            QVERIFY(q.prepare(QStringLiteral(
+                "UPDATE message_profiles SET n_layers = 1000000, n_experts = 1000000, n_shared_experts = "
+                "1000000, top_k = 1000000, moe_layers = ?, token_times = ? WHERE message_id = ?")));
+            q.addBindValue(encodeUInt32(moe));
+            q.addBindValue(encodeTokenTimes({0, 10, 20, 315'360'000'000'000})); // ten years later
+            q.addBindValue(reply);
+            QVERIFY2(q.exec(), qPrintable(q.lastError().text()));
+            QVERIFY(q.exec(QStringLiteral("DELETE FROM message_routing WHERE message_id = %1").arg(reply)));
+            for (int l : {0, 1, 2, 3, 5000, 7, 7})
+                QVERIFY(q.exec(QStringLiteral("INSERT OR IGNORE INTO message_routing (message_id, layer, "
+                                              "expert_counts) VALUES (%1, %2, X'01000000')")
+                                   .arg(reply)
+                                   .arg(l)));
+            sql.close();
+        }
+        QSqlDatabase::removeDatabase(QStringLiteral("hostile"));
+
+        {
+            ChatStore s;
+            QVERIFY(s.open(db).ok());
+            QCOMPARE(s.profile(reply)->nExperts, 1000000); // stored as it is ...
+            QString error;
+            const std::optional<Report> r = messageReport(s, reply, &error);
+            QVERIFY2(r, qPrintable(error));
+            const MessageProfile &p = r->requests.first().profile; // ... and bounded by its arrays
+            QCOMPARE(p.nExperts, 1);
+            QCOMPARE(p.nLayers, kMaxProfileLayers);
+            QCOMPARE(p.nSharedExperts, kMaxProfileExperts);
+            QCOMPARE(p.k, 1);
+            QVERIFY(p.traceIds.isEmpty());
+            QVERIFY(!profileShapeError(p));
+            QVERIFY(reportHtml(*r).size() < 1024 * 1024);
+        }
+
+#if !defined(ES_CLI_PATH)
+        QSKIP("expertscope-cli is not built");
+#else
+        auto run = [](const QStringList &args, QString *err) {
+            QProcess p;
+            p.start(QStringLiteral(ES_CLI_PATH), args);
+            if (!p.waitForFinished(120000)) return -1; // bounded: a report of this profile took minutes
+            *err = QString::fromUtf8(p.readAllStandardError());
+            return p.exitCode();
+        };
+        QString err;
+        for (const QString &format : {QStringLiteral("html"), QStringLiteral("pdf"), QStringLiteral("csv"),
+                                      QStringLiteral("json"), QStringLiteral("trace")}) {
+            const QString out = path(QStringLiteral("hostile.") + format);
+            QCOMPARE(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--message"),
+                          QString::number(reply), QStringLiteral("--format"), format, QStringLiteral("--out"),
+                          out},
+                         &err),
+                     0);
+            QVERIFY2(QFileInfo(out).size() < 2 * 1024 * 1024,
+                     qPrintable(QStringLiteral("%1: %2 bytes").arg(format).arg(QFileInfo(out).size())));
+        }
+        const QString chat = path(QStringLiteral("hostile-chat.json"));
+        QCOMPARE(run({QStringLiteral("report"), QStringLiteral("--db"), db, QStringLiteral("--conversation"),
+                      QString::number(conversation), QStringLiteral("--format"), QStringLiteral("chat-json"),
+                      QStringLiteral("--out"), chat},
+                     &err),
+                 0);
+        QCOMPARE(run({QStringLiteral("import"), QStringLiteral("--db"),
+                      path(QStringLiteral("hostile-2.sqlite")), QStringLiteral("--chat"), chat},
+                     &err),
+                 0);
+        // The largest child so far (every CLI run of this test binary): no report sized by the claims.
+        rusage children{};
+        QCOMPARE(getrusage(RUSAGE_CHILDREN, &children), 0);
+        qInfo("largest expertscope-cli run: %ld MiB", children.ru_maxrss / 1024);
+        QVERIFY2(children.ru_maxrss < 1024 * 1024,
+                 qPrintable(QStringLiteral("%1 KiB").arg(children.ru_maxrss)));
+#endif
     }
 
     void cliReport() {

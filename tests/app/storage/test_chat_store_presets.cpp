@@ -1,6 +1,6 @@
 // ChatStore presets: the built-ins seeded and read-only, user presets created, changed, reordered
 // and deleted, and the JSON exchange format exported and imported (duplicates skipped, malformed
-// files refused whole).
+// files refused whole, a lone UTF-16 surrogate refused naming where it is).
 #include "chat_store_test_support.h"
 #include "presets.h"
 
@@ -141,6 +141,43 @@ private Q_SLOTS:
         QTest::newRow("sampling not an object")
             << QByteArray(R"({"format":"expertscope.presets","version":1,"presets":[{"name":"a","sampling":[]}]})")
             << QString("sampling");
+        // Half a UTF-16 pair is no text: stored, it would come back as U+FFFD.
+        QTest::newRow("lone surrogate in a prompt")
+            << QByteArray(
+                   R"({"format":"expertscope.presets","version":1,"presets":[{"name":"a","system_prompt":"x\ud800y"}]})")
+            << QString(R"("presets[0].system_prompt" holds a lone UTF-16 surrogate (\ud800))");
+        QTest::newRow("lone surrogate in a stop string")
+            << QByteArray(
+                   R"({"format":"expertscope.presets","version":1,"presets":[{"name":"a","sampling":{"stop":["ok","\udc01"]}}]})")
+            << QString(R"("presets[0].sampling.stop[1]" holds a lone UTF-16 surrogate (\udc01))");
+    }
+
+    // Where a lone surrogate is: in the parsed document (with its path), and in the bytes should
+    // a parser have replaced it; a pair and an escaped backslash before "ud800" are not one.
+    void loneSurrogatesAreFound() {
+        auto find = [](const QByteArray &json) {
+            QJsonParseError e;
+            const QJsonDocument d = QJsonDocument::fromJson(json, &e);
+            return e.error == QJsonParseError::NoError ? findLoneSurrogate(d, json) : std::nullopt;
+        };
+        QVERIFY(!find(R"({"a":"\ud83d\ude00 and \\ud800 and é"})"));
+        std::optional<LoneSurrogate> l = find(R"({"a":[1,{"b":"x\ud800y"}]})");
+        QVERIFY(l);
+        QCOMPARE(l->path, QStringLiteral("a[1].b"));
+        QCOMPARE(l->unit, ushort(0xd800));
+        QVERIFY(!l->inKey);
+        l = find(R"({"a":"\udc00\ud800"})"); // a pair the wrong way round: two lone halves
+        QVERIFY(l && l->unit == 0xdc00 && l->path == QLatin1String("a"));
+        l = find(R"({"a":"x\ud800"})"); // a high half at the end
+        QVERIFY(l && l->unit == 0xd800);
+        l = find(R"({"o":{"k\udfff":1}})");
+        QVERIFY(l && l->inKey && l->path == QLatin1String("o") && l->unit == 0xdfff);
+        // The bytes alone (a document without it, as a parser that replaced it would give).
+        l = findLoneSurrogate(QJsonDocument(), R"({"a":"x\uD800"})");
+        QVERIFY(l && l->path.isEmpty() && l->byteOffset == 7 && l->unit == 0xd800);
+        // A pair, an escaped backslash before "ud800", an escaped quote, a plain \u escape.
+        const QByteArray fine = "{\"a\":\"\\ud83d\\ude00\",\"b\":\"\\\\ud800\",\"c\\\"\":\"\\u0041\"}";
+        QVERIFY(!findLoneSurrogate(QJsonDocument(), fine));
     }
 
     void presetImportErrors() {

@@ -1,11 +1,14 @@
 // ChatStore profiles (schema v4, steps and memory samples since v5): the BLOB codecs of
 // message_profiles round-trip exactly and refuse damaged input, a profile is stored with its reply
-// in one transaction, survives delete and undo, and a damaged row reads as no profile.
+// in one transaction, survives delete and undo, and a damaged row reads as no profile. A profile's
+// shape: profileShapeError() names what an import refuses, boundedProfile() makes a stored one
+// consistent (and leaves a consistent one as it is).
 #include "chat_store_test_support.h"
 
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <functional>
 #include <limits>
 
 using namespace es;
@@ -146,6 +149,119 @@ private Q_SLOTS:
         MessageProfile expected = sampleProfile();
         expected.routing = sampleRouting(); // the routing argument was stored
         QCOMPARE(*s->profile(a), expected);
+    }
+
+    // ---- Shape: what an import refuses, and what a stored profile is bounded to -------------------
+
+    void profileShapeIsCheckedAndBounded() {
+        // What the recorder makes is consistent and comes back from boundedProfile() unchanged.
+        QVERIFY(!profileShapeError(sampleProfile()));
+        QCOMPARE(boundedProfile(sampleProfile()), sampleProfile());
+        MessageProfile dense;
+        dense.tokenTimesUs = {5, 9};
+        dense.nLayers = 2;
+        QVERIFY(!profileShapeError(dense));
+        QCOMPARE(boundedProfile(dense), dense);
+        MessageProfile routingOnly; // a reply stored before profiles existed: routing alone
+        routingOnly.routing = sampleRouting();
+        QVERIFY(!profileShapeError(routingOnly));
+        QCOMPARE(boundedProfile(routingOnly), routingOnly);
+
+        struct Case {
+            const char *name;
+            std::function<void(MessageProfile &)> damage;
+            QString says;
+        };
+        const Case cases[] = {
+            {"a million layers and experts", [](MessageProfile &p) { p.nLayers = p.nExperts = 1000000; },
+             R"("n_layers" is 1000000; a profile has at most 1024 layers)"},
+            {"a million experts", [](MessageProfile &p) { p.nExperts = 1000000; },
+             R"("n_experts" is 1000000; a profile has at most 4096 experts)"},
+            {"too many shared experts", [](MessageProfile &p) { p.nSharedExperts = 5000; },
+             R"("n_shared_experts" is 5000; a profile has at most 4096 shared experts)"},
+            {"k above n_experts", [](MessageProfile &p) { p.k = 5; }, R"("k" is 5 but "n_experts" is 4)"},
+            {"negative layers", [](MessageProfile &p) { p.nLayers = -1; },
+             R"("n_layers" is -1; it cannot be negative)"},
+            {"negative k", [](MessageProfile &p) { p.k = -2; }, R"("k" is -2; it cannot be negative)"},
+            {"negative prompt", [](MessageProfile &p) { p.nPromptTokens = -7; },
+             R"("prompt_tokens" is -7; it cannot be negative)"},
+            {"MoE layer beyond the model",
+             [](MessageProfile &p) {
+                 p.moeLayers = {1, 9};
+             },
+             R"("moe_layers" lists layer 9 but "n_layers" is 4)"},
+            {"MoE layer twice",
+             [](MessageProfile &p) {
+                 p.moeLayers = {1, 1, 3};
+             },
+             R"("moe_layers" lists layer 1 twice)"},
+            {"routing row shorter",
+             [](MessageProfile &p) {
+                 p.routing[0].expertCounts = {1, 2, 3};
+             },
+             R"("routing" layer 1 has 3 expert counts but "n_experts" is 4)"},
+            {"routing row longer",
+             [](MessageProfile &p) {
+                 p.routing[1].expertCounts = {1, 2, 3, 4, 5};
+             },
+             R"("routing" layer 3 has 5 expert counts but "n_experts" is 4)"},
+            {"routing of a dense layer", [](MessageProfile &p) { p.routing[1].layer = 2; },
+             R"("routing" has layer 2, which "moe_layers" does not list)"},
+            {"trace cut short",
+             [](MessageProfile &p) {
+                 p.traceIds.removeLast();
+                 p.traceWeights.removeLast();
+             },
+             R"("trace_ids" has 11 entries, not a whole number of positions of 4 slots)"},
+            {"trace id beyond the experts", [](MessageProfile &p) { p.traceIds[4] = 4; },
+             R"("trace_ids" holds expert 4 but "n_experts" is 4)"},
+            {"trace without k", [](MessageProfile &p) { p.k = 0; },
+             R"("trace_ids" has 12 entries but "moe_layers" lists 2 layers and "k" is 0)"},
+            {"weights missing", [](MessageProfile &p) { p.traceWeights.clear(); },
+             R"("trace_ids" has 12 entries but "trace_weights" has 0)"},
+        };
+        for (const Case &c : cases) {
+            MessageProfile p = sampleProfile();
+            c.damage(p);
+            const std::optional<QString> why = profileShapeError(p);
+            QVERIFY2(why && why->contains(c.says),
+                     qPrintable(QLatin1String(c.name) + QLatin1String(": ") + why.value_or("none")));
+            // Bounded, the same profile is consistent and inside the limits.
+            const MessageProfile b = boundedProfile(p);
+            const std::optional<QString> after = profileShapeError(b);
+            QVERIFY2(!after,
+                     qPrintable(QLatin1String(c.name) + QLatin1String(": ") + after.value_or(QString())));
+        }
+
+        // The arrays win over the counts: a million claimed, the four experts of the rows kept.
+        MessageProfile huge = sampleProfile();
+        huge.nLayers = huge.nExperts = huge.nSharedExperts = huge.k = 1000000;
+        MessageProfile b = boundedProfile(huge);
+        QCOMPARE(b.nLayers, kMaxProfileLayers);
+        QCOMPARE(b.nExperts, 4);
+        QCOMPARE(b.nSharedExperts, kMaxProfileExperts);
+        QCOMPARE(b.k, 4);
+        QVERIFY(b.traceIds.isEmpty()); // recorded with k = 2: it does not fit k = 4, so it is not shown
+        QCOMPARE(b.routing, sampleProfile().routing);
+        // Rows of different lengths: n_experts becomes the longest, the others padded with zeros;
+        // the trace still fits (its ids are below it) and stays.
+        MessageProfile ragged = sampleProfile();
+        ragged.routing[1].expertCounts = {0, 2, 2, 0, 7};
+        b = boundedProfile(ragged);
+        QCOMPARE(b.nExperts, 5);
+        QCOMPARE(b.routing[0].expertCounts, (QList<quint32>{2, 0, 1, 1, 0}));
+        QCOMPARE(b.traceIds, sampleProfile().traceIds);
+        // Layers: rows and MoE layers outside the limit, twice or not MoE are dropped; layers the
+        // arrays hold raise the count.
+        MessageProfile layers = sampleProfile();
+        layers.nLayers = 2;
+        layers.moeLayers = {1, 3, 3, 5000, -4};
+        layers.routing.append({7, {1, 1, 1, 1}});
+        layers.routing.append({1, {9, 9, 9, 9}});
+        b = boundedProfile(layers);
+        QCOMPARE(b.moeLayers, (QList<int>{1, 3}));
+        QCOMPARE(b.nLayers, 4);
+        QCOMPARE(b.routing, sampleProfile().routing);
     }
 
     void damagedProfileReadsAsNone() {
