@@ -1,7 +1,7 @@
 # One line per suite (keeps merges simple).
 es_add_qtest(engine/model/test_safetensors LABEL unit LIBS nlohmann_json::nlohmann_json)
 es_add_qtest(engine/model/test_model_config LABEL unit LIBS nlohmann_json::nlohmann_json)
-es_add_qtest(engine/model/test_tokenizer LABEL unit)
+es_add_qtest(engine/model/test_tokenizer LABEL unit LIBS es::sentencepiece)
 es_add_qtest(engine/model/test_chat_template LABEL unit)
 es_add_qtest(engine/model/test_model_reference LABEL model)
 if(TARGET expertscope-cli)
