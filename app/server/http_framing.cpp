@@ -66,6 +66,11 @@ request_framer::state request_framer::fail(int status, std::string message) {
     return state::failed;
 }
 
+request_framer::state request_framer::line_too_long() {
+    return m_lines == 0 ? fail(414, "the request line is longer than " + std::to_string(m_limits.max_line_bytes) + " bytes")
+                        : fail(431, "a header line is longer than " + std::to_string(m_limits.max_line_bytes) + " bytes");
+}
+
 request_framer::state request_framer::feed(std::string &in) {
     if (m_phase == phase::failed) return state::failed;
     if (m_phase == phase::done) return state::complete;
@@ -79,27 +84,36 @@ request_framer::state request_framer::feed(std::string &in) {
             if (in.empty() || in == "\r") return state::need_more;
             m_started = true;
         }
-        const size_t end = in.find("\r\n\r\n", m_scanned >= 3 ? m_scanned - 3 : 0);
-        const std::string_view head_so_far(in.data(), end == std::string::npos ? in.size() : end + 4);
-        if (bare_lf(head_so_far, m_scanned > 0 ? m_scanned - 1 : 0) != std::string::npos)
-            return fail(400, "a line of the request head ends in a bare LF; HTTP lines end in CRLF");
-        if (end == std::string::npos) {
+        // Scan the new bytes line by line: each line is checked as soon as it ends, and the
+        // line still arriving as soon as it is too long, so the verdict never depends on how
+        // the bytes were split into reads.
+        size_t head_end = std::string::npos;
+        for (size_t i = m_scanned; i < in.size(); ++i) {
+            if (in[i] != '\n') continue;
+            if (i == 0 || in[i - 1] != '\r')
+                return fail(400, "a line of the request head ends in a bare LF; HTTP lines end in CRLF");
+            const size_t len = i - 1 - m_line_start;
+            if (len > m_limits.max_line_bytes) return line_too_long();
+            if (len == 0) { // the empty line: the head ends here
+                head_end = i + 1;
+                break;
+            }
+            ++m_lines;
+            m_line_start = i + 1;
+        }
+        if (head_end == std::string::npos) {
             m_scanned = in.size();
-            const size_t nl = in.rfind('\n');
-            const size_t line = nl == std::string::npos ? in.size() : in.size() - nl - 1;
-            if (line > m_limits.max_line_bytes)
-                return fail(nl == std::string::npos ? 414 : 431,
-                            nl == std::string::npos ? "the request line is longer than " + std::to_string(m_limits.max_line_bytes) + " bytes"
-                                                    : "a header line is longer than " + std::to_string(m_limits.max_line_bytes) + " bytes");
+            const size_t arriving = in.size() - m_line_start - (!in.empty() && in.back() == '\r' ? 1 : 0);
+            if (arriving > m_limits.max_line_bytes) return line_too_long();
             if (in.size() > m_limits.max_head_bytes)
                 return fail(431, "the request head is longer than " + std::to_string(m_limits.max_head_bytes) + " bytes");
             return state::need_more;
         }
-        if (end + 4 > m_limits.max_head_bytes)
+        if (head_end > m_limits.max_head_bytes)
             return fail(431, "the request head is longer than " + std::to_string(m_limits.max_head_bytes) + " bytes");
-        const std::string head = in.substr(0, end + 2); // every line with its CRLF
-        in.erase(0, end + 4);
-        m_scanned = 0;
+        const std::string head = in.substr(0, head_end - 2); // every line with its CRLF
+        in.erase(0, head_end);
+        m_scanned = m_line_start = 0;
         if (state st = parse_head(head); st == state::failed) return st;
     }
     if (m_phase == phase::length_body) {
@@ -167,7 +181,7 @@ request_framer::state request_framer::parse_head(std::string_view head) {
             expect = lower(value);
         } else {
             hosts += key == "host";
-            m_out.append(name).append(": ").append(value).append("\r\n");
+            m_out.append(line).append("\r\n"); // as it came: the worker's parser reads what this one checked
         }
     }
     if (hosts > 1) return fail(400, "the request has more than one Host header");
@@ -223,11 +237,13 @@ request_framer::state request_framer::feed_chunked(std::string &in) {
             const size_t scan_end = eol == std::string::npos ? std::min(in.size(), pos + m_limits.max_line_bytes + 1) : eol;
             if (bare_lf(std::string_view(in).substr(0, scan_end), pos) != std::string::npos)
                 return result(fail(400, "a line of the chunked body ends in a bare LF"));
-            if (eol == std::string::npos) {
-                if (in.size() - pos > m_limits.max_line_bytes) return result(fail(400, "a line of the chunked body is too long"));
+            if (eol == std::string::npos) { // the line still arriving (a CR at its end may begin its CRLF)
+                if (in.size() - pos - (in.size() > pos && in.back() == '\r' ? 1 : 0) > m_limits.max_line_bytes)
+                    return result(fail(400, "a line of the chunked body is too long"));
                 return result(state::need_more);
             }
             const std::string_view line(in.data() + pos, eol - pos);
+            if (line.size() > m_limits.max_line_bytes) return result(fail(400, "a line of the chunked body is too long"));
             pos = eol + 2;
             m_body_taken += line.size() + 2;
             if (m_phase == phase::trailers) {
@@ -242,7 +258,6 @@ request_framer::state request_framer::feed_chunked(std::string &in) {
                 }
                 continue;
             }
-            if (line.size() > m_limits.max_line_bytes) return result(fail(400, "a line of the chunked body is too long"));
             size_t digits = 0;
             uint64_t size = 0;
             while (digits < line.size() && std::isxdigit(static_cast<unsigned char>(line[digits]))) {

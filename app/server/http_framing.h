@@ -2,9 +2,9 @@
 // the worker pool (http_gate). It parses only what framing needs — the request line, the header
 // lines, Content-Length, Transfer-Encoding: chunked, Expect, Host — and refuses what it cannot
 // frame with the status to answer, before reading further. A complete request comes out
-// normalized: its head written again from the parsed lines, with Transfer-Encoding,
-// Content-Length and Expect replaced by the decoded body's Content-Length, so the worker's parser
-// (cpp-httplib) reads exactly the request this one framed, and nothing after it.
+// normalized: its request line and header lines as they came, except that Transfer-Encoding,
+// Content-Length and Expect are replaced by the decoded body's Content-Length, so the worker's
+// parser (cpp-httplib) reads exactly the request this one framed, and nothing after it.
 #pragma once
 
 #include <cstddef>
@@ -42,13 +42,16 @@ private:
     enum class phase { head, length_body, chunk_size, chunk_data, chunk_data_end, trailers, done, failed };
 
     state fail(int status, std::string message);
+    state line_too_long();
     state parse_head(std::string_view head);
     state feed_chunked(std::string &in);
 
     framing_limits m_limits;
     phase m_phase = phase::head;
     bool m_started = false, m_expect_continue = false, m_body_framed = false;
-    size_t m_scanned = 0;       // bytes of `in` already searched for the end of the head
+    size_t m_scanned = 0;       // bytes of `in` already scanned for the end of the head
+    size_t m_line_start = 0;    // where the head line being read begins in `in`
+    size_t m_lines = 0;         // head lines ended so far
     std::string m_out;          // the normalized head (without Content-Length and the blank line)
     std::string m_body;
     size_t m_remaining = 0;     // of the current Content-Length body or chunk
