@@ -14,7 +14,7 @@ namespace es::server {
 
 struct framing_limits {
     size_t max_head_bytes = 16 * 1024; // the request line and the headers (and a chunked body's trailers)
-    size_t max_line_bytes = 8 * 1024;  // any one line of them
+    size_t max_line_bytes = 8190;      // any one line of them, without its CRLF (cpp-httplib's limit is 8192 with it)
     size_t max_body_bytes = 1 << 20;   // the body as the handler receives it (chunks decoded)
 };
 
