@@ -22,14 +22,15 @@ int cmd_serve(const serve_opts &o, const common_opts &common) {
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, nullptr);
     std::signal(SIGPIPE, SIG_IGN);
-    // The server's heap policy. glibc gives each busy thread its own arena and, by default, raises
-    // its mmap and trim thresholds after a large block is freed, after which blocks as large as a
-    // request body come from the arenas and what is freed at an arena's top stays resident
-    // (malloc_trim does not shrink a thread arena's top). With fixed thresholds, blocks of
-    // 256 KiB and more are mapped and unmapped with their request, and an arena's free top beyond
-    // 512 KiB is given back: RSS stays flat across large requests on 64 worker threads.
-    mallopt(M_MMAP_THRESHOLD, 256 * 1024);
-    mallopt(M_TRIM_THRESHOLD, 512 * 1024);
+    // The server's heap policy: one malloc arena. glibc gives each busy thread an arena of its
+    // own, and what a thread frees at its arena's top stays resident up to the trim threshold,
+    // which glibc raises to twice the largest block ever mapped (tens of MiB once a model has
+    // loaded); malloc_trim does not shrink a thread arena's top. With 64 worker threads that
+    // each once handled a large request, that is gigabytes. In the one main arena, the trims
+    // after large requests (api_server) give everything freed back. Small blocks stay in each
+    // thread's tcache, so the shared arena's lock is rarely taken; the engine allocates exactly
+    // as before (fixing the mmap threshold instead would map and unmap its per-step buffers).
+    mallopt(M_ARENA_MAX, 1);
 
     server::server_options so;
     so.model_dir = o.model_dir;
