@@ -54,9 +54,9 @@ void send_error(httplib::Response &res, const api_error &e) {
 constexpr size_t k_trim_after_bytes = 64 * 1024;
 
 // Gives freed heap memory back to the system. SentencePiece's scratch for a long text (and the
-// body, the parsed JSON and the prompt copies of a large request) are freed in the worker
-// thread's malloc arena, where glibc keeps them: without this, every worker thread that once
-// served a large request would hold its peak for good.
+// body, the parsed JSON and the prompt copies of a large request) are freed into malloc's arena,
+// where glibc keeps them; in the one arena `serve` runs with (cli_serve.cpp), malloc_trim hands
+// all of it back. Without it, a worker that once served a large request would hold its peak.
 void release_freed_memory() { malloc_trim(0); }
 
 // cpp-httplib's request processing — request line, headers, routing, handlers, the response —
