@@ -121,6 +121,11 @@ struct serve_opts {
     size_t max_body_bytes = 1 << 20;
     int64_t max_prompt_tokens = 0;
     int32_t max_num_seqs = 16;
+    // Client bounds (server_options in app/server/api_server.h has the meanings).
+    double header_timeout = 10, body_timeout = 30, keep_alive_timeout = 5, write_timeout = 30;
+    size_t max_connections = 512, max_connections_per_client = 128;
+    std::vector<std::string> allowed_origins;
+    bool insecure_no_api_key = false;
 };
 int cmd_serve(const serve_opts &o, const common_opts &common);
 

@@ -224,6 +224,30 @@ CLI::App *add_serve_command(CLI::App &app, serve_opts &sv, common_opts &common) 
     serve->add_option("--max-body-bytes", sv.max_body_bytes, "larger request bodies get 413 (default 1048576)")->check(CLI::Range(size_t(64), size_t(1) << 32));
     serve->add_option("--max-prompt-tokens", sv.max_prompt_tokens, "longer prompts get 400 (default: the context)")->check(CLI::Range(int64_t(0), int64_t(1) << 40));
     serve->add_option("--max-num-seqs", sv.max_num_seqs, "sequences batched per engine step (default 16)")->check(CLI::Range(1, 4096));
+    serve->add_option("--header-timeout", sv.header_timeout,
+                      "seconds a client has for a request's line and headers, whole (default 10; then 408)")
+        ->check(CLI::Range(0.05, 3600.0));
+    serve->add_option("--body-timeout", sv.body_timeout,
+                      "seconds a client has for a request's body after its headers, whole (default 30; then 408)")
+        ->check(CLI::Range(0.05, 3600.0));
+    serve->add_option("--keep-alive-timeout", sv.keep_alive_timeout,
+                      "seconds an idle kept-alive connection waits for its next request (default 5)")
+        ->check(CLI::Range(0.05, 3600.0));
+    serve->add_option("--write-timeout", sv.write_timeout,
+                      "seconds one write of a response may wait for a client that does not read (default 30)")
+        ->check(CLI::Range(0.05, 3600.0));
+    serve->add_option("--max-connections", sv.max_connections,
+                      "open connections in all; more are answered 503 at once (default 512)")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    serve->add_option("--max-connections-per-client", sv.max_connections_per_client,
+                      "open connections from one address; more are answered 503 at once (default 128)")
+        ->check(CLI::Range(size_t(1), size_t(1) << 20));
+    serve->add_option("--allowed-origins", sv.allowed_origins,
+                      "web origins (https://app.example:3000, comma-separated; * for any) whose pages may call "
+                      "the server; requests from other origins get 403 (default: none)")
+        ->delimiter(',');
+    serve->add_flag("--insecure-no-api-key", sv.insecure_no_api_key,
+                    "allow --host other than loopback without --api-key (anyone who can reach it can use the model)");
     add_common_options(*serve, common);
     add_gpu_memory_option(*serve, common);
     add_fp8_scales_option(*serve, common);

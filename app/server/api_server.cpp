@@ -1,24 +1,36 @@
-// Request flow: authenticate → parse and validate (openai_protocol) → tokenize here (the
-// engine's own chat template and tokenizer, so the prompt length can be refused with a 400
-// before anything is queued) → engine.submit(prompt_ids) → stream events out as SSE chunks, or
-// collect them for one JSON answer. A stream whose client has gone (a failed write, or the
-// server stopping) cancels its request, which frees its KV blocks.
+// Request flow: the gate frames the request (http_gate) → a worker runs cpp-httplib's
+// processing on it → the browser checks (Host, Origin, Content-Type; http_policy) → authenticate
+// → parse and validate (openai_protocol) → bound the prompt by its bytes, then tokenize here (the
+// engine's own chat template and tokenizer, so a prompt that is too long is refused with a 400
+// before anything is queued, and mostly before it is tokenized) → engine.submit(prompt_ids) →
+// stream events out as SSE chunks, or collect them for one JSON answer. A stream whose client has
+// gone (it closed the connection, a write failed, or the server is stopping) cancels its request,
+// which frees its KV blocks. No response names a file: errors that come from inside say what
+// failed in words, and the details go to stderr.
 #include "api_server.h"
 
 #include "engine/model/tokenizer.h"
 #include "engine/runtime/engine.h"
+#include "http_gate.h"
+#include "http_policy.h"
 #include "openai_protocol.h"
 #include "server_metrics.h"
 
 #include <httplib.h>
+#include <malloc.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <nlohmann/json.hpp>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 namespace es::server {
@@ -37,6 +49,28 @@ void send_error(httplib::Response &res, const api_error &e) {
     res.status = e.status;
     res.set_content(dump(error_json(e)), "application/json");
 }
+
+// Text at least this long is encoded with the arena trimmed afterwards (below).
+constexpr size_t k_trim_after_bytes = 64 * 1024;
+
+// Gives freed heap memory back to the system. SentencePiece's scratch for a long text (and the
+// body, the parsed JSON and the prompt copies of a large request) are freed into malloc's arena,
+// where glibc keeps them; in the one arena `serve` runs with (cli_serve.cpp), malloc_trim hands
+// all of it back. Without it, a worker that once served a large request would hold its peak.
+void release_freed_memory() { malloc_trim(0); }
+
+// cpp-httplib's request processing — request line, headers, routing, handlers, the response —
+// on a stream the gate provides; the library's own accept loop is not used.
+class worker_http : public httplib::Server {
+public:
+    bool serve(httplib::Stream &s, bool close_connection, bool &connection_closed) {
+        return process_request(s, close_connection, connection_closed, nullptr);
+    }
+    // Chunked responses run while the server socket is valid (the library's is_shutting_down()).
+    void set_listening(socket_t s) { svr_sock_ = s; }
+};
+
+std::string quote(const std::string &s) { return s.size() > 80 ? "'" + s.substr(0, 80) + "…'" : "'" + s + "'"; }
 
 backend_kind to_kind(const std::string &s) {
     return s == "cuda" ? backend_kind::cuda : s == "auto" ? backend_kind::automatic : backend_kind::cpu;
@@ -63,7 +97,10 @@ struct api_server::impl {
     model_limits limits;
     int32_t block_size = 16;
     std::unique_ptr<server_metrics> metrics;
-    httplib::Server http;
+    worker_http http;
+    std::unique_ptr<http_gate> gate;
+    origin_rules origins;
+    bool host_check = false; // loopback-bound without a key: Host must be a loopback name
     std::atomic<bool> stopping{false};
     std::thread poller;
     std::mutex open_mutex;
@@ -81,7 +118,7 @@ struct api_server::impl {
     bool authorized(const httplib::Request &req, httplib::Response &res) {
         if (opt.api_key.empty()) return true;
         const std::string h = req.get_header_value("Authorization");
-        if (h == "Bearer " + opt.api_key) return true;
+        if (same_secret(h, "Bearer " + opt.api_key)) return true;
         api_error e;
         e.status = 401;
         e.code = "invalid_api_key";
@@ -103,6 +140,10 @@ struct api_server::impl {
     }
 
     void handle_completion(const httplib::Request &req, httplib::Response &res, api_kind kind);
+    std::optional<api_error> tokenize(std::string_view text, completion_request &r, std::vector<int32_t> &ids);
+    // The browser checks, before routing: Handled with the answer when the request is refused
+    // (or is a CORS preflight).
+    httplib::Server::HandlerResponse check_browser_rules(const httplib::Request &req, httplib::Response &res);
     // Non-streaming: drains the request's events into s (waiting up to `wait` for the first);
     // true once it ended, which is then recorded (metrics, bookkeeping) exactly once.
     bool collect(stream_state &s, std::chrono::milliseconds wait) {
@@ -153,10 +194,55 @@ struct api_server::impl {
     void handle_models(httplib::Response &res);
 };
 
+namespace {
+
+std::chrono::milliseconds to_ms(double s) { return std::chrono::milliseconds(int64_t(std::llround(s * 1000.0))); }
+
+std::string exposure_refusal(const std::string &host) {
+    return "refusing to serve on " + (host.empty() ? std::string("every address") : host) +
+           " without an API key: anyone who can reach it could use the model. Set --api-key KEY (or "
+           "EXPERTSCOPE_API_KEY), bind 127.0.0.1, or pass --insecure-no-api-key to do it anyway";
+}
+
+} // namespace
+
 api_server::api_server(server_options o) : m(std::make_unique<impl>()) {
     m->opt = std::move(o);
     std::random_device rd;
     m->id_salt = (uint64_t(rd()) << 32) ^ rd();
+    const server_options &opt = m->opt;
+    gate_options g;
+    g.framing.max_body_bytes = opt.max_body_bytes;
+    g.header_timeout = to_ms(opt.header_timeout_s);
+    g.body_timeout = to_ms(opt.body_timeout_s);
+    g.idle_timeout = to_ms(opt.idle_timeout_s);
+    g.write_timeout = to_ms(opt.write_timeout_s);
+    g.max_connections = opt.max_connections;
+    g.max_connections_per_client = opt.max_connections_per_client;
+    g.workers = size_t(opt.http_threads > 0 ? opt.http_threads : std::max(64, 2 * opt.max_num_seqs + 16));
+    m->gate = std::make_unique<http_gate>(g);
+    for (const std::string &origin : opt.allowed_origins) m->origins.allowed.push_back(normalize_origin(origin));
+}
+
+std::string check_exposure(const server_options &o) {
+    if (!o.api_key.empty()) return {};
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo *res = nullptr;
+    if (const int rc = getaddrinfo(o.host.empty() ? nullptr : o.host.c_str(), "0", &hints, &res); rc != 0)
+        return "cannot resolve --host " + o.host + " (" + gai_strerror(rc) + ")";
+    bool loopback = true;
+    for (addrinfo *a = res; a; a = a->ai_next) {
+        if (a->ai_family == AF_INET)
+            loopback &= (ntohl(reinterpret_cast<const sockaddr_in *>(a->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+        else if (a->ai_family == AF_INET6)
+            loopback &= bool(IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6 *>(a->ai_addr)->sin6_addr));
+    }
+    freeaddrinfo(res);
+    if (loopback || o.insecure_no_api_key) return {};
+    return exposure_refusal(o.host);
 }
 
 api_server::~api_server() {
@@ -166,6 +252,7 @@ api_server::~api_server() {
 }
 
 std::string api_server::load() {
+    if (std::string e = check_exposure(m->opt); !e.empty()) return e;
     engine_params ep;
     ep.load.kind = to_kind(m->opt.backend);
     ep.load.n_threads = m->opt.threads;
@@ -212,11 +299,12 @@ std::string api_server::load() {
 }
 
 void api_server::impl::handle_models(httplib::Response &res) {
+    // "root" is the served name, not the folder: no answer names a path on this machine.
     json model = {{"id", limits.served_name},
                   {"object", "model"},
                   {"created", unix_now()},
                   {"owned_by", "expertscope"},
-                  {"root", opt.model_dir},
+                  {"root", limits.served_name},
                   {"max_model_len", limits.n_ctx}};
     res.set_content(dump(json{{"object", "list"}, {"data", json::array({model})}}), "application/json");
 }
@@ -238,9 +326,13 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
                            "this server runs random weights of a model shape and has no tokenizer: send "
                            "a token-id prompt to /v1/completions",
                            "invalid_request_error", kind == api_kind::chat ? "messages" : "prompt", ""});
-    if (kind == api_kind::chat) rp.prompt_ids = tok->encode(render_chat(r.messages, true));
-    else if (r.prompt_is_ids) rp.prompt_ids = r.prompt_ids;
-    else rp.prompt_ids = tok->encode(r.prompt_text);
+    if (kind == api_kind::chat) {
+        if (auto e = tokenize(render_chat(r.messages, true), r, rp.prompt_ids)) return send_error(res, *e);
+    } else if (r.prompt_is_ids) {
+        rp.prompt_ids = std::move(r.prompt_ids);
+    } else if (auto e = tokenize(r.prompt_text, r, rp.prompt_ids)) {
+        return send_error(res, *e);
+    }
     if (auto e = check_prompt_length(int64_t(rp.prompt_ids.size()), limits, r)) return send_error(res, *e);
     state->n_prompt = int64_t(rp.prompt_ids.size());
     rp.sampling = r.sampling;
@@ -277,6 +369,7 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
                     sink.done();
                     return true;
                 }
+                if (!sink.is_writable()) return false; // the client has gone
                 const bool done = collect(s, std::chrono::milliseconds(200));
                 std::string out;
                 const auto now = std::chrono::steady_clock::now();
@@ -314,6 +407,7 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
                 sink.done();
                 return true;
             }
+            if (!sink.is_writable()) return false; // the client has gone: the releaser cancels
             std::string out;
             if (!s.sent_role && s.req.kind == api_kind::chat) {
                 out += sse(stream_chunk(s.req, s.id, s.created, "", "", true));
@@ -368,13 +462,79 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
         });
 }
 
+// A text whose byte length alone proves it longer than the limits allow is refused before it is
+// tokenized (a token stands for at most max_token_bytes() bytes); any other is encoded with a
+// stop just past the longest prompt allowed, so an encoding that runs over ends early.
+std::optional<api_error> api_server::impl::tokenize(std::string_view text, completion_request &r,
+                                                    std::vector<int32_t> &ids) {
+    const int64_t allowed = max_prompt_length(limits);
+    if (const size_t per_token = tok->max_token_bytes(); per_token > 0) {
+        const int64_t at_least = int64_t((text.size() + per_token - 1) / per_token);
+        if (at_least > allowed) return check_prompt_length(at_least, limits, r, true);
+    }
+    ids = tok->encode(text, size_t(allowed));
+    if (text.size() >= k_trim_after_bytes) release_freed_memory();
+    if (int64_t(ids.size()) > allowed) return check_prompt_length(int64_t(ids.size()), limits, r, true);
+    return std::nullopt;
+}
+
+httplib::Server::HandlerResponse api_server::impl::check_browser_rules(const httplib::Request &req,
+                                                                       httplib::Response &res) {
+    using HR = httplib::Server::HandlerResponse;
+    const std::string host = req.get_header_value("Host");
+    if (host_check && !host.empty() && !is_loopback_host(host)) {
+        send_error(res, api_error{421,
+                                  "this server listens on a loopback address without an API key and answers only "
+                                  "to localhost, 127.0.0.1 or [::1]; the Host " + quote(host) + " is refused",
+                                  "invalid_request_error", "", "misdirected_request"});
+        return HR::Handled;
+    }
+    const std::string origin = req.get_header_value("Origin");
+    switch (check_origin(origin, host, origins)) {
+    case origin_verdict::foreign:
+        send_error(res, api_error{403,
+                                  "requests from the web origin " + quote(origin) +
+                                      " are refused; start the server with --allowed-origins " + quote(origin) +
+                                      " to allow that site",
+                                  "invalid_request_error", "", "origin_not_allowed"});
+        return HR::Handled;
+    case origin_verdict::allowed:
+        res.set_header("Access-Control-Allow-Origin", origin);
+        res.set_header("Vary", "Origin");
+        break;
+    default:
+        break;
+    }
+    if (req.method == "OPTIONS") { // a CORS preflight (or a plain OPTIONS): what the routes take
+        res.status = 204;
+        res.set_header("Allow", "GET, POST, OPTIONS");
+        if (!origin.empty()) {
+            res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+            res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+            res.set_header("Access-Control-Max-Age", "600");
+        }
+        return HR::Handled;
+    }
+    const bool changes_state = req.method == "POST" || req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE";
+    if (changes_state && !is_json_media_type(req.get_header_value("Content-Type"))) {
+        const std::string ct = req.get_header_value("Content-Type");
+        send_error(res, api_error{415,
+                                  "the body must be sent as 'Content-Type: application/json'" +
+                                      (ct.empty() ? std::string(" (none was given)") : " (not " + quote(ct) + ")"),
+                                  "invalid_request_error", "", "unsupported_media_type"});
+        return HR::Handled;
+    }
+    return HR::Unhandled;
+}
+
 std::string api_server::listen() {
     impl &I = *m;
-    const int n_http = I.opt.http_threads > 0 ? I.opt.http_threads : std::max(64, 2 * I.opt.max_num_seqs + 16);
-    I.http.new_task_queue = [n_http] { return new httplib::ThreadPool(size_t(n_http)); };
-    I.http.set_payload_max_length(I.opt.max_body_bytes);
-    I.http.set_read_timeout(30, 0);
-    I.http.set_write_timeout(30, 0);
+    http_gate &gate = *I.gate;
+    I.http.set_keep_alive_max_count(gate.options().keep_alive_max_requests);
+    I.http.set_keep_alive_timeout(std::max<time_t>(1, time_t(I.opt.idle_timeout_s)));
+    I.http.set_payload_max_length(I.opt.max_body_bytes); // the gate enforces it first
+    I.http.set_pre_routing_handler(
+        [&I](const httplib::Request &req, httplib::Response &res) { return I.check_browser_rules(req, res); });
     I.http.set_error_handler([&I](const httplib::Request &req, httplib::Response &res) {
         if (!res.body.empty()) return;  // a handler already wrote an OpenAI error
         api_error e;
@@ -390,15 +550,17 @@ std::string api_server::listen() {
         }
         send_error(res, e);
     });
-    I.http.set_exception_handler([](const httplib::Request &, httplib::Response &res, std::exception_ptr ep) {
-        std::string what = "internal error";
+    I.http.set_exception_handler([](const httplib::Request &req, httplib::Response &res, std::exception_ptr ep) {
+        // The exception's text may name files; it goes to stderr, the client gets words.
+        std::string what = "unknown exception";
         try {
             if (ep) std::rethrow_exception(ep);
         } catch (const std::exception &ex) {
-            what += std::string(": ") + ex.what();
+            what = ex.what();
         } catch (...) {
         }
-        send_error(res, api_error{500, what, "server_error", "", ""});
+        std::fprintf(stderr, "serve: %s %s failed: %s\n", req.method.c_str(), req.path.c_str(), what.c_str());
+        send_error(res, api_error{500, "internal error while serving the request", "server_error", "", ""});
     });
 
     I.http.Get("/health", [](const httplib::Request &, httplib::Response &res) { res.set_content("", "text/plain"); });
@@ -414,16 +576,37 @@ std::string api_server::listen() {
     I.http.Get("/metrics", [&I](const httplib::Request &, httplib::Response &res) {
         auto snap = I.eng->telemetry();
         if (snap) I.metrics->record_steps(*snap);
-        res.set_content(I.metrics->render(snap.get(), I.block_size), "text/plain; version=0.0.4; charset=utf-8");
+        std::string text = I.metrics->render(snap.get(), I.block_size);
+        const gate_counters &c = I.gate->counters();
+        std::ostringstream os;
+        os << "# HELP expertscope:http_connections_open Connections the server holds open.\n"
+              "# TYPE expertscope:http_connections_open gauge\n"
+           << "expertscope:http_connections_open " << c.open.load() << "\n"
+           << "# HELP expertscope:http_connections_refused_total Connections answered 503 at once (over a connection limit).\n"
+              "# TYPE expertscope:http_connections_refused_total counter\n"
+           << "expertscope:http_connections_refused_total " << c.refused.load() << "\n"
+           << "# HELP expertscope:http_requests_timed_out_total Requests answered 408 (head or body past its deadline).\n"
+              "# TYPE expertscope:http_requests_timed_out_total counter\n"
+           << "expertscope:http_requests_timed_out_total " << c.timed_out.load() << "\n"
+           << "# HELP expertscope:http_requests_rejected_total Requests the gate refused as malformed or too large.\n"
+              "# TYPE expertscope:http_requests_rejected_total counter\n"
+           << "expertscope:http_requests_rejected_total " << c.rejected.load() << "\n";
+        text += os.str();
+        res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
     });
 
-    int port = I.opt.port;
-    if (port == 0) {
-        port = I.http.bind_to_any_port(I.opt.host);
-        if (port < 0) return "cannot bind " + I.opt.host + " (any port)";
-    } else if (!I.http.bind_to_port(I.opt.host, port)) {
-        return "cannot bind " + I.opt.host + ":" + std::to_string(port) + " (in use, or not an address of this machine)";
+    if (std::string err = gate.bind(I.opt.host, I.opt.port); !err.empty()) return err;
+    const int port = gate.port();
+    I.origins.loopback_bound = gate.bound_to_loopback();
+    I.host_check = gate.bound_to_loopback() && I.opt.api_key.empty();
+    if (!gate.bound_to_loopback() && I.opt.api_key.empty()) {
+        if (!I.opt.insecure_no_api_key) return exposure_refusal(I.opt.host);
+        std::fprintf(stderr,
+                     "serve: WARNING: listening on %s without an API key (--insecure-no-api-key): anyone who can "
+                     "reach this address can use the model\n",
+                     I.opt.host.c_str());
     }
+    I.http.set_listening(gate.listening_socket());
     // The batch-size histograms read the engine's step ring; poll it often enough not to miss steps.
     I.poller = std::thread([&I] {
         while (!I.stopping) {
@@ -431,10 +614,21 @@ std::string api_server::listen() {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
     });
-    std::printf("listening on http://%s:%d\n", I.opt.host.c_str(), port);
+    const bool v6 = I.opt.host.find(':') != std::string::npos;
+    std::printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", I.opt.host.c_str(), v6 ? "]" : "", port);
     std::fflush(stdout);
-    if (I.stopping) return {};
-    I.http.listen_after_bind();
+    gate.run(
+        [&I](const gate_connection &c, std::string &request, bool last) {
+            gate_stream s(c, request, I.gate->options().write_timeout, I.stopping);
+            bool closed = false;
+            const bool ok = I.http.serve(s, last || I.stopping, closed);
+            if (request.size() >= k_trim_after_bytes) {
+                std::string().swap(request); // freed first, so that it is given back too
+                release_freed_memory();
+            }
+            return ok && !closed && !s.failed();
+        },
+        [&I] { I.http.set_listening(INVALID_SOCKET); });
     return {};
 }
 
@@ -448,10 +642,7 @@ void api_server::stop() {
         }
         for (request_id id : ids) m->eng->cancel(id);
     }
-    // listen() may be between bind and accept: wait (bounded) until it runs, then stop it.
-    for (int i = 0; i < 200 && !m->http.is_running() && m->poller.joinable(); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    m->http.stop();
+    m->gate->stop(); // before or during listen(): it returns once every request has ended
 }
 
 } // namespace es::server

@@ -1,7 +1,11 @@
-// api_server: the OpenAI-compatible HTTP front of one shared es::engine. cpp-httplib's thread
-// pool runs the handlers; every handler submits to the same engine, whose scheduler batches the
-// requests of all clients (continuous batching). Routes: GET /v1/models, POST
-// /v1/chat/completions, POST /v1/completions, GET /metrics, GET /health.
+// api_server: the OpenAI-compatible HTTP front of one shared es::engine. A gate (http_gate) owns
+// the listening socket and bounds every client — connections per address and in all, deadlines
+// for a request's head and body, body limits — and hands complete requests to a pool of worker
+// threads, where cpp-httplib's request processing runs the handlers; every handler submits to
+// the same engine, whose scheduler batches the requests of all clients (continuous batching).
+// Routes: GET /v1/models, POST /v1/chat/completions, POST /v1/completions, GET /metrics,
+// GET /health. Browser-facing checks (http_policy): JSON on POSTs, Origin, and Host on a
+// loopback server without a key.
 // Threads: listen() blocks the caller; stop() may be called from any thread (a signal thread).
 #pragma once
 
@@ -11,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace es::server {
 
@@ -29,13 +34,26 @@ struct server_options {
     int port = 8000;                    // 0: any free port (printed by listen)
     std::string api_key;                // empty: no authentication
     std::string served_model_name;      // empty: the model folder's name
+    // Without a key, binding an address other than loopback is refused unless this is set.
+    bool insecure_no_api_key = false;
+    std::vector<std::string> allowed_origins; // browser origins allowed cross-site ("*": any)
     size_t max_body_bytes = 1 << 20;
     int64_t max_prompt_tokens = 0;      // 0: only the context bounds the prompt
     int32_t max_num_seqs = 16;
     int threads = 0;                    // CPU threads of the engine (0: all cores)
     std::string backend = "cpu";        // cpu | cuda | auto
     int http_threads = 0;               // 0: enough for max_num_seqs streams and a few more
+    double header_timeout_s = 10;       // accept → the end of a request's headers
+    double body_timeout_s = 30;         // the end of the headers → the end of the body
+    double idle_timeout_s = 5;          // a kept-alive connection waiting for its next request
+    double write_timeout_s = 30;        // one write of a response (a client that stops reading)
+    size_t max_connections = 512;       // open connections in all; more get 503 at once
+    size_t max_connections_per_client = 128; // open connections from one address
 };
+
+// Whether these options may start a server: an error naming the option to change, or empty.
+// Resolves the host (no socket is opened), so it can run before the model loads.
+std::string check_exposure(const server_options &o);
 
 class api_server {
 public:

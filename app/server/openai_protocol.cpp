@@ -2,6 +2,7 @@
 // ignored (clients send many), known fields must have the documented type and range.
 #include "openai_protocol.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace es::server {
@@ -137,11 +138,14 @@ std::optional<api_error> parse_prompt(const json &b, const model_limits &lim, co
         if (p->empty()) return bad("prompt", "'prompt' is empty");
         for (const json &t : *p) {
             if (!t.is_number_integer()) return bad("prompt", "'prompt' must be a string, or an array of token ids (integers); several prompts are not supported");
-            const int64_t id = t.get<int64_t>();
-            if (id < 0 || id >= lim.n_vocab)
-                return bad("prompt", "token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+            // An unsigned value is compared (and named) as unsigned: 2^63 and above would turn
+            // negative as int64_t. dump() writes the number as the client sent it.
+            const bool in_range = t.is_number_unsigned() ? t.get<uint64_t>() < uint64_t(std::max<int64_t>(lim.n_vocab, 0))
+                                                         : t.get<int64_t>() >= 0 && t.get<int64_t>() < lim.n_vocab;
+            if (!in_range)
+                return bad("prompt", "token id " + t.dump() + " is outside the vocabulary [0, " +
                                          std::to_string(lim.n_vocab) + ")");
-            r.prompt_ids.push_back(int32_t(id));
+            r.prompt_ids.push_back(int32_t(t.get<int64_t>()));
         }
         r.prompt_is_ids = true;
         return std::nullopt;
@@ -259,15 +263,21 @@ std::optional<api_error> parse_request(const std::string &body, api_kind kind, c
     return std::nullopt;
 }
 
-std::optional<api_error> check_prompt_length(int64_t n_prompt, const model_limits &lim, completion_request &r) {
+int64_t max_prompt_length(const model_limits &lim) {
+    const int64_t by_context = std::max<int64_t>(0, lim.n_ctx - 1);
+    return lim.max_prompt_tokens > 0 ? std::min(lim.max_prompt_tokens, by_context) : by_context;
+}
+
+std::optional<api_error> check_prompt_length(int64_t n_prompt, const model_limits &lim, completion_request &r,
+                                             bool at_least) {
     const std::string param = r.kind == api_kind::chat ? "messages" : "prompt";
+    const std::string has = std::string("the prompt has ") + (at_least ? "at least " : "") + std::to_string(n_prompt) + " tokens";
     if (n_prompt <= 0) return bad(param, "the prompt is empty");
     if (lim.max_prompt_tokens > 0 && n_prompt > lim.max_prompt_tokens)
-        return bad(param, "the prompt has " + std::to_string(n_prompt) + " tokens; this server accepts at most " +
-                              std::to_string(lim.max_prompt_tokens), "context_length_exceeded");
+        return bad(param, has + "; this server accepts at most " + std::to_string(lim.max_prompt_tokens),
+                   "context_length_exceeded");
     if (n_prompt >= lim.n_ctx)
-        return bad(param, "This model's maximum context length is " + std::to_string(lim.n_ctx) +
-                              " tokens; the prompt has " + std::to_string(n_prompt) + " tokens",
+        return bad(param, "This model's maximum context length is " + std::to_string(lim.n_ctx) + " tokens; " + has,
                    "context_length_exceeded");
     const int64_t room = lim.n_ctx - n_prompt;
     if (!r.max_tokens_given) {

@@ -52,8 +52,15 @@ struct completion_request {
 std::optional<api_error> parse_request(const std::string &body, api_kind kind, const model_limits &lim,
                                        completion_request &out);
 
+// The longest prompt the limits allow: the context less one (room for a token), or
+// max_prompt_tokens when that is smaller.
+int64_t max_prompt_length(const model_limits &lim);
+
 // Checks the tokenized prompt against the limits and fills in max_tokens when absent.
-std::optional<api_error> check_prompt_length(int64_t n_prompt, const model_limits &lim, completion_request &r);
+// at_least: n_prompt is a lower bound (from the text's bytes, or an encoding stopped early),
+// and the message says "at least".
+std::optional<api_error> check_prompt_length(int64_t n_prompt, const model_limits &lim, completion_request &r,
+                                             bool at_least = false);
 
 // Answers. `id` is "chatcmpl-…" or "cmpl-…"; created is Unix seconds.
 struct usage_counts {

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <bitset>
+#include <cstdint>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -235,6 +236,108 @@ std::string sanitize_utf8(std::string_view s) {
     return out;
 }
 
+// What decides how text maps onto pieces, read from the SentencePiece ModelProto's wire format
+// (libsentencepiece installs no header for the message types). Field numbers and defaults are
+// sentencepiece_model.proto's.
+struct sp_spec {
+    bool parsed = false;
+    int model_type = 1;                  // TrainerSpec.model_type (3): 1 unigram, 2 BPE, 3 word, 4 char
+    bool byte_fallback = false;          // TrainerSpec.byte_fallback (35)
+    bool identity = true;                // NormalizerSpec.precompiled_charsmap (2) is empty
+    bool add_dummy_prefix = true;        // NormalizerSpec (3)
+    bool remove_extra_whitespaces = true; // NormalizerSpec (4)
+    bool escape_whitespaces = true;      // NormalizerSpec (5)
+};
+
+// A protobuf wire-format reader over one message: next() yields (field, wire type, value or bytes).
+struct wire_reader {
+    std::string_view buf;
+    size_t pos = 0;
+    bool failed = false;
+
+    bool varint(uint64_t &v) {
+        v = 0;
+        for (int shift = 0; shift < 64 && pos < buf.size(); shift += 7) {
+            const auto c = static_cast<unsigned char>(buf[pos++]);
+            v |= uint64_t(c & 0x7F) << shift;
+            if (c < 0x80) return true;
+        }
+        return false;
+    }
+    bool next(uint32_t &field, uint64_t &value, std::string_view &bytes) {
+        if (failed || pos >= buf.size()) return false;
+        uint64_t key = 0;
+        if (!varint(key)) return (failed = true, false);
+        field = uint32_t(key >> 3);
+        switch (key & 7) {
+        case 0:
+            if (!varint(value)) return (failed = true, false);
+            return true;
+        case 1:
+        case 5: {
+            const size_t n = (key & 7) == 1 ? 8 : 4;
+            if (buf.size() - pos < n) return (failed = true, false);
+            pos += n;
+            value = 0;
+            return true;
+        }
+        case 2: {
+            uint64_t n = 0;
+            if (!varint(n) || n > buf.size() - pos) return (failed = true, false);
+            bytes = buf.substr(pos, size_t(n));
+            pos += size_t(n);
+            return true;
+        }
+        default: // groups: not used by ModelProto
+            return (failed = true, false);
+        }
+    }
+};
+
+sp_spec read_sp_spec(std::string_view model_proto) {
+    sp_spec spec;
+    wire_reader top{model_proto};
+    uint32_t field = 0;
+    uint64_t value = 0;
+    std::string_view bytes;
+    while (top.next(field, value, bytes)) {
+        if (field != 2 && field != 3) continue;
+        wire_reader sub{bytes};
+        uint32_t f = 0;
+        uint64_t v = 0;
+        std::string_view b;
+        while (sub.next(f, v, b)) {
+            if (field == 2 && f == 3) spec.model_type = int(v);
+            if (field == 2 && f == 35) spec.byte_fallback = v != 0;
+            if (field == 3 && f == 2) spec.identity = b.empty();
+            if (field == 3 && f == 3) spec.add_dummy_prefix = v != 0;
+            if (field == 3 && f == 4) spec.remove_extra_whitespaces = v != 0;
+            if (field == 3 && f == 5) spec.escape_whitespaces = v != 0;
+        }
+        if (sub.failed) return {};
+    }
+    spec.parsed = !top.failed;
+    return spec;
+}
+
+// The code point of the valid UTF-8 character that starts at s[i] and its length; length 0 when
+// the bytes there are not one (SentencePiece's rule: no overlongs, no surrogates, ≤ U+10FFFF).
+std::pair<uint32_t, size_t> decode_utf8(std::string_view s, size_t i) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) return {c, 1};
+    const size_t len = size_t(utf8_sequence_length(c));
+    if (len == 1 || i + len > s.size()) return {0, 0};
+    uint32_t cp = c & (len == 2 ? 0x1F : len == 3 ? 0x0F : 0x07);
+    for (size_t k = 1; k < len; ++k) {
+        const auto b = static_cast<unsigned char>(s[i + k]);
+        if (!is_continuation(b)) return {0, 0};
+        cp = cp << 6 | (b & 0x3F);
+    }
+    const uint32_t min_cp = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    if (cp < min_cp || (cp >= 0xD800 && cp < 0xE000) || cp > 0x10FFFF) return {0, 0};
+    return {cp, len};
+}
+
 } // namespace
 
 tokenizer::tokenizer() : m_sp(std::make_unique<sentencepiece::SentencePieceProcessor>()) {}
@@ -307,18 +410,94 @@ result<std::unique_ptr<tokenizer>> tokenizer::load(const fs::path &dir) {
         if (sp.pad_id < 0) sp.pad_id = tok->m_sp->pad_id() >= 0 ? tok->m_sp->pad_id() : sp.unk_id;
         sp.cls_id = named_id("cls_token");
         sp.sep_id = named_id("sep_token");
+        tok->learn_text_bounds();
         return tok;
     });
 }
 
-std::vector<int32_t> tokenizer::encode(std::string_view text) const {
-    std::vector<int32_t> ids;
-    auto encode_plain = [&](std::string_view s) {
-        if (s.empty()) return;
-        std::vector<int> piece_ids;
-        m_sp->Encode(s, &piece_ids).IgnoreError(); // fails only without a model, which load() rules out
-        ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+// The bound holds when normalizing never shrinks text (an identity charsmap, spaces kept: ' '
+// only grows into "▁", a dummy prefix only adds) and every id stands for a piece's text, one
+// byte (byte fallback instead of <unk>, which would swallow a run of unknown characters) or a
+// special/added token's text matched in the raw text. Then the ids' texts cover the text.
+// Segment cuts are exact for BPE: a merge joins adjacent symbols into a piece, so when no
+// piece holds the two characters on either side of a cut, no symbol ever spans it and both
+// sides merge exactly as they would alone (the merge order within a side is unchanged: it is
+// by score, then position). Without a dummy prefix or whitespace removal, encoding a segment
+// normalizes it as the whole text would.
+void tokenizer::learn_text_bounds() {
+    const sp_spec spec = read_sp_spec(m_sp->serialized_model_proto());
+    const bool keeps_text = spec.parsed && spec.identity && !spec.remove_extra_whitespaces;
+    m_space_code = spec.escape_whitespaces ? 0x2581 : 0x20;
+    size_t longest = 1;
+    std::vector<uint64_t> pairs;
+    for (int id = 0; id < m_sp->GetPieceSize(); ++id) {
+        if (m_sp->IsControl(id) || m_sp->IsUnknown(id) || m_sp->IsByte(id)) continue;
+        const std::string &p = m_sp->IdToPiece(id);
+        longest = std::max(longest, p.size());
+        std::optional<uint32_t> prev;
+        for (size_t i = 0; i < p.size();) {
+            const auto [cp, len] = decode_utf8(p, i);
+            if (len == 0) { // not a character (never in a text piece): skip the byte
+                prev.reset();
+                ++i;
+                continue;
+            }
+            if (prev) pairs.push_back(uint64_t(*prev) << 32 | cp);
+            prev = cp;
+            i += len;
+        }
+    }
+    for (const auto &[text, id] : m_added) longest = std::max(longest, text.size());
+    const bool bounded_ids = spec.byte_fallback && (spec.model_type == 1 || spec.model_type == 2);
+    m_max_token_bytes = keeps_text && bounded_ids ? longest : 0;
+    m_segment_cuts = keeps_text && spec.model_type == 2 && !spec.add_dummy_prefix;
+    std::sort(pairs.begin(), pairs.end());
+    pairs.erase(std::unique(pairs.begin(), pairs.end()), pairs.end());
+    m_piece_pairs = m_segment_cuts ? std::move(pairs) : std::vector<uint64_t>{};
+}
+
+// A cut before s[at] is exact when both neighbours are whole characters and no piece holds
+// them side by side (spaces compared as the "▁" pieces hold).
+bool tokenizer::can_cut(std::string_view s, size_t at) const {
+    if (at == 0 || at >= s.size() || is_continuation(static_cast<unsigned char>(s[at]))) return false;
+    size_t lead = at - 1;
+    while (lead > 0 && at - lead < 4 && is_continuation(static_cast<unsigned char>(s[lead]))) --lead;
+    const auto [a, a_len] = decode_utf8(s, lead);
+    const auto [b, b_len] = decode_utf8(s, at);
+    if (a_len == 0 || lead + a_len != at || b_len == 0) return false;
+    const auto key = [this](uint32_t l, uint32_t r) {
+        return uint64_t(l == 0x20 ? m_space_code : l) << 32 | (r == 0x20 ? m_space_code : r);
     };
+    return !std::binary_search(m_piece_pairs.begin(), m_piece_pairs.end(), key(a, b));
+}
+
+// Where the first segment of s ends: an exact cut near k_segment_bytes (searched back to half
+// of it, then forward), or the whole of s when it has none.
+size_t tokenizer::segment_end(std::string_view s) const {
+    if (!m_segment_cuts || s.size() <= k_segment_bytes) return s.size();
+    for (size_t at = k_segment_bytes; at > k_segment_bytes / 2; --at)
+        if (can_cut(s, at)) return at;
+    for (size_t at = k_segment_bytes + 1; at < s.size(); ++at)
+        if (can_cut(s, at)) return at;
+    return s.size();
+}
+
+void tokenizer::encode_plain(std::string_view s, std::vector<int32_t> &ids, size_t stop_after) const {
+    std::vector<int> piece_ids;
+    while (!s.empty() && ids.size() <= stop_after) {
+        const size_t end = segment_end(s);
+        piece_ids.clear();
+        m_sp->Encode(s.substr(0, end), &piece_ids).IgnoreError(); // fails only without a model, which load() rules out
+        ids.insert(ids.end(), piece_ids.begin(), piece_ids.end());
+        s.remove_prefix(end);
+    }
+}
+
+std::vector<int32_t> tokenizer::encode(std::string_view text) const { return encode(text, SIZE_MAX); }
+
+std::vector<int32_t> tokenizer::encode(std::string_view text, size_t stop_after) const {
+    std::vector<int32_t> ids;
+    auto encode_plain = [&](std::string_view s) { this->encode_plain(s, ids, stop_after); };
     // Special/added token strings are matched first, longest first; text between them goes to
     // SentencePiece. The first-byte filter keeps the scan linear for ordinary text.
     std::bitset<256> first_bytes;
@@ -329,7 +508,7 @@ std::vector<int32_t> tokenizer::encode(std::string_view text) const {
         max_len = std::max(max_len, t.size());
     }
     size_t start = 0, pos = 0;
-    while (pos < text.size()) {
+    while (pos < text.size() && ids.size() <= stop_after) {
         size_t match_len = 0;
         int32_t match_id = -1;
         if (first_bytes.test(static_cast<unsigned char>(text[pos]))) {
@@ -351,7 +530,7 @@ std::vector<int32_t> tokenizer::encode(std::string_view text) const {
         pos += match_len;
         start = pos;
     }
-    encode_plain(text.substr(start));
+    if (ids.size() <= stop_after) encode_plain(text.substr(start));
     return ids;
 }
 

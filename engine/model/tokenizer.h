@@ -1,7 +1,9 @@
 // ERNIE-4.5 tokenizer: SentencePiece tokenizer.model (Debian's libsentencepiece) plus the
 // special tokens named in tokenizer_config.json / special_tokens_map.json / added_tokens.json.
 // Special-token strings in the text are matched first (longest match) and become single ids;
-// the text between them is SentencePiece-encoded. No BOS is added.
+// the text between them is SentencePiece-encoded. No BOS is added. Long text is encoded in
+// bounded segments where the vocabulary makes that exact, and a text's token count has a lower
+// bound from its length alone (max_token_bytes), so servers can refuse before encoding.
 #pragma once
 
 #include "engine/core/status.h"
@@ -37,6 +39,18 @@ public:
     ~tokenizer();
 
     std::vector<int32_t> encode(std::string_view text) const;
+    // encode() that may stop early: once more than `stop_after` ids exist it returns them (a
+    // prefix of the full encoding, longer than stop_after) without encoding the rest.
+    std::vector<int32_t> encode(std::string_view text, size_t stop_after) const;
+    // The most bytes of text one id can stand for: a text of B bytes encodes to at least
+    // ceil(B / max_token_bytes()) ids. 0 when the model gives no such bound (a normalizer that
+    // may drop or shrink text, or unknown characters without byte fallback).
+    size_t max_token_bytes() const { return m_max_token_bytes; }
+    // Whether long plain text is encoded in segments (of about k_segment_bytes, cut only where no
+    // piece can span the cut, so the ids equal a whole encoding's): a BPE model whose normalizer
+    // keeps the text as it is. Otherwise SentencePiece's scratch grows with the whole text.
+    bool encodes_in_segments() const { return m_segment_cuts; }
+    static constexpr size_t k_segment_bytes = 32 * 1024;
     std::string decode(const std::vector<int32_t> &ids) const;
     // The text of one token as it appears inside a decoded stream ("▁" → " ", byte pieces as bytes).
     std::string token_text(int32_t id) const;
@@ -51,10 +65,19 @@ public:
 
 private:
     tokenizer();
+    void learn_text_bounds();
+    void encode_plain(std::string_view s, std::vector<int32_t> &ids, size_t stop_after) const;
+    size_t segment_end(std::string_view s) const;
+    bool can_cut(std::string_view s, size_t at) const;
+
     std::unique_ptr<sentencepiece::SentencePieceProcessor> m_sp;
     special_tokens m_specials;
     std::map<std::string, int32_t, std::less<>> m_added;  // special/added token text → id
     std::map<int32_t, std::string> m_added_by_id;
+    size_t m_max_token_bytes = 0;
+    bool m_segment_cuts = false;
+    uint32_t m_space_code = 0x2581;       // what ' ' becomes before pieces are matched ("▁")
+    std::vector<uint64_t> m_piece_pairs;  // sorted: (a << 32 | b) for adjacent characters a b of a piece
 };
 
 // Streams text from token ids without splitting UTF-8 characters or byte-fallback sequences:

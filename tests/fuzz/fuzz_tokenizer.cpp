@@ -1,10 +1,12 @@
 // Text of any bytes through the tokenizer of the reference checkpoints: encode() gives ids in
-// the vocabulary; the streaming detokenizer, fed those ids one at a time, yields exactly
+// the vocabulary, at least bytes / max_token_bytes() of them, and stopped early a prefix of
+// them; the streaming detokenizer, fed those ids one at a time, yields exactly
 // decode()'s text; and any ids at all (out of range too) decode and stream without a crash.
 #include "engine/model/chat_template.h"
 #include "engine/model/tokenizer.h"
 #include "fuzz_support.h"
 
+#include <algorithm>
 #include <memory>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -20,8 +22,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     const std::string text(fuzz::as_text(data, size));
     const int32_t n_vocab = tok->n_vocab();
 
-    const auto ids = tok->encode(render_chat({{chat_role::user, text}}));
+    const std::string chat = render_chat({{chat_role::user, text}});
+    const auto ids = tok->encode(chat);
     for (int32_t id : ids) ES_FUZZ_CHECK(id >= 0 && id < n_vocab);
+    ES_FUZZ_CHECK(ids.size() * tok->max_token_bytes() >= chat.size());
+    const auto head = tok->encode(chat, ids.size() / 2);
+    ES_FUZZ_CHECK(head.size() > ids.size() / 2 || head.size() == ids.size());
+    ES_FUZZ_CHECK(head.size() <= ids.size() && std::equal(head.begin(), head.end(), ids.begin()));
     const std::string whole = tok->decode(ids);
     detokenizer stream(*tok);
     std::string streamed;

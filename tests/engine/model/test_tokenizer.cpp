@@ -1,8 +1,12 @@
 // es::tokenizer and es::detokenizer on the tiny English + Chinese SentencePiece model of
 // tests/data/tokenizer (tokenizer.model from make_tokenizer.sh, plus the hub-layout JSON files):
 // round trips, special tokens and their ids as the files state them, exact ids from spm_encode,
-// streaming that never splits a UTF-8 character, stop ids, and the load errors.
+// streaming that never splits a UTF-8 character, stop ids, and the load errors; long text
+// encoded in segments equals SentencePiece's own encoding of the whole, and no text has fewer
+// tokens than its bytes over max_token_bytes().
 #include "engine/model/tokenizer.h"
+
+#include <sentencepiece_processor.h>
 
 #include <QDir>
 #include <QFile>
@@ -12,7 +16,9 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cstring>
 #include <filesystem>
+#include <random>
 
 using ids_t = std::vector<int32_t>;
 
@@ -75,6 +81,9 @@ private slots:
     void idsOutsideTheVocabulary();
     void addedTokensLongestMatch();
     void withoutConfigFiles();
+    void textBound();
+    void segmentsEqualWholeEncoding_data();
+    void segmentsEqualWholeEncoding();
     void loadErrors_data();
     void loadErrors();
 
@@ -446,6 +455,101 @@ void TestTokenizer::loadErrors() {
         e.replace("%1", tmp.path());
         QVERIFY2(message.contains(e), qPrintable("message \"" + message + "\" lacks \"" + e + "\""));
     }
+}
+
+// The longest piece of tests/data/tokenizer is 48 bytes (16 × "─"; the special tokens are
+// shorter), as the sentencepiece package's tool lists the vocabulary:
+//   spm_export_vocab --model=tokenizer.model | awk -F'\t' 'length($1) > m { m = length($1) } END { print m }'
+// (byte pieces "<0xE4>" stand for one byte each and are not counted).
+void TestTokenizer::textBound() {
+    QCOMPARE(m_tok->max_token_bytes(), size_t(48));
+    QVERIFY(m_tok->encodes_in_segments()); // BPE, identity normalizer, no dummy prefix
+    std::string run;
+    for (int i = 0; i < 16 * 40; ++i) run += "\xE2\x94\x80"; // "─" × 640: 40 pieces of 48 bytes
+    QCOMPARE(m_tok->encode(run).size(), size_t(40));
+    for (const char *text : {"Hello world", "  two  spaces", "中文分词", "😀", "<|begin_of_sentence|>", " "}) {
+        const size_t n = m_tok->encode(text).size();
+        QVERIFY2(n * m_tok->max_token_bytes() >= std::strlen(text), text);
+    }
+}
+
+namespace {
+
+// Long text from a seeded generator: words and CJK from the tokenizer's own languages, spaces
+// in runs, newlines, emoji (byte fallback), a literal "▁" and box-drawing runs.
+std::string long_text(const QString &kind, size_t bytes, uint32_t seed) {
+    std::mt19937 rng(seed);
+    const std::vector<std::string> words{"the", "expert", "routing", "of", "mixture", "model", "Hello",
+                                         "world", "GPL", "3.0", "license", "tokens", "a", "is"};
+    const std::vector<std::string> cjk{"床", "前", "明", "月", "光", "中", "文", "分", "词", "模", "型", "，", "。"};
+    const std::vector<std::string> odd{"😀", "\n", "\n\n", "\t", "\xE2\x96\x81", "\xE2\x94\x80\xE2\x94\x80",
+                                       "  ", "   ", "ï", "©"};
+    std::string out;
+    while (out.size() < bytes) {
+        const uint32_t r = rng() % 100;
+        if (kind == "english") {
+            out += words[rng() % words.size()];
+            out += r < 90 ? " " : r < 95 ? "  " : ". ";
+        } else if (kind == "chinese") {
+            out += cjk[rng() % cjk.size()];
+        } else if (kind == "runs") {
+            const std::string unit = r < 30 ? "a" : r < 60 ? " " : r < 80 ? "\xE2\x94\x80" : "中";
+            for (uint32_t k = 0, n = 1 + rng() % 300; k < n; ++k) out += unit;
+        } else { // mixed
+            out += r < 40 ? words[rng() % words.size()] : r < 70 ? cjk[rng() % cjk.size()] : odd[rng() % odd.size()];
+            if (rng() % 2) out += " ";
+        }
+    }
+    return out;
+}
+
+} // namespace
+
+// tokenizer::encode cuts long text into segments; SentencePiece encoding the whole text at once
+// (libsentencepiece itself, on the same model) must give the same ids. Each row is long enough
+// for several segments, and encode(text, 0), which stops after the first segment, shows cuts
+// were made. The bound holds on every row.
+void TestTokenizer::segmentsEqualWholeEncoding_data() {
+    QTest::addColumn<QString>("kind");
+    QTest::addColumn<int>("kib");
+    QTest::addColumn<bool>("cuts");
+    for (uint32_t seed = 1; seed <= 3; ++seed) {
+        QTest::addRow("english %u", seed) << "english" << 150 << true;
+        QTest::addRow("chinese %u", seed) << "chinese" << 150 << true;
+        QTest::addRow("mixed %u", seed) << "mixed" << 200 << true;
+        QTest::addRow("runs %u", seed) << "runs" << 150 << true;
+    }
+    QTest::newRow("one long run, no cut") << "box" << 100 << false; // "──" is in a piece
+}
+
+void TestTokenizer::segmentsEqualWholeEncoding() {
+    QFETCH(QString, kind);
+    QFETCH(int, kib);
+    QFETCH(bool, cuts);
+    std::string text;
+    if (kind == "box")
+        while (text.size() < size_t(kib) << 10) text += "\xE2\x94\x80";
+    else
+        text = long_text(kind, size_t(kib) << 10, uint32_t(qHash(QTest::currentDataTag())));
+    sentencepiece::SentencePieceProcessor sp;
+    QVERIFY(sp.Load((k_dir + "/tokenizer.model").toStdString()).ok());
+    std::vector<int> whole;
+    QVERIFY(sp.Encode(text, &whole).ok());
+    const ids_t got = m_tok->encode(text);
+    QCOMPARE(got.size(), whole.size());
+    QVERIFY2(std::equal(got.begin(), got.end(), whole.begin()), "the segmented encoding differs");
+    QVERIFY(got.size() * m_tok->max_token_bytes() >= text.size());
+
+    const ids_t first = m_tok->encode(text, 0);
+    QVERIFY(!first.empty() && std::equal(first.begin(), first.end(), got.begin()));
+    if (!cuts) {
+        QCOMPARE(first.size(), got.size());
+        return;
+    }
+    QVERIFY2(first.size() < got.size() / 2, "no cut in the text");
+    const ids_t some = m_tok->encode(text, got.size() / 2);
+    QVERIFY(some.size() > got.size() / 2 && some.size() < got.size());
+    QVERIFY(std::equal(some.begin(), some.end(), got.begin()));
 }
 
 QTEST_GUILESS_MAIN(TestTokenizer)
