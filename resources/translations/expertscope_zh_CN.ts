@@ -896,6 +896,10 @@ dense</source>
         <source>%1 (%2): weights %3 + KV cache %4 + workspace %5 of %6 free — does not fit</source>
         <translation>%1（%2）：权重 %3 + KV 缓存 %4 + 工作区 %5，空闲 %6 — 放不下</translation>
     </message>
+    <message>
+        <source>; the KV cache holds %1 tokens</source>
+        <translation>；KV 缓存可容纳 %1 个 token</translation>
+    </message>
 </context>
 <context>
     <name>es::ExportMenu</name>
@@ -1368,6 +1372,22 @@ dense</source>
     <message>
         <source>Keys and values stored in 8 bits: twice the context or replies in the same GPU memory, at some cost in accuracy. The CPU keeps its fp32 cache.</source>
         <translation>键和值以 8 位存储：同样的 GPU 内存可容纳两倍的上下文或回复，精度略有损失。CPU 仍使用 fp32 缓存。</translation>
+    </message>
+    <message>
+        <source>&amp;GPU memory</source>
+        <translation>GPU 显存(&amp;G)</translation>
+    </message>
+    <message>
+        <source>%1% (default)</source>
+        <translation>%1%（默认）</translation>
+    </message>
+    <message>
+        <source>%1%</source>
+        <translation>%1%</translation>
+    </message>
+    <message>
+        <source>The share of the GPU&apos;s memory ExpertScope may fill: the weights, the workspace and, with what they leave, the KV cache (more context and more replies at once). Memory other programs hold counts as used.</source>
+        <translation>ExpertScope 可占用的 GPU 显存比例：权重、工作区，以及用剩余部分分配的 KV 缓存（更长的上下文、更多同时进行的回复）。其他程序占用的显存计为已用。</translation>
     </message>
 </context>
 <context>
