@@ -212,8 +212,8 @@ CLI::App *add_serve_command(CLI::App &app, serve_opts &sv, common_opts &common) 
         ->check(CLI::Range(0, 1024));
     serve
         ->add_option("--kv-cache-mib", sv.kv_cache_mib,
-                     "KV cache size (default: on a GPU what --gpu-memory-utilization leaves, at least one "
-                     "full context where it fits; on the CPU min(1 GiB, RAM/4); capped at what "
+                     "KV cache size (default: on a GPU what --gpu-memory-utilization leaves, or up to one "
+                     "full context from what is free when that is less; on the CPU min(1 GiB, RAM/4); capped at what "
                      "--max-num-seqs full contexts need)")
         ->check(CLI::Range(uint64_t(1), uint64_t(1) << 30));
     serve->add_option("--host", sv.host, "address to bind (default 127.0.0.1: this machine only)");

@@ -96,8 +96,9 @@ struct engine_params {
     int32_t block_size = 16;
     int32_t n_kv_blocks = 0;            // 0: from kv_cache_bytes
     // 0: on a GPU, what gpu_memory_utilization leaves once the weights and the workspace are
-    // placed (at least one full context where that fits); on the CPU, min(1 GiB, a quarter of
-    // RAM). Either way capped at what max_num_seqs full contexts need (kv_budget_bytes).
+    // placed (up to one full context from what is free when that is less); on the CPU,
+    // min(1 GiB, a quarter of RAM). Either way capped at what max_num_seqs full contexts need
+    // (kv_budget_bytes).
     uint64_t kv_cache_bytes = 0;
     // The share of the GPU's memory this process may fill (weights, workspace and KV pool
     // together), as vLLM's --gpu-memory-utilization: what other processes hold counts as used.

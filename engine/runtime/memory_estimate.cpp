@@ -29,8 +29,12 @@ uint64_t kv_budget_bytes(const engine_params &p, const model_config &c, uint64_t
     const uint64_t allowed = uint64_t(share * double(room.total));
     const uint64_t used = room.total - std::min(room.free, room.total);
     uint64_t bytes = allowed > used ? allowed - used : 0;
-    // One whole conversation at the model's context, where the device has it to spare.
-    if (bytes < full_context && full_context + room.total / 20 <= room.free) bytes = full_context;
+    // Up to one whole conversation at the model's context from what is free beyond the share,
+    // a twentieth of the device kept spare: a card the weights nearly fill still chats.
+    if (bytes < full_context) {
+        const uint64_t spare = room.total / 20;
+        bytes = std::max(bytes, std::min(full_context, room.free > spare ? room.free - spare : 0));
+    }
     return std::min(bytes, cap);
 }
 

@@ -42,8 +42,8 @@ struct device_room {
 
 // The KV pool's bytes: engine_params::kv_cache_bytes when set; else on a GPU what
 // gpu_memory_utilization × total leaves beside what is already used (total − free: this
-// process's weights and workspace, and any other process), raised to one full context of the
-// model where that fits with a twentieth of the device to spare; else (CPU) min(1 GiB, a
+// process's weights and workspace, and any other process), raised towards one full context of
+// the model from what is free with a twentieth of the device to spare; else (CPU) min(1 GiB, a
 // quarter of RAM). Capped at what max_num_seqs full contexts need.
 uint64_t kv_budget_bytes(const engine_params &p, const model_config &c, uint64_t block_bytes,
                          const device_room &room = {});

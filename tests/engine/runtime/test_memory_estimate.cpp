@@ -1,6 +1,6 @@
 // The KV pool's budget (es::kv_budget_bytes, es::pick_kv_blocks): on a GPU the share
 // gpu_memory_utilization leaves beside what is used (this process's weights and workspace, and
-// other processes), raised to one full context where that fits, capped at max_num_seqs full
+// other processes), raised towards one full context from what is free, capped at max_num_seqs full
 // contexts; on the CPU min(1 GiB, RAM/4); kv_cache_bytes and n_kv_blocks override; never fewer
 // than 2 blocks. The figures are the 21B-A3B's (28 layers, 4 KV heads of 128, context 131,072)
 // on an 80 GB card, where the pool must hold at least 400K tokens by default.
@@ -72,9 +72,12 @@ private slots:
         // is free with a twentieth of the card to spare: one full context.
         p.gpu_memory_utilization = 0.30;
         QCOMPARE(kv_budget_bytes(p, c, bb, {80 * GiB, 12 * GiB}), full);
-        // It does not fit beside the spare twentieth: the share (nothing) stands, 2 blocks.
-        QCOMPARE(kv_budget_bytes(p, c, bb, {80 * GiB, 10 * GiB}), uint64_t(0));
-        QCOMPARE(pick_kv_blocks(p, c, bb, {80 * GiB, 10 * GiB}), 2);
+        // Less is free: what is left beside the spare twentieth (6 of 10 GiB), as much context
+        // as the card has.
+        QCOMPARE(kv_budget_bytes(p, c, bb, {80 * GiB, 10 * GiB}), 6 * GiB);
+        // Nothing beside the spare twentieth: the share (nothing) stands, 2 blocks.
+        QCOMPARE(kv_budget_bytes(p, c, bb, {80 * GiB, 3 * GiB}), uint64_t(0));
+        QCOMPARE(pick_kv_blocks(p, c, bb, {80 * GiB, 3 * GiB}), 2);
     }
 
     void cappedAtMaxNumSeqsFullContexts() {
