@@ -103,6 +103,7 @@ struct serve_bench_opts {
     int32_t prompt_len = 128, output_len = 64, shared_prefix = 64;
     int32_t max_batched_tokens = 512;
     uint64_t seed = 0;
+    float temperature = 0.0f, top_p = 1.0f; // every request's sampler (the engine's path; 0: greedy)
     std::string url;               // http://HOST:PORT: act as an HTTP client of `serve` instead
     std::string api_key;           // with --url
 };

@@ -190,6 +190,10 @@ CLI::App *add_serve_bench_command(CLI::App &app, serve_bench_opts &sb, common_op
     sbench->add_option("--shared-prefix", sb.shared_prefix, "leading prompt tokens shared by every request")->check(CLI::Range(0, 1 << 20));
     sbench->add_option("--max-batched-tokens", sb.max_batched_tokens, "token budget per engine step")->check(CLI::Range(1, 1 << 20));
     sbench->add_option("--seed", sb.seed, "seed of the synthetic prompts");
+    sbench->add_option("--temperature", sb.temperature, "sampling temperature of every request (default 0: greedy)")
+        ->check(CLI::Range(0.0f, 2.0f));
+    sbench->add_option("--top-p", sb.top_p, "nucleus sampling of every request (default 1: off)")
+        ->check(CLI::Range(0.01f, 1.0f));
     sbench->add_option("--json", sb.out_json, "also write results as JSON to this file");
     sbench->add_option("--url", sb.url, "http://HOST:PORT of a running `serve`: streaming HTTP clients instead of the in-process engine");
     sbench->add_option("--api-key", sb.api_key, "with --url: Bearer key (default: env EXPERTSCOPE_API_KEY)")->envname("EXPERTSCOPE_API_KEY");

@@ -28,9 +28,6 @@ struct level_result {
 } // namespace
 
 int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
-    if (!o.shape.empty() && common.backend == "cuda")
-        return fail("serve-bench --shape builds random weights on the CPU; on the GPU use --model DIR, "
-                    "or bench --backend cuda --shape for random weights of a real shape");
     engine_params ep;
     ep.load.kind = common.backend == "cuda" ? backend_kind::cuda
                    : common.backend == "auto" ? backend_kind::automatic
@@ -74,7 +71,9 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
         for (auto &r : reqs) {
             r.prompt_ids = prefix;
             while (int32_t(r.prompt_ids.size()) < o.prompt_len) r.prompt_ids.push_back(tok(rng));
-            r.sampling.temperature = 0.0f;
+            r.sampling.temperature = o.temperature;
+            r.sampling.top_p = o.top_p;
+            r.sampling.seed = o.seed + uint64_t(&r - reqs.data()); // reproducible, a stream per request
             r.sampling.max_tokens = o.output_len;
             r.sampling.stop_ids.clear(); // ignore eos: every request generates output_len tokens
         }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine in a copy of the repository, after tools/gpu_pack.sh (its .device.tar.xz
 # unpacked in the repository's root):
-#   bash tools/gpu_run.sh full|selftest|bench|final|depth|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abfinal|abbuild|abtree|only   (BENCH_ARGS="--profile" adds per-kernel tables)
+#   bash tools/gpu_run.sh full|selftest|bench|final|depth|engine|batch|decode|fuse|ncu|hf|eval|serve|report|blk|moewaves|ab|abenv|abfinal|abbuild|abtree|only   (BENCH_ARGS="--profile" adds per-kernel tables)
 #   bash tools/gpu_run.sh final    the bench, then the self-test in what is left of a time limit for
 #                                  the whole run (FINAL_BUDGET_S seconds, 600 by default), so that
 #                                  the figures come first when the run has a limit
@@ -107,6 +107,24 @@ if [[ $mode == depth ]]; then
         timeout 240 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --pp 2048 --tg 128 --reps 3 \
             --depth "${DEPTHS:-1024,8192,32768}" --json "$OUT/depth-$1-$2.json" 2>&1 | grep -E '^\| |^###|error' |
             tee -a "$OUT/depth.md"
+    done
+fi
+if [[ $mode == engine ]]; then
+    # The engine's own path on the GPU (scheduler, step loop, sampler), random weights of a real
+    # shape: a 2,048-token prompt's TTFT against bench's pp2048, greedy against the chat's
+    # sampler (temperature 0.8, top-p 0.8), one request and eight at once.
+    for spec in ${ENGINE_SPECS:-"ernie-4.5-21b-a3b fp8"}; do
+        set -- $spec
+        echo "### bench $*" | tee -a "$OUT/engine.md"
+        timeout 120 "$CLI" bench --backend cuda --shape "$1" --precision "$2" --pp 2048 --tg 128 --reps 3 2>&1 |
+            grep -E '^\| |error' | tee -a "$OUT/engine.md"
+        for t in "0 1" "0.8 0.8"; do
+            set -- $spec $t
+            echo "### serve-bench $1 $2, temperature $3, top-p $4" | tee -a "$OUT/engine.md"
+            timeout 200 "$CLI" serve-bench --backend cuda --shape "$1" --precision "$2" --temperature "$3" --top-p "$4" \
+                --concurrency 1,8 --requests 8 --prompt-len 2048 --output-len 128 --shared-prefix 0 \
+                --max-batched-tokens 2048 2>&1 | tee -a "$OUT/engine.md"
+        done
     done
 fi
 if [[ $mode == batch ]]; then
