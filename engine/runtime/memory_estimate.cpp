@@ -146,8 +146,9 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
     const std::string kv_tokens = " (" + std::to_string(e.kv_tokens) + " tokens)";
     if (e.gpu)
         e.summary = e.device + " (" + (p.load.precision == weight_precision::fp8 ? "FP8" : "BF16") + "): weights " +
-                    gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + kv_tokens + " + workspace " + gib(e.workspace_bytes) +
-                    " of " + gib(e.available_bytes) + " free — " + (e.fits ? "fits" : "does not fit");
+                    gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + kv_tokens + " + workspace " +
+                    gib(e.workspace_bytes) + " of " + gib(e.available_bytes) + " free — " +
+                    (e.fits ? "fits" : "does not fit");
     else
         e.summary = "CPU: weights " + gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + kv_tokens + " of " +
                     gib(e.available_bytes) + " RAM — " + (e.fits ? "fits" : "does not fit");
