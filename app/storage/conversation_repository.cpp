@@ -536,13 +536,18 @@ SiblingInfo ConversationRepository::siblings(qint64 messageId) const {
     return info;
 }
 
-std::optional<qint64> ConversationRepository::editAndResend(qint64 userMessageId, const QString &newContent) {
-    const std::optional<Message> original = message(userMessageId);
-    if (!original) return std::nullopt;
-    if (original->role != MessageRole::User) {
+std::optional<Message> ConversationRepository::userMessageToEdit(qint64 userMessageId) {
+    std::optional<Message> original = message(userMessageId);
+    if (original && original->role != MessageRole::User) {
         m_connection.fail(tr("Message %1 is not a user message").arg(userMessageId), {});
         return std::nullopt;
     }
+    return original;
+}
+
+std::optional<qint64> ConversationRepository::editAndResend(qint64 userMessageId, const QString &newContent) {
+    const std::optional<Message> original = userMessageToEdit(userMessageId);
+    if (!original) return std::nullopt;
     return insertMessage(original->conversationId, original->parentId, MessageRole::User, newContent,
                          MessageState::Complete, {});
 }
@@ -600,12 +605,8 @@ std::optional<TurnIds> ConversationRepository::beginTurn(std::optional<qint64> c
 std::optional<TurnIds> ConversationRepository::beginEditedTurn(qint64 userMessageId,
                                                                const QString &newContent,
                                                                const GenerationInfo &reply) {
-    const std::optional<Message> original = message(userMessageId);
+    const std::optional<Message> original = userMessageToEdit(userMessageId);
     if (!original) return std::nullopt;
-    if (original->role != MessageRole::User) {
-        m_connection.fail(tr("Message %1 is not a user message").arg(userMessageId), {});
-        return std::nullopt;
-    }
     return beginTurn(original->conversationId, {}, original->parentId, newContent, reply);
 }
 

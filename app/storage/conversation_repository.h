@@ -72,6 +72,8 @@ public:
     int recoverPartialReplies();
 
 private:
+    // The user message an edit branches from; nullopt (the reason recorded) when there is none.
+    std::optional<Message> userMessageToEdit(qint64 userMessageId);
     bool touchConversation(qint64 conversationId);
     // The row writers below run inside the caller's transaction and report nothing.
     std::optional<qint64> insertConversationRow(const QString &title, const ConversationSettings &settings);

@@ -13,6 +13,8 @@
 #include <QRegularExpression>
 #include <QtTest>
 
+#include "serve_process.h"
+
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -135,22 +137,13 @@ private:
 };
 
 void TestServer::initTestCase() {
-    m_server.setProgram(ES_CLI_PATH);
-    m_server.setArguments({"serve", "--model", QString::fromStdString(model_dir), "--port", "0", "--api-key",
-                           QString::fromStdString(api_key), "--max-body-bytes", "65536", "--max-prompt-tokens", "200",
-                           "--threads", "2"});
-    m_server.setProcessChannelMode(QProcess::SeparateChannels);
-    m_server.start();
-    QVERIFY2(m_server.waitForStarted(10000), "the server did not start");
-    static const QRegularExpression re(R"(listening on http://127\.0\.0\.1:(\d+))");
-    QString out;
-    for (int i = 0; i < 300 && m_port == 0; ++i) {
-        m_server.waitForReadyRead(100);
-        out += QString::fromUtf8(m_server.readAllStandardOutput());
-        if (auto m = re.match(out); m.hasMatch()) m_port = m.captured(1).toInt();
-        QVERIFY2(m_server.state() == QProcess::Running, qPrintable("the server exited: " + m_server.readAllStandardError()));
-    }
-    QVERIFY2(m_port > 0, "the server did not print its port within 30 s");
+    const QString started =
+        es_test::start_serve(m_server,
+                             {"--model", QString::fromStdString(model_dir), "--port", "0", "--api-key",
+                              QString::fromStdString(api_key), "--max-body-bytes", "65536",
+                              "--max-prompt-tokens", "200", "--threads", "2"},
+                             &m_port);
+    QVERIFY2(started.isEmpty(), qPrintable(started));
     QCOMPARE(request("GET", "/health", "", "").status, 200);
 }
 

@@ -18,6 +18,8 @@
 #include <QRegularExpression>
 #include <QtTest>
 
+#include "serve_process.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -215,27 +217,31 @@ private:
 };
 
 void TestServerHostile::initTestCase() {
-    m_server.setProgram(ES_CLI_PATH);
-    m_server.setArguments({"serve", "--model", QString::fromStdString(model_dir), "--port", "0", "--threads", "2",
-                           "--max-prompt-tokens", QString::number(k_max_prompt_tokens),
-                           "--header-timeout", QString::number(k_header_timeout_s),
-                           "--body-timeout", QString::number(k_body_timeout_s),
-                           "--keep-alive-timeout", QString::number(k_keep_alive_s), "--write-timeout", "2",
-                           "--max-connections", QString::number(k_max_connections),
-                           "--max-connections-per-client", QString::number(k_per_client),
-                           "--allowed-origins", k_allowed_origin});
-    m_server.setProcessChannelMode(QProcess::SeparateChannels);
-    m_server.start();
-    QVERIFY2(m_server.waitForStarted(10000), "the server did not start");
-    static const QRegularExpression re(R"(listening on http://127\.0\.0\.1:(\d+))");
-    QString out;
-    for (int i = 0; i < 300 && m_port == 0; ++i) {
-        m_server.waitForReadyRead(100);
-        out += QString::fromUtf8(m_server.readAllStandardOutput());
-        if (auto m = re.match(out); m.hasMatch()) m_port = m.captured(1).toInt();
-        QVERIFY2(m_server.state() == QProcess::Running, qPrintable("the server exited: " + m_server.readAllStandardError()));
-    }
-    QVERIFY2(m_port > 0, "the server did not print its port within 30 s");
+    const QString started = es_test::start_serve(m_server,
+                                                 {"--model",
+                                                  QString::fromStdString(model_dir),
+                                                  "--port",
+                                                  "0",
+                                                  "--threads",
+                                                  "2",
+                                                  "--max-prompt-tokens",
+                                                  QString::number(k_max_prompt_tokens),
+                                                  "--header-timeout",
+                                                  QString::number(k_header_timeout_s),
+                                                  "--body-timeout",
+                                                  QString::number(k_body_timeout_s),
+                                                  "--keep-alive-timeout",
+                                                  QString::number(k_keep_alive_s),
+                                                  "--write-timeout",
+                                                  "2",
+                                                  "--max-connections",
+                                                  QString::number(k_max_connections),
+                                                  "--max-connections-per-client",
+                                                  QString::number(k_per_client),
+                                                  "--allowed-origins",
+                                                  k_allowed_origin},
+                                                 &m_port);
+    QVERIFY2(started.isEmpty(), qPrintable(started));
     QCOMPARE(roundtrip(m_port, get("/health")).status, 200);
 }
 

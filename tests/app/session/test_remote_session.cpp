@@ -27,6 +27,8 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include "serve_process.h"
+
 #include <limits>
 
 using namespace es;
@@ -152,22 +154,9 @@ void TestRemoteSession::initTestCase() {
     qputenv("HOME", m_home.path().toUtf8());
     QCoreApplication::setOrganizationName("ExpertScopeTests");
     QCoreApplication::setApplicationName("test_remote_session");
-    m_server.setProgram(ES_CLI_PATH);
-    m_server.setArguments(
-        {"serve", "--model", default_model, "--port", "0", "--api-key", api_key, "--threads", "2"});
-    m_server.setProcessChannelMode(QProcess::SeparateChannels);
-    m_server.start();
-    QVERIFY2(m_server.waitForStarted(10000), "the server did not start");
-    static const QRegularExpression re(R"(listening on http://127\.0\.0\.1:(\d+))");
-    QString out;
-    for (int i = 0; i < 300 && m_port == 0; ++i) {
-        m_server.waitForReadyRead(100);
-        out += QString::fromUtf8(m_server.readAllStandardOutput());
-        if (auto m = re.match(out); m.hasMatch()) m_port = m.captured(1).toInt();
-        QVERIFY2(m_server.state() == QProcess::Running,
-                 qPrintable("the server exited: " + m_server.readAllStandardError()));
-    }
-    QVERIFY2(m_port > 0, "the server did not print its port within 30 s");
+    const QString started = es_test::start_serve(
+        m_server, {"--model", default_model, "--port", "0", "--api-key", api_key, "--threads", "2"}, &m_port);
+    QVERIFY2(started.isEmpty(), qPrintable(started));
 
     m_local = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .threads = 2});
     QSignalSpy loaded(m_local.get(), &EngineSession::modelLoaded);
