@@ -3,12 +3,12 @@
 // cli_bench.cpp's table format. MBU = tok/s × weight bytes a decode step reads ÷ this device's
 // read bandwidth, measured before the runs (cuda_backend::measure_read_bandwidth). Times are wall-clock around
 // forward(), which includes the input upload and the logits download (pp: the full row); decode
-// steps ask for the engine's logit candidates and pick each token from them with a greedy
-// sampler, as a user's decode step does. tg is greedy decode as the engine runs it on the GPU
-// (overlapped steps: each submitted before the previous one is finished, its token fed from that
-// step's pick on the GPU); "tg serial" the same tokens one forward() at a time; "tg sampled" one
-// forward() at a time with the chat's default sampler (temperature 0.8: no overlap); batched
-// decode one forward() a step, pseudo-random tokens. The backend comes from the CUDA module
+// steps ask for what the engine asks for and take each token as it does (row_sampling.h). tg is
+// greedy decode as the engine runs it on the GPU (overlapped steps: each submitted before the
+// previous one is finished, its token fed from that step's pick on the GPU); "tg serial" the same
+// tokens one forward() at a time; "tg sampled" the same overlapped decode with each token drawn on
+// the GPU (--temperature, --top-p; sample_rows.cuh); batched decode one forward() a step,
+// pseudo-random tokens. The backend comes from the CUDA module
 // (cuda_loader.h); without a usable GPU the command fails with the reason.
 #include "cli_commands.h"
 
@@ -98,32 +98,39 @@ result<bench_target> open_target(const es_cuda_module_v1 &cuda, const bench_opts
     return t;
 }
 
-// The decode rows' samplers, both seeded with 1: greedy, and the chat's default (temperature 0.8).
+// The decode rows' samplers, both seeded with 1: greedy, and the sampled row's.
 sampling_params greedy_sampling() {
     sampling_params p;
     p.temperature = 0.0f;
     p.seed = 1;
     return p;
 }
-sampling_params chat_sampling() {
+sampling_params bench_sampling(float temperature, float top_p) {
     sampling_params p;
+    p.temperature = temperature;
+    p.top_p = top_p;
     p.seed = 1;
     return p;
 }
 
 // What the rows share: the backend, the one-sequence batch and its context, the forward output,
-// the decode samplers, and the tokens picked (of them, the full rows fetched) over every row.
-// Decode steps request candidates as the engine does and pick the token from them: greedy (one
-// candidate, picked in the head's GEMV), and for the "sampled" row a chat's default sampler
-// (temperature 0.8 over the top-64 candidates and the row sum).
+// the decode samplers, and the tokens picked over every row. Decode steps ask as the engine does
+// (request_sampling) and take the token as it does (token_of_row): greedy (one candidate, picked
+// in the head's GEMV), and for the "sampled" row a draw on the GPU.
 struct bench_runner {
-    explicit bench_runner(backend &backend_) : be(backend_), cfg(backend_.config()) { b.seqs.resize(1); }
+    bench_runner(backend &backend_, const sampling_params &sampled_)
+        : be(backend_), cfg(backend_.config()), sampled_params(sampled_) {
+        b.seqs.resize(1);
+    }
 
     status size_context(int64_t positions);
     void fill(int32_t n, int32_t pos0);
-    status pick_greedy();
-    status decode_with(int32_t pos, sampler &smp);
-    status decode_run(int32_t n, int32_t pos0 = 0);
+    // The sampling of the one-sequence batch's row after `drawn` tokens (the last one fed when
+    // `fed`), asked for in b.
+    sampled_row ask(sampler &smp, int32_t drawn, bool fed);
+    status pick(const sampled_row &row);
+    status decode_run(int32_t n, int32_t pos0 = 0) { return decode_run_with(greedy, n, pos0); }
+    status decode_run_with(sampler &smp, int32_t n, int32_t pos0);
     status prefill_context(int32_t n, int32_t chunk);
     status decode_serial(int32_t n);
     result<double> batched_step(batch &bb, int32_t n_seqs, int32_t n_per_seq, int32_t pos0);
@@ -135,10 +142,11 @@ struct bench_runner {
     forward_output out;
     sampling_params greedy_params = greedy_sampling();
     sampler greedy{greedy_params};
-    sampling_params sampled_params = chat_sampling();
+    sampling_params sampled_params;
     sampler sampled{sampled_params};
     std::vector<float> row_scratch;
-    int64_t picked = 0, fetched_rows = 0;
+    std::vector<int32_t> drawn_ids; // stand-ins for the tokens drawn so far (sampler::spec's output)
+    int64_t picked = 0;
     // The device's read bandwidth in bytes/s (cuda_backend::measure_read_bandwidth), the MBU and
     // roofline denominator; read_bw_measured false: the fallback figure.
     double read_bw = k_fallback_read_bw;
@@ -172,46 +180,42 @@ void bench_runner::fill(int32_t n, int32_t pos0) {
     b.temperatures.clear();
 }
 
-status bench_runner::pick_greedy() {
-    auto id = sample_output_row(be, out, 0, greedy, {}, {}, row_scratch);
+sampled_row bench_runner::ask(sampler &smp, int32_t drawn, bool fed) {
+    drawn_ids.assign(size_t(drawn), 0);
+    if (fed && drawn > 0) drawn_ids.back() = -1;
+    sampled_row row{&smp, {}, drawn_ids, 0};
+    request_sampling(be, b, std::span<const sampled_row>(&row, 1));
+    return row;
+}
+
+status bench_runner::pick(const sampled_row &row) {
+    auto id = token_of_row(be, out, 0, row, row_scratch);
     if (!id) return id.err();
     ++picked;
     return ok_status();
 }
 
-// One decode step at pos, its token picked by smp.
-status bench_runner::decode_with(int32_t pos, sampler &smp) {
-    fill(1, pos);
-    sampler *const smp_ptr = &smp;
-    request_candidates(be, b, std::span<sampler *const>(&smp_ptr, 1));
-    if (auto s = be.forward(b, out); !s) return s;
-    bool fetched = false;
-    auto id = sample_output_row(be, out, 0, smp, {}, {}, row_scratch, &fetched);
-    if (!id) return id.err();
-    ++picked;
-    fetched_rows += fetched;
-    return ok_status();
-}
-
-// Greedy decode as the engine runs it where the backend overlaps steps (engine_params::overlap):
-// each step submitted before the one before it is finished, its token that step's pick, fed on
-// the GPU (backend::submit); the host picks the same token from the step's candidate when it
-// finishes. The first step's token is the pseudo-random one; the run's tokens are the greedy
-// continuation, the same every run.
-status bench_runner::decode_run(int32_t n, int32_t pos0) {
-    sampler *const smp_ptr = &greedy;
+// Decode as the engine runs it where the backend overlaps steps (engine_params::overlap): each
+// step submitted before the one before it is finished, its token that step's pick or draw, fed on
+// the GPU (backend::submit); the host reads the same token when the step finishes. The first
+// step's token is the pseudo-random one; the run's tokens are the same every run (greedy, or
+// drawn from the sampler's fixed seed).
+status bench_runner::decode_run_with(sampler &smp, int32_t n, int32_t pos0) {
+    sampled_row row;
     for (int32_t i = 0; i < n; ++i) {
         fill(1, pos0 + i);
         if (i > 0) b.tokens[0] = -1; // row 0 of the step before
-        request_candidates(be, b, std::span<sampler *const>(&smp_ptr, 1));
+        const sampled_row asked = ask(smp, i, i > 0);
         if (auto s = be.submit(b); !s) return s;
-        if (i == 0) continue;
-        if (auto s = be.finish(out); !s) return s;
-        if (auto s = pick_greedy(); !s) return s;
+        if (i > 0) {
+            if (auto s = be.finish(out); !s) return s;
+            if (auto s = pick(row); !s) return s;
+        }
+        row = asked;
     }
     if (n > 0) {
         if (auto s = be.finish(out); !s) return s;
-        if (auto s = pick_greedy(); !s) return s;
+        if (auto s = pick(row); !s) return s;
     }
     return ok_status();
 }
@@ -229,14 +233,13 @@ status bench_runner::prefill_context(int32_t n, int32_t chunk) {
 // The same greedy decode one step at a time (forward(), the token picked on the host and given
 // as the next step's): the host's part of every step on the critical path.
 status bench_runner::decode_serial(int32_t n) {
-    sampler *const smp_ptr = &greedy;
     int32_t token = -1;
     for (int32_t i = 0; i < n; ++i) {
         fill(1, i);
         if (i > 0) b.tokens[0] = token;
-        request_candidates(be, b, std::span<sampler *const>(&smp_ptr, 1));
+        const sampled_row row = ask(greedy, i, false);
         if (auto s = be.forward(b, out); !s) return s;
-        auto id = sample_output_row(be, out, 0, greedy, {}, {}, row_scratch);
+        auto id = token_of_row(be, out, 0, row, row_scratch);
         if (!id) return id.err();
         token = *id;
         ++picked;
@@ -251,7 +254,7 @@ result<double> bench_runner::batched_step(batch &bb, int32_t n_seqs, int32_t n_p
     bb.pos.clear();
     bb.seq.clear();
     bb.logits_rows.clear();
-    std::vector<sampler *> row_samplers;
+    std::vector<sampled_row> rows;
     for (int32_t q = 0; q < n_seqs; ++q) {
         for (int32_t i = 0; i < n_per_seq; ++i) {
             bb.tokens.push_back(int32_t((uint32_t(pos0 + i + 7919 * q) * 2654435761u) % uint32_t(cfg.n_vocab)));
@@ -259,17 +262,15 @@ result<double> bench_runner::batched_step(batch &bb, int32_t n_seqs, int32_t n_p
             bb.seq.push_back(q);
         }
         bb.logits_rows.push_back(int32_t(bb.tokens.size()) - 1);
-        row_samplers.push_back(&greedy);
+        rows.push_back(sampled_row{&greedy, {}, {}, int32_t(bb.tokens.size()) - 1});
     }
-    request_candidates(be, bb, row_samplers);
+    request_sampling(be, bb, rows);
     const auto t0 = std::chrono::steady_clock::now();
     if (auto s = be.forward(bb, out); !s) return s.err();
     for (int32_t q = 0; q < n_seqs; ++q) {
-        bool fetched = false;
-        auto id = sample_output_row(be, out, q, greedy, {}, {}, row_scratch, &fetched);
+        auto id = token_of_row(be, out, q, rows[size_t(q)], row_scratch);
         if (!id) return id.err();
         ++picked;
-        fetched_rows += fetched;
     }
     return seconds_since(t0);
 }
@@ -404,28 +405,23 @@ struct sampled_figures {
     row_timing timing;
 };
 
-// The same decode with the chat's default sampler (candidates and the row sum from the GPU), over
-// at most 32 tokens: on random weights' flat rows the 64 candidates hold too little of the mass,
-// so nearly every step fetches its full row and samples it on the host (about 1 ms a draw on the
-// 103,424-token vocabulary, the walk going by id past its sorted prefix: tests/bench_sampler.cpp).
+// The same overlapped decode with each token drawn on the GPU by the sampled row's sampler
+// (--temperature, --top-p), the same number of tokens as tg.
 result<sampled_figures> run_sampled_row(bench_runner &r, const bench_opts &o, const std::string &what,
                                         const tg_figures &tg) {
     sampled_figures f;
-    f.tokens = std::min<int32_t>(o.tg, 32);
-    const int64_t fetched_before = r.fetched_rows, picked_before = r.picked;
+    f.tokens = o.tg;
     std::vector<double> sampled_runs;
     for (int rep = 0; rep < o.reps + 1; ++rep) {
         const auto t0 = std::chrono::steady_clock::now();
-        for (int32_t i = 0; i < f.tokens; ++i)
-            if (auto s = r.decode_with(i, r.sampled); !s) return s.err();
+        if (auto s = r.decode_run_with(r.sampled, f.tokens, 0); !s) return s.err();
         if (rep > 0) sampled_runs.push_back(seconds_since(t0));
     }
     f.timing.t = median(sampled_runs);
     f.timing.tps = f.tokens / f.timing.t;
-    std::printf("| %s | %s | tg%d sampled (%lld of %lld steps fetched the full row) | %.1f | %.4f | %.1f | %.1f%% |\n",
-                what.c_str(), r.be.name().c_str(), f.tokens, (long long)(r.fetched_rows - fetched_before),
-                (long long)(r.picked - picked_before), f.timing.tps, 1000.0 * f.timing.t / f.tokens, tg.roof,
-                100.0 * f.timing.tps * tg.bytes / r.read_bw);
+    std::printf("| %s | %s | tg%d sampled (T %.2g, top-p %.2g) | %.1f | %.4f | %.1f | %.1f%% |\n", what.c_str(),
+                r.be.name().c_str(), f.tokens, double(r.sampled_params.temperature), double(r.sampled_params.top_p),
+                f.timing.tps, 1000.0 * f.timing.t / f.tokens, tg.roof, 100.0 * f.timing.tps * tg.bytes / r.read_bw);
     return f;
 }
 
@@ -533,13 +529,11 @@ status run_batched_rows(bench_runner &r, const bench_opts &o, const std::string 
 void print_sampling_note(const bench_runner &r) {
     if (r.be.supports_candidates())
         std::printf("decode figures (tg, telemetry, batched) include sampling: greedy, one logit candidate per row "
-                    "from the GPU (a one-row step's picked in the head's GEMV); tg and telemetry overlap steps "
-                    "(each submitted before the one before it finished, its token fed on the GPU), \"serial\" and "
-                    "batched do not; \"sampled\": temperature %.1f, top-%d candidates and the row sum from the GPU, "
-                    "the full row fetched when they cannot decide (random weights' flat rows: nearly always); %lld "
-                    "tokens picked, %lld full rows fetched\n",
-                    double(r.sampled_params.temperature), int(k_sample_top_n), (long long)r.picked,
-                    (long long)r.fetched_rows);
+                    "from the GPU (a one-row step's picked in the head's GEMV); tg, sampled and telemetry overlap "
+                    "steps (each submitted before the one before it finished, its token fed on the GPU), \"serial\" "
+                    "and batched do not; \"sampled\": temperature %.2g, top-p %.2g, each token drawn on the GPU "
+                    "(sample_rows); %lld tokens picked\n",
+                    double(r.sampled_params.temperature), double(r.sampled_params.top_p), (long long)r.picked);
     else
         std::printf("decode figures (tg, telemetry, batched) include sampling: full logits rows; %lld tokens picked\n",
                     (long long)r.picked);
@@ -648,13 +642,13 @@ void add_decode_results(nlohmann::json &results, const bench_runner &r, const be
                        {"tokens_per_s_with_routing_record", f.telemetry.tps_traced},
                        {"tokens_per_s_without_routing_record", f.telemetry.tps_untraced},
                        {"sampling", r.be.supports_candidates() ? "gpu_candidates_greedy" : "full_row_greedy"},
-                       {"candidates_per_row", r.be.supports_candidates() ? 1 : 0},
-                       {"full_rows_fetched", r.fetched_rows}});
+                       {"candidates_per_row", r.be.supports_candidates() ? 1 : 0}});
     results.push_back({{"test", "tg" + std::to_string(f.sampled.tokens) + " sampled"},
                        {"tokens_per_s", f.sampled.timing.tps},
                        {"seconds", f.sampled.timing.t},
                        {"temperature", r.sampled_params.temperature},
-                       {"candidates_per_row", r.be.supports_candidates() ? k_sample_top_n : 0}});
+                       {"top_p", r.sampled_params.top_p},
+                       {"sampling", r.be.supports_sampling() ? "gpu_draw" : "full_row"}});
 }
 
 // bench --json: the results with the CUDA backend's own fields (device, driver, the precision in
@@ -712,7 +706,7 @@ int cmd_bench_cuda(const bench_opts &o, const common_opts &common) {
     if (!opened) return fail(opened.message());
     const bench_target target = std::move(*opened);
     cuda_backend &cb = *target.cb;
-    bench_runner r(*target.be);
+    bench_runner r(*target.be, bench_sampling(o.temperature, o.top_p));
     if (const double bw = cb.measure_read_bandwidth(); bw > 0.0) {
         r.read_bw = bw;
         r.read_bw_measured = true;

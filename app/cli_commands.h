@@ -78,6 +78,7 @@ struct bench_opts {
     bool timeline = false;         // CUDA: release time of each kernel of the last decode graph (one replay)
     std::vector<int32_t> batch;    // CUDA: decode batch sizes (B sequences of 128-token prompts)
     std::vector<int32_t> depth;    // CUDA: decode of tg tokens after a context of each of these lengths
+    float temperature = 0.8f, top_p = 0.8f; // CUDA: the "tg sampled" row's sampler
     std::string report, report_format; // also render the --json results as a report (builds with Qt)
 };
 int cmd_bench(const bench_opts &b, const common_opts &o);

@@ -155,6 +155,10 @@ CLI::App *add_bench_command(CLI::App &app, bench_opts &b, common_opts &common) {
     bench->add_option("--tg", b.tg, "decode tokens (default 128)")->check(CLI::Range(1, 1 << 20));
     bench->add_option("--reps", b.reps, "repetitions, median reported")->check(CLI::Range(1, 100));
     bench->add_option("--json", b.out_json, "also write results as JSON to this file");
+    bench->add_option("--temperature", b.temperature, "CUDA: the sampled decode row's temperature (default 0.8)")
+        ->check(CLI::Range(0.0, 100.0));
+    bench->add_option("--top-p", b.top_p, "CUDA: the sampled decode row's nucleus mass (default 0.8)")
+        ->check(CLI::Range(0.0, 1.0));
     bench->add_option("--batch", b.batch, "CUDA: batch sizes, e.g. 1,8,64: B sequences prefilled with 128 tokens "
                                           "each, then decoding --tg tokens together (TTFT, ITL p50/p99, tok/s)")
         ->delimiter(',')

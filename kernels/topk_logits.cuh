@@ -1,6 +1,6 @@
 // topk_logits: per logits row, the n_top largest values with their ids, the row max and
-// Σ_v exp((l_v − max) / T_r) at the row's temperature, so a sampler needs only these few hundred
-// bytes instead of the whole row (engine/runtime/sampler.h: sample_candidates). Order: value descending,
+// Σ_v exp((l_v − max) / T_r) at the row's temperature (the engine asks for n_top = 1: a greedy
+// step's picks when the head's GEMV does not pick). Order: value descending,
 // ties → lower id first (the sampler's order). NaN is never a candidate and counts nowhere (the
 // sampler treats NaN as −inf); −inf values are ordinary candidates. Slots past the row's non-NaN
 // values hold id −1 and value −inf. The sum is accumulated in double over exps in double (for

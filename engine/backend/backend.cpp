@@ -47,9 +47,24 @@ void check_batch(const batch &b, const model_config &cfg, const kv_cache_params 
             if (blk < 0 || blk >= kv.n_blocks) throw load_error("batch: KV block id out of range");
     for (int32_t r : b.logits_rows)
         if (r < 0 || size_t(r) >= T) throw load_error("batch: logits row out of range");
+    if (b.sampling.empty()) return;
+    if (b.sampling.size() != b.logits_rows.size()) throw load_error("batch: sampling must be one per logits row");
+    if (cfg.n_vocab >= (int64_t(1) << 23)) throw load_error("batch: sampling on the device needs a vocabulary under 2^23");
+    for (const row_sampling &s : b.sampling) {
+        if (!(s.top_p > 0.0f && s.top_p <= 1.0f) || !(s.min_p >= 0.0f && s.min_p <= 1.0f) || s.top_k < 0 ||
+            !(s.temperature >= 0.0f) || !(s.repetition > 0.0f))
+            throw load_error("batch: sampling parameters out of range");
+        if (s.n_penalties < 0 || s.penalties > b.penalties.size() || size_t(s.n_penalties) > b.penalties.size() - s.penalties)
+            throw load_error("batch: a row's penalty entries lie outside batch::penalties");
+        if (s.extra_token >= int32_t(T)) throw load_error("batch: a row's extra token lies outside the batch");
+        for (int32_t i = 1; i < s.n_penalties; ++i)
+            if (b.penalties[size_t(s.penalties) + size_t(i)].id <= b.penalties[size_t(s.penalties) + size_t(i) - 1].id)
+                throw load_error("batch: a row's penalty ids must ascend");
+    }
 }
 
 std::vector<int32_t> top_candidates(const forward_output &out, int64_t n_vocab) {
+    if (!out.sampled.empty()) return out.sampled;
     std::vector<int32_t> top;
     const logit_candidate_rows &c = out.candidates;
     if (c.top_n > 0) {

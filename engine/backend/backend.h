@@ -11,6 +11,7 @@
 
 #include "engine/core/status.h"
 #include "engine/model/model_config.h"
+#include "kernels/sample_rows.cuh"
 
 #include <cstdint>
 #include <deque>
@@ -27,8 +28,9 @@ struct batch_seq {
 
 struct batch {
     // [n_tokens]; through backend::submit, a token < 0 is fed: the previous submitted forward's
-    // output row −token − 1's top candidate (its greedy pick), which the backend knows before the
-    // host does, so that a decode step can be submitted while the one before it still runs.
+    // output row −token − 1's token (its draw, or its top candidate where it made none), which
+    // the backend knows before the host does, so that a decode step can be submitted while the
+    // one before it still runs.
     std::vector<int32_t> tokens;
     std::vector<int32_t> pos;          // [n_tokens] position within its sequence
     std::vector<int32_t> seq;          // [n_tokens] index into seqs; a sequence's tokens are one run, positions rising by one
@@ -40,6 +42,11 @@ struct batch {
     // [logits_rows.size()] or empty: the temperature of each row's softmax denominator
     // (forward_output::cand_sum); <= 0 or absent: no sum.
     std::vector<float> temperatures;
+    // [logits_rows.size()] or empty: each row's draw, made by a backend that supports it
+    // (backend::supports_sampling; forward_output::sampled). row_sampling::penalties is the index
+    // of the row's first entry in `penalties`; row_sampling::extra_token indexes `tokens`.
+    std::vector<row_sampling> sampling;
+    std::vector<penalty_entry> penalties;
 
     int32_t n_tokens() const { return int32_t(tokens.size()); }
 };
@@ -77,6 +84,8 @@ struct forward_output {
     // (backend::logits_row fetches a full row then).
     std::vector<float> logits;
     logit_candidate_rows candidates;
+    // [logits_rows.size()] the token drawn from each row when the batch asked (batch::sampling).
+    std::vector<int32_t> sampled;
     routing_record routing;
     phase_times phases;
 };
@@ -134,6 +143,9 @@ public:
 
     // Whether forward() honours batch::top_n (returns candidates instead of full rows).
     virtual bool supports_candidates() const { return false; }
+    // Whether forward() draws each row's token itself (batch::sampling → forward_output::sampled,
+    // kernels/sample_rows.cuh); with it, fed tokens read the draws.
+    virtual bool supports_sampling() const { return false; }
     // Full logits of output row `row` of the last forward(), valid until the next forward() or
     // init_kv_cache(); out.size() must be n_vocab. Same thread as forward().
     virtual status logits_row(int32_t row, std::span<float> out) = 0;
@@ -160,9 +172,10 @@ private:
     std::vector<int32_t> m_prev_top; // the top candidate of each output row of the last submitted forward
 };
 
-// The top candidate of each output row of a finished forward: candidates' first id, or the arg
-// max of the full row (NaN skipped, ties → the lower id; −1 when every value is NaN), as a greedy
-// sampler without penalties picks it.
+// The token of each output row of a finished forward that a fed token reads: its draw
+// (forward_output::sampled), else the candidates' first id, or the arg max of the full row (NaN
+// skipped, ties → the lower id; −1 when every value is NaN), as a greedy sampler without
+// penalties picks it.
 std::vector<int32_t> top_candidates(const forward_output &out, int64_t n_vocab);
 
 } // namespace es

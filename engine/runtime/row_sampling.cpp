@@ -1,46 +1,46 @@
-// row_sampling.h: candidates to ask for, and a row's token from them or from the full row.
+// row_sampling.h: what to ask a backend for, and a row's token from what came back.
 #include "engine/runtime/row_sampling.h"
 
 #include <algorithm>
-#include <chrono>
 
 namespace es {
 
-void request_candidates(const backend &be, batch &b, std::span<sampler *const> samplers) {
+void request_sampling(const backend &be, batch &b, std::span<const sampled_row> rows) {
+    b.top_n = 0;
     b.temperatures.clear();
-    // No rows to sample: no candidates (one CUDA graph fewer: top_n is part of its key).
-    b.top_n = be.supports_candidates() && !samplers.empty() ? k_sample_top_n : 0;
-    if (!b.top_n) return;
-    if (std::all_of(samplers.begin(), samplers.end(), [](const sampler *s) { return s->picks_top(); })) b.top_n = 1;
-    for (const sampler *s : samplers) b.temperatures.push_back(s->sum_temperature());
+    b.sampling.clear();
+    b.penalties.clear();
+    if (rows.empty()) return; // no rows: no candidates (one CUDA graph fewer: top_n is part of its key)
+    if (std::all_of(rows.begin(), rows.end(), [](const sampled_row &r) { return r.smp->picks_top(); })) {
+        if (be.supports_candidates()) b.top_n = 1;
+        return;
+    }
+    if (!be.supports_sampling()) return;
+    for (const sampled_row &r : rows) b.sampling.push_back(r.smp->spec(r.prompt, r.output, r.input_index, b.penalties));
 }
 
-result<int32_t> sample_output_row(backend &be, forward_output &out, int32_t row, sampler &smp,
-                                  std::span<const int32_t> prompt, std::span<const int32_t> output,
-                                  std::vector<float> &scratch, bool *fetched) {
+result<int32_t> token_of_row(backend &be, forward_output &out, int32_t row, const sampled_row &r,
+                             std::vector<float> &scratch) {
     const int64_t V = be.config().n_vocab;
-    if (fetched) *fetched = false;
+    if (!out.sampled.empty()) {
+        if (size_t(row) >= out.sampled.size())
+            return error{"the backend returned no draw for row " + std::to_string(row)};
+        const int32_t id = out.sampled[size_t(row)];
+        if (id < 0 || id >= V) return error{"the backend drew token " + std::to_string(id) + ", outside the vocabulary"};
+        return id;
+    }
     const logit_candidate_rows &cr = out.candidates;
-    if (cr.top_n > 0) {
-        const size_t n = size_t(cr.top_n), r = size_t(row);
-        if (cr.ids.size() < (r + 1) * n || cr.logits.size() < (r + 1) * n || cr.row_sum.size() <= r)
-            return error{"the backend returned too few logit candidates for row " + std::to_string(row)};
-        logit_candidates lc;
-        lc.ids = std::span<const int32_t>(cr.ids).subspan(r * n, n);
-        lc.logits = std::span<const float>(cr.logits).subspan(r * n, n);
-        lc.sum = cr.row_sum[r];
-        lc.sum_temperature = smp.sum_temperature();
-        lc.n_vocab = V;
-        if (auto id = smp.sample_candidates(lc, prompt, output)) return *id;
+    if (cr.top_n > 0 && r.smp->picks_top()) {
+        const size_t at = size_t(row) * size_t(cr.top_n);
+        if (cr.ids.size() <= at) return error{"the backend returned too few logit candidates for row " + std::to_string(row)};
+        return std::max(cr.ids[at], 0); // −1: every logit NaN, whose top is id 0
+    }
+    if (cr.top_n > 0 || out.logits.size() < size_t(row + 1) * size_t(V)) {
         scratch.resize(size_t(V));
         if (auto s = be.logits_row(row, scratch); !s) return s.err();
-        if (fetched) *fetched = true;
-        return smp.sample(scratch, prompt, output);
+        return r.smp->sample(scratch, r.prompt, r.output);
     }
-    if (out.logits.size() < size_t(row + 1) * size_t(V))
-        return error{"the backend returned no logits for row " + std::to_string(row)};
-    return smp.sample(std::span<float>(out.logits.data() + size_t(row) * size_t(V), size_t(V)), prompt,
-                      output);
+    return r.smp->sample(std::span<float>(out.logits.data() + size_t(row) * size_t(V), size_t(V)), r.prompt, r.output);
 }
 
 } // namespace es

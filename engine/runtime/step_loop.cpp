@@ -267,6 +267,19 @@ bool step_loop::emit_text(live_request &lr, const std::string &piece, const std:
     return false;
 }
 
+// The sampling of chunk c's output row (its token at batch index input_index): the request's
+// ids before the token it draws (a placeholder last while the step before still runs).
+sampled_row step_loop::sampled_row_of(const scheduled_chunk &c, int32_t input_index) {
+    live_request &lr = m_live.at(c.req->id);
+    const size_t at = size_t(c.start + c.n_new);
+    sampled_row r;
+    r.smp = lr.smp.get();
+    r.prompt = std::span<const int32_t>(c.req->tokens.data(), size_t(lr.n_prompt));
+    r.output = std::span<const int32_t>(c.req->tokens.data() + lr.n_prompt, at - size_t(lr.n_prompt));
+    r.input_index = input_index;
+    return r;
+}
+
 // Schedules a step and submits its forward. Tokens that are placeholders (negative: the picks
 // of the step still running, speculate()) go to the backend as fed tokens. Empty when nothing
 // was scheduled or the submission failed (its requests failed).
@@ -285,7 +298,7 @@ std::optional<inflight_step> step_loop::schedule() {
         f.ids.push_back(c.req->id);
     }
     batch b;
-    std::vector<sampler *> row_samplers; // one per logits row
+    std::vector<sampled_row> rows; // one per logits row
     for (size_t i = 0; i < f.so.chunks.size(); ++i) {
         const scheduled_chunk &c = f.so.chunks[i];
         b.seqs.push_back({c.req->blocks});
@@ -296,12 +309,11 @@ std::optional<inflight_step> step_loop::schedule() {
         }
         if (c.samples) {
             b.logits_rows.push_back(b.n_tokens() - 1);
-            row_samplers.push_back(m_live.at(c.req->id).smp.get());
+            rows.push_back(sampled_row_of(c, b.n_tokens() - 1));
         }
     }
-    // Sampling rows come back as candidates where the backend can (the full row is fetched
-    // only when they cannot decide): nothing in the engine needs whole rows.
-    request_candidates(*m_mdl->be, b, row_samplers);
+    // Each row is drawn on the backend where it can (nothing in the engine needs whole rows).
+    request_sampling(*m_mdl->be, b, rows);
     if (const status st = m_mdl->be->submit(b); !st) {
         fail_step(f, "the forward pass failed: " + st.message());
         return std::nullopt;
@@ -329,7 +341,8 @@ bool step_loop::can_speculate(const inflight_step &f) {
     for (size_t i = 0; i < f.so.chunks.size(); ++i) {
         const scheduled_chunk &c = f.so.chunks[i];
         auto it = m_live.find(f.ids[i]); // (by id: a finished request's pointer dangles)
-        if (it == m_live.end() || c.n_new != 1 || !c.samples || !it->second.smp->picks_top()) return false;
+        if (it == m_live.end() || c.n_new != 1 || !c.samples) return false;
+        if (!it->second.smp->picks_top() && !m_mdl->be->supports_sampling()) return false;
         const sched_request &sr = *c.req;
         // After the running step's token: n + 1 tokens; the speculated step computes the
         // (n + 1)-th and samples the (n + 2)-th.
@@ -458,10 +471,8 @@ double step_loop::sample_and_emit(inflight_step &f, const std::vector<char> &ali
         // The sampled token's place: a placeholder when the next step was submitted already.
         const size_t at = size_t(c.start + c.n_new);
         const bool placeholder = sr.tokens.size() > at;
-        std::span<const int32_t> prompt(sr.tokens.data(), size_t(lr.n_prompt));
-        std::span<const int32_t> output(sr.tokens.data() + lr.n_prompt, at - size_t(lr.n_prompt));
-        // sample_ms includes the full row's download when the candidates cannot decide.
-        const auto sampled = sample_output_row(*m_mdl->be, m_out, this_row, *lr.smp, prompt, output, m_row_scratch);
+        // sample_ms includes the full row's download where the backend does not draw.
+        const auto sampled = token_of_row(*m_mdl->be, m_out, this_row, sampled_row_of(c, -1), m_row_scratch);
         if (!sampled) {
             to_fail.emplace_back(sr.id, "sampling failed: " + sampled.err().message);
             continue;

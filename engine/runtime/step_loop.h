@@ -7,6 +7,7 @@
 #pragma once
 
 #include "engine/runtime/engine.h"
+#include "engine/runtime/row_sampling.h"
 #include "engine/runtime/scheduler.h"
 
 #include <atomic>
@@ -88,11 +89,12 @@ private:
     // was scheduled or the submission failed (its requests failed).
     std::optional<inflight_step> schedule();
     // Whether the step still running can have its successor submitted now (overlapped steps):
-    // every running request decodes in it with a greedy sampler without penalties (its token is
-    // the backend's pick), none is waiting or about to reach its length limit, no command waits,
+    // every running request decodes in it with a token the backend knows (its draw on the device,
+    // or a greedy sampler's top candidate), none is waiting or about to reach its length limit, no command waits,
     // and the blocks for one more position are free (the next schedule then neither preempts nor
     // admits).
     bool can_speculate(const inflight_step &f);
+    sampled_row sampled_row_of(const scheduled_chunk &c, int32_t input_index);
     // Submits the step after f before f's tokens are known: each request's next token is a
     // placeholder (−row − 1: row `row` of f's outputs, fed on the backend) until update(f) puts
     // the sampled id in its place.
@@ -126,7 +128,7 @@ private:
     std::map<request_id, live_request> m_live;
     forward_output m_out;                   // every step's forward output (its buffers reused)
     std::optional<inflight_step> m_pending; // a step submitted and not yet processed (overlapped steps)
-    std::vector<float> m_row_scratch;       // a full logits row when candidates cannot decide
+    std::vector<float> m_row_scratch;       // a full logits row where the backend does not draw
     clk::time_point m_last_step_end{};      // the last processed step's end
     clk::time_point m_last_publish{};
     // Telemetry.

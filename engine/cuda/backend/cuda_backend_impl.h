@@ -110,6 +110,7 @@ struct backend_options {
 // recorded after the slot's forward.
 struct io_slot {
     pinned_buffer inputs, record, logits, block;
+    pinned_buffer penalties; // the step's penalty lists (batch::penalties), read by sample_rows in place
     cudaEvent_t done = nullptr;
 };
 
@@ -151,6 +152,7 @@ struct pending_forward {
     int64_t T = 0, R = 0, top_n = 0, nk = 0;
     size_t cand_rel = 0, logit_bytes = 0;
     bool via_pinned = false, cand_block = false, io_done = false, replayed = false;
+    bool sample = false;     // its candidates are draws (forward_output::sampled)
     bool done = false;       // its outputs already in `out` (run synchronously, or drained)
     status st = ok_status(); // its status, when done
     forward_output out;
@@ -193,6 +195,7 @@ public:
     int32_t in_flight() const override { return int32_t(m_flight.size()); }
     bool overlaps_steps() const override { return true; }
     bool supports_candidates() const override { return true; }
+    bool supports_sampling() const override { return true; }
     status logits_row(int32_t row, std::span<float> out) override;
     backend_memory memory() const override;
     status reserve_workspace(int32_t max_tokens, int32_t max_rows, int32_t max_blocks_per_seq) override;

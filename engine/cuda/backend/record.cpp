@@ -14,6 +14,7 @@
 #include "kernels/moe_plan.cuh"
 #include "kernels/rms_norm.cuh"
 #include "kernels/silu_mul.cuh"
+#include "kernels/sample_rows.cuh"
 #include "kernels/topk_logits.cuh"
 
 #include <cmath>
@@ -602,6 +603,22 @@ void cuda_backend_impl::record_head(const step_plan &p, const step_ptrs &s, cons
     }
     linear("head", m_w.head, xr, H, logits, c.n_vocab, R, false);
     if (p.top_n == 0 || R == 0) return;
+    if (p.sample) {
+        // Each row's draw into the candidates' first slot (the fed tokens' source), its logit and
+        // the row max beside it; the penalties stay in the logits logits_row() reads.
+        sample_rows_params sp;
+        sp.logits = logits;
+        sp.rows = reinterpret_cast<const row_sampling *>(m_inputs.at(p.in.samp));
+        sp.tokens = m_inputs.at<int32_t>(p.in.tokens);
+        sp.ids = reinterpret_cast<int32_t *>(cand);
+        sp.values = reinterpret_cast<float *>(cand + size_t(R) * 4);
+        sp.row_max = reinterpret_cast<float *>(cand + size_t(R) * 8);
+        sp.scratch = m_work.at<float>(m_lay.samp_weights);
+        sp.n_rows = R;
+        sp.n_vocab = c.n_vocab;
+        op("sample_rows", [&] { return launch_sample_rows(sp, m_stream); });
+        return;
+    }
     // Candidates instead of full rows: the logits stay in the workspace for logits_row().
     const int64_t n = p.top_n;
     topk_logits_params tk;

@@ -113,6 +113,7 @@ auto cuda_backend_impl::start(const batch &b) -> pending_forward {
     pf.logit_bytes = p.logit_bytes;
     pf.via_pinned = p.via_pinned;
     pf.cand_block = p.cand_block;
+    pf.sample = p.sample;
     m_last_slot = slot;
     m_last_in = p.in;
     m_out = make_out_layout(m_lay.out, p.n_moe, p.T, m_cfg.n_expert_used);
@@ -158,6 +159,21 @@ void cuda_backend_impl::pack_inputs(const batch &b, const step_plan &p, const st
     if (p.R) std::memcpy(pin.at(il.rows), b.logits_rows.data(), size_t(p.R) * 4);
     for (int64_t r = 0; r < p.R; ++r)
         pin.at<float>(il.temps)[r] = b.temperatures.empty() ? 0.0f : b.temperatures[size_t(r)];
+    if (p.sample) {
+        // The penalty lists stay in the slot's pinned memory, read there by sample_rows; each
+        // row's index into them becomes their address.
+        pinned_buffer &pen = m_io[p.slot].penalties;
+        const size_t need = b.penalties.size() * sizeof(penalty_entry);
+        if (need > pen.bytes()) pen.alloc(std::max(2 * need, size_t(64) << 10), "pinned penalty lists");
+        if (need) std::memcpy(pen.at(), b.penalties.data(), need);
+        auto *rs = reinterpret_cast<row_sampling *>(pin.at(il.samp));
+        for (int64_t r = 0; r < p.R; ++r) {
+            rs[r] = b.sampling[size_t(r)];
+            rs[r].penalties = rs[r].n_penalties > 0
+                                  ? reinterpret_cast<uint64_t>(pen.at()) + b.sampling[size_t(r)].penalties * sizeof(penalty_entry)
+                                  : 0;
+        }
+    }
     std::memcpy(pin.at(il.tiles), p.tiles.data(), p.tiles.size() * 4);
     int32_t *btp = pin.at<int32_t>(il.bt);
     for (int64_t s = 0; s < p.S; ++s) {
@@ -307,6 +323,12 @@ void cuda_backend_impl::collect(pending_forward &pf, forward_output &out, bool l
     m_last_tops.clear();
     for (int64_t r = 0; r < (top_n > 0 ? R : 0); ++r) m_last_tops.push_back(cr.ids[size_t(r * top_n)]);
     m_last_tops_current = latest && top_n > 0;
+    // Draws: the candidates' first slots hold them.
+    out.sampled.clear();
+    if (pf.sample) {
+        out.sampled = std::move(cr.ids);
+        cr = logit_candidate_rows{};
+    }
     if (m_prof.on) collect_profile();
     if (nk) {
         const unsigned char *rec = pf.cand_block ? dl : m_io[slot].record.at();

@@ -33,6 +33,7 @@ input_layout make_input_layout(int64_t T, int64_t R, int64_t bt) {
     l.seq = in(T);
     l.rows = in(R);
     l.temps = in(R); // fp32 bits
+    l.samp = in(R * int64_t(sizeof(row_sampling) / 4));
     l.tiles = in(2 * T);
     l.bt = in(bt);
     l.total = i;
@@ -93,6 +94,7 @@ work_layout make_work_layout(const workspace_shape &s, int64_t T, int64_t R, int
     w.slot_rows = take(size_t(T * K) * 4);               // the same: moe_combine resets it
     w.topk_scratch = take(topk_logits_scratch_bytes(R, c.n_vocab, topk_logits_max_top));
     w.topk_counters = take(size_t(R) * 4);
+    w.samp_weights = take(size_t(R * c.n_vocab) * 4);
     w.pick_keys = take(size_t(s.pick_keys_cap) * 8);
     w.attn_partial = take(size_t(attention_partial_floats(std::min<int64_t>(T, k_graph_max_tokens), c.n_head,
                                                           c.n_head_kv, c.head_dim, k_decode_kv_splits)) *
@@ -132,6 +134,9 @@ step_plan plan_step(const model_config &cfg, int64_t n_moe, const batch &b, cons
     p.n_moe = n_moe;
     check_step_request(b);
     p.top_n = b.top_n > 0 ? std::min<int64_t>(b.top_n, topk_logits_max_top) : 0;
+    // Draws come back as each row's one candidate (sample_rows writes the candidates' first slot).
+    p.sample = !b.sampling.empty() && !b.logits_rows.empty();
+    if (p.sample) p.top_n = 1;
     p.has_fed = std::any_of(b.tokens.begin(), b.tokens.end(), [](int32_t t) { return t < 0; });
     if (p.has_fed)
         for (int32_t t : b.tokens)
@@ -143,7 +148,7 @@ step_plan plan_step(const model_config &cfg, int64_t n_moe, const batch &b, cons
     const int64_t T = p.T, R = p.R;
 
     // Greedy rows need no row sum: one candidate from the head's GEMV where the step has one row.
-    p.pick = o.head_pick && p.top_n == 1 && R == 1 &&
+    p.pick = o.head_pick && !p.sample && p.top_n == 1 && R == 1 &&
              std::all_of(b.temperatures.begin(), b.temperatures.end(), [](float t) { return !(t > 0.0f); });
     p.stride = block_table_stride(b);
     p.tiles = attention_tiles(b.seq.data(), T, cfg.n_head / cfg.n_head_kv);
@@ -185,7 +190,8 @@ step_plan plan_step(const model_config &cfg, int64_t n_moe, const batch &b, cons
     // The graph holds the slot's pinned pointers when it carries its I/O, and the fed tokens' source.
     const int64_t io_key = p.io_in_graph ? 1 + (p.nk ? 1 : 0) + 2 * slot : 0;
     const int64_t fed_key = p.fed_on_gpu ? int64_t(fed.cand) * 128 + fed.top_n : -1;
-    p.key = std::make_tuple(T, R, p.S, p.stride, p.n_tiles, p.kv_splits, p.max_tile, p.top_n, p.pick, io_key, fed_key);
+    p.key = std::make_tuple(T, R, p.S, p.stride, p.n_tiles, p.kv_splits, p.max_tile, p.top_n,
+                            int64_t(p.sample ? 2 : p.pick ? 1 : 0), io_key, fed_key);
     return p;
 }
 

@@ -50,7 +50,7 @@ int64_t round_cap(int64_t need, int64_t at_least);
 // that one transfer of `total` bytes carries them; every array 16-byte aligned. A graph's key holds
 // T, R and the table's size, so the offsets a graph was captured with are those of every replay.
 struct input_layout {
-    size_t tokens = 0, pos = 0, seq = 0, rows = 0, temps = 0, tiles = 0, bt = 0, total = 0;
+    size_t tokens = 0, pos = 0, seq = 0, rows = 0, temps = 0, samp = 0, tiles = 0, bt = 0, total = 0;
 };
 input_layout make_input_layout(int64_t T, int64_t R, int64_t bt);
 
@@ -87,6 +87,7 @@ struct work_layout {
     // Logit candidates: topk_logits' scratch and per-row counters (zeroed at allocation, left zero
     // by the kernel); its output is in the download block.
     size_t topk_scratch = 0, topk_counters = 0;
+    size_t samp_weights = 0; // sample_rows' weights [R, n_vocab]
     size_t pick_keys = 0; // the greedy pick fused into the head's GEMV: its warps' keys
     // FP8 activations of prefill-sized linears: [T, act_k] codes, [T] scales
     size_t act_q = 0, act_scale = 0;
@@ -124,9 +125,9 @@ struct fed_source {
     bool valid = false;
 };
 
-// T, R, S, stride, n_tiles, kv_splits, max_tile, top_n, pick, the transfers in the graph (0: none;
-// 1 + record + 2 · slot), the fed tokens' source (−1: none).
-using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool,
+// T, R, S, stride, n_tiles, kv_splits, max_tile, top_n, the head's token (0: none, 1: the pick, 2: the
+// draw), the transfers in the graph (0: none; 1 + record + 2 · slot), the fed tokens' source (−1: none).
+using graph_key = std::tuple<int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                              int64_t, int64_t>;
 
 struct step_plan {
@@ -150,6 +151,7 @@ struct step_plan {
     bool combine_norm = false;        // moe_combine writes the next layer's normalized row
     bool combine_norm_head = false;   // …and after the last layer the head's
     bool pick = false;                // greedy one row: the head's GEMV picks the token
+    bool sample = false;              // each row's token drawn on the GPU (batch::sampling, sample_rows)
     bool attention_splits = false;    // decode attention merges KV splits (kv_splits > 1)
 
     // Transfers.

@@ -15,6 +15,7 @@
 #include "kernels/fp8_quantize.cuh"
 #include "kernels/rms_norm.cuh"
 #include "kernels/rope_kv.cuh"
+#include "kernels/sample_rows.cuh"
 #include "kernels/silu_mul.cuh"
 #include "kernels/topk_logits.cuh"
 
@@ -525,6 +526,207 @@ void topk_logits_case::run(runner &R, const std::string &name) const {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     R.info("kernel", name, "µs per launch (100 back to back)", 1000.0 * ms / 100.0);
+}
+
+} // namespace es::selftest
+
+namespace es::selftest {
+
+std::string sample_rows_case::name() const {
+    return shape_name("sample_rows", {{"rows", rows}, {"V", V}, {"draws", draws}},
+                      "flat, peaked, ties, NaN, -inf, ±0, +inf; greedy, T, top-k, top-p, min-p, penalties");
+}
+
+namespace {
+
+// The row kinds and parameter sets the case cycles through (row r: kind r % 9, set (r / 9) % 12).
+void fill_sample_row(float *row, int64_t V, int kind, std::mt19937 &rng) {
+    std::normal_distribution<float> flat(0.0f, 0.05f), wide(0.0f, 3.0f);
+    for (int64_t v = 0; v < V; ++v) row[v] = kind == 0 ? flat(rng) : wide(rng);
+    switch (kind) {
+    case 1: row[V / 3] = 25.0f; break; // peaked
+    case 2:
+        for (int64_t v = 0; v < V; ++v) row[v] = std::round(row[v] * 2.0f) / 2.0f; // many ties
+        break;
+    case 3:
+        for (int64_t v = 0; v < V; v += 7) row[v] = NAN;
+        break;
+    case 4:
+        for (int64_t v = 0; v < V; ++v)
+            if (v % 13) row[v] = -INFINITY;
+        break;
+    case 5:
+        for (int64_t v = 0; v < V; ++v) row[v] = 1.5f; // every key differs by id only
+        break;
+    case 6:
+        for (int64_t v = 0; v < V; ++v) row[v] = v % 5 ? -std::abs(row[v]) - 0.5f : (v % 2 ? -0.0f : 0.0f);
+        break;
+    case 7: row[V / 2] = INFINITY; break;
+    case 8:
+        for (int64_t v = 0; v < V; ++v) row[v] = v % 2 ? NAN : -INFINITY;
+        break;
+    default: break;
+    }
+}
+
+row_sampling sample_spec(int set, uint64_t seed) {
+    row_sampling s;
+    s.seed = seed;
+    s.temperature = 0.8f;
+    switch (set) {
+    case 0: s.temperature = 0.0f; break;
+    case 1: break;
+    case 2: s.top_p = 0.8f; break;
+    case 3: s.top_k = 50; break;
+    case 4:
+        s.temperature = 0.7f;
+        s.top_k = 40;
+        s.top_p = 0.9f;
+        s.min_p = 0.05f;
+        break;
+    case 5:
+        s.temperature = 1.2f;
+        s.min_p = 0.1f;
+        break;
+    case 6:
+        s.repetition = 1.3f;
+        s.presence = 0.5f;
+        s.frequency = 0.2f;
+        s.top_p = 0.95f;
+        break;
+    case 7: s.top_p = 1e-4f; break;
+    case 8: s.top_k = 1; break;
+    case 9: s.temperature = 2e-5f; break;
+    case 10:
+        s.temperature = 1.0f;
+        s.top_k = 1000;
+        s.top_p = 0.5f;
+        break;
+    case 11:
+        s.repetition = 0.8f; // a penalty that raises logits
+        s.temperature = 0.5f;
+        break;
+    default: break;
+    }
+    return s;
+}
+
+} // namespace
+
+void sample_rows_case::run(runner &R, const std::string &name) const {
+    std::mt19937 rng(unsigned(rows * 31 + V));
+    std::vector<float> x(static_cast<size_t>(rows * V));
+    for (int64_t r = 0; r < rows; ++r) fill_sample_row(x.data() + r * V, V, int(r % 9), rng);
+    // Penalty lists in pinned memory (the device reads them there, as the backend's are), and a
+    // batch of tokens whose entry r is row r's fed token.
+    std::vector<penalty_entry> entries;
+    std::vector<row_sampling> specs(static_cast<size_t>(rows));
+    std::vector<int32_t> tokens(static_cast<size_t>(rows));
+    for (int64_t r = 0; r < rows; ++r) {
+        row_sampling &s = specs[size_t(r)];
+        s = sample_spec(int((r / 9) % 12), 1000 + uint64_t(r));
+        tokens[size_t(r)] = int32_t((r * 7919) % V);
+        if (!sampling_has_penalties(s)) continue;
+        s.penalties = entries.size();
+        for (int64_t id = r % 3; id < V; id += 1 + V / 50) entries.push_back({int32_t(id), int32_t(id % 4)});
+        s.n_penalties = int32_t(entries.size() - s.penalties);
+        s.extra_token = int32_t(r); // sometimes listed already, sometimes not
+    }
+    pinned_buffer pen;
+    pen.alloc(std::max<size_t>(entries.size(), 1) * sizeof(penalty_entry), "cudaMallocHost");
+    if (!entries.empty()) std::memcpy(pen.at(), entries.data(), entries.size() * sizeof(penalty_entry));
+    for (row_sampling &s : specs)
+        s.penalties = s.n_penalties ? reinterpret_cast<uint64_t>(pen.at()) + s.penalties * sizeof(penalty_entry) : 0;
+
+    dvec<float> dx(x), dvals(static_cast<size_t>(rows)), dmax(static_cast<size_t>(rows));
+    dvec<float> scratch(static_cast<size_t>(rows * V));
+    dvec<int32_t> dids(static_cast<size_t>(rows)), dtok(tokens);
+    int64_t token_diff = 0, value_diff = 0, logit_diff = 0, sampled_rows = 0;
+    std::vector<int> distinct(static_cast<size_t>(rows), 0);
+    std::vector<int32_t> last(static_cast<size_t>(rows), -1);
+    for (int32_t d = 0; d < draws; ++d) {
+        for (row_sampling &s : specs) s.counter = uint64_t(d);
+        dvec<row_sampling> dspec(specs);
+        std::vector<float> hx = x;
+        ck(cudaMemcpy(dx.get(), x.data(), x.size() * 4, cudaMemcpyHostToDevice), "upload");
+        sample_rows_params p;
+        p.logits = dx.get();
+        p.rows = dspec.get();
+        p.tokens = dtok.get();
+        p.ids = dids.get();
+        p.values = dvals.get();
+        p.row_max = dmax.get();
+        p.scratch = scratch.get();
+        p.n_rows = rows;
+        p.n_vocab = V;
+        ck(launch_sample_rows(p, nullptr), "launch");
+        sync(name);
+        std::vector<int32_t> ids(static_cast<size_t>(rows));
+        std::vector<float> vals(static_cast<size_t>(rows)), mx(static_cast<size_t>(rows));
+        sample_rows_params h = p;
+        h.logits = hx.data();
+        h.rows = specs.data();
+        h.tokens = tokens.data();
+        h.ids = ids.data();
+        h.values = vals.data();
+        h.row_max = mx.data();
+        h.scratch = nullptr;
+        sample_rows_ref(h);
+        const auto gi = dids.download();
+        const auto gx = dx.download();
+        const auto gv = dvals.download(), gm = dmax.download();
+        for (int64_t r = 0; r < rows; ++r) {
+            token_diff += gi[size_t(r)] != ids[size_t(r)];
+            value_diff += std::memcmp(&gv[size_t(r)], &vals[size_t(r)], 4) != 0 ||
+                          std::memcmp(&gm[size_t(r)], &mx[size_t(r)], 4) != 0;
+            distinct[size_t(r)] += gi[size_t(r)] != last[size_t(r)];
+            last[size_t(r)] = gi[size_t(r)];
+        }
+        for (size_t i = 0; i < gx.size(); ++i) logit_diff += std::memcmp(&gx[i], &hx[i], 4) != 0;
+        sampled_rows += rows;
+    }
+    // The draws move with the counter: rows with a wide kept set give more than one token.
+    int64_t stuck = 0;
+    for (int64_t r = 0; r < rows; ++r)
+        if (const int set = int((r / 9) % 12); r % 9 == 0 && draws > 2 && distinct[size_t(r)] < 2 &&
+                                                 (set == 1 || set == 2 || set == 3 || set == 5 || set == 6 || set == 10))
+            ++stuck;
+    R.add("kernel", name, "tokens differing from the twin (" + std::to_string(sampled_rows) + " draws)",
+          double(token_diff), 0.0);
+    R.add("kernel", name, "drawn logit or row max differing (exact)", double(value_diff), 0.0);
+    R.add("kernel", name, "penalized logits differing (exact)", double(logit_diff), 0.0);
+    R.add("kernel", name, "flat rows whose draws never changed with the counter", double(stuck), 0.0);
+
+    // Timing: flat rows at temperature 0.8, top-p 0.8 (the chat's sampled decode on random weights).
+    for (int64_t n : {int64_t(1), std::min<int64_t>(rows, 8)}) {
+        std::vector<float> flat(static_cast<size_t>(n * V));
+        for (int64_t r = 0; r < n; ++r) fill_sample_row(flat.data() + r * V, V, 0, rng);
+        std::vector<row_sampling> ts(static_cast<size_t>(n), sample_spec(2, 7));
+        dvec<float> fx(flat);
+        dvec<row_sampling> dts(ts);
+        sample_rows_params p;
+        p.logits = fx.get();
+        p.rows = dts.get();
+        p.tokens = dtok.get();
+        p.ids = dids.get();
+        p.scratch = scratch.get();
+        p.n_rows = n;
+        p.n_vocab = V;
+        cudaEvent_t a = nullptr, b = nullptr;
+        ck(cudaEventCreate(&a), "cudaEventCreate");
+        ck(cudaEventCreate(&b), "cudaEventCreate");
+        ck(launch_sample_rows(p, nullptr), "launch");
+        ck(cudaEventRecord(a), "cudaEventRecord");
+        for (int i = 0; i < 100; ++i) ck(launch_sample_rows(p, nullptr), "launch");
+        ck(cudaEventRecord(b), "cudaEventRecord");
+        sync(name);
+        float ms = 0.0f;
+        ck(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+        R.info("kernel", name, "µs per launch, " + std::to_string(n) + " flat rows, T 0.8 top-p 0.8",
+               1000.0 * ms / 100.0);
+    }
 }
 
 } // namespace es::selftest

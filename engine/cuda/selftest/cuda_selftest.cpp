@@ -467,6 +467,10 @@ void logits_and_copy_cases(case_list &c) {
     add(c, topk_logits_case{64, 103424, 64}); // the largest decode batch
     add(c, topk_logits_case{3, 6144, 63});    // V a multiple of the block's 2048; N odd
     add(c, topk_logits_case{8, 2049, 64});    // a last block of one value
+    // Every row kind under every parameter set (9 × 12 rows).
+    add(c, sample_rows_case{108, 103424, 6}); // the ERNIE vocabulary: clusters of 8 blocks a row
+    add(c, sample_rows_case{108, 3001, 12});  // a small odd vocabulary (one block a row)
+    add(c, sample_rows_case{108, 40, 12});    // fewer ids than one warp's segment
     add(c, topk_logits_case{8, 600000, 64});  // more lists than phase 2 holds in registers (293 blocks)
 }
 

@@ -119,6 +119,17 @@ struct topk_logits_case {
     void run(runner &R, const std::string &name) const;
 };
 
+// sample_rows vs its twin: the same token from every row (flat, peaked, tied, NaN, −inf, ±0,
+// +inf rows; greedy, temperature, top-k, top-p, min-p, penalties with a fed token), over `draws`
+// draws each (the counter advancing), the drawn logit, the row max and the penalized logits exact;
+// then timed (info rows) on flat rows at temperature 0.8, top-p 0.8.
+struct sample_rows_case {
+    int64_t rows, V;
+    int32_t draws;
+    std::string name() const;
+    void run(runner &R, const std::string &name) const;
+};
+
 // ---- cases_gemv.cpp: the dense products (gemv, its pick and fusions, cuBLASLt) -----------------
 
 struct gemv_case {

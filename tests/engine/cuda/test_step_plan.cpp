@@ -51,10 +51,11 @@ class TestStepPlan : public QObject {
 private slots:
     void inputLayoutIsPackedAndAligned() {
         const es::input_layout l = es::make_input_layout(3, 2, 5);
-        const std::vector<size_t> offs{l.tokens, l.pos, l.seq, l.rows, l.temps, l.tiles, l.bt};
+        const std::vector<size_t> offs{l.tokens, l.pos, l.seq, l.rows, l.temps, l.samp, l.tiles, l.bt};
         for (size_t o : offs) QCOMPARE(o % 16, size_t(0));
         QCOMPARE(l.pos - l.tokens, size_t(16)); // 3 int32 round up to 16 bytes
-        QCOMPARE(l.tiles - l.temps, size_t(16));
+        QCOMPARE(l.samp - l.temps, size_t(16));
+        QCOMPARE(l.tiles - l.samp, 2 * sizeof(es::row_sampling)); // a row_sampling per row
         QCOMPARE(l.bt - l.tiles, size_t(32)); // 2·3 int32 → 32 bytes
         QCOMPARE(l.total, l.bt + size_t(32));
     }
@@ -77,7 +78,7 @@ private slots:
         const es::work_layout w = es::make_work_layout(s, 16, 4, 64);
         std::set<size_t> starts{w.x, w.xn, w.qkv, w.q, w.attn, w.gu, w.act, w.out, w.xr, w.logits,
                                 w.router_logits, w.router_counters, w.attn_counters, w.slot_rows,
-                                w.topk_scratch, w.topk_counters, w.pick_keys, w.attn_partial};
+                                w.topk_scratch, w.topk_counters, w.samp_weights, w.pick_keys, w.attn_partial};
         if (s.n_moe) starts.insert({w.act_e, w.y_e, w.counts, w.offsets, w.tile_offsets, w.sorted});
         if (fp8) starts.insert({w.act_q, w.act_scale});
         for (size_t o : starts) QCOMPARE(o % 256, size_t(0));
@@ -123,8 +124,28 @@ private slots:
     void sampledRowsAreNotPicked() {
         const es::step_plan p = plan(make_batch(1, 40, 0, 64, 0.8f));
         QVERIFY(!p.pick);
+        QVERIFY(!p.sample);
         QCOMPARE(p.top_n, int64_t(64));
         QCOMPARE(p.logit_bytes, es::cand_bytes(1, 64));
+    }
+
+    // Rows drawn on the device: one slot a row in the candidates' block (the draw), never the
+    // head's pick, and a graph of their own.
+    void drawnRowsComeBackAsOneCandidate() {
+        es::batch b = make_batch(2, 40, 0, 1);
+        const es::step_plan greedy = plan(b);
+        b.sampling.resize(b.logits_rows.size());
+        b.sampling[0].temperature = 0.8f;
+        const es::step_plan p = plan(b);
+        QVERIFY(p.sample);
+        QVERIFY(!p.pick);
+        QCOMPARE(p.top_n, int64_t(1));
+        QVERIFY(p.cand_block);
+        QCOMPARE(p.logit_bytes, es::cand_bytes(2, 1));
+        QVERIFY(p.key != greedy.key);
+        es::batch one = make_batch(1, 40, 0, 1);
+        one.sampling.resize(1);
+        QVERIFY(!plan(one).pick); // a greedy spec is still a draw: the kernel applies its penalties
     }
 
     void batchedDecodeFusesLess() {

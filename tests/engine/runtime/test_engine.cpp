@@ -8,6 +8,7 @@
 #include "engine/runtime/model.h"
 #include "engine/runtime/row_sampling.h"
 #include "engine_generate.h"
+#include "kernels/sample_rows.cuh"
 #include "kernels/topk_logits.cuh"
 
 #include <QDir>
@@ -105,46 +106,68 @@ void cancel_mid_stream(es::engine &e, const std::vector<int32_t> &prompt, int af
     }));
 }
 
-// The CPU backend behind the candidates interface: when a batch asks for top_n, forward()
-// returns what the CUDA backend returns (topk_logits' twin over the rows) and keeps the rows for
-// logits_row(), counting the fetches. At most `cap` candidates per row (the test models' vocabularies
-// are small: a short list makes the sampler fall back to the full row now and then).
-class candidate_backend final : public es::backend {
+// The CPU backend behind the CUDA backend's interfaces: when a batch asks for draws
+// (batch::sampling) forward() makes them with sample_rows' twin, reading the penalty lists from
+// the batch and a fed token from the batch's tokens, as the device does; a batch asking for
+// top_n gets topk_logits' twin. It claims to overlap steps, so the engine submits sampled steps
+// ahead with fed tokens (the base class resolves them from the draws). Rows are kept for
+// logits_row(), whose fetches are counted.
+class drawing_backend final : public es::backend {
 public:
-    candidate_backend(es::backend &inner, int32_t cap) : m_in(inner), m_cap(cap) {}
-    std::string name() const override { return "candidates over " + m_in.name(); }
+    explicit drawing_backend(es::backend &inner) : m_in(inner) {}
+    std::string name() const override { return "draws over " + m_in.name(); }
     const es::model_config &config() const override { return m_in.config(); }
     es::status init_kv_cache(const es::kv_cache_params &p) override { return m_in.init_kv_cache(p); }
     const es::kv_cache_params &kv_params() const override { return m_in.kv_params(); }
     size_t kv_block_bytes() const override { return m_in.kv_block_bytes(); }
     size_t weights_bytes() const override { return m_in.weights_bytes(); }
     bool supports_candidates() const override { return true; }
+    bool supports_sampling() const override { return true; }
+    bool overlaps_steps() const override { return true; }
     es::status forward(const es::batch &b, es::forward_output &out) override {
         if (auto s = m_in.forward(b, out); !s) return s;
         m_rows = out.logits;
         last_top_n = b.top_n;
+        out.sampled.clear();
+        const int64_t R = int64_t(b.logits_rows.size()), V = config().n_vocab;
+        if (!b.sampling.empty()) {
+            std::vector<es::row_sampling> rows = b.sampling;
+            for (es::row_sampling &r : rows)
+                r.penalties = reinterpret_cast<uint64_t>(b.penalties.data() + r.penalties);
+            fed_rows += std::count_if(rows.begin(), rows.end(), [](const es::row_sampling &r) { return r.extra_token >= 0; });
+            out.sampled.resize(size_t(R));
+            es::sample_rows_params p;
+            p.logits = out.logits.data(); // the penalties land in the rows, as on the device
+            p.rows = rows.data();
+            p.tokens = b.tokens.data();
+            p.ids = out.sampled.data();
+            p.n_rows = R;
+            p.n_vocab = V;
+            es::sample_rows_ref(p);
+            m_rows = out.logits;
+            out.logits.clear();
+            ++drawn_steps;
+            return es::ok_status();
+        }
         if (b.top_n <= 0) return es::ok_status();
-        const int32_t top = std::min(b.top_n, m_cap);
-        const int64_t R = int64_t(b.logits_rows.size()), n = top;
+        const int64_t n = b.top_n;
         es::logit_candidate_rows &c = out.candidates;
-        c.top_n = top;
+        c.top_n = b.top_n;
         c.ids.resize(size_t(R * n));
         c.logits.resize(size_t(R * n));
         c.row_max.resize(size_t(R));
         c.row_sum.resize(size_t(R));
         es::topk_logits_params p;
         p.logits = m_rows.data();
-        p.temperatures = b.temperatures.empty() ? nullptr : b.temperatures.data();
         p.ids = c.ids.data();
         p.values = c.logits.data();
         p.row_max = c.row_max.data();
         p.row_sum = c.row_sum.data();
         p.n_rows = R;
-        p.n_vocab = config().n_vocab;
-        p.n_top = top;
+        p.n_vocab = V;
+        p.n_top = b.top_n;
         es::topk_logits_ref(p);
         out.logits.clear();
-        ++candidate_rows;
         return es::ok_status();
     }
     es::status logits_row(int32_t row, std::span<float> out) override {
@@ -155,12 +178,11 @@ public:
         ++fetched;
         return es::ok_status();
     }
-    int fetched = 0, candidate_rows = 0;
+    int fetched = 0, drawn_steps = 0, fed_rows = 0;
     int32_t last_top_n = 0; // batch::top_n of the last forward
 
 private:
     es::backend &m_in;
-    int32_t m_cap;
     std::vector<float> m_rows;
 };
 
@@ -170,7 +192,7 @@ class TestEngine : public QObject {
     Q_OBJECT
 private slots:
     void noModelAndBadFolder();
-    void candidatesGiveSameTokens();
+    void deviceDrawsGiveSameTokens();
     void matchesHfGreedy_data();
     void matchesHfGreedy();
     void chatStreamsText();
@@ -198,10 +220,11 @@ void TestEngine::noModelAndBadFolder() {
     QVERIFY(!e.has_model());
 }
 
-// The engine's sampling (request_candidates + sample_output_row) on a backend returning
-// candidates against the same backend returning full rows: the same tokens for every sampling
-// setting; both the candidates' decisions and full-row fetches happen.
-void TestEngine::candidatesGiveSameTokens() {
+// The engine's sampling (request_sampling + token_of_row) on a backend that draws "on the device"
+// and overlaps steps against the same backend returning full rows sampled on the host: the same
+// tokens for every sampling setting, penalties included; sampled steps go ahead with fed tokens,
+// and no full row is fetched.
+void TestEngine::deviceDrawsGiveSameTokens() {
     es::model_load_params lp;
     lp.need_tokenizer = false;
     auto m = es::load_model((data_dir + "/moe-shared").toStdString(), lp);
@@ -248,20 +271,19 @@ void TestEngine::candidatesGiveSameTokens() {
         QVERIFY(plain.forward(bad, out).ok());
     }
     // The same requests through the engine on that backend as it is, and on a second copy wrapped to
-    // return candidates (the wrapper lives in the engine's model; the copy outlives the engine).
+    // draw (the wrapper lives in the engine's model; the copy outlives the engine).
     auto copy = es::load_model((data_dir + "/moe-shared").toStdString(), lp);
     QVERIFY(copy.ok());
     auto wrapped = std::make_unique<es::model>();
     wrapped->config = (*copy)->config;
-    auto cand_owner = std::make_unique<candidate_backend>(*(*copy)->be, 6);
-    candidate_backend &cand = *cand_owner;
-    wrapped->be = std::move(cand_owner);
-    es::engine plain_engine, cand_engine;
+    auto draw_owner = std::make_unique<drawing_backend>(*(*copy)->be);
+    drawing_backend &draw = *draw_owner;
+    wrapped->be = std::move(draw_owner);
+    es::engine plain_engine, draw_engine;
     QVERIFY(plain_engine.load_model(std::move(*m)).get().ok());
-    QVERIFY(cand_engine.load_model(std::move(wrapped)).get().ok());
+    QVERIFY(draw_engine.load_model(std::move(wrapped)).get().ok());
     const auto prompt = reference_ids("moe-shared", "prompt_ids");
-    int fetched = 0, decided_rows = 0;
-    for (int setting = 0; setting < 5; ++setting)
+    for (int setting = 0; setting < 6; ++setting)
         for (uint64_t seed = 1; seed <= 3; ++seed) {
             es::sampling_params sp;
             sp.seed = seed;
@@ -273,21 +295,24 @@ void TestEngine::candidatesGiveSameTokens() {
                 sp.min_p = 0.05f;
                 sp.repetition_penalty = 1.3f;
             }
+            if (setting == 5) {
+                sp.presence_penalty = 0.6f;
+                sp.frequency_penalty = 0.4f;
+                sp.top_p = 0.9f;
+            }
             const es_test::generation a = es_test::generate_with_engine(plain_engine, prompt, sp);
-            const int before = cand.fetched, rows_before = cand.candidate_rows;
-            const es_test::generation b = es_test::generate_with_engine(cand_engine, prompt, sp);
+            const int drawn_before = draw.drawn_steps;
+            const es_test::generation b = es_test::generate_with_engine(draw_engine, prompt, sp);
             QVERIFY2(a.ok() && b.ok(), (a.error + b.error).c_str());
-            // Greedy without penalties asks for one candidate (the CUDA backend's head picks it).
-            QCOMPARE(cand.last_top_n, setting == 0 ? 1 : es::k_sample_top_n);
-            QVERIFY2(
-                a.tokens == b.tokens,
-                qPrintable(
-                    QString("setting %1 seed %2: candidates changed the tokens").arg(setting).arg(seed)));
-            fetched += cand.fetched - before;
-            decided_rows += (cand.candidate_rows - rows_before) - (cand.fetched - before);
+            // Greedy without penalties asks for one candidate (the CUDA backend's head picks it);
+            // every other setting for draws.
+            if (setting == 0) QCOMPARE(draw.last_top_n, 1);
+            else QVERIFY(draw.drawn_steps - drawn_before >= 12);
+            QVERIFY2(a.tokens == b.tokens,
+                     qPrintable(QString("setting %1 seed %2: the device's draws changed the tokens").arg(setting).arg(seed)));
         }
-    QVERIFY2(fetched > 0 && decided_rows > 0,
-             qPrintable(QString("fetched %1 rows, candidates decided %2").arg(fetched).arg(decided_rows)));
+    QCOMPARE(draw.fetched, 0);
+    QVERIFY2(draw.fed_rows > 0, "sampled steps must be submitted ahead, their tokens fed");
 }
 
 void TestEngine::matchesHfGreedy_data() {

@@ -2,9 +2,10 @@
 // the filters (top-k, top-p, min-p) against the softmax they should keep, computed here in double
 // from the logits, checked empirically over many draws; temperature spreading the draws; the
 // repetition / presence / frequency penalties, read back from the logits the sampler modifies in
-// place (greedy path) and by making a seen token lose to another; validate()'s messages; and
-// sample_candidates() against sample() on the same logits and seeds (same token whenever it
-// decides, "insufficient" exactly in the cases sampler.h names, the RNG untouched then).
+// place (greedy path) and by making a seen token lose to another; validate()'s messages; the draw
+// against kernels/sample_rows.cuh's definition written out by sorting (exactly the same token);
+// the draw a function of (seed, draw index) alone; spec()'s penalty lists and fed token; and
+// sampling_exp against std::exp.
 #include "engine/runtime/sampler.h"
 
 #include <QtTest>
@@ -14,7 +15,9 @@
 #include <map>
 #include <numeric>
 #include <optional>
+#include <cstring>
 #include <random>
+#include <span>
 
 using ids_t = std::vector<int32_t>;
 using logits_t = std::vector<float>;
@@ -30,20 +33,30 @@ es::sampling_params params(float temperature, uint64_t seed = 1234) {
     return p;
 }
 
-int32_t sample_once(es::sampler &s, logits_t logits, const ids_t &prompt = {}, const ids_t &output = {}) {
+int32_t sample_once(es::sampler &s, logits_t logits, const ids_t &prompt, const ids_t &output) {
     return s.sample(logits, prompt, output); // on a copy: sample() modifies the logits
 }
 
-// Counts of n draws from the same logits.
+// Counts of n draws from the same logits: draw i follows i earlier tokens (the draw's counter; the
+// tokens' values matter only with penalties, which these draws have none of).
 std::vector<int> draw_counts(const es::sampling_params &p, const logits_t &logits, int n) {
     es::sampler s(p);
     std::vector<int> counts(logits.size(), 0);
+    const ids_t earlier(static_cast<size_t>(n), 0);
     for (int i = 0; i < n; ++i) {
-        const int32_t id = sample_once(s, logits);
+        logits_t l = logits;
+        const int32_t id = s.sample(l, {}, std::span<const int32_t>(earlier).first(size_t(i)));
         if (id < 0 || id >= int32_t(logits.size())) return {};
         ++counts[size_t(id)];
     }
     return counts;
+}
+
+// Draw i of a sequence (i earlier tokens, no penalties).
+int32_t draw_at(es::sampler &s, const logits_t &logits, int i) {
+    const ids_t earlier(static_cast<size_t>(i), 0);
+    logits_t l = logits;
+    return s.sample(l, {}, earlier);
 }
 
 std::vector<double> softmax(const logits_t &logits, double temperature) {
@@ -75,43 +88,51 @@ logits_t test_logits(int n, uint32_t seed, bool ties) {
     return l;
 }
 
-// A backend's candidates for a row (kernels/topk_logits.cuh, computed here by brute force): the
-// top n non-NaN (value, id), values descending and ids ascending among ties, id −1 past the end;
-// the row sum in double scaled by `sum_scale` (a GPU's sum differs from the sampler's mass).
-struct cand_row {
-    ids_t ids;
-    logits_t logits;
-    double sum = 0.0;
-};
-cand_row make_candidates(const logits_t &l, int n, float temperature, double sum_scale = 1.0) {
-    ids_t all;
-    for (size_t v = 0; v < l.size(); ++v)
-        if (!std::isnan(l[v])) all.push_back(int32_t(v));
-    std::stable_sort(all.begin(), all.end(),
-                     [&](int32_t a, int32_t b) { return l[size_t(a)] > l[size_t(b)]; });
-    cand_row c;
-    for (int j = 0; j < n; ++j) {
-        c.ids.push_back(size_t(j) < all.size() ? all[size_t(j)] : -1);
-        c.logits.push_back(size_t(j) < all.size() ? l[size_t(all[size_t(j)])] : -INFINITY);
+// kernels/sample_rows.cuh's draw written out directly: every id sorted by (logit descending, id
+// ascending), the cuts walked along that order, then the ids ascending. NaN is −inf.
+int32_t reference_draw(logits_t l, const es::sampling_params &p, uint64_t seed, uint64_t counter) {
+    const int32_t n = int32_t(l.size());
+    for (float &x : l)
+        if (std::isnan(x)) x = -INFINITY;
+    ids_t order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    auto zero = [](float x) { return x == 0.0f ? 0.0f : x; }; // −0 ties with +0
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return zero(l[size_t(a)]) > zero(l[size_t(b)]); });
+    const float mx = zero(l[size_t(order[0])]);
+    if (p.temperature <= es::sampling_greedy_temperature || !std::isfinite(mx)) return order[0];
+    std::vector<uint64_t> q(static_cast<size_t>(n));
+    std::vector<char> kept(static_cast<size_t>(n), 0);
+    for (int32_t v = 0; v < n; ++v) {
+        const float w = es::sampling_weight(zero(l[size_t(v)]), mx, p.temperature);
+        kept[size_t(v)] = w >= p.min_p;
+        q[size_t(v)] = kept[size_t(v)] ? es::sampling_mass_of(w) : 0;
     }
-    const double mx = all.empty() ? -INFINITY : l[size_t(all[0])];
-    if (temperature > 0 && std::isfinite(mx))
-        for (int32_t v : all) c.sum += std::exp((double(l[size_t(v)]) - mx) / double(temperature));
-    c.sum *= sum_scale;
-    return c;
-}
-
-// A vocabulary of n with mass ∝ (1 + rank)^(−a / T) over a shuffled id order; quarter-step
-// rounding makes ties.
-logits_t zipf_logits(int n, double a, uint32_t seed) {
-    std::mt19937 rng(seed);
-    ids_t perm(static_cast<size_t>(n));
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    logits_t l(static_cast<size_t>(n));
-    for (int r = 0; r < n; ++r)
-        l[size_t(perm[size_t(r)])] = float(std::round(-a * std::log(1.0 + r) * 4.0) / 4.0);
-    return l;
+    if (p.top_k > 0)
+        for (int32_t i = p.top_k; i < n; ++i) kept[size_t(order[size_t(i)])] = 0;
+    uint64_t total = 0;
+    for (int32_t v = 0; v < n; ++v) total += kept[size_t(v)] ? q[size_t(v)] : 0;
+    if (p.top_p < 1.0f) {
+        const uint64_t target = es::sampling_target(p.top_p, total);
+        uint64_t cum = 0;
+        int32_t i = 0;
+        for (; i < n; ++i) {
+            const int32_t v = order[size_t(i)];
+            if (!kept[size_t(v)]) continue;
+            cum += q[size_t(v)];
+            if (cum >= target) break;
+        }
+        for (int32_t j = i + 1; j < n; ++j) kept[size_t(order[size_t(j)])] = 0;
+        total = cum;
+    }
+    const uint64_t r = es::sampling_mulhi(es::sampling_random(seed, counter), total);
+    uint64_t cum = 0;
+    for (int32_t v = 0; v < n; ++v) {
+        if (!kept[size_t(v)]) continue;
+        cum += q[size_t(v)];
+        if (cum > r) return v;
+    }
+    return -1;
 }
 
 } // namespace
@@ -120,9 +141,12 @@ class TestSampler : public QObject {
     Q_OBJECT
 
 private slots:
-    void candidatesMatchSample_data();
-    void candidatesMatchSample();
-    void candidatesSpecialRows();
+    void drawMatchesDefinition_data();
+    void drawMatchesDefinition();
+    void drawDependsOnSeedAndIndexOnly();
+    void specListsPenaltiesAndFedToken();
+    void fedTokenCountsAsOutput();
+    void expMatchesStd();
     void greedy_data();
     void greedy();
     void seedDeterminism_data();
@@ -145,81 +169,7 @@ private slots:
     void presenceFrequencyPenalties();
     void validate_data();
     void validate();
-    void walkOrderPastSortedPrefix_data();
-    void walkOrderPastSortedPrefix();
 };
-
-// sampler.h's step 4 with top-p off and more than k_sorted_walk ids kept: the walk is the first
-// k_sorted_walk in the order "logit descending, ties → lower id", then the other kept ids
-// ascending — here against that rule written out directly, over many seeds (draws far into the
-// tail included), with min-p and a top-k above the prefix.
-void TestSampler::walkOrderPastSortedPrefix_data() {
-    QTest::addColumn<int>("n_vocab");
-    QTest::addColumn<float>("spread");
-    QTest::addColumn<float>("min_p");
-    QTest::addColumn<int>("top_k");
-    QTest::newRow("flat_5000") << 5000 << 0.3f << 0.0f << 0;
-    QTest::newRow("peaked_5000") << 5000 << 3.0f << 0.0f << 0;
-    QTest::newRow("flat_min_p") << 3000 << 0.3f << 0.2f << 0;
-    QTest::newRow("top_k_above_prefix") << 3000 << 0.5f << 0.0f << 500;
-    QTest::newRow("top_k_large") << 20000 << 0.3f << 0.0f << 10000;
-}
-
-void TestSampler::walkOrderPastSortedPrefix() {
-    QFETCH(int, n_vocab);
-    QFETCH(float, spread);
-    QFETCH(float, min_p);
-    QFETCH(int, top_k);
-    std::mt19937 g(11);
-    std::normal_distribution<float> nd(0.0f, 1.0f);
-    logits_t row(static_cast<size_t>(n_vocab));
-    for (auto &x : row) x = std::round(nd(g) * spread * 16.0f) / 16.0f; // ties
-    const float T = 0.8f;
-    int tail_draws = 0;
-    for (uint64_t seed = 1; seed <= 120; ++seed) {
-        es::sampling_params sp;
-        sp.temperature = T;
-        sp.min_p = min_p;
-        sp.top_k = top_k;
-        sp.seed = seed;
-        es::sampler smp(sp);
-        logits_t work = row;
-        const int32_t got = smp.sample(work, {}, {});
-        // The rule, written out.
-        const float mx = *std::max_element(row.begin(), row.end());
-        std::vector<float> w(row.size());
-        ids_t kept;
-        for (int v = 0; v < n_vocab; ++v) {
-            w[size_t(v)] = std::exp((row[size_t(v)] - mx) / T);
-            if (w[size_t(v)] >= min_p) kept.push_back(v);
-        }
-        auto before = [&](int a, int b) { return row[size_t(a)] > row[size_t(b)] || (row[size_t(a)] == row[size_t(b)] && a < b); };
-        if (top_k > 0 && top_k < int(kept.size())) {
-            std::sort(kept.begin(), kept.end(), before);
-            kept.resize(size_t(top_k));
-            std::sort(kept.begin(), kept.end());
-        }
-        double mass = 0.0;
-        for (int v : kept) mass += w[size_t(v)];
-        ids_t walk = kept;
-        std::sort(walk.begin(), walk.end(), before);
-        std::sort(walk.begin() + std::min<size_t>(walk.size(), es::k_sorted_walk), walk.end());
-        std::mt19937_64 rng(seed);
-        const double r = std::uniform_real_distribution<double>(0.0, 1.0)(rng) * mass;
-        double cum = 0.0;
-        int32_t want = walk.back();
-        for (size_t i = 0; i < walk.size(); ++i) {
-            cum += w[size_t(walk[i])];
-            if (r < cum) {
-                want = walk[i];
-                tail_draws += i >= size_t(es::k_sorted_walk);
-                break;
-            }
-        }
-        QCOMPARE(got, want);
-    }
-    QVERIFY2(tail_draws > 0, "no draw reached past the sorted prefix");
-}
 
 void TestSampler::greedy_data() {
     QTest::addColumn<logits_t>("logits");
@@ -245,7 +195,7 @@ void TestSampler::greedy() {
     QFETCH(float, temperature);
     QFETCH(int, expected);
     es::sampler s(params(temperature));
-    for (int i = 0; i < 20; ++i) QCOMPARE(sample_once(s, logits), expected);
+    for (int i = 0; i < 20; ++i) QCOMPARE(draw_at(s, logits, i), expected);
 }
 
 void TestSampler::seedDeterminism_data() {
@@ -277,7 +227,7 @@ void TestSampler::seedDeterminism() {
     std::vector<bool> seen(64, false);
     for (int i = 0; i < 1000; ++i) {
         const logits_t &l = logits[size_t(i % 7)];
-        const int32_t x = sample_once(a, l), y = sample_once(b, l);
+        const int32_t x = draw_at(a, l, i), y = draw_at(b, l, i);
         QCOMPARE(x, y);
         if (!seen[size_t(x)]) ++distinct, seen[size_t(x)] = true;
     }
@@ -289,7 +239,7 @@ void TestSampler::differentSeedsDiffer() {
     for (uint64_t seed = 1; seed <= 5; ++seed) {
         es::sampler a(params(1.0f, seed)), b(params(1.0f, seed + 1000));
         int differ = 0;
-        for (int i = 0; i < 500; ++i) differ += sample_once(a, flat) != sample_once(b, flat);
+        for (int i = 0; i < 500; ++i) differ += draw_at(a, flat, i) != draw_at(b, flat, i);
         QVERIFY2(differ > 400,
                  qPrintable(QString("seed %1: only %2 of 500 draws differ").arg(seed).arg(differ)));
     }
@@ -315,7 +265,7 @@ void TestSampler::topK1EqualsGreedy() {
         es::sampling_params p = params(t, 99);
         p.top_k = 1;
         es::sampler s(p);
-        for (int i = 0; i < 100; ++i) QCOMPARE(sample_once(s, logits), argmax(logits));
+        for (int i = 0; i < 100; ++i) QCOMPARE(draw_at(s, logits, i), argmax(logits));
     }
 }
 
@@ -327,7 +277,7 @@ void TestSampler::topPTinyEqualsGreedy() {
         es::sampling_params p = params(t, 99);
         p.top_p = 1e-6f;
         es::sampler s(p);
-        for (int i = 0; i < 100; ++i) QCOMPARE(sample_once(s, logits), argmax(logits));
+        for (int i = 0; i < 100; ++i) QCOMPARE(draw_at(s, logits, i), argmax(logits));
     }
 }
 
@@ -604,162 +554,173 @@ void TestSampler::validate() {
         QVERIFY2(msg.contains(error), qPrintable("message: \"" + msg + "\""));
 }
 
-// expect: "decides" (never insufficient), "insufficient" (always), "mixed" (both happen; an
-// insufficient answer must then be needed: the full row's token lies outside the candidates, or
-// the draw sits within the sum's tolerance of a boundary — allowed at most twice).
-void TestSampler::candidatesMatchSample_data() {
-    QTest::addColumn<float>("temperature");
-    QTest::addColumn<int>("top_k");
-    QTest::addColumn<float>("top_p");
-    QTest::addColumn<float>("min_p");
-    QTest::addColumn<float>("repetition");
-    QTest::addColumn<float>("presence");
-    QTest::addColumn<float>("frequency");
-    QTest::addColumn<double>("zipf");
-    QTest::addColumn<int>("n_top");
-    QTest::addColumn<QString>("expect");
-    QTest::newRow("greedy") << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("greedy_n1") << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 1 << "decides";
-    QTest::newRow("temperature_heavy_tail")
-        << 1.0f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "mixed";
-    QTest::newRow("temperature_peaked")
-        << 0.8f << 0 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 3.0 << 64 << "mixed";
-    QTest::newRow("top_p_0.5") << 1.0f << 0 << 0.5f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("top_p_0.95_peaked")
-        << 0.7f << 0 << 0.95f << 0.0f << 1.0f << 0.0f << 0.0f << 3.0 << 64 << "decides";
-    QTest::newRow("top_p_0.99_tail") << 1.0f << 0 << 0.99f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
-                                     << "insufficient";
-    QTest::newRow("top_k_40") << 1.0f << 40 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("top_k_64_eq_n") << 1.0f << 64 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
-                                   << "decides";
-    QTest::newRow("top_k_65_gt_n") << 1.0f << 65 << 1.0f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64
-                                   << "insufficient";
-    QTest::newRow("top_k_20_top_p_0.8")
-        << 0.9f << 20 << 0.8f << 0.0f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("min_p_0.05") << 1.0f << 0 << 1.0f << 0.05f << 1.0f << 0.0f << 0.0f << 1.2 << 64
-                                << "decides";
-    QTest::newRow("min_p_0.001_tail")
-        << 1.0f << 0 << 1.0f << 0.001f << 1.0f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("min_p_top_p") << 1.0f << 0 << 0.9f << 0.02f << 1.0f << 0.0f << 0.0f << 1.2 << 64
-                                 << "decides";
-    QTest::newRow("greedy_repetition")
-        << 0.0f << 0 << 1.0f << 0.0f << 1.3f << 0.0f << 0.0f << 1.2 << 64 << "decides";
-    QTest::newRow("greedy_presence_frequency")
-        << 0.0f << 0 << 1.0f << 0.0f << 1.0f << 0.4f << 0.3f << 1.2 << 64 << "decides";
-    QTest::newRow("top_k_10_penalties")
-        << 1.0f << 10 << 1.0f << 0.0f << 1.2f << 0.2f << 0.1f << 1.2 << 64 << "decides";
-    QTest::newRow("temperature_penalties")
-        << 1.0f << 0 << 1.0f << 0.0f << 1.2f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("raising_repetition")
-        << 0.0f << 0 << 1.0f << 0.0f << 0.8f << 0.0f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("negative_presence")
-        << 1.0f << 5 << 1.0f << 0.0f << 1.0f << -0.5f << 0.0f << 1.2 << 64 << "insufficient";
-    QTest::newRow("complete_list_n_ge_v")
-        << 1.0f << 0 << 1.0f << 0.0f << 1.2f << 0.1f << 0.0f << 1.2 << 256 << "decides";
+void TestSampler::drawMatchesDefinition_data() {
+    QTest::addColumn<logits_t>("logits");
+    QTest::newRow("random_64") << test_logits(64, 31, false);
+    QTest::newRow("random_64_ties") << test_logits(64, 32, true);
+    QTest::newRow("quarter_steps_3000") << [] {
+        logits_t l = test_logits(3000, 33, false);
+        for (float &x : l) x = std::round(x * 4.0f) / 4.0f; // thousands of ties
+        return l;
+    }();
+    QTest::newRow("flat_20000") << [] {
+        std::mt19937 rng(34);
+        std::normal_distribution<float> d(0.0f, 0.05f);
+        logits_t l(20000);
+        for (float &x : l) x = d(rng);
+        return l;
+    }();
+    QTest::newRow("constant") << logits_t(500, 1.5f);
+    QTest::newRow("nan_and_minus_inf") << [] {
+        logits_t l = test_logits(300, 35, false);
+        for (size_t v = 0; v < l.size(); v += 3) l[v] = v % 2 ? NAN : -INFINITY;
+        return l;
+    }();
+    QTest::newRow("signed_zeros") << logits_t{-0.0f, 0.0f, -1.0f, -0.0f, 0.0f, -3.0f};
+    QTest::newRow("plus_inf") << logits_t{1.0f, INFINITY, 2.0f, INFINITY};
+    QTest::newRow("all_minus_inf") << logits_t(7, -INFINITY);
 }
 
-void TestSampler::candidatesMatchSample() {
-    QFETCH(float, temperature);
-    QFETCH(int, top_k);
-    QFETCH(float, top_p);
-    QFETCH(float, min_p);
-    QFETCH(float, repetition);
-    QFETCH(float, presence);
-    QFETCH(float, frequency);
-    QFETCH(double, zipf);
-    QFETCH(int, n_top);
-    QFETCH(QString, expect);
-    const int vocab = n_top >= 256 ? 200 : 5000;
-    int decided = 0, insufficient = 0, needless = 0;
-    for (uint64_t seed = 1; seed <= 60; ++seed) {
-        es::sampling_params p = params(temperature, seed);
-        p.top_k = top_k;
-        p.top_p = top_p;
-        p.min_p = min_p;
-        p.repetition_penalty = repetition;
-        p.presence_penalty = presence;
-        p.frequency_penalty = frequency;
-        es::sampler full(p), cand(p);
-        const logits_t l = zipf_logits(vocab, zipf, uint32_t(seed));
-        // The prompt holds some of the top tokens, so penalties reorder the head.
-        ids_t prompt, output;
-        for (int r = 0; r < 6; ++r) prompt.push_back(int32_t((seed * 7 + r * 13) % vocab));
-        prompt.push_back(argmax(l));
-        for (int step = 0; step < 8; ++step) {
-            const double scale = 1.0 + 3e-6 * double(int(seed % 3) - 1); // a GPU sum's error
-            const cand_row c = make_candidates(l, n_top, cand.sum_temperature(), scale);
-            es::logit_candidates lc;
-            lc.ids = c.ids;
-            lc.logits = c.logits;
-            lc.sum = c.sum;
-            lc.sum_temperature = cand.sum_temperature();
-            lc.n_vocab = vocab;
-            const int32_t want = sample_once(full, l, prompt, output);
-            const std::optional<int32_t> got = cand.sample_candidates(lc, prompt, output);
-            if (got) {
-                ++decided;
-                QVERIFY2(*got == want, qPrintable(QString("seed %1 step %2: candidates chose %3, sample() %4")
-                                                      .arg(seed)
-                                                      .arg(step)
-                                                      .arg(*got)
-                                                      .arg(want)));
-            } else {
-                ++insufficient;
-                if (std::find(c.ids.begin(), c.ids.end(), want) != c.ids.end() && repetition == 1.0f &&
-                    presence == 0.0f && frequency == 0.0f && top_k <= n_top && min_p == 0.0f && top_p == 1.0f)
-                    ++needless;
-                // The fallback: the same sampler on the full row stays in step with `full`.
-                QCOMPARE(sample_once(cand, l, prompt, output), want);
-            }
-            output.push_back(want);
+// The draw against sample_rows.cuh's definition written out by sorting: the same token, exactly,
+// over parameter sets crossing every cut and 40 draw indices each.
+void TestSampler::drawMatchesDefinition() {
+    QFETCH(logits_t, logits);
+    struct set {
+        float t;
+        int32_t k;
+        float p, min_p;
+    };
+    const set sets[] = {{0.0f, 0, 1.0f, 0.0f},   {0.8f, 0, 1.0f, 0.0f},  {0.8f, 0, 0.8f, 0.0f},
+                        {1.0f, 50, 1.0f, 0.0f},  {0.7f, 40, 0.9f, 0.05f}, {1.2f, 0, 1.0f, 0.1f},
+                        {0.8f, 0, 1e-4f, 0.0f},  {0.8f, 1, 1.0f, 0.0f},  {2e-5f, 0, 1.0f, 0.0f},
+                        {1.0f, 1000, 0.5f, 0.0f}, {3.0f, 7, 0.3f, 0.2f}};
+    for (const set &st : sets) {
+        es::sampling_params p = params(st.t, 77);
+        p.top_k = st.k;
+        p.top_p = st.p;
+        p.min_p = st.min_p;
+        es::sampler s(p);
+        for (int i = 0; i < 40; ++i) {
+            const int32_t want = reference_draw(logits, p, 77, uint64_t(i));
+            QVERIFY2(want >= 0, "the reference found no token");
+            const int32_t got = draw_at(s, logits, i);
+            QVERIFY2(got == want, qPrintable(QString("T %1 top-k %2 top-p %3 min-p %4, draw %5: token %6, definition %7")
+                                                 .arg(st.t)
+                                                 .arg(st.k)
+                                                 .arg(st.p)
+                                                 .arg(st.min_p)
+                                                 .arg(i)
+                                                 .arg(got)
+                                                 .arg(want)));
         }
     }
-    if (expect == "decides")
-        QVERIFY2(insufficient == 0, qPrintable(QString("%1 insufficient").arg(insufficient)));
-    if (expect == "insufficient") QVERIFY2(decided == 0, qPrintable(QString("%1 decided").arg(decided)));
-    if (expect == "mixed")
-        QVERIFY2(decided > 0 && insufficient > 0,
-                 qPrintable(QString("decided %1, insufficient %2").arg(decided).arg(insufficient)));
-    QVERIFY2(needless <= 2,
-             qPrintable(QString("%1 insufficient answers whose token was a candidate").arg(needless)));
 }
 
-// NaN, ±inf and all −inf rows, through both paths.
-void TestSampler::candidatesSpecialRows() {
-    const int n = 300;
-    for (int kind = 0; kind < 5; ++kind)
-        for (float t : {0.0f, 1.0f})
-            for (uint64_t seed = 1; seed <= 10; ++seed) {
-                logits_t l = zipf_logits(n, 1.2, uint32_t(seed));
-                for (int v = 0; v < n; ++v) {
-                    if (kind == 0 && v % 4 == 0) l[size_t(v)] = NAN;
-                    if (kind == 1) l[size_t(v)] = v % 3 ? -INFINITY : NAN; // nothing finite
-                    if (kind == 2 && (v == 17 || v == 250)) l[size_t(v)] = INFINITY;
-                    if (kind == 3 && v % 2) l[size_t(v)] = -INFINITY;
-                    if (kind == 4) l[size_t(v)] = v % 7 ? NAN : l[size_t(v)]; // fewer values than slots
-                }
-                es::sampling_params p = params(t, seed);
-                es::sampler full(p), cand(p);
-                const cand_row c = make_candidates(l, 64, cand.sum_temperature());
-                es::logit_candidates lc;
-                lc.ids = c.ids;
-                lc.logits = c.logits;
-                lc.sum = c.sum;
-                lc.sum_temperature = cand.sum_temperature();
-                lc.n_vocab = n;
-                const int32_t want = sample_once(full, l);
-                const auto got = cand.sample_candidates(lc, {}, {});
-                if (got)
-                    QVERIFY2(*got == want, qPrintable(QString("kind %1 T %2 seed %3: %4 vs %5")
-                                                          .arg(kind)
-                                                          .arg(t)
-                                                          .arg(seed)
-                                                          .arg(*got)
-                                                          .arg(want)));
-                if (kind == 1 || kind == 2 || kind == 4 || t == 0.0f)
-                    QVERIFY2(got.has_value(),
-                             qPrintable(QString("kind %1 T %2: insufficient").arg(kind).arg(t)));
-            }
+// A draw is a function of the seed and its index alone: the same index after different tokens (no
+// penalties) gives the same token, and two samplers with the same seed agree at every index
+// whichever order they are asked in.
+void TestSampler::drawDependsOnSeedAndIndexOnly() {
+    const logits_t l = test_logits(200, 41, false);
+    es::sampler a(params(1.0f, 5)), b(params(1.0f, 5));
+    const ids_t x = {1, 2, 3, 4}, y = {9, 9, 9, 9};
+    for (int round = 0; round < 3; ++round) {
+        logits_t la = l, lb = l;
+        QCOMPARE(a.sample(la, {}, x), b.sample(lb, ids_t{7, 7}, y));
+    }
+    std::vector<int32_t> forward, backward(30);
+    for (int i = 0; i < 30; ++i) forward.push_back(draw_at(a, l, i));
+    for (int i = 29; i >= 0; --i) backward[size_t(i)] = draw_at(b, l, i);
+    QCOMPARE(forward, backward);
+}
+
+// spec(): the counter is the number of tokens drawn before; the penalty list holds the distinct
+// ids of prompt (repetition penalty only) and output, ascending, with their output counts; a
+// placeholder (negative) last output token becomes the fed token, read from the batch.
+void TestSampler::specListsPenaltiesAndFedToken() {
+    es::sampling_params p = params(0.9f, 3);
+    p.repetition_penalty = 1.2f;
+    p.frequency_penalty = 0.5f;
+    es::sampler s(p);
+    std::vector<es::penalty_entry> pen = {{-5, -5}}; // an earlier row's entry stays
+    const ids_t prompt = {7, 3, 7, 12}, output = {3, 5, 3, -1};
+    const es::row_sampling r = s.spec(prompt, output, 9, pen);
+    QCOMPARE(r.counter, uint64_t(4));
+    QCOMPARE(r.extra_token, 9);
+    QCOMPARE(r.penalties, uint64_t(1));
+    QCOMPARE(r.n_penalties, 4);
+    const std::vector<std::pair<int, int>> want = {{3, 2}, {5, 1}, {7, 0}, {12, 0}};
+    for (int i = 0; i < 4; ++i) {
+        QCOMPARE(pen[size_t(1 + i)].id, want[size_t(i)].first);
+        QCOMPARE(pen[size_t(1 + i)].count, want[size_t(i)].second);
+    }
+    QCOMPARE(r.seed, uint64_t(3));
+    QCOMPARE(r.temperature, 0.9f);
+    // Without the repetition penalty the prompt is not listed; without penalties nothing is.
+    p.repetition_penalty = 1.0f;
+    pen.clear();
+    const ids_t fives = {5, 5};
+    QCOMPARE(es::sampler(p).spec(prompt, fives, 0, pen).n_penalties, 1);
+    QCOMPARE(pen[0].count, 2);
+    p.frequency_penalty = 0.0f;
+    pen.clear();
+    const es::row_sampling none = es::sampler(p).spec(prompt, fives, 0, pen);
+    QCOMPARE(none.n_penalties, 0);
+    QCOMPARE(none.extra_token, -1);
+    QVERIFY(pen.empty());
+}
+
+// The fed token: a draw whose last output token is read from the batch gives the same token and
+// the same penalized logits as the draw with that token known.
+void TestSampler::fedTokenCountsAsOutput() {
+    es::sampling_params p = params(0.8f, 11);
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.4f;
+    p.frequency_penalty = 0.3f;
+    es::sampler s(p);
+    const logits_t l = test_logits(300, 51, false);
+    const ids_t prompt = {4, 8, 15}, known = {16, 23, 42, 8};
+    for (int32_t fed : {8, 42, 99, 0}) { // listed in the output, in the prompt, neither, id 0
+        ids_t output = known;
+        output.push_back(fed);
+        logits_t want_l = l;
+        const int32_t want = s.sample(want_l, prompt, output);
+        output.back() = -1;
+        std::vector<es::penalty_entry> pen;
+        es::row_sampling r = s.spec(prompt, output, 2, pen);
+        r.penalties = reinterpret_cast<uint64_t>(pen.data());
+        const std::vector<int32_t> batch_tokens = {1, 2, fed};
+        logits_t got_l = l;
+        int32_t got = -1;
+        es::sample_rows_params sp;
+        sp.logits = got_l.data();
+        sp.rows = &r;
+        sp.tokens = batch_tokens.data();
+        sp.ids = &got;
+        sp.n_rows = 1;
+        sp.n_vocab = int64_t(l.size());
+        es::sample_rows_ref(sp);
+        QCOMPARE(got, want);
+        QVERIFY(std::memcmp(got_l.data(), want_l.data(), l.size() * 4) == 0);
+    }
+}
+
+// sampling_exp: within 2 ulp of the correctly rounded e^x over [−30, 0], e^0 = 1 exactly, 0 below.
+void TestSampler::expMatchesStd() {
+    QCOMPARE(es::sampling_exp(0.0f), 1.0f);
+    QCOMPARE(es::sampling_exp(-0.0f), 1.0f);
+    QCOMPARE(es::sampling_exp(-31.0f), 0.0f);
+    QCOMPARE(es::sampling_exp(-INFINITY), 0.0f);
+    QCOMPARE(es::sampling_exp(NAN), 0.0f);
+    int64_t worst = 0;
+    for (float x = -29.999f; x <= 0.0f; x += 0.000731f) {
+        const float want = float(std::exp(double(x)));
+        const float got = es::sampling_exp(x);
+        int32_t a, b;
+        std::memcpy(&a, &want, 4);
+        std::memcpy(&b, &got, 4);
+        worst = std::max<int64_t>(worst, std::abs(int64_t(a) - int64_t(b)));
+    }
+    QVERIFY2(worst <= 2, qPrintable(QString("worst error %1 ulp").arg(worst)));
 }
 
 QTEST_APPLESS_MAIN(TestSampler)

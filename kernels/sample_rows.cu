@@ -1,0 +1,365 @@
+// sample_rows on the device (sample_rows.cuh). A row is drawn by a cluster of kClusterBlocks
+// blocks (one block below compute capability 9.0); each of its warps owns a contiguous segment of
+// ids, and every pass a thread makes visits the same ids in the same order, so a thread reads back
+// only the weights it wrote itself. Cluster-wide results (the max, the masses, the histograms of
+// the radix selection) go through each block's shared memory and the cluster barrier; every
+// exchange slot is double-buffered, so one barrier per exchange suffices.
+#include "kernels/kernel_common.cuh"
+#include "kernels/sample_rows.cuh"
+
+#include <cooperative_groups.h>
+
+namespace es {
+namespace {
+
+namespace cg = cooperative_groups;
+using u64 = unsigned long long;
+
+constexpr int kThreads = 512, kWarps = kThreads / 32, kBuckets = 256;
+constexpr int kClusterBlocks = 8;
+
+struct histogram {
+    unsigned cnt[kBuckets];
+    u64 mass[kBuckets];
+    u64 max_key[kBuckets];
+};
+
+struct sample_smem {
+    histogram hist[2];   // the radix pass's histogram, by exchange parity
+    u64 xs[2];           // the block's value in a cluster reduction, by exchange parity
+    u64 warp_red[kWarps];
+    u64 warp_mass[kWarps]; // each warp's kept mass (the draw's segments)
+    u64 sel_key, sel_cnt_above, sel_mass_above, sel_bucket_cnt, sel_bucket;
+};
+
+template <int CS> __device__ __forceinline__ void cl_sync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (CS > 1) {
+        cg::this_cluster().sync(); // release/acquire at cluster scope: global writes too
+        return;
+    }
+#endif
+    __syncthreads();
+}
+template <int CS, class T> __device__ __forceinline__ T *cl_peer(T *p, unsigned rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (CS > 1) return cg::this_cluster().map_shared_rank(p, rank);
+#endif
+    return p;
+}
+template <int CS> __device__ __forceinline__ unsigned cl_rank() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if constexpr (CS > 1) return cg::this_cluster().block_rank();
+#endif
+    return 0;
+}
+
+__device__ __forceinline__ u64 warp_max(u64 x) {
+    for (int o = 16; o; o >>= 1) x = max(x, __shfl_xor_sync(~0u, x, o));
+    return x;
+}
+__device__ __forceinline__ u64 warp_sum(u64 x) {
+    for (int o = 16; o; o >>= 1) x += __shfl_xor_sync(~0u, x, o);
+    return x;
+}
+__device__ __forceinline__ u64 warp_inclusive_sum(u64 x, int lane) {
+    for (int o = 1; o < 32; o <<= 1) {
+        const u64 y = __shfl_up_sync(~0u, x, o);
+        if (lane >= o) x += y;
+    }
+    return x;
+}
+
+// One row's state, the same in every thread of its cluster.
+struct row_ctx {
+    const float *L;
+    float *W;
+    int64_t V, seg, first; // the warp's segment: ids [first, first + seg)
+    float max, t, min_p;
+    int lane, warp;
+};
+
+__device__ __forceinline__ float load_logit(const row_ctx &c, int64_t v) { return sampling_clean(__ldcg(c.L + v)); }
+__device__ __forceinline__ u64 kept_mass(const row_ctx &c, float w) {
+    return w >= c.min_p ? sampling_mass_of(w) : 0ull;
+}
+
+// A reduction over the cluster (max or sum) of one value per thread; every thread gets it.
+template <int CS, bool Max> __device__ u64 cluster_reduce(u64 x, sample_smem &sm, int &par, const row_ctx &c) {
+    x = Max ? warp_max(x) : warp_sum(x);
+    if (c.lane == 0) sm.warp_red[c.warp] = x;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u64 a = sm.warp_red[0];
+        for (int w = 1; w < kWarps; ++w) a = Max ? max(a, sm.warp_red[w]) : a + sm.warp_red[w];
+        sm.xs[par] = a;
+    }
+    cl_sync<CS>();
+    u64 r = 0;
+    for (unsigned k = 0; k < unsigned(CS); ++k) {
+        const u64 b = *cl_peer<CS>(&sm.xs[par], k);
+        r = Max ? max(r, b) : r + b;
+    }
+    par ^= 1;
+    return r;
+}
+
+struct select_result {
+    u64 key, cnt_above, mass_above;
+};
+
+// The largest key t among the eligible ids (key ≥ lo; with ByMass, kept by min-p too) whose
+// eligible ids with key ≥ t reach `target`, counted (ByMass false) or by mass; also the count and
+// the mass (min-p-kept ids only) of the eligible ids above t. 8 bits a pass, most significant
+// first; stops as soon as the chosen bucket holds one id (its key is then the bucket's max).
+template <int CS, bool ByMass>
+__device__ select_result radix_select(const row_ctx &c, sample_smem &sm, int &par, u64 target, u64 lo) {
+    u64 prefix = 0, cnt_above = 0, mass_above = 0;
+    for (int d = 0; d < 8; ++d) {
+        const int shift = 56 - 8 * d;
+        histogram &h = sm.hist[par];
+        for (int b = threadIdx.x; b < kBuckets; b += kThreads) {
+            h.cnt[b] = 0;
+            h.mass[b] = 0;
+            h.max_key[b] = 0;
+        }
+        __syncthreads();
+        for (int64_t i = 0; i < c.seg; i += 32) {
+            const int64_t v = c.first + i + c.lane;
+            unsigned b = kBuckets; // not eligible
+            u64 key = 0, q = 0;
+            if (v < c.V) {
+                key = sampling_key(load_logit(c, v), v);
+                const float w = c.W[v];
+                q = kept_mass(c, w);
+                bool elig = key >= lo && (d == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8)));
+                if (ByMass) elig = elig && w >= c.min_p;
+                if (elig) b = unsigned(key >> shift) & (kBuckets - 1);
+            }
+            const unsigned grp = __match_any_sync(~0u, b);
+            if (b < kBuckets) {
+                const unsigned s_hi = __reduce_add_sync(grp, unsigned(q >> 20));
+                const unsigned s_lo = __reduce_add_sync(grp, unsigned(q & 0xFFFFFu));
+                const unsigned k_hi = __reduce_max_sync(grp, unsigned(key >> 32));
+                const unsigned k_lo = __reduce_max_sync(grp, unsigned(key >> 32) == k_hi ? unsigned(key) : 0u);
+                if (c.lane == __ffs(grp) - 1) {
+                    atomicAdd(&h.cnt[b], unsigned(__popc(grp)));
+                    atomicAdd(&h.mass[b], (u64(s_hi) << 20) + u64(s_lo));
+                    atomicMax(&h.max_key[b], (u64(k_hi) << 32) | u64(k_lo));
+                }
+            }
+        }
+        cl_sync<CS>();
+        if (c.warp == 0) {
+            // Lane l holds buckets 255 − 8l … 248 − 8l (descending), summed over the cluster.
+            u64 cn[8], ms[8], lane_c = 0, lane_m = 0;
+            for (int j = 0; j < 8; ++j) {
+                const int b = kBuckets - 1 - 8 * c.lane - j;
+                cn[j] = ms[j] = 0;
+                for (unsigned k = 0; k < unsigned(CS); ++k) {
+                    const histogram *ph = cl_peer<CS>(&sm.hist[par], k);
+                    cn[j] += ph->cnt[b];
+                    ms[j] += ph->mass[b];
+                }
+                lane_c += cn[j];
+                lane_m += ms[j];
+            }
+            const u64 inc_c = warp_inclusive_sum(lane_c, c.lane), inc_m = warp_inclusive_sum(lane_m, c.lane);
+            const u64 rem = target - (ByMass ? mass_above : cnt_above);
+            const unsigned hit = __ballot_sync(~0u, (ByMass ? inc_m : inc_c) >= rem);
+            // hit is never 0: the eligible ids' total reaches target.
+            const int owner = hit ? __ffs(hit) - 1 : 31;
+            if (c.lane == owner) {
+                u64 run_c = inc_c - lane_c, run_m = inc_m - lane_m;
+                int j = 0;
+                for (; j < 7; ++j) {
+                    if ((ByMass ? run_m + ms[j] : run_c + cn[j]) >= rem) break;
+                    run_c += cn[j];
+                    run_m += ms[j];
+                }
+                const int b = kBuckets - 1 - 8 * c.lane - j;
+                u64 mk = 0;
+                for (unsigned k = 0; k < unsigned(CS); ++k) mk = max(mk, cl_peer<CS>(&sm.hist[par], k)->max_key[b]);
+                sm.sel_bucket = u64(b);
+                sm.sel_bucket_cnt = cn[j];
+                sm.sel_cnt_above = run_c;
+                sm.sel_mass_above = run_m;
+                sm.sel_key = mk;
+            }
+        }
+        __syncthreads();
+        prefix |= sm.sel_bucket << shift;
+        cnt_above += sm.sel_cnt_above;
+        mass_above += sm.sel_mass_above;
+        const u64 bucket_cnt = sm.sel_bucket_cnt, bucket_key = sm.sel_key;
+        par ^= 1;
+        __syncthreads(); // sel_* are rewritten by the next pass's warp 0
+        if (bucket_cnt <= 1 || d == 7) return {bucket_cnt == 1 ? bucket_key : prefix, cnt_above, mass_above};
+    }
+    return {prefix, cnt_above, mass_above};
+}
+
+template <int CS>
+__global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows_params p) {
+    __shared__ sample_smem sm;
+    pdl_enter();
+    const unsigned rank = cl_rank<CS>();
+    const int64_t row = int64_t(blockIdx.x) / CS, V = p.n_vocab;
+    const row_sampling s = p.rows[row];
+    float *L = p.logits + row * V;
+    row_ctx c;
+    c.L = L;
+    c.W = p.scratch + row * V;
+    c.V = V;
+    c.lane = int(threadIdx.x) % 32;
+    c.warp = int(threadIdx.x) / 32;
+    c.seg = ((V + CS * kWarps - 1) / (CS * kWarps) + 31) / 32 * 32;
+    c.first = (int64_t(rank) * kWarps + c.warp) * c.seg;
+    c.t = s.temperature;
+    c.min_p = s.min_p;
+    int par = 0;
+
+    // 1. Penalties, in place; every block sees them after the barrier.
+    if (sampling_has_penalties(s)) {
+        const auto *e = reinterpret_cast<const penalty_entry *>(s.penalties);
+        const int32_t extra = s.extra_token >= 0 ? p.tokens[s.extra_token] : -1;
+        for (int64_t i = int64_t(rank) * kThreads + threadIdx.x; i < s.n_penalties; i += int64_t(CS) * kThreads) {
+            const penalty_entry pe = e[i];
+            if (pe.id < 0 || pe.id >= V) continue;
+            L[pe.id] = sampling_penalized(L[pe.id], pe.count + (pe.id == extra ? 1 : 0), s);
+        }
+        if (rank == 0 && threadIdx.x == 0 && extra >= 0 && extra < V) {
+            int32_t a = 0, b = s.n_penalties; // first entry with id ≥ extra
+            while (a < b) {
+                const int32_t m = (a + b) / 2;
+                if (e[m].id < extra) a = m + 1;
+                else b = m;
+            }
+            if (a == s.n_penalties || e[a].id != extra) L[extra] = sampling_penalized(L[extra], 1, s);
+        }
+        cl_sync<CS>();
+    }
+
+    // 2. The max and the top.
+    u64 best = 0;
+    for (int64_t i = 0; i < c.seg; i += 32) {
+        const int64_t v = c.first + i + c.lane;
+        if (v < V) best = max(best, u64(sampling_key(load_logit(c, v), v)));
+    }
+    const u64 top = cluster_reduce<CS, true>(best, sm, par, c);
+    c.max = sampling_key_logit(top);
+    auto write = [&](int32_t id) {
+        p.ids[row] = id;
+        if (p.values) p.values[row] = load_logit(c, id);
+        if (p.row_max) p.row_max[row] = c.max;
+    };
+    if (!(c.t > sampling_greedy_temperature) || !isfinite(c.max)) {
+        if (rank == 0 && threadIdx.x == 0) write(sampling_key_id(top));
+        cl_sync<CS>(); // no block leaves while a peer may still read its shared memory
+        return;
+    }
+
+    // 3. Weights (kept for the passes below) and the mass min-p keeps, per warp.
+    u64 acc = 0;
+    for (int64_t i = 0; i < c.seg; i += 32) {
+        const int64_t v = c.first + i + c.lane;
+        if (v < V) {
+            const float w = sampling_weight(load_logit(c, v), c.max, c.t);
+            c.W[v] = w;
+            acc += kept_mass(c, w);
+        }
+    }
+    {
+        const u64 wm = warp_sum(acc);
+        if (c.lane == 0) sm.warp_mass[c.warp] = wm;
+    }
+    u64 total = cluster_reduce<CS, false>(acc, sm, par, c);
+    bool segments_current = true; // warp_mass holds the kept mass of the current lo
+    u64 lo = 0;
+    auto mass_of_key = [&](u64 key) { return kept_mass(c, sampling_weight(sampling_key_logit(key), c.max, c.t)); };
+
+    // 5. Top-k over every id.
+    if (s.top_k > 0 && s.top_k < V) {
+        const select_result r = radix_select<CS, false>(c, sm, par, u64(s.top_k), 0);
+        lo = r.key;
+        total = r.mass_above + mass_of_key(r.key);
+        segments_current = false;
+    }
+    // 6. Top-p over the kept ids.
+    if (s.top_p < 1.0f) {
+        const select_result r = radix_select<CS, true>(c, sm, par, sampling_target(s.top_p, total), lo);
+        lo = r.key;
+        total = r.mass_above + mass_of_key(r.key);
+        segments_current = false;
+    }
+
+    // 7. The draw: the block and then the warp whose ids hold r, then the id.
+    if (!segments_current) {
+        u64 a = 0;
+        for (int64_t i = 0; i < c.seg; i += 32) {
+            const int64_t v = c.first + i + c.lane;
+            if (v < V && sampling_key(load_logit(c, v), v) >= lo) a += kept_mass(c, c.W[v]);
+        }
+        const u64 wm = warp_sum(a);
+        if (c.lane == 0) sm.warp_mass[c.warp] = wm;
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        u64 a = 0;
+        for (int w = 0; w < kWarps; ++w) a += sm.warp_mass[w];
+        sm.xs[par] = a;
+    }
+    cl_sync<CS>();
+    u64 base = 0, mine = 0;
+    for (unsigned k = 0; k < unsigned(CS); ++k) {
+        const u64 b = *cl_peer<CS>(&sm.xs[par], k);
+        if (k < rank) base += b;
+        if (k == rank) mine = b;
+    }
+    const u64 r = sampling_mulhi(sampling_random(s.seed, s.counter), total);
+    if (r >= base && r - base < mine) {
+        u64 wb = base;
+        int owner = kWarps - 1;
+        for (int w = 0; w < kWarps; ++w) {
+            if (r - wb < sm.warp_mass[w]) {
+                owner = w;
+                break;
+            }
+            wb += sm.warp_mass[w];
+        }
+        if (c.warp == owner) {
+            for (int64_t i = 0; i < c.seg; i += 32) {
+                const int64_t v = c.first + i + c.lane;
+                u64 q = 0;
+                if (v < V && sampling_key(load_logit(c, v), v) >= lo) q = kept_mass(c, c.W[v]);
+                const u64 inc = warp_inclusive_sum(q, c.lane);
+                const unsigned hit = __ballot_sync(~0u, r - wb < inc);
+                if (hit) {
+                    if (c.lane == __ffs(hit) - 1) write(int32_t(v));
+                    break;
+                }
+                wb += __shfl_sync(~0u, inc, 31);
+            }
+        }
+    }
+    cl_sync<CS>(); // no block leaves while a peer may still read its shared memory
+}
+
+} // namespace
+
+cudaError_t launch_sample_rows(const sample_rows_params &p, cudaStream_t stream) {
+    if (p.n_rows <= 0) return cudaSuccess;
+    if (p.n_vocab <= 0 || p.n_vocab >= (int64_t(1) << 23) || !p.logits || !p.rows || !p.ids || !p.scratch)
+        return cudaErrorInvalidValue;
+    int dev = 0, major = 0;
+    if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
+    if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev); e != cudaSuccess)
+        return e;
+    if (major >= 9 && p.n_vocab >= int64_t(kClusterBlocks) * kThreads &&
+        cluster_fits(reinterpret_cast<const void *>(sample_rows_kernel<kClusterBlocks>), kClusterBlocks, kThreads, 0))
+        return launch_kernel_ex(-1, dim3(kClusterBlocks, 1, 1), sample_rows_kernel<kClusterBlocks>,
+                                dim3(unsigned(p.n_rows * kClusterBlocks)), dim3(kThreads), 0, stream, p);
+    return launch_kernel(sample_rows_kernel<1>, dim3(unsigned(p.n_rows)), dim3(kThreads), 0, stream, p);
+}
+
+} // namespace es
