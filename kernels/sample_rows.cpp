@@ -79,37 +79,41 @@ row_result sample_one(float *row, int64_t V, const row_sampling &s, const int32_
     const float mx = res.max, t = s.temperature;
     if (!(t > sampling_greedy_temperature) || !std::isfinite(mx)) return res;
 
-    // 3–4. Each id's mass (0 where min-p drops it) and key.
+    // 3. Each id's mass (0 where min-p drops it).
     std::vector<uint64_t> q(static_cast<size_t>(V));
-    std::vector<std::pair<uint64_t, int32_t>> cand; // (key, id) of every id
-    cand.reserve(size_t(V));
+    uint64_t total = 0;
     for (int64_t v = 0; v < V; ++v) {
-        const float l = sampling_clean(row[v]);
-        const float w = sampling_weight(l, mx, t);
-        q[size_t(v)] = w >= s.min_p ? sampling_mass_of(w) : 0;
-        cand.emplace_back(sampling_key(l, v), int32_t(v));
+        const float w = sampling_weight(sampling_clean(row[v]), mx, t);
+        total += q[size_t(v)] = w >= s.min_p ? sampling_mass_of(w) : 0;
     }
     auto mass = [&](uint64_t key) { return q[size_t(sampling_key_id(key))]; };
-    // 5. Top-k over every id (min-p keeps a prefix in key order, so the order of the two cuts
-    // does not matter).
     uint64_t lo = 0; // kept: key ≥ lo
-    if (s.top_k > 0 && s.top_k < V) {
-        lo = select_threshold(cand, uint64_t(s.top_k), [](uint64_t) { return uint64_t(1); }).key;
-        std::erase_if(cand, [&](const auto &c) { return c.first < lo; });
-    }
-    // 6. The kept mass; top-p.
-    uint64_t total = 0;
-    for (const auto &c : cand) total += mass(c.first);
-    if (s.top_p < 1.0f) {
-        const select_result sr = select_threshold(cand, sampling_target(s.top_p, total), mass);
-        lo = sr.key;
-        total = sr.above + mass(sr.key);
+    const bool top_k = s.top_k > 0 && s.top_k < V;
+    if (top_k || s.top_p < 1.0f) {
+        // 4. Keys (key, id) of every id.
+        std::vector<std::pair<uint64_t, int32_t>> cand;
+        cand.reserve(size_t(V));
+        for (int64_t v = 0; v < V; ++v) cand.emplace_back(sampling_key(sampling_clean(row[v]), v), int32_t(v));
+        // 5. Top-k over every id (min-p keeps a prefix in key order, so the order of the two
+        // cuts does not matter).
+        if (top_k) {
+            lo = select_threshold(cand, uint64_t(s.top_k), [](uint64_t) { return uint64_t(1); }).key;
+            std::erase_if(cand, [&](const auto &c) { return c.first < lo; });
+            total = 0;
+            for (const auto &c : cand) total += mass(c.first);
+        }
+        // 6. Top-p over the kept ids.
+        if (s.top_p < 1.0f) {
+            const select_result sr = select_threshold(cand, sampling_target(s.top_p, total), mass);
+            lo = sr.key;
+            total = sr.above + mass(sr.key);
+        }
     }
     // 7. The draw, ids ascending.
     const uint64_t r = sampling_mulhi(sampling_random(s.seed, s.counter), total);
     uint64_t cum = 0;
     for (int64_t v = 0; v < V; ++v) {
-        if (sampling_key(sampling_clean(row[v]), v) < lo) continue;
+        if (lo && sampling_key(sampling_clean(row[v]), v) < lo) continue;
         cum += q[size_t(v)];
         if (cum > r) {
             res.id = int32_t(v);
