@@ -102,7 +102,7 @@ struct serve_bench_opts {
     int32_t requests = 32;
     std::vector<int32_t> concurrency{1, 4, 16};
     int32_t prompt_len = 128, output_len = 64, shared_prefix = 64;
-    int32_t max_batched_tokens = 512;
+    int32_t max_batched_tokens = 0; // 0: the engine's choice for the backend (engine_params)
     uint64_t seed = 0;
     float temperature = 0.0f, top_p = 1.0f; // every request's sampler (the engine's path; 0: greedy)
     std::string url;               // http://HOST:PORT: act as an HTTP client of `serve` instead

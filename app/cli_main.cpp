@@ -192,7 +192,7 @@ CLI::App *add_serve_bench_command(CLI::App &app, serve_bench_opts &sb, common_op
     sbench->add_option("--prompt-len", sb.prompt_len, "prompt tokens per request")->check(CLI::Range(1, 1 << 20));
     sbench->add_option("--output-len", sb.output_len, "generated tokens per request")->check(CLI::Range(1, 1 << 20));
     sbench->add_option("--shared-prefix", sb.shared_prefix, "leading prompt tokens shared by every request")->check(CLI::Range(0, 1 << 20));
-    sbench->add_option("--max-batched-tokens", sb.max_batched_tokens, "token budget per engine step")->check(CLI::Range(1, 1 << 20));
+    sbench->add_option("--max-batched-tokens", sb.max_batched_tokens, "token budget per engine step (default: 2048 on a GPU, 512 on the CPU)")->check(CLI::Range(1, 1 << 20));
     sbench->add_option("--seed", sb.seed, "seed of the synthetic prompts");
     sbench->add_option("--temperature", sb.temperature, "sampling temperature of every request (default 0: greedy)")
         ->check(CLI::Range(0.0f, 2.0f));

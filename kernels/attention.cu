@@ -683,10 +683,12 @@ cudaError_t launch_prefill_kv(const attention_params &p, cudaStream_t stream) {
 cudaError_t launch_attention(const attention_params &p, cudaStream_t stream) {
     if (p.n_tiles <= 0) return cudaSuccess;
     if (p.head_dim % 2 != 0 || p.head_dim > attention_max_head_dim || p.n_head_kv <= 0 ||
-        p.n_head % p.n_head_kv != 0 || p.kv_splits < 1 || p.kv_splits > 32 || (p.kv_splits > 1 && !p.partial))
+        p.n_head % p.n_head_kv != 0 || p.kv_splits < 1 || p.kv_splits > attention_max_kv_splits ||
+        (p.kv_splits > 1 && !p.partial))
         return cudaErrorInvalidValue;
     if (p.path == attention_path::automatic && attention_decode_ok(p))
         return launch_attention_decode(p, stream);
+    if (p.kv_splits > attention_general_max_kv_splits) return cudaErrorInvalidValue; // its merge: a lane a split
     if (attention_uses_tensor_cores(p))
         return p.kv == kv_format::fp8_e4m3 ? (p.head_dim == 64 ? launch_prefill_kv<64, true>(p, stream)
                                                                : launch_prefill_kv<128, true>(p, stream))

@@ -55,6 +55,9 @@ struct attention_params {
 };
 
 inline constexpr int64_t attention_max_head_dim = 256;
+// KV splits: the decode kernel merges up to attention_max_kv_splits, the general one (a lane a
+// split) up to attention_general_max_kv_splits.
+inline constexpr int64_t attention_max_kv_splits = 64, attention_general_max_kv_splits = 32;
 
 // Query tokens per tile for a GQA group of `group` q heads per KV head.
 inline int64_t attention_tile_tokens(int64_t group) { return group >= 32 ? 1 : 32 / group; }

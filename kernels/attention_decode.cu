@@ -10,7 +10,10 @@
 // Per chunk: one block-table lookup per key, then the chunk's K and V staged in shared memory
 // (BF16, row stride head_dim + 8: 16-byte rows whose fragment loads hit distinct banks) with
 // 16-byte loads, all of a thread's issued before its stores (an FP8 cache: 16 elements a load,
-// widened to BF16 as stored, so half the loads and the same shared layout).
+// widened to BF16 as stored, so half the loads and the same shared layout). The loop is
+// pipelined: chunk c + 1's rows load into registers while chunk c is computed, and chunk c + 2's
+// lookups with them, so a long split is bound by the arithmetic and barriers, not by two memory
+// round trips a chunk.
 //
 // The arithmetic is on tensor cores (mma.sync m16n8k16, BF16 in, fp32 accumulate), the tile's ≤ 8
 // rows as the top half of the 16-row A operand (the bottom half is zero and never stored): warp w
@@ -146,7 +149,7 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     __shared__ float s_s[k_max_rows][k_chunk];             // the chunk's scores
     __shared__ __align__(16) uint16_t p_s[k_max_rows][k_chunk + 8]; // its P in BF16 (stride: no conflicts)
     __shared__ float corr_s[k_max_rows], m_s[k_max_rows], l_s[k_max_rows];
-    __shared__ int64_t key_slot[k_chunk];
+    __shared__ int64_t key_slot[2][k_chunk]; // chunk c's cache slots in key_slot[c % 2]
     __shared__ int row_pos[k_max_rows];
     __shared__ int64_t row_off[k_max_rows];
 
@@ -194,10 +197,11 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     // read-only path may still hold a line an older key's pre-wait load brought in, which shares
     // it when a row is shorter than 128 bytes (FP8, head_dim 64, one KV head).
     auto load_items = [&](int c0, int lo, int hi, bool fresh) {
+        const int64_t *slots = key_slot[(c0 / k_chunk) % 2];
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int idx = tid + i * 128, j = idx / LV, cc = idx % LV;
-            const int64_t slot = key_slot[j];
+            const int64_t slot = slots[j];
             if (slot >= 0 && c0 + j >= lo && c0 + j < hi) {
                 const int64_t base = (slot * kvd + int64_t(kvh) * HD + cc * EPV) * ES; // bytes
                 const uint4 *kp = reinterpret_cast<const uint4 *>(static_cast<const uint8_t *>(p.k_cache) + base);
@@ -210,13 +214,14 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
     auto lookup_slots = [&](int c0) {
         if (tid < k_chunk) {
             const int key = c0 + tid;
-            key_slot[tid] = key < kv_len ? int64_t(__ldg(bt + key / bs)) * bs + key % bs : -1;
+            key_slot[(c0 / k_chunk) % 2][tid] = key < kv_len ? int64_t(__ldg(bt + key / bs)) * bs + key % bs : -1;
         }
     };
 #pragma unroll
     for (int i = 0; i < ITEMS; ++i) kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
     if (c_begin < c_end) {
         lookup_slots(c_begin * k_chunk);
+        if (c_begin + 1 < c_end) lookup_slots((c_begin + 1) * k_chunk);
         __syncthreads();
         load_items(c_begin * k_chunk, 0, old_end, false);
     }
@@ -237,16 +242,12 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
 #pragma unroll
     for (int j = 0; j < NT; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
 
+    // Software-pipelined: chunk c's K/V arrive in registers while chunk c − 1 is computed, and
+    // chunk c + 1's cache slots are looked up while chunk c's rows load, so a chunk costs its
+    // arithmetic and barriers rather than two memory round trips.
     for (int c = c_begin; c < c_end; ++c) {
         const int c0 = c * k_chunk;
-        if (c != c_begin) {
-            __syncthreads(); // the previous chunk is no longer being read
-            lookup_slots(c0);
-            __syncthreads();
-#pragma unroll
-            for (int i = 0; i < ITEMS; ++i) kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
-            load_items(c0, 0, kv_len, true);
-        }
+        if (c != c_begin) __syncthreads(); // the previous chunk is no longer being read
 #pragma unroll
         for (int i = 0; i < ITEMS; ++i) {
             const int idx = tid + i * 128, j = idx / LV, cc = idx % LV;
@@ -261,6 +262,15 @@ __global__ void __launch_bounds__(128, 1) attention_decode_kernel(attention_para
             }
         }
         __syncthreads();
+        // The next chunk's rows into the registers just stored (its slots were looked up a chunk
+        // ago, behind the barrier above), and the slots of the one after it into the buffer the
+        // loads issued a chunk ago have finished reading.
+        if (c + 1 < c_end) {
+#pragma unroll
+            for (int i = 0; i < ITEMS; ++i) kb[i] = vb[i] = make_uint4(0, 0, 0, 0);
+            load_items(c0 + k_chunk, 0, kv_len, true);
+            if (c + 2 < c_end) lookup_slots(c0 + 2 * k_chunk);
+        }
 
         // S = Q·Kᵀ for keys 8·warp … 8·warp + 7 (rows g; the A operand's rows g + 8 are zero).
         {
@@ -515,7 +525,7 @@ bool attention_decode_ok(const attention_params &p) {
     const int64_t group = p.n_head_kv > 0 ? p.n_head / p.n_head_kv : 0;
     const int64_t tile_tokens = p.max_tile_tokens > 0 ? p.max_tile_tokens : p.n_tokens;
     return (p.head_dim == 64 || p.head_dim == 128 || p.head_dim == 256) && group >= 1 &&
-           tile_tokens * group <= k_max_rows && p.kv_splits >= 1 && p.kv_splits <= 32 &&
+           tile_tokens * group <= k_max_rows && p.kv_splits >= 1 && p.kv_splits <= attention_max_kv_splits &&
            (p.kv_splits == 1 || (p.partial && p.counters));
 }
 

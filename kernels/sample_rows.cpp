@@ -1,6 +1,6 @@
-// CPU twin of sample_rows (see sample_rows.cuh for the draw it makes). The thresholds are found by
-// sorting the candidates of one bucket of a 16-bit histogram over the keys, so that a row costs
-// two passes over the vocabulary and a sort of a few hundred keys.
+// CPU twin of sample_rows (see sample_rows.cuh for the draw it makes). Top-k's threshold is found by
+// sorting the candidates of one bucket of a 16-bit histogram over the keys; the draw's rounds are
+// passes over the row.
 #include "kernels/sample_rows.cuh"
 
 #include <algorithm>
@@ -81,46 +81,53 @@ row_result sample_one(float *row, int64_t V, const row_sampling &s, const int32_
 
     // 3. Each id's mass (0 where min-p drops it).
     std::vector<uint64_t> q(static_cast<size_t>(V));
-    uint64_t total = 0;
     for (int64_t v = 0; v < V; ++v) {
         const float w = sampling_weight(sampling_clean(row[v]), mx, t);
-        total += q[size_t(v)] = w >= s.min_p ? sampling_mass_of(w) : 0;
+        q[size_t(v)] = w >= s.min_p ? sampling_mass_of(w) : 0;
     }
-    auto mass = [&](uint64_t key) { return q[size_t(sampling_key_id(key))]; };
+    // 5. Top-k over every id (min-p keeps a prefix in key order, so the order of the two cuts
+    // does not matter).
     uint64_t lo = 0; // kept: key ≥ lo
-    const bool top_k = s.top_k > 0 && s.top_k < V;
-    if (top_k || s.top_p < 1.0f) {
-        // 4. Keys (key, id) of every id.
+    if (s.top_k > 0 && s.top_k < V) {
         std::vector<std::pair<uint64_t, int32_t>> cand;
         cand.reserve(size_t(V));
         for (int64_t v = 0; v < V; ++v) cand.emplace_back(sampling_key(sampling_clean(row[v]), v), int32_t(v));
-        // 5. Top-k over every id (min-p keeps a prefix in key order, so the order of the two
-        // cuts does not matter).
-        if (top_k) {
-            lo = select_threshold(cand, uint64_t(s.top_k), [](uint64_t) { return uint64_t(1); }).key;
-            std::erase_if(cand, [&](const auto &c) { return c.first < lo; });
-            total = 0;
-            for (const auto &c : cand) total += mass(c.first);
-        }
-        // 6. Top-p over the kept ids.
-        if (s.top_p < 1.0f) {
-            const select_result sr = select_threshold(cand, sampling_target(s.top_p, total), mass);
-            lo = sr.key;
-            total = sr.above + mass(sr.key);
-        }
+        lo = select_threshold(cand, uint64_t(s.top_k), [](uint64_t) { return uint64_t(1); }).key;
     }
-    // 7. The draw, ids ascending.
-    const uint64_t r = sampling_mulhi(sampling_random(s.seed, s.counter), total);
-    uint64_t cum = 0;
-    for (int64_t v = 0; v < V; ++v) {
-        if (lo && sampling_key(sampling_clean(row[v]), v) < lo) continue;
-        cum += q[size_t(v)];
-        if (cum > r) {
-            res.id = int32_t(v);
+    auto key_of = [&](int64_t v) { return sampling_key(sampling_clean(row[v]), v); };
+    // 6–7. Rounds over S = {kept, key ≥ s_lo}.
+    const bool top_p = s.top_p < 1.0f;
+    const uint64_t random = sampling_random(s.seed, s.counter);
+    uint64_t target = 0, s_lo = lo;
+    for (int round = 0; round < sampling_max_rounds; ++round) {
+        uint64_t mass = 0;
+        for (int64_t v = 0; v < V; ++v)
+            if (!s_lo || key_of(v) >= s_lo) mass += q[size_t(v)];
+        if (round == 0 && top_p) target = sampling_target(s.top_p, mass);
+        const uint64_t r = sampling_mulhi(sampling_round_random(random, round), mass);
+        uint64_t cum = 0;
+        int64_t drawn = -1;
+        for (int64_t v = 0; v < V && drawn < 0; ++v) {
+            if (s_lo && key_of(v) < s_lo) continue;
+            cum += q[size_t(v)];
+            if (cum > r) drawn = v;
+        }
+        if (drawn < 0) break; // unreachable: r < mass
+        if (!top_p) {
+            res.id = int32_t(drawn);
             return res;
         }
+        const uint64_t drawn_key = key_of(drawn);
+        uint64_t above = 0;
+        for (int64_t v = 0; v < V; ++v)
+            if (key_of(v) > drawn_key) above += q[size_t(v)];
+        if (above < target) {
+            res.id = int32_t(drawn);
+            return res;
+        }
+        s_lo = drawn_key + 1;
     }
-    return res; // unreachable: total is the kept ids' mass and r < total
+    return res; // every round rejected: the top
 }
 
 } // namespace

@@ -9,6 +9,9 @@
 
 #include <cooperative_groups.h>
 
+#include <map>
+#include <mutex>
+
 namespace es {
 namespace {
 
@@ -17,6 +20,14 @@ using u64 = unsigned long long;
 
 constexpr int kThreads = 512, kWarps = kThreads / 32, kBuckets = 256;
 constexpr int kClusterBlocks = 8;
+
+// A warp's segment for V ids over CS blocks (a multiple of 32), and the shared memory the SMEM
+// variant caches a block's logits and weights in.
+__host__ __device__ inline int64_t segment(int64_t V, int CS) {
+    return ((V + CS * kWarps - 1) / (CS * kWarps) + 31) / 32 * 32;
+}
+inline size_t cache_bytes(int64_t V, int CS) { return size_t(2 * kWarps * segment(V, CS)) * 4; }
+constexpr size_t k_max_cache_bytes = 160u << 10;
 
 struct histogram {
     unsigned cnt[kBuckets];
@@ -30,6 +41,7 @@ struct sample_smem {
     u64 warp_red[kWarps];
     u64 warp_mass[kWarps]; // each warp's kept mass (the draw's segments)
     u64 sel_key, sel_cnt_above, sel_mass_above, sel_bucket_cnt, sel_bucket;
+    u64 pick; // the drawn id's key (the block holding it)
 };
 
 template <int CS> __device__ __forceinline__ void cl_sync() {
@@ -74,12 +86,24 @@ __device__ __forceinline__ u64 warp_inclusive_sum(u64 x, int lane) {
 struct row_ctx {
     const float *L;
     float *W;
+    float *sl, *sw;        // SMEM: the block's logits (cleaned) and weights, by local index
     int64_t V, seg, first; // the warp's segment: ids [first, first + seg)
+    int64_t local0;        // the local index of the warp's first id
     float max, t, min_p;
     int lane, warp;
 };
 
 __device__ __forceinline__ float load_logit(const row_ctx &c, int64_t v) { return sampling_clean(__ldcg(c.L + v)); }
+// Id v's logit and weight in the passes after the weights are known: from shared memory (SMEM: a
+// block's ids fit there) or from global memory; i is v's offset in the warp's segment.
+template <bool SMEM> __device__ __forceinline__ float pass_logit(const row_ctx &c, int64_t v, int64_t i) {
+    if constexpr (SMEM) return c.sl[c.local0 + i];
+    return load_logit(c, v);
+}
+template <bool SMEM> __device__ __forceinline__ float pass_weight(const row_ctx &c, int64_t v, int64_t i) {
+    if constexpr (SMEM) return c.sw[c.local0 + i];
+    return c.W[v];
+}
 __device__ __forceinline__ u64 kept_mass(const row_ctx &c, float w) {
     return w >= c.min_p ? sampling_mass_of(w) : 0ull;
 }
@@ -112,7 +136,7 @@ struct select_result {
 // eligible ids with key ≥ t reach `target`, counted (ByMass false) or by mass; also the count and
 // the mass (min-p-kept ids only) of the eligible ids above t. 8 bits a pass, most significant
 // first; stops as soon as the chosen bucket holds one id (its key is then the bucket's max).
-template <int CS, bool ByMass>
+template <int CS, bool SMEM, bool ByMass>
 __device__ select_result radix_select(const row_ctx &c, sample_smem &sm, int &par, u64 target, u64 lo) {
     u64 prefix = 0, cnt_above = 0, mass_above = 0;
     for (int d = 0; d < 8; ++d) {
@@ -129,8 +153,8 @@ __device__ select_result radix_select(const row_ctx &c, sample_smem &sm, int &pa
             unsigned b = kBuckets; // not eligible
             u64 key = 0, q = 0;
             if (v < c.V) {
-                key = sampling_key(load_logit(c, v), v);
-                const float w = c.W[v];
+                key = sampling_key(pass_logit<SMEM>(c, v, i + c.lane), v);
+                const float w = pass_weight<SMEM>(c, v, i + c.lane);
                 q = kept_mass(c, w);
                 bool elig = key >= lo && (d == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8)));
                 if (ByMass) elig = elig && w >= c.min_p;
@@ -199,9 +223,10 @@ __device__ select_result radix_select(const row_ctx &c, sample_smem &sm, int &pa
     return {prefix, cnt_above, mass_above};
 }
 
-template <int CS>
+template <int CS, bool SMEM>
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows_params p) {
     __shared__ sample_smem sm;
+    extern __shared__ float sample_cache[]; // SMEM: [kWarps · seg] logits, then as many weights
     pdl_enter();
     const unsigned rank = cl_rank<CS>();
     const int64_t row = int64_t(blockIdx.x) / CS, V = p.n_vocab;
@@ -213,8 +238,11 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows
     c.V = V;
     c.lane = int(threadIdx.x) % 32;
     c.warp = int(threadIdx.x) / 32;
-    c.seg = ((V + CS * kWarps - 1) / (CS * kWarps) + 31) / 32 * 32;
+    c.seg = segment(V, CS);
     c.first = (int64_t(rank) * kWarps + c.warp) * c.seg;
+    c.local0 = int64_t(c.warp) * c.seg;
+    c.sl = sample_cache;
+    c.sw = sample_cache + kWarps * c.seg;
     c.t = s.temperature;
     c.min_p = s.min_p;
     int par = 0;
@@ -244,7 +272,11 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows
     u64 best = 0;
     for (int64_t i = 0; i < c.seg; i += 32) {
         const int64_t v = c.first + i + c.lane;
-        if (v < V) best = max(best, u64(sampling_key(load_logit(c, v), v)));
+        if (v < V) {
+            const float l = load_logit(c, v);
+            if constexpr (SMEM) c.sl[c.local0 + i + c.lane] = l;
+            best = max(best, u64(sampling_key(l, v)));
+        }
     }
     const u64 top = cluster_reduce<CS, true>(best, sm, par, c);
     c.max = sampling_key_logit(top);
@@ -264,8 +296,9 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows
     for (int64_t i = 0; i < c.seg; i += 32) {
         const int64_t v = c.first + i + c.lane;
         if (v < V) {
-            const float w = sampling_weight(load_logit(c, v), c.max, c.t);
-            c.W[v] = w;
+            const float w = sampling_weight(pass_logit<SMEM>(c, v, i + c.lane), c.max, c.t);
+            if constexpr (SMEM) c.sw[c.local0 + i + c.lane] = w;
+            else c.W[v] = w;
             acc += kept_mass(c, w);
         }
     }
@@ -273,76 +306,147 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows
         const u64 wm = warp_sum(acc);
         if (c.lane == 0) sm.warp_mass[c.warp] = wm;
     }
-    u64 total = cluster_reduce<CS, false>(acc, sm, par, c);
-    bool segments_current = true; // warp_mass holds the kept mass of the current lo
-    u64 lo = 0;
-    auto mass_of_key = [&](u64 key) { return kept_mass(c, sampling_weight(sampling_key_logit(key), c.max, c.t)); };
+    bool segments_current = true; // warp_mass holds the mass of S (below) by warp
+    u64 lo = 0;                   // kept: key ≥ lo
 
     // 5. Top-k over every id.
     if (s.top_k > 0 && s.top_k < V) {
-        const select_result r = radix_select<CS, false>(c, sm, par, u64(s.top_k), 0);
+        const select_result r = radix_select<CS, SMEM, false>(c, sm, par, u64(s.top_k), 0);
         lo = r.key;
-        total = r.mass_above + mass_of_key(r.key);
         segments_current = false;
     }
-    // 6. Top-p over the kept ids.
-    if (s.top_p < 1.0f) {
-        const select_result r = radix_select<CS, true>(c, sm, par, sampling_target(s.top_p, total), lo);
-        lo = r.key;
-        total = r.mass_above + mass_of_key(r.key);
+    // 6–7. The draw, in rounds over a shrinking set S of kept ids (S₀ = every kept id): the block,
+    // then the warp, then the id whose cumulative mass holds r; with top-p, accepted when the
+    // kept mass above it is under the target, else S keeps only the ids above it.
+    const bool top_p = s.top_p < 1.0f;
+    const u64 random = sampling_random(s.seed, s.counter);
+    u64 target = 0, s_lo = lo; // S = {kept, key ≥ s_lo}
+    for (int round = 0; round < sampling_max_rounds; ++round) {
+        if (!segments_current) {
+            u64 a = 0;
+            for (int64_t i = 0; i < c.seg; i += 32) {
+                const int64_t v = c.first + i + c.lane;
+                if (v < V && sampling_key(pass_logit<SMEM>(c, v, i + c.lane), v) >= s_lo)
+                    a += kept_mass(c, pass_weight<SMEM>(c, v, i + c.lane));
+            }
+            const u64 wm = warp_sum(a);
+            if (c.lane == 0) sm.warp_mass[c.warp] = wm;
+        }
         segments_current = false;
-    }
-
-    // 7. The draw: the block and then the warp whose ids hold r, then the id.
-    if (!segments_current) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            u64 a = 0;
+            for (int w = 0; w < kWarps; ++w) a += sm.warp_mass[w];
+            sm.xs[par] = a;
+        }
+        cl_sync<CS>();
+        u64 base = 0, mine = 0, mass = 0;
+        for (unsigned k = 0; k < unsigned(CS); ++k) {
+            const u64 b = *cl_peer<CS>(&sm.xs[par], k);
+            if (k < rank) base += b;
+            if (k == rank) mine = b;
+            mass += b;
+        }
+        par ^= 1;
+        // Round ≥ 1 starts with S = {kept ids above the rejected draw}, whose mass reached the
+        // target (else that draw would have been accepted), so it holds the top-p set.
+        if (round == 0 && top_p) target = sampling_target(s.top_p, mass);
+        const u64 r = sampling_mulhi(sampling_round_random(random, round), mass);
+        u64 pick = 0; // the drawn id's key, in the block that holds it
+        if (r >= base && r - base < mine) {
+            u64 wb = base;
+            int owner = kWarps - 1;
+            for (int w = 0; w < kWarps; ++w) {
+                if (r - wb < sm.warp_mass[w]) {
+                    owner = w;
+                    break;
+                }
+                wb += sm.warp_mass[w];
+            }
+            if (c.warp == owner) {
+                for (int64_t i = 0; i < c.seg; i += 32) {
+                    const int64_t v = c.first + i + c.lane;
+                    u64 q = 0, key = 0;
+                    if (v < V) {
+                        key = sampling_key(pass_logit<SMEM>(c, v, i + c.lane), v);
+                        if (key >= s_lo) q = kept_mass(c, pass_weight<SMEM>(c, v, i + c.lane));
+                    }
+                    const u64 inc = warp_inclusive_sum(q, c.lane);
+                    const unsigned hit = __ballot_sync(~0u, r - wb < inc);
+                    if (hit) {
+                        if (c.lane == __ffs(hit) - 1) sm.pick = key;
+                        break;
+                    }
+                    wb += __shfl_sync(~0u, inc, 31);
+                }
+            }
+        }
+        if (!top_p) {
+            __syncthreads();
+            if (r >= base && r - base < mine && threadIdx.x == 0) write(sampling_key_id(sm.pick));
+            cl_sync<CS>(); // no block leaves while a peer may still read its shared memory
+            return;
+        }
+        // Every block learns the drawn key (the holder's slot; the others hold 0).
+        __syncthreads();
+        if (threadIdx.x == 0) sm.xs[par] = (r >= base && r - base < mine) ? sm.pick : 0;
+        cl_sync<CS>();
+        u64 drawn = 0;
+        for (unsigned k = 0; k < unsigned(CS); ++k) drawn = max(drawn, *cl_peer<CS>(&sm.xs[par], k));
+        par ^= 1;
+        // The kept mass above the drawn id: its warps' shares are the next round's segments.
         u64 a = 0;
         for (int64_t i = 0; i < c.seg; i += 32) {
             const int64_t v = c.first + i + c.lane;
-            if (v < V && sampling_key(load_logit(c, v), v) >= lo) a += kept_mass(c, c.W[v]);
+            if (v < V && sampling_key(pass_logit<SMEM>(c, v, i + c.lane), v) > drawn)
+                a += kept_mass(c, pass_weight<SMEM>(c, v, i + c.lane));
         }
         const u64 wm = warp_sum(a);
         if (c.lane == 0) sm.warp_mass[c.warp] = wm;
-    }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        u64 a = 0;
-        for (int w = 0; w < kWarps; ++w) a += sm.warp_mass[w];
-        sm.xs[par] = a;
-    }
-    cl_sync<CS>();
-    u64 base = 0, mine = 0;
-    for (unsigned k = 0; k < unsigned(CS); ++k) {
-        const u64 b = *cl_peer<CS>(&sm.xs[par], k);
-        if (k < rank) base += b;
-        if (k == rank) mine = b;
-    }
-    const u64 r = sampling_mulhi(sampling_random(s.seed, s.counter), total);
-    if (r >= base && r - base < mine) {
-        u64 wb = base;
-        int owner = kWarps - 1;
-        for (int w = 0; w < kWarps; ++w) {
-            if (r - wb < sm.warp_mass[w]) {
-                owner = w;
-                break;
-            }
-            wb += sm.warp_mass[w];
+        const u64 above = cluster_reduce<CS, false>(a, sm, par, c);
+        if (above < target) {
+            if (rank == 0 && threadIdx.x == 0) write(sampling_key_id(drawn));
+            cl_sync<CS>();
+            return;
         }
-        if (c.warp == owner) {
-            for (int64_t i = 0; i < c.seg; i += 32) {
-                const int64_t v = c.first + i + c.lane;
-                u64 q = 0;
-                if (v < V && sampling_key(load_logit(c, v), v) >= lo) q = kept_mass(c, c.W[v]);
-                const u64 inc = warp_inclusive_sum(q, c.lane);
-                const unsigned hit = __ballot_sync(~0u, r - wb < inc);
-                if (hit) {
-                    if (c.lane == __ffs(hit) - 1) write(int32_t(v));
-                    break;
-                }
-                wb += __shfl_sync(~0u, inc, 31);
-            }
-        }
+        s_lo = drawn + 1;
+        segments_current = true;
     }
+    // Every round rejected (sampling_max_rounds): the top, which the top-p set always holds.
+    if (rank == 0 && threadIdx.x == 0) write(sampling_key_id(top));
     cl_sync<CS>(); // no block leaves while a peer may still read its shared memory
+}
+
+// Whether clusters of kClusterBlocks blocks of this kernel with `smem` dynamic bytes can run here.
+template <bool SMEM> bool sample_clusters_fit(size_t smem) {
+    static std::mutex mutex;
+    static std::map<std::pair<int, size_t>, bool> known;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    std::lock_guard lock(mutex);
+    const auto key = std::make_pair(dev, smem);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+    const void *k = reinterpret_cast<const void *>(sample_rows_kernel<kClusterBlocks, SMEM>);
+    bool ok = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)) == cudaSuccess;
+    if (ok) {
+        cudaLaunchAttribute attr[1];
+        attr[0].id = cudaLaunchAttributeClusterDimension;
+        attr[0].val.clusterDim.x = kClusterBlocks;
+        attr[0].val.clusterDim.y = 1;
+        attr[0].val.clusterDim.z = 1;
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(kClusterBlocks, 1, 1);
+        cfg.blockDim = dim3(kThreads, 1, 1);
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        int clusters = 0;
+        ok = cudaOccupancyMaxActiveClusters(&clusters, sample_rows_kernel<kClusterBlocks, SMEM>, &cfg) == cudaSuccess &&
+             clusters > 0;
+    }
+    (void)cudaGetLastError(); // a refusal means "no": the launcher takes one block a row
+    known.emplace(key, ok);
+    return ok;
 }
 
 } // namespace
@@ -355,11 +459,24 @@ cudaError_t launch_sample_rows(const sample_rows_params &p, cudaStream_t stream)
     if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
     if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev); e != cudaSuccess)
         return e;
-    if (major >= 9 && p.n_vocab >= int64_t(kClusterBlocks) * kThreads &&
-        cluster_fits(reinterpret_cast<const void *>(sample_rows_kernel<kClusterBlocks>), kClusterBlocks, kThreads, 0))
-        return launch_kernel_ex(-1, dim3(kClusterBlocks, 1, 1), sample_rows_kernel<kClusterBlocks>,
-                                dim3(unsigned(p.n_rows * kClusterBlocks)), dim3(kThreads), 0, stream, p);
-    return launch_kernel(sample_rows_kernel<1>, dim3(unsigned(p.n_rows)), dim3(kThreads), 0, stream, p);
+    const dim3 block(kThreads);
+    // A cluster a row where the vocabulary is worth eight blocks, its ids cached in shared memory.
+    const size_t cl_bytes = cache_bytes(p.n_vocab, kClusterBlocks);
+    if (major >= 9 && p.n_vocab >= int64_t(kClusterBlocks) * kThreads && cl_bytes <= k_max_cache_bytes &&
+        sample_clusters_fit<true>(cl_bytes))
+        return launch_kernel_ex(-1, dim3(kClusterBlocks, 1, 1), sample_rows_kernel<kClusterBlocks, true>,
+                                dim3(unsigned(p.n_rows * kClusterBlocks)), block, cl_bytes, stream, p);
+    // One block a row: cached where its ids fit, else read from global memory every pass.
+    const size_t one_bytes = cache_bytes(p.n_vocab, 1);
+    if (one_bytes <= k_max_cache_bytes) {
+        static std::once_flag once;
+        std::call_once(once, [] {
+            cudaFuncSetAttribute(reinterpret_cast<const void *>(sample_rows_kernel<1, true>),
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, int(k_max_cache_bytes));
+        });
+        return launch_kernel(sample_rows_kernel<1, true>, dim3(unsigned(p.n_rows)), block, one_bytes, stream, p);
+    }
+    return launch_kernel(sample_rows_kernel<1, false>, dim3(unsigned(p.n_rows)), block, 0, stream, p);
 }
 
 } // namespace es

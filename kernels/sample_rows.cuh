@@ -17,15 +17,22 @@
 //  4. key_v = (order-preserving bits of l_v, −0 as +0) · 2^32 + (2^32 − 1 − v): keys are distinct
 //     and rank the ids as "logit descending, ties → lower id".
 //  5. Top-k (0 < k < V): kept only when key_v ≥ t_k, the k-th largest key.
-//  6. M = Σ q over the kept ids. Top-p (p < 1): target = max(1, ⌊double(p) · double(M)⌋); kept
-//     only when key_v ≥ t_p, the largest key t for which Σ q over kept ids with key ≥ t reaches
-//     target (the shortest prefix in key order holding at least that mass).
-//  7. total = Σ q over the kept ids (≥ 2^40: the top is always kept with w = 1);
-//     r = ⌊sampling_random(seed, counter) · total / 2^64⌋; the token is the lowest id v for which
-//     Σ q over kept ids ≤ v exceeds r.
-// The kept set is a prefix in key order, so any order of evaluation finds the same thresholds; the
-// device finds t_k and t_p by radix selection over the keys (8 bits a pass, a cluster of blocks a
-// row on compute capability 9.0), the twin by sorting.
+//  6. M = Σ q over the kept ids; top-p (p < 1): target = max(1, ⌊double(p) · double(M)⌋), and
+//     the top-p set is the kept ids whose "mass above" (Σ q over kept ids with a larger key) is
+//     under the target: the shortest prefix in key order holding at least that mass.
+//  7. The draw, in rounds j = 0, 1, … over a set S (S₀: the kept ids): r = ⌊sampling_round_random(
+//     sampling_random(seed, counter), j) · mass(S) / 2^64⌋; the drawn id c is the lowest id of S
+//     whose cumulative mass (ids ascending) exceeds r. Without top-p, c is the token. With it, c
+//     is the token when its mass above is under the target (c is in the top-p set); else S
+//     becomes the kept ids above c — which still holds the whole top-p set — and the next round
+//     draws. This is rejection sampling from supersets of the top-p set, so the token follows q
+//     restricted to it exactly, and no round needs the set itself: each is one pass of sums.
+//     After sampling_max_rounds rejections (each removes c and everything below it, so it takes
+//     a vanishing chance) the token is the top, which the set always holds.
+// Every decision is an integer comparison or a float computed by the functions below, so any order
+// of evaluation decides alike: the device finds t_k by radix selection over the keys (8 bits a
+// pass) and sums masses in a cluster of blocks a row (compute capability 9.0), the twin sorts and
+// walks.
 #pragma once
 
 #include "kernels/kernel_common.h"
@@ -61,6 +68,7 @@ struct penalty_entry {
 };
 
 inline constexpr float sampling_greedy_temperature = 1e-5f;
+inline constexpr int sampling_max_rounds = 32; // step 7's draws before the top is taken
 inline constexpr int sampling_mass_bits = 40; // q = ⌊w · 2^40⌋: V < 2^23 keeps every sum < 2^64
 
 struct sample_rows_params {
@@ -185,6 +193,10 @@ ES_HOST_DEVICE inline uint64_t sampling_mix(uint64_t z) {
 }
 ES_HOST_DEVICE inline uint64_t sampling_random(uint64_t seed, uint64_t counter) {
     return sampling_mix(sampling_mix(seed ^ 0x6a09e667f3bcc909ull) + counter * 0x9e3779b97f4a7c15ull);
+}
+// Round j's number of a draw (round 0: the draw's own).
+ES_HOST_DEVICE inline uint64_t sampling_round_random(uint64_t random, int round) {
+    return round == 0 ? random : sampling_mix(random + uint64_t(round) * 0xd1b54a32d192ed03ull);
 }
 
 } // namespace es

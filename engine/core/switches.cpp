@@ -55,6 +55,8 @@ constexpr switch_info k_switches[] = {
     {"ES_CUDA_MOE_DOWN", T::text, "rows", "gather: decode's routed down projection in one gathering kernel.", false},
     {"ES_CUDA_KV_SPLIT_CHUNKS", T::integer, "1", "32-position chunks per KV split of decode attention, at least.",
      false},
+    {"ES_CUDA_KV_SPLITS_MAX", T::integer, "32", "Most KV splits of decode attention (1 to 64; past 16 they merge through memory).",
+     false},
     {"ES_CUDA_MOE_GEMV_MAX_TOKENS", T::integer, "8",
      "Routed experts run as GEMVs up to this many tokens a step, then grouped by expert.", false},
     {"ES_CUDA_ROUTER_TILES_MIN", T::integer, "(kernel default)", "Steps of at least N tokens route in token tiles.",

@@ -6,6 +6,10 @@
 
 namespace es {
 
+int32_t step_token_budget(const engine_params &p, bool gpu) {
+    return p.max_batched_tokens > 0 ? p.max_batched_tokens : gpu ? k_gpu_step_tokens : k_cpu_step_tokens;
+}
+
 // ---------------------------------------------------------------- request_stream
 
 void request_stream::push(request_event ev) {

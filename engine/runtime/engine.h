@@ -89,10 +89,15 @@ private:
     std::function<void()> m_notify;
 };
 
+inline constexpr int32_t k_gpu_step_tokens = 2048, k_cpu_step_tokens = 512;
+
 struct engine_params {
     model_load_params load;
     int32_t max_num_seqs = 16;
-    int32_t max_batched_tokens = 512;
+    // Tokens in one step; 0: the backend's own (k_gpu_step_tokens where the KV pool is in device
+    // memory, a 2,048-token prompt in one step; else k_cpu_step_tokens, so that a long prompt's
+    // chunk keeps a CPU step short beside the other chats' decodes).
+    int32_t max_batched_tokens = 0;
     int32_t block_size = 16;
     int32_t n_kv_blocks = 0;            // 0: from kv_cache_bytes
     // 0: on a GPU, what gpu_memory_utilization leaves once the weights and the workspace are
@@ -113,6 +118,10 @@ struct engine_params {
     // the same tokens, which is what the tests check); off: never.
     enum class overlap_mode { automatic, on, off } overlap = overlap_mode::automatic;
 };
+
+// engine_params::max_batched_tokens as it applies to a backend whose KV pool is (gpu) or is not in
+// device memory.
+int32_t step_token_budget(const engine_params &p, bool gpu);
 
 struct model_info {
     std::filesystem::path dir;

@@ -107,7 +107,7 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         // The forward pass at a full token budget: logits in fp32 plus the widest activations
         // (q/k/v, gate/up of the routed experts of every token) in fp32, the FP8 prefill's BF16
         // dequantization buffer, and cuBLASLt's workspace.
-        const uint64_t T = uint64_t(std::max(1, p.max_batched_tokens));
+        const uint64_t T = uint64_t(std::max(1, step_token_budget(p, true)));
         const uint64_t widest = uint64_t(std::max({c.q_dim() + 2 * c.kv_dim(), 2 * c.n_ff,
                                                    2 * c.n_ff_exp * std::max<int64_t>(1, c.n_expert_used), c.n_embd}));
         e.workspace_bytes = T * uint64_t(c.n_vocab) * 4 + T * widest * 4 * 4 + (uint64_t(32) << 20);

@@ -209,9 +209,10 @@ void step_loop::load(cmd_load &c) {
     // weights and the workspace leave (kv_budget_bytes).
     if (auto s = mdl->be->init_kv_cache({m_params.block_size, 2}); !s) return c.done->set_value(s.err());
     device_room room;
+    const int32_t step_tokens = step_token_budget(m_params, mdl->be->kv_in_device_memory());
     if (mdl->be->kv_in_device_memory()) {
         const int32_t blocks_per_seq = int32_t((cfg.n_ctx_train + m_params.block_size - 1) / m_params.block_size);
-        if (auto s = mdl->be->reserve_workspace(m_params.max_batched_tokens, m_params.max_num_seqs, blocks_per_seq); !s)
+        if (auto s = mdl->be->reserve_workspace(step_tokens, m_params.max_num_seqs, blocks_per_seq); !s)
             return c.done->set_value(s.err());
         const backend_memory bm = mdl->be->memory();
         room = {bm.device_total, bm.device_free};
@@ -220,7 +221,7 @@ void step_loop::load(cmd_load &c) {
     if (auto s = mdl->be->init_kv_cache({m_params.block_size, n_blocks}); !s) return c.done->set_value(s.err());
     scheduler_params sp;
     sp.max_num_seqs = m_params.max_num_seqs;
-    sp.max_batched_tokens = m_params.max_batched_tokens;
+    sp.max_batched_tokens = step_tokens;
     sp.block_size = m_params.block_size;
     sp.n_blocks = n_blocks;
     sp.max_model_len = cfg.n_ctx_train;

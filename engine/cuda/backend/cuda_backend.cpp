@@ -44,6 +44,8 @@ void cuda_backend_impl::read_switches(const cuda_device_info &dev) {
     m_opt.plan.moe_down_rows = switch_value("ES_CUDA_MOE_DOWN").value_or("rows") != "gather";
     m_opt.plan.fuse = switch_flag("ES_CUDA_FUSE", m_opt.plan.fuse);
     m_opt.plan.kv_split_chunks = int(std::max<int64_t>(1, switch_int("ES_CUDA_KV_SPLIT_CHUNKS", m_opt.plan.kv_split_chunks)));
+    m_opt.plan.kv_splits_max = std::clamp<int64_t>(switch_int("ES_CUDA_KV_SPLITS_MAX", m_opt.plan.kv_splits_max), 1,
+                                                   k_decode_kv_splits);
     if (const auto rw = switch_value("ES_CUDA_MOE_DOWN_ROWS_PER_WARP")) {
         if (*rw != "1" && *rw != "2" && *rw != "4")
             throw load_error("ES_CUDA_MOE_DOWN_ROWS_PER_WARP must be 1, 2 or 4, not '" + *rw + "'");

@@ -278,6 +278,9 @@ void cuda_backend_impl::record_attention(const step_plan &p, const step_ptrs &s,
         ap.kv_splits = p.kv_splits;
         ap.partial = m_work.at<float>(m_lay.attn_partial);
         ap.counters = m_work.at<unsigned>(m_lay.attn_counters);
+        // Splits past the general kernel's merge only where the decode kernel takes the step.
+        if (ap.kv_splits > attention_general_max_kv_splits && !attention_decode_ok(ap))
+            ap.kv_splits = attention_general_max_kv_splits;
     }
     op("attention", [&] { return launch_attention(ap, m_stream); });
     // Residual add fused (accumulate); x was last written by the layer before's FFN (or the

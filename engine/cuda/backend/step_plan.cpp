@@ -10,8 +10,11 @@
 
 namespace es {
 
-int64_t decode_kv_splits(int64_t max_pos, int64_t chunks) {
-    return std::min<int64_t>(k_decode_kv_splits, max_pos / 32 / std::max<int64_t>(chunks, 1) + 1);
+int64_t decode_kv_splits(int64_t max_pos, int64_t chunks, int64_t max_splits) {
+    const int64_t n = max_pos / 32 / std::max<int64_t>(chunks, 1) + 1; // one chunk a split
+    const int64_t cap = std::clamp<int64_t>(max_splits, 1, k_decode_kv_splits);
+    if (n <= k_cluster_kv_splits) return std::min(n, cap);
+    return std::min(cap, std::max(k_cluster_kv_splits, n / k_deep_split_chunks));
 }
 
 int64_t round_cap(int64_t need, int64_t at_least) {
@@ -155,7 +158,7 @@ step_plan plan_step(const model_config &cfg, int64_t n_moe, const batch &b, cons
     p.n_tiles = int64_t(p.tiles.size() / 2);
     for (int64_t i = 0; i < p.n_tiles; ++i) p.max_tile = std::max<int64_t>(p.max_tile, p.tiles[size_t(2 * i + 1)]);
     const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
-    p.kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos, o.kv_split_chunks) : 1;
+    p.kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos, o.kv_split_chunks, o.kv_splits_max) : 1;
     p.attention_splits = T <= k_graph_max_tokens && p.kv_splits > 1;
     p.ws_T = T;
     p.ws_R = R;

@@ -33,14 +33,17 @@ inline constexpr size_t k_max_graphs = 256;
 // fused kernels, which normalize every row in every block, lose 20–35% to the separate launches.
 inline constexpr int64_t k_fuse_max_tokens = 1;
 // Attention of decode-sized steps splits each sequence's KV range over up to this many blocks
-// (flash-decoding: a step has only n_head_kv tiles of work otherwise), one split per 32-position
-// chunk of the longest context in the step; the split count is part of the graph key, so a long
-// generation captures at most this many graphs.
-inline constexpr int64_t k_decode_kv_splits = 16;
+// (flash-decoding: a step has only n_head_kv tiles of work otherwise): one split per 32-position
+// chunk of the longest context in the step up to k_cluster_kv_splits (one thread-block cluster
+// merges them), more only where a context is so deep that each of those would walk more than
+// k_deep_split_chunks chunks one after another (the splits then merge through memory, which costs
+// a round trip, and each keeps at least that many chunks). The split count is part of the graph
+// key, so a long generation captures at most k_decode_kv_splits graphs.
+inline constexpr int64_t k_decode_kv_splits = 64, k_cluster_kv_splits = 16, k_deep_split_chunks = 8;
 
 // The KV splits of a decode-sized step whose longest context ends at max_pos; chunks: 32-position
-// chunks per split at least.
-int64_t decode_kv_splits(int64_t max_pos, int64_t chunks = 1);
+// chunks per split at least; max_splits: at most this many (≤ k_decode_kv_splits).
+int64_t decode_kv_splits(int64_t max_pos, int64_t chunks = 1, int64_t max_splits = k_decode_kv_splits);
 
 inline size_t align256(size_t b) { return (b + 255) & ~size_t(255); }
 // The smallest at_least · 2^i ≥ need (workspace capacities grow by doubling).
@@ -114,6 +117,7 @@ struct plan_options {
     bool profiling = false;      // every launch timed: eager, synchronous
     bool skipping_ops = false;   // launches are left out (ES_CUDA_SKIP_OPS)
     int kv_split_chunks = 1;
+    int64_t kv_splits_max = 32; // ES_CUDA_KV_SPLITS_MAX (up to k_decode_kv_splits)
     int64_t moe_gemv_max_tokens = k_moe_gemv_max_tokens;
 };
 

@@ -92,6 +92,13 @@ void attention_cases(case_list &c) {
     add(c, attention_case{16, 2, 128, {{5, 1}, {100, 1}, {700, 1}, {31, 1}}, "decode batch 4", 4});
     add(c, attention_case{16, 2, 128, {{0, 1}}, "decode pos 0", 16});
     add(c, attention_case{20, 4, 128, {{127, 1}, {1000, 1}}, "decode batch 2", 16});
+    // Past a cluster's 16 splits (merged through memory), deep enough that each walks many
+    // pipelined chunks; an FP8 cache; a batch with a short sequence beside the deep one.
+    add(c, attention_case{20, 4, 128, {{9000, 1}}, "decode pos 9000", 32});
+    add(c, attention_case{20, 4, 128, {{9000, 1}}, "decode pos 9000 fp8", 32, 16, attention_path::automatic,
+                          kv_format::fp8_e4m3});
+    add(c, attention_case{20, 4, 128, {{9000, 1}, {40, 1}}, "decode batch 2 deep", 32});
+    add(c, attention_case{20, 4, 128, {{20000, 1}}, "decode pos 20000", 64});
     add(c, attention_case{8, 2, 64, {{40, 2}}, "decode 2 tokens", 2});
     add(c, attention_case{4, 2, 256, {{63, 1}, {64, 1}}, "decode hd 256", 5});
     // Tensor-core (prefill) kernel: chunk lengths around the 16-row MMA tile and the 64-key KV

@@ -229,7 +229,14 @@ private slots:
         QCOMPARE(es::decode_kv_splits(0), int64_t(1));
         QCOMPARE(es::decode_kv_splits(31), int64_t(1));
         QCOMPARE(es::decode_kv_splits(32), int64_t(2));
-        QCOMPARE(es::decode_kv_splits(100000), es::k_decode_kv_splits);
+        QCOMPARE(es::decode_kv_splits(32 * 15), es::k_cluster_kv_splits);
+        // Past a cluster's splits only where each would walk more than k_deep_split_chunks chunks.
+        QCOMPARE(es::decode_kv_splits(32 * 100), es::k_cluster_kv_splits);
+        QCOMPARE(es::decode_kv_splits(32 * 8 * 20), int64_t(20));
+        QCOMPARE(es::decode_kv_splits(1000000), es::k_decode_kv_splits);
+        QCOMPARE(es::decode_kv_splits(100000, 1, 16), int64_t(16));
+        QCOMPARE(plan(make_batch(1, 100000, 0, 1)).kv_splits, int64_t(32)); // the plan's default cap
+        QCOMPARE(es::decode_kv_splits(100, 1, 2), int64_t(2));
     }
 
     void graphKeysSeparateWhatGraphsHold() {

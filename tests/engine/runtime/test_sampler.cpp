@@ -89,7 +89,8 @@ logits_t test_logits(int n, uint32_t seed, bool ties) {
 }
 
 // kernels/sample_rows.cuh's draw written out directly: every id sorted by (logit descending, id
-// ascending), the cuts walked along that order, then the ids ascending. NaN is −inf.
+// ascending); top-k and the top-p set cut along that order; then the rounds of step 7, each
+// drawing ids ascending from S and accepting a draw inside the top-p set. NaN is −inf.
 int32_t reference_draw(logits_t l, const es::sampling_params &p, uint64_t seed, uint64_t counter) {
     const int32_t n = int32_t(l.size());
     for (float &x : l)
@@ -102,37 +103,43 @@ int32_t reference_draw(logits_t l, const es::sampling_params &p, uint64_t seed, 
     const float mx = zero(l[size_t(order[0])]);
     if (p.temperature <= es::sampling_greedy_temperature || !std::isfinite(mx)) return order[0];
     std::vector<uint64_t> q(static_cast<size_t>(n));
-    std::vector<char> kept(static_cast<size_t>(n), 0);
+    std::vector<int32_t> rank(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) rank[size_t(order[size_t(i)])] = i;
     for (int32_t v = 0; v < n; ++v) {
         const float w = es::sampling_weight(zero(l[size_t(v)]), mx, p.temperature);
-        kept[size_t(v)] = w >= p.min_p;
-        q[size_t(v)] = kept[size_t(v)] ? es::sampling_mass_of(w) : 0;
+        q[size_t(v)] = w >= p.min_p ? es::sampling_mass_of(w) : 0;
+        if (p.top_k > 0 && rank[size_t(v)] >= p.top_k) q[size_t(v)] = 0; // outside top-k: never drawn
     }
-    if (p.top_k > 0)
-        for (int32_t i = p.top_k; i < n; ++i) kept[size_t(order[size_t(i)])] = 0;
     uint64_t total = 0;
-    for (int32_t v = 0; v < n; ++v) total += kept[size_t(v)] ? q[size_t(v)] : 0;
+    for (uint64_t x : q) total += x;
+    int32_t p_end = n; // the top-p set: ranks [0, p_end)
     if (p.top_p < 1.0f) {
         const uint64_t target = es::sampling_target(p.top_p, total);
         uint64_t cum = 0;
-        int32_t i = 0;
-        for (; i < n; ++i) {
-            const int32_t v = order[size_t(i)];
-            if (!kept[size_t(v)]) continue;
-            cum += q[size_t(v)];
-            if (cum >= target) break;
+        for (int32_t i = 0; i < n; ++i) {
+            cum += q[size_t(order[size_t(i)])];
+            if (cum >= target) {
+                p_end = i + 1;
+                break;
+            }
         }
-        for (int32_t j = i + 1; j < n; ++j) kept[size_t(order[size_t(j)])] = 0;
-        total = cum;
     }
-    const uint64_t r = es::sampling_mulhi(es::sampling_random(seed, counter), total);
-    uint64_t cum = 0;
-    for (int32_t v = 0; v < n; ++v) {
-        if (!kept[size_t(v)]) continue;
-        cum += q[size_t(v)];
-        if (cum > r) return v;
+    int32_t s_rank = n; // S: ranks [0, s_rank)
+    const uint64_t random = es::sampling_random(seed, counter);
+    for (int round = 0; round < es::sampling_max_rounds; ++round) {
+        uint64_t mass = 0;
+        for (int32_t v = 0; v < n; ++v)
+            if (rank[size_t(v)] < s_rank) mass += q[size_t(v)];
+        const uint64_t r = es::sampling_mulhi(es::sampling_round_random(random, round), mass);
+        uint64_t cum = 0;
+        int32_t drawn = -1;
+        for (int32_t v = 0; v < n && drawn < 0; ++v)
+            if (rank[size_t(v)] < s_rank && (cum += q[size_t(v)]) > r) drawn = v;
+        if (drawn < 0) return -1;
+        if (rank[size_t(drawn)] < p_end) return drawn;
+        s_rank = rank[size_t(drawn)];
     }
-    return -1;
+    return order[0];
 }
 
 } // namespace
