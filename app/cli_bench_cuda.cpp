@@ -7,7 +7,7 @@
 // greedy decode as the engine runs it on the GPU (overlapped steps: each submitted before the
 // previous one is finished, its token fed from that step's pick on the GPU); "tg serial" the same
 // tokens one forward() at a time; "tg sampled" the same overlapped decode with each token drawn on
-// the GPU (--temperature, --top-p; sample_rows.cuh); batched decode one forward() a step,
+// the GPU (--temperature, --top-p; engine/core/sampling.h); batched decode one forward() a step,
 // pseudo-random tokens. The backend comes from the CUDA module
 // (cuda_loader.h); without a usable GPU the command fails with the reason.
 #include "cli_commands.h"

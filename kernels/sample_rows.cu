@@ -20,6 +20,7 @@ using u64 = unsigned long long;
 
 constexpr int kThreads = 512, kWarps = kThreads / 32, kBuckets = 256;
 constexpr int kClusterBlocks = 8;
+constexpr int kLoadBatch = 8; // the first pass's loads in flight a lane
 
 // A warp's segment for V ids over CS blocks (a multiple of 32), and the shared memory the SMEM
 // variant caches a block's logits and weights in.
@@ -31,8 +32,7 @@ constexpr size_t k_max_cache_bytes = 160u << 10;
 
 struct histogram {
     unsigned cnt[kBuckets];
-    u64 mass[kBuckets];
-    u64 max_key[kBuckets];
+    unsigned key_hi[kBuckets], key_lo[kBuckets]; // the bucket's largest key's halves (apart)
 };
 
 struct sample_smem {
@@ -40,7 +40,7 @@ struct sample_smem {
     u64 xs[2];           // the block's value in a cluster reduction, by exchange parity
     u64 warp_red[kWarps];
     u64 warp_mass[kWarps]; // each warp's kept mass (the draw's segments)
-    u64 sel_key, sel_cnt_above, sel_mass_above, sel_bucket_cnt, sel_bucket;
+    u64 sel_key, sel_cnt_above, sel_bucket_cnt, sel_bucket;
     u64 pick; // the drawn id's key (the block holding it)
 };
 
@@ -128,99 +128,85 @@ template <int CS, bool Max> __device__ u64 cluster_reduce(u64 x, sample_smem &sm
     return r;
 }
 
-struct select_result {
-    u64 key, cnt_above, mass_above;
-};
-
-// The largest key t among the eligible ids (key ≥ lo; with ByMass, kept by min-p too) whose
-// eligible ids with key ≥ t reach `target`, counted (ByMass false) or by mass; also the count and
-// the mass (min-p-kept ids only) of the eligible ids above t. 8 bits a pass, most significant
-// first; stops as soon as the chosen bucket holds one id (its key is then the bucket's max).
-template <int CS, bool SMEM, bool ByMass>
-__device__ select_result radix_select(const row_ctx &c, sample_smem &sm, int &par, u64 target, u64 lo) {
-    u64 prefix = 0, cnt_above = 0, mass_above = 0;
+// The k-th largest key of the row (top-k's threshold), 8 bits a pass, most significant first;
+// stops as soon as the chosen bucket holds one id (its key is then the bucket's max, kept as two
+// 32-bit maxima: with one id in the bucket both halves are that id's). Counts and maxima are
+// 32-bit shared-memory atomics, one per group of a warp's lanes that share a bucket.
+template <int CS, bool SMEM>
+__device__ u64 radix_select_kth(const row_ctx &c, sample_smem &sm, int &par, u64 k) {
+    u64 prefix = 0, cnt_above = 0;
     for (int d = 0; d < 8; ++d) {
         const int shift = 56 - 8 * d;
         histogram &h = sm.hist[par];
         for (int b = threadIdx.x; b < kBuckets; b += kThreads) {
             h.cnt[b] = 0;
-            h.mass[b] = 0;
-            h.max_key[b] = 0;
+            h.key_hi[b] = 0;
+            h.key_lo[b] = 0;
         }
         __syncthreads();
         for (int64_t i = 0; i < c.seg; i += 32) {
             const int64_t v = c.first + i + c.lane;
-            unsigned b = kBuckets; // not eligible
-            u64 key = 0, q = 0;
+            unsigned b = kBuckets; // not a candidate
+            u64 key = 0;
             if (v < c.V) {
                 key = sampling_key(pass_logit<SMEM>(c, v, i + c.lane), v);
-                const float w = pass_weight<SMEM>(c, v, i + c.lane);
-                q = kept_mass(c, w);
-                bool elig = key >= lo && (d == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8)));
-                if (ByMass) elig = elig && w >= c.min_p;
-                if (elig) b = unsigned(key >> shift) & (kBuckets - 1);
+                if (d == 0 || (key >> (shift + 8)) == (prefix >> (shift + 8))) b = unsigned(key >> shift) & (kBuckets - 1);
             }
             const unsigned grp = __match_any_sync(~0u, b);
             if (b < kBuckets) {
-                const unsigned s_hi = __reduce_add_sync(grp, unsigned(q >> 20));
-                const unsigned s_lo = __reduce_add_sync(grp, unsigned(q & 0xFFFFFu));
                 const unsigned k_hi = __reduce_max_sync(grp, unsigned(key >> 32));
-                const unsigned k_lo = __reduce_max_sync(grp, unsigned(key >> 32) == k_hi ? unsigned(key) : 0u);
+                const unsigned k_lo = __reduce_max_sync(grp, unsigned(key));
                 if (c.lane == __ffs(grp) - 1) {
                     atomicAdd(&h.cnt[b], unsigned(__popc(grp)));
-                    atomicAdd(&h.mass[b], (u64(s_hi) << 20) + u64(s_lo));
-                    atomicMax(&h.max_key[b], (u64(k_hi) << 32) | u64(k_lo));
+                    atomicMax(&h.key_hi[b], k_hi);
+                    atomicMax(&h.key_lo[b], k_lo);
                 }
             }
         }
         cl_sync<CS>();
         if (c.warp == 0) {
             // Lane l holds buckets 255 − 8l … 248 − 8l (descending), summed over the cluster.
-            u64 cn[8], ms[8], lane_c = 0, lane_m = 0;
+            u64 cn[8], lane_c = 0;
             for (int j = 0; j < 8; ++j) {
                 const int b = kBuckets - 1 - 8 * c.lane - j;
-                cn[j] = ms[j] = 0;
-                for (unsigned k = 0; k < unsigned(CS); ++k) {
-                    const histogram *ph = cl_peer<CS>(&sm.hist[par], k);
-                    cn[j] += ph->cnt[b];
-                    ms[j] += ph->mass[b];
-                }
+                cn[j] = 0;
+                for (unsigned r = 0; r < unsigned(CS); ++r) cn[j] += cl_peer<CS>(&sm.hist[par], r)->cnt[b];
                 lane_c += cn[j];
-                lane_m += ms[j];
             }
-            const u64 inc_c = warp_inclusive_sum(lane_c, c.lane), inc_m = warp_inclusive_sum(lane_m, c.lane);
-            const u64 rem = target - (ByMass ? mass_above : cnt_above);
-            const unsigned hit = __ballot_sync(~0u, (ByMass ? inc_m : inc_c) >= rem);
-            // hit is never 0: the eligible ids' total reaches target.
+            const u64 inc_c = warp_inclusive_sum(lane_c, c.lane);
+            const u64 rem = k - cnt_above;
+            const unsigned hit = __ballot_sync(~0u, inc_c >= rem);
+            // hit is never 0: k < V.
             const int owner = hit ? __ffs(hit) - 1 : 31;
             if (c.lane == owner) {
-                u64 run_c = inc_c - lane_c, run_m = inc_m - lane_m;
+                u64 run_c = inc_c - lane_c;
                 int j = 0;
                 for (; j < 7; ++j) {
-                    if ((ByMass ? run_m + ms[j] : run_c + cn[j]) >= rem) break;
+                    if (run_c + cn[j] >= rem) break;
                     run_c += cn[j];
-                    run_m += ms[j];
                 }
                 const int b = kBuckets - 1 - 8 * c.lane - j;
-                u64 mk = 0;
-                for (unsigned k = 0; k < unsigned(CS); ++k) mk = max(mk, cl_peer<CS>(&sm.hist[par], k)->max_key[b]);
+                unsigned hi = 0, lo = 0;
+                for (unsigned r = 0; r < unsigned(CS); ++r) {
+                    const histogram *ph = cl_peer<CS>(&sm.hist[par], r);
+                    hi = max(hi, ph->key_hi[b]);
+                    lo = max(lo, ph->key_lo[b]);
+                }
                 sm.sel_bucket = u64(b);
                 sm.sel_bucket_cnt = cn[j];
                 sm.sel_cnt_above = run_c;
-                sm.sel_mass_above = run_m;
-                sm.sel_key = mk;
+                sm.sel_key = (u64(hi) << 32) | lo;
             }
         }
         __syncthreads();
         prefix |= sm.sel_bucket << shift;
         cnt_above += sm.sel_cnt_above;
-        mass_above += sm.sel_mass_above;
         const u64 bucket_cnt = sm.sel_bucket_cnt, bucket_key = sm.sel_key;
         par ^= 1;
         __syncthreads(); // sel_* are rewritten by the next pass's warp 0
-        if (bucket_cnt <= 1 || d == 7) return {bucket_cnt == 1 ? bucket_key : prefix, cnt_above, mass_above};
+        if (bucket_cnt <= 1) return bucket_cnt == 1 ? bucket_key : prefix;
     }
-    return {prefix, cnt_above, mass_above};
+    return prefix;
 }
 
 template <int CS, bool SMEM>
@@ -269,13 +255,24 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows
     }
 
     // 2. The max and the top.
+    // The row comes from global memory in batches of kLoadBatch loads a lane, all in flight
+    // together (one at a time, each waits a memory round trip).
     u64 best = 0;
-    for (int64_t i = 0; i < c.seg; i += 32) {
-        const int64_t v = c.first + i + c.lane;
-        if (v < V) {
-            const float l = load_logit(c, v);
-            if constexpr (SMEM) c.sl[c.local0 + i + c.lane] = l;
-            best = max(best, u64(sampling_key(l, v)));
+    for (int64_t i0 = 0; i0 < c.seg; i0 += 32 * kLoadBatch) {
+        float l[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int64_t i = i0 + 32 * u, v = c.first + i + c.lane;
+            l[u] = i < c.seg && v < V ? __ldcg(c.L + v) : -INFINITY;
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int64_t i = i0 + 32 * u, v = c.first + i + c.lane;
+            if (i < c.seg && v < V) {
+                const float x = sampling_clean(l[u]);
+                if constexpr (SMEM) c.sl[c.local0 + i + c.lane] = x;
+                best = max(best, u64(sampling_key(x, v)));
+            }
         }
     }
     const u64 top = cluster_reduce<CS, true>(best, sm, par, c);
@@ -311,8 +308,7 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows
 
     // 5. Top-k over every id.
     if (s.top_k > 0 && s.top_k < V) {
-        const select_result r = radix_select<CS, SMEM, false>(c, sm, par, u64(s.top_k), 0);
-        lo = r.key;
+        lo = radix_select_kth<CS, SMEM>(c, sm, par, u64(s.top_k));
         segments_current = false;
     }
     // 6–7. The draw, in rounds over a shrinking set S of kept ids (S₀ = every kept id): the block,
@@ -352,7 +348,6 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(const sample_rows
         // target (else that draw would have been accepted), so it holds the top-p set.
         if (round == 0 && top_p) target = sampling_target(s.top_p, mass);
         const u64 r = sampling_mulhi(sampling_round_random(random, round), mass);
-        u64 pick = 0; // the drawn id's key, in the block that holds it
         if (r >= base && r - base < mine) {
             u64 wb = base;
             int owner = kWarps - 1;
@@ -449,26 +444,46 @@ template <bool SMEM> bool sample_clusters_fit(size_t smem) {
     return ok;
 }
 
+// The kernel launch_sample_rows takes for n_vocab ids (its blocks a row, where its ids live).
+enum class sample_path { cluster_shared, block_shared, block_global };
+sample_path pick_path(int64_t n_vocab) {
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        major = 0;
+    }
+    const size_t cl_bytes = cache_bytes(n_vocab, kClusterBlocks);
+    if (major >= 9 && n_vocab >= int64_t(kClusterBlocks) * kThreads && cl_bytes <= k_max_cache_bytes &&
+        sample_clusters_fit<true>(cl_bytes))
+        return sample_path::cluster_shared;
+    return cache_bytes(n_vocab, 1) <= k_max_cache_bytes ? sample_path::block_shared : sample_path::block_global;
+}
+
 } // namespace
+
+std::string sample_rows_path(int64_t n_vocab) {
+    switch (pick_path(n_vocab)) {
+    case sample_path::cluster_shared: return "a cluster of 8 blocks a row, ids in shared memory";
+    case sample_path::block_shared: return "one block a row, ids in shared memory";
+    default: return "one block a row, ids in global memory";
+    }
+}
 
 cudaError_t launch_sample_rows(const sample_rows_params &p, cudaStream_t stream) {
     if (p.n_rows <= 0) return cudaSuccess;
     if (p.n_vocab <= 0 || p.n_vocab >= (int64_t(1) << 23) || !p.logits || !p.rows || !p.ids || !p.scratch)
         return cudaErrorInvalidValue;
-    int dev = 0, major = 0;
-    if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-    if (cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev); e != cudaSuccess)
-        return e;
     const dim3 block(kThreads);
+    const sample_path path = pick_path(p.n_vocab);
     // A cluster a row where the vocabulary is worth eight blocks, its ids cached in shared memory.
-    const size_t cl_bytes = cache_bytes(p.n_vocab, kClusterBlocks);
-    if (major >= 9 && p.n_vocab >= int64_t(kClusterBlocks) * kThreads && cl_bytes <= k_max_cache_bytes &&
-        sample_clusters_fit<true>(cl_bytes))
+    if (path == sample_path::cluster_shared)
         return launch_kernel_ex(-1, dim3(kClusterBlocks, 1, 1), sample_rows_kernel<kClusterBlocks, true>,
-                                dim3(unsigned(p.n_rows * kClusterBlocks)), block, cl_bytes, stream, p);
+                                dim3(unsigned(p.n_rows * kClusterBlocks)), block, cache_bytes(p.n_vocab, kClusterBlocks),
+                                stream, p);
     // One block a row: cached where its ids fit, else read from global memory every pass.
     const size_t one_bytes = cache_bytes(p.n_vocab, 1);
-    if (one_bytes <= k_max_cache_bytes) {
+    if (path == sample_path::block_shared) {
         static std::once_flag once;
         std::call_once(once, [] {
             cudaFuncSetAttribute(reinterpret_cast<const void *>(sample_rows_kernel<1, true>),

@@ -11,7 +11,7 @@
 
 #include "engine/core/status.h"
 #include "engine/model/model_config.h"
-#include "kernels/sample_rows.cuh"
+#include "engine/core/sampling.h"
 
 #include <cstdint>
 #include <deque>
@@ -144,7 +144,7 @@ public:
     // Whether forward() honours batch::top_n (returns candidates instead of full rows).
     virtual bool supports_candidates() const { return false; }
     // Whether forward() draws each row's token itself (batch::sampling → forward_output::sampled,
-    // kernels/sample_rows.cuh); with it, fed tokens read the draws.
+    // engine/core/sampling.h); with it, fed tokens read the draws.
     virtual bool supports_sampling() const { return false; }
     // Full logits of output row `row` of the last forward(), valid until the next forward() or
     // init_kv_cache(); out.size() must be n_vocab. Same thread as forward().

@@ -1,4 +1,4 @@
-// Sampler (see sampler.h; the draw's arithmetic is kernels/sample_rows.cuh's).
+// Sampler (see sampler.h; the draw's arithmetic is engine/core/sampling.h's).
 #include "engine/runtime/sampler.h"
 
 #include <algorithm>
@@ -72,15 +72,7 @@ int32_t sampler::sample(std::span<float> logits, std::span<const int32_t> prompt
     row_sampling s = spec(prompt, output, -1, m_pen);
     s.extra_token = -1; // every token is known here
     s.penalties = reinterpret_cast<uint64_t>(m_pen.data());
-    int32_t id = 0;
-    sample_rows_params p;
-    p.logits = logits.data();
-    p.rows = &s;
-    p.ids = &id;
-    p.n_rows = 1;
-    p.n_vocab = int64_t(logits.size());
-    sample_rows_ref(p);
-    return id;
+    return sampling_draw(logits.data(), int64_t(logits.size()), s, nullptr);
 }
 
 } // namespace es

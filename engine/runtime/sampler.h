@@ -1,13 +1,13 @@
 // Token sampling: greedy, temperature, top-k, top-p, min-p, repetition / presence / frequency
 // penalties, per-request seed. Order as in vLLM: penalties → temperature → min-p → top-k → top-p →
-// draw. The draw itself is kernels/sample_rows.cuh's, made on the device by a backend that supports
-// it (backend::supports_sampling) or on the CPU by its twin (sampler::sample), with the same token
-// from the same logits either way. The random number of draw i of a request is a function of
+// draw. The draw itself is engine/core/sampling.h's, made on the device by a backend that supports
+// it (backend::supports_sampling) or on the CPU (sampler::sample), with the same token from the
+// same logits either way. The random number of draw i of a request is a function of
 // (seed, i) alone, so a seeded request gives the same tokens whatever else the engine runs beside
 // it, and whether its steps were submitted ahead or not.
 #pragma once
 
-#include "kernels/sample_rows.cuh"
+#include "engine/core/sampling.h"
 
 #include <cstdint>
 #include <optional>
@@ -46,7 +46,7 @@ public:
     row_sampling spec(std::span<const int32_t> prompt, std::span<const int32_t> output, int32_t input_index,
                       std::vector<penalty_entry> &penalties) const;
 
-    // The draw on the CPU (sample_rows_ref): logits [n_vocab], penalties applied in place.
+    // The draw on the CPU (sampling_draw): logits [n_vocab], penalties applied in place.
     int32_t sample(std::span<float> logits, std::span<const int32_t> prompt, std::span<const int32_t> output);
 
     bool greedy() const { return m_p.temperature <= sampling_greedy_temperature; }

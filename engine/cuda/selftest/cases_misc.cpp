@@ -725,7 +725,8 @@ void sample_rows_case::run(runner &R, const std::string &name) const {
         ck(cudaEventElapsedTime(&ms, a, b), "cudaEventElapsedTime");
         cudaEventDestroy(a);
         cudaEventDestroy(b);
-        R.info("kernel", name, "µs per launch, " + std::to_string(n) + " flat rows, T 0.8 top-p 0.8",
+        R.info("kernel", name,
+               "µs per launch, " + std::to_string(n) + " flat rows, T 0.8 top-p 0.8 (" + sample_rows_path(V) + ")",
                1000.0 * ms / 100.0);
     }
 }

@@ -697,15 +697,7 @@ void TestSampler::fedTokenCountsAsOutput() {
         r.penalties = reinterpret_cast<uint64_t>(pen.data());
         const std::vector<int32_t> batch_tokens = {1, 2, fed};
         logits_t got_l = l;
-        int32_t got = -1;
-        es::sample_rows_params sp;
-        sp.logits = got_l.data();
-        sp.rows = &r;
-        sp.tokens = batch_tokens.data();
-        sp.ids = &got;
-        sp.n_rows = 1;
-        sp.n_vocab = int64_t(l.size());
-        es::sample_rows_ref(sp);
+        const int32_t got = es::sampling_draw(got_l.data(), int64_t(l.size()), r, batch_tokens.data());
         QCOMPARE(got, want);
         QVERIFY(std::memcmp(got_l.data(), want_l.data(), l.size() * 4) == 0);
     }
