@@ -5,7 +5,7 @@
 // MR/NR, so an element's operations never depend on where its tile falls. Work is split over
 // (row block, column block) pairs; each element is owned by exactly one task.
 // BF16 and E4M3 weights are widened in registers right after the load (BF16: a shift; E4M3: the
-// code's value built from its bits, times the row's scale — one fp32 rounding, as the fp32 copy's
+// code through FP16's conversion, times the row's scale — one fp32 rounding, as the fp32 copy's
 // e4m3(code) · scale), so the FMAs see the fp32 path's operands and the bits do not change; only
 // the bytes streamed from memory shrink (decode is bound by them).
 #include "engine/cpu/cpu_gemm.h"
@@ -74,21 +74,20 @@ inline float weight_value(const uint8_t *row, int64_t i, float scale) {
 #if ES_X86
 // --- AVX-512: 16 weights a step ---
 
-// E4M3 codes (zero-extended to 32 bits) → their values. Normal codes (exponent field e ≥ 1):
-// the magnitude bits shifted into fp32's exponent and mantissa, the exponent rebiased by
-// 127 − 7; subnormal codes: mantissa · 2⁻⁹ (exact); S.1111.111: NaN; the sign bit moved over.
-__attribute__((target("avx512f"), always_inline)) inline __m512 e4m3_decode512(__m512i v) {
-    const __m512i mag7 = _mm512_and_si512(v, _mm512_set1_epi32(0x7f));
-    const __m512 normal =
-        _mm512_castsi512_ps(_mm512_add_epi32(_mm512_slli_epi32(mag7, 20), _mm512_set1_epi32(120 << 23)));
-    const __m512 subnormal = _mm512_mul_ps(_mm512_cvtepi32_ps(mag7), _mm512_set1_ps(0x1p-9f));
-    __m512 mag = _mm512_mask_blend_ps(_mm512_cmplt_epi32_mask(mag7, _mm512_set1_epi32(8)), normal, subnormal);
-    mag = _mm512_mask_mov_ps(mag, _mm512_cmpeq_epi32_mask(mag7, _mm512_set1_epi32(0x7f)), _mm512_set1_ps(NAN));
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+// 16 E4M3 codes → their values / 256, through FP16: the code shifted left by 7 puts its exponent
+// and mantissa in FP16's (E4M3's bias 7 is FP16's 15 less 8, so the FP16 number is the code's
+// value / 256; subnormal codes land on FP16 subnormals, which the conversion widens exactly) and
+// its sign on bit 14, which adding bit 14 to itself moves to bit 15. NaN codes (S.1111.111) come
+// out as 1.875: weight_matrix gives a row holding one a NaN scale, which makes its products NaN
+// as an fp32 NaN weight makes the row's dot products.
+__attribute__((target("avx512f"), always_inline)) inline __m512 e4m3_over_256_512(__m128i codes) {
+    const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(codes), 7);
+    return _mm512_cvtph_ps(_mm256_add_epi16(h, _mm256_and_si256(h, _mm256_set1_epi16(0x4000))));
 }
 
-// 16 weights of a row from element p on, widened (scale: e4m3's row scale, broadcast).
+// 16 weights of a row from element p on, widened (scale: e4m3's row scale × 256, broadcast, so
+// the product is e4m3(code) · scale rounded once; × 256 is exact, a scale being at most the
+// largest BF16 / 448).
 template <wt T>
 __attribute__((target("avx512f"), always_inline)) inline __m512 load_w512(const uint8_t *row, int64_t p,
                                                                             __m512 scale) {
@@ -99,7 +98,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 load_w512(const 
         return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));
     } else {
         const __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i *>(row + p));
-        return _mm512_mul_ps(e4m3_decode512(_mm512_cvtepu8_epi32(c)), scale);
+        return _mm512_mul_ps(e4m3_over_256_512(c), scale);
     }
 }
 
@@ -130,7 +129,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const float *x, const uint8_
     __m512 sc[NR];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-        if constexpr (T == wt::e4m3) sc[j] = _mm512_set1_ps(scale[j]);
+        if constexpr (T == wt::e4m3) sc[j] = _mm512_set1_ps(scale[j] * 256.0f);
         else sc[j] = _mm512_setzero_ps();
     }
     int64_t k = 0;
@@ -168,7 +167,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const float *x, const uint8_
 
 // --- AVX2: 8 weights a step ---
 
-__attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
+__attribute__((target("avx2,fma,f16c"))) inline float hsum256(__m256 v) {
     __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     __m128 sh = _mm_movehdup_ps(lo);
     __m128 s = _mm_add_ps(lo, sh);
@@ -176,20 +175,14 @@ __attribute__((target("avx2,fma"))) inline float hsum256(__m256 v) {
     return _mm_cvtss_f32(_mm_add_ss(s, sh));
 }
 
-// As e4m3_decode512, 8 codes.
-__attribute__((target("avx2,fma"), always_inline)) inline __m256 e4m3_decode256(__m256i v) {
-    const __m256i mag7 = _mm256_and_si256(v, _mm256_set1_epi32(0x7f));
-    const __m256 normal =
-        _mm256_castsi256_ps(_mm256_add_epi32(_mm256_slli_epi32(mag7, 20), _mm256_set1_epi32(120 << 23)));
-    const __m256 subnormal = _mm256_mul_ps(_mm256_cvtepi32_ps(mag7), _mm256_set1_ps(0x1p-9f));
-    __m256 mag = _mm256_blendv_ps(normal, subnormal, _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(8), mag7)));
-    mag = _mm256_blendv_ps(mag, _mm256_set1_ps(NAN), _mm256_castsi256_ps(_mm256_cmpeq_epi32(mag7, _mm256_set1_epi32(0x7f))));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
-    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
+// As e4m3_over_256_512, 8 codes.
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 e4m3_over_256_256(__m128i codes) {
+    const __m128i h = _mm_slli_epi16(_mm_cvtepu8_epi16(codes), 7);
+    return _mm256_cvtph_ps(_mm_add_epi16(h, _mm_and_si128(h, _mm_set1_epi16(0x4000))));
 }
 
 template <wt T>
-__attribute__((target("avx2,fma"), always_inline)) inline __m256 load_w256(const uint8_t *row, int64_t p,
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 load_w256(const uint8_t *row, int64_t p,
                                                                              __m256 scale) {
     if constexpr (T == wt::f32) {
         return _mm256_loadu_ps(reinterpret_cast<const float *>(row) + p);
@@ -198,12 +191,12 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256 load_w256(const
         return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(b), 16));
     } else {
         const __m128i c = _mm_loadl_epi64(reinterpret_cast<const __m128i *>(row + p));
-        return _mm256_mul_ps(e4m3_decode256(_mm256_cvtepu8_epi32(c)), scale);
+        return _mm256_mul_ps(e4m3_over_256_256(c), scale);
     }
 }
 
 template <wt T>
-__attribute__((target("avx2,fma"), always_inline)) inline __m256 load_w256_tail(const uint8_t *row, int64_t p,
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 load_w256_tail(const uint8_t *row, int64_t p,
                                                                                   int64_t n, __m256i m,
                                                                                   __m256 scale) {
     if constexpr (T == wt::f32) {
@@ -217,7 +210,7 @@ __attribute__((target("avx2,fma"), always_inline)) inline __m256 load_w256_tail(
 }
 
 template <wt T, int MR, int NR>
-__attribute__((target("avx2,fma"))) void tile_avx2(const float *x, const uint8_t *w, const float *scale, int64_t K,
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float *x, const uint8_t *w, const float *scale, int64_t K,
                                                    float *y, int64_t ldy, bool acc) {
     const int64_t row_bytes = K * int64_t(weight_type_bytes(T));
     __m256 a[MR][NR];
@@ -228,7 +221,7 @@ __attribute__((target("avx2,fma"))) void tile_avx2(const float *x, const uint8_t
     __m256 sc[NR];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-        if constexpr (T == wt::e4m3) sc[j] = _mm256_set1_ps(scale[j]);
+        if constexpr (T == wt::e4m3) sc[j] = _mm256_set1_ps(scale[j] * 256.0f);
         else sc[j] = _mm256_setzero_ps();
     }
     int64_t k = 0;
@@ -316,7 +309,7 @@ const std::vector<kernel_set> &kernels_here() {
 #if ES_X86
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f")) s.push_back(kernel_set{"avx512", 4, 4, ES_TILES(tile_avx512)});
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
             s.push_back(kernel_set{"avx2", 2, 4, ES_TILES(tile_avx2)});
 #endif
         s.push_back(kernel_set{"generic", 4, 4, ES_TILES(tile_generic)});

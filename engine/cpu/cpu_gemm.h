@@ -19,7 +19,9 @@ namespace es::cpu {
 enum class weight_type : uint8_t {
     f32,  // fp32
     bf16, // BF16 bits; the value is bits << 16 (exact)
-    e4m3, // FP8 E4M3 codes with one fp32 scale per row; the value is fp32(e4m3(code) · scale[row])
+    e4m3, // FP8 E4M3 codes with one fp32 scale per row; the value is fp32(e4m3(code) · scale[row]).
+          // A row may hold a NaN code (S.1111.111) only with a NaN scale (weight_matrix's encoding):
+          // its dot products are then NaN, as an fp32 row's with a NaN weight.
 };
 
 // Bytes an element: 4, 2, 1.

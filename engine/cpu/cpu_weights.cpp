@@ -3,6 +3,7 @@
 
 #include "kernels/fp8_quantize.cuh"
 
+#include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -38,7 +39,11 @@ void weight_matrix::set_rows(int64_t row0, int64_t n, const float *src) {
         std::vector<bf16_t> b(static_cast<size_t>(m_cols));
         for (int64_t r = 0; r < n; ++r) {
             for (int64_t c = 0; c < m_cols; ++c) b[size_t(c)] = float_to_bf16_bits(src[r * m_cols + c]);
-            fp8_quantize_ref({b.data(), dst + r * m_cols, &m_scale[size_t(row0 + r)], 1, m_cols});
+            uint8_t *codes = dst + r * m_cols;
+            fp8_quantize_ref({b.data(), codes, &m_scale[size_t(row0 + r)], 1, m_cols});
+            for (int64_t c = 0; c < m_cols; ++c)
+                if ((codes[c] & 0x7f) == 0x7f) m_scale[size_t(row0 + r)] = NAN; // see cpu_weights.h
+
         }
         return;
     }

@@ -2,7 +2,9 @@
 // fp32, BF16, or E4M3 codes with one fp32 scale per row. It is filled from fp32 rows, encoded
 // as the type holds them: BF16 rounded to nearest even (exact for a BF16 or FP8 checkpoint's
 // values), E4M3 quantized per row exactly as the GPU quantizes at load (through BF16, by
-// fp8_quantize's CPU twin), so the CPU holds the GPU's FP8 weights bit for bit.
+// fp8_quantize's CPU twin), so the CPU holds the GPU's FP8 weights bit for bit. (One exception,
+// where a weight is NaN: its row's scale becomes NaN, so that the GEMM needs no NaN test per code
+// and the row's dot products are NaN, as with the NaN among fp32 weights.)
 #pragma once
 
 #include "engine/cpu/cpu_gemm.h"

@@ -123,8 +123,8 @@ void TestCpuGemm::everyE4m3CodeDecodesAsTheQuantizer_data() {
 }
 
 // One row holding every code but the NaNs, read through one-hot rows of x: row i of the result
-// is code i's value times the scale, exactly (±0 compare equal: the sum adds +0). A row of NaN
-// codes gives NaN.
+// is code i's value times the scale, exactly (±0 compare equal: the sum adds +0). A NaN weight's
+// row gives NaN, as in fp32, and leaves the other rows alone.
 void TestCpuGemm::everyE4m3CodeDecodesAsTheQuantizer() {
     QFETCH(QString, kernel);
     const std::string kn = kernel.toStdString();
@@ -143,13 +143,20 @@ void TestCpuGemm::everyE4m3CodeDecodesAsTheQuantizer() {
                      qPrintable(QString("code 0x%1 at scale %2: %3").arg(codes[size_t(i)], 2, 16, QChar('0'))
                                     .arg(double(scale)).arg(double(y[size_t(i)]))));
     }
-    for (uint8_t nan_code : {uint8_t(0x7f), uint8_t(0xff)}) {
-        const std::vector<uint8_t> row(17, nan_code);
-        const std::vector<float> x(17, 1.0f);
-        const float scale = 0.5f;
-        float y = 0.0f;
-        cpu::gemm_nt_with(kn.c_str(), x.data(), 1, weights_view{weight_type::e4m3, row.data(), &scale}, 1, 17, &y, false);
-        QVERIFY(std::isnan(y));
+    for (float nan : {NAN, -NAN}) {
+        const int64_t N = 3, cols = 37;
+        std::vector<float> w(size_t(N * cols), 0.25f), x(static_cast<size_t>(cols), 1.0f);
+        w[size_t(cols + 20)] = nan; // row 1
+        cpu::weight_matrix q(weight_type::e4m3, N, cols);
+        q.set_rows(0, N, w.data());
+        std::vector<float> wide = w, y(static_cast<size_t>(N)), y32(static_cast<size_t>(N));
+        round_cpu_weights(wide.data(), N, cols, cpu_weight_rounding::fp8_e4m3);
+        cpu::gemm_nt_with(kn.c_str(), x.data(), 1, q.view(), N, cols, y.data(), false);
+        cpu::gemm_nt_with(kn.c_str(), x.data(), 1, weights_view{weight_type::f32, wide.data(), nullptr}, N, cols,
+                          y32.data(), false);
+        QVERIFY(std::isnan(y[1]) && std::isnan(y32[1]));
+        QCOMPARE(y[0], y32[0]);
+        QCOMPARE(y[2], y32[2]);
     }
 }
 
