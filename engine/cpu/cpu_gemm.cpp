@@ -2,8 +2,9 @@
 // (both operands contiguous along K): an MR×NR tile keeps one vector accumulator per output
 // element, walks K in vector-width steps with FMA (a zero-padded step for the tail), then reduces
 // each accumulator with a fixed shuffle sequence. Edge tiles are the same template with smaller
-// MR/NR, so an element's operations never depend on where its tile falls. Work is split over
-// (row block, column block) pairs; each element is owned by exactly one task.
+// MR/NR, so an element's operations never depend on where its tile falls; the next tile's weights
+// are prefetched as the tile walks K. Work is split over (row block, column block) pairs; each
+// element is owned by exactly one task.
 // BF16 and E4M3 weights are widened in registers right after the load (BF16: a shift; E4M3: the
 // code through FP16's conversion, times the row's scale — one fp32 rounding, as the fp32 copy's
 // e4m3(code) · scale), so the FMAs see the fp32 path's operands and the bits do not change; only
@@ -72,6 +73,15 @@ inline float weight_value(const uint8_t *row, int64_t i, float scale) {
 }
 
 #if ES_X86
+// The weights the next tile of columns reads at this place, asked for now: a decode-sized GEMM
+// streams every weight once, and its rows are a few KiB, too short for the hardware prefetchers
+// to run ahead of the tile's interleaved rows (BF16 and E4M3 rows most of all). A prefetch never
+// faults, so the last tile's reaching past the matrix is harmless (the address is formed as an
+// integer: no pointer leaves its array).
+inline void prefetch_next_tile(const uint8_t *p, int64_t tile_bytes) {
+    _mm_prefetch(reinterpret_cast<const char *>(reinterpret_cast<uintptr_t>(p) + uintptr_t(tile_bytes)), _MM_HINT_T0);
+}
+
 // --- AVX-512: 16 weights a step ---
 
 // 16 E4M3 codes → their values / 256, through FP16: the code shifted left by 7 puts its exponent
@@ -139,6 +149,7 @@ __attribute__((target("avx512f"))) void tile_avx512(const float *x, const uint8_
         for (int i = 0; i < MR; ++i) xv[i] = _mm512_loadu_ps(x + i * K + k);
 #pragma GCC unroll 4
         for (int j = 0; j < NR; ++j) {
+            prefetch_next_tile(w + j * row_bytes + k * int64_t(weight_type_bytes(T)), NR * row_bytes);
             const __m512 wv = load_w512<T>(w + j * row_bytes, k, sc[j]);
 #pragma GCC unroll 4
             for (int i = 0; i < MR; ++i) a[i][j] = _mm512_fmadd_ps(xv[i], wv, a[i][j]);
@@ -231,6 +242,7 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float *x, const ui
         for (int i = 0; i < MR; ++i) xv[i] = _mm256_loadu_ps(x + i * K + k);
 #pragma GCC unroll 4
         for (int j = 0; j < NR; ++j) {
+            prefetch_next_tile(w + j * row_bytes + k * int64_t(weight_type_bytes(T)), NR * row_bytes);
             const __m256 wv = load_w256<T>(w + j * row_bytes, k, sc[j]);
 #pragma GCC unroll 4
             for (int i = 0; i < MR; ++i) a[i][j] = _mm256_fmadd_ps(xv[i], wv, a[i][j]);
@@ -329,12 +341,14 @@ void run_gemm(const kernel_set &ks, const float *x, int64_t M, const weights_vie
     const auto &tiles = ks.tiles[int(w.type)];
     const uint8_t *wb = static_cast<const uint8_t *>(w.data);
     const int64_t row_bytes = K * int64_t(weight_type_bytes(w.type));
-    // Blocks: 64 rows of x (a few L1-sized row tiles) × 32 rows of w (L2-resident); small
-    // problems (decode) split columns finer so every thread streams a share of the weights.
+    // Blocks: 64 rows of x (a few L1-sized row tiles) × 32 rows of w (L2-resident, reused by
+    // every row block). With one row block (decode) no weight is reused, so blocks start at 512
+    // rows of w: long streams that the next-tile prefetch runs through. Small problems split
+    // columns finer so every thread streams a share of the weights.
     const int threads = omp_get_max_threads();
     const int64_t MB = 64;
-    int64_t NB = 32;
     const int64_t m_blocks = (M + MB - 1) / MB;
+    int64_t NB = m_blocks == 1 ? 512 : 32;
     while (NB > NR && m_blocks * ((N + NB - 1) / NB) < 4 * threads) NB /= 2;
     NB = std::max<int64_t>(NB - NB % NR, NR);
     const int64_t n_blocks = (N + NB - 1) / NB;
