@@ -1,6 +1,9 @@
 // expertscope-cli bench: prefill (ppN) and decode (tgN) speed at batch 1 on random weights of a
 // real shape (or a model folder), with this machine's memory bandwidth measured in the same run
-// so decode speed is reported against its roofline (MBU). Output: a Markdown table, optional JSON.
+// so decode speed is reported against its roofline (MBU). On the CPU, --precision says how the
+// weights are held: bf16 (random weights as a BF16 checkpoint's), fp8 (the linears as E4M3 codes
+// with per-channel scales, as the GPU holds them) or fp32 (the baseline). Output: a Markdown
+// table, optional JSON.
 #include "cli_commands.h"
 
 #include "engine/cpu/cpu_backend.h"
@@ -57,12 +60,6 @@ double measure_read_bandwidth(int threads) {
     return best;
 }
 
-// Bytes a batch-1 decode step must read: every weight a token touches (fp32 on the CPU
-// backend: routed experts only n_expert_used of n_expert), embeddings row excluded, head included.
-double decode_bytes_per_token(const model_config &c, size_t elem_bytes) {
-    return double(c.n_params_active() - (c.tie_word_embeddings ? 0 : c.n_vocab * c.n_embd)) * double(elem_bytes);
-}
-
 } // namespace
 
 result<model_config> bench_shape_config(const std::string &shape, int32_t layers) {
@@ -79,6 +76,8 @@ result<model_config> bench_shape_config(const std::string &shape, int32_t layers
 }
 
 int cmd_bench(const bench_opts &o, const common_opts &common) {
+    if (common.backend == "cuda" && common.precision == "fp32")
+        return fail("bench: --precision fp32 is the CPU backend's (the CUDA backend holds bf16 or fp8 weights)");
     if (common.backend == "cuda") return cmd_bench_cuda(o, common);
     if (!o.batch.empty() || !o.depth.empty() || o.profile || o.timeline)
         return fail("bench: --batch, --depth, --profile and --timeline are measured on the CUDA backend; use "
@@ -93,20 +92,28 @@ int cmd_bench(const bench_opts &o, const common_opts &common) {
     std::string what;
     cpu_backend_params cp;
     cp.n_threads = common.threads;
+    cp.widen_to_fp32 = common.precision == "fp32";
+    if (common.precision == "fp8") cp.rounding = cpu_weight_rounding::fp8_e4m3;
     if (!o.shape.empty()) {
         auto c = bench_shape_config(o.shape, o.layers);
         if (!c) return fail(c.message());
         cfg = *c;
-        std::fprintf(stderr, "building random weights of %s (%lld layers)…\n", o.shape.c_str(), (long long)cfg.n_layer);
+        std::fprintf(stderr, "building random %s weights of %s (%lld layers)…\n", common.precision.c_str(),
+                     o.shape.c_str(), (long long)cfg.n_layer);
         auto b = make_cpu_backend_random(cfg, 42, cp);
         if (!b) return fail(b.message());
         random_be = std::move(*b);
         be = random_be.get();
         what = o.shape + (o.layers > 0 ? " (" + std::to_string(o.layers) + " layers)" : "");
     } else {
+        if (common.precision == "fp32")
+            return fail("bench --model: the checkpoint's weights are held as they come (BF16 stays BF16); "
+                        "--precision fp32 is for --shape");
         model_load_params lp;
         lp.n_threads = common.threads;
         lp.need_tokenizer = false;
+        lp.emulate_precision_on_cpu = common.precision == "fp8";
+        lp.precision = common.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
         auto m = load_model(o.model_dir, lp);
         if (!m) return fail(m.message());
         loaded = std::move(*m);
@@ -153,7 +160,7 @@ int cmd_bench(const bench_opts &o, const common_opts &common) {
 
     // Decode from an empty context, one token per step, as llama-bench's tg.
     const double bw = measure_read_bandwidth(threads);
-    const double bytes = decode_bytes_per_token(cfg, sizeof(float));
+    const double bytes = cpu_decode_weight_bytes(*be);
     std::vector<double> runs;
     for (int r = 0; r < o.reps; ++r) {
         const auto t0 = clock_t_::now();
@@ -166,15 +173,15 @@ int cmd_bench(const bench_opts &o, const common_opts &common) {
     const double t = median(runs), tps = o.tg / t, roof = bw / bytes, mbu = tps * bytes / bw;
     std::printf("| %s | %s | tg%d | %.1f | %.3f | %.1f | %.0f%% |\n", what.c_str(), be->name().c_str(), o.tg, tps,
                 1000.0 * t / o.tg, roof, 100.0 * mbu);
-    std::printf("\nmemory read bandwidth (measured, %d threads): %.1f GB/s; decode reads %.1f MB/token (fp32 weights "
-                "touched per token)\n",
+    std::printf("\nmemory read bandwidth (measured, %d threads): %.1f GB/s; decode reads %.1f MB/token (the weights "
+                "a token touches, as held)\n",
                 threads, bw / 1e9, bytes / 1e6);
     results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
                        {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
 
     if (!o.out_json.empty())
         return write_bench_json(o, what, *be, results,
-                                {{"precision", "fp32"},
+                                {{"precision", common.precision},
                                  {"device", bench_device_name()},
                                  {"driver", ""},
                                  {"threads", threads},

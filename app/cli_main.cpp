@@ -65,15 +65,23 @@ void set_version_flag(CLI::App &app) {
                          }));
 }
 
-// --backend, --threads, --precision, --kv-cache.
-void add_common_options(CLI::App &sub, common_opts &common) {
+// --backend, --threads, --precision, --kv-cache. cpu_fp32: --precision fp32 too (bench: the CPU
+// backend's weights held in fp32, the baseline of its BF16 and E4M3 storage).
+void add_common_options(CLI::App &sub, common_opts &common, bool cpu_fp32 = false) {
     sub.add_option("--backend", common.backend, "cpu | cuda | auto")
         ->check(CLI::IsMember({"cpu", "cuda", "auto"}))
         ->default_val("cpu");
     sub.add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
-    sub.add_option("--precision", common.precision, "CUDA weights: bf16 | fp8 (E4M3, per-channel scales)")
-        ->check(CLI::IsMember({"bf16", "fp8"}))
-        ->default_val("bf16");
+    if (cpu_fp32)
+        sub.add_option("--precision", common.precision,
+                       "weights: bf16 | fp8 (E4M3, per-channel scales); on the CPU the weights are held so, fp32 "
+                       "also (the CPU backend only)")
+            ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
+            ->default_val("bf16");
+    else
+        sub.add_option("--precision", common.precision, "CUDA weights: bf16 | fp8 (E4M3, per-channel scales)")
+            ->check(CLI::IsMember({"bf16", "fp8"}))
+            ->default_val("bf16");
     sub.add_option("--kv-cache", common.kv_cache, k_kv_cache_help)
         ->check(CLI::IsMember({"bf16", "fp8"}))
         ->default_val("bf16");
@@ -176,7 +184,7 @@ CLI::App *add_bench_command(CLI::App &app, bench_opts &b, common_opts &common) {
     bench->add_option("--report-format", b.report_format,
                       "html | pdf | json | csv | trace (default: from --report's suffix)");
 #endif
-    add_common_options(*bench, common);
+    add_common_options(*bench, common, true);
     add_activation_options(*bench, common);
     return bench;
 }

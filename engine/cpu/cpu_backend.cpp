@@ -3,13 +3,15 @@
 // with fp32 angles, causal GQA attention with fp32 softmax, fp32 router (softmax, top-k chosen
 // by p + e_score_correction_bias, weights = unbiased p renormalized by max(sum, moe_norm_min)),
 // one shared SwiGLU MLP added unweighted. Linears run the batch-invariant GEMM of cpu_gemm.h on
-// weights widened to fp32 at load; q/k/v are one fused matrix, gate/up another, residual adds
-// are fused into the GEMM. Every step is per token, so no token's result depends on the batch.
+// weights held as BF16, fp32 or E4M3 (cpu_weights.h) and widened in registers; q/k/v are one
+// fused matrix, gate/up another, residual adds are fused into the GEMM. Every step is per token,
+// so no token's result depends on the batch.
 #include "engine/cpu/cpu_backend.h"
 
 #include "engine/core/dtype.h"
 #include "engine/cpu/cpu_gemm.h"
 #include "engine/cpu/cpu_ops.h"
+#include "engine/cpu/cpu_weights.h"
 #include "kernels/fp8_quantize.cuh"
 
 #include <omp.h>
@@ -19,31 +21,49 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <numeric>
 
 namespace es {
 namespace {
 
 using fvec = std::vector<float>;
+using cpu::weight_matrix;
+using cpu::weight_type;
 
 struct cpu_layer {
     fvec attn_norm, ffn_norm; // [n_embd]
-    fvec wqkv;                // [q_dim + 2*kv_dim, n_embd]
-    fvec wo;                  // [n_embd, q_dim]
+    weight_matrix wqkv;       // [q_dim + 2*kv_dim, n_embd]
+    weight_matrix wo;         // [n_embd, q_dim]
     bool is_moe = false;
-    fvec w_gate_up;           // dense: [2*n_ff, n_embd], gate rows then up rows
-    fvec w_down;              // dense: [n_embd, n_ff]
-    fvec router;              // [n_expert, n_embd]
+    weight_matrix w_gate_up;  // dense: [2*n_ff, n_embd], gate rows then up rows
+    weight_matrix w_down;     // dense: [n_embd, n_ff]
+    weight_matrix router;     // [n_expert, n_embd]
     fvec router_bias;         // [n_expert]
-    std::vector<fvec> exp_gate_up; // n_expert × [2*n_ff_exp, n_embd]
-    std::vector<fvec> exp_down;    // n_expert × [n_embd, n_ff_exp]
-    fvec sh_gate_up;               // [2*n_ff_sh, n_embd]
-    fvec sh_down;                  // [n_embd, n_ff_sh]
+    std::vector<weight_matrix> exp_gate_up; // n_expert × [2*n_ff_exp, n_embd]
+    std::vector<weight_matrix> exp_down;    // n_expert × [n_embd, n_ff_exp]
+    weight_matrix sh_gate_up;               // [2*n_ff_sh, n_embd]
+    weight_matrix sh_down;                  // [n_embd, n_ff_sh]
+};
+
+// Where the weights come from: a named tensor's element type (checked against the rows × cols
+// the model expects), and rows [row0, row0 + n) of it as fp32.
+struct weight_source {
+    std::function<dtype(const std::string &name, int64_t rows, int64_t cols)> type;
+    std::function<void(const std::string &name, int64_t row0, int64_t n, int64_t cols, float *dst)> rows;
+};
+
+// A tensor that fills rows of a (possibly fused) matrix.
+struct part {
+    std::string name;
+    int64_t rows;
 };
 
 // out[M, N] = a[M, K] · w[N, K]ᵀ (+ out when accumulate). Batch-invariant (cpu_gemm.h).
-void linear(const float *a, const float *w, float *out, int64_t M, int64_t N, int64_t K, bool accumulate = false) {
-    cpu::gemm_nt(a, M, w, N, K, out, accumulate);
+void linear(const float *a, const weight_matrix &w, float *out, int64_t M, int64_t N, int64_t K,
+            bool accumulate = false) {
+    cpu::gemm_nt(a, M, w.view(), N, K, out, accumulate);
 }
 
 size_t physical_memory_bytes() {
@@ -58,10 +78,13 @@ public:
     }
 
     std::string name() const override {
-        const char *w = m_params.rounding == cpu_weight_rounding::fp8_e4m3 ? ", weights rounded to fp8-e4m3"
-                        : m_params.rounding == cpu_weight_rounding::bf16   ? ", weights rounded to bf16"
-                                                                           : "";
-        return "cpu (" + std::to_string(m_threads) + " threads, fp32" + w + ")";
+        // The linears' type (the head and embeddings follow the checkpoint); rounding kept in
+        // fp32 says so.
+        const weight_type t = m_layers.empty() ? weight_type::f32 : m_layers.front().wqkv.type();
+        const bool rounded_f32 = t == weight_type::f32 && m_params.rounding != cpu_weight_rounding::none;
+        const char *r = m_params.rounding == cpu_weight_rounding::fp8_e4m3 ? " rounded to fp8-e4m3" : " rounded to bf16";
+        return "cpu (" + std::to_string(m_threads) + " threads, fp32, " + cpu::weight_type_name(t) + " weights" +
+               (rounded_f32 ? r : "") + ")";
     }
     const model_config &config() const override { return m_cfg; }
     size_t weights_bytes() const override { return m_weight_bytes; }
@@ -130,73 +153,162 @@ public:
         });
     }
 
-    // Fills every weight through `fill(name, dst, rows, cols)`; used by both loaders.
-    template <typename Fill>
-    void build(Fill &&fill) {
-        const auto &c = m_cfg;
-        const int64_t H = c.n_embd;
-        size_t total = 0, done = 0;
-        auto count = [&](int64_t n) { total += size_t(n); };
-        // Pass 1: count, pass 2: fill (for progress).
-        for (int pass = 0; pass < 2; ++pass) {
-            auto take = [&](fvec &dst, const std::string &name, int64_t rows, int64_t cols, size_t offset = 0) {
-                if (pass == 0) return count(rows * cols);
-                if (dst.size() < offset + size_t(rows * cols)) dst.resize(offset + size_t(rows * cols));
-                fill(name, dst.data() + offset, rows, cols);
-                done += size_t(rows * cols);
-                if (m_params.on_progress && total) m_params.on_progress(float(double(done) / double(total)));
-            };
-            take(m_tok_embd, "model.embed_tokens.weight", c.n_vocab, H);
-            m_layers.resize(size_t(c.n_layer));
-            for (int64_t il = 0; il < c.n_layer; ++il) {
-                auto &L = m_layers[il];
-                const std::string p = "model.layers." + std::to_string(il) + ".";
-                L.is_moe = c.is_moe_layer(il);
-                take(L.attn_norm, p + "input_layernorm.weight", 1, H);
-                take(L.ffn_norm, p + "post_attention_layernorm.weight", 1, H);
-                take(L.wqkv, p + "self_attn.q_proj.weight", c.q_dim(), H);
-                take(L.wqkv, p + "self_attn.k_proj.weight", c.kv_dim(), H, size_t(c.q_dim() * H));
-                take(L.wqkv, p + "self_attn.v_proj.weight", c.kv_dim(), H, size_t((c.q_dim() + c.kv_dim()) * H));
-                take(L.wo, p + "self_attn.o_proj.weight", H, c.q_dim());
-                if (!L.is_moe) {
-                    take(L.w_gate_up, p + "mlp.gate_proj.weight", c.n_ff, H);
-                    take(L.w_gate_up, p + "mlp.up_proj.weight", c.n_ff, H, size_t(c.n_ff * H));
-                    take(L.w_down, p + "mlp.down_proj.weight", H, c.n_ff);
-                    continue;
+    // The bytes of weights these sources make, as build() would hold them.
+    size_t planned_bytes(const weight_source &src) {
+        struct sizer {
+            cpu_backend &be;
+            const weight_source &src;
+            size_t bytes = 0, elements = 0;
+            void vec(fvec &, const std::string &name, int64_t n) {
+                src.type(name, 1, n);
+                bytes += size_t(n) * sizeof(float);
+                elements += size_t(n);
+            }
+            void mat(weight_matrix &, std::initializer_list<part> parts, int64_t cols, bool linear) {
+                std::vector<dtype> types;
+                int64_t rows = 0;
+                for (const part &p : parts) {
+                    types.push_back(src.type(p.name, p.rows, cols));
+                    rows += p.rows;
                 }
-                take(L.router, p + "mlp.gate.weight", c.n_expert, H);
-                take(L.router_bias, p + "mlp.moe_statics.e_score_correction_bias", 1, c.n_expert);
-                L.exp_gate_up.resize(size_t(c.n_expert));
-                L.exp_down.resize(size_t(c.n_expert));
-                for (int64_t e = 0; e < c.n_expert; ++e) {
-                    const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-                    take(L.exp_gate_up[e], q + "gate_proj.weight", c.n_ff_exp, H);
-                    take(L.exp_gate_up[e], q + "up_proj.weight", c.n_ff_exp, H, size_t(c.n_ff_exp * H));
-                    take(L.exp_down[e], q + "down_proj.weight", H, c.n_ff_exp);
+                bytes += weight_matrix::bytes_for(be.storage_for(types, linear), rows, cols);
+                elements += size_t(rows * cols);
+            }
+        } v{*this, src};
+        walk(v);
+        m_planned_elements = v.elements;
+        return v.bytes;
+    }
+
+    // Holds every weight of `src` (pass 1 checks and counts, pass 2 converts).
+    void build(const weight_source &src) {
+        const size_t need = planned_bytes(src), have = physical_memory_bytes();
+        if (have && need > have * 9 / 10)
+            throw load_error("the CPU backend needs " + std::to_string(need >> 20) +
+                             " MiB for its weights but this machine has " + std::to_string(have >> 20) +
+                             " MiB; use the CUDA backend or a smaller model");
+        struct filler {
+            cpu_backend &be;
+            const weight_source &src;
+            size_t total, done = 0;
+            fvec rows; // a chunk of rows in fp32, at most ~4 MB
+            void progress(int64_t n) {
+                done += size_t(n);
+                if (be.m_params.on_progress && total) be.m_params.on_progress(float(double(done) / double(total)));
+            }
+            void vec(fvec &dst, const std::string &name, int64_t n) {
+                dst.resize(size_t(n));
+                src.rows(name, 0, 1, n, dst.data());
+                progress(n);
+            }
+            void mat(weight_matrix &dst, std::initializer_list<part> parts, int64_t cols, bool linear) {
+                std::vector<dtype> types;
+                int64_t total_rows = 0;
+                for (const part &p : parts) {
+                    types.push_back(src.type(p.name, p.rows, cols));
+                    total_rows += p.rows;
                 }
-                if (c.n_expert_shared > 0) {
-                    const int64_t F = c.n_ff_exp * c.n_expert_shared;
-                    take(L.sh_gate_up, p + "mlp.shared_experts.gate_proj.weight", F, H);
-                    take(L.sh_gate_up, p + "mlp.shared_experts.up_proj.weight", F, H, size_t(F * H));
-                    take(L.sh_down, p + "mlp.shared_experts.down_proj.weight", H, F);
+                const weight_type t = be.storage_for(types, linear);
+                // fp32 storage keeps a rounding's values; BF16 and E4M3 storage encode them.
+                const bool round_here = linear && t == weight_type::f32 && be.m_params.rounding != cpu_weight_rounding::none;
+                dst = weight_matrix(t, total_rows, cols);
+                const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(cols, 1));
+                int64_t at = 0;
+                for (const part &p : parts) {
+                    for (int64_t r0 = 0; r0 < p.rows; r0 += chunk) {
+                        const int64_t n = std::min(chunk, p.rows - r0);
+                        rows.resize(size_t(n * cols));
+                        src.rows(p.name, r0, n, cols, rows.data());
+                        if (round_here) round_cpu_weights(rows.data(), n, cols, be.m_params.rounding);
+                        dst.set_rows(at + r0, n, rows.data());
+                        progress(n * cols);
+                    }
+                    at += p.rows;
                 }
             }
-            take(m_output_norm, "model.norm.weight", 1, H);
-            if (!c.tie_word_embeddings) take(m_output, "lm_head.weight", c.n_vocab, H);
-            if (pass == 0) {
-                const size_t need = total * sizeof(float), have = physical_memory_bytes();
-                if (have && need > have * 9 / 10)
-                    throw load_error("the CPU backend needs " + std::to_string(need >> 20) +
-                                     " MiB for fp32 weights but this machine has " + std::to_string(have >> 20) +
-                                     " MiB; use the CUDA backend or a smaller model");
-            }
-        }
-        m_weight_bytes = total * sizeof(float);
+        } v{*this, src, m_planned_elements, 0, {}};
+        walk(v);
+        m_weight_bytes = need;
         init_rope();
     }
 
+    double decode_weight_bytes() const {
+        const auto &c = m_cfg;
+        double bytes = double(m_output_norm.size() * sizeof(float));
+        bytes += double(c.tie_word_embeddings ? m_tok_embd.bytes() : m_output.bytes());
+        for (const cpu_layer &L : m_layers) {
+            bytes += double((L.attn_norm.size() + L.ffn_norm.size() + L.router_bias.size()) * sizeof(float));
+            for (const weight_matrix *w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down, &L.router, &L.sh_gate_up, &L.sh_down})
+                bytes += double(w->bytes());
+            double experts = 0.0;
+            for (const auto *v : {&L.exp_gate_up, &L.exp_down})
+                for (const weight_matrix &w : *v) experts += double(w.bytes());
+            if (c.n_expert > 0) bytes += experts * double(c.n_expert_used) / double(c.n_expert);
+        }
+        return bytes;
+    }
+
 private:
-    const float *output_weights() const { return m_cfg.tie_word_embeddings ? m_tok_embd.data() : m_output.data(); }
+    // How a matrix is held: fp32 when asked, or for a linear the rounding names; BF16 when every
+    // part comes as BF16 or FP8 (exact in BF16), else fp32 (F32 and F16 checkpoints stay exact).
+    weight_type storage_for(const std::vector<dtype> &sources, bool linear) const {
+        if (m_params.widen_to_fp32) return weight_type::f32;
+        if (linear && m_params.rounding == cpu_weight_rounding::fp8_e4m3) return weight_type::e4m3;
+        if (linear && m_params.rounding == cpu_weight_rounding::bf16) return weight_type::bf16;
+        for (dtype t : sources)
+            if (t == dtype::f32 || t == dtype::f16) return weight_type::f32;
+        return weight_type::bf16;
+    }
+
+    // Every weight of the model, in load order: v.vec(dst, name, n) for fp32 vectors (norms, the
+    // router's bias), v.mat(dst, parts, cols, linear) for matrices (parts stacked by rows; linear:
+    // one the GPU would quantize, which cpu_weight_rounding applies to).
+    template <typename V>
+    void walk(V &v) {
+        const auto &c = m_cfg;
+        const int64_t H = c.n_embd;
+        v.mat(m_tok_embd, {{"model.embed_tokens.weight", c.n_vocab}}, H, false);
+        m_layers.resize(size_t(c.n_layer));
+        for (int64_t il = 0; il < c.n_layer; ++il) {
+            auto &L = m_layers[size_t(il)];
+            const std::string p = "model.layers." + std::to_string(il) + ".";
+            L.is_moe = c.is_moe_layer(il);
+            v.vec(L.attn_norm, p + "input_layernorm.weight", H);
+            v.vec(L.ffn_norm, p + "post_attention_layernorm.weight", H);
+            v.mat(L.wqkv,
+                  {{p + "self_attn.q_proj.weight", c.q_dim()},
+                   {p + "self_attn.k_proj.weight", c.kv_dim()},
+                   {p + "self_attn.v_proj.weight", c.kv_dim()}},
+                  H, true);
+            v.mat(L.wo, {{p + "self_attn.o_proj.weight", H}}, c.q_dim(), true);
+            if (!L.is_moe) {
+                v.mat(L.w_gate_up, {{p + "mlp.gate_proj.weight", c.n_ff}, {p + "mlp.up_proj.weight", c.n_ff}}, H, true);
+                v.mat(L.w_down, {{p + "mlp.down_proj.weight", H}}, c.n_ff, true);
+                continue;
+            }
+            v.mat(L.router, {{p + "mlp.gate.weight", c.n_expert}}, H, false);
+            v.vec(L.router_bias, p + "mlp.moe_statics.e_score_correction_bias", c.n_expert);
+            L.exp_gate_up.resize(size_t(c.n_expert));
+            L.exp_down.resize(size_t(c.n_expert));
+            for (int64_t e = 0; e < c.n_expert; ++e) {
+                const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
+                v.mat(L.exp_gate_up[size_t(e)], {{q + "gate_proj.weight", c.n_ff_exp}, {q + "up_proj.weight", c.n_ff_exp}},
+                      H, true);
+                v.mat(L.exp_down[size_t(e)], {{q + "down_proj.weight", H}}, c.n_ff_exp, true);
+            }
+            if (c.n_expert_shared > 0) {
+                const int64_t F = c.n_ff_exp * c.n_expert_shared;
+                v.mat(L.sh_gate_up,
+                      {{p + "mlp.shared_experts.gate_proj.weight", F}, {p + "mlp.shared_experts.up_proj.weight", F}}, H,
+                      true);
+                v.mat(L.sh_down, {{p + "mlp.shared_experts.down_proj.weight", H}}, F, true);
+            }
+        }
+        v.vec(m_output_norm, "model.norm.weight", H);
+        if (!c.tie_word_embeddings) v.mat(m_output, {{"lm_head.weight", c.n_vocab}}, H, false);
+    }
+
+    const weight_matrix &output_weights() const { return m_cfg.tie_word_embeddings ? m_tok_embd : m_output; }
 
     void init_rope() {
         const int64_t half = m_cfg.head_dim / 2;
@@ -234,7 +346,7 @@ private:
         m_rope_sin.resize(size_t(T * half));
 
         for (int64_t t = 0; t < T; ++t) {
-            std::memcpy(&m_x[t * H], &m_tok_embd[size_t(b.tokens[t]) * H], size_t(H) * sizeof(float));
+            m_tok_embd.widen_row(b.tokens[t], &m_x[t * H]);
             for (int64_t i = 0; i < half; ++i) {
                 const float angle = float(b.pos[t]) * m_inv_freq[i];
                 m_rope_cos[t * half + i] = std::cos(angle);
@@ -255,7 +367,7 @@ private:
             // --- attention ---
 #pragma omp parallel for schedule(static) if (T * H >= (1 << 16))
             for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&m_x[t * H], L.attn_norm.data(), &m_xn[t * H], H, eps);
-            linear(m_xn.data(), L.wqkv.data(), m_qkv.data(), T, n_qkv, H);
+            linear(m_xn.data(), L.wqkv, m_qkv.data(), T, n_qkv, H);
 #pragma omp parallel for schedule(static) if (T * n_qkv >= (1 << 16))
             for (int64_t t = 0; t < T; ++t) {
                 float *row = &m_qkv[t * n_qkv];
@@ -266,7 +378,7 @@ private:
                 std::memcpy(kv_slot(m_v[il], b, t), row + qd + kvd, size_t(kvd) * sizeof(float));
             }
             attention(b, il);
-            linear(m_attn.data(), L.wo.data(), m_x.data(), T, H, qd, true);
+            linear(m_attn.data(), L.wo, m_x.data(), T, H, qd, true);
             out.phases.attention_ms += ms_since(t0);
             t0 = clk::now();
 
@@ -274,7 +386,7 @@ private:
 #pragma omp parallel for schedule(static) if (T * H >= (1 << 16))
             for (int64_t t = 0; t < T; ++t) cpu::rms_norm(&m_x[t * H], L.ffn_norm.data(), &m_xn[t * H], H, eps);
             if (!L.is_moe) {
-                swiglu(m_xn.data(), T, L.w_gate_up.data(), L.w_down.data(), c.n_ff, m_x.data(), nullptr);
+                swiglu(m_xn.data(), T, L.w_gate_up, L.w_down, c.n_ff, m_x.data(), nullptr);
                 out.phases.dense_ms += ms_since(t0);
             } else {
                 moe(L, il, T, out.routing);
@@ -342,7 +454,7 @@ private:
 
     // y (+)= down(silu(gate(x)) * up(x)) for x [M, H]. With `row_weight`, row m of the result is
     // scaled and added into y at row `rows[m]`; otherwise accumulated into y row by row.
-    void swiglu(const float *x, int64_t M, const float *w_gate_up, const float *w_down, int64_t F, float *y,
+    void swiglu(const float *x, int64_t M, const weight_matrix &w_gate_up, const weight_matrix &w_down, int64_t F, float *y,
                 const std::vector<int32_t> *rows, const float *row_weight = nullptr) {
         const int64_t H = m_cfg.n_embd;
         m_gu.resize(size_t(M * 2 * F));
@@ -363,7 +475,7 @@ private:
         const auto &c = m_cfg;
         const int64_t H = c.n_embd, E = c.n_expert, K = c.n_expert_used;
         m_router.resize(size_t(T * E));
-        linear(m_xn.data(), L.router.data(), m_router.data(), T, E, H);
+        linear(m_xn.data(), L.router, m_router.data(), T, E, H);
 
         std::vector<int16_t> ids(size_t(T * K));
         std::vector<float> wts(size_t(T * K));
@@ -393,7 +505,7 @@ private:
 
         // Shared experts see every token and are added unweighted.
         if (c.n_expert_shared > 0)
-            swiglu(m_xn.data(), T, L.sh_gate_up.data(), L.sh_down.data(), c.n_ff_exp * c.n_expert_shared,
+            swiglu(m_xn.data(), T, L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared,
                    m_x.data(), nullptr);
 
         // Group token slots by expert, then one GEMM per selected expert over its tokens only.
@@ -410,7 +522,7 @@ private:
             m_gather.resize(size_t(n * H));
             for (int64_t m = 0; m < n; ++m)
                 std::memcpy(&m_gather[m * H], &m_xn[int64_t(tok_of[e][m]) * H], size_t(H) * sizeof(float));
-            swiglu(m_gather.data(), n, L.exp_gate_up[e].data(), L.exp_down[e].data(), c.n_ff_exp, m_x.data(),
+            swiglu(m_gather.data(), n, L.exp_gate_up[e], L.exp_down[e], c.n_ff_exp, m_x.data(),
                    &tok_of[e], w_of[e].data());
         }
 
@@ -422,8 +534,9 @@ private:
     model_config m_cfg;
     cpu_backend_params m_params;
     int m_threads = 1;
-    size_t m_weight_bytes = 0;
-    fvec m_tok_embd, m_output_norm, m_output;
+    size_t m_weight_bytes = 0, m_planned_elements = 0;
+    weight_matrix m_tok_embd, m_output; // [n_vocab, n_embd]; m_output empty when tied
+    fvec m_output_norm;
     std::vector<cpu_layer> m_layers;
     fvec m_inv_freq;
     kv_cache_params m_kv;
@@ -435,22 +548,6 @@ private:
 };
 
 } // namespace
-
-std::set<std::string> cpu_rounded_linears(const model_tensors &t) {
-    std::set<std::string> out;
-    auto add = [&](const tensor_view *tv) {
-        if (tv) out.insert(tv->name);
-    };
-    for (const auto &L : t.layers) {
-        for (auto *tv : {L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down, L.ffn_gate_shexp, L.ffn_up_shexp,
-                         L.ffn_down_shexp})
-            add(tv);
-        for (auto *tv : L.ffn_gate_exps) add(tv);
-        for (auto *tv : L.ffn_up_exps) add(tv);
-        for (auto *tv : L.ffn_down_exps) add(tv);
-    }
-    return out;
-}
 
 void round_cpu_weights(float *w, int64_t rows, int64_t cols, cpu_weight_rounding r) {
     if (r == cpu_weight_rounding::none) return;
@@ -471,65 +568,97 @@ void round_cpu_weights(float *w, int64_t rows, int64_t cols, cpu_weight_rounding
     }
 }
 
+namespace {
+
+// The bound tensors of a checkpoint as a weight source: the names bind_model_tensors bound, each
+// checked against the elements the model expects, widened exactly to fp32.
+weight_source tensor_source(const model_tensors &t) {
+    auto by_name = std::make_shared<std::map<std::string, const tensor_view *>>();
+    auto add = [&](const tensor_view *tv) {
+        if (tv) (*by_name)[tv->name] = tv;
+    };
+    add(t.tok_embd);
+    add(t.output_norm);
+    add(t.output);
+    for (const auto &L : t.layers) {
+        for (auto *tv : {L.attn_norm, L.ffn_norm, L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down,
+                         L.ffn_gate_inp, L.ffn_exp_probs_b, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp})
+            add(tv);
+        for (auto *tv : L.ffn_gate_exps) add(tv);
+        for (auto *tv : L.ffn_up_exps) add(tv);
+        for (auto *tv : L.ffn_down_exps) add(tv);
+    }
+    auto find = [by_name](const std::string &name) -> const tensor_view & {
+        auto it = by_name->find(name);
+        if (it == by_name->end()) throw load_error("missing tensor '" + name + "'");
+        return *it->second;
+    };
+    weight_source s;
+    s.type = [find](const std::string &name, int64_t rows, int64_t cols) {
+        const tensor_view &tv = find(name);
+        if (tv.n_elements() != rows * cols)
+            throw load_error("tensor '" + name + "' in " + tv.file + " has shape " + tv.shape_str() + ", expected " +
+                             std::to_string(rows * cols) + " elements");
+        return tv.type;
+    };
+    s.rows = [find](const std::string &name, int64_t row0, int64_t n, int64_t cols, float *dst) {
+        const tensor_view &tv = find(name);
+        convert_to_f32(tv.type, tv.data + size_t(row0 * cols) * dtype_size(tv.type), dst, size_t(n * cols));
+    };
+    return s;
+}
+
+} // namespace
+
 result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const model_tensors &t,
                                                   const cpu_backend_params &p) {
     return catch_errors([&]() -> result<std::unique_ptr<backend>> {
-        // Name → bound tensor, so the shared build() walks the same names as bind_model_tensors.
-        std::map<std::string, const tensor_view *> by_name;
-        auto add = [&](const tensor_view *tv) {
-            if (tv) by_name[tv->name] = tv;
-        };
-        add(t.tok_embd);
-        add(t.output_norm);
-        add(t.output);
-        for (const auto &L : t.layers) {
-            for (auto *tv : {L.attn_norm, L.ffn_norm, L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down,
-                             L.ffn_gate_inp, L.ffn_exp_probs_b, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp})
-                add(tv);
-            for (auto *tv : L.ffn_gate_exps) add(tv);
-            for (auto *tv : L.ffn_up_exps) add(tv);
-            for (auto *tv : L.ffn_down_exps) add(tv);
-        }
-        const std::set<std::string> rounded = cpu_rounded_linears(t);
         auto be = std::make_unique<cpu_backend>(cfg, p);
-        be->build([&](const std::string &name, float *dst, int64_t rows, int64_t cols) {
-            auto it = by_name.find(name);
-            if (it == by_name.end()) throw load_error("missing tensor '" + name + "'");
-            const tensor_view &tv = *it->second;
-            if (tv.n_elements() != rows * cols)
-                throw load_error("tensor '" + name + "' in " + tv.file + " has shape " + tv.shape_str() +
-                                 ", expected " + std::to_string(rows * cols) + " elements");
-            convert_to_f32(tv.type, tv.data, dst, size_t(rows * cols));
-            if (p.rounding != cpu_weight_rounding::none && rounded.count(name)) round_cpu_weights(dst, rows, cols, p.rounding);
-        });
+        be->build(tensor_source(t));
         return std::unique_ptr<backend>(std::move(be));
     });
+}
+
+result<size_t> cpu_weight_bytes(const model_config &cfg, const model_tensors &t, const cpu_backend_params &p) {
+    return catch_errors([&]() -> result<size_t> {
+        cpu_backend be(cfg, p);
+        return be.planned_bytes(tensor_source(t));
+    });
+}
+
+double cpu_decode_weight_bytes(const backend &be) {
+    const auto *cpu = dynamic_cast<const cpu_backend *>(&be);
+    return cpu ? cpu->decode_weight_bytes() : 0.0;
 }
 
 result<std::unique_ptr<backend>> make_cpu_backend_random(const model_config &cfg, uint64_t seed,
                                                          const cpu_backend_params &p) {
     return catch_errors([&]() -> result<std::unique_ptr<backend>> {
         auto be = std::make_unique<cpu_backend>(cfg, p);
-        be->build([&](const std::string &name, float *dst, int64_t rows, int64_t cols) {
-            // Each tensor its own stream (seed ^ hash(name)), so the result does not depend on order.
-            // Uniform with the wanted standard deviation; splitmix64 keeps 0.3B-sized fills fast.
-            uint64_t state = seed ^ std::hash<std::string>{}(name);
+        weight_source s;
+        s.type = [](const std::string &, int64_t, int64_t) { return dtype::bf16; };
+        s.rows = [seed](const std::string &name, int64_t row0, int64_t rows, int64_t cols, float *dst) {
+            // Each tensor its own stream (seed ^ hash(name)), so the result does not depend on order
+            // or on the rows asked for. Uniform with the wanted standard deviation; splitmix64 keeps
+            // 0.3B-sized fills fast.
+            uint64_t state = (seed ^ std::hash<std::string>{}(name)) + uint64_t(row0 * cols) * 0x9e3779b97f4a7c15ull;
             auto next = [&state]() {
                 uint64_t z = (state += 0x9e3779b97f4a7c15ull);
                 z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
                 z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
                 return z ^ (z >> 31);
             };
-            const bool is_norm = rows == 1 && name.find("norm") != std::string::npos;
+            const bool is_norm = name.find("norm") != std::string::npos;
             const bool is_bias = name.find("correction_bias") != std::string::npos;
             const float stddev = is_norm ? 0.1f : is_bias ? 0.01f : 1.0f / std::sqrt(float(cols));
             const float mean = is_norm ? 1.0f : 0.0f, half = stddev * 1.7320508f; // sqrt(3)·std
             const size_t n = size_t(rows * cols);
             for (size_t i = 0; i < n; ++i) {
                 const float u = float(next() >> 40) * (1.0f / 16777216.0f); // [0, 1)
-                dst[i] = mean + (2.0f * u - 1.0f) * half;
+                dst[i] = round_bf16(mean + (2.0f * u - 1.0f) * half); // as a BF16 checkpoint holds it
             }
-        });
+        };
+        be->build(s);
         return std::unique_ptr<backend>(std::move(be));
     });
 }

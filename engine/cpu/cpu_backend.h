@@ -1,14 +1,15 @@
 // The CPU backend: the numerical reference for every other backend and a usable fallback.
-// Weights are widened to fp32 once at load (exactly, from BF16/F16/F32); all arithmetic is
-// fp32. Linear layers run the batch-invariant GEMM of cpu_gemm.h; attention, norms, RoPE and
-// routing are OpenMP loops over tokens and heads with vectorizable inner loops. Results for a
+// All arithmetic is fp32. Weights stay in the checkpoint's precision in memory where it is
+// exact — BF16 (and FP8) checkpoints' matrices as BF16, F32 and F16 ones as fp32 — and are
+// widened to fp32 inside the GEMM (cpu_gemm.h), which gives the bits an fp32 copy would give;
+// norms and biases are fp32. Linear layers run the batch-invariant GEMM; attention, norms, RoPE
+// and routing are OpenMP loops over tokens and heads with vectorizable inner loops. Results for a
 // token do not depend on the rest of the batch (bit for bit).
 #pragma once
 
 #include "engine/backend/backend.h"
 #include "engine/model/model_tensors.h"
 
-#include <set>
 #include <string>
 
 #include <functional>
@@ -19,14 +20,18 @@ namespace es {
 // What the CPU backend does to the weights of the linear layers it would quantize on the GPU
 // (attention q/k/v/o, dense and expert FFNs, shared experts — not embeddings, norms, the router
 // or the head, as the CUDA backend's policy): keep the checkpoint's values (the reference), or
-// round them as the GPU stores them — BF16, or E4M3 with one fp32 scale per output channel
-// (through BF16, with fp8_quantize's twin) — then compute in fp32 as always. The rounding
-// emulates weight precision; activations stay fp32 (the GPU rounds them to BF16).
+// hold them as the GPU stores them — BF16, or E4M3 codes with one fp32 scale per output channel
+// (quantized through BF16 by fp8_quantize's twin: the GPU's FP8 weights bit for bit) — and
+// compute in fp32 as always. Activations stay fp32 (the GPU rounds them to BF16 or FP8), so this
+// measures what weight precision costs.
 enum class cpu_weight_rounding { none, bf16, fp8_e4m3 };
 
 struct cpu_backend_params {
     int n_threads = 0;                                // 0: all cores
     cpu_weight_rounding rounding = cpu_weight_rounding::none;
+    // Hold every weight in fp32 (rounded values too), as the backend did before BF16 and E4M3
+    // storage: the reference the compact types are tested against, and the benchmarks' baseline.
+    bool widen_to_fp32 = false;
     std::function<void(float progress)> on_progress;  // 0..1 while weights are converted
 };
 
@@ -34,12 +39,20 @@ struct cpu_backend_params {
 result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const model_tensors &t,
                                                   const cpu_backend_params &p = {});
 
-// The linears `rounding` applies to: their tensor names.
-std::set<std::string> cpu_rounded_linears(const model_tensors &t);
-// Rounds rows × cols weights in place (per row for E4M3).
+// Bytes of weights the CPU backend holds for these tensors and params — what its weights_bytes()
+// reports once loaded (the will-it-fit estimate).
+result<size_t> cpu_weight_bytes(const model_config &cfg, const model_tensors &t, const cpu_backend_params &p = {});
+
+// Bytes a batch-1 decode step reads from the weights a CPU backend holds: every matrix and norm
+// but the embeddings (one row a token; tied, they are the head and count), the routed experts
+// at n_expert_used of n_expert. 0 for a backend that is not the CPU's.
+double cpu_decode_weight_bytes(const backend &be);
+
+// Rounds rows × cols weights in place (per row for E4M3): the values the backend holds.
 void round_cpu_weights(float *w, int64_t rows, int64_t cols, cpu_weight_rounding r);
 
-// Random weights of the given shape (benchmarks): N(0, std) linears, norms near 1.
+// Random weights of the given shape (benchmarks), as a BF16 checkpoint holds them: N(0, std)
+// linears, norms near 1, every value rounded to BF16.
 result<std::unique_ptr<backend>> make_cpu_backend_random(const model_config &cfg, uint64_t seed,
                                                          const cpu_backend_params &p = {});
 

@@ -3,6 +3,9 @@
 #include "engine/runtime/memory_estimate.h"
 
 #include "engine/core/scale_layout.h"
+#include "engine/cpu/cpu_backend.h"
+#include "engine/model/model_tensors.h"
+#include "engine/model/safetensors.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine/runtime/engine.h"
 
@@ -121,9 +124,20 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         e.kv_bytes = uint64_t(blocks) * block_bytes;
         e.kv_tokens = int64_t(blocks) * p.block_size;
     } else {
-        // The CPU backend holds fp32 weights; KV is fp32 K and V per layer.
+        // The CPU backend's own count from the checkpoint's headers (BF16 matrices stay BF16,
+        // F32 and F16 ones fp32; an emulated precision's linears BF16 or E4M3 with a scale a row;
+        // norms fp32), as load_model would build it; KV is fp32 K and V per layer.
         e.device = "CPU";
-        e.weights_bytes = uint64_t(c.n_params()) * 4;
+        auto store = weight_store::open_dir(dir);
+        if (!store) return store.err();
+        auto bound = bind_model_tensors(c, **store);
+        if (!bound) return bound.err();
+        cpu_backend_params cp;
+        if (p.load.emulate_precision_on_cpu)
+            cp.rounding = p.load.precision == weight_precision::fp8 ? cpu_weight_rounding::fp8_e4m3 : cpu_weight_rounding::bf16;
+        auto bytes = cpu_weight_bytes(c, *bound, cp);
+        if (!bytes) return bytes.err();
+        e.weights_bytes = *bytes;
         const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 4 * 2 * uint64_t(c.n_layer);
         const int32_t blocks = pick_kv_blocks(p, c, block_bytes);
         e.kv_bytes = uint64_t(blocks) * block_bytes;

@@ -17,8 +17,10 @@ struct engine_params;
 // GPU: the CUDA backend's weight arena at that precision, a BF16 KV cache, the forward pass's
 // workspace for a full token budget and the cuBLASLt workspace, against the device's free
 // memory now (the KV pool as kv_budget_bytes sizes it from what the weights and workspace leave);
-// on the CPU: fp32 weights and KV against physical RAM. An estimate (what the driver and
-// allocator add is not counted); 5% of the memory is kept as headroom.
+// on the CPU: the weights as the CPU backend holds them (cpu_weight_bytes: BF16 matrices of a
+// BF16 checkpoint, fp32 ones of an F32 checkpoint, an emulated precision's BF16 or E4M3 linears)
+// and fp32 KV against physical RAM. An estimate (what the driver and allocator add is not
+// counted); 5% of the memory is kept as headroom.
 struct memory_estimate {
     uint64_t weights_bytes = 0, kv_bytes = 0, workspace_bytes = 0, available_bytes = 0;
     int64_t kv_tokens = 0;              // tokens the KV pool holds, all sequences together

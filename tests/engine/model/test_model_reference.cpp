@@ -24,6 +24,7 @@
 #include <QtTest>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 
 namespace {
@@ -61,6 +62,8 @@ private slots:
     void weightRoundingMatchesTheGpuQuantizer();
     void emulatedPrecision_data() { logits_data(); }
     void emulatedPrecision();
+    void storedTypesGiveTheFp32Bits_data() { logits_data(); }
+    void storedTypesGiveTheFp32Bits();
 };
 
 void TestModelReference::logits_data() {
@@ -173,6 +176,50 @@ void TestModelReference::emulatedPrecision() {
     QVERIFY(fp8 < 0.1); // the self-test's FP8-vs-HF bound for the GPU
     QVERIFY(bf16 < 5e-3);
     QVERIFY(fp8_vs_twin < exact_vs_twin);
+}
+
+// Weights held as BF16 (the checkpoint's), or as the GPU holds them (BF16, E4M3 codes with a
+// scale a row), give every logit bit for bit as the same values held in fp32 — the layout the
+// backend had before, and the one the HF references were first met with — in a fraction of the
+// bytes, which cpu_weight_bytes counts before loading.
+void TestModelReference::storedTypesGiveTheFp32Bits() {
+    QFETCH(QString, dir);
+    const reference ref = read_reference(dir);
+    auto cfg = es::load_model_config(dir.toStdString());
+    auto store = es::weight_store::open_dir(dir.toStdString());
+    QVERIFY(cfg.ok() && store.ok());
+    auto bound = es::bind_model_tensors(*cfg, **store);
+    QVERIFY(bound.ok());
+    const struct {
+        es::cpu_weight_rounding rounding;
+        const char *held; // the linears' type in the backend's name
+    } modes[] = {{es::cpu_weight_rounding::none, "bf16 weights"},
+                 {es::cpu_weight_rounding::bf16, "bf16 weights"},
+                 {es::cpu_weight_rounding::fp8_e4m3, "fp8-e4m3 weights"}};
+    for (const auto &mode : modes) {
+        es::cpu_backend_params wide, compact;
+        wide.rounding = compact.rounding = mode.rounding;
+        wide.widen_to_fp32 = true;
+        auto a = es::make_cpu_backend(*cfg, *bound, wide);
+        auto b = es::make_cpu_backend(*cfg, *bound, compact);
+        QVERIFY2(a.ok() && b.ok(), a.ok() ? (b.ok() ? "" : b.message().c_str()) : a.message().c_str());
+        QVERIFY2((*b)->name().find(mode.held) != std::string::npos, (*b)->name().c_str());
+        const std::vector<float> fp32 = prompt_logits(**a, ref.prompt), held = prompt_logits(**b, ref.prompt);
+        QCOMPARE(held.size(), ref.prompt.size() * size_t(cfg->n_vocab));
+        QVERIFY2(fp32.size() == held.size() && std::memcmp(fp32.data(), held.data(), held.size() * sizeof(float)) == 0,
+                 qPrintable(QString("rounding %1: the logits differ from the fp32-held weights'").arg(int(mode.rounding))));
+        // Bytes: what cpu_weight_bytes says before loading; every BF16 matrix at half its fp32 bytes
+        // (the fp32 norms, biases and F32 routers stay), E4M3 linears smaller still.
+        auto want_a = es::cpu_weight_bytes(*cfg, *bound, wide), want_b = es::cpu_weight_bytes(*cfg, *bound, compact);
+        QVERIFY(want_a.ok() && want_b.ok());
+        QCOMPARE((*a)->weights_bytes(), *want_a);
+        QCOMPARE((*b)->weights_bytes(), *want_b);
+        QCOMPARE((*a)->weights_bytes(), size_t(cfg->n_params()) * 4);
+        QVERIFY2((*b)->weights_bytes() < (*a)->weights_bytes() * 11 / 20,
+                 qPrintable(QString("%1 of %2 bytes").arg((*b)->weights_bytes()).arg((*a)->weights_bytes())));
+        if (mode.rounding == es::cpu_weight_rounding::fp8_e4m3)
+            QVERIFY((*b)->weights_bytes() < *es::cpu_weight_bytes(*cfg, *bound, {}));
+    }
 }
 
 void TestModelReference::logits() {

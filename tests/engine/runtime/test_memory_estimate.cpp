@@ -3,9 +3,11 @@
 // other processes), raised towards one full context from what is free, capped at max_num_seqs full
 // contexts; on the CPU min(1 GiB, RAM/4); kv_cache_bytes and n_kv_blocks override; never fewer
 // than 2 blocks. The figures are the 21B-A3B's (28 layers, 4 KV heads of 128, context 131,072)
-// on an 80 GB card, where the pool must hold at least 400K tokens by default.
+// on an 80 GB card, where the pool must hold at least 400K tokens by default. On the CPU the
+// estimate's weights are the bytes the CPU backend holds once loaded, at every precision.
 #include "engine/runtime/engine.h"
 #include "engine/runtime/memory_estimate.h"
+#include "engine/runtime/model.h"
 
 #include <QtTest>
 
@@ -98,6 +100,31 @@ private slots:
         QCOMPARE(kv_budget_bytes(p, c, bb), 3 * GiB);
         p.n_kv_blocks = 77;
         QCOMPARE(pick_kv_blocks(p, c, bb, {80 * GiB, 56 * GiB}), 77);
+    }
+
+    void cpuWeightsAreWhatTheBackendHolds_data() {
+        QTest::addColumn<QString>("dir");
+        QTest::addColumn<QString>("precision");
+        for (const char *d : {"dense", "dense-untied", "moe-odd", "moe-sharded", "moe-shared"})
+            for (const char *prec : {"exact", "bf16", "fp8"})
+                QTest::newRow((std::string(d) + " " + prec).c_str()) << QString(ES_TEST_DATA_DIR "/") + d << QString(prec);
+    }
+
+    void cpuWeightsAreWhatTheBackendHolds() {
+        QFETCH(QString, dir);
+        QFETCH(QString, precision);
+        engine_params p;
+        p.load.kind = backend_kind::cpu;
+        p.load.need_tokenizer = false;
+        p.load.emulate_precision_on_cpu = precision != "exact";
+        p.load.precision = precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
+        auto e = engine::estimate_memory(dir.toStdString(), p);
+        QVERIFY2(e.ok(), e.ok() ? "" : e.message().c_str());
+        auto m = load_model(dir.toStdString(), p.load);
+        QVERIFY2(m.ok(), m.ok() ? "" : m.message().c_str());
+        QCOMPARE(e->weights_bytes, uint64_t((*m)->be->weights_bytes()));
+        // BF16 checkpoints: about half of fp32 (norms and F32 routers stay fp32).
+        QVERIFY(e->weights_bytes < uint64_t((*m)->config.n_params()) * 4 * 11 / 20);
     }
 
     void cpuKeepsItsRamDefault() {
