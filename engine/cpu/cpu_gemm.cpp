@@ -23,6 +23,7 @@
 #include <string>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #define ES_X86 1
 // GCC 12 warns inside its own _mm512_reduce_add_ps (an undefined vector it fills itself).
@@ -314,6 +315,15 @@ struct kernel_set {
     }
 #define ES_TILES(F) {ES_TILES_T(F, wt::f32), ES_TILES_T(F, wt::bf16), ES_TILES_T(F, wt::e4m3)}
 
+#if ES_X86
+// F16C (the AVX2 kernel's E4M3 widening); CPUID leaf 1, as not every compiler's
+// __builtin_cpu_supports knows the name.
+bool has_f16c() {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
+}
+#endif
+
 // Best first; gemm_nt uses the first.
 const std::vector<kernel_set> &kernels_here() {
     static const std::vector<kernel_set> sets = [] {
@@ -321,7 +331,7 @@ const std::vector<kernel_set> &kernels_here() {
 #if ES_X86
         __builtin_cpu_init();
         if (__builtin_cpu_supports("avx512f")) s.push_back(kernel_set{"avx512", 4, 4, ES_TILES(tile_avx512)});
-        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+        if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && has_f16c())
             s.push_back(kernel_set{"avx2", 2, 4, ES_TILES(tile_avx2)});
 #endif
         s.push_back(kernel_set{"generic", 4, 4, ES_TILES(tile_generic)});
