@@ -77,7 +77,8 @@ result<model_config> bench_shape_config(const std::string &shape, int32_t layers
 
 int cmd_bench(const bench_opts &o, const common_opts &common) {
     if (common.backend == "cuda" && common.precision == "fp32")
-        return fail("bench: --precision fp32 is the CPU backend's (the CUDA backend holds bf16 or fp8 weights)");
+        return fail(
+            "bench: --precision fp32 is the CPU backend's (the CUDA backend holds bf16 or fp8 weights)");
     if (common.backend == "cuda") return cmd_bench_cuda(o, common);
     if (!o.batch.empty() || !o.depth.empty() || o.profile || o.timeline)
         return fail("bench: --batch, --depth, --profile and --timeline are measured on the CUDA backend; use "
@@ -173,9 +174,10 @@ int cmd_bench(const bench_opts &o, const common_opts &common) {
     const double t = median(runs), tps = o.tg / t, roof = bw / bytes, mbu = tps * bytes / bw;
     std::printf("| %s | %s | tg%d | %.1f | %.3f | %.1f | %.0f%% |\n", what.c_str(), be->name().c_str(), o.tg, tps,
                 1000.0 * t / o.tg, roof, 100.0 * mbu);
-    std::printf("\nmemory read bandwidth (measured, %d threads): %.1f GB/s; decode reads %.1f MB/token (the weights "
-                "a token touches, as held)\n",
-                threads, bw / 1e9, bytes / 1e6);
+    std::printf(
+        "\nmemory read bandwidth (measured, %d threads): %.1f GB/s; decode reads %.1f MB/token (the weights "
+        "a token touches, as held)\n",
+        threads, bw / 1e9, bytes / 1e6);
     results.push_back({{"test", "tg" + std::to_string(o.tg)}, {"tokens_per_s", tps}, {"seconds", t},
                        {"roofline_tokens_per_s", roof}, {"mbu", mbu}});
 

@@ -73,9 +73,10 @@ void add_common_options(CLI::App &sub, common_opts &common, bool cpu_fp32 = fals
         ->default_val("cpu");
     sub.add_option("--threads", common.threads, "CPU threads (0: all cores)")->check(CLI::Range(0, 4096));
     if (cpu_fp32)
-        sub.add_option("--precision", common.precision,
-                       "weights: bf16 | fp8 (E4M3, per-channel scales); on the CPU the weights are held so, fp32 "
-                       "also (the CPU backend only)")
+        sub.add_option(
+               "--precision", common.precision,
+               "weights: bf16 | fp8 (E4M3, per-channel scales); on the CPU the weights are held so, fp32 "
+               "also (the CPU backend only)")
             ->check(CLI::IsMember({"bf16", "fp8", "fp32"}))
             ->default_val("bf16");
     else

@@ -82,9 +82,10 @@ public:
         // fp32 says so.
         const weight_type t = m_layers.empty() ? weight_type::f32 : m_layers.front().wqkv.type();
         const bool rounded_f32 = t == weight_type::f32 && m_params.rounding != cpu_weight_rounding::none;
-        const char *r = m_params.rounding == cpu_weight_rounding::fp8_e4m3 ? " rounded to fp8-e4m3" : " rounded to bf16";
-        return "cpu (" + std::to_string(m_threads) + " threads, fp32, " + cpu::weight_type_name(t) + " weights" +
-               (rounded_f32 ? r : "") + ")";
+        const char *r =
+            m_params.rounding == cpu_weight_rounding::fp8_e4m3 ? " rounded to fp8-e4m3" : " rounded to bf16";
+        return "cpu (" + std::to_string(m_threads) + " threads, fp32, " + cpu::weight_type_name(t) +
+               " weights" + (rounded_f32 ? r : "") + ")";
     }
     const model_config &config() const override { return m_cfg; }
     size_t weights_bytes() const override { return m_weight_bytes; }
@@ -194,7 +195,8 @@ public:
             fvec rows; // a chunk of rows in fp32, at most ~4 MB
             void progress(int64_t n) {
                 done += size_t(n);
-                if (be.m_params.on_progress && total) be.m_params.on_progress(float(double(done) / double(total)));
+                if (be.m_params.on_progress && total)
+                    be.m_params.on_progress(float(double(done) / double(total)));
             }
             void vec(fvec &dst, const std::string &name, int64_t n) {
                 dst.resize(size_t(n));
@@ -210,7 +212,8 @@ public:
                 }
                 const weight_type t = be.storage_for(types, linear);
                 // fp32 storage keeps a rounding's values; BF16 and E4M3 storage encode them.
-                const bool round_here = linear && t == weight_type::f32 && be.m_params.rounding != cpu_weight_rounding::none;
+                const bool round_here =
+                    linear && t == weight_type::f32 && be.m_params.rounding != cpu_weight_rounding::none;
                 dst = weight_matrix(t, total_rows, cols);
                 const int64_t chunk = std::max<int64_t>(1, (int64_t(1) << 20) / std::max<int64_t>(cols, 1));
                 int64_t at = 0;
@@ -238,7 +241,8 @@ public:
         bytes += double(c.tie_word_embeddings ? m_tok_embd.bytes() : m_output.bytes());
         for (const cpu_layer &L : m_layers) {
             bytes += double((L.attn_norm.size() + L.ffn_norm.size() + L.router_bias.size()) * sizeof(float));
-            for (const weight_matrix *w : {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down, &L.router, &L.sh_gate_up, &L.sh_down})
+            for (const weight_matrix *w :
+                 {&L.wqkv, &L.wo, &L.w_gate_up, &L.w_down, &L.router, &L.sh_gate_up, &L.sh_down})
                 bytes += double(w->bytes());
             double experts = 0.0;
             for (const auto *v : {&L.exp_gate_up, &L.exp_down})
@@ -282,7 +286,8 @@ private:
                   H, true);
             v.mat(L.wo, {{p + "self_attn.o_proj.weight", H}}, c.q_dim(), true);
             if (!L.is_moe) {
-                v.mat(L.w_gate_up, {{p + "mlp.gate_proj.weight", c.n_ff}, {p + "mlp.up_proj.weight", c.n_ff}}, H, true);
+                v.mat(L.w_gate_up, {{p + "mlp.gate_proj.weight", c.n_ff}, {p + "mlp.up_proj.weight", c.n_ff}},
+                      H, true);
                 v.mat(L.w_down, {{p + "mlp.down_proj.weight", H}}, c.n_ff, true);
                 continue;
             }
@@ -292,15 +297,16 @@ private:
             L.exp_down.resize(size_t(c.n_expert));
             for (int64_t e = 0; e < c.n_expert; ++e) {
                 const std::string q = p + "mlp.experts." + std::to_string(e) + ".";
-                v.mat(L.exp_gate_up[size_t(e)], {{q + "gate_proj.weight", c.n_ff_exp}, {q + "up_proj.weight", c.n_ff_exp}},
-                      H, true);
+                v.mat(L.exp_gate_up[size_t(e)],
+                      {{q + "gate_proj.weight", c.n_ff_exp}, {q + "up_proj.weight", c.n_ff_exp}}, H, true);
                 v.mat(L.exp_down[size_t(e)], {{q + "down_proj.weight", H}}, c.n_ff_exp, true);
             }
             if (c.n_expert_shared > 0) {
                 const int64_t F = c.n_ff_exp * c.n_expert_shared;
                 v.mat(L.sh_gate_up,
-                      {{p + "mlp.shared_experts.gate_proj.weight", F}, {p + "mlp.shared_experts.up_proj.weight", F}}, H,
-                      true);
+                      {{p + "mlp.shared_experts.gate_proj.weight", F},
+                       {p + "mlp.shared_experts.up_proj.weight", F}},
+                      H, true);
                 v.mat(L.sh_down, {{p + "mlp.shared_experts.down_proj.weight", H}}, F, true);
             }
         }
@@ -454,8 +460,8 @@ private:
 
     // y (+)= down(silu(gate(x)) * up(x)) for x [M, H]. With `row_weight`, row m of the result is
     // scaled and added into y at row `rows[m]`; otherwise accumulated into y row by row.
-    void swiglu(const float *x, int64_t M, const weight_matrix &w_gate_up, const weight_matrix &w_down, int64_t F, float *y,
-                const std::vector<int32_t> *rows, const float *row_weight = nullptr) {
+    void swiglu(const float *x, int64_t M, const weight_matrix &w_gate_up, const weight_matrix &w_down,
+                int64_t F, float *y, const std::vector<int32_t> *rows, const float *row_weight = nullptr) {
         const int64_t H = m_cfg.n_embd;
         m_gu.resize(size_t(M * 2 * F));
         m_act.resize(size_t(M * F));
@@ -505,8 +511,8 @@ private:
 
         // Shared experts see every token and are added unweighted.
         if (c.n_expert_shared > 0)
-            swiglu(m_xn.data(), T, L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared,
-                   m_x.data(), nullptr);
+            swiglu(m_xn.data(), T, L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared, m_x.data(),
+                   nullptr);
 
         // Group token slots by expert, then one GEMM per selected expert over its tokens only.
         std::vector<std::vector<int32_t>> tok_of(static_cast<size_t>(E));
@@ -522,8 +528,8 @@ private:
             m_gather.resize(size_t(n * H));
             for (int64_t m = 0; m < n; ++m)
                 std::memcpy(&m_gather[m * H], &m_xn[int64_t(tok_of[e][m]) * H], size_t(H) * sizeof(float));
-            swiglu(m_gather.data(), n, L.exp_gate_up[e], L.exp_down[e], c.n_ff_exp, m_x.data(),
-                   &tok_of[e], w_of[e].data());
+            swiglu(m_gather.data(), n, L.exp_gate_up[e], L.exp_down[e], c.n_ff_exp, m_x.data(), &tok_of[e],
+                   w_of[e].data());
         }
 
         rec.moe_layers.push_back(int32_t(il));
@@ -581,8 +587,9 @@ weight_source tensor_source(const model_tensors &t) {
     add(t.output_norm);
     add(t.output);
     for (const auto &L : t.layers) {
-        for (auto *tv : {L.attn_norm, L.ffn_norm, L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down,
-                         L.ffn_gate_inp, L.ffn_exp_probs_b, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp})
+        for (auto *tv :
+             {L.attn_norm, L.ffn_norm, L.wq, L.wk, L.wv, L.wo, L.ffn_gate, L.ffn_up, L.ffn_down,
+              L.ffn_gate_inp, L.ffn_exp_probs_b, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp})
             add(tv);
         for (auto *tv : L.ffn_gate_exps) add(tv);
         for (auto *tv : L.ffn_up_exps) add(tv);
@@ -597,8 +604,8 @@ weight_source tensor_source(const model_tensors &t) {
     s.type = [find](const std::string &name, int64_t rows, int64_t cols) {
         const tensor_view &tv = find(name);
         if (tv.n_elements() != rows * cols)
-            throw load_error("tensor '" + name + "' in " + tv.file + " has shape " + tv.shape_str() + ", expected " +
-                             std::to_string(rows * cols) + " elements");
+            throw load_error("tensor '" + name + "' in " + tv.file + " has shape " + tv.shape_str() +
+                             ", expected " + std::to_string(rows * cols) + " elements");
         return tv.type;
     };
     s.rows = [find](const std::string &name, int64_t row0, int64_t n, int64_t cols, float *dst) {
@@ -619,7 +626,8 @@ result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const
     });
 }
 
-result<size_t> cpu_weight_bytes(const model_config &cfg, const model_tensors &t, const cpu_backend_params &p) {
+result<size_t> cpu_weight_bytes(const model_config &cfg, const model_tensors &t,
+                                const cpu_backend_params &p) {
     return catch_errors([&]() -> result<size_t> {
         cpu_backend be(cfg, p);
         return be.planned_bytes(tensor_source(t));
@@ -641,7 +649,8 @@ result<std::unique_ptr<backend>> make_cpu_backend_random(const model_config &cfg
             // Each tensor its own stream (seed ^ hash(name)), so the result does not depend on order
             // or on the rows asked for. Uniform with the wanted standard deviation; splitmix64 keeps
             // 0.3B-sized fills fast.
-            uint64_t state = (seed ^ std::hash<std::string>{}(name)) + uint64_t(row0 * cols) * 0x9e3779b97f4a7c15ull;
+            uint64_t state =
+                (seed ^ std::hash<std::string>{}(name)) + uint64_t(row0 * cols) * 0x9e3779b97f4a7c15ull;
             auto next = [&state]() {
                 uint64_t z = (state += 0x9e3779b97f4a7c15ull);
                 z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
@@ -655,7 +664,7 @@ result<std::unique_ptr<backend>> make_cpu_backend_random(const model_config &cfg
             const size_t n = size_t(rows * cols);
             for (size_t i = 0; i < n; ++i) {
                 const float u = float(next() >> 40) * (1.0f / 16777216.0f); // [0, 1)
-                dst[i] = round_bf16(mean + (2.0f * u - 1.0f) * half); // as a BF16 checkpoint holds it
+                dst[i] = round_bf16(mean + (2.0f * u - 1.0f) * half);       // as a BF16 checkpoint holds it
             }
         };
         be->build(s);

@@ -41,7 +41,8 @@ result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const
 
 // Bytes of weights the CPU backend holds for these tensors and params — what its weights_bytes()
 // reports once loaded (the will-it-fit estimate).
-result<size_t> cpu_weight_bytes(const model_config &cfg, const model_tensors &t, const cpu_backend_params &p = {});
+result<size_t> cpu_weight_bytes(const model_config &cfg, const model_tensors &t,
+                                const cpu_backend_params &p = {});
 
 // Bytes a batch-1 decode step reads from the weights a CPU backend holds: every matrix and norm
 // but the embeddings (one row a token; tied, they are the head and count), the routed experts

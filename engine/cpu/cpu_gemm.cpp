@@ -44,8 +44,8 @@ namespace {
 using wt = weight_type;
 
 // w: the tile's first weight row (bytes); scale: its first row's scale (e4m3) or null.
-using tile_fn = void (*)(const float *x, const uint8_t *w, const float *scale, int64_t K, float *y, int64_t ldy,
-                         bool acc);
+using tile_fn = void (*)(const float *x, const uint8_t *w, const float *scale, int64_t K, float *y,
+                         int64_t ldy, bool acc);
 
 // Every E4M3 code's value (fp8_e4m3_to_float: the quantizer's own decoding).
 const std::array<float, 256> &e4m3_values() {
@@ -80,7 +80,8 @@ inline float weight_value(const uint8_t *row, int64_t i, float scale) {
 // faults, so the last tile's reaching past the matrix is harmless (the address is formed as an
 // integer: no pointer leaves its array).
 inline void prefetch_next_tile(const uint8_t *p, int64_t tile_bytes) {
-    _mm_prefetch(reinterpret_cast<const char *>(reinterpret_cast<uintptr_t>(p) + uintptr_t(tile_bytes)), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char *>(reinterpret_cast<uintptr_t>(p) + uintptr_t(tile_bytes)),
+                 _MM_HINT_T0);
 }
 
 // --- AVX-512: 16 weights a step ---
@@ -101,7 +102,7 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 e4m3_over_256_51
 // largest BF16 / 448).
 template <wt T>
 __attribute__((target("avx512f"), always_inline)) inline __m512 load_w512(const uint8_t *row, int64_t p,
-                                                                            __m512 scale) {
+                                                                          __m512 scale) {
     if constexpr (T == wt::f32) {
         return _mm512_loadu_ps(reinterpret_cast<const float *>(row) + p);
     } else if constexpr (T == wt::bf16) {
@@ -115,9 +116,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 load_w512(const 
 
 // The last n < 16 weights of a row from element p on, zeros after them.
 template <wt T>
-__attribute__((target("avx512f"), always_inline)) inline __m512 load_w512_tail(const uint8_t *row, int64_t p,
-                                                                                 int64_t n, __mmask16 m,
-                                                                                 __m512 scale) {
+__attribute__((target("avx512f"), always_inline)) inline __m512
+load_w512_tail(const uint8_t *row, int64_t p, int64_t n, __mmask16 m, __m512 scale) {
     if constexpr (T == wt::f32) {
         return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float *>(row) + p);
     } else {
@@ -129,8 +129,8 @@ __attribute__((target("avx512f"), always_inline)) inline __m512 load_w512_tail(c
 }
 
 template <wt T, int MR, int NR>
-__attribute__((target("avx512f"))) void tile_avx512(const float *x, const uint8_t *w, const float *scale, int64_t K,
-                                                      float *y, int64_t ldy, bool acc) {
+__attribute__((target("avx512f"))) void tile_avx512(const float *x, const uint8_t *w, const float *scale,
+                                                    int64_t K, float *y, int64_t ldy, bool acc) {
     const int64_t row_bytes = K * int64_t(weight_type_bytes(T));
     __m512 a[MR][NR];
 #pragma GCC unroll 4
@@ -140,8 +140,10 @@ __attribute__((target("avx512f"))) void tile_avx512(const float *x, const uint8_
     __m512 sc[NR];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-        if constexpr (T == wt::e4m3) sc[j] = _mm512_set1_ps(scale[j] * 256.0f);
-        else sc[j] = _mm512_setzero_ps();
+        if constexpr (T == wt::e4m3)
+            sc[j] = _mm512_set1_ps(scale[j] * 256.0f);
+        else
+            sc[j] = _mm512_setzero_ps();
     }
     int64_t k = 0;
     for (; k + 16 <= K; k += 16) {
@@ -195,7 +197,7 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 e4m3_over_
 
 template <wt T>
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 load_w256(const uint8_t *row, int64_t p,
-                                                                             __m256 scale) {
+                                                                                __m256 scale) {
     if constexpr (T == wt::f32) {
         return _mm256_loadu_ps(reinterpret_cast<const float *>(row) + p);
     } else if constexpr (T == wt::bf16) {
@@ -208,9 +210,8 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 load_w256(
 }
 
 template <wt T>
-__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 load_w256_tail(const uint8_t *row, int64_t p,
-                                                                                  int64_t n, __m256i m,
-                                                                                  __m256 scale) {
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256
+load_w256_tail(const uint8_t *row, int64_t p, int64_t n, __m256i m, __m256 scale) {
     if constexpr (T == wt::f32) {
         return _mm256_maskload_ps(reinterpret_cast<const float *>(row) + p, m);
     } else {
@@ -222,8 +223,8 @@ __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 load_w256_
 }
 
 template <wt T, int MR, int NR>
-__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float *x, const uint8_t *w, const float *scale, int64_t K,
-                                                   float *y, int64_t ldy, bool acc) {
+__attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float *x, const uint8_t *w, const float *scale,
+                                                        int64_t K, float *y, int64_t ldy, bool acc) {
     const int64_t row_bytes = K * int64_t(weight_type_bytes(T));
     __m256 a[MR][NR];
 #pragma GCC unroll 4
@@ -233,8 +234,10 @@ __attribute__((target("avx2,fma,f16c"))) void tile_avx2(const float *x, const ui
     __m256 sc[NR];
 #pragma GCC unroll 4
     for (int j = 0; j < NR; ++j) {
-        if constexpr (T == wt::e4m3) sc[j] = _mm256_set1_ps(scale[j] * 256.0f);
-        else sc[j] = _mm256_setzero_ps();
+        if constexpr (T == wt::e4m3)
+            sc[j] = _mm256_set1_ps(scale[j] * 256.0f);
+        else
+            sc[j] = _mm256_setzero_ps();
     }
     int64_t k = 0;
     for (; k + 8 <= K; k += 8) {
@@ -287,7 +290,8 @@ void tile_generic_f32(const float *x, const float *w, int64_t K, float *y, int64
 }
 
 template <wt T, int MR, int NR>
-void tile_generic(const float *x, const uint8_t *w, const float *scale, int64_t K, float *y, int64_t ldy, bool acc) {
+void tile_generic(const float *x, const uint8_t *w, const float *scale, int64_t K, float *y, int64_t ldy,
+                  bool acc) {
     if constexpr (T == wt::f32) {
         tile_generic_f32<MR, NR>(x, reinterpret_cast<const float *>(w), K, y, ldy, acc);
     } else {
@@ -296,7 +300,8 @@ void tile_generic(const float *x, const uint8_t *w, const float *scale, int64_t 
         const int64_t row_bytes = K * int64_t(weight_type_bytes(T));
         for (int j = 0; j < NR; ++j) {
             const float s = T == wt::e4m3 ? scale[j] : 1.0f;
-            for (int64_t k = 0; k < K; ++k) wide[size_t(j * K + k)] = weight_value<T>(w + j * row_bytes, k, s);
+            for (int64_t k = 0; k < K; ++k)
+                wide[size_t(j * K + k)] = weight_value<T>(w + j * row_bytes, k, s);
         }
         tile_generic_f32<MR, NR>(x, wide.data(), K, y, ldy, acc);
     }
@@ -308,12 +313,14 @@ struct kernel_set {
     tile_fn tiles[3][4][4]; // [weight_type][mr-1][nr-1]
 };
 
-#define ES_TILES_T(F, T)                                                                                          \
-    {                                                                                                             \
-        {F<T, 1, 1>, F<T, 1, 2>, F<T, 1, 3>, F<T, 1, 4>}, {F<T, 2, 1>, F<T, 2, 2>, F<T, 2, 3>, F<T, 2, 4>},       \
-            {F<T, 3, 1>, F<T, 3, 2>, F<T, 3, 3>, F<T, 3, 4>}, {F<T, 4, 1>, F<T, 4, 2>, F<T, 4, 3>, F<T, 4, 4>},   \
+#define ES_TILES_T(F, T)                                                                                     \
+    {                                                                                                        \
+        {F<T, 1, 1>, F<T, 1, 2>, F<T, 1, 3>, F<T, 1, 4>}, {F<T, 2, 1>, F<T, 2, 2>, F<T, 2, 3>, F<T, 2, 4>},  \
+            {F<T, 3, 1>, F<T, 3, 2>, F<T, 3, 3>, F<T, 3, 4>},                                                \
+            {F<T, 4, 1>, F<T, 4, 2>, F<T, 4, 3>, F<T, 4, 4>},                                                \
     }
-#define ES_TILES(F) {ES_TILES_T(F, wt::f32), ES_TILES_T(F, wt::bf16), ES_TILES_T(F, wt::e4m3)}
+#define ES_TILES(F)                                                                                          \
+    { ES_TILES_T(F, wt::f32), ES_TILES_T(F, wt::bf16), ES_TILES_T(F, wt::e4m3) }
 
 #if ES_X86
 // F16C (the AVX2 kernel's E4M3 widening); CPUID leaf 1, as not every compiler's
@@ -340,8 +347,8 @@ const std::vector<kernel_set> &kernels_here() {
     return sets;
 }
 
-void run_gemm(const kernel_set &ks, const float *x, int64_t M, const weights_view &w, int64_t N, int64_t K, float *y,
-              bool accumulate) {
+void run_gemm(const kernel_set &ks, const float *x, int64_t M, const weights_view &w, int64_t N, int64_t K,
+              float *y, bool accumulate) {
     if (M <= 0 || N <= 0) return;
     if (K == 0) {
         if (!accumulate) std::fill(y, y + M * N, 0.0f);
@@ -370,8 +377,8 @@ void run_gemm(const kernel_set &ks, const float *x, int64_t M, const weights_vie
                 const int mr = int(std::min<int64_t>(MR, m_end - m0));
                 for (int64_t n0 = nb * NB; n0 < n_end; n0 += NR) {
                     const int nr = int(std::min<int64_t>(NR, n_end - n0));
-                    tiles[mr - 1][nr - 1](x + m0 * K, wb + n0 * row_bytes, w.scale ? w.scale + n0 : nullptr, K,
-                                          y + m0 * N + n0, N, accumulate);
+                    tiles[mr - 1][nr - 1](x + m0 * K, wb + n0 * row_bytes, w.scale ? w.scale + n0 : nullptr,
+                                          K, y + m0 * N + n0, N, accumulate);
                 }
             }
         }
@@ -388,7 +395,8 @@ std::vector<const char *> gemm_kernels_here() {
     return names;
 }
 
-void gemm_nt(const float *x, int64_t M, const weights_view &w, int64_t N, int64_t K, float *y, bool accumulate) {
+void gemm_nt(const float *x, int64_t M, const weights_view &w, int64_t N, int64_t K, float *y,
+             bool accumulate) {
     run_gemm(kernels_here().front(), x, M, w, N, K, y, accumulate);
 }
 

@@ -25,7 +25,9 @@ enum class weight_type : uint8_t {
 };
 
 // Bytes an element: 4, 2, 1.
-constexpr size_t weight_type_bytes(weight_type t) { return t == weight_type::f32 ? 4 : t == weight_type::bf16 ? 2 : 1; }
+constexpr size_t weight_type_bytes(weight_type t) {
+    return t == weight_type::f32 ? 4 : t == weight_type::bf16 ? 2 : 1;
+}
 const char *weight_type_name(weight_type t); // "fp32", "bf16", "fp8-e4m3"
 
 // A weight matrix [N, K] as gemm_nt reads it: rows contiguous (ld = K).
@@ -38,8 +40,10 @@ struct weights_view {
 // y[M, N] = x[M, K] · w[N, K]ᵀ (accumulate: y += …). Rows of x are contiguous (ld = K), y has
 // leading dimension N. Threads: the calling OpenMP team size (omp_get_max_threads()). Every
 // weight type gives the bits the f32 call gives on the widened matrix.
-void gemm_nt(const float *x, int64_t M, const weights_view &w, int64_t N, int64_t K, float *y, bool accumulate);
-inline void gemm_nt(const float *x, int64_t M, const float *w, int64_t N, int64_t K, float *y, bool accumulate) {
+void gemm_nt(const float *x, int64_t M, const weights_view &w, int64_t N, int64_t K, float *y,
+             bool accumulate);
+inline void gemm_nt(const float *x, int64_t M, const float *w, int64_t N, int64_t K, float *y,
+                    bool accumulate) {
     gemm_nt(x, M, weights_view{weight_type::f32, w, nullptr}, N, K, y, accumulate);
 }
 

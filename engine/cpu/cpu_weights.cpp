@@ -16,13 +16,14 @@ weight_matrix::weight_matrix(weight_type t, int64_t rows, int64_t cols)
 }
 
 size_t weight_matrix::bytes_for(weight_type t, int64_t rows, int64_t cols) {
-    return size_t(rows * cols) * weight_type_bytes(t) + (t == weight_type::e4m3 ? size_t(rows) * sizeof(float) : 0);
+    return size_t(rows * cols) * weight_type_bytes(t) +
+           (t == weight_type::e4m3 ? size_t(rows) * sizeof(float) : 0);
 }
 
 void weight_matrix::set_rows(int64_t row0, int64_t n, const float *src) {
     if (row0 < 0 || n < 0 || row0 + n > m_rows)
-        throw std::out_of_range("weight_matrix: rows [" + std::to_string(row0) + ", " + std::to_string(row0 + n) +
-                                ") outside a matrix of " + std::to_string(m_rows));
+        throw std::out_of_range("weight_matrix: rows [" + std::to_string(row0) + ", " +
+                                std::to_string(row0 + n) + ") outside a matrix of " + std::to_string(m_rows));
     const size_t count = size_t(n * m_cols);
     uint8_t *dst = m_data.data() + size_t(row0 * m_cols) * weight_type_bytes(m_type);
     switch (m_type) {
@@ -43,7 +44,6 @@ void weight_matrix::set_rows(int64_t row0, int64_t n, const float *src) {
             fp8_quantize_ref({b.data(), codes, &m_scale[size_t(row0 + r)], 1, m_cols});
             for (int64_t c = 0; c < m_cols; ++c)
                 if ((codes[c] & 0x7f) == 0x7f) m_scale[size_t(row0 + r)] = NAN; // see cpu_weights.h
-
         }
         return;
     }

@@ -4,9 +4,9 @@
 
 #include "engine/core/scale_layout.h"
 #include "engine/cpu/cpu_backend.h"
+#include "engine/cuda/cuda_loader.h"
 #include "engine/model/model_tensors.h"
 #include "engine/model/safetensors.h"
-#include "engine/cuda/cuda_loader.h"
 #include "engine/runtime/engine.h"
 
 #include <algorithm>
@@ -134,7 +134,8 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         if (!bound) return bound.err();
         cpu_backend_params cp;
         if (p.load.emulate_precision_on_cpu)
-            cp.rounding = p.load.precision == weight_precision::fp8 ? cpu_weight_rounding::fp8_e4m3 : cpu_weight_rounding::bf16;
+            cp.rounding = p.load.precision == weight_precision::fp8 ? cpu_weight_rounding::fp8_e4m3
+                                                                    : cpu_weight_rounding::bf16;
         auto bytes = cpu_weight_bytes(c, *bound, cp);
         if (!bytes) return bytes.err();
         e.weights_bytes = *bytes;

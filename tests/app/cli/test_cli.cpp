@@ -84,9 +84,16 @@ void TestCli::failures_data() {
     QTest::newRow("unknown KV dtype") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1", "--out", "x", "--kv-cache", "int4"} << "int4";
     QTest::newRow("eval fp8 KV on the CPU") << "" << QStringList{"eval", "--model", "@DIR", "--precision", "bf16", "--baseline", "bf16", "--kv-cache", "fp8"} << "needs the CUDA backend";
     QTest::newRow("bench fp8 KV on the CPU") << "" << QStringList{"bench", "--shape", "ernie-4.5-0.3b", "--layers", "1", "--kv-cache", "fp8"} << "CUDA backend option";
-    QTest::newRow("bench fp32 weights on CUDA") << "" << QStringList{"bench", "--shape", "ernie-4.5-0.3b", "--layers", "1", "--backend", "cuda", "--precision", "fp32"} << "the CPU backend's";
-    QTest::newRow("bench fp32 weights of a checkpoint") << "" << QStringList{"bench", "--model", "@DIR", "--precision", "fp32"} << "--precision fp32 is for --shape";
-    QTest::newRow("fp32 weights outside bench") << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1", "--out", "x", "--precision", "fp32"} << "fp32";
+    QTest::newRow("bench fp32 weights on CUDA")
+        << "" << QStringList{"bench",     "--shape", "ernie-4.5-0.3b", "--layers", "1",
+                             "--backend", "cuda",    "--precision",    "fp32"}
+        << "the CPU backend's";
+    QTest::newRow("bench fp32 weights of a checkpoint")
+        << "" << QStringList{"bench", "--model", "@DIR", "--precision", "fp32"}
+        << "--precision fp32 is for --shape";
+    QTest::newRow("fp32 weights outside bench")
+        << "" << QStringList{"logits", "--model", "@DIR", "--ids", "1", "--out", "x", "--precision", "fp32"}
+        << "fp32";
     QTest::newRow("eval text without tokenizer") << "rm tokenizer.model" << QStringList{"eval", "--model", "@DIR", "--text", "@DIR/config.json"} << "tokenizer.model";
     QTest::newRow("bad temperature") << "" << QStringList{"generate", "--model", "@DIR", "--prompt", "hi", "--temperature", "-1"} << "temperature";
     QTest::newRow("serve without a model") << "" << QStringList{"serve", "--port", "0"} << "serve needs --model DIR or --shape NAME";
@@ -206,8 +213,8 @@ void TestCli::benchHoldsWeightsAsPrecisionSays() {
     std::map<QString, double> bytes;
     for (const char *prec : {"fp32", "bf16", "fp8"}) {
         const QString json = tmp.filePath(QString(prec) + ".json");
-        const run_result r = run_cli({"bench", "--shape", "ernie-4.5-0.3b", "--layers", "1", "--pp", "8", "--tg", "2",
-                                      "--reps", "1", "--precision", prec, "--json", json},
+        const run_result r = run_cli({"bench", "--shape", "ernie-4.5-0.3b", "--layers", "1", "--pp", "8",
+                                      "--tg", "2", "--reps", "1", "--precision", prec, "--json", json},
                                      120000);
         QVERIFY2(r.exit_code == 0, qPrintable(r.err));
         QFile f(json);
@@ -220,7 +227,8 @@ void TestCli::benchHoldsWeightsAsPrecisionSays() {
     }
     QVERIFY2(bytes["bf16"] > 0.5 * bytes["fp32"] && bytes["bf16"] < 0.501 * bytes["fp32"],
              qPrintable(QString("%1 of %2").arg(bytes["bf16"]).arg(bytes["fp32"])));
-    QVERIFY(bytes["fp8"] < bytes["bf16"]); // the linears at a byte; the head (most of one layer's bytes) stays BF16
+    QVERIFY(bytes["fp8"] <
+            bytes["bf16"]); // the linears at a byte; the head (most of one layer's bytes) stays BF16
 }
 
 QTEST_GUILESS_MAIN(TestCli)

@@ -106,11 +106,13 @@ void TestCpuGemm::compactTypesGiveTheFp32Bits() {
                 const std::vector<float> x = random_x(M, K, rng);
                 for (bool acc : {false, true}) {
                     std::vector<float> y0(size_t(M * N), 0.25f), y1 = y0;
-                    cpu::gemm_nt_with(kn.c_str(), x.data(), M, weights_view{weight_type::f32, w.wide.data(), nullptr},
-                                      N, K, y0.data(), acc);
+                    cpu::gemm_nt_with(kn.c_str(), x.data(), M,
+                                      weights_view{weight_type::f32, w.wide.data(), nullptr}, N, K, y0.data(),
+                                      acc);
                     cpu::gemm_nt_with(kn.c_str(), x.data(), M, w.view(), N, K, y1.data(), acc);
-                    QVERIFY2(same_bits(y0, y1), qPrintable(QString("M %1 N %2 K %3 accumulate %4")
-                                                               .arg(M).arg(N).arg(K).arg(acc)));
+                    QVERIFY2(
+                        same_bits(y0, y1),
+                        qPrintable(QString("M %1 N %2 K %3 accumulate %4").arg(M).arg(N).arg(K).arg(acc)));
                     ++cases;
                 }
             }
@@ -136,12 +138,14 @@ void TestCpuGemm::everyE4m3CodeDecodesAsTheQuantizer() {
         std::vector<float> x(size_t(K * K), 0.0f);
         for (int64_t i = 0; i < K; ++i) x[size_t(i * K + i)] = 1.0f;
         std::vector<float> y(static_cast<size_t>(K));
-        cpu::gemm_nt_with(kn.c_str(), x.data(), K, weights_view{weight_type::e4m3, codes.data(), &scale}, 1, K,
-                          y.data(), false);
+        cpu::gemm_nt_with(kn.c_str(), x.data(), K, weights_view{weight_type::e4m3, codes.data(), &scale}, 1,
+                          K, y.data(), false);
         for (int64_t i = 0; i < K; ++i)
             QVERIFY2(y[size_t(i)] == fp8_e4m3_to_float(codes[size_t(i)]) * scale,
-                     qPrintable(QString("code 0x%1 at scale %2: %3").arg(codes[size_t(i)], 2, 16, QChar('0'))
-                                    .arg(double(scale)).arg(double(y[size_t(i)]))));
+                     qPrintable(QString("code 0x%1 at scale %2: %3")
+                                    .arg(codes[size_t(i)], 2, 16, QChar('0'))
+                                    .arg(double(scale))
+                                    .arg(double(y[size_t(i)]))));
     }
     for (float nan : {NAN, -NAN}) {
         const int64_t N = 3, cols = 37;
@@ -152,8 +156,8 @@ void TestCpuGemm::everyE4m3CodeDecodesAsTheQuantizer() {
         std::vector<float> wide = w, y(static_cast<size_t>(N)), y32(static_cast<size_t>(N));
         round_cpu_weights(wide.data(), N, cols, cpu_weight_rounding::fp8_e4m3);
         cpu::gemm_nt_with(kn.c_str(), x.data(), 1, q.view(), N, cols, y.data(), false);
-        cpu::gemm_nt_with(kn.c_str(), x.data(), 1, weights_view{weight_type::f32, wide.data(), nullptr}, N, cols,
-                          y32.data(), false);
+        cpu::gemm_nt_with(kn.c_str(), x.data(), 1, weights_view{weight_type::f32, wide.data(), nullptr}, N,
+                          cols, y32.data(), false);
         QVERIFY(std::isnan(y[1]) && std::isnan(y32[1]));
         QCOMPARE(y[0], y32[0]);
         QCOMPARE(y[2], y32[2]);

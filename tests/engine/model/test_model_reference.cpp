@@ -206,11 +206,14 @@ void TestModelReference::storedTypesGiveTheFp32Bits() {
         QVERIFY2((*b)->name().find(mode.held) != std::string::npos, (*b)->name().c_str());
         const std::vector<float> fp32 = prompt_logits(**a, ref.prompt), held = prompt_logits(**b, ref.prompt);
         QCOMPARE(held.size(), ref.prompt.size() * size_t(cfg->n_vocab));
-        QVERIFY2(fp32.size() == held.size() && std::memcmp(fp32.data(), held.data(), held.size() * sizeof(float)) == 0,
-                 qPrintable(QString("rounding %1: the logits differ from the fp32-held weights'").arg(int(mode.rounding))));
+        QVERIFY2(fp32.size() == held.size() &&
+                     std::memcmp(fp32.data(), held.data(), held.size() * sizeof(float)) == 0,
+                 qPrintable(QString("rounding %1: the logits differ from the fp32-held weights'")
+                                .arg(int(mode.rounding))));
         // Bytes: what cpu_weight_bytes says before loading; every BF16 matrix at half its fp32 bytes
         // (the fp32 norms, biases and F32 routers stay), E4M3 linears smaller still.
-        auto want_a = es::cpu_weight_bytes(*cfg, *bound, wide), want_b = es::cpu_weight_bytes(*cfg, *bound, compact);
+        auto want_a = es::cpu_weight_bytes(*cfg, *bound, wide),
+             want_b = es::cpu_weight_bytes(*cfg, *bound, compact);
         QVERIFY(want_a.ok() && want_b.ok());
         QCOMPARE((*a)->weights_bytes(), *want_a);
         QCOMPARE((*b)->weights_bytes(), *want_b);

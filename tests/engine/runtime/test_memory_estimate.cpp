@@ -107,7 +107,8 @@ private slots:
         QTest::addColumn<QString>("precision");
         for (const char *d : {"dense", "dense-untied", "moe-odd", "moe-sharded", "moe-shared"})
             for (const char *prec : {"exact", "bf16", "fp8"})
-                QTest::newRow((std::string(d) + " " + prec).c_str()) << QString(ES_TEST_DATA_DIR "/") + d << QString(prec);
+                QTest::newRow((std::string(d) + " " + prec).c_str())
+                    << QString(ES_TEST_DATA_DIR "/") + d << QString(prec);
     }
 
     void cpuWeightsAreWhatTheBackendHolds() {
