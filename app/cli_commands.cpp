@@ -169,12 +169,27 @@ int cmd_info(const std::string &model_dir, bool json) {
     return weights_status == "ok" ? 0 : 1;
 }
 
-status forward_sequence(backend &be, const std::vector<int32_t> &ids, forward_output &out) {
+result<routing_intervention> to_routing_intervention(const common_opts &o) {
+    routing_intervention iv;
+    auto disabled = parse_expert_refs(o.disable_experts, "--disable-experts");
+    if (!disabled) return disabled.err();
+    auto forced = parse_expert_refs(o.force_experts, "--force-experts");
+    if (!forced) return forced.err();
+    iv.disabled = std::move(*disabled);
+    iv.forced = std::move(*forced);
+    iv.top_k = o.moe_top_k;
+    iv.bias_scale = o.expert_bias_scale;
+    return iv;
+}
+
+status forward_sequence(backend &be, const std::vector<int32_t> &ids, forward_output &out,
+                        std::shared_ptr<const routing_intervention> routing) {
     const int32_t bs = 16, n = int32_t(ids.size()), n_blocks = (n + bs - 1) / bs;
     if (auto s = be.init_kv_cache({bs, n_blocks}); !s) return s;
     batch b;
     b.tokens = ids;
     b.seqs.resize(1);
+    b.seqs[0].routing = std::move(routing);
     for (int32_t i = 0; i < n_blocks; ++i) b.seqs[0].block_table.push_back(i);
     for (int32_t i = 0; i < n; ++i) {
         b.pos.push_back(i);
@@ -188,6 +203,8 @@ int cmd_logits(const std::string &model_dir, const std::string &ids_text, const 
                const common_opts &o) {
     auto ids = parse_ids(ids_text);
     if (!ids) return fail(ids.message());
+    auto iv = to_routing_intervention(o);
+    if (!iv) return fail(iv.message());
     model_load_params lp;
     lp.kind = to_kind(o.backend);
     lp.precision = o.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
@@ -208,13 +225,22 @@ int cmd_logits(const std::string &model_dir, const std::string &ids_text, const 
         if (id >= c.n_vocab)
             return fail("--ids: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
                         std::to_string(c.n_vocab) + ")");
+    if (!iv->empty()) {
+        if (auto s = check_routing_intervention(*iv, c); !s) return fail(s.message());
+        if (!be.supports_routing_interventions())
+            return fail("expert interventions run on the CPU backend; the " + be.name() +
+                        " backend's router does not apply them (use --backend cpu)");
+    }
     forward_output fo;
-    if (auto s = forward_sequence(be, *ids, fo); !s) return fail(s.message());
+    if (auto s = forward_sequence(be, *ids, fo, std::make_shared<const routing_intervention>(*iv)); !s)
+        return fail(s.message());
     if (auto s = write_npy_f32(out, fo.logits.data(), {n, c.n_vocab}); !s) return fail(s.message());
     return 0;
 }
 
 int cmd_generate(const generate_opts &g, const common_opts &o) {
+    auto iv = to_routing_intervention(o);
+    if (!iv) return fail(iv.message());
     model_load_params lp;
     lp.kind = to_kind(o.backend);
     lp.precision = o.precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
@@ -269,6 +295,10 @@ int cmd_generate(const generate_opts &g, const common_opts &o) {
     request_params rp;
     rp.prompt_ids = prompt;
     rp.sampling = sp;
+    if (!iv->empty()) {
+        rp.routing = std::make_shared<const routing_intervention>(*iv);
+        std::fprintf(stderr, "expert intervention: %s\n", describe_routing_intervention(*iv).c_str());
+    }
     auto stream = eng.submit(std::move(rp));
     size_t n_out = 0;
     std::string finish_reason;

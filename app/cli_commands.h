@@ -30,7 +30,15 @@ struct common_opts {
     std::string kv_cache = "bf16";    // CUDA: KV cache elements, bf16 | fp8 (E4M3)
     std::string fp8_scales = "channel"; // CUDA, fp8 weights: channel | block128 (one scale per 128×128)
     double gpu_memory_utilization = 0.90; // CUDA: the device's share weights, workspace and KV pool may fill
+    // logits, generate: an expert intervention (engine/backend/routing_intervention.h)
+    std::string disable_experts, force_experts; // "L:E,…" (L: layer index or *)
+    int32_t moe_top_k = 0;                      // 0: the model's moe_k
+    float expert_bias_scale = 1.0f;             // scales e_score_correction_bias in the selection
 };
+
+// The intervention the options describe (checked against the model when it is used); errors
+// name the option.
+result<routing_intervention> to_routing_intervention(const common_opts &o);
 
 // --fp8-head / --bf16-attn-out as the engine's per-layer precision policy.
 inline fp8_policy to_fp8_policy(const common_opts &o) {
@@ -154,7 +162,8 @@ int cmd_eval(const eval_opts &e, const common_opts &o);
 
 // Teacher-forced logits of one sequence from position 0 through a fresh KV cache sized to it
 // (logits and eval): every position's logits and the router's decisions.
-status forward_sequence(backend &be, const std::vector<int32_t> &ids, forward_output &out);
+status forward_sequence(backend &be, const std::vector<int32_t> &ids, forward_output &out,
+                        std::shared_ptr<const routing_intervention> routing = nullptr);
 
 // A real benchmark shape with `layers` layers (0: its own depth), validated.
 result<model_config> bench_shape_config(const std::string &shape, int32_t layers);

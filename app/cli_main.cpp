@@ -117,6 +117,20 @@ void add_activation_options(CLI::App &sub, common_opts &common) {
     add_fp8_scales_option(sub, common);
 }
 
+// logits, generate: an expert intervention (engine/backend/routing_intervention.h).
+void add_intervention_options(CLI::App &sub, common_opts &common) {
+    sub.add_option("--disable-experts", common.disable_experts,
+                   "experts never selected, LAYER:EXPERT,… (LAYER: the checkpoint's layer index, or * for every "
+                   "MoE layer); their router probability is 0");
+    sub.add_option("--force-experts", common.force_experts,
+                   "experts always selected first, LAYER:EXPERT,…; the rest of the k places go to the best others");
+    sub.add_option("--moe-top-k", common.moe_top_k, "experts selected per token in every MoE layer (default: the model's)")
+        ->check(CLI::Range(1, 4096));
+    sub.add_option("--expert-bias-scale", common.expert_bias_scale,
+                   "scale of the router's correction bias in the selection (0: none; default 1)")
+        ->check(CLI::Range(-1000.0, 1000.0));
+}
+
 CLI::App *add_info_command(CLI::App &app, std::string &model_dir, bool &json) {
     auto *info = app.add_subcommand("info", "Architecture, shapes, parameter count, bytes at BF16/FP8, KV bytes per token");
     info->add_option("--model", model_dir, "model folder (config.json + safetensors)")->required();
@@ -132,6 +146,7 @@ CLI::App *add_logits_command(CLI::App &app, std::string &model_dir, std::string 
     logits->add_option("--out", out, "output .npy file")->required();
     add_common_options(*logits, common);
     add_activation_options(*logits, common);
+    add_intervention_options(*logits, common);
     return logits;
 }
 
@@ -152,6 +167,7 @@ CLI::App *add_generate_command(CLI::App &app, generate_opts &g, common_opts &com
     add_common_options(*gen, common);
     add_gpu_memory_option(*gen, common);
     add_activation_options(*gen, common);
+    add_intervention_options(*gen, common);
     return gen;
 }
 

@@ -8,6 +8,12 @@
 
 namespace es {
 
+bool batch_has_routing(const batch &b) {
+    for (const auto &s : b.seqs)
+        if (s.routing && !s.routing->empty()) return true;
+    return false;
+}
+
 void check_batch(const batch &b, const model_config &cfg, const kv_cache_params &kv, bool fed) {
     const size_t T = b.tokens.size();
     if (b.pos.size() != T || b.seq.size() != T) throw load_error("batch: tokens, pos and seq differ in length");
@@ -45,6 +51,9 @@ void check_batch(const batch &b, const model_config &cfg, const kv_cache_params 
     for (const auto &s : b.seqs)
         for (int32_t blk : s.block_table)
             if (blk < 0 || blk >= kv.n_blocks) throw load_error("batch: KV block id out of range");
+    for (const auto &s : b.seqs)
+        if (s.routing)
+            if (auto st = check_routing_intervention(*s.routing, cfg); !st) throw load_error("batch: " + st.message());
     for (int32_t r : b.logits_rows)
         if (r < 0 || size_t(r) >= T) throw load_error("batch: logits row out of range");
     if (b.sampling.empty()) return;

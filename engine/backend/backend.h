@@ -9,9 +9,10 @@
 // prefill, prefix-cached blocks and decode are one code path.
 #pragma once
 
+#include "engine/backend/routing_intervention.h"
+#include "engine/core/sampling.h"
 #include "engine/core/status.h"
 #include "engine/model/model_config.h"
-#include "engine/core/sampling.h"
 
 #include <cstdint>
 #include <deque>
@@ -24,6 +25,10 @@ namespace es {
 
 struct batch_seq {
     std::vector<int32_t> block_table;  // KV blocks of this sequence, in position order
+    // The expert intervention its tokens are routed under (routing_intervention.h); null or
+    // empty: none. Only backends that support them (backend::supports_routing_interventions)
+    // accept a batch with one.
+    std::shared_ptr<const routing_intervention> routing;
 };
 
 struct batch {
@@ -52,10 +57,12 @@ struct batch {
 };
 
 // Router decisions of one forward pass, for telemetry: for MoE layer slot m (layers in order,
-// dense layers skipped), ids[m][t*k + j] and weights[m][t*k + j] for token t, choice j.
+// dense layers skipped), ids[m][t*k + j] and weights[m][t*k + j] for token t, choice j. k is the
+// largest number of experts any token of the pass selected (an intervention may change it per
+// sequence); a token that selected fewer has id −1 and weight 0 in the remaining places.
 struct routing_record {
     std::vector<int32_t> moe_layers;            // layer index of each slot
-    int32_t n_expert_used = 0;
+    int32_t n_expert_used = 0;                  // k
     std::vector<std::vector<int16_t>> ids;
     std::vector<std::vector<float>> weights;
 };
@@ -111,6 +118,8 @@ struct backend_memory {
 // es::load_error naming what is wrong (backends call it inside catch_errors). fed: negative
 // tokens pass (submit's fed tokens, which the backend checks against the previous forward).
 void check_batch(const batch &b, const model_config &cfg, const kv_cache_params &kv, bool fed = false);
+// Whether any sequence of the batch carries a non-empty expert intervention.
+bool batch_has_routing(const batch &b);
 
 class backend {
 public:
@@ -146,6 +155,9 @@ public:
     // Whether forward() draws each row's token itself (batch::sampling → forward_output::sampled,
     // engine/core/sampling.h); with it, fed tokens read the draws.
     virtual bool supports_sampling() const { return false; }
+    // Whether forward() applies batch_seq::routing (expert interventions); a backend that does
+    // not refuses a batch that carries one (check_routing_supported).
+    virtual bool supports_routing_interventions() const { return false; }
     // Full logits of output row `row` of the last forward(), valid until the next forward() or
     // init_kv_cache(); out.size() must be n_vocab. Same thread as forward().
     virtual status logits_row(int32_t row, std::span<float> out) = 0;

@@ -88,6 +88,7 @@ public:
                " weights" + (rounded_f32 ? r : "") + ")";
     }
     const model_config &config() const override { return m_cfg; }
+    bool supports_routing_interventions() const override { return true; }
     size_t weights_bytes() const override { return m_weight_bytes; }
 
     backend_memory memory() const override {
@@ -395,7 +396,7 @@ private:
                 swiglu(m_xn.data(), T, L.w_gate_up, L.w_down, c.n_ff, m_x.data(), nullptr);
                 out.phases.dense_ms += ms_since(t0);
             } else {
-                moe(L, il, T, out.routing);
+                moe(b, L, il, T, out.routing);
                 out.phases.moe_ms += ms_since(t0);
             }
         }
@@ -477,32 +478,54 @@ private:
         for (int64_t m = 0; m < M; ++m) cpu::axpy(row_weight[m], &m_eout[m * H], &y[int64_t((*rows)[m]) * H], H);
     }
 
-    void moe(const cpu_layer &L, int64_t il, int64_t T, routing_record &rec) {
+    void moe(const batch &b, const cpu_layer &L, int64_t il, int64_t T, routing_record &rec) {
         const auto &c = m_cfg;
-        const int64_t H = c.n_embd, E = c.n_expert, K = c.n_expert_used;
+        const int64_t H = c.n_embd, E = c.n_expert;
         m_router.resize(size_t(T * E));
         linear(m_xn.data(), L.router, m_router.data(), T, E, H);
 
-        std::vector<int16_t> ids(size_t(T * K));
-        std::vector<float> wts(size_t(T * K));
+        // Each sequence's view of its intervention in this layer (none: the model's routing), and
+        // the record's k: the most any token selects.
+        std::vector<layer_routing> seq_routing(b.seqs.size());
+        int64_t K = 0;
+        for (size_t s = 0; s < b.seqs.size(); ++s) {
+            static const routing_intervention none;
+            const auto &iv = b.seqs[s].routing ? *b.seqs[s].routing : none;
+            seq_routing[s] = routing_for_layer(iv, int32_t(il), E, c.n_expert_used);
+            K = std::max<int64_t>(K, seq_routing[s].k);
+        }
+        std::vector<int16_t> ids(size_t(T * K), int16_t(-1));
+        std::vector<float> wts(size_t(T * K), 0.0f);
 #pragma omp parallel if (T * E >= (1 << 14))
         {
             std::vector<int32_t> order(static_cast<size_t>(E));
             fvec biased(static_cast<size_t>(E));
 #pragma omp for schedule(static)
             for (int64_t t = 0; t < T; ++t) {
+                const layer_routing &lr = seq_routing[size_t(b.seq[t])];
                 float *p = &m_router[t * E];
+                // A disabled expert's logit is −∞: probability 0, the softmax taken without it.
+                for (int64_t e = 0; e < E; ++e)
+                    if (lr.disabled[size_t(e)]) p[e] = -INFINITY;
                 cpu::softmax(p, E);
-                for (int64_t e = 0; e < E; ++e) biased[e] = p[e] + L.router_bias[e];
-                std::iota(order.begin(), order.end(), 0);
-                // Top-k by biased score; ties broken by the lower expert id.
-                std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+                for (int64_t e = 0; e < E; ++e)
+                    biased[e] = lr.disabled[size_t(e)] ? -INFINITY
+                                : lr.bias_scale == 1.0f ? p[e] + L.router_bias[e]
+                                                        : p[e] + lr.bias_scale * L.router_bias[e];
+                // Forced experts first, in their order; then the best of the rest by biased score,
+                // ties broken by the lower expert id.
+                const int64_t n_forced = int64_t(lr.forced.size()), k = lr.k;
+                std::copy(lr.forced.begin(), lr.forced.end(), order.begin());
+                int64_t n = n_forced;
+                for (int32_t e = 0; e < int32_t(E); ++e)
+                    if (std::find(lr.forced.begin(), lr.forced.end(), e) == lr.forced.end()) order[size_t(n++)] = e;
+                std::partial_sort(order.begin() + n_forced, order.begin() + k, order.end(), [&](int32_t a, int32_t b) {
                     return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
                 });
                 float sum = 0.0f;
-                for (int64_t j = 0; j < K; ++j) sum += p[order[j]];
+                for (int64_t j = 0; j < k; ++j) sum += p[order[j]];
                 const float denom = std::max(sum, float(c.moe_norm_min));
-                for (int64_t j = 0; j < K; ++j) {
+                for (int64_t j = 0; j < k; ++j) {
                     ids[t * K + j] = int16_t(order[j]);
                     wts[t * K + j] = p[order[j]] / denom;
                 }
@@ -519,6 +542,7 @@ private:
         std::vector<fvec> w_of(static_cast<size_t>(E));
         for (int64_t t = 0; t < T; ++t)
             for (int64_t j = 0; j < K; ++j) {
+                if (ids[t * K + j] < 0) continue; // past this token's k
                 tok_of[ids[t * K + j]].push_back(int32_t(t));
                 w_of[ids[t * K + j]].push_back(wts[t * K + j]);
             }
@@ -532,6 +556,7 @@ private:
                    w_of[e].data());
         }
 
+        rec.n_expert_used = int32_t(K);
         rec.moe_layers.push_back(int32_t(il));
         rec.ids.push_back(std::move(ids));
         rec.weights.push_back(std::move(wts));

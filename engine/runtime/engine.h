@@ -5,6 +5,7 @@
 // the thread and frees everything.
 #pragma once
 
+#include "engine/backend/routing_intervention.h"
 #include "engine/core/telemetry.h"
 #include "engine/model/chat_template.h"
 #include "engine/runtime/memory_estimate.h"
@@ -34,6 +35,10 @@ struct request_params {
     std::string preset_prefix;          // mode prefix (【技术解析模式】…) put before the last user message
     sampling_params sampling;           // callers start from engine::model_defaults()
     bool add_generation_prompt = true;
+    // Expert intervention (routing_intervention.h); null or empty: the model's routing. Refused
+    // with a message when the backend does not apply interventions or the model has no such
+    // layer or expert. Its KV is never shared through the prefix cache.
+    std::shared_ptr<const routing_intervention> routing;
 };
 
 enum class event_kind { token, finished, failed };
@@ -56,6 +61,7 @@ struct request_metrics {
     uint64_t seed = 0;
     // Routing trace: for position p (prompt and generated), MoE slot m, choice j:
     // trace[(p * n_moe + m) * k + j]; -1 where the position was served by the prefix cache.
+    // k is the request's (its intervention's top-k, else the model's).
     int32_t n_moe_layers = 0, k = 0;
     std::vector<int16_t> trace;
     std::vector<float> trace_weights;     // same layout

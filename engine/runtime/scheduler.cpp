@@ -63,7 +63,7 @@ void scheduler::preempt(sched_request &r) {
 // compute, so the step produces logits to sample from. The caller counts the query only once the
 // admission succeeds (a request retried while blocks are short would be counted every step).
 int32_t scheduler::admit_prefix(sched_request &r) {
-    if (!m_p.enable_prefix_caching) return 0;
+    if (!m_p.enable_prefix_caching || !r.shares_prefix()) return 0;
     const int32_t bs = m_p.block_size;
     const int32_t max_blocks = (r.n_tokens() - 1) / bs;
     std::optional<block_hash> parent;
@@ -170,7 +170,7 @@ void scheduler::update(const scheduler_output &out) {
     for (const auto &c : out.chunks) {
         sched_request &r = *c.req;
         r.n_computed = c.start + c.n_new;
-        if (!m_p.enable_prefix_caching) continue;
+        if (!m_p.enable_prefix_caching || !r.shares_prefix()) continue;
         // Cache every block that became full with computed tokens.
         const int32_t full = r.n_computed / bs;
         while (int32_t(r.hashes.size()) < full) {

@@ -8,6 +8,7 @@
 // Owned by the engine thread; not thread-safe.
 #pragma once
 
+#include "engine/backend/routing_intervention.h"
 #include "engine/runtime/block_pool.h"
 
 #include <cstdint>
@@ -38,6 +39,10 @@ struct sched_request {
     int32_t n_cached_tokens = 0;        // prompt tokens served by the prefix cache at admission
     int32_t n_preemptions = 0;
     bool running = false;
+    // The expert intervention its tokens are routed under; with one, no block of it is looked up
+    // in or added to the prefix cache (the KV past the first MoE layer differs).
+    std::shared_ptr<const routing_intervention> routing;
+    bool shares_prefix() const { return !routing || routing->empty(); }
 
     int32_t n_tokens() const { return int32_t(tokens.size()); }
 };

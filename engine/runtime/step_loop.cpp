@@ -167,8 +167,17 @@ void step_loop::admit(cmd_submit &c) {
     for (int32_t id : ids)
         if (id < 0 || id >= m_mdl->config.n_vocab)
             return fail_stream(c.stream, "token id " + std::to_string(id) + " is outside the vocabulary");
+    const bool intervenes = r.routing && !r.routing->empty();
+    if (intervenes) {
+        if (!m_mdl->be->supports_routing_interventions())
+            return fail_stream(c.stream, "expert interventions run on the CPU backend; the " + m_mdl->be->name() +
+                                             " backend's router does not apply them");
+        if (auto s = check_routing_intervention(*r.routing, m_mdl->config); !s)
+            return fail_stream(c.stream, "expert intervention: " + s.message());
+    }
     auto sr = std::make_unique<sched_request>();
     sr->id = c.stream->id();
+    if (intervenes) sr->routing = r.routing;
     sr->tokens = ids;
     sr->n_prompt = int32_t(ids.size());
     if (auto msg = m_sched->add(std::move(sr)); !msg.empty()) return fail_stream(c.stream, msg);
@@ -184,7 +193,7 @@ void step_loop::admit(cmd_submit &c) {
         m.n_prompt_tokens = lr.n_prompt;
         m.seed = lr.smp->seed();
         m.n_moe_layers = int32_t(m_moe_layers.size());
-        m.k = int32_t(m_mdl->config.n_expert_used);
+        m.k = intervenes && r.routing->top_k > 0 ? r.routing->top_k : int32_t(m_mdl->config.n_expert_used);
     }
     m_n_prompt_tokens += uint64_t(ids.size());
     m_live.emplace(c.stream->id(), std::move(lr));
@@ -302,7 +311,7 @@ std::optional<inflight_step> step_loop::schedule() {
     std::vector<sampled_row> rows; // one per logits row
     for (size_t i = 0; i < f.so.chunks.size(); ++i) {
         const scheduled_chunk &c = f.so.chunks[i];
-        b.seqs.push_back({c.req->blocks});
+        b.seqs.push_back({c.req->blocks, c.req->routing});
         for (int32_t p = c.start; p < c.start + c.n_new; ++p) {
             b.tokens.push_back(c.req->tokens[p]);
             b.pos.push_back(p);
@@ -425,19 +434,21 @@ void step_loop::record_routing(const inflight_step &f, const std::vector<char> &
         auto &m = lr.stream->m_metrics;
         m.n_preemptions = c.req->n_preemptions;
         m.n_cached_prompt_tokens = c.req->n_cached_tokens;
+        const int32_t kr = std::min(m.k, K); // this request's k; the step's K is the most any row took
         if (lr.traced < c.start) { // positions served by the prefix cache
-            m.trace.resize(size_t(c.start) * n_moe * K, int16_t(-1));
-            m.trace_weights.resize(size_t(c.start) * n_moe * K, 0.0f);
+            m.trace.resize(size_t(c.start) * n_moe * m.k, int16_t(-1));
+            m.trace_weights.resize(size_t(c.start) * n_moe * m.k, 0.0f);
             lr.traced = c.start;
         }
         for (int32_t p = c.start; p < c.start + c.n_new; ++p, ++row) {
             if (p < lr.traced || n_moe == 0) continue;
             for (int32_t s = 0; s < n_moe; ++s)
-                for (int32_t j = 0; j < K; ++j) {
-                    const int16_t e = m_out.routing.ids[s][size_t(row) * K + j];
-                    const float w = m_out.routing.weights[s][size_t(row) * K + j];
+                for (int32_t j = 0; j < m.k; ++j) {
+                    const int16_t e = j < kr ? m_out.routing.ids[s][size_t(row) * K + j] : int16_t(-1);
+                    const float w = j < kr ? m_out.routing.weights[s][size_t(row) * K + j] : 0.0f;
                     m.trace.push_back(e);
                     m.trace_weights.push_back(w);
+                    if (e < 0) continue;
                     m_expert_tokens[size_t(s) * E + e] += 1;
                     m_expert_weight[size_t(s) * E + e] += w;
                     step_counts[size_t(s) * E + e] += 1;
