@@ -33,13 +33,13 @@ namespace {
 
 // The roundings, each a bit: the twin's five (twin_all), and HF's bf16 forward (hf).
 enum rounding : unsigned {
-    r_attn_norm = 1,   // the attention input norm's output
-    r_ffn_norm = 2,    // the FFN input norm's output (the experts' input)
-    r_router_in = 4,   // the router's input (the FFN norm's output, rounded)
-    r_qkv = 8,         // q and k after RoPE, v
-    r_attn_out = 16,   // the attention output
-    r_act = 32,        // SiLU(gate)·up
-    r_head_in = 64,    // the output norm's output
+    r_attn_norm = 1, // the attention input norm's output
+    r_ffn_norm = 2,  // the FFN input norm's output (the experts' input)
+    r_router_in = 4, // the router's input (the FFN norm's output, rounded)
+    r_qkv = 8,       // q and k after RoPE, v
+    r_attn_out = 16, // the attention output
+    r_act = 32,      // SiLU(gate)·up
+    r_head_in = 64,  // the output norm's output
     twin_all = 127,
     hf = 128,
 };
@@ -53,12 +53,13 @@ std::vector<float> f32(const es::tensor_view *tv) {
 }
 
 struct pass_out {
-    std::vector<float> logits;            // [T, V]
+    std::vector<float> logits;             // [T, V]
     std::vector<std::vector<int32_t>> ids; // per MoE layer [T·K], sorted per token
 };
 
 // One sequence from position 0 with the roundings in `r`.
-pass_out forward(const es::model_config &c, const es::model_tensors &t, const std::vector<int32_t> &tok, unsigned r) {
+pass_out forward(const es::model_config &c, const es::model_tensors &t, const std::vector<int32_t> &tok,
+                 unsigned r) {
     const bool h = r & hf;
     const int64_t T = int64_t(tok.size()), H = c.n_embd, hd = c.head_dim, nh = c.n_head, nkv = c.n_head_kv,
                   qd = nh * hd, kvd = nkv * hd, K = c.n_expert_used, E = c.n_expert;
@@ -107,7 +108,8 @@ pass_out forward(const es::model_config &c, const es::model_tensors &t, const st
         return lin(a, F, d);
     };
     std::vector<float> inv(static_cast<size_t>(hd / 2));
-    for (int64_t i = 0; i < hd / 2; ++i) inv[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(hd));
+    for (int64_t i = 0; i < hd / 2; ++i)
+        inv[i] = 1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(hd));
     for (int64_t il = 0; il < c.n_layer; ++il) {
         const es::layer_tensors &L = t.layers[il];
         auto xn = norm(L.attn_norm, r & r_attn_norm);
@@ -140,7 +142,8 @@ pass_out forward(const es::model_config &c, const es::model_tensors &t, const st
                 for (auto &e : s) sum += (e = std::exp(e - mx));
                 for (int64_t d = 0; d < hd; ++d) {
                     float a = 0;
-                    for (int64_t j = 0; j <= m; ++j) a += (h ? bf(s[j] / sum) : s[j]) * v[j * kvd + kh * hd + d];
+                    for (int64_t j = 0; j <= m; ++j)
+                        a += (h ? bf(s[j] / sum) : s[j]) * v[j * kvd + kh * hd + d];
                     a = h ? bf(a) : a / sum;
                     att[m * qd + hh * hd + d] = (r & r_attn_out) ? bf(a) : a;
                 }
@@ -183,7 +186,8 @@ pass_out forward(const es::model_config &c, const es::model_tensors &t, const st
                         c.n_ff_exp * c.n_expert_shared);
         std::vector<std::vector<float>> ye(static_cast<size_t>(E)); // every expert on every token
         for (int64_t e = 0; e < E; ++e)
-            ye[e] = swiglu(xn, f32(L.ffn_gate_exps[e]), f32(L.ffn_up_exps[e]), f32(L.ffn_down_exps[e]), c.n_ff_exp);
+            ye[e] = swiglu(xn, f32(L.ffn_gate_exps[e]), f32(L.ffn_up_exps[e]), f32(L.ffn_down_exps[e]),
+                           c.n_ff_exp);
         for (int64_t m = 0; m < T; ++m)
             for (int64_t i = 0; i < H; ++i) {
                 if (h) { // HF: experts in id order, index_add_ in bf16, then the shared output
@@ -302,8 +306,9 @@ void BenchBf16Fidelity::referencePrompts() {
     line("twin (BF16)", all);
     line("HF bf16", forward(ck.cfg, ck.t, ck.prompt, hf));
     const std::pair<const char *, unsigned> single[] = {
-        {"attention norm", r_attn_norm}, {"FFN norm", r_ffn_norm}, {"router input", r_router_in},
-        {"q/k/v", r_qkv},                {"attention out", r_attn_out}, {"SiLU·up", r_act},
+        {"attention norm", r_attn_norm}, {"FFN norm", r_ffn_norm},
+        {"router input", r_router_in},   {"q/k/v", r_qkv},
+        {"attention out", r_attn_out},   {"SiLU·up", r_act},
         {"head input", r_head_in}};
     for (const auto &[name, bit] : single) {
         line(qPrintable(QString("only ") + name), forward(ck.cfg, ck.t, ck.prompt, bit));
@@ -317,7 +322,8 @@ void BenchBf16Fidelity::randomPrompts() {
     QFETCH(QString, dir);
     checkpoint ck;
     QVERIFY(open_checkpoint(dir, ck));
-    const int n = qEnvironmentVariableIsSet("ES_BENCH_PROMPTS") ? qEnvironmentVariableIntValue("ES_BENCH_PROMPTS") : 40;
+    const int n =
+        qEnvironmentVariableIsSet("ES_BENCH_PROMPTS") ? qEnvironmentVariableIntValue("ES_BENCH_PROMPTS") : 40;
     const size_t T = 24, V = size_t(ck.cfg.n_vocab);
     const std::pair<const char *, unsigned> modes[] = {
         {"twin (BF16)", twin_all}, {"twin, fp32 router input", twin_all & ~r_router_in}, {"HF bf16", hf}};
@@ -344,8 +350,8 @@ void BenchBf16Fidelity::randomPrompts() {
     for (size_t m = 0; m < std::size(modes); ++m)
         qInfo("%-13s %-24s %d prompts: mean NMSE %.3e, positions over 3e-4 %zu of %zu (worst %.2e), "
               "routing decisions differing %zu of %zu",
-              qPrintable(ck.name), modes[m].first, n, s[m].nmse, s[m].over, size_t(n) * T, s[m].worst, s[m].flips,
-              decisions);
+              qPrintable(ck.name), modes[m].first, n, s[m].nmse, s[m].over, size_t(n) * T, s[m].worst,
+              s[m].flips, decisions);
 }
 
 QTEST_GUILESS_MAIN(BenchBf16Fidelity)
