@@ -465,8 +465,9 @@ void routed_experts(twin_pass &p, const layer_tensors &L, const std::vector<int3
 }
 
 // The MoE FFN on xn: the router (its choices into rec when set), the shared experts, the routed
-// ones. The shared experts go in first: on the GPU, decode steps (moe_front) add them as moe_combine's y_shared, x + y_shared,
-// the same fp32 sum as the accumulating linear of prefill steps and of this twin.
+// ones. The shared experts go in first: on the GPU, decode steps (moe_front) add them as
+// moe_combine's y_shared, x + y_shared, the same fp32 sum as the accumulating linear of prefill
+// steps and of this twin.
 void moe_ffn(twin_pass &p, const layer_tensors &L, int64_t il, routing_record *rec) {
     const model_config &c = p.c;
     const auto router = to_f32(*L.ffn_gate_inp), bias = to_f32(*L.ffn_exp_probs_b);

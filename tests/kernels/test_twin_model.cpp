@@ -335,8 +335,8 @@ void TestTwinModel::bf16Fidelity() {
     }
     qInfo("%s bf16 vs the CPU backend: NMSE %.3e, worst position %zu %.3e; the %zu positions before any "
           "routing difference: NMSE %.3e, worst %.3e; tokens routed otherwise (their NMSE):%s",
-          qPrintable(QDir(dir).dirName()), all.value(), at, worst, n_agreeing, agreeing.value(), worst_agreeing,
-          flipped.isEmpty() ? " none" : qPrintable(flipped));
+          qPrintable(QDir(dir).dirName()), all.value(), at, worst, n_agreeing, agreeing.value(),
+          worst_agreeing, flipped.isEmpty() ? " none" : qPrintable(flipped));
     QVERIFY2(agreeing.value() <= 3e-4, qPrintable(QString("NMSE %1").arg(agreeing.value())));
     QVERIFY2(worst_agreeing <= 1e-3, qPrintable(QString("worst position NMSE %1").arg(worst_agreeing)));
 }
