@@ -464,10 +464,11 @@ void routed_experts(twin_pass &p, const layer_tensors &L, const std::vector<int3
     moe_combine_ref(cb);
 }
 
-// The MoE FFN on xn: the router, the shared experts, the routed ones. The shared experts go in
-// first: on the GPU, decode steps (moe_front) add them as moe_combine's y_shared, x + y_shared,
-// the same fp32 sum as the accumulating linear of prefill steps and of this twin.
-void moe_ffn(twin_pass &p, const layer_tensors &L) {
+// The MoE FFN on xn: the router (its choices into rec when set), the shared experts, the routed
+// ones. The shared experts go in first: on the GPU, decode steps (moe_front) add them as
+// moe_combine's y_shared, x + y_shared, the same fp32 sum as the accumulating linear of prefill
+// steps and of this twin.
+void moe_ffn(twin_pass &p, const layer_tensors &L, int64_t il, routing_record *rec) {
     const model_config &c = p.c;
     const auto router = to_f32(*L.ffn_gate_inp), bias = to_f32(*L.ffn_exp_probs_b);
     std::vector<int32_t> ids(static_cast<size_t>(p.T * p.K));
@@ -484,6 +485,11 @@ void moe_ffn(twin_pass &p, const layer_tensors &L) {
     mr.n_expert_used = p.K;
     mr.norm_min = float(c.moe_norm_min);
     moe_router_ref(mr);
+    if (rec) {
+        rec->moe_layers.push_back(int32_t(il));
+        rec->ids.emplace_back(ids.begin(), ids.end());
+        rec->weights.push_back(wts);
+    }
     if (c.n_expert_shared > 0)
         swiglu_ffn(p, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, c.n_ff_exp * c.n_expert_shared);
     routed_experts(p, L, ids, wts);
@@ -512,6 +518,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
                      fmt == weight_format::fp8_e4m3 && o.fp8.head ? fmt : weight_format::bf16, o.fp8.scales);
         const auto out_norm = to_bf16(*t.output_norm);
         twin_pass p(c, T, fmt, o, std::move(aplan));
+        if (o.routing) *o.routing = routing_record{{}, int32_t(c.n_expert_used), {}, {}};
         embedding_ref({tokens.data(), tok_embd.data(), p.x.data(), T, p.H});
         for (int64_t il = 0; il < c.n_layer; ++il) {
             const layer_tensors &L = t.layers[il];
@@ -519,7 +526,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             attention_block(p, L, attn_norm);
             normalize(p, ffn_norm);
             if (L.is_moe)
-                moe_ffn(p, L);
+                moe_ffn(p, L, il, o.routing);
             else
                 swiglu_ffn(p, L.ffn_gate, L.ffn_up, L.ffn_down, c.n_ff);
         }

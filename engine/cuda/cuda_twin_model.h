@@ -7,6 +7,7 @@
 // we meant is close to HF" (twin vs HF, bounded by BF16/FP8 precision).
 #pragma once
 
+#include "engine/backend/backend.h"
 #include "engine/backend/precision.h"
 #include "engine/model/model_config.h"
 #include "engine/model/model_tensors.h"
@@ -45,6 +46,10 @@ struct twin_options {
     // scales): act_quantize's codes of the normalized rows for the gate/up and of each slot's
     // SiLU·up row for the down, the codes' products scaled after the sum.
     bool grouped_fp8 = false;
+    // When set, receives the router's choices as a backend's forward_output::routing holds them
+    // (per MoE layer: ids and weights [tokens.size(), n_expert_used] in selection order), so they
+    // can be set against the CPU backend's.
+    routing_record *routing = nullptr;
 };
 
 // Logits [tokens.size(), n_vocab] of one sequence starting at position 0.
