@@ -4,6 +4,7 @@
 #include "chat_store.h"
 #include "composer.h"
 #include "engine_session.h"
+#include "expert_lab_dialog.h"
 #include "message_widget.h"
 #include "preset_bar.h"
 #include "profile_recorder.h"
@@ -37,6 +38,17 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     titleRow->addWidget(m_title, 1);
     titleRow->addWidget(m_badge);
     layout->addLayout(titleRow);
+    m_interventionBanner = new QLabel(this);
+    m_interventionBanner->setWordWrap(true);
+    m_interventionBanner->setTextFormat(Qt::RichText);
+    m_interventionBanner->setStyleSheet(
+        QStringLiteral("background: palette(alternate-base); border-left: 3px solid #c77c02; padding: 4px"));
+    m_interventionBanner->hide();
+    connect(m_interventionBanner, &QLabel::linkActivated, this, [this](const QString &link) {
+        if (link == QLatin1String("edit")) openExpertLab();
+        else if (link == QLatin1String("clear")) setConversationIntervention({});
+    });
+    layout->addWidget(m_interventionBanner);
     m_scroll = new QScrollArea(this);
     m_scroll->setWidgetResizable(true);
     m_scroll->setFrameShape(QFrame::NoFrame);
@@ -132,6 +144,7 @@ void ChatPane::setActivePreset(const std::optional<Preset> &preset) {
             st.presetId = preset ? std::optional<qint64>(preset->id) : std::nullopt;
             m_store->setConversationSettings(*m_conversation, st);
         }
+    updateInterventionBanner();
 }
 
 void ChatPane::editConversationSettings() {
@@ -156,6 +169,49 @@ void ChatPane::editConversationSettings() {
     } else {
         m_pendingSettings = current;
     }
+    updateInterventionBanner();
+}
+
+bool ChatPane::setConversationIntervention(const ExpertIntervention &iv) {
+    ConversationSettings current = m_pendingSettings;
+    if (m_conversation)
+        if (auto c = m_store->conversation(*m_conversation)) current = c->settings;
+    current.sampling.intervention = iv;
+    if (m_conversation) {
+        if (!m_store->setConversationSettings(*m_conversation, current)) {
+            emit errorOccurred(m_store->lastError());
+            return false;
+        }
+    } else {
+        m_pendingSettings = current;
+    }
+    updateInterventionBanner();
+    return true;
+}
+
+void ChatPane::openExpertLab(const std::optional<ExpertIntervention> &prefill) {
+    const SessionModelInfo info = m_session->modelInfo();
+    if (!m_session->isModelLoaded())
+        return emit errorOccurred(tr("The expert lab needs a loaded model — File ▸ Open model… (Ctrl+O)."));
+    if (!info.isMoe || info.nExperts <= 0)
+        return emit errorOccurred(
+            tr("The expert lab needs a mixture-of-experts model; %1 has no routed experts.").arg(info.name));
+    ExpertLabDialog dialog(info, prefill.value_or(effectiveSampling().intervention),
+                           [session = m_session](const ExpertIntervention &iv) {
+                               return session ? session->checkIntervention(iv) : QString();
+                           },
+                           this);
+    if (dialog.exec() != QDialog::Accepted) return;
+    setConversationIntervention(dialog.intervention());
+}
+
+void ChatPane::updateInterventionBanner() {
+    const ExpertIntervention iv = effectiveSampling().intervention;
+    m_interventionBanner->setVisible(!iv.isEmpty());
+    if (iv.isEmpty()) return;
+    m_interventionBanner->setText(tr("<b>Expert intervention</b> — the next replies are routed under: %1. "
+                                     "<a href=\"edit\">Edit…</a> · <a href=\"clear\">Clear</a>")
+                                      .arg(iv.summary().toHtmlEscaped()));
 }
 
 QString ChatPane::engineBadge() const { return m_badge->text(); }
@@ -184,6 +240,7 @@ void ChatPane::reload() {
     std::optional<Conversation> conv = m_conversation ? m_store->conversation(*m_conversation) : std::nullopt;
     if (m_conversation && !conv) m_conversation.reset();
     m_title->setText(conv ? (conv->title.isEmpty() ? tr("Untitled") : conv->title) : tr("New conversation"));
+    updateInterventionBanner();
     if (!conv) return;
     const QList<Message> path = m_store->activePath(*m_conversation);
     qint64 lastAssistant = 0;
@@ -236,6 +293,7 @@ SamplingParams ChatPane::effectiveSampling() const {
             if (o.maxTokens) s.maxTokens = o.maxTokens;
             if (o.seed) s.seed = o.seed;
             if (!o.stopStrings.isEmpty()) s.stopStrings = o.stopStrings;
+            if (!o.intervention.isEmpty()) s.intervention = o.intervention;
         }
     }
     return s;

@@ -57,6 +57,13 @@ public slots:
     void reload();
     // Sampling parameters of this conversation (a dialog over SamplingControls).
     void editConversationSettings();
+    // The expert lab (ExpertLabDialog) on this conversation's intervention; `prefill`, when given,
+    // is shown instead of the stored one (e.g. an expert picked on the routing heatmap).
+    void openExpertLab(const std::optional<es::ExpertIntervention> &prefill = std::nullopt);
+    // Stores `iv` as this conversation's intervention (the next replies are routed under it).
+    bool setConversationIntervention(const es::ExpertIntervention &iv);
+    // The intervention this conversation's next reply runs under (its own, else its preset's).
+    ExpertIntervention nextIntervention() const { return effectiveSampling().intervention; }
 
 signals:
     void managePresetsRequested();
@@ -74,6 +81,7 @@ private:
                     const QList<es::LayerRouting> &routing, quint64 seed);
     void onFailed(quint64 requestId, const QString &message);
     void updateComposerState();
+    void updateInterventionBanner();
     SamplingParams effectiveSampling() const;
     GenerationInfo generationInfo(quint64 seed) const;
     void scrollToBottom();
@@ -85,6 +93,7 @@ private:
     std::optional<qint64> m_conversation;
     std::optional<Preset> m_preset;
     QLabel *m_title = nullptr;
+    QLabel *m_interventionBanner = nullptr; // shown while the next replies run under an intervention
     QScrollArea *m_scroll = nullptr;
     QWidget *m_list = nullptr;
     QVBoxLayout *m_listLayout = nullptr;

@@ -3,12 +3,14 @@
 #include "compare_view.h"
 
 #include "profiler_charts.h"
+#include "text_diff.h"
 
 #include <QCheckBox>
 #include <QGridLayout>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QPushButton>
+#include <QTextBrowser>
 #include <QVBoxLayout>
 
 #include <qcustomplot.h>
@@ -102,7 +104,18 @@ CompareView::CompareView(QWidget *parent) : QWidget(parent) {
     m_summary = new QLabel(this);
     m_summary->setToolTip(ProfilerDefinitions::jensenShannon());
     layout->addWidget(m_summary);
+
+    // The replies' words: what B says that A does not (yellow), what only A says (struck out).
+    m_textSummary = new QLabel(this);
+    m_textSummary->setWordWrap(true);
+    layout->addWidget(m_textSummary);
+    m_text = new QTextBrowser(this);
+    m_text->setOpenLinks(false);
+    m_text->setToolTip(tr("B's reply against A's, word by word: yellow — only in B; struck out — only in A"));
+    layout->addWidget(m_text, 2);
 }
+
+QString CompareView::textSummary() const { return m_textSummary->text(); }
 
 QString CompareView::summary() const { return m_summary->text(); }
 
@@ -176,6 +189,20 @@ void CompareView::showPair(const Side &a, const Side &b) {
     m_jsPlot->xAxis->setTicker(xt);
     m_jsPlot->xAxis->setRange(-0.6, std::max(1, nLayers) - 0.4);
     charts::queueReplot(m_jsPlot);
+    if (a.title.isEmpty() || b.title.isEmpty()) { // a side without a message
+        m_diffHtml.clear();
+        m_textSummary->setText(tr("Pick two replies to see which words changed."));
+    } else {
+        const TextDiff d = diffTexts(a.text, b.text);
+        m_diffHtml = diffHtml(d);
+        m_textSummary->setText(
+            tr("Words: %1 of A's %2 kept in B (%3 in B)%4")
+                .arg(d.unitsSame)
+                .arg(d.unitsA)
+                .arg(d.unitsB)
+                .arg(d.truncated ? tr("; the long middle is compared as one block") : QString()));
+    }
+    m_text->setHtml(m_diffHtml);
     if (n == 0)
         m_summary->setText(tr("Pick two messages to compare their routing."));
     else

@@ -15,6 +15,7 @@ class QCPColorMap;
 class QCustomPlot;
 class QLabel;
 class QPushButton;
+class QTextBrowser;
 
 namespace es {
 
@@ -23,6 +24,7 @@ class CompareView : public QWidget {
 public:
     struct Side {
         QString title; // e.g. "#12 【技术解析模式】 What is…"
+        QString text;  // the reply's text (the changed words are shown)
         RoutingMatrix matrix;
         int nLayers = 0, nSharedExperts = 0;
         bool isEmpty() const { return matrix.isEmpty(); }
@@ -38,6 +40,9 @@ public:
     QCPBars *divergenceBars() const { return m_bars; }
     QCustomPlot *divergencePlot() const { return m_jsPlot; }
     QString summary() const;
+    // The texts' diff as shown (B against A) and its one-line count.
+    QString textDiffHtml() const { return m_diffHtml; }
+    QString textSummary() const;
     // "Reply tokens only": compare the routing of the generated positions, not prompt + reply.
     bool replyTokensOnly() const;
     void setReplyTokensOnly(bool on);
@@ -51,7 +56,9 @@ signals:
 private:
     void fillMap(QCustomPlot *plot, QCPColorMap *map, const Side &side, double maxShare);
 
-    QLabel *m_titleA = nullptr, *m_titleB = nullptr, *m_summary = nullptr;
+    QLabel *m_titleA = nullptr, *m_titleB = nullptr, *m_summary = nullptr, *m_textSummary = nullptr;
+    QTextBrowser *m_text = nullptr;
+    QString m_diffHtml;
     QCheckBox *m_replyOnly = nullptr;
     QCustomPlot *m_plotA = nullptr, *m_plotB = nullptr, *m_jsPlot = nullptr;
     QCPColorMap *m_mapA = nullptr, *m_mapB = nullptr;

@@ -9,6 +9,7 @@
 #include "connect_server_dialog.h"
 #include "conversation_sidebar.h"
 #include "engine_session.h"
+#include "expert_lab_dialog.h"
 #include "preset_editor_dialog.h"
 #include "profiler_panel.h"
 
@@ -90,6 +91,13 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     m_profilerDock = new QDockWidget(tr("Profiler"), this);
     m_profilerDock->setObjectName(QStringLiteral("profilerDock"));
     m_profilerDock->setWidget(m_profiler);
+    connect(m_profiler, &ProfilerPanel::interventionRequested, this, [this](int layer, int expert, bool force) {
+        if (!m_current) return;
+        ExpertIntervention iv = m_current->nextIntervention();
+        QString &list = force ? iv.forced : iv.disabled;
+        list = ExpertLabDialog::withExpert(list, layer, expert);
+        m_current->openExpertLab(iv);
+    });
     addDockWidget(Qt::RightDockWidgetArea, m_profilerDock);
 
     buildMenus();
@@ -208,6 +216,9 @@ void MainWindow::buildMenus() {
         return a;
     };
     auto *backends = new QActionGroup(this);
+    model->addAction(tr("&Expert lab…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_E), this, [this] {
+        if (m_current) m_current->openExpertLab();
+    });
     QMenu *backendMenu = model->addMenu(tr("&Backend"));
     for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}})
         addChoice(backendMenu, backends, label, &EngineSessionOptions::backend, QStringLiteral("engine/backend"), key);

@@ -160,6 +160,16 @@ void MessageWidget::setSelected(bool selected) {
 }
 
 QString MessageWidget::statusLine() const {
+    // A reply produced under an expert intervention always says so.
+    const ExpertIntervention &iv = m_message.generation.sampling.intervention;
+    if (m_message.role == MessageRole::Assistant && !iv.isEmpty()) {
+        const QString rest = plainStatusLine();
+        return tr("expert intervention: %1").arg(iv.summary()) + (rest.isEmpty() ? QString() : QStringLiteral(" · ") + rest);
+    }
+    return plainStatusLine();
+}
+
+QString MessageWidget::plainStatusLine() const {
     if (m_streaming) return tr("generating…");
     if (m_message.state == MessageState::Failed)
         return m_message.finishReason == "interrupted" ? tr("interrupted (the app closed mid-reply)")

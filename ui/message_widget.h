@@ -51,6 +51,7 @@ private:
     void startEditing();
     void showEditor(bool editing);
     QString statusLine() const;
+    QString plainStatusLine() const;
 
     Message m_message;
     QString m_text;

@@ -84,6 +84,7 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
         if (m_session->isModelLoaded())
             m_memory->setIncludeFree(!m_session->modelInfo().backend.startsWith(QLatin1String("cpu")));
     }
+    connect(m_routing, &RoutingView::interventionRequested, this, &ProfilerPanel::interventionRequested);
     connect(m_routing, &RoutingView::sourceChanged, this, [this] {
         m_routingDirty = true;
         refresh();
@@ -404,6 +405,9 @@ CompareView::Side ProfilerPanel::compareSide(qint64 messageId) const {
     if (question.size() > 60) question = question.left(59) + QStringLiteral("…");
     side.title = tr("#%1 “%2”").arg(messageId).arg(question);
     if (!msg->generation.precision.isEmpty()) side.title += QStringLiteral(" · ") + msg->generation.precision;
+    if (const ExpertIntervention &iv = msg->generation.sampling.intervention; !iv.isEmpty())
+        side.title += QStringLiteral(" · ") + tr("experts: %1").arg(iv.summary());
+    side.text = msg->content;
     return side;
 }
 

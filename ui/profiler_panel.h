@@ -79,6 +79,8 @@ public slots:
 
 signals:
     void shownProfileChanged();
+    // Relayed from the routing page (RoutingView::interventionRequested).
+    void interventionRequested(int layer, int expert, bool force);
 
 protected:
     void showEvent(QShowEvent *event) override;

@@ -9,6 +9,7 @@
 #include <QHBoxLayout>
 #include <QHeaderView>
 #include <QLabel>
+#include <QMenu>
 #include <QSplitter>
 #include <QTableWidget>
 #include <QToolTip>
@@ -136,6 +137,26 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
     layout->addWidget(split, 1);
 
     connect(m_source, &QComboBox::currentIndexChanged, this, [this] { emit sourceChanged(source()); });
+
+    // Right-click a routed expert: the expert lab, with that expert disabled or forced.
+    m_plot->setContextMenuPolicy(Qt::CustomContextMenu);
+    connect(m_plot, &QWidget::customContextMenuRequested, this, [this](const QPoint &pos) {
+        const auto [layer, expert] = expertAt(pos);
+        if (layer < 0) return;
+        QMenu menu(this);
+        menu.addAction(tr("Disable expert %1 of layer %2 in this conversation…").arg(expert).arg(layer), this,
+                       [this, layer = layer, expert = expert] { emit interventionRequested(layer, expert, false); });
+        menu.addAction(tr("Force expert %1 of layer %2 in this conversation…").arg(expert).arg(layer), this,
+                       [this, layer = layer, expert = expert] { emit interventionRequested(layer, expert, true); });
+        menu.exec(m_plot->mapToGlobal(pos));
+    });
+}
+
+QPair<int, int> RoutingView::expertAt(const QPoint &pixel) const {
+    const int expert = int(std::lround(m_plot->xAxis->pixelToCoord(pixel.x())));
+    const int layer = int(std::lround(m_plot->yAxis->pixelToCoord(pixel.y())));
+    if (expert < 0 || expert >= m_shapeExperts || !m_shapeMoe.contains(layer)) return {-1, -1};
+    return {layer, expert};
 }
 
 RoutingView::Source RoutingView::source() const { return Source(m_source->currentData().toInt()); }

@@ -52,8 +52,14 @@ public:
     int stripPositions() const { return m_stripPositions; }
     QString caption() const;
 
+    // The routed expert under a heatmap point (plot pixels) as (layer, expert); {-1, -1} off a
+    // routed expert of a MoE layer.
+    QPair<int, int> expertAt(const QPoint &pixel) const;
+
 signals:
     void sourceChanged(es::RoutingView::Source source);
+    // From the heatmap's context menu: try the conversation without (force: with) this expert.
+    void interventionRequested(int layer, int expert, bool force);
 
 private:
     void onStripHover(QMouseEvent *event);

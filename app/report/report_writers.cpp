@@ -91,6 +91,11 @@ QString provenanceTable(const Report &r) {
              esc(p.sampling.isEmpty()
                      ? QStringLiteral("the model's defaults")
                      : QString::fromUtf8(QJsonDocument(p.sampling).toJson(QJsonDocument::Compact))));
+    // Never a result without the change that produced it: the router's intervention, or none.
+    const ExpertIntervention iv =
+        ExpertIntervention::fromJson(p.sampling.value(QStringLiteral("intervention")).toObject());
+    t += row(QStringLiteral("Expert intervention"),
+             esc(iv.isEmpty() ? QStringLiteral("none (the model's own routing)") : iv.summary()));
     t += row(QStringLiteral("Seed"), esc(p.seed ? QString::number(*p.seed) : QStringLiteral("not recorded")));
     t += row(QStringLiteral("Source"), esc(p.source));
     return t + QStringLiteral("</table>\n");

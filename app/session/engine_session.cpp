@@ -50,6 +50,20 @@ QString precisionLabel(bool cpu, const QString &option) {
     return option == "bf16" ? QStringLiteral("bf16") : QStringLiteral("fp8-e4m3");
 }
 
+// The stored intervention as the engine's; errors name the field.
+result<routing_intervention> to_routing_intervention(const ExpertIntervention &iv) {
+    routing_intervention r;
+    auto disabled = parse_expert_refs(iv.disabled.toStdString(), "disabled experts");
+    if (!disabled) return disabled.err();
+    auto forced = parse_expert_refs(iv.forced.toStdString(), "forced experts");
+    if (!forced) return forced.err();
+    r.disabled = std::move(*disabled);
+    r.forced = std::move(*forced);
+    r.top_k = iv.topK;
+    r.bias_scale = float(iv.biasScale);
+    return r;
+}
+
 sampling_params merge(const SamplingParams &s, sampling_params d, int default_max_tokens) {
     if (s.temperature) d.temperature = float(*s.temperature);
     if (s.topP) d.top_p = float(*s.topP);
@@ -322,6 +336,20 @@ void EngineSession::reconfigure(const EngineSessionOptions &options) {
     if (!dir.isEmpty()) loadModel(dir);
 }
 
+QString EngineSession::checkIntervention(const ExpertIntervention &iv) const {
+    if (iv.isEmpty()) return {};
+    if (m_remote) return tr("Expert interventions run in the built-in engine; a remote server does not take them.");
+    const auto info = m_engine->info();
+    if (!m_loaded || !info) return tr("No model is loaded.");
+    auto routing = to_routing_intervention(iv);
+    if (!routing) return QString::fromStdString(routing.message());
+    if (auto s = check_routing_intervention(*routing, info->config); !s) return QString::fromStdString(s.message());
+    if (!info->routing_interventions)
+        return tr("The %1 backend's router does not apply expert interventions; they run on the CPU backend.")
+            .arg(QString::fromStdString(info->backend_name));
+    return {};
+}
+
 quint64 EngineSession::submit(const ChatRequest &request) {
     if (m_remote) return m_remote->submit(request);
     request_params r;
@@ -334,6 +362,11 @@ quint64 EngineSession::submit(const ChatRequest &request) {
     r.system_prompt = request.systemPrompt.toStdString();
     r.preset_prefix = request.presetPrefix.toStdString();
     r.sampling = merge(request.sampling, m_engine->model_defaults(), m_options.defaultMaxTokens);
+    if (const ExpertIntervention &iv = request.sampling.intervention; !iv.isEmpty()) {
+        auto routing = to_routing_intervention(iv);
+        if (routing) r.routing = std::make_shared<const routing_intervention>(std::move(*routing));
+        else r.refusal = "expert intervention: " + routing.message();
+    }
     auto stream = m_engine->submit(std::move(r));
     const quint64 id = stream->id();
     m_active.insert(id, Active{stream, {}, 0});

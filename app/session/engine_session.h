@@ -78,6 +78,9 @@ public slots:
     void connectRemote(const es::RemoteEndpoint &endpoint);
     // Returns the request id (never 0). Failures (no model, prompt too long…) arrive as replyFailed.
     quint64 submit(const es::ChatRequest &request);
+    // "" when the loaded model's backend would route under `iv`, else why not (the engine's own
+    // check: layers, experts, k, and whether the backend applies interventions at all).
+    QString checkIntervention(const es::ExpertIntervention &iv) const;
     void cancel(quint64 requestId);
     void cancelAll();
 

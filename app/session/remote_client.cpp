@@ -437,6 +437,14 @@ quint64 RemoteClient::submit(const ChatRequest &request) {
                                                     : t.content}});
     }
     const SamplingParams &s = request.sampling;
+    if (!s.intervention.isEmpty()) { // the OpenAI API has no way to ask for one: refused, not dropped
+        m_active.insert(id, a);
+        QTimer::singleShot(0, this, [this, id] {
+            failReply(id, tr("expert interventions run in the built-in engine; a remote server does not take them "
+                             "(clear them in Chat ▸ Expert lab, or disconnect)"));
+        });
+        return id;
+    }
     QJsonObject body{{"model", m_endpoint.model},
                      {"messages", messages},
                      {"stream", true},

@@ -84,7 +84,41 @@ QJsonObject SamplingParams::toJson() const {
             o.insert(QLatin1String("seed"), QString::number(*seed));
     }
     if (!stopStrings.isEmpty()) o.insert(QLatin1String("stop"), QJsonArray::fromStringList(stopStrings));
+    if (!intervention.isEmpty()) o.insert(QLatin1String("intervention"), intervention.toJson());
     return o;
+}
+
+QJsonObject ExpertIntervention::toJson() const {
+    QJsonObject o;
+    if (!disabled.isEmpty()) o.insert(QLatin1String("disable"), disabled);
+    if (!forced.isEmpty()) o.insert(QLatin1String("force"), forced);
+    if (topK != 0) o.insert(QLatin1String("top_k"), topK);
+    if (biasScale != 1.0) o.insert(QLatin1String("bias_scale"), biasScale);
+    return o;
+}
+
+ExpertIntervention ExpertIntervention::fromJson(const QJsonObject &o) {
+    ExpertIntervention iv;
+    iv.disabled = o.value(QLatin1String("disable")).toString().simplified();
+    iv.forced = o.value(QLatin1String("force")).toString().simplified();
+    const QJsonValue k = o.value(QLatin1String("top_k")), b = o.value(QLatin1String("bias_scale"));
+    if (k.isDouble() && k.toDouble() >= 0 && k.toDouble() <= 4096) iv.topK = int(k.toDouble());
+    if (b.isDouble() && std::isfinite(b.toDouble())) iv.biasScale = b.toDouble();
+    return iv;
+}
+
+QString ExpertIntervention::summary() const {
+    QStringList parts;
+    auto list = [](const QString &refs) {
+        QStringList items;
+        for (const QString &r : refs.split(QLatin1Char(','), Qt::SkipEmptyParts)) items << r.trimmed();
+        return items.join(QLatin1String(", "));
+    };
+    if (!disabled.isEmpty()) parts << QStringLiteral("disable ") + list(disabled);
+    if (!forced.isEmpty()) parts << QStringLiteral("force ") + list(forced);
+    if (topK > 0) parts << QStringLiteral("top-k %1").arg(topK);
+    if (biasScale != 1.0) parts << QStringLiteral("bias × %1").arg(biasScale);
+    return parts.join(QLatin1String("; "));
 }
 
 std::optional<quint64> seedFromJson(const QJsonValue &v) {
@@ -114,6 +148,7 @@ SamplingParams SamplingParams::fromJson(const QJsonObject &o) {
     p.seed = seedFromJson(o.value(QLatin1String("seed")));
     for (const QJsonValue &s : o.value(QLatin1String("stop")).toArray())
         if (s.isString()) p.stopStrings.append(s.toString());
+    p.intervention = ExpertIntervention::fromJson(o.value(QLatin1String("intervention")).toObject());
     return p;
 }
 

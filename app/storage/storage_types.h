@@ -34,6 +34,24 @@ std::optional<MessageState> messageStateFromString(const QString &s);
 // generation_config default", so a preset can set temperature alone. JSON keys are the engine's
 // and generation_config.json's snake_case names (temperature, top_p, top_k, min_p,
 // repetition_penalty, presence_penalty, frequency_penalty, max_tokens, seed, stop).
+// An expert intervention as the app stores and shows it (the engine's routing_intervention,
+// engine/backend/routing_intervention.h, in the CLI's own syntax): experts disabled and forced as
+// "LAYER:EXPERT,…" (LAYER a checkpoint layer index or *), the routed experts per token (0: the
+// model's k) and the scale of the router's correction bias (1: the model's). The engine checks it
+// against the model when a reply starts and refuses it by name.
+struct ExpertIntervention {
+    QString disabled, forced;
+    int topK = 0;
+    double biasScale = 1.0;
+
+    bool isEmpty() const { return disabled.isEmpty() && forced.isEmpty() && topK == 0 && biasScale == 1.0; }
+    QJsonObject toJson() const; // {} when empty
+    static ExpertIntervention fromJson(const QJsonObject &o);
+    // "disable 3:5, *:1; force 2:0; top-k 4; bias × 0.5" (the engine's wording); "" when empty.
+    QString summary() const;
+    bool operator==(const ExpertIntervention &) const = default;
+};
+
 struct SamplingParams {
     std::optional<double> temperature;
     std::optional<double> topP;
@@ -45,6 +63,9 @@ struct SamplingParams {
     std::optional<int> maxTokens;
     std::optional<quint64> seed; // JSON: a number up to 2^53, a decimal string above (exact)
     QStringList stopStrings;
+    // Not a sampling setting, but it travels with them: what the conversation asks of the router
+    // and what a reply was generated under (JSON key "intervention", absent when empty).
+    ExpertIntervention intervention;
 
     QJsonObject toJson() const;
     // Unknown keys are ignored; values of the wrong type are dropped (never a failure: the

@@ -39,6 +39,10 @@ struct request_params {
     // with a message when the backend does not apply interventions or the model has no such
     // layer or expert. Its KV is never shared through the prefix cache.
     std::shared_ptr<const routing_intervention> routing;
+    // Non-empty: the request fails at once with this message. A caller that found part of the
+    // request invalid before building it still gets a stream, an id and the failure through the
+    // same events as every other failure.
+    std::string refusal;
 };
 
 enum class event_kind { token, finished, failed };
@@ -136,6 +140,7 @@ struct model_info {
     std::string backend_note;           // model::backend_note: why CUDA is not used, when it is not
     sampling_params defaults;
     int32_t n_kv_blocks = 0, block_size = 0;
+    bool routing_interventions = false; // backend::supports_routing_interventions
 };
 
 class engine {

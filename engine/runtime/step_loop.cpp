@@ -145,8 +145,9 @@ void step_loop::drop_model() {
 // A submitted request enters the scheduler: its prompt rendered and tokenized, checked, and a
 // sampler and detokenizer made for it.
 void step_loop::admit(cmd_submit &c) {
-    if (!m_mdl) return fail_stream(c.stream, "no model is loaded");
     request_params &r = c.params;
+    if (!r.refusal.empty()) return fail_stream(c.stream, r.refusal);
+    if (!m_mdl) return fail_stream(c.stream, "no model is loaded");
     if (auto msg = r.sampling.validate(); !msg.empty()) return fail_stream(c.stream, "sampling parameters: " + msg);
     std::vector<int32_t> ids;
     if (!r.messages.empty()) {
@@ -248,8 +249,14 @@ void step_loop::load(cmd_load &c) {
     m_mdl = std::move(mdl);
     {
         std::lock_guard lock(m_info_mutex);
-        m_info = model_info{m_mdl->dir, cfg, m_mdl->be->name(), m_mdl->backend_note, m_mdl->generation_defaults,
-                            n_blocks, m_params.block_size};
+        m_info = model_info{m_mdl->dir,
+                            cfg,
+                            m_mdl->be->name(),
+                            m_mdl->backend_note,
+                            m_mdl->generation_defaults,
+                            n_blocks,
+                            m_params.block_size,
+                            m_mdl->be->supports_routing_interventions()};
     }
     c.done->set_value(ok_status());
 }
