@@ -160,7 +160,7 @@ CLI::App *add_generate_command(CLI::App &app, generate_opts &g, common_opts &com
 
 CLI::App *add_bench_command(CLI::App &app, bench_opts &b, common_opts &common) {
     auto *bench = app.add_subcommand("bench", "Prefill and decode speed on random weights of a real shape, or a model");
-    auto *shape = bench->add_option("--shape", b.shape, "ernie-4.5-0.3b | ernie-4.5-21b-a3b");
+    auto *shape = bench->add_option("--shape", b.shape, "ernie-4.5-0.3b | ernie-4.5-21b-a3b | ernie-4.5-300b-a47b");
     bench->add_option("--model", b.model_dir, "model folder instead of a shape")->excludes(shape);
     bench->add_option("--layers", b.layers, "keep every width, change only the depth")->check(CLI::Range(0, 1024));
     bench->add_option("--pp", b.pp, "prefill lengths (default 512)")->delimiter(',');
