@@ -99,7 +99,9 @@ DownloadModelDialog::DownloadModelDialog(const EngineSessionOptions &options, QW
     m_revision->setMaximumWidth(160);
     repoRow->addWidget(m_check);
     repoRow->addWidget(m_download);
-    form->addRow(tr("&Repository"), repoRow);
+    auto *repoLabel = new QLabel(tr("&Repository"), this);
+    repoLabel->setBuddy(m_repo);
+    form->addRow(repoLabel, repoRow);
     catalogueLayout->addLayout(form);
     catalogueLayout->addWidget(m_message);
     auto *progressRow = new QHBoxLayout;
@@ -124,7 +126,7 @@ DownloadModelDialog::DownloadModelDialog(const EngineSessionOptions &options, QW
     layout->addWidget(catalogueBox, 3);
     layout->addWidget(localBox, 2);
     layout->addWidget(buttons);
-    resize(860, 720);
+    resize(900, 720);
 
     connect(buttons, &QDialogButtonBox::rejected, this, &DownloadModelDialog::reject);
     connect(m_load, &QPushButton::clicked, this, &DownloadModelDialog::loadSelected);
@@ -203,7 +205,10 @@ void DownloadModelDialog::fillCatalogue() {
     for (int r = 0; r < models.size(); ++r) {
         const CatalogueModelView &m = models[r];
         m_catalogue->setItem(r, 0, item(m.repoId));
-        m_catalogue->setItem(r, 1, item(m.base ? tr("%1, pre-trained only").arg(m.kind) : m.kind));
+        m_catalogue->setItem(
+            r, 1,
+            m.base ? item(tr("%1, base").arg(m.kind), tr("Pre-trained only, not post-trained for chat"))
+                   : item(m.kind));
         m_catalogue->setItem(
             r, 2, item(tr("%1 (%2 active)").arg(paramsText(m.params), paramsText(m.activeParams))));
         m_catalogue->setItem(r, 3,
@@ -212,7 +217,7 @@ void DownloadModelDialog::fillCatalogue() {
                                      "Check")));
         for (int i = 0; i < m.fit.size() && i < 2; ++i) {
             const FitView &f = m.fit[i];
-            const QString verdict = m.multiGpu ? tr("needs several GPUs")
+            const QString verdict = m.multiGpu ? (i == 0 ? tr("needs several GPUs") : QStringLiteral("—"))
                                     : !f.ok    ? tr("no estimate")
                                     : f.fits   ? tr("fits")
                                                : tr("does not fit");

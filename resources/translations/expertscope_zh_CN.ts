@@ -1013,10 +1013,6 @@ dense</source>
         <translation>已下载并校验：%1。按“加载”打开它。</translation>
     </message>
     <message>
-        <source>%1, pre-trained only</source>
-        <translation>%1，仅预训练</translation>
-    </message>
-    <message>
         <source>%1 (%2 active)</source>
         <translation>%1（激活 %2）</translation>
     </message>
@@ -1071,6 +1067,14 @@ dense</source>
     <message>
         <source>Downloading %1 from %2 into the hub cache…</source>
         <translation>正在从 %2 下载 %1 到 hub 缓存…</translation>
+    </message>
+    <message>
+        <source>%1, base</source>
+        <translation>%1，基础版</translation>
+    </message>
+    <message>
+        <source>Pre-trained only, not post-trained for chat</source>
+        <translation>仅预训练，未针对对话做后训练</translation>
     </message>
 </context>
 <context>
