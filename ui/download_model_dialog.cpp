@@ -141,11 +141,11 @@ DownloadModelDialog::DownloadModelDialog(const EngineSessionOptions &options, QW
     // One selection at a time between the cache and the recent list: Load opens that one.
     connect(m_cached, &QTableWidget::itemSelectionChanged, this, [this] {
         if (!m_cached->selectedItems().isEmpty()) m_recent->clearSelection();
-        m_load->setEnabled(!selectedDir().isEmpty());
+        m_load->setEnabled(!m_hub->isBusy() && !selectedDir().isEmpty());
     });
     connect(m_recent, &QListWidget::itemSelectionChanged, this, [this] {
         if (!m_recent->selectedItems().isEmpty()) m_cached->clearSelection();
-        m_load->setEnabled(!selectedDir().isEmpty());
+        m_load->setEnabled(!m_hub->isBusy() && !selectedDir().isEmpty());
     });
     connect(m_cached, &QTableWidget::cellDoubleClicked, this, &DownloadModelDialog::loadSelected);
     connect(m_recent, &QListWidget::itemDoubleClicked, this, &DownloadModelDialog::loadSelected);
@@ -272,6 +272,7 @@ void DownloadModelDialog::setBusy(bool busy) {
     m_repo->setReadOnly(busy);
     m_revision->setReadOnly(busy);
     m_cancel->setEnabled(busy);
+    m_load->setEnabled(!busy && !selectedDir().isEmpty()); // loading would end the download in hand
     m_progress->setVisible(busy || m_progress->value() > 0);
 }
 
