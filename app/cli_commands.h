@@ -188,6 +188,21 @@ struct routing_opts {
 };
 int cmd_routing(const routing_opts &o, const common_opts &common);
 
+// download and models (app/cli_models.cpp): a hub repo into the hub cache (HF_ENDPOINT, HF_TOKEN,
+// HF_HUB_CACHE), and the models found there with their size and will-it-fit verdicts.
+struct download_opts {
+    std::string repo, revision = "main";
+    std::string endpoint;  // empty: HF_ENDPOINT, else https://huggingface.co
+    std::string cache_dir; // empty: HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub
+    std::string backend = "auto"; // where the will-it-fit estimate assumes it loads
+};
+int cmd_download(const download_opts &d);
+struct models_opts {
+    std::string cache_dir, backend = "auto";
+    bool json = false, available = false;
+};
+int cmd_models(const models_opts &m);
+
 // Prints "error: <msg>" to stderr and returns 1.
 int fail(const std::string &msg);
 // Percentile q (0–100) by linear interpolation between closest ranks (numpy's default, as the

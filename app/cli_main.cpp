@@ -30,6 +30,8 @@ struct cli_options {
     eval_opts eval;
     selftest_opts selftest;
     bool switches_json = false;
+    download_opts download;
+    models_opts models;
 #if ES_CLI_HAVE_REPORT
     report_opts report;
     import_opts import;
@@ -39,7 +41,8 @@ struct cli_options {
 // The subcommands, to tell which one the command line named.
 struct cli_commands {
     CLI::App *info = nullptr, *logits = nullptr, *generate = nullptr, *bench = nullptr, *serve_bench = nullptr,
-             *serve = nullptr, *routing = nullptr, *eval = nullptr, *selftest = nullptr, *switches = nullptr;
+             *serve = nullptr, *routing = nullptr, *eval = nullptr, *selftest = nullptr, *switches = nullptr,
+             *download = nullptr, *models = nullptr;
 #if ES_CLI_HAVE_REPORT
     CLI::App *report = nullptr, *import = nullptr;
 #endif
@@ -173,7 +176,7 @@ CLI::App *add_generate_command(CLI::App &app, generate_opts &g, common_opts &com
 
 CLI::App *add_bench_command(CLI::App &app, bench_opts &b, common_opts &common) {
     auto *bench = app.add_subcommand("bench", "Prefill and decode speed on random weights of a real shape, or a model");
-    auto *shape = bench->add_option("--shape", b.shape, "ernie-4.5-0.3b | ernie-4.5-21b-a3b");
+    auto *shape = bench->add_option("--shape", b.shape, "ernie-4.5-0.3b | ernie-4.5-21b-a3b | ernie-4.5-300b-a47b");
     bench->add_option("--model", b.model_dir, "model folder instead of a shape")->excludes(shape);
     bench->add_option("--layers", b.layers, "keep every width, change only the depth")->check(CLI::Range(0, 1024));
     bench->add_option("--pp", b.pp, "prefill lengths (default 512)")->delimiter(',');
@@ -346,6 +349,33 @@ CLI::App *add_switches_command(CLI::App &app, bool &json) {
     return switches;
 }
 
+CLI::App *add_download_command(CLI::App &app, download_opts &d) {
+    auto *download = app.add_subcommand(
+        "download", "Download a model from the Hugging Face hub into its cache (resumable, every file verified); "
+                    "prints the model's folder");
+    download->add_option("repo", d.repo, "hub repository id, e.g. baidu/ERNIE-4.5-0.3B-PT")->required();
+    download->add_option("--revision", d.revision, "branch, tag or commit (default main)");
+    download->add_option("--endpoint", d.endpoint, "hub URL (default: env HF_ENDPOINT, else https://huggingface.co)");
+    download->add_option("--cache-dir", d.cache_dir,
+                         "hub cache folder (default: env HF_HUB_CACHE, else $HF_HOME/hub, else "
+                         "~/.cache/huggingface/hub)");
+    download->add_option("--backend", d.backend, "where the will-it-fit estimate assumes it loads: auto | cpu | cuda")
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    return download;
+}
+
+CLI::App *add_models_command(CLI::App &app, models_opts &m) {
+    auto *models = app.add_subcommand(
+        "models", "The models in the Hugging Face hub cache (downloaded by this program, transformers, vLLM or "
+                  "huggingface-cli) with their size and whether they fit here");
+    models->add_option("--cache-dir", m.cache_dir, "hub cache folder (default as for download)");
+    models->add_flag("--available", m.available, "also the ERNIE-4.5 checkpoints on the hub, with their fit");
+    models->add_flag("--json", m.json, "as JSON");
+    models->add_option("--backend", m.backend, "where the will-it-fit estimate assumes it loads: auto | cpu | cuda")
+        ->check(CLI::IsMember({"cpu", "cuda", "auto"}));
+    return models;
+}
+
 #if ES_CLI_HAVE_REPORT
 CLI::App *add_report_command(CLI::App &app, report_opts &rp) {
     auto *report = app.add_subcommand(
@@ -392,6 +422,8 @@ cli_commands add_commands(CLI::App &app, cli_options &o) {
     c.eval = add_eval_command(app, o.eval, o.common);
     c.selftest = add_selftest_command(app, o.selftest);
     c.switches = add_switches_command(app, o.switches_json);
+    c.download = add_download_command(app, o.download);
+    c.models = add_models_command(app, o.models);
 #if ES_CLI_HAVE_REPORT
     c.report = add_report_command(app, o.report);
     c.import = add_import_command(app, o.import);
@@ -447,6 +479,8 @@ int run_command(const cli_commands &c, const cli_options &o) {
     if (*c.info) return cmd_info(o.model_dir, o.info_json);
     if (*c.selftest) return cmd_selftest(o.selftest);
     if (*c.switches) return cmd_switches(o.switches_json);
+    if (*c.download) return cmd_download(o.download);
+    if (*c.models) return cmd_models(o.models);
     if (*c.logits) return cmd_logits(o.model_dir, o.ids, o.out, o.common);
     if (*c.generate) return cmd_generate(o.generate, o.common);
     if (*c.serve) {

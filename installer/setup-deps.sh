@@ -18,8 +18,9 @@ packages=(
   qt6-tools-dev qt6-tools-dev-tools qt6-l10n-tools qt6-translations-l10n
   # storage, JSON, command line, tokenizer (library and spm_* tools)
   libsqlite3-dev libqt6sql6-sqlite nlohmann-json3-dev libcli11-dev libsentencepiece-dev sentencepiece
-  # HTTP server and client (expertscope-cli serve, serve-bench --url)
-  libcpp-httplib-dev
+  # HTTP server and client (expertscope-cli serve, serve-bench --url, download); OpenSSL for https
+  # and the downloads' SHA-256 (also a dependency of libcpp-httplib-dev)
+  libcpp-httplib-dev libssl-dev
   # a virtual X server for GUI tests and screenshots; a CJK font so Chinese text renders
   xvfb xauth fonts-wqy-microhei
   # report tests: PDF pages rendered with pdftoppm; JSON outputs validated against their schemas

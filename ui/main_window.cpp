@@ -1,6 +1,7 @@
 // MainWindow (see main_window.h).
 #include "main_window.h"
 
+#include "download_model_dialog.h"
 #include "export_menu.h"
 
 #include "chat_pane.h"
@@ -16,6 +17,7 @@
 #include <QActionGroup>
 #include <QApplication>
 #include <QCloseEvent>
+#include <QDir>
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QLabel>
@@ -197,6 +199,16 @@ void MainWindow::buildMenus() {
     m_presetMenu = menuBar()->addMenu(tr("&Presets"));
 
     QMenu *model = menuBar()->addMenu(tr("&Model"));
+    model->addAction(tr("&Download…"), this, &MainWindow::downloadModel);
+    // The recent models (ModelHub::recentModels), read each time the menu opens.
+    QMenu *recent = model->addMenu(tr("&Recent models"));
+    connect(recent, &QMenu::aboutToShow, this, [this, recent] {
+        recent->clear();
+        for (const QString &dir : ModelHub::recentModels())
+            recent->addAction(QDir::toNativeSeparators(dir), this, [this, dir] { loadModelFolder(dir); })
+                ->setEnabled(QDir(dir).exists());
+        if (recent->isEmpty()) recent->addAction(tr("(none yet)"))->setEnabled(false);
+    });
     model->addAction(tr("&Connect to server…"), this, &MainWindow::connectToServer);
     model->addSeparator();
     // One checkable action per choice of an engine option (field, exclusive within group): the
@@ -422,6 +434,14 @@ void MainWindow::loadModelFolder(const QString &dir, bool askWhenTooBig) {
     m_session->loadModel(dir);
 }
 
+void MainWindow::downloadModel() {
+    DownloadModelDialog dialog(m_session->options(), this);
+    QString chosen;
+    connect(&dialog, &DownloadModelDialog::loadRequested, this, [&chosen](const QString &dir) { chosen = dir; });
+    dialog.exec();
+    if (!chosen.isEmpty()) loadModelFolder(chosen);
+}
+
 void MainWindow::connectToServer() {
     ConnectServerDialog dialog(this);
     if (dialog.exec() != QDialog::Accepted) return;
@@ -464,6 +484,7 @@ void MainWindow::onModelLoaded(const SessionModelInfo &info) {
         if (s->modelInfo().dir != info.dir && !s->isLoading()) s->loadModel(info.dir);
     QSettings settings;
     settings.setValue("model/lastDir", info.dir);
+    ModelHub::noteRecentModel(info.dir);
 }
 
 void MainWindow::onStats(const SessionStats &s) {

@@ -45,6 +45,7 @@ public:
 
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
+    void downloadModel();              // Model ▸ Download…: the hub's models, downloads, the cache, recent
     void connectToServer();            // ConnectServerDialog → connectToEndpoint
     void connectToEndpoint(const es::RemoteEndpoint &endpoint); // EngineSession::connectRemote
     void loadModelFolder(const QString &dir, bool askWhenTooBig = true);

@@ -659,6 +659,18 @@ result<size_t> cpu_weight_bytes(const model_config &cfg, const model_tensors &t,
     });
 }
 
+result<size_t> cpu_weight_bytes(const model_config &cfg, const cpu_backend_params &p) {
+    return catch_errors([&]() -> result<size_t> {
+        cpu_backend be(cfg, p);
+        weight_source s;
+        s.type = [](const std::string &name, int64_t, int64_t) {
+            const bool router = name.ends_with(".mlp.gate.weight") || name.ends_with("e_score_correction_bias");
+            return router ? dtype::f32 : dtype::bf16;
+        };
+        return be.planned_bytes(s);
+    });
+}
+
 double cpu_decode_weight_bytes(const backend &be) {
     const auto *cpu = dynamic_cast<const cpu_backend *>(&be);
     return cpu ? cpu->decode_weight_bytes() : 0.0;

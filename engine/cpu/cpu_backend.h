@@ -43,6 +43,10 @@ result<std::unique_ptr<backend>> make_cpu_backend(const model_config &cfg, const
 // reports once loaded (the will-it-fit estimate).
 result<size_t> cpu_weight_bytes(const model_config &cfg, const model_tensors &t,
                                 const cpu_backend_params &p = {});
+// The same count for a checkpoint not at hand (a model not yet downloaded), typed as the hub's
+// ERNIE-4.5 checkpoints are: every tensor BF16 but the MoE router's gate and score-correction
+// bias, which are F32.
+result<size_t> cpu_weight_bytes(const model_config &cfg, const cpu_backend_params &p = {});
 
 // Bytes a batch-1 decode step reads from the weights a CPU backend holds: every matrix and norm
 // but the embeddings (one row a token; tied, they are the head and count), the routed experts

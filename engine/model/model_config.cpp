@@ -416,13 +416,31 @@ result<model_config> model_config_for_shape(const std::string &shape_name) {
         c.moe_layer_start = 1;
         c.moe_layer_end = 27;
         c.moe_layer_interval = 1;
+    } else if (shape_name == "ernie-4.5-300b-a47b") {
+        c.arch = model_arch::moe;
+        c.arch_name = "Ernie4_5_MoeForCausalLM";
+        c.n_vocab = 103424;
+        c.n_embd = 8192;
+        c.n_layer = 54;
+        c.n_head = 64;
+        c.n_head_kv = 8;
+        c.head_dim = 128;
+        c.n_ff = 28672;
+        c.n_expert = 64;
+        c.n_expert_used = 8;
+        c.n_ff_exp = 3584;
+        c.n_expert_shared = 0;
+        c.moe_layer_start = 3;
+        c.moe_layer_end = 53;
+        c.moe_layer_interval = 1;
     } else {
-        return error{"unknown model shape '" + shape_name + "' (known: ernie-4.5-0.3b, ernie-4.5-21b-a3b)"};
+        return error{"unknown model shape '" + shape_name +
+                     "' (known: ernie-4.5-0.3b, ernie-4.5-21b-a3b, ernie-4.5-300b-a47b)"};
     }
     c.n_ctx_train = 131072;
     c.rope_theta = 500000.0;
     c.rms_eps = 1e-5;
-    c.tie_word_embeddings = true;
+    c.tie_word_embeddings = shape_name != "ernie-4.5-300b-a47b"; // the 300B has its own lm_head
     auto st = validate_model_config(c);
     if (!st) return st.err();
     return c;

@@ -62,7 +62,8 @@ result<model_config> load_model_config(const std::filesystem::path &model_dir);
 // Checks a config built in code (bench shapes); the same rules as for parsed files.
 status validate_model_config(const model_config &cfg);
 
-// Real shapes for benchmarks without weights: "ernie-4.5-0.3b", "ernie-4.5-21b-a3b".
+// Real shapes for benchmarks without weights and the download catalogue's figures:
+// "ernie-4.5-0.3b", "ernie-4.5-21b-a3b", "ernie-4.5-300b-a47b".
 result<model_config> model_config_for_shape(const std::string &shape_name);
 
 } // namespace es

@@ -161,6 +161,9 @@ public:
     std::future<status> load_model(std::unique_ptr<model> built);
     void unload_model();
     static result<memory_estimate> estimate_memory(const std::filesystem::path &dir, const engine_params &p);
+    // The same for a model not at hand (not yet downloaded): from its config alone, its tensors
+    // typed as the hub's ERNIE-4.5 checkpoints are (cpu_weight_bytes without tensors).
+    static result<memory_estimate> estimate_memory(const model_config &c, const engine_params &p);
 
     bool has_model() const;
     std::optional<model_info> info() const;

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <functional>
 #include <unistd.h>
 
 namespace es {
@@ -84,9 +85,12 @@ uint64_t cuda_weight_bytes(const model_config &c, weight_precision precision, co
     return total + align(uint64_t(c.head_dim / 2) * 4);
 }
 
-result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir, const engine_params &p) {
-    auto cfg = load_model_config(dir);
-    if (!cfg) return cfg.err();
+namespace {
+
+// The estimate for config c; cpu_weights gives the CPU backend's weight bytes (from a checkpoint's
+// headers, or from the config alone) and is called only when the model would load on the CPU.
+result<memory_estimate> estimate_for(const model_config &c, const engine_params &p,
+                                     const std::function<result<size_t>(const cpu_backend_params &)> &cpu_weights) {
     memory_estimate e;
     // Where it would load: the same decision as load_model.
     if (p.load.kind != backend_kind::cpu) {
@@ -95,7 +99,6 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         else if (p.load.kind == backend_kind::cuda) return error{"the CUDA backend cannot run here: " + cs.reason};
         else e.note = "CUDA not used: " + cs.reason;
     }
-    const model_config &c = *cfg;
     if (!e.gpu && p.load.kv_cache == kv_cache_dtype::fp8) // as load_model: not silently fp32 KV
         return error{"an FP8 KV cache (--kv-cache fp8) needs the CUDA backend" +
                      (e.note.empty() ? std::string("; the CPU backend keeps fp32 KV") : " (" + e.note + ")")};
@@ -128,15 +131,11 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         // F32 and F16 ones fp32; an emulated precision's linears BF16 or E4M3 with a scale a row;
         // norms fp32), as load_model would build it; KV is fp32 K and V per layer.
         e.device = "CPU";
-        auto store = weight_store::open_dir(dir);
-        if (!store) return store.err();
-        auto bound = bind_model_tensors(c, **store);
-        if (!bound) return bound.err();
         cpu_backend_params cp;
         if (p.load.emulate_precision_on_cpu)
             cp.rounding = p.load.precision == weight_precision::fp8 ? cpu_weight_rounding::fp8_e4m3
                                                                     : cpu_weight_rounding::bf16;
-        auto bytes = cpu_weight_bytes(c, *bound, cp);
+        auto bytes = cpu_weights(cp);
         if (!bytes) return bytes.err();
         e.weights_bytes = *bytes;
         const uint64_t block_bytes = uint64_t(p.block_size) * uint64_t(c.kv_dim()) * 4 * 2 * uint64_t(c.n_layer);
@@ -168,6 +167,24 @@ result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir
         e.summary = "CPU: weights " + gib(e.weights_bytes) + " + KV cache " + gib(e.kv_bytes) + kv_tokens + " of " +
                     gib(e.available_bytes) + " RAM — " + (e.fits ? "fits" : "does not fit");
     return e;
+}
+
+} // namespace
+
+result<memory_estimate> engine::estimate_memory(const std::filesystem::path &dir, const engine_params &p) {
+    auto cfg = load_model_config(dir);
+    if (!cfg) return cfg.err();
+    return estimate_for(*cfg, p, [&](const cpu_backend_params &cp) -> result<size_t> {
+        auto store = weight_store::open_dir(dir);
+        if (!store) return store.err();
+        auto bound = bind_model_tensors(*cfg, **store);
+        if (!bound) return bound.err();
+        return cpu_weight_bytes(*cfg, *bound, cp);
+    });
+}
+
+result<memory_estimate> engine::estimate_memory(const model_config &c, const engine_params &p) {
+    return estimate_for(c, p, [&](const cpu_backend_params &cp) { return cpu_weight_bytes(c, cp); });
 }
 
 } // namespace es

@@ -111,6 +111,18 @@
         <source>Database recovered</source>
         <translation>数据库已恢复</translation>
     </message>
+    <message>
+        <source>%1B</source>
+        <translation>%1B</translation>
+    </message>
+    <message>
+        <source>%1M</source>
+        <translation>%1M</translation>
+    </message>
+    <message>
+        <source>unknown</source>
+        <translation>未知</translation>
+    </message>
 </context>
 <context>
     <name>RemoteClient</name>
@@ -879,6 +891,193 @@ dense</source>
     </message>
 </context>
 <context>
+    <name>es::DownloadModelDialog</name>
+    <message>
+        <source>Download a model</source>
+        <translation>下载模型</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Kind</source>
+        <translation>类型</translation>
+    </message>
+    <message>
+        <source>Parameters</source>
+        <translation>参数量</translation>
+    </message>
+    <message>
+        <source>Download</source>
+        <translation>下载量</translation>
+    </message>
+    <message>
+        <source>BF16 here</source>
+        <translation>本机 BF16</translation>
+    </message>
+    <message>
+        <source>FP8 here</source>
+        <translation>本机 FP8</translation>
+    </message>
+    <message>
+        <source>ERNIE-4.5 checkpoints</source>
+        <translation>ERNIE-4.5 检查点</translation>
+    </message>
+    <message>
+        <source>&amp;Check</source>
+        <translation>检查(&amp;C)</translation>
+    </message>
+    <message>
+        <source>Read the repository&apos;s file list and config.json: its size, and whether ExpertScope runs it</source>
+        <translation>读取仓库的文件列表和 config.json：它的大小，以及 ExpertScope 能否运行它</translation>
+    </message>
+    <message>
+        <source>&amp;Download</source>
+        <translation>下载(&amp;D)</translation>
+    </message>
+    <message>
+        <source>C&amp;ancel download</source>
+        <translation>取消下载(&amp;A)</translation>
+    </message>
+    <message>
+        <source>Stop; the part downloaded is kept and the next download resumes from it</source>
+        <translation>停止；已下载的部分会保留，下次下载从那里继续</translation>
+    </message>
+    <message>
+        <source>Revision</source>
+        <translation>版本</translation>
+    </message>
+    <message>
+        <source>Size</source>
+        <translation>大小</translation>
+    </message>
+    <message>
+        <source>Status</source>
+        <translation>状态</translation>
+    </message>
+    <message>
+        <source>Models in the hub cache</source>
+        <translation>hub 缓存中的模型</translation>
+    </message>
+    <message>
+        <source>Recent models</source>
+        <translation>最近的模型</translation>
+    </message>
+    <message>
+        <source>ERNIE-4.5 on the Hugging Face hub</source>
+        <translation>Hugging Face hub 上的 ERNIE-4.5</translation>
+    </message>
+    <message>
+        <source>Re&amp;vision</source>
+        <translation>版本(&amp;V)</translation>
+    </message>
+    <message>
+        <source>&amp;Repository</source>
+        <translation>仓库(&amp;R)</translation>
+    </message>
+    <message>
+        <source>On this computer</source>
+        <translation>本机</translation>
+    </message>
+    <message>
+        <source>Rece&amp;nt models</source>
+        <translation>最近的模型(&amp;N)</translation>
+    </message>
+    <message>
+        <source>&amp;Load</source>
+        <translation>加载(&amp;L)</translation>
+    </message>
+    <message>
+        <source>%1 fits</source>
+        <translation>%1 放得下</translation>
+    </message>
+    <message>
+        <source>%1 does not fit</source>
+        <translation>%1 放不下</translation>
+    </message>
+    <message>
+        <source>%1: no estimate</source>
+        <translation>%1：无法估算</translation>
+    </message>
+    <message>
+        <source>%1 at %2: %3, %4 parameters (%5 active), %6 files, %7 (%8 still to download). Here: %9.</source>
+        <translation>%1（%2）：%3，%4 参数（激活 %5），%6 个文件，%7（还需下载 %8）。本机：%9。</translation>
+    </message>
+    <message>
+        <source>%1 %2 (file %3 of %4) — %5 of %6, %7/s, %8 left</source>
+        <translation>%1 %2（第 %3 个文件，共 %4 个）— %5 / %6，%7/s，剩余 %8</translation>
+    </message>
+    <message>
+        <source>Downloaded and verified: %1. Press Load to open it.</source>
+        <translation>已下载并校验：%1。按“加载”打开它。</translation>
+    </message>
+    <message>
+        <source>%1 (%2 active)</source>
+        <translation>%1（激活 %2）</translation>
+    </message>
+    <message>
+        <source>about %1</source>
+        <translation>约 %1</translation>
+    </message>
+    <message>
+        <source>The weights in BF16 as the hub stores them; the exact size comes with Check</source>
+        <translation>按 hub 存储的 BF16 权重计算；确切大小可通过“检查”获得</translation>
+    </message>
+    <message>
+        <source>needs several GPUs</source>
+        <translation>需要多块 GPU</translation>
+    </message>
+    <message>
+        <source>no estimate</source>
+        <translation>无法估算</translation>
+    </message>
+    <message>
+        <source>fits</source>
+        <translation>放得下</translation>
+    </message>
+    <message>
+        <source>does not fit</source>
+        <translation>放不下</translation>
+    </message>
+    <message>
+        <source>In the Hugging Face cache, %1 (HF_HUB_CACHE), whichever program downloaded them:</source>
+        <translation>Hugging Face 缓存 %1（HF_HUB_CACHE）中的模型，无论由哪个程序下载：</translation>
+    </message>
+    <message>
+        <source>ready</source>
+        <translation>就绪</translation>
+    </message>
+    <message>
+        <source>not loadable: %1</source>
+        <translation>无法加载：%1</translation>
+    </message>
+    <message>
+        <source>This folder no longer exists</source>
+        <translation>此文件夹已不存在</translation>
+    </message>
+    <message>
+        <source>Type a repository id (org/name) or pick a model above.</source>
+        <translation>请输入仓库 ID（组织/名称），或在上方选择一个模型。</translation>
+    </message>
+    <message>
+        <source>Checking %1…</source>
+        <translation>正在检查 %1…</translation>
+    </message>
+    <message>
+        <source>Downloading %1 from %2 into the hub cache…</source>
+        <translation>正在从 %2 下载 %1 到 hub 缓存…</translation>
+    </message>
+    <message>
+        <source>%1, base</source>
+        <translation>%1，基础版</translation>
+    </message>
+    <message>
+        <source>Pre-trained only, not post-trained for chat</source>
+        <translation>仅预训练，未针对对话做后训练</translation>
+    </message>
+</context>
+<context>
     <name>es::EngineSession</name>
     <message>
         <source>CPU: weights %1 + KV cache %2 of %3 RAM — fits</source>
@@ -1389,6 +1588,18 @@ dense</source>
         <source>The share of the GPU&apos;s memory ExpertScope may fill: the weights, the workspace and, with what they leave, the KV cache (more context and more replies at once). Memory other programs hold counts as used.</source>
         <translation>ExpertScope 可占用的 GPU 显存比例：权重、工作区，以及用剩余部分分配的 KV 缓存（更长的上下文、更多同时进行的回复）。其他程序占用的显存计为已用。</translation>
     </message>
+    <message>
+        <source>&amp;Download…</source>
+        <translation>下载(&amp;D)…</translation>
+    </message>
+    <message>
+        <source>&amp;Recent models</source>
+        <translation>最近的模型(&amp;R)</translation>
+    </message>
+    <message>
+        <source>(none yet)</source>
+        <translation>（暂无）</translation>
+    </message>
 </context>
 <context>
     <name>es::MemoryUsageView</name>
@@ -1534,6 +1745,29 @@ dense</source>
     <message>
         <source>⧉ Copy code · %1</source>
         <translation>⧉ 复制代码 · %1</translation>
+    </message>
+</context>
+<context>
+    <name>es::ModelHub</name>
+    <message>
+        <source>Listing the files</source>
+        <translation>正在列出文件</translation>
+    </message>
+    <message>
+        <source>Checking the free space</source>
+        <translation>正在检查可用空间</translation>
+    </message>
+    <message>
+        <source>Downloading</source>
+        <translation>正在下载</translation>
+    </message>
+    <message>
+        <source>Verifying</source>
+        <translation>正在校验</translation>
+    </message>
+    <message>
+        <source>Finishing</source>
+        <translation>正在完成</translation>
     </message>
 </context>
 <context>

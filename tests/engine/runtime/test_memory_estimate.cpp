@@ -128,6 +128,46 @@ private slots:
         QVERIFY(e->weights_bytes < uint64_t((*m)->config.n_params()) * 4 * 11 / 20);
     }
 
+    // A model not at hand (the download catalogue) is estimated from its config, its tensors typed
+    // as the hub's checkpoints are; on checkpoints typed so, that is the headers' count exactly.
+    void configEstimateIsTheCheckpointsOwn_data() {
+        QTest::addColumn<QString>("dir");
+        QTest::addColumn<QString>("precision");
+        for (const char *d : {"dense", "dense-untied", "moe-sharded", "moe-shared"}) // moe-odd: a BF16 router
+            for (const char *prec : {"exact", "bf16", "fp8"})
+                QTest::newRow((std::string(d) + " " + prec).c_str())
+                    << QString(ES_TEST_DATA_DIR "/") + d << QString(prec);
+    }
+
+    void configEstimateIsTheCheckpointsOwn() {
+        QFETCH(QString, dir);
+        QFETCH(QString, precision);
+        engine_params p;
+        p.load.kind = backend_kind::cpu;
+        p.load.emulate_precision_on_cpu = precision != "exact";
+        p.load.precision = precision == "fp8" ? weight_precision::fp8 : weight_precision::bf16;
+        auto from_dir = engine::estimate_memory(dir.toStdString(), p);
+        QVERIFY2(from_dir.ok(), from_dir.ok() ? "" : from_dir.message().c_str());
+        auto cfg = load_model_config(dir.toStdString());
+        QVERIFY(cfg.ok());
+        auto from_config = engine::estimate_memory(*cfg, p);
+        QVERIFY2(from_config.ok(), from_config.ok() ? "" : from_config.message().c_str());
+        QCOMPARE(from_config->weights_bytes, from_dir->weights_bytes);
+        QCOMPARE(from_config->kv_bytes, from_dir->kv_bytes);
+        QCOMPARE(from_config->fits, from_dir->fits);
+        QCOMPARE(from_config->summary, from_dir->summary);
+    }
+
+    // The 300B-A47B's shape (the catalogue's figures): 300B parameters, 47B active a token.
+    void theLargestShape() {
+        auto c = model_config_for_shape("ernie-4.5-300b-a47b");
+        QVERIFY2(c.ok(), c.ok() ? "" : c.message().c_str());
+        QVERIFY(!c->tie_word_embeddings);
+        QCOMPARE(c->n_moe_layers(), int64_t(51));
+        QVERIFY(c->n_params() > int64_t(299e9) && c->n_params() < int64_t(301e9));
+        QVERIFY(c->n_params_active() > int64_t(47e9) && c->n_params_active() < int64_t(48.5e9));
+    }
+
     void cpuKeepsItsRamDefault() {
         const model_config c = shape_21b();
         engine_params p;
