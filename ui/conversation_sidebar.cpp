@@ -56,10 +56,7 @@ ConversationSidebar::ConversationSidebar(ChatStore *store, QWidget *parent) : QW
     connect(m_search, &QLineEdit::textChanged, m_model, &ConversationListModel::setSearchText);
     connect(add, &QToolButton::clicked, this, &ConversationSidebar::newConversation);
     connect(undo, &QPushButton::clicked, this, &ConversationSidebar::undoDelete);
-    connect(m_undoTimer, &QTimer::timeout, this, [this] {
-        m_undo.reset();
-        m_undoBar->setVisible(false);
-    });
+    connect(m_undoTimer, &QTimer::timeout, this, &ConversationSidebar::expireUndoBar);
     connect(m_list->selectionModel(), &QItemSelectionModel::currentChanged, this, [this](const QModelIndex &cur) {
         if (cur.isValid()) emit conversationSelected(m_model->conversationId(cur.row()));
     });
@@ -119,6 +116,7 @@ void ConversationSidebar::deleteCurrent() {
     m_undoBar->setVisible(true);
     m_undoTimer->start();
     emit conversationDeleted(*id);
+    emit undoAvailableChanged(true, m_undo->conversation.title);
 }
 
 void ConversationSidebar::undoDelete() {
@@ -130,8 +128,12 @@ void ConversationSidebar::undoDelete() {
         m_undoTimer->stop();
         selectConversation(id);
         emit conversationSelected(id);
+        emit undoAvailableChanged(false, QString());
     }
 }
+
+// The bar goes; the snapshot stays for Edit ▸ Undo delete.
+void ConversationSidebar::expireUndoBar() { m_undoBar->setVisible(false); }
 
 void ConversationSidebar::focusSearch() {
     m_search->setFocus();

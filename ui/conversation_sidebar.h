@@ -1,6 +1,7 @@
 // ConversationSidebar: the left pane — search over titles and message text (FTS5 through the
 // store), the conversation list (pinned first, newest first), new / rename / pin / delete.
-// Deleting shows an Undo bar for a few seconds; undo restores the conversation exactly.
+// Deleting shows an Undo bar for a few seconds; undo restores the conversation exactly, from the
+// bar or (also after the bar has gone) Edit ▸ Undo delete, until the next delete replaces it.
 #pragma once
 
 #include "storage_types.h"
@@ -30,6 +31,7 @@ public:
     QListView *listView() const { return m_list; }
     ConversationListModel *model() const { return m_model; }
     bool canUndoDelete() const { return m_undo.has_value(); }
+    QWidget *undoBar() const { return m_undoBar; }
 
 public slots:
     void selectConversation(std::optional<qint64> id);
@@ -39,10 +41,13 @@ public slots:
     void deleteCurrent();
     void undoDelete();
     void focusSearch();
+    void expireUndoBar(); // what the undo bar's timeout does
 
 signals:
     void conversationSelected(std::optional<qint64> id); // nullopt: start a new one
     void conversationDeleted(qint64 id);
+    // An undo became possible (title: the deleted conversation's) or was used up (available false).
+    void undoAvailableChanged(bool available, const QString &title);
 
 private:
     ChatStore *m_store;

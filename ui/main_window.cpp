@@ -18,6 +18,7 @@
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QLabel>
+#include <QListView>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
@@ -162,9 +163,20 @@ void MainWindow::buildMenus() {
     edit->addAction(tr("&Find conversations"), QKeySequence::Find, m_sidebar, &ConversationSidebar::focusSearch);
     edit->addAction(tr("&Rename conversation…"), QKeySequence(Qt::Key_F2), m_sidebar, &ConversationSidebar::renameCurrent);
     edit->addAction(tr("&Pin or unpin conversation"), this, [this] { m_sidebar->togglePinCurrent(); });
-    edit->addAction(tr("&Delete conversation"), QKeySequence(Qt::CTRL | Qt::Key_Delete), m_sidebar,
-                    &ConversationSidebar::deleteCurrent);
-    edit->addAction(tr("&Undo delete"), QKeySequence::Undo, m_sidebar, &ConversationSidebar::undoDelete);
+    // Ctrl+Del deletes the conversation only from the conversation list: in a text field it
+    // deletes the next word, as everywhere else.
+    QAction *del = edit->addAction(tr("&Delete conversation"), QKeySequence(Qt::CTRL | Qt::Key_Delete), m_sidebar,
+                                   &ConversationSidebar::deleteCurrent);
+    del->setShortcutContext(Qt::WidgetShortcut);
+    m_sidebar->listView()->addAction(del);
+    // Enabled exactly while a deleted conversation can be restored (Ctrl+Z in a text field is
+    // that field's own undo).
+    QAction *undo = edit->addAction(tr("&Undo delete"), QKeySequence::Undo, m_sidebar, &ConversationSidebar::undoDelete);
+    undo->setEnabled(false);
+    connect(m_sidebar, &ConversationSidebar::undoAvailableChanged, undo, [undo](bool available, const QString &title) {
+        undo->setEnabled(available);
+        undo->setText(available ? tr("&Undo delete of “%1”").arg(title) : tr("&Undo delete"));
+    });
 
     QMenu *view = menuBar()->addMenu(tr("&View"));
     view->addAction(tr("Add a &pane (compare)"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_N), this, [this] { addPane(); });

@@ -1,0 +1,209 @@
+// The app's sharp edges, each driven through the real widgets (offscreen) against the real engine
+// on the tiny model and an in-memory store: keys typed into the composer and the search field,
+// the Model menu's choices, a model folder that is only half there, a conversation deleted or left
+// while its reply streams, SIGTERM to the running app, the small visible things (copy feedback,
+// code blocks, titles, dialogs), exports, the profiler's consistency and the window's layout.
+// Each test is named after the edge it guards.
+#include "chat_pane.h"
+#include "chat_store.h"
+#include "composer.h"
+#include "conversation_list_model.h"
+#include "conversation_sidebar.h"
+#include "engine_session.h"
+#include "main_window.h"
+#include "message_widget.h"
+
+#include <QAbstractButton>
+#include <QAction>
+#include <QApplication>
+#include <QLineEdit>
+#include <QListView>
+#include <QMenu>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QSignalSpy>
+#include <QTemporaryDir>
+#include <QTimer>
+#include <QtTest>
+
+#include <functional>
+
+using namespace es;
+
+namespace {
+
+const QString kModel = QStringLiteral(ES_TEST_DATA_DIR "/moe-shared");
+
+// The menu-bar action whose text (without '&' and shortcut) starts with `path`'s last element,
+// under the menus named by the elements before it.
+QAction *menuAction(QMainWindow *window, const QStringList &path) {
+    QList<QAction *> actions = window->menuBar()->actions();
+    for (qsizetype i = 0; i < path.size(); ++i) {
+        QAction *found = nullptr;
+        for (QAction *a : actions)
+            if (a->text().remove('&').section('\t', 0, 0).startsWith(path[i])) found = a;
+        if (!found) return nullptr;
+        if (i + 1 == path.size()) return found;
+        if (!found->menu()) return nullptr;
+        actions = found->menu()->actions();
+    }
+    return nullptr;
+}
+
+// Answers every modal dialog that opens while it lives: records its title and text, then
+// presses `button` (a QMessageBox's standard button) or rejects it.
+class DialogAnswerer : public QObject {
+public:
+    explicit DialogAnswerer(QMessageBox::StandardButton button = QMessageBox::NoButton) : m_button(button) {
+        m_timer.setInterval(20);
+        connect(&m_timer, &QTimer::timeout, this, [this] {
+            QWidget *w = QApplication::activeModalWidget();
+            if (!w) return;
+            if (auto *box = qobject_cast<QMessageBox *>(w)) {
+                seen << QStringLiteral("%1: %2").arg(box->windowTitle(), box->text());
+                if (m_button != QMessageBox::NoButton && box->button(m_button)) box->button(m_button)->click();
+                else box->reject();
+            } else if (auto *dialog = qobject_cast<QDialog *>(w)) {
+                seen << dialog->windowTitle();
+                dialog->reject();
+            }
+        });
+        m_timer.start();
+    }
+    QStringList seen;
+
+private:
+    QMessageBox::StandardButton m_button;
+    QTimer m_timer;
+};
+
+} // namespace
+
+class TestSharpEdges : public QObject {
+    Q_OBJECT
+private slots:
+    void initTestCase();
+    void init();
+    void cleanup();
+    void edge2_ctrlDelWhileTypingKeepsTheConversation();
+    void edge1_searchKeepsFocusAndSendsNothing();
+
+private:
+    ChatPane *pane() const { return m_window->currentPane(); }
+    void activate();
+    qint64 conversationWith(const QString &title, const QString &userText);
+
+    QTemporaryDir m_home;
+    std::unique_ptr<ChatStore> m_store;
+    std::unique_ptr<EngineSession> m_session;
+    std::unique_ptr<MainWindow> m_window;
+};
+
+void TestSharpEdges::initTestCase() {
+    QVERIFY(m_home.isValid());
+    qputenv("HOME", m_home.path().toUtf8()); // QSettings of the test stay out of the real home
+    qputenv("XDG_CONFIG_HOME", m_home.filePath(QStringLiteral("config")).toUtf8());
+    QCoreApplication::setOrganizationName("ExpertScopeTests");
+    QCoreApplication::setApplicationName("test_sharp_edges");
+}
+
+void TestSharpEdges::init() {
+    QSettings().clear();
+    m_store = std::make_unique<ChatStore>();
+    QVERIFY(m_store->open(":memory:").ok());
+    m_session = std::make_unique<EngineSession>(EngineSessionOptions{.backend = "cpu", .defaultMaxTokens = 24});
+    QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
+    m_session->loadModel(kModel);
+    QVERIFY(loaded.wait(30000));
+    m_window = std::make_unique<MainWindow>(m_store.get(), m_session.get());
+    m_window->show();
+    QVERIFY(QTest::qWaitForWindowExposed(m_window.get()));
+}
+
+void TestSharpEdges::cleanup() {
+    m_window.reset();
+    m_session.reset();
+    m_store.reset();
+}
+
+// Shortcuts reach only the active window.
+void TestSharpEdges::activate() {
+    m_window->activateWindow();
+    QVERIFY(QTest::qWaitForWindowActive(m_window.get()));
+}
+
+qint64 TestSharpEdges::conversationWith(const QString &title, const QString &userText) {
+    const qint64 id = *m_store->createConversation(title);
+    const auto user = m_store->addMessage(id, std::nullopt, MessageRole::User, userText);
+    m_store->addMessage(id, user, MessageRole::Assistant, QStringLiteral("An answer about ") + userText);
+    return id;
+}
+
+// Edge 2: Ctrl+Del in the composer deletes a word, not the conversation; the list's Ctrl+Del
+// deletes it, and Edit ▸ Undo delete is enabled exactly while it can restore it — also after the
+// undo bar has gone.
+void TestSharpEdges::edge2_ctrlDelWhileTypingKeepsTheConversation() {
+    const qint64 conv = conversationWith(QStringLiteral("Keep me"), QStringLiteral("a question"));
+    m_window->sidebar()->selectConversation(conv);
+    pane()->setConversation(conv);
+    activate();
+    ComposerEdit *edit = pane()->composer()->editor();
+    edit->setFocus();
+    QTest::keyClicks(edit, QStringLiteral("hello world"));
+    QTest::keyClick(edit, Qt::Key_Home);
+    QTest::keyClick(edit, Qt::Key_Delete, Qt::ControlModifier);
+    QVERIFY2(m_store->conversation(conv).has_value(), "Ctrl+Del in the composer deleted the conversation");
+    QCOMPARE(pane()->conversationId(), std::optional<qint64>(conv));
+    QCOMPARE(pane()->composer()->text(), QStringLiteral("world")); // the word and its space
+    QTest::keyClick(edit, Qt::Key_Z, Qt::ControlModifier); // the composer's own undo
+    QCOMPARE(pane()->composer()->text(), QStringLiteral("hello world"));
+
+    QAction *undo = menuAction(m_window.get(), {QStringLiteral("Edit"), QStringLiteral("Undo delete")});
+    QVERIFY(undo);
+    QVERIFY2(!undo->isEnabled(), "Undo delete is enabled with nothing to undo");
+    QListView *list = m_window->sidebar()->listView();
+    list->setFocus();
+    QTest::keyClick(list, Qt::Key_Delete, Qt::ControlModifier);
+    QVERIFY(!m_store->conversation(conv).has_value());
+    QVERIFY(undo->isEnabled());
+    QVERIFY(undo->text().contains(QStringLiteral("Keep me")));
+    m_window->sidebar()->expireUndoBar(); // what its timeout does
+    QVERIFY(!m_window->sidebar()->undoBar()->isVisible());
+    QVERIFY2(undo->isEnabled(), "the undo bar went and took the undo with it");
+    QTest::keyClick(list, Qt::Key_Z, Qt::ControlModifier);
+    QVERIFY2(m_store->conversation(conv).has_value(), "Ctrl+Z in the list did not restore the conversation");
+    QCOMPARE(m_store->activePath(conv).size(), 2);
+    QCOMPARE(pane()->conversationId(), std::optional<qint64>(conv));
+    QVERIFY(!undo->isEnabled());
+}
+
+// Edge 1: typing in the search field filters the list and nothing else — the open conversation,
+// the focus and the composer stay; Enter opens the first match and sends nothing.
+void TestSharpEdges::edge1_searchKeepsFocusAndSendsNothing() {
+    const qint64 welcome = conversationWith(QStringLiteral("Welcome to ExpertScope"), QStringLiteral("welcome"));
+    const qint64 other = conversationWith(QStringLiteral("Zebras"), QStringLiteral("stripes"));
+    m_window->sidebar()->selectConversation(other);
+    pane()->setConversation(other);
+    activate();
+    pane()->composer()->editor()->setFocus();
+    QTest::keyClick(m_window.get(), Qt::Key_F, Qt::ControlModifier);
+    QLineEdit *search = m_window->sidebar()->searchField();
+    QTRY_VERIFY(search->hasFocus());
+    for (const QChar c : QStringLiteral("welc")) {
+        QTest::keyClick(QApplication::focusWidget(), c.toLatin1(), Qt::NoModifier, 30);
+        QApplication::processEvents();
+    }
+    QCOMPARE(search->text(), QStringLiteral("welc"));
+    QVERIFY2(search->hasFocus(), "the search field lost the focus while typing");
+    QCOMPARE(pane()->conversationId(), std::optional<qint64>(other));
+    QVERIFY(pane()->composer()->text().isEmpty());
+    QTest::keyClick(QApplication::focusWidget(), Qt::Key_Return);
+    QCOMPARE(pane()->conversationId(), std::optional<qint64>(welcome)); // Enter opens the match
+    QVERIFY(!pane()->isGenerating());
+    QCOMPARE(m_store->activePath(welcome).size(), 2); // nothing was sent
+    QCOMPARE(m_store->activePath(other).size(), 2);
+    QVERIFY(pane()->composer()->text().isEmpty());
+}
+
+QTEST_MAIN(TestSharpEdges)
+#include "test_sharp_edges.moc"
