@@ -116,7 +116,7 @@ void ChatPane::setConversation(std::optional<qint64> id) {
     const QString oldPrefix = m_preset ? m_preset->prefix : QString();
     m_preset = preset;
     m_presetBar->setActivePreset(preset ? std::optional<qint64>(preset->id) : std::nullopt);
-    m_composer->applyPrefix(oldPrefix, QString());
+    m_composer->applyPrefix(oldPrefix, QString(), /*takeFocus=*/false);
     reload();
 }
 

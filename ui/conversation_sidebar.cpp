@@ -6,6 +6,7 @@
 
 #include <QHBoxLayout>
 #include <QInputDialog>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListView>
@@ -53,7 +54,24 @@ ConversationSidebar::ConversationSidebar(ChatStore *store, QWidget *parent) : QW
     m_undoTimer->setSingleShot(true);
     m_undoTimer->setInterval(10000);
 
-    connect(m_search, &QLineEdit::textChanged, m_model, &ConversationListModel::setSearchText);
+    // Typing filters the list and nothing else: the open conversation stays open (and highlighted
+    // while it matches), the focus stays here. Enter opens the first match; Down goes to the list.
+    connect(m_search, &QLineEdit::textChanged, this, [this](const QString &text) {
+        const std::optional<qint64> open = currentConversation();
+        {
+            QSignalBlocker block(m_list->selectionModel());
+            m_model->setSearchText(text);
+        }
+        selectConversation(open);
+    });
+    connect(m_search, &QLineEdit::returnPressed, this, [this] {
+        if (m_model->rowCount() == 0) return;
+        const qint64 id = m_model->conversationId(0);
+        selectConversation(id);
+        emit conversationSelected(id);
+        emit searchAccepted();
+    });
+    m_search->installEventFilter(this);
     connect(add, &QToolButton::clicked, this, &ConversationSidebar::newConversation);
     connect(undo, &QPushButton::clicked, this, &ConversationSidebar::undoDelete);
     connect(m_undoTimer, &QTimer::timeout, this, &ConversationSidebar::expireUndoBar);
@@ -134,6 +152,16 @@ void ConversationSidebar::undoDelete() {
 
 // The bar goes; the snapshot stays for Edit ▸ Undo delete.
 void ConversationSidebar::expireUndoBar() { m_undoBar->setVisible(false); }
+
+bool ConversationSidebar::eventFilter(QObject *watched, QEvent *event) {
+    if (watched == m_search && event->type() == QEvent::KeyPress &&
+        static_cast<QKeyEvent *>(event)->key() == Qt::Key_Down && m_model->rowCount() > 0) {
+        m_list->setFocus();
+        if (!m_list->currentIndex().isValid()) m_list->setCurrentIndex(m_model->index(0));
+        return true;
+    }
+    return QWidget::eventFilter(watched, event);
+}
 
 void ConversationSidebar::focusSearch() {
     m_search->setFocus();

@@ -1,5 +1,6 @@
 // ConversationSidebar: the left pane — search over titles and message text (FTS5 through the
-// store), the conversation list (pinned first, newest first), new / rename / pin / delete.
+// store; typing only filters, Enter opens the first match), the conversation list (pinned first,
+// newest first), new / rename / pin / delete.
 // Deleting shows an Undo bar for a few seconds; undo restores the conversation exactly, from the
 // bar or (also after the bar has gone) Edit ▸ Undo delete, until the next delete replaces it.
 #pragma once
@@ -48,6 +49,10 @@ signals:
     void conversationDeleted(qint64 id);
     // An undo became possible (title: the deleted conversation's) or was used up (available false).
     void undoAvailableChanged(bool available, const QString &title);
+    void searchAccepted(); // Enter in the search field opened its first match
+
+protected:
+    bool eventFilter(QObject *watched, QEvent *event) override;
 
 private:
     ChatStore *m_store;

@@ -99,6 +99,9 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     connect(m_sidebar, &ConversationSidebar::conversationSelected, this, [this](std::optional<qint64> id) {
         if (m_current) m_current->setConversation(id);
     });
+    connect(m_sidebar, &ConversationSidebar::searchAccepted, this, [this] {
+        if (m_current) m_current->composer()->editor()->setFocus();
+    });
     connect(m_sidebar, &ConversationSidebar::conversationDeleted, this, [this](qint64 id) {
         for (ChatPane *p : m_panes)
             if (p->conversationId() == id) p->setConversation(std::nullopt);

@@ -199,6 +199,7 @@ void TestSharpEdges::edge1_searchKeepsFocusAndSendsNothing() {
     QVERIFY(pane()->composer()->text().isEmpty());
     QTest::keyClick(QApplication::focusWidget(), Qt::Key_Return);
     QCOMPARE(pane()->conversationId(), std::optional<qint64>(welcome)); // Enter opens the match
+    QVERIFY(pane()->composer()->editor()->hasFocus());                   // ready for the next message
     QVERIFY(!pane()->isGenerating());
     QCOMPARE(m_store->activePath(welcome).size(), 2); // nothing was sent
     QCOMPARE(m_store->activePath(other).size(), 2);
