@@ -121,7 +121,9 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     connect(m_session, &EngineSession::modelLoadFailed, this, [this](const QString &dir, const QString &message) {
         m_loadLabel->setVisible(false);
         m_loadProgress->setVisible(false);
-        m_modelLabel->setText(tr("No model"));
+        // A folder rejected before loading leaves the model that was loaded in place.
+        const bool kept = m_session->isModelLoaded();
+        if (!kept) m_modelLabel->setText(tr("No model"));
         if (m_connectingTo == dir) {
             m_connectingTo.clear();
             QMessageBox::critical(this, tr("Could not connect to the server"),
@@ -129,8 +131,9 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
                                       .arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
             return;
         }
-        QMessageBox::critical(this, tr("The model could not be loaded"),
-                              tr("<p>Loading <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
+        QString text = tr("<p>Loading <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped());
+        if (kept) text += tr("<p>%1 is still loaded.</p>").arg(m_session->modelInfo().name.toHtmlEscaped());
+        QMessageBox::critical(this, tr("The model could not be loaded"), text);
     });
     connect(m_session, &EngineSession::statsUpdated, this, &MainWindow::onStats);
     connect(m_store, &ChatStore::presetsChanged, this, &MainWindow::rebuildPresetMenu);

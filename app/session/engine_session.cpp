@@ -4,6 +4,7 @@
 
 #include "engine/cuda/cuda_loader.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/model.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -208,8 +209,15 @@ EngineSession::~EngineSession() {
     m_engine.reset(); // cancels every open request and joins the engine thread
 }
 
+QString EngineSession::checkFolder(const QString &dir, const EngineSessionOptions &options) {
+    const status st = check_model_folder(dir.toStdString(), make_params(options).load);
+    return st ? QString() : QString::fromStdString(st.message());
+}
+
 MemoryEstimateView EngineSession::estimate(const QString &dir, const EngineSessionOptions &options) {
     MemoryEstimateView v;
+    v.message = checkFolder(dir, options);
+    if (!v.message.isEmpty()) return v;
     auto e = engine::estimate_memory(dir.toStdString(), make_params(options));
     if (!e) {
         v.message = QString::fromStdString(e.message());
@@ -244,6 +252,10 @@ void EngineSession::ensurePumping() {
 }
 
 void EngineSession::loadModel(const QString &dir) {
+    if (const QString why = checkFolder(dir, m_options); !why.isEmpty()) {
+        emit modelLoadFailed(dir, why); // before anything is unloaded
+        return;
+    }
     cancelAll();
     dropRemote();
     m_loaded = false;

@@ -63,11 +63,18 @@ public:
     // The profile so far of a reply in flight (for the live token strip); empty when unknown.
     ReplyProfile replyProfile(quint64 requestId) const;
 
-    // Will the model in dir fit (weights + KV cache) with these options? Reads config.json only.
+    // Will the model in dir fit (weights + KV cache) with these options? Checks the folder first
+    // (checkFolder): a folder that could not load is !ok, with the reason.
     static MemoryEstimateView estimate(const QString &dir, const EngineSessionOptions &options);
+    // Everything that can be checked without loading: config.json, the weights' files and headers,
+    // generation_config.json, the tokenizer and whether the backend can run here. Empty when the
+    // folder would load; else the reason. Reads headers only (milliseconds).
+    static QString checkFolder(const QString &dir, const EngineSessionOptions &options);
 
 public slots:
-    // Asynchronous; modelLoaded or modelLoadFailed follows. Open replies are cancelled.
+    // Asynchronous; modelLoaded or modelLoadFailed follows. A folder that fails checkFolder fails
+    // at once and leaves the loaded model (and its replies) as they are; otherwise open replies
+    // are cancelled and the model is replaced.
     void loadModel(const QString &dir);
     // New backend/precision/threads: cancels open replies, restarts the engine, and reloads the
     // model that was loaded (if any) with the new options.

@@ -87,6 +87,7 @@ private slots:
     void cleanup();
     void edge2_ctrlDelWhileTypingKeepsTheConversation();
     void edge1_searchKeepsFocusAndSendsNothing();
+    void edge4_halfValidFolderKeepsTheModel();
 
 private:
     ChatPane *pane() const { return m_window->currentPane(); }
@@ -204,6 +205,37 @@ void TestSharpEdges::edge1_searchKeepsFocusAndSendsNothing() {
     QCOMPARE(m_store->activePath(welcome).size(), 2); // nothing was sent
     QCOMPARE(m_store->activePath(other).size(), 2);
     QVERIFY(pane()->composer()->text().isEmpty());
+}
+
+// Edge 4: a folder that cannot load is rejected before any question and before the loaded model
+// is touched — weights missing, or only the tokenizer missing (which the memory estimate alone
+// never read) — and the model in use stays loaded and answering.
+void TestSharpEdges::edge4_halfValidFolderKeepsTheModel() {
+    QTemporaryDir configOnly, noTokenizer;
+    QVERIFY(QFile::copy(kModel + "/config.json", configOnly.filePath("config.json")));
+    for (const char *name : {"config.json", "generation_config.json", "model.safetensors"})
+        QVERIFY(QFile::link(kModel + "/" + name, noTokenizer.filePath(QLatin1String(name))));
+    for (const auto &[dir, missing] : {std::pair{configOnly.path(), QStringLiteral("model.safetensors")},
+                                       std::pair{noTokenizer.path(), QStringLiteral("tokenizer.model")}}) {
+        QSignalSpy started(m_session.get(), &EngineSession::modelLoadStarted);
+        DialogAnswerer answerer(QMessageBox::Yes); // "load anyway?" would be answered Yes
+        m_window->loadModelFolder(dir);
+        QTRY_COMPARE(answerer.seen.size(), 1);
+        QVERIFY2(answerer.seen[0].contains(missing), qPrintable(answerer.seen.join('\n')));
+        QVERIFY2(!answerer.seen[0].contains(QLatin1String("fit")), qPrintable(answerer.seen[0]));
+        QCOMPARE(started.count(), 0);
+        QVERIFY2(m_session->isModelLoaded(), "the model in use was unloaded for a folder that cannot load");
+        QCOMPARE(m_session->modelInfo().dir, kModel);
+        // The session itself refuses such a folder before unloading, whoever asks.
+        QSignalSpy failed(m_session.get(), &EngineSession::modelLoadFailed);
+        m_session->loadModel(dir);
+        QTRY_COMPARE(failed.count(), 1);
+        QVERIFY(failed.at(0).at(1).toString().contains(missing));
+        QVERIFY(m_session->isModelLoaded());
+    }
+    QSignalSpy done(m_session.get(), &EngineSession::replyFinished);
+    pane()->send(QStringLiteral("still there?"));
+    QVERIFY(done.wait(30000));
 }
 
 QTEST_MAIN(TestSharpEdges)
