@@ -227,8 +227,17 @@ void MainWindow::buildMenus() {
     };
     auto *backends = new QActionGroup(this);
     QMenu *backendMenu = model->addMenu(tr("&Backend"));
-    for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}})
-        addChoice(backendMenu, backends, label, &EngineSessionOptions::backend, QStringLiteral("engine/backend"), key);
+    backendMenu->setToolTipsVisible(true);
+    // A backend that cannot run here is shown, disabled, with the reason (no CUDA device, no module).
+    for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}}) {
+        QAction *a = addChoice(backendMenu, backends, label, &EngineSessionOptions::backend,
+                               QStringLiteral("engine/backend"), key);
+        const EngineSession::BackendAvailability availability = EngineSession::backendAvailability(key);
+        if (availability.usable) continue;
+        a->setEnabled(false);
+        a->setText(tr("%1 — not available: %2").arg(label, availability.reason));
+        a->setToolTip(availability.reason);
+    }
     auto *precisions = new QActionGroup(this);
     QMenu *precisionMenu = model->addMenu(tr("&Precision"));
     precisionMenu->setToolTipsVisible(true);
@@ -415,7 +424,8 @@ void MainWindow::openModel() {
 void MainWindow::loadModelFolder(const QString &dir, bool askWhenTooBig) {
     const MemoryEstimateView e = EngineSession::estimate(dir, m_session->options());
     if (!e.ok) {
-        QMessageBox::critical(this, tr("Not a model folder"), e.message);
+        QMessageBox::critical(this, tr("The model cannot be opened"),
+                              tr("<p>%1 cannot be opened:</p><p>%2</p>").arg(dir.toHtmlEscaped(), e.message.toHtmlEscaped()));
         return;
     }
     if (!e.fits && askWhenTooBig) {

@@ -209,6 +209,23 @@ EngineSession::~EngineSession() {
     m_engine.reset(); // cancels every open request and joins the engine thread
 }
 
+EngineSession::BackendAvailability EngineSession::backendAvailability(const QString &backend) {
+    if (backend != QLatin1String("cuda")) return {};
+    const cuda_status_info &st = cuda_status();
+    if (st.available) return {};
+    const QString detail = QString::fromStdString(st.reason);
+    if (!st.built) return {false, tr("this build has no CUDA backend")};
+    if (!st.module_loaded) return {false, tr("the CUDA module is missing or does not load (%1)").arg(detail)};
+    return {false, tr("no usable CUDA device (%1)").arg(detail)};
+}
+
+QString EngineSession::usableSavedBackend(const QString &wanted, QString *notice) {
+    const BackendAvailability a = backendAvailability(wanted);
+    if (a.usable) return wanted;
+    if (notice) *notice = tr("The saved backend %1 cannot run here: %2. Using Automatic.").arg(wanted, a.reason);
+    return QStringLiteral("auto");
+}
+
 QString EngineSession::checkFolder(const QString &dir, const EngineSessionOptions &options) {
     const status st = check_model_folder(dir.toStdString(), make_params(options).load);
     return st ? QString() : QString::fromStdString(st.message());
@@ -252,6 +269,7 @@ void EngineSession::ensurePumping() {
 }
 
 void EngineSession::loadModel(const QString &dir) {
+    m_wantedDir = dir;
     if (const QString why = checkFolder(dir, m_options); !why.isEmpty()) {
         emit modelLoadFailed(dir, why); // before anything is unloaded
         return;
@@ -323,7 +341,7 @@ void EngineSession::reconfigure(const EngineSessionOptions &options) {
         m_timer.setInterval(options.pumpIntervalMs);
         return;
     }
-    const QString dir = m_loaded ? m_info.dir : m_load ? m_load->dir : QString();
+    const QString dir = m_loaded ? m_info.dir : m_load ? m_load->dir : m_wantedDir;
     cancelAll();
     m_load.reset();
     m_loading = m_loaded = false;

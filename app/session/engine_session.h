@@ -66,6 +66,17 @@ public:
     // Will the model in dir fit (weights + KV cache) with these options? Checks the folder first
     // (checkFolder): a folder that could not load is !ok, with the reason.
     static MemoryEstimateView estimate(const QString &dir, const EngineSessionOptions &options);
+    // Whether a backend choice (auto | cpu | cuda) can run here; when not, the reason in the
+    // interface language ("no CUDA device", "the CUDA module is missing", …). auto and cpu always can.
+    struct BackendAvailability {
+        bool usable = true;
+        QString reason;
+    };
+    static BackendAvailability backendAvailability(const QString &backend);
+    // The backend to start with when `wanted` came from the settings: wanted when it can run here,
+    // else "auto", with *notice saying why (a saved CUDA choice on a machine without a usable GPU
+    // must not stop every later start).
+    static QString usableSavedBackend(const QString &wanted, QString *notice);
     // Everything that can be checked without loading: config.json, the weights' files and headers,
     // generation_config.json, the tokenizer and whether the backend can run here. Empty when the
     // folder would load; else the reason. Reads headers only (milliseconds).
@@ -77,7 +88,8 @@ public slots:
     // are cancelled and the model is replaced.
     void loadModel(const QString &dir);
     // New backend/precision/threads: cancels open replies, restarts the engine, and reloads the
-    // model that was loaded (if any) with the new options.
+    // model that was loaded or last asked for (also one whose load failed, say for the backend
+    // chosen before) with the new options.
     void reconfigure(const es::EngineSessionOptions &options);
     // Asynchronous; modelLoadStarted(url), then modelLoaded (info.remoteUrl set) once /v1/models
     // lists the model, or modelLoadFailed(url, why: unreachable, key refused, not an OpenAI
@@ -124,6 +136,7 @@ private:
     bool m_loaded = false, m_loading = false;
     SessionModelInfo m_info;
     std::shared_ptr<LoadState> m_load;
+    QString m_wantedDir; // the folder of the last loadModel (reconfigure reloads it)
     quint64 m_lastTokensGenerated = 0;
     qint64 m_lastStatsMs = 0;
     double m_tokPerSec = 0;

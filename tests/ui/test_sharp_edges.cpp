@@ -21,6 +21,8 @@
 #include <QMenu>
 #include <QMenuBar>
 #include <QMessageBox>
+#include <QProcess>
+#include <QSettings>
 #include <QSignalSpy>
 #include <QTemporaryDir>
 #include <QTimer>
@@ -88,8 +90,18 @@ private slots:
     void edge2_ctrlDelWhileTypingKeepsTheConversation();
     void edge1_searchKeepsFocusAndSendsNothing();
     void edge4_halfValidFolderKeepsTheModel();
+    void edge3_unusableBackendIsDisabledAndNeverSticks();
 
 private:
+    // The expertscope binary with `args`, offscreen, its settings and data under `home`; killed
+    // after timeoutMs.
+    struct AppRun {
+        bool finished = false;
+        int exitCode = -1;
+        QString out, err;
+    };
+    static QProcessEnvironment appEnvironment(const QString &home);
+    static AppRun runApp(const QString &home, const QStringList &args, int timeoutMs = 60000);
     ChatPane *pane() const { return m_window->currentPane(); }
     void activate();
     qint64 conversationWith(const QString &title, const QString &userText);
@@ -125,6 +137,30 @@ void TestSharpEdges::cleanup() {
     m_window.reset();
     m_session.reset();
     m_store.reset();
+}
+
+QProcessEnvironment TestSharpEdges::appEnvironment(const QString &home) {
+    QProcessEnvironment env = QProcessEnvironment::systemEnvironment();
+    env.insert(QStringLiteral("HOME"), home);
+    env.insert(QStringLiteral("XDG_DATA_HOME"), home + QStringLiteral("/data"));
+    env.insert(QStringLiteral("XDG_CONFIG_HOME"), home + QStringLiteral("/config"));
+    env.insert(QStringLiteral("XDG_CACHE_HOME"), home + QStringLiteral("/cache"));
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("offscreen"));
+    return env;
+}
+
+TestSharpEdges::AppRun TestSharpEdges::runApp(const QString &home, const QStringList &args, int timeoutMs) {
+    QProcess app;
+    app.setProcessEnvironment(appEnvironment(home));
+    app.start(QStringLiteral(ES_APP_PATH), args);
+    AppRun run;
+    run.finished = app.waitForStarted(10000) && app.waitForFinished(timeoutMs);
+    if (!run.finished) app.kill();
+    app.waitForFinished(10000);
+    run.exitCode = app.exitStatus() == QProcess::NormalExit ? app.exitCode() : -1;
+    run.out = QString::fromLocal8Bit(app.readAllStandardOutput());
+    run.err = QString::fromLocal8Bit(app.readAllStandardError());
+    return run;
 }
 
 // Shortcuts reach only the active window.
@@ -236,6 +272,44 @@ void TestSharpEdges::edge4_halfValidFolderKeepsTheModel() {
     QSignalSpy done(m_session.get(), &EngineSession::replyFinished);
     pane()->send(QStringLiteral("still there?"));
     QVERIFY(done.wait(30000));
+}
+
+// Edge 3: a backend that cannot run here is shown disabled with the reason; a saved choice of it
+// does not stop later starts; and switching back reloads the model a failed load left behind.
+void TestSharpEdges::edge3_unusableBackendIsDisabledAndNeverSticks() {
+    const EngineSession::BackendAvailability cuda = EngineSession::backendAvailability(QStringLiteral("cuda"));
+    if (cuda.usable) QSKIP("CUDA can run here: no unusable backend to show");
+    QVERIFY(!cuda.reason.isEmpty());
+    QAction *choice = menuAction(m_window.get(), {QStringLiteral("Model"), QStringLiteral("Backend"),
+                                                  QStringLiteral("CUDA")});
+    QVERIFY(choice);
+    QVERIFY2(!choice->isEnabled(), "Model ▸ Backend ▸ CUDA can be chosen without a usable GPU");
+    QVERIFY2(choice->text().contains(cuda.reason), qPrintable(choice->text()));
+    QCOMPARE(choice->toolTip(), cuda.reason);
+    QVERIFY(menuAction(m_window.get(), {QStringLiteral("Model"), QStringLiteral("Backend"),
+                                        QStringLiteral("CPU")})->isEnabled());
+
+    // A session told to use CUDA fails to load; back on Automatic it loads that model.
+    EngineSession session(EngineSessionOptions{.backend = QStringLiteral("cuda"), .defaultMaxTokens = 8});
+    QSignalSpy failed(&session, &EngineSession::modelLoadFailed), loaded(&session, &EngineSession::modelLoaded);
+    session.loadModel(kModel);
+    QTRY_COMPARE_WITH_TIMEOUT(failed.count(), 1, 30000);
+    EngineSessionOptions automatic = session.options();
+    automatic.backend = QStringLiteral("auto");
+    session.reconfigure(automatic);
+    QVERIFY2(loaded.count() == 1 || loaded.wait(30000), "switching back to Automatic reloaded nothing");
+    QCOMPARE(session.modelInfo().dir, kModel);
+
+    // The app started with a saved backend=cuda starts on Automatic and answers.
+    QTemporaryDir home;
+    QVERIFY(QDir().mkpath(home.filePath(QStringLiteral("config/ExpertScope"))));
+    {
+        QSettings saved(home.filePath(QStringLiteral("config/ExpertScope/ExpertScope.conf")), QSettings::IniFormat);
+        saved.setValue(QStringLiteral("engine/backend"), QStringLiteral("cuda"));
+    }
+    const AppRun run = runApp(home.path(), {QStringLiteral("--smoke-test"), QStringLiteral("--model"), kModel});
+    QVERIFY(run.finished);
+    QVERIFY2(run.exitCode == 0, qPrintable(run.err));
 }
 
 QTEST_MAIN(TestSharpEdges)

@@ -1,7 +1,8 @@
 // expertscope: the desktop app. Opens the store, starts the engine session, shows the window,
 // reopens the last model (unless the last session crashed). Options:
 //   --model DIR        open this model folder
-//   --backend B        auto | cuda | cpu (default: the last choice, else auto)
+//   --backend B        auto | cuda | cpu (default: the last choice when it can run here — else
+//                      auto, and the status bar says why — else auto)
 //   --version, -v      version, commit, Qt and CUDA versions, backends (and why CUDA is not
 //                      usable, when it is not); answered before any window system is touched
 //   --demo-prompt T, --screenshot FILE, --screenshot-after-ms N   send T once the model is loaded,
@@ -142,12 +143,14 @@ void reportStoreFailure(const es::OpenResult &opened, const QString &databasePat
                           QObject::tr("The conversation database could not be opened:\n%1").arg(opened.message));
 }
 
-// The engine's options: --backend, else the last choice (auto); precision and KV cache as stored.
-es::EngineSessionOptions sessionOptions(const CommandLine &cli) {
+// The engine's options: --backend, else the last choice (auto) when it can run here, else auto
+// with *notice saying why; precision and KV cache as stored.
+es::EngineSessionOptions sessionOptions(const CommandLine &cli, QString *notice) {
     QSettings settings;
     es::EngineSessionOptions options;
-    options.backend =
-        cli.parser.isSet(cli.backend) ? cli.parser.value(cli.backend) : settings.value("engine/backend", "auto").toString();
+    options.backend = cli.parser.isSet(cli.backend)
+                          ? cli.parser.value(cli.backend)
+                          : es::EngineSession::usableSavedBackend(settings.value("engine/backend", "auto").toString(), notice);
     options.precision = settings.value("engine/precision", "auto").toString();
     options.kvCache = settings.value("engine/kv_cache", "bf16").toString();
     options.gpuMemoryUtilization =
@@ -295,7 +298,8 @@ int main(int argc, char **argv) {
     }
     es::markSessionRunning();
 
-    const es::EngineSessionOptions options = sessionOptions(cli);
+    QString backendNotice;
+    const es::EngineSessionOptions options = sessionOptions(cli, &backendNotice);
     es::EngineSession session(options);
     std::unique_ptr<es::SmokeTest> smoke;
     if (smokeTest) {
@@ -309,6 +313,7 @@ int main(int argc, char **argv) {
     es::MainWindow window(&store, &session);
     if (smoke) sendSmokeTestWhenLoaded(*smoke, session, window);
     showStartupState(window, welcome, opened, plan, smokeTest);
+    if (!backendNotice.isEmpty()) window.statusBar()->showMessage(backendNotice, 15000);
     openModelOrEndpoint(window, cli, plan);
     if (!showProfilerTab(window, cli)) return 2;
     armDemo(session, window, cli);
