@@ -107,7 +107,12 @@ QList<MessageWidget *> ChatPane::messageWidgets() const { return m_list->findChi
 
 void ChatPane::setConversation(std::optional<qint64> id) {
     if (m_conversation == id) return;
-    if (isGenerating()) stop();
+    if (isGenerating()) {
+        stop();
+        emit replyInterrupted(tr("The reply in “%1” was stopped: switching conversations stops a reply in progress. "
+                                 "What it had written is kept.")
+                                  .arg(m_title->text()));
+    }
     m_conversation = id;
     // The conversation's preset becomes the active one (its prefix is not re-inserted).
     std::optional<Preset> preset;
@@ -118,6 +123,12 @@ void ChatPane::setConversation(std::optional<qint64> id) {
     m_presetBar->setActivePreset(preset ? std::optional<qint64>(preset->id) : std::nullopt);
     m_composer->applyPrefix(oldPrefix, QString(), /*takeFocus=*/false);
     reload();
+}
+
+void ChatPane::conversationAboutToBeDeleted(qint64 id) {
+    if (m_conversation != id || !isGenerating()) return;
+    stop();
+    emit replyInterrupted(tr("The reply in “%1” was stopped because its conversation was deleted.").arg(m_title->text()));
 }
 
 void ChatPane::setActivePreset(const std::optional<Preset> &preset) {

@@ -127,6 +127,7 @@ void ConversationSidebar::togglePinCurrent() {
 void ConversationSidebar::deleteCurrent() {
     const auto id = currentConversation();
     if (!id) return;
+    emit conversationAboutToBeDeleted(*id);
     auto snap = m_store->deleteConversation(*id);
     if (!snap) return;
     m_undo = std::move(snap);

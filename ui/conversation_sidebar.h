@@ -46,6 +46,7 @@ public slots:
 
 signals:
     void conversationSelected(std::optional<qint64> id); // nullopt: start a new one
+    void conversationAboutToBeDeleted(qint64 id); // before the store deletes it (replies stop first)
     void conversationDeleted(qint64 id);
     // An undo became possible (title: the deleted conversation's) or was used up (available false).
     void undoAvailableChanged(bool available, const QString &title);

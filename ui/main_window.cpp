@@ -102,6 +102,9 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     connect(m_sidebar, &ConversationSidebar::searchAccepted, this, [this] {
         if (m_current) m_current->composer()->editor()->setFocus();
     });
+    connect(m_sidebar, &ConversationSidebar::conversationAboutToBeDeleted, this, [this](qint64 id) {
+        for (ChatPane *p : m_panes) p->conversationAboutToBeDeleted(id);
+    });
     connect(m_sidebar, &ConversationSidebar::conversationDeleted, this, [this](qint64 id) {
         for (ChatPane *p : m_panes)
             if (p->conversationId() == id) p->setConversation(std::nullopt);
@@ -329,6 +332,7 @@ ChatPane *MainWindow::addPane(EngineSession *session) {
     connect(pane, &ChatPane::conversationCreated, this, [this](qint64 id) { m_sidebar->selectConversation(id); });
     connect(pane, &ChatPane::managePresetsRequested, this, &MainWindow::managePresets);
     connect(pane, &ChatPane::errorOccurred, this, [this](const QString &m) { statusBar()->showMessage(m, 10000); });
+    connect(pane, &ChatPane::replyInterrupted, this, [this](const QString &m) { statusBar()->showMessage(m, 10000); });
     connect(pane->composer(), &Composer::sendRequested, this, [this, pane](const QString &text) { broadcast(pane, text); });
     setCurrentPane(pane);
     pane->composer()->editor()->setFocus();

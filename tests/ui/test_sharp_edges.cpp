@@ -24,6 +24,7 @@
 #include <QProcess>
 #include <QSettings>
 #include <QSignalSpy>
+#include <QStatusBar>
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QtTest>
@@ -91,6 +92,7 @@ private slots:
     void edge1_searchKeepsFocusAndSendsNothing();
     void edge4_halfValidFolderKeepsTheModel();
     void edge3_unusableBackendIsDisabledAndNeverSticks();
+    void edge9_replyInProgressIsStoppedAndSaidSo();
 
 private:
     // The expertscope binary with `args`, offscreen, its settings and data under `home`; killed
@@ -310,6 +312,50 @@ void TestSharpEdges::edge3_unusableBackendIsDisabledAndNeverSticks() {
     const AppRun run = runApp(home.path(), {QStringLiteral("--smoke-test"), QStringLiteral("--model"), kModel});
     QVERIFY(run.finished);
     QVERIFY2(run.exitCode == 0, qPrintable(run.err));
+}
+
+// Edge 9: a reply in progress stopped by leaving its conversation or deleting it is said so in the
+// status bar and saved as stopped — no internal error about a message that no longer exists, and
+// undoing the delete brings the stopped reply back.
+void TestSharpEdges::edge9_replyInProgressIsStoppedAndSaidSo() {
+    ConversationSettings longReplies;
+    longReplies.sampling.maxTokens = 4000;
+    const qint64 conv = *m_store->createConversation(QStringLiteral("Streaming"), longReplies);
+    const qint64 other = conversationWith(QStringLiteral("Other"), QStringLiteral("something else"));
+    m_window->sidebar()->selectConversation(conv);
+    pane()->setConversation(conv);
+    QSignalSpy errors(pane(), &ChatPane::errorOccurred);
+    QSignalSpy tokens(m_session.get(), &EngineSession::tokensGenerated);
+
+    pane()->send(QStringLiteral("Write a lot"));
+    QVERIFY(tokens.wait(30000));
+    m_window->sidebar()->selectConversation(other);
+    emit m_window->sidebar()->conversationSelected(other); // as a click in the list
+    QCOMPARE(pane()->conversationId(), std::optional<qint64>(other));
+    QVERIFY(!pane()->isGenerating());
+    QVERIFY2(m_window->statusBar()->currentMessage().contains(QStringLiteral("Streaming")),
+             qPrintable(m_window->statusBar()->currentMessage()));
+    QCOMPARE(m_store->activePath(conv).last().finishReason, QStringLiteral("cancelled"));
+
+    m_window->sidebar()->selectConversation(conv);
+    emit m_window->sidebar()->conversationSelected(conv);
+    tokens.clear();
+    pane()->send(QStringLiteral("Write more"));
+    QVERIFY(tokens.wait(30000));
+    const qint64 reply = m_store->activePath(conv).last().id;
+    m_window->sidebar()->deleteCurrent();
+    QVERIFY(!m_store->conversation(conv).has_value());
+    QVERIFY(!pane()->isGenerating());
+    QTest::qWait(600); // past two checkpoint intervals: nothing may still write the deleted reply
+    QVERIFY2(errors.isEmpty(), qPrintable(errors.isEmpty() ? QString() : errors.first().first().toString()));
+    QVERIFY2(m_window->statusBar()->currentMessage().contains(QStringLiteral("deleted")),
+             qPrintable(m_window->statusBar()->currentMessage()));
+    m_window->sidebar()->undoDelete();
+    const std::optional<Message> restored = m_store->message(reply);
+    QVERIFY(restored.has_value());
+    QCOMPARE(restored->state, MessageState::Complete);
+    QCOMPARE(restored->finishReason, QStringLiteral("cancelled"));
+    QVERIFY(!restored->content.isEmpty());
 }
 
 QTEST_MAIN(TestSharpEdges)
