@@ -22,6 +22,8 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProcess>
+#include <QSqlDatabase>
+#include <QSqlQuery>
 #include <QSettings>
 #include <QSignalSpy>
 #include <QStatusBar>
@@ -30,6 +32,8 @@
 #include <QtTest>
 
 #include <functional>
+
+#include <signal.h>
 
 using namespace es;
 
@@ -93,6 +97,7 @@ private slots:
     void edge4_halfValidFolderKeepsTheModel();
     void edge3_unusableBackendIsDisabledAndNeverSticks();
     void edge9_replyInProgressIsStoppedAndSaidSo();
+    void edge5_sigtermQuitsCleanly();
 
 private:
     // The expertscope binary with `args`, offscreen, its settings and data under `home`; killed
@@ -356,6 +361,53 @@ void TestSharpEdges::edge9_replyInProgressIsStoppedAndSaidSo() {
     QCOMPARE(restored->state, MessageState::Complete);
     QCOMPARE(restored->finishReason, QStringLiteral("cancelled"));
     QVERIFY(!restored->content.isEmpty());
+}
+
+// Edge 5: SIGTERM to the running app (kill, a logout) while it writes a reply ends it cleanly: exit
+// code 0, the window's state and the clean exit recorded — the next start is no crash and opens
+// the model — and the reply saved as stopped, not left partial.
+void TestSharpEdges::edge5_sigtermQuitsCleanly() {
+    QTemporaryDir home;
+    QProcess app;
+    app.setProcessEnvironment(appEnvironment(home.path()));
+    app.start(QStringLiteral(ES_APP_PATH), {QStringLiteral("--model"), kModel, QStringLiteral("--backend"),
+                                            QStringLiteral("cpu"), QStringLiteral("--demo-prompt"),
+                                            QStringLiteral("Write a long story")});
+    QVERIFY(app.waitForStarted(10000));
+    const QString database = home.filePath(QStringLiteral("data/ExpertScope/ExpertScope/expertscope.sqlite"));
+    // Reads the replies' states while the app runs (SQLite's WAL lets a reader in).
+    const auto replyStates = [&database] {
+        QStringList states;
+        {
+            QSqlDatabase db = QSqlDatabase::addDatabase(QStringLiteral("QSQLITE"), QStringLiteral("peek"));
+            db.setDatabaseName(database);
+            db.setConnectOptions(QStringLiteral("QSQLITE_OPEN_READONLY"));
+            if (db.open()) {
+                QSqlQuery q(QStringLiteral("SELECT state FROM messages WHERE role = 'assistant' AND content != '' "
+                                           "AND conversation_id IN (SELECT conversation_id FROM messages "
+                                           "WHERE content = 'Write a long story')"),
+                            db);
+                while (q.next()) states << q.value(0).toString();
+            }
+            db.close();
+        }
+        QSqlDatabase::removeDatabase(QStringLiteral("peek"));
+        return states;
+    };
+    QTRY_VERIFY_WITH_TIMEOUT(!replyStates().isEmpty() || app.state() != QProcess::Running, 60000);
+    QCOMPARE(app.state(), QProcess::Running);
+    ::kill(pid_t(app.processId()), SIGTERM);
+    QVERIFY2(app.waitForFinished(30000), "the app did not end after SIGTERM");
+    QCOMPARE(app.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(app.exitCode(), 0);
+    const QStringList states = replyStates();
+    QVERIFY(!states.isEmpty());
+    QVERIFY2(!states.contains(QStringLiteral("partial")), qPrintable(states.join(',')));
+
+    QSettings saved(home.filePath(QStringLiteral("config/ExpertScope/ExpertScope.conf")), QSettings::IniFormat);
+    QCOMPARE(saved.value(QStringLiteral("session/running")).toBool(), false);
+    QVERIFY(saved.contains(QStringLiteral("window/geometry")));
+    QCOMPARE(saved.value(QStringLiteral("model/lastDir")).toString(), QDir(kModel).absolutePath());
 }
 
 QTEST_MAIN(TestSharpEdges)

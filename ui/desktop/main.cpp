@@ -37,6 +37,7 @@
 #include <QLockFile>
 #include <QMessageBox>
 #include <QSettings>
+#include <QSocketNotifier>
 #include <QStatusBar>
 #include <QTimer>
 
@@ -45,6 +46,10 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
 
 namespace {
 
@@ -269,6 +274,44 @@ void armDemo(es::EngineSession &session, es::MainWindow &window, const CommandLi
     QObject::connect(&session, &es::EngineSession::modelLoadFailed, &window, [&window] { window.close(); });
 }
 
+// SIGTERM and SIGINT (kill, a logout, Ctrl+C in a terminal) end the app as the Quit command does:
+// the handler only writes a byte to a pipe; on the GUI thread every window closes (the main
+// window saves its state, dialogs are rejected), the event loop ends, and main() records the
+// clean exit and saves a reply in progress as stopped while the panes go.
+int g_signalPipe[2] = {-1, -1};
+
+void onQuitSignal(int) {
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t n = ::write(g_signalPipe[1], &byte, 1);
+}
+
+void quitOnSignals(QApplication &app) {
+    if (::pipe2(g_signalPipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    auto *notifier = new QSocketNotifier(g_signalPipe[0], QSocketNotifier::Read, &app);
+    QObject::connect(notifier, &QSocketNotifier::activated, &app, [&app] {
+        char buffer[16];
+        while (::read(g_signalPipe[0], buffer, sizeof buffer) > 0) {
+        }
+        QApplication::closeAllWindows();
+        app.quit();
+    });
+    struct sigaction action {};
+    action.sa_handler = onQuitSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGINT, &action, nullptr);
+}
+
+// Whether a crash would come while a model loads (app_startup.h: such a model is not reopened).
+void recordModelLoads(es::EngineSession &session) {
+    QObject::connect(&session, &es::EngineSession::modelLoadStarted, &session, [&session](const QString &dir) {
+        if (!session.isRemote()) es::markModelLoading(dir);
+    });
+    QObject::connect(&session, &es::EngineSession::modelLoaded, &session, [] { es::markModelLoadEnded(); });
+    QObject::connect(&session, &es::EngineSession::modelLoadFailed, &session, [] { es::markModelLoadEnded(); });
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -301,6 +344,8 @@ int main(int argc, char **argv) {
     QString backendNotice;
     const es::EngineSessionOptions options = sessionOptions(cli, &backendNotice);
     es::EngineSession session(options);
+    recordModelLoads(session);
+    quitOnSignals(app);
     std::unique_ptr<es::SmokeTest> smoke;
     if (smokeTest) {
         if (!smokeTestHasModel(plan, options)) {
