@@ -29,6 +29,7 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     m_title = new QLabel(this);
+    m_title->setTextFormat(Qt::PlainText); // a title is the user's text, never markup
     m_title->setStyleSheet("font-weight: bold; padding: 2px");
     m_badge = new QLabel(this);
     m_badge->setStyleSheet("color: palette(mid); padding: 2px");
@@ -80,6 +81,7 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     connect(m_session, &EngineSession::modelLoaded, this, &ChatPane::updateComposerState);
     connect(m_session, &EngineSession::modelLoadStarted, this, &ChatPane::updateComposerState);
     connect(m_session, &EngineSession::modelLoadFailed, this, &ChatPane::updateComposerState);
+    connect(m_session, &EngineSession::remoteDisconnected, this, &ChatPane::updateComposerState);
     connect(m_store, &ChatStore::messagesChanged, this, [this](qint64 id) {
         if (m_conversation == id && !isGenerating()) reload();
     });
@@ -170,12 +172,13 @@ void ChatPane::editConversationSettings() {
 }
 
 QString ChatPane::engineBadge() const { return m_badge->text(); }
+QString ChatPane::titleText() const { return m_title->text(); }
 
 EngineSession *ChatPane::session() const { return m_session; }
 
 void ChatPane::updateComposerState() {
     const SessionModelInfo info = m_session->modelInfo();
-    m_badge->setText(m_session->isModelLoaded() ? info.precision : QString());
+    m_badge->setText(!m_session->isModelLoaded() ? QString() : m_session->isRemote() ? tr("remote") : info.precision);
     if (!m_session->isModelLoaded())
         m_composer->setCanSend(false, m_session->isLoading() ? tr("Loading the model…")
                                                              : tr("No model is loaded — File ▸ Open model… (Ctrl+O)"));

@@ -45,6 +45,7 @@ public:
     EngineSession *session() const;
     // The precision (and backend) this pane's replies come from, shown beside its title.
     QString engineBadge() const;
+    QString titleText() const; // the header's title, as shown
 
 public slots:
     void setConversation(std::optional<qint64> id); // nullopt: a new, empty conversation

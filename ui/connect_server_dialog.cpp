@@ -64,6 +64,7 @@ ConnectServerDialog::ConnectServerDialog(QWidget *parent)
             m_models->setEnabled(false);
             updateOk();
         });
+    m_models->setPlaceholderText(tr("the server's first model"));
     connect(m_query, &RemoteModelQuery::finished, this,
             [this](const QStringList &models, const QString &error) {
                 m_fetch->setEnabled(true);
@@ -101,7 +102,8 @@ void ConnectServerDialog::fetchModels() {
     m_query->fetch(url, m_key->text().trimmed());
 }
 
-void ConnectServerDialog::updateOk() { m_ok->setEnabled(m_models->count() > 0); }
+// A server address is enough: without a fetched list the server's first model is used.
+void ConnectServerDialog::updateOk() { m_ok->setEnabled(!normalizeBaseUrl(m_url->text()).isEmpty()); }
 
 void ConnectServerDialog::accept() {
     QSettings settings;

@@ -45,6 +45,7 @@ ConversationSidebar::ConversationSidebar(ChatStore *store, QWidget *parent) : QW
     auto *undoLayout = new QHBoxLayout(m_undoBar);
     undoLayout->setContentsMargins(0, 0, 0, 0);
     m_undoLabel = new QLabel(m_undoBar);
+    m_undoLabel->setTextFormat(Qt::PlainText);
     auto *undo = new QPushButton(tr("Undo"), m_undoBar);
     undoLayout->addWidget(m_undoLabel, 1);
     undoLayout->addWidget(undo);
@@ -112,10 +113,18 @@ void ConversationSidebar::renameCurrent() {
     const auto id = currentConversation();
     if (!id) return;
     const auto conv = m_store->conversation(*id);
-    bool ok = false;
-    const QString title = QInputDialog::getText(this, tr("Rename conversation"), tr("Title:"), QLineEdit::Normal,
-                                                conv ? conv->title : QString(), &ok);
-    if (ok) m_store->renameConversation(*id, title.trimmed());
+    QInputDialog dialog(this);
+    dialog.setWindowTitle(tr("Rename conversation"));
+    dialog.setLabelText(tr("Title:"));
+    dialog.setTextValue(conv ? conv->title : QString());
+    // Wide enough for its title, which window managers otherwise cut ("Renam… ation"): the text
+    // field sets the width (QInputDialog's layout overrides the dialog's own minimum).
+    if (auto *field = dialog.findChild<QLineEdit *>())
+        field->setMinimumWidth(std::max(360, dialog.fontMetrics().horizontalAdvance(dialog.windowTitle()) * 2 + 120));
+    m_renameDialog = &dialog;
+    const bool ok = dialog.exec() == QDialog::Accepted;
+    m_renameDialog = nullptr;
+    if (ok) m_store->renameConversation(*id, dialog.textValue().trimmed());
 }
 
 void ConversationSidebar::togglePinCurrent() {

@@ -13,6 +13,7 @@
 
 class QLineEdit;
 class QListView;
+class QDialog;
 class QLabel;
 class QPushButton;
 class QTimer;
@@ -33,6 +34,7 @@ public:
     ConversationListModel *model() const { return m_model; }
     bool canUndoDelete() const { return m_undo.has_value(); }
     QWidget *undoBar() const { return m_undoBar; }
+    QDialog *renameDialog() const { return m_renameDialog; } // while open (tests)
 
 public slots:
     void selectConversation(std::optional<qint64> id);
@@ -64,6 +66,7 @@ private:
     QLabel *m_undoLabel;
     QTimer *m_undoTimer;
     std::optional<ConversationSnapshot> m_undo;
+    QDialog *m_renameDialog = nullptr;
 };
 
 } // namespace es

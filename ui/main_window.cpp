@@ -127,6 +127,7 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
         // A folder rejected before loading leaves the model that was loaded in place.
         const bool kept = m_session->isModelLoaded();
         if (!kept) m_modelLabel->setText(tr("No model"));
+        m_disconnect->setEnabled(m_session->isRemote());
         if (m_connectingTo == dir) {
             m_connectingTo.clear();
             QMessageBox::critical(this, tr("Could not connect to the server"),
@@ -138,6 +139,12 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
         if (kept) text += tr("<p>%1 is still loaded.</p>").arg(m_session->modelInfo().name.toHtmlEscaped());
         QMessageBox::critical(this, tr("The model could not be loaded"), text);
     });
+    connect(m_session, &EngineSession::remoteDisconnected, this, [this] {
+        m_disconnect->setEnabled(false);
+        m_modelLabel->setText(tr("No model"));
+        m_backendLabel->clear();
+        m_queueLabel->setVisible(false);
+    });
     connect(m_session, &EngineSession::statsUpdated, this, &MainWindow::onStats);
     connect(m_store, &ChatStore::presetsChanged, this, &MainWindow::rebuildPresetMenu);
     rebuildPresetMenu();
@@ -148,6 +155,12 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     if (!restoreState(settings.value("window/state").toByteArray())) // docks (the profiler)
         resizeDocks({m_profilerDock}, {480}, Qt::Horizontal);
     if (!settings.contains("window/geometry")) resize(1280, 800);
+    // The conversation open when the app last closed opens again (not an empty chat).
+    const qint64 last = settings.value("session/lastConversation", 0).toLongLong();
+    if (last > 0 && m_store->conversation(last)) {
+        m_sidebar->selectConversation(last);
+        m_current->setConversation(last);
+    }
 }
 
 MainWindow::~MainWindow() = default;
@@ -211,6 +224,9 @@ void MainWindow::buildMenus() {
 
     QMenu *model = menuBar()->addMenu(tr("&Model"));
     model->addAction(tr("&Connect to server…"), this, &MainWindow::connectToServer);
+    // Back to the local model; enabled while connected.
+    m_disconnect = model->addAction(tr("&Disconnect from the server"), m_session.data(), &EngineSession::disconnectRemote);
+    m_disconnect->setEnabled(false);
     model->addSeparator();
     // One checkable action per choice of an engine option (field, exclusive within group): the
     // choice is remembered under setting and applied by reconfiguring the session.
@@ -455,6 +471,7 @@ void MainWindow::connectToEndpoint(const RemoteEndpoint &endpoint) {
 }
 
 void MainWindow::onModelLoaded(const SessionModelInfo &info) {
+    m_disconnect->setEnabled(!info.remoteUrl.isEmpty());
     m_loadLabel->setVisible(false);
     m_loadProgress->setVisible(false);
     m_connectingTo.clear();
@@ -507,6 +524,7 @@ void MainWindow::closeEvent(QCloseEvent *event) {
     settings.setValue("window/geometry", saveGeometry());
     settings.setValue("window/mainSplitter", m_mainSplitter->saveState());
     settings.setValue("window/state", saveState());
+    settings.setValue("session/lastConversation", m_current && m_current->conversationId() ? *m_current->conversationId() : 0);
     QMainWindow::closeEvent(event);
 }
 

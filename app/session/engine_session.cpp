@@ -334,6 +334,15 @@ void EngineSession::connectRemote(const RemoteEndpoint &endpoint) {
     r->connectToServer();
 }
 
+void EngineSession::disconnectRemote() {
+    if (!m_remote) return;
+    cancelAll();
+    dropRemote();
+    m_loading = false;
+    emit remoteDisconnected();
+    if (!m_wantedDir.isEmpty()) loadModel(m_wantedDir);
+}
+
 void EngineSession::reconfigure(const EngineSessionOptions &options) {
     if (m_remote) { // the local engine's options; the remote connection stays
         m_options = options;

@@ -95,6 +95,9 @@ public slots:
     // lists the model, or modelLoadFailed(url, why: unreachable, key refused, not an OpenAI
     // server, model not served). Open replies are cancelled and the local model is unloaded.
     void connectRemote(const es::RemoteEndpoint &endpoint);
+    // Back from a server to the local engine: open replies are cancelled and the local model last
+    // asked for (if any) loads again. Nothing when not connected.
+    void disconnectRemote();
     // Returns the request id (never 0). Failures (no model, prompt too long…) arrive as replyFailed.
     quint64 submit(const es::ChatRequest &request);
     void cancel(quint64 requestId);
@@ -105,6 +108,7 @@ signals:
     void modelLoadProgress(const QString &stage, double fraction);
     void modelLoaded(const es::SessionModelInfo &info);
     void modelLoadFailed(const QString &dir, const QString &message);
+    void remoteDisconnected(); // disconnectRemote: no model until the local one (if any) loads
     // Text produced since the last signal for this request (whole UTF-8 characters).
     void tokensGenerated(quint64 requestId, const QString &textDelta, int nTokens);
     // finishReason: "stop" | "length" | "cancelled". seed: the seed actually used.

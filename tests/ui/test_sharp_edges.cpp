@@ -7,6 +7,7 @@
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
+#include "connect_server_dialog.h"
 #include "conversation_list_model.h"
 #include "conversation_sidebar.h"
 #include "engine_session.h"
@@ -14,6 +15,13 @@
 #include "message_widget.h"
 
 #include <QAbstractButton>
+#include <QClipboard>
+#include <QLabel>
+#include <QPushButton>
+#include <QTextBlock>
+#include <QTextBrowser>
+#include <QToolButton>
+#include <QTranslator>
 #include <QAction>
 #include <QApplication>
 #include <QLineEdit>
@@ -98,6 +106,7 @@ private slots:
     void edge3_unusableBackendIsDisabledAndNeverSticks();
     void edge9_replyInProgressIsStoppedAndSaidSo();
     void edge5_sigtermQuitsCleanly();
+    void edge10_smallVisibleThings();
 
 private:
     // The expertscope binary with `args`, offscreen, its settings and data under `home`; killed
@@ -408,6 +417,95 @@ void TestSharpEdges::edge5_sigtermQuitsCleanly() {
     QCOMPARE(saved.value(QStringLiteral("session/running")).toBool(), false);
     QVERIFY(saved.contains(QStringLiteral("window/geometry")));
     QCOMPARE(saved.value(QStringLiteral("model/lastDir")).toString(), QDir(kModel).absolutePath());
+}
+
+// Edge 10: the small visible things — Copy says "Copied" and needs no symbol font, code blocks have
+// a background, titles are text not markup, the rename dialog fits its title, Connect needs only
+// an address and Disconnect exists, the last conversation reopens, --help needs no display, and
+// the zh_CN catalogue has the strings it lacked.
+void TestSharpEdges::edge10_smallVisibleThings() {
+    Message m;
+    m.id = 1;
+    m.role = MessageRole::Assistant;
+    m.content = QStringLiteral("Some code:\n\n```cpp\nint x = 1;\n```\n");
+    MessageWidget message(m);
+    message.resize(500, 300);
+    message.show();
+    QTextBrowser *body = message.findChild<QTextBrowser *>();
+    QVERIFY(body);
+    QVERIFY(body->toPlainText().contains(QStringLiteral("Copy code · cpp")));
+    QVERIFY2(!body->toPlainText().contains(QChar(0x29C9)), "the copy link needs a symbol font");
+    bool shaded = false;
+    for (QTextBlock b = body->document()->begin(); b.isValid(); b = b.next())
+        if (b.blockFormat().hasProperty(QTextFormat::BlockCodeFence))
+            shaded = b.blockFormat().background().style() != Qt::NoBrush;
+    QVERIFY2(shaded, "the code block has no background");
+    QToolButton *copy = nullptr;
+    for (auto *b : message.findChildren<QToolButton *>())
+        if (b->text() == QStringLiteral("Copy")) copy = b;
+    QVERIFY(copy);
+    copy->click();
+    QCOMPARE(QApplication::clipboard()->text(), m.content);
+    QCOMPARE(message.statusText(), QStringLiteral("Copied"));
+
+    const QString markup = QStringLiteral("<b>bold</b> & <i>co</i>");
+    const qint64 conv = conversationWith(markup, QStringLiteral("question"));
+    m_window->sidebar()->selectConversation(conv);
+    pane()->setConversation(conv);
+    bool plain = false;
+    for (QLabel *l : pane()->findChildren<QLabel *>())
+        if (l->text() == markup) plain = l->textFormat() == Qt::PlainText;
+    QVERIFY2(plain, "the pane's header renders the conversation title as HTML");
+
+    QTRY_COMPARE(m_window->sidebar()->currentConversation(), std::optional<qint64>(conv));
+    bool renameFits = false;
+    QTimer poll;
+    poll.setInterval(20);
+    QObject::connect(&poll, &QTimer::timeout, this, [this, &renameFits] {
+        QDialog *d = m_window->sidebar()->renameDialog();
+        if (!d || !d->isVisible()) return;
+        renameFits = d->width() >= d->fontMetrics().horizontalAdvance(d->windowTitle()) + 100;
+        d->reject();
+    });
+    poll.start();
+    m_window->sidebar()->renameCurrent();
+    poll.stop();
+    QVERIFY2(renameFits, "the rename dialog is narrower than its title");
+
+    ConnectServerDialog connect;
+    connect.urlEdit()->clear();
+    QTest::keyClicks(connect.urlEdit(), QStringLiteral("http://127.0.0.1:9"));
+    QVERIFY2(connect.connectButton()->isEnabled(), "Connect waits for Fetch models");
+    QAction *disconnect = menuAction(m_window.get(), {QStringLiteral("Model"), QStringLiteral("Disconnect")});
+    QVERIFY2(disconnect, "no Model ▸ Disconnect");
+    QVERIFY(!disconnect->isEnabled()); // a local model: nothing to disconnect from
+
+    m_window->close();
+    m_window = std::make_unique<MainWindow>(m_store.get(), m_session.get());
+    QCOMPARE(m_window->currentPane()->conversationId(), std::optional<qint64>(conv));
+
+    QProcess help;
+    QProcessEnvironment env = appEnvironment(m_home.path());
+    env.insert(QStringLiteral("QT_QPA_PLATFORM"), QStringLiteral("xcb"));
+    env.remove(QStringLiteral("DISPLAY"));
+    env.remove(QStringLiteral("WAYLAND_DISPLAY"));
+    help.setProcessEnvironment(env);
+    help.start(QStringLiteral(ES_APP_PATH), {QStringLiteral("--help")});
+    QVERIFY(help.waitForFinished(30000));
+    QCOMPARE(help.exitStatus(), QProcess::NormalExit);
+    QCOMPARE(help.exitCode(), 0);
+    QVERIFY(QString::fromLocal8Bit(help.readAllStandardOutput()).contains(QStringLiteral("--model")));
+
+    QTranslator zh;
+    QVERIFY(zh.load(QStringLiteral(":/i18n/expertscope_zh_CN.qm")));
+    for (const auto &[context, source] : {std::pair{"es::ChatPane", "remote"},
+                                          {"es::RoutingView", "max/mean"},
+                                          {"es::RoutingView", "H/ln E"},
+                                          {"es::EngineSession", "this build has no CUDA backend"},
+                                          {"es::EngineSession", "no usable CUDA device (%1)"}}) {
+        const QString t = zh.translate(context, source);
+        QVERIFY2(!t.isEmpty() && t != QLatin1String(source), source);
+    }
 }
 
 QTEST_MAIN(TestSharpEdges)

@@ -3,6 +3,7 @@
 //   --model DIR        open this model folder
 //   --backend B        auto | cuda | cpu (default: the last choice when it can run here — else
 //                      auto, and the status bar says why — else auto)
+//   --help, -h         the options; like --version, answered without a display
 //   --version, -v      version, commit, Qt and CUDA versions, backends (and why CUDA is not
 //                      usable, when it is not); answered before any window system is touched
 //   --demo-prompt T, --screenshot FILE, --screenshot-after-ms N   send T once the model is loaded,
@@ -52,6 +53,17 @@
 #include <unistd.h>
 
 namespace {
+
+// --help needs no display either: it is answered by a QCoreApplication.
+bool wantsHelp(int argc, char **argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--") == 0) return false;
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
+            std::strcmp(argv[i], "--help-all") == 0)
+            return true;
+    }
+    return false;
+}
 
 // --version needs no display: it is answered before QApplication exists (which would need one).
 bool wantsVersion(int argc, char **argv) {
@@ -317,6 +329,14 @@ void recordModelLoads(es::EngineSession &session) {
 int main(int argc, char **argv) {
     if (wantsVersion(argc, argv)) {
         printVersion(/*beforeApplication=*/true);
+        return 0;
+    }
+    if (wantsHelp(argc, argv)) {
+        QCoreApplication core(argc, argv);
+        QCoreApplication::setApplicationName("ExpertScope");
+        QCoreApplication::setApplicationVersion(ES_VERSION);
+        CommandLine help;
+        help.parser.process(core); // prints the options and exits 0
         return 0;
     }
     QApplication app(argc, argv);
