@@ -70,6 +70,7 @@ ConnectServerDialog::ConnectServerDialog(QWidget *parent)
                 m_fetch->setEnabled(true);
                 m_models->clear();
                 m_models->addItems(models);
+                if (!models.isEmpty()) m_models->setCurrentIndex(0); // a placeholder would stay otherwise
                 m_models->setEnabled(!models.isEmpty());
                 if (!error.isEmpty()) {
                     m_message->setStyleSheet(QStringLiteral("color: #b00020"));
