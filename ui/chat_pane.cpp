@@ -30,6 +30,7 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(4, 4, 4, 4);
     m_title = new QLabel(this);
+    m_title->setTextFormat(Qt::PlainText); // a title is the user's text, never markup
     m_title->setStyleSheet("font-weight: bold; padding: 2px");
     m_badge = new QLabel(this);
     m_badge->setStyleSheet("color: palette(mid); padding: 2px");
@@ -92,6 +93,7 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     connect(m_session, &EngineSession::modelLoaded, this, &ChatPane::updateComposerState);
     connect(m_session, &EngineSession::modelLoadStarted, this, &ChatPane::updateComposerState);
     connect(m_session, &EngineSession::modelLoadFailed, this, &ChatPane::updateComposerState);
+    connect(m_session, &EngineSession::remoteDisconnected, this, &ChatPane::updateComposerState);
     connect(m_store, &ChatStore::messagesChanged, this, [this](qint64 id) {
         if (m_conversation == id && !isGenerating()) reload();
     });
@@ -119,7 +121,12 @@ QList<MessageWidget *> ChatPane::messageWidgets() const { return m_list->findChi
 
 void ChatPane::setConversation(std::optional<qint64> id) {
     if (m_conversation == id) return;
-    if (isGenerating()) stop();
+    if (isGenerating()) {
+        stop();
+        emit replyInterrupted(tr("The reply in “%1” was stopped: switching conversations stops a reply in progress. "
+                                 "What it had written is kept.")
+                                  .arg(m_title->text()));
+    }
     m_conversation = id;
     // The conversation's preset becomes the active one (its prefix is not re-inserted).
     std::optional<Preset> preset;
@@ -128,8 +135,14 @@ void ChatPane::setConversation(std::optional<qint64> id) {
     const QString oldPrefix = m_preset ? m_preset->prefix : QString();
     m_preset = preset;
     m_presetBar->setActivePreset(preset ? std::optional<qint64>(preset->id) : std::nullopt);
-    m_composer->applyPrefix(oldPrefix, QString());
+    m_composer->applyPrefix(oldPrefix, QString(), /*takeFocus=*/false);
     reload();
+}
+
+void ChatPane::conversationAboutToBeDeleted(qint64 id) {
+    if (m_conversation != id || !isGenerating()) return;
+    stop();
+    emit replyInterrupted(tr("The reply in “%1” was stopped because its conversation was deleted.").arg(m_title->text()));
 }
 
 void ChatPane::setActivePreset(const std::optional<Preset> &preset) {
@@ -215,12 +228,13 @@ void ChatPane::updateInterventionBanner() {
 }
 
 QString ChatPane::engineBadge() const { return m_badge->text(); }
+QString ChatPane::titleText() const { return m_title->text(); }
 
 EngineSession *ChatPane::session() const { return m_session; }
 
 void ChatPane::updateComposerState() {
     const SessionModelInfo info = m_session->modelInfo();
-    m_badge->setText(m_session->isModelLoaded() ? info.precision : QString());
+    m_badge->setText(!m_session->isModelLoaded() ? QString() : m_session->isRemote() ? tr("remote") : info.precision);
     if (!m_session->isModelLoaded())
         m_composer->setCanSend(false, m_session->isLoading() ? tr("Loading the model…")
                                                              : tr("No model is loaded — File ▸ Open model… (Ctrl+O)"));

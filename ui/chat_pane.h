@@ -45,9 +45,13 @@ public:
     EngineSession *session() const;
     // The precision (and backend) this pane's replies come from, shown beside its title.
     QString engineBadge() const;
+    QString titleText() const; // the header's title, as shown
 
 public slots:
     void setConversation(std::optional<qint64> id); // nullopt: a new, empty conversation
+    // Its conversation is about to be deleted: a reply in progress is stopped and saved first, so
+    // the deletion (and its undo) takes the reply as it stands.
+    void conversationAboutToBeDeleted(qint64 id);
     void setActivePreset(const std::optional<es::Preset> &preset);
     void send(const QString &text);
     void stop();
@@ -71,6 +75,9 @@ signals:
     void generatingChanged(bool generating);
     void activated(); // the user interacted with this pane (it becomes the current pane)
     void errorOccurred(const QString &message);
+    // A reply in progress was stopped by something other than Stop (the pane moved to another
+    // conversation, its conversation is being deleted); message says which, for the status bar.
+    void replyInterrupted(const QString &message);
     void messageSelected(qint64 messageId); // the user clicked a message's header (the profiler shows it)
 
 private:

@@ -81,7 +81,7 @@ void Composer::setCanSend(bool can, const QString &whyNot) {
     m_hint->setVisible(!can && !whyNot.isEmpty());
 }
 
-void Composer::applyPrefix(const QString &oldPrefix, const QString &newPrefix) {
+void Composer::applyPrefix(const QString &oldPrefix, const QString &newPrefix, bool takeFocus) {
     QString t = m_edit->toPlainText();
     if (!oldPrefix.isEmpty() && t.startsWith(oldPrefix)) t.remove(0, oldPrefix.size());
     if (!newPrefix.isEmpty() && !t.startsWith(newPrefix)) t.prepend(newPrefix);
@@ -89,7 +89,7 @@ void Composer::applyPrefix(const QString &oldPrefix, const QString &newPrefix) {
     QTextCursor c = m_edit->textCursor();
     c.movePosition(QTextCursor::End);
     m_edit->setTextCursor(c);
-    m_edit->setFocus();
+    if (takeFocus) m_edit->setFocus();
 }
 
 } // namespace es

@@ -38,8 +38,9 @@ public:
 public slots:
     void setGenerating(bool generating);
     void setCanSend(bool can, const QString &whyNot = {});
-    // Replaces a leading `oldPrefix` (if present) with `newPrefix`.
-    void applyPrefix(const QString &oldPrefix, const QString &newPrefix);
+    // Replaces a leading `oldPrefix` (if present) with `newPrefix`; takeFocus: the text box gets
+    // the focus (a preset the user chose), not when a conversation merely opened.
+    void applyPrefix(const QString &oldPrefix, const QString &newPrefix, bool takeFocus = true);
 
 signals:
     void sendRequested(const QString &text);

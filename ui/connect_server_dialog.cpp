@@ -64,11 +64,13 @@ ConnectServerDialog::ConnectServerDialog(QWidget *parent)
             m_models->setEnabled(false);
             updateOk();
         });
+    m_models->setPlaceholderText(tr("the server's first model"));
     connect(m_query, &RemoteModelQuery::finished, this,
             [this](const QStringList &models, const QString &error) {
                 m_fetch->setEnabled(true);
                 m_models->clear();
                 m_models->addItems(models);
+                if (!models.isEmpty()) m_models->setCurrentIndex(0); // a placeholder would stay otherwise
                 m_models->setEnabled(!models.isEmpty());
                 if (!error.isEmpty()) {
                     m_message->setStyleSheet(QStringLiteral("color: #b00020"));
@@ -101,7 +103,8 @@ void ConnectServerDialog::fetchModels() {
     m_query->fetch(url, m_key->text().trimmed());
 }
 
-void ConnectServerDialog::updateOk() { m_ok->setEnabled(m_models->count() > 0); }
+// A server address is enough: without a fetched list the server's first model is used.
+void ConnectServerDialog::updateOk() { m_ok->setEnabled(!normalizeBaseUrl(m_url->text()).isEmpty()); }
 
 void ConnectServerDialog::accept() {
     QSettings settings;

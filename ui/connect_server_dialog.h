@@ -28,6 +28,7 @@ public:
     QLineEdit *keyEdit() const { return m_key; }
     QComboBox *modelBox() const { return m_models; }
     QPushButton *fetchButton() const { return m_fetch; }
+    QPushButton *connectButton() const { return m_ok; }
     QLabel *messageLabel() const { return m_message; }
 
 public slots:

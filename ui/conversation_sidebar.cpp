@@ -6,6 +6,7 @@
 
 #include <QHBoxLayout>
 #include <QInputDialog>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QLineEdit>
 #include <QListView>
@@ -44,6 +45,7 @@ ConversationSidebar::ConversationSidebar(ChatStore *store, QWidget *parent) : QW
     auto *undoLayout = new QHBoxLayout(m_undoBar);
     undoLayout->setContentsMargins(0, 0, 0, 0);
     m_undoLabel = new QLabel(m_undoBar);
+    m_undoLabel->setTextFormat(Qt::PlainText);
     auto *undo = new QPushButton(tr("Undo"), m_undoBar);
     undoLayout->addWidget(m_undoLabel, 1);
     undoLayout->addWidget(undo);
@@ -53,13 +55,27 @@ ConversationSidebar::ConversationSidebar(ChatStore *store, QWidget *parent) : QW
     m_undoTimer->setSingleShot(true);
     m_undoTimer->setInterval(10000);
 
-    connect(m_search, &QLineEdit::textChanged, m_model, &ConversationListModel::setSearchText);
+    // Typing filters the list and nothing else: the open conversation stays open (and highlighted
+    // while it matches), the focus stays here. Enter opens the first match; Down goes to the list.
+    connect(m_search, &QLineEdit::textChanged, this, [this](const QString &text) {
+        const std::optional<qint64> open = currentConversation();
+        {
+            QSignalBlocker block(m_list->selectionModel());
+            m_model->setSearchText(text);
+        }
+        selectConversation(open);
+    });
+    connect(m_search, &QLineEdit::returnPressed, this, [this] {
+        if (m_model->rowCount() == 0) return;
+        const qint64 id = m_model->conversationId(0);
+        selectConversation(id);
+        emit conversationSelected(id);
+        emit searchAccepted();
+    });
+    m_search->installEventFilter(this);
     connect(add, &QToolButton::clicked, this, &ConversationSidebar::newConversation);
     connect(undo, &QPushButton::clicked, this, &ConversationSidebar::undoDelete);
-    connect(m_undoTimer, &QTimer::timeout, this, [this] {
-        m_undo.reset();
-        m_undoBar->setVisible(false);
-    });
+    connect(m_undoTimer, &QTimer::timeout, this, &ConversationSidebar::expireUndoBar);
     connect(m_list->selectionModel(), &QItemSelectionModel::currentChanged, this, [this](const QModelIndex &cur) {
         if (cur.isValid()) emit conversationSelected(m_model->conversationId(cur.row()));
     });
@@ -97,10 +113,18 @@ void ConversationSidebar::renameCurrent() {
     const auto id = currentConversation();
     if (!id) return;
     const auto conv = m_store->conversation(*id);
-    bool ok = false;
-    const QString title = QInputDialog::getText(this, tr("Rename conversation"), tr("Title:"), QLineEdit::Normal,
-                                                conv ? conv->title : QString(), &ok);
-    if (ok) m_store->renameConversation(*id, title.trimmed());
+    QInputDialog dialog(this);
+    dialog.setWindowTitle(tr("Rename conversation"));
+    dialog.setLabelText(tr("Title:"));
+    dialog.setTextValue(conv ? conv->title : QString());
+    // Wide enough for its title, which window managers otherwise cut ("Renam… ation"): the text
+    // field sets the width (QInputDialog's layout overrides the dialog's own minimum).
+    if (auto *field = dialog.findChild<QLineEdit *>())
+        field->setMinimumWidth(std::max(360, dialog.fontMetrics().horizontalAdvance(dialog.windowTitle()) * 2 + 120));
+    m_renameDialog = &dialog;
+    const bool ok = dialog.exec() == QDialog::Accepted;
+    m_renameDialog = nullptr;
+    if (ok) m_store->renameConversation(*id, dialog.textValue().trimmed());
 }
 
 void ConversationSidebar::togglePinCurrent() {
@@ -112,6 +136,7 @@ void ConversationSidebar::togglePinCurrent() {
 void ConversationSidebar::deleteCurrent() {
     const auto id = currentConversation();
     if (!id) return;
+    emit conversationAboutToBeDeleted(*id);
     auto snap = m_store->deleteConversation(*id);
     if (!snap) return;
     m_undo = std::move(snap);
@@ -119,6 +144,7 @@ void ConversationSidebar::deleteCurrent() {
     m_undoBar->setVisible(true);
     m_undoTimer->start();
     emit conversationDeleted(*id);
+    emit undoAvailableChanged(true, m_undo->conversation.title);
 }
 
 void ConversationSidebar::undoDelete() {
@@ -130,7 +156,21 @@ void ConversationSidebar::undoDelete() {
         m_undoTimer->stop();
         selectConversation(id);
         emit conversationSelected(id);
+        emit undoAvailableChanged(false, QString());
     }
+}
+
+// The bar goes; the snapshot stays for Edit ▸ Undo delete.
+void ConversationSidebar::expireUndoBar() { m_undoBar->setVisible(false); }
+
+bool ConversationSidebar::eventFilter(QObject *watched, QEvent *event) {
+    if (watched == m_search && event->type() == QEvent::KeyPress &&
+        static_cast<QKeyEvent *>(event)->key() == Qt::Key_Down && m_model->rowCount() > 0) {
+        m_list->setFocus();
+        if (!m_list->currentIndex().isValid()) m_list->setCurrentIndex(m_model->index(0));
+        return true;
+    }
+    return QWidget::eventFilter(watched, event);
 }
 
 void ConversationSidebar::focusSearch() {

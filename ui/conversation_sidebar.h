@@ -1,6 +1,8 @@
 // ConversationSidebar: the left pane — search over titles and message text (FTS5 through the
-// store), the conversation list (pinned first, newest first), new / rename / pin / delete.
-// Deleting shows an Undo bar for a few seconds; undo restores the conversation exactly.
+// store; typing only filters, Enter opens the first match), the conversation list (pinned first,
+// newest first), new / rename / pin / delete.
+// Deleting shows an Undo bar for a few seconds; undo restores the conversation exactly, from the
+// bar or (also after the bar has gone) Edit ▸ Undo delete, until the next delete replaces it.
 #pragma once
 
 #include "storage_types.h"
@@ -11,6 +13,7 @@
 
 class QLineEdit;
 class QListView;
+class QDialog;
 class QLabel;
 class QPushButton;
 class QTimer;
@@ -30,6 +33,8 @@ public:
     QListView *listView() const { return m_list; }
     ConversationListModel *model() const { return m_model; }
     bool canUndoDelete() const { return m_undo.has_value(); }
+    QWidget *undoBar() const { return m_undoBar; }
+    QDialog *renameDialog() const { return m_renameDialog; } // while open (tests)
 
 public slots:
     void selectConversation(std::optional<qint64> id);
@@ -39,10 +44,18 @@ public slots:
     void deleteCurrent();
     void undoDelete();
     void focusSearch();
+    void expireUndoBar(); // what the undo bar's timeout does
 
 signals:
     void conversationSelected(std::optional<qint64> id); // nullopt: start a new one
+    void conversationAboutToBeDeleted(qint64 id); // before the store deletes it (replies stop first)
     void conversationDeleted(qint64 id);
+    // An undo became possible (title: the deleted conversation's) or was used up (available false).
+    void undoAvailableChanged(bool available, const QString &title);
+    void searchAccepted(); // Enter in the search field opened its first match
+
+protected:
+    bool eventFilter(QObject *watched, QEvent *event) override;
 
 private:
     ChatStore *m_store;
@@ -53,6 +66,7 @@ private:
     QLabel *m_undoLabel;
     QTimer *m_undoTimer;
     std::optional<ConversationSnapshot> m_undo;
+    QDialog *m_renameDialog = nullptr;
 };
 
 } // namespace es

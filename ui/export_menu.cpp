@@ -56,13 +56,13 @@ void ExportMenu::addTo(QMenu *file) {
                                                  json ? tr("JSON (*.json)") : tr("Markdown (*.md)"));
                 if (!path.isEmpty() && !exportConversation(*id, json, path) &&
                     m_lastError != QLatin1String("Cancelled"))
-                    fail(tr("The conversation could not be exported"));
+                    fail(tr("Export failed"));
             });
     }
     file->addAction(tr("&Import conversation…"), this, [this] {
         const QString path =
             QFileDialog::getOpenFileName(m_window, tr("Import conversation"), QString(), tr("JSON (*.json)"));
-        if (!path.isEmpty() && !importConversation(path)) fail(tr("The conversation could not be imported"));
+        if (!path.isEmpty() && !importConversation(path)) fail(tr("Import failed"));
     });
     QMenu *report = file->addMenu(tr("Export &report"));
     const std::pair<const char *, QString> formats[] = {{"html", tr("HTML")},
@@ -81,7 +81,7 @@ void ExportMenu::addTo(QMenu *file) {
                     QStringLiteral("%1 (*%2)").arg(name, report::formatSuffix(*f)));
                 if (!path.isEmpty() && !exportReport(whole, format, path) &&
                     m_lastError != QLatin1String("Cancelled"))
-                    fail(tr("The report could not be exported"));
+                    fail(tr("Export failed"));
             });
         }
     }

@@ -21,6 +21,7 @@
 #include <QDockWidget>
 #include <QFileDialog>
 #include <QLabel>
+#include <QListView>
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
@@ -108,6 +109,12 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     connect(m_sidebar, &ConversationSidebar::conversationSelected, this, [this](std::optional<qint64> id) {
         if (m_current) m_current->setConversation(id);
     });
+    connect(m_sidebar, &ConversationSidebar::searchAccepted, this, [this] {
+        if (m_current) m_current->composer()->editor()->setFocus();
+    });
+    connect(m_sidebar, &ConversationSidebar::conversationAboutToBeDeleted, this, [this](qint64 id) {
+        for (ChatPane *p : m_panes) p->conversationAboutToBeDeleted(id);
+    });
     connect(m_sidebar, &ConversationSidebar::conversationDeleted, this, [this](qint64 id) {
         for (ChatPane *p : m_panes)
             if (p->conversationId() == id) p->setConversation(std::nullopt);
@@ -127,7 +134,10 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     connect(m_session, &EngineSession::modelLoadFailed, this, [this](const QString &dir, const QString &message) {
         m_loadLabel->setVisible(false);
         m_loadProgress->setVisible(false);
-        m_modelLabel->setText(tr("No model"));
+        // A folder rejected before loading leaves the model that was loaded in place.
+        const bool kept = m_session->isModelLoaded();
+        if (!kept) m_modelLabel->setText(tr("No model"));
+        m_disconnect->setEnabled(m_session->isRemote());
         if (m_connectingTo == dir) {
             m_connectingTo.clear();
             QMessageBox::critical(this, tr("Could not connect to the server"),
@@ -135,8 +145,15 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
                                       .arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
             return;
         }
-        QMessageBox::critical(this, tr("The model could not be loaded"),
-                              tr("<p>Loading <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped()));
+        QString text = tr("<p>Loading <b>%1</b> failed:</p><p>%2</p>").arg(dir.toHtmlEscaped(), message.toHtmlEscaped());
+        if (kept) text += tr("<p>%1 is still loaded.</p>").arg(m_session->modelInfo().name.toHtmlEscaped());
+        QMessageBox::critical(this, tr("The model could not be loaded"), text);
+    });
+    connect(m_session, &EngineSession::remoteDisconnected, this, [this] {
+        m_disconnect->setEnabled(false);
+        m_modelLabel->setText(tr("No model"));
+        m_backendLabel->clear();
+        m_queueLabel->setVisible(false);
     });
     connect(m_session, &EngineSession::statsUpdated, this, &MainWindow::onStats);
     connect(m_store, &ChatStore::presetsChanged, this, &MainWindow::rebuildPresetMenu);
@@ -148,6 +165,12 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     if (!restoreState(settings.value("window/state").toByteArray())) // docks (the profiler)
         resizeDocks({m_profilerDock}, {480}, Qt::Horizontal);
     if (!settings.contains("window/geometry")) resize(1280, 800);
+    // The conversation open when the app last closed opens again (not an empty chat).
+    const qint64 last = settings.value("session/lastConversation", 0).toLongLong();
+    if (last > 0 && m_store->conversation(last)) {
+        m_sidebar->selectConversation(last);
+        m_current->setConversation(last);
+    }
 }
 
 MainWindow::~MainWindow() = default;
@@ -172,9 +195,20 @@ void MainWindow::buildMenus() {
     edit->addAction(tr("&Find conversations"), QKeySequence::Find, m_sidebar, &ConversationSidebar::focusSearch);
     edit->addAction(tr("&Rename conversation…"), QKeySequence(Qt::Key_F2), m_sidebar, &ConversationSidebar::renameCurrent);
     edit->addAction(tr("&Pin or unpin conversation"), this, [this] { m_sidebar->togglePinCurrent(); });
-    edit->addAction(tr("&Delete conversation"), QKeySequence(Qt::CTRL | Qt::Key_Delete), m_sidebar,
-                    &ConversationSidebar::deleteCurrent);
-    edit->addAction(tr("&Undo delete"), QKeySequence::Undo, m_sidebar, &ConversationSidebar::undoDelete);
+    // Ctrl+Del deletes the conversation only from the conversation list: in a text field it
+    // deletes the next word, as everywhere else.
+    QAction *del = edit->addAction(tr("&Delete conversation"), QKeySequence(Qt::CTRL | Qt::Key_Delete), m_sidebar,
+                                   &ConversationSidebar::deleteCurrent);
+    del->setShortcutContext(Qt::WidgetShortcut);
+    m_sidebar->listView()->addAction(del);
+    // Enabled exactly while a deleted conversation can be restored (Ctrl+Z in a text field is
+    // that field's own undo).
+    QAction *undo = edit->addAction(tr("&Undo delete"), QKeySequence::Undo, m_sidebar, &ConversationSidebar::undoDelete);
+    undo->setEnabled(false);
+    connect(m_sidebar, &ConversationSidebar::undoAvailableChanged, undo, [undo](bool available, const QString &title) {
+        undo->setEnabled(available);
+        undo->setText(available ? tr("&Undo delete of “%1”").arg(title) : tr("&Undo delete"));
+    });
 
     QMenu *view = menuBar()->addMenu(tr("&View"));
     view->addAction(tr("Add a &pane (compare)"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_N), this, [this] { addPane(); });
@@ -210,6 +244,9 @@ void MainWindow::buildMenus() {
         if (recent->isEmpty()) recent->addAction(tr("(none yet)"))->setEnabled(false);
     });
     model->addAction(tr("&Connect to server…"), this, &MainWindow::connectToServer);
+    // Back to the local model; enabled while connected.
+    m_disconnect = model->addAction(tr("D&isconnect from the server"), m_session.data(), &EngineSession::disconnectRemote);
+    m_disconnect->setEnabled(false);
     model->addSeparator();
     // One checkable action per choice of an engine option (field, exclusive within group): the
     // choice is remembered under setting and applied by reconfiguring the session.
@@ -232,8 +269,17 @@ void MainWindow::buildMenus() {
         if (m_current) m_current->openExpertLab();
     });
     QMenu *backendMenu = model->addMenu(tr("&Backend"));
-    for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}})
-        addChoice(backendMenu, backends, label, &EngineSessionOptions::backend, QStringLiteral("engine/backend"), key);
+    backendMenu->setToolTipsVisible(true);
+    // A backend that cannot run here is shown, disabled, with the reason (no CUDA device, no module).
+    for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}}) {
+        QAction *a = addChoice(backendMenu, backends, label, &EngineSessionOptions::backend,
+                               QStringLiteral("engine/backend"), key);
+        const EngineSession::BackendAvailability availability = EngineSession::backendAvailability(key);
+        if (availability.usable) continue;
+        a->setEnabled(false);
+        a->setText(tr("%1 — not available: %2").arg(label, availability.reason));
+        a->setToolTip(availability.reason);
+    }
     auto *precisions = new QActionGroup(this);
     QMenu *precisionMenu = model->addMenu(tr("&Precision"));
     precisionMenu->setToolTipsVisible(true);
@@ -325,6 +371,7 @@ ChatPane *MainWindow::addPane(EngineSession *session) {
     connect(pane, &ChatPane::conversationCreated, this, [this](qint64 id) { m_sidebar->selectConversation(id); });
     connect(pane, &ChatPane::managePresetsRequested, this, &MainWindow::managePresets);
     connect(pane, &ChatPane::errorOccurred, this, [this](const QString &m) { statusBar()->showMessage(m, 10000); });
+    connect(pane, &ChatPane::replyInterrupted, this, [this](const QString &m) { statusBar()->showMessage(m, 10000); });
     connect(pane->composer(), &Composer::sendRequested, this, [this, pane](const QString &text) { broadcast(pane, text); });
     setCurrentPane(pane);
     pane->composer()->editor()->setFocus();
@@ -420,7 +467,8 @@ void MainWindow::openModel() {
 void MainWindow::loadModelFolder(const QString &dir, bool askWhenTooBig) {
     const MemoryEstimateView e = EngineSession::estimate(dir, m_session->options());
     if (!e.ok) {
-        QMessageBox::critical(this, tr("Not a model folder"), e.message);
+        QMessageBox::critical(this, tr("The model cannot be opened"),
+                              tr("<p>%1 cannot be opened:</p><p>%2</p>").arg(dir.toHtmlEscaped(), e.message.toHtmlEscaped()));
         return;
     }
     if (!e.fits && askWhenTooBig) {
@@ -454,6 +502,7 @@ void MainWindow::connectToEndpoint(const RemoteEndpoint &endpoint) {
 }
 
 void MainWindow::onModelLoaded(const SessionModelInfo &info) {
+    m_disconnect->setEnabled(!info.remoteUrl.isEmpty());
     m_loadLabel->setVisible(false);
     m_loadProgress->setVisible(false);
     m_connectingTo.clear();
@@ -507,6 +556,7 @@ void MainWindow::closeEvent(QCloseEvent *event) {
     settings.setValue("window/geometry", saveGeometry());
     settings.setValue("window/mainSplitter", m_mainSplitter->saveState());
     settings.setValue("window/state", saveState());
+    settings.setValue("session/lastConversation", m_current && m_current->conversationId() ? *m_current->conversationId() : 0);
     QMainWindow::closeEvent(event);
 }
 

@@ -82,6 +82,7 @@ private:
     QList<ChatPane *> m_panes;
     ChatPane *m_current = nullptr;
     QAction *m_sendToAll = nullptr;
+    QAction *m_disconnect = nullptr;
     QMenu *m_presetMenu = nullptr;
     QLabel *m_modelLabel = nullptr, *m_backendLabel = nullptr, *m_memoryLabel = nullptr, *m_speedLabel = nullptr;
     QLabel *m_queueLabel = nullptr; // the server's queue (remote) or the engine's, when not empty

@@ -17,6 +17,9 @@
 #include <QPushButton>
 #include <QTextBrowser>
 #include <QToolButton>
+#include <QTextBlock>
+#include <QTextCursor>
+#include <QTimer>
 #include <QVBoxLayout>
 
 namespace es {
@@ -110,6 +113,7 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
 
     connect(m_copy, &QToolButton::clicked, this, [this] {
         QApplication::clipboard()->setText(m_text);
+        showCopied(tr("Copied"));
         emit copyRequested(m_text);
     });
     connect(m_body, &QTextBrowser::anchorClicked, this, [this](const QUrl &url) {
@@ -118,6 +122,7 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
             const int index = url.path().toInt(&ok);
             if (ok && index >= 0 && index < m_codeBlocks.size()) {
                 QApplication::clipboard()->setText(m_codeBlocks[index]);
+                showCopied(tr("Code copied"));
                 emit copyRequested(m_codeBlocks[index]);
             }
             return;
@@ -152,6 +157,8 @@ void MessageWidget::mousePressEvent(QMouseEvent *event) {
     if (event->button() == Qt::LeftButton) emit selected(m_message.id);
     QFrame::mousePressEvent(event);
 }
+
+QString MessageWidget::statusText() const { return m_status->text(); }
 
 void MessageWidget::setSelected(bool selected) {
     if (m_selected == selected) return;
@@ -189,13 +196,34 @@ void MessageWidget::render() {
         m_codeBlocks.clear();
     } else {
         const CodeBlocks blocks = find_code_blocks(m_text, [](int, const QString &language) {
-            return language.isEmpty() ? tr("⧉ Copy code") : tr("⧉ Copy code · %1").arg(language);
+            // Words only: a symbol such as ⧉ is an empty box in fonts that lack it.
+            return language.isEmpty() ? tr("Copy code") : tr("Copy code · %1").arg(language);
         });
         m_codeBlocks = blocks.code;
         m_body->setMarkdown(blocks.annotated);
+        shadeCodeBlocks();
     }
     static_cast<AutoHeightBrowser *>(m_body)->fitHeight();
     m_copy->setEnabled(!m_text.isEmpty());
+}
+
+// Code blocks on a background of their own (the Markdown importer marks them with BlockCodeFence),
+// so code stands apart from prose in every style.
+void MessageWidget::shadeCodeBlocks() {
+    QTextCursor cursor(m_body->document());
+    for (QTextBlock b = m_body->document()->begin(); b.isValid(); b = b.next()) {
+        if (!b.blockFormat().hasProperty(QTextFormat::BlockCodeFence)) continue;
+        QTextBlockFormat f;
+        f.setBackground(palette().color(QPalette::AlternateBase).darker(104));
+        cursor.setPosition(b.position());
+        cursor.mergeBlockFormat(f);
+    }
+}
+
+// "Copied" in the header for a moment: the clipboard itself shows nothing.
+void MessageWidget::showCopied(const QString &what) {
+    m_status->setText(what);
+    QTimer::singleShot(1500, this, [this] { m_status->setText(statusLine()); });
 }
 
 void MessageWidget::setStreamingText(const QString &text) {

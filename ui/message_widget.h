@@ -18,6 +18,7 @@ namespace es {
 class MessageWidget : public QFrame {
     Q_OBJECT
 public:
+    QString statusText() const; // the header's status: "generating…", "stopped", "Copied"…
     explicit MessageWidget(const Message &message, QWidget *parent = nullptr);
 
     qint64 messageId() const { return m_message.id; }
@@ -52,6 +53,8 @@ private:
     void showEditor(bool editing);
     QString statusLine() const;
     QString plainStatusLine() const;
+    void shadeCodeBlocks();
+    void showCopied(const QString &what);
 
     Message m_message;
     QString m_text;

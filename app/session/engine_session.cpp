@@ -4,6 +4,7 @@
 
 #include "engine/cuda/cuda_loader.h"
 #include "engine/runtime/engine.h"
+#include "engine/runtime/model.h"
 
 #include <QDateTime>
 #include <QDir>
@@ -222,8 +223,32 @@ EngineSession::~EngineSession() {
     m_engine.reset(); // cancels every open request and joins the engine thread
 }
 
+EngineSession::BackendAvailability EngineSession::backendAvailability(const QString &backend) {
+    if (backend != QLatin1String("cuda")) return {};
+    const cuda_status_info &st = cuda_status();
+    if (st.available) return {};
+    const QString detail = QString::fromStdString(st.reason);
+    if (!st.built) return {false, tr("this build has no CUDA backend")};
+    if (!st.module_loaded) return {false, tr("the CUDA module is missing or does not load (%1)").arg(detail)};
+    return {false, tr("no usable CUDA device (%1)").arg(detail)};
+}
+
+QString EngineSession::usableSavedBackend(const QString &wanted, QString *notice) {
+    const BackendAvailability a = backendAvailability(wanted);
+    if (a.usable) return wanted;
+    if (notice) *notice = tr("The saved backend %1 cannot run here: %2. Using Automatic.").arg(wanted, a.reason);
+    return QStringLiteral("auto");
+}
+
+QString EngineSession::checkFolder(const QString &dir, const EngineSessionOptions &options) {
+    const status st = check_model_folder(dir.toStdString(), make_params(options).load);
+    return st ? QString() : QString::fromStdString(st.message());
+}
+
 MemoryEstimateView EngineSession::estimate(const QString &dir, const EngineSessionOptions &options) {
     MemoryEstimateView v;
+    v.message = checkFolder(dir, options);
+    if (!v.message.isEmpty()) return v;
     auto e = engine::estimate_memory(dir.toStdString(), make_params(options));
     if (!e) {
         v.message = QString::fromStdString(e.message());
@@ -258,6 +283,11 @@ void EngineSession::ensurePumping() {
 }
 
 void EngineSession::loadModel(const QString &dir) {
+    m_wantedDir = dir;
+    if (const QString why = checkFolder(dir, m_options); !why.isEmpty()) {
+        emit modelLoadFailed(dir, why); // before anything is unloaded
+        return;
+    }
     cancelAll();
     dropRemote();
     m_loaded = false;
@@ -318,6 +348,15 @@ void EngineSession::connectRemote(const RemoteEndpoint &endpoint) {
     r->connectToServer();
 }
 
+void EngineSession::disconnectRemote() {
+    if (!m_remote) return;
+    cancelAll();
+    dropRemote();
+    m_loading = false;
+    emit remoteDisconnected();
+    if (!m_wantedDir.isEmpty()) loadModel(m_wantedDir);
+}
+
 void EngineSession::reconfigure(const EngineSessionOptions &options) {
     if (m_remote) { // the local engine's options; the remote connection stays
         m_options = options;
@@ -325,7 +364,7 @@ void EngineSession::reconfigure(const EngineSessionOptions &options) {
         m_timer.setInterval(options.pumpIntervalMs);
         return;
     }
-    const QString dir = m_loaded ? m_info.dir : m_load ? m_load->dir : QString();
+    const QString dir = m_loaded ? m_info.dir : m_load ? m_load->dir : m_wantedDir;
     cancelAll();
     m_load.reset();
     m_loading = m_loaded = false;

@@ -63,19 +63,41 @@ public:
     // The profile so far of a reply in flight (for the live token strip); empty when unknown.
     ReplyProfile replyProfile(quint64 requestId) const;
 
-    // Will the model in dir fit (weights + KV cache) with these options? Reads config.json only.
+    // Will the model in dir fit (weights + KV cache) with these options? Checks the folder first
+    // (checkFolder): a folder that could not load is !ok, with the reason.
     static MemoryEstimateView estimate(const QString &dir, const EngineSessionOptions &options);
+    // Whether a backend choice (auto | cpu | cuda) can run here; when not, the reason in the
+    // interface language ("no CUDA device", "the CUDA module is missing", …). auto and cpu always can.
+    struct BackendAvailability {
+        bool usable = true;
+        QString reason;
+    };
+    static BackendAvailability backendAvailability(const QString &backend);
+    // The backend to start with when `wanted` came from the settings: wanted when it can run here,
+    // else "auto", with *notice saying why (a saved CUDA choice on a machine without a usable GPU
+    // must not stop every later start).
+    static QString usableSavedBackend(const QString &wanted, QString *notice);
+    // Everything that can be checked without loading: config.json, the weights' files and headers,
+    // generation_config.json, the tokenizer and whether the backend can run here. Empty when the
+    // folder would load; else the reason. Reads headers only (milliseconds).
+    static QString checkFolder(const QString &dir, const EngineSessionOptions &options);
 
 public slots:
-    // Asynchronous; modelLoaded or modelLoadFailed follows. Open replies are cancelled.
+    // Asynchronous; modelLoaded or modelLoadFailed follows. A folder that fails checkFolder fails
+    // at once and leaves the loaded model (and its replies) as they are; otherwise open replies
+    // are cancelled and the model is replaced.
     void loadModel(const QString &dir);
     // New backend/precision/threads: cancels open replies, restarts the engine, and reloads the
-    // model that was loaded (if any) with the new options.
+    // model that was loaded or last asked for (also one whose load failed, say for the backend
+    // chosen before) with the new options.
     void reconfigure(const es::EngineSessionOptions &options);
     // Asynchronous; modelLoadStarted(url), then modelLoaded (info.remoteUrl set) once /v1/models
     // lists the model, or modelLoadFailed(url, why: unreachable, key refused, not an OpenAI
     // server, model not served). Open replies are cancelled and the local model is unloaded.
     void connectRemote(const es::RemoteEndpoint &endpoint);
+    // Back from a server to the local engine: open replies are cancelled and the local model last
+    // asked for (if any) loads again. Nothing when not connected.
+    void disconnectRemote();
     // Returns the request id (never 0). Failures (no model, prompt too long…) arrive as replyFailed.
     quint64 submit(const es::ChatRequest &request);
     // "" when the loaded model's backend would route under `iv`, else why not (the engine's own
@@ -89,6 +111,7 @@ signals:
     void modelLoadProgress(const QString &stage, double fraction);
     void modelLoaded(const es::SessionModelInfo &info);
     void modelLoadFailed(const QString &dir, const QString &message);
+    void remoteDisconnected(); // disconnectRemote: no model until the local one (if any) loads
     // Text produced since the last signal for this request (whole UTF-8 characters).
     void tokensGenerated(quint64 requestId, const QString &textDelta, int nTokens);
     // finishReason: "stop" | "length" | "cancelled". seed: the seed actually used.
@@ -120,6 +143,7 @@ private:
     bool m_loaded = false, m_loading = false;
     SessionModelInfo m_info;
     std::shared_ptr<LoadState> m_load;
+    QString m_wantedDir; // the folder of the last loadModel (reconfigure reloads it)
     quint64 m_lastTokensGenerated = 0;
     qint64 m_lastStatsMs = 0;
     double m_tokPerSec = 0;

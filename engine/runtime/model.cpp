@@ -117,6 +117,27 @@ result<sampling_params> load_generation_config(const std::filesystem::path &dir,
     return sp;
 }
 
+status check_model_folder(const std::filesystem::path &dir, const model_load_params &p) {
+    if (!std::filesystem::is_directory(dir)) return error{"model folder not found: " + dir.string()};
+    auto cfg = load_model_config(dir);
+    if (!cfg) return cfg.err();
+    auto store = weight_store::open_dir(dir);
+    if (!store) return store.err();
+    auto bound = bind_model_tensors(*cfg, **store);
+    if (!bound) return bound.err();
+    std::string note;
+    if (auto cuda = cuda_table_for(p, &note); !cuda) return cuda.err();
+    if (auto gen = load_generation_config(dir, *cfg); !gen) return gen.err();
+    if (p.need_tokenizer) {
+        auto tok = tokenizer::load(dir);
+        if (!tok) return tok.err();
+        if ((*tok)->n_vocab() > cfg->n_vocab)
+            return error{"tokenizer in " + dir.string() + " has " + std::to_string((*tok)->n_vocab()) +
+                         " tokens but config.json's vocab_size is " + std::to_string(cfg->n_vocab)};
+    }
+    return ok_status();
+}
+
 result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, const model_load_params &p) {
     auto progress = [&](const std::string &stage, float v) {
         if (p.on_progress) p.on_progress(stage, v);

@@ -48,6 +48,12 @@ struct model {
 
 result<std::unique_ptr<model>> load_model(const std::filesystem::path &dir, const model_load_params &p = {});
 
+// Everything load_model checks before it builds the backend, without building it: config.json,
+// the weights' files and headers against the config, generation_config.json, the tokenizer (when
+// p.need_tokenizer) and whether the backend p.kind asks for can run here. Reads headers only, so
+// a caller can reject a folder before it asks questions or unloads the model it has.
+status check_model_folder(const std::filesystem::path &dir, const model_load_params &p = {});
+
 // A model of the given shape with random weights and no tokenizer (benchmarks of real shapes).
 result<std::unique_ptr<model>> make_random_model(const model_config &cfg, uint64_t seed, const model_load_params &p = {});
 

@@ -186,8 +186,12 @@
 <context>
     <name>Startup</name>
     <message>
-        <source>The last session ended unexpectedly, so %1 was not reopened automatically. Open it from File ▸ Open model.</source>
-        <translation>上次会话意外结束，因此没有自动重新打开 %1。请通过“文件 ▸ 打开模型”打开。</translation>
+        <source>The last session ended unexpectedly while %1 was loading, so it was not reopened automatically. Open it from File ▸ Open model.</source>
+        <translation>上次会话在加载 %1 时意外结束，因此没有自动重新打开它。请通过“文件 ▸ 打开模型”打开。</translation>
+    </message>
+    <message>
+        <source>The last session ended unexpectedly; a reply it was writing is kept as interrupted.</source>
+        <translation>上次会话意外结束；当时正在生成的回复已保留并标记为中断。</translation>
     </message>
 </context>
 <context>
@@ -274,6 +278,18 @@ Delete this conversation from the list on the left when you no longer need it; i
     <message>
         <source>Where this pane&apos;s replies are computed: backend and weight precision</source>
         <translation>此窗格的回复在哪里计算：后端和权重精度</translation>
+    </message>
+    <message>
+        <source>The reply in “%1” was stopped: switching conversations stops a reply in progress. What it had written is kept.</source>
+        <translation>“%1”中的回复已停止：切换对话会停止正在生成的回复。已生成的内容会保留。</translation>
+    </message>
+    <message>
+        <source>The reply in “%1” was stopped because its conversation was deleted.</source>
+        <translation>“%1”中的回复已停止，因为该对话已被删除。</translation>
+    </message>
+    <message>
+        <source>remote</source>
+        <translation>远程</translation>
     </message>
 </context>
 <context>
@@ -843,6 +859,10 @@ dense</source>
         <source>Asking %1 for its models…</source>
         <translation>正在向 %1 查询模型…</translation>
     </message>
+    <message>
+        <source>the server&apos;s first model</source>
+        <translation>服务器的第一个模型</translation>
+    </message>
 </context>
 <context>
     <name>es::ConversationListModel</name>
@@ -1099,6 +1119,22 @@ dense</source>
         <source>; the KV cache holds %1 tokens</source>
         <translation>；KV 缓存可容纳 %1 个 token</translation>
     </message>
+    <message>
+        <source>this build has no CUDA backend</source>
+        <translation>此版本不含 CUDA 后端</translation>
+    </message>
+    <message>
+        <source>the CUDA module is missing or does not load (%1)</source>
+        <translation>CUDA 模块缺失或无法加载（%1）</translation>
+    </message>
+    <message>
+        <source>no usable CUDA device (%1)</source>
+        <translation>没有可用的 CUDA 设备（%1）</translation>
+    </message>
+    <message>
+        <source>The saved backend %1 cannot run here: %2. Using Automatic.</source>
+        <translation>保存的后端 %1 无法在此运行：%2。改用“自动”。</translation>
+    </message>
 </context>
 <context>
     <name>es::ExportMenu</name>
@@ -1131,20 +1167,12 @@ dense</source>
         <translation>Markdown (*.md)</translation>
     </message>
     <message>
-        <source>The conversation could not be exported</source>
-        <translation>无法导出对话</translation>
-    </message>
-    <message>
         <source>&amp;Import conversation…</source>
         <translation>导入对话(&amp;I)…</translation>
     </message>
     <message>
         <source>Import conversation</source>
         <translation>导入对话</translation>
-    </message>
-    <message>
-        <source>The conversation could not be imported</source>
-        <translation>无法导入对话</translation>
     </message>
     <message>
         <source>Export &amp;report</source>
@@ -1183,10 +1211,6 @@ dense</source>
         <translation>导出报告</translation>
     </message>
     <message>
-        <source>The report could not be exported</source>
-        <translation>无法导出报告</translation>
-    </message>
-    <message>
         <source>Exporting the conversation…</source>
         <translation>正在导出对话…</translation>
     </message>
@@ -1205,6 +1229,14 @@ dense</source>
     <message>
         <source>Cancel</source>
         <translation>取消</translation>
+    </message>
+    <message>
+        <source>Export failed</source>
+        <translation>导出失败</translation>
+    </message>
+    <message>
+        <source>Import failed</source>
+        <translation>导入失败</translation>
     </message>
 </context>
 <context>
@@ -1441,10 +1473,6 @@ dense</source>
         <translation>打开模型文件夹（config.json + safetensors）</translation>
     </message>
     <message>
-        <source>Not a model folder</source>
-        <translation>不是模型文件夹</translation>
-    </message>
-    <message>
         <source>The model may not fit</source>
         <translation>模型可能放不下</translation>
     </message>
@@ -1600,6 +1628,30 @@ dense</source>
         <source>(none yet)</source>
         <translation>（暂无）</translation>
     </message>
+    <message>
+        <source>&lt;p&gt;%1 is still loaded.&lt;/p&gt;</source>
+        <translation>&lt;p&gt;%1 仍处于已加载状态。&lt;/p&gt;</translation>
+    </message>
+    <message>
+        <source>&amp;Undo delete of “%1”</source>
+        <translation>撤销删除“%1”(&amp;U)</translation>
+    </message>
+    <message>
+        <source>D&amp;isconnect from the server</source>
+        <translation>断开与服务器的连接(&amp;I)</translation>
+    </message>
+    <message>
+        <source>%1 — not available: %2</source>
+        <translation>%1 — 不可用：%2</translation>
+    </message>
+    <message>
+        <source>The model cannot be opened</source>
+        <translation>无法打开模型</translation>
+    </message>
+    <message>
+        <source>&lt;p&gt;%1 cannot be opened:&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</source>
+        <translation>&lt;p&gt;无法打开 %1：&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</translation>
+    </message>
 </context>
 <context>
     <name>es::MemoryUsageView</name>
@@ -1739,12 +1791,20 @@ dense</source>
         <translation>系统</translation>
     </message>
     <message>
-        <source>⧉ Copy code</source>
-        <translation>⧉ 复制代码</translation>
+        <source>Copied</source>
+        <translation>已复制</translation>
     </message>
     <message>
-        <source>⧉ Copy code · %1</source>
-        <translation>⧉ 复制代码 · %1</translation>
+        <source>Code copied</source>
+        <translation>代码已复制</translation>
+    </message>
+    <message>
+        <source>Copy code</source>
+        <translation>复制代码</translation>
+    </message>
+    <message>
+        <source>Copy code · %1</source>
+        <translation>复制代码 · %1</translation>
     </message>
 </context>
 <context>
@@ -2333,11 +2393,11 @@ dense</source>
     </message>
     <message>
         <source>max/mean</source>
-        <translation>max/mean</translation>
+        <translation>最大/平均</translation>
     </message>
     <message>
         <source>H/ln E</source>
-        <translation>H/ln E</translation>
+        <translation>归一化熵 H/ln E</translation>
     </message>
 </context>
 <context>

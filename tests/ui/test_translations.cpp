@@ -207,9 +207,9 @@ void TestTranslations::keyStringsTranslate() {
     QCOMPARE(tr("es::ConversationListModel", "New conversation"), QStringLiteral("新对话"));
     QCOMPARE(tr("es::ChatStore", "%n reply(ies) cut off when ExpertScope last closed were kept as they were.", 3),
              QStringLiteral("ExpertScope 上次关闭时被中断的 3 条回复已按原样保留。"));
-    QCOMPARE(tr("Startup", "The last session ended unexpectedly, so %1 was not reopened automatically. Open it "
-                           "from File ▸ Open model."),
-             QStringLiteral("上次会话意外结束，因此没有自动重新打开 %1。请通过“文件 ▸ 打开模型”打开。"));
+    QCOMPARE(tr("Startup", "The last session ended unexpectedly while %1 was loading, so it was not reopened "
+                           "automatically. Open it from File ▸ Open model."),
+             QStringLiteral("上次会话在加载 %1 时意外结束，因此没有自动重新打开它。请通过“文件 ▸ 打开模型”打开。"));
 }
 
 void TestTranslations::mainWindowInChinese() {

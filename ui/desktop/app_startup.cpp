@@ -32,12 +32,17 @@ StartupPlan planStartup(const QString &explicitModel) {
         plan.modelToOpen = explicitModel;
     } else {
         const QString last = settings.value("model/lastDir").toString();
-        if (!last.isEmpty() && plan.lastSessionCrashed) {
-            plan.notice = QCoreApplication::translate("Startup", "The last session ended unexpectedly, so %1 was not "
-                                                                 "reopened automatically. Open it from File ▸ Open model.")
-                              .arg(QFileInfo(last).fileName());
+        const QString loading = settings.value("session/loadingModel").toString();
+        if (plan.lastSessionCrashed && !loading.isEmpty()) {
+            plan.notice = QCoreApplication::translate("Startup", "The last session ended unexpectedly while %1 was "
+                                                                 "loading, so it was not reopened automatically. Open "
+                                                                 "it from File ▸ Open model.")
+                              .arg(QFileInfo(loading).fileName());
         } else if (!last.isEmpty() && QFileInfo(last + "/config.json").exists()) {
             plan.modelToOpen = last;
+            if (plan.lastSessionCrashed)
+                plan.notice = QCoreApplication::translate("Startup", "The last session ended unexpectedly; a reply "
+                                                                     "it was writing is kept as interrupted.");
         } else {
             plan.modelToOpen = defaultModelDir(); // first run: the embedded default model
         }
@@ -54,6 +59,19 @@ void markSessionRunning() {
 void markCleanExit() {
     QSettings settings;
     settings.setValue("session/running", false);
+    settings.remove("session/loadingModel");
+    settings.sync();
+}
+
+void markModelLoading(const QString &dir) {
+    QSettings settings;
+    settings.setValue("session/loadingModel", dir);
+    settings.sync();
+}
+
+void markModelLoadEnded() {
+    QSettings settings;
+    settings.remove("session/loadingModel");
     settings.sync();
 }
 

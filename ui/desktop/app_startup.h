@@ -1,7 +1,7 @@
 // Start-up decisions of the desktop app, kept out of main() so tests can drive them: where the
 // database lives, which model to open first, whether the last session crashed (then the last
-// model is not reopened automatically, in case it was the cause), and the first run's welcome
-// conversation.
+// model is not reopened automatically when the crash came while it loaded, in case it was the
+// cause), and the first run's welcome conversation.
 #pragma once
 
 #include <QString>
@@ -19,8 +19,11 @@ struct StartupPlan {
     QString notice;          // one sentence for the status bar, or empty
 };
 
-// explicitModel: from --model (wins); otherwise the last model unless the last session crashed;
-// otherwise (first run, or the last model is gone) the embedded default model.
+// explicitModel: from --model (wins); otherwise the last model — also after a crash, unless the
+// crash came while a model was loading (then that model is not reopened: it may be the cause);
+// otherwise (first run, or the last model is gone) the embedded default model. A crash is a
+// session that never reached markCleanExit: a kill -9, a power cut, a fault — not SIGTERM or
+// SIGINT, which the app answers by quitting cleanly.
 StartupPlan planStartup(const QString &explicitModel);
 // The embedded default model's folder: <prefix>/share/expertscope/models/default next to an
 // installed binary, else the source tree's resources/models/default; empty when neither exists.
@@ -29,6 +32,9 @@ QString defaultModelDir();
 // mark set knows this session crashed.
 void markSessionRunning();
 void markCleanExit();
+// A model load began (dir) / ended, loaded or failed: a crash in between is a crash while loading.
+void markModelLoading(const QString &dir);
+void markModelLoadEnded();
 
 // The first run's welcome conversation: a question and an answer explaining the chat pane,
 // presets, the profiler panels and where models come from (translated: call after the

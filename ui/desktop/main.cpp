@@ -1,7 +1,9 @@
 // expertscope: the desktop app. Opens the store, starts the engine session, shows the window,
 // reopens the last model (unless the last session crashed). Options:
 //   --model DIR        open this model folder
-//   --backend B        auto | cuda | cpu (default: the last choice, else auto)
+//   --backend B        auto | cuda | cpu (default: the last choice when it can run here — else
+//                      auto, and the status bar says why — else auto)
+//   --help, -h         the options; like --version, answered without a display
 //   --version, -v      version, commit, Qt and CUDA versions, backends (and why CUDA is not
 //                      usable, when it is not); answered before any window system is touched
 //   --demo-prompt T, --screenshot FILE, --screenshot-after-ms N   send T once the model is loaded,
@@ -36,6 +38,7 @@
 #include <QLockFile>
 #include <QMessageBox>
 #include <QSettings>
+#include <QSocketNotifier>
 #include <QStatusBar>
 #include <QTimer>
 
@@ -45,7 +48,22 @@
 #include <memory>
 #include <optional>
 
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
 namespace {
+
+// --help needs no display either: it is answered by a QCoreApplication.
+bool wantsHelp(int argc, char **argv) {
+    for (int i = 1; i < argc; ++i) {
+        if (std::strcmp(argv[i], "--") == 0) return false;
+        if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
+            std::strcmp(argv[i], "--help-all") == 0)
+            return true;
+    }
+    return false;
+}
 
 // --version needs no display: it is answered before QApplication exists (which would need one).
 bool wantsVersion(int argc, char **argv) {
@@ -142,12 +160,14 @@ void reportStoreFailure(const es::OpenResult &opened, const QString &databasePat
                           QObject::tr("The conversation database could not be opened:\n%1").arg(opened.message));
 }
 
-// The engine's options: --backend, else the last choice (auto); precision and KV cache as stored.
-es::EngineSessionOptions sessionOptions(const CommandLine &cli) {
+// The engine's options: --backend, else the last choice (auto) when it can run here, else auto
+// with *notice saying why; precision and KV cache as stored.
+es::EngineSessionOptions sessionOptions(const CommandLine &cli, QString *notice) {
     QSettings settings;
     es::EngineSessionOptions options;
-    options.backend =
-        cli.parser.isSet(cli.backend) ? cli.parser.value(cli.backend) : settings.value("engine/backend", "auto").toString();
+    options.backend = cli.parser.isSet(cli.backend)
+                          ? cli.parser.value(cli.backend)
+                          : es::EngineSession::usableSavedBackend(settings.value("engine/backend", "auto").toString(), notice);
     options.precision = settings.value("engine/precision", "auto").toString();
     options.kvCache = settings.value("engine/kv_cache", "bf16").toString();
     options.gpuMemoryUtilization =
@@ -266,11 +286,57 @@ void armDemo(es::EngineSession &session, es::MainWindow &window, const CommandLi
     QObject::connect(&session, &es::EngineSession::modelLoadFailed, &window, [&window] { window.close(); });
 }
 
+// SIGTERM and SIGINT (kill, a logout, Ctrl+C in a terminal) end the app as the Quit command does:
+// the handler only writes a byte to a pipe; on the GUI thread every window closes (the main
+// window saves its state, dialogs are rejected), the event loop ends, and main() records the
+// clean exit and saves a reply in progress as stopped while the panes go.
+int g_signalPipe[2] = {-1, -1};
+
+void onQuitSignal(int) {
+    const char byte = 1;
+    [[maybe_unused]] const ssize_t n = ::write(g_signalPipe[1], &byte, 1);
+}
+
+void quitOnSignals(QApplication &app) {
+    if (::pipe2(g_signalPipe, O_CLOEXEC | O_NONBLOCK) != 0) return;
+    auto *notifier = new QSocketNotifier(g_signalPipe[0], QSocketNotifier::Read, &app);
+    QObject::connect(notifier, &QSocketNotifier::activated, &app, [&app] {
+        char buffer[16];
+        while (::read(g_signalPipe[0], buffer, sizeof buffer) > 0) {
+        }
+        QApplication::closeAllWindows();
+        app.quit();
+    });
+    struct sigaction action {};
+    action.sa_handler = onQuitSignal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigaction(SIGTERM, &action, nullptr);
+    sigaction(SIGINT, &action, nullptr);
+}
+
+// Whether a crash would come while a model loads (app_startup.h: such a model is not reopened).
+void recordModelLoads(es::EngineSession &session) {
+    QObject::connect(&session, &es::EngineSession::modelLoadStarted, &session, [&session](const QString &dir) {
+        if (!session.isRemote()) es::markModelLoading(dir);
+    });
+    QObject::connect(&session, &es::EngineSession::modelLoaded, &session, [] { es::markModelLoadEnded(); });
+    QObject::connect(&session, &es::EngineSession::modelLoadFailed, &session, [] { es::markModelLoadEnded(); });
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
     if (wantsVersion(argc, argv)) {
         printVersion(/*beforeApplication=*/true);
+        return 0;
+    }
+    if (wantsHelp(argc, argv)) {
+        QCoreApplication core(argc, argv);
+        QCoreApplication::setApplicationName("ExpertScope");
+        QCoreApplication::setApplicationVersion(ES_VERSION);
+        CommandLine help;
+        help.parser.process(core); // prints the options and exits 0
         return 0;
     }
     QApplication app(argc, argv);
@@ -295,8 +361,11 @@ int main(int argc, char **argv) {
     }
     es::markSessionRunning();
 
-    const es::EngineSessionOptions options = sessionOptions(cli);
+    QString backendNotice;
+    const es::EngineSessionOptions options = sessionOptions(cli, &backendNotice);
     es::EngineSession session(options);
+    recordModelLoads(session);
+    quitOnSignals(app);
     std::unique_ptr<es::SmokeTest> smoke;
     if (smokeTest) {
         if (!smokeTestHasModel(plan, options)) {
@@ -309,6 +378,7 @@ int main(int argc, char **argv) {
     es::MainWindow window(&store, &session);
     if (smoke) sendSmokeTestWhenLoaded(*smoke, session, window);
     showStartupState(window, welcome, opened, plan, smokeTest);
+    if (!backendNotice.isEmpty()) window.statusBar()->showMessage(backendNotice, 15000);
     openModelOrEndpoint(window, cli, plan);
     if (!showProfilerTab(window, cli)) return 2;
     armDemo(session, window, cli);

@@ -26,6 +26,7 @@ private slots:
     void existingDatabaseGetsNoWelcome();
     void failingStoreRecordsNothing();
     void welcomeIsTranslated();
+    void crashReopensTheModelUnlessItWasLoading();
 
 private:
     QTemporaryDir m_config;
@@ -132,6 +133,32 @@ void TestAppStartup::welcomeIsTranslated() {
     QCOMPARE(path.size(), 2);
     QVERIFY(path[1].content.contains(QStringLiteral("【技术解析模式】")));
     QVERIFY(path[1].content.contains(QStringLiteral("性能分析")));
+}
+
+// After a crash the last model opens again (with a notice); only a crash while a model was loading
+// keeps that model closed.
+void TestAppStartup::crashReopensTheModelUnlessItWasLoading() {
+    const QString model = defaultModelDir();
+    QVERIFY(!model.isEmpty());
+    QSettings settings;
+    settings.setValue("model/lastDir", model);
+    markSessionRunning(); // and never markCleanExit: a crash
+    StartupPlan plan = planStartup({});
+    QVERIFY(plan.lastSessionCrashed);
+    QCOMPARE(plan.modelToOpen, model);
+    QVERIFY(!plan.notice.isEmpty()); // (in whichever language an earlier case installed)
+
+    markModelLoading(model); // the crash came while it loaded
+    plan = planStartup({});
+    QVERIFY(plan.modelToOpen.isEmpty());
+    QVERIFY(plan.notice.contains(QFileInfo(model).fileName()));
+
+    markModelLoadEnded();
+    markCleanExit();
+    plan = planStartup({});
+    QVERIFY(!plan.lastSessionCrashed);
+    QCOMPARE(plan.modelToOpen, model);
+    QVERIFY(plan.notice.isEmpty());
 }
 
 QTEST_GUILESS_MAIN(TestAppStartup)
