@@ -441,7 +441,7 @@ quint64 RemoteClient::submit(const ChatRequest &request) {
         m_active.insert(id, a);
         QTimer::singleShot(0, this, [this, id] {
             failReply(id, tr("expert interventions run in the built-in engine; a remote server does not take them "
-                             "(clear them in Chat ▸ Expert lab, or disconnect)"));
+                             "(clear them in Model ▸ Expert lab, or disconnect)"));
         });
         return id;
     }

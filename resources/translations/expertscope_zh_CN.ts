@@ -291,6 +291,18 @@ Delete this conversation from the list on the left when you no longer need it; i
         <source>remote</source>
         <translation>远程</translation>
     </message>
+    <message>
+        <source>The expert lab needs a loaded model — File ▸ Open model… (Ctrl+O).</source>
+        <translation>专家实验室需要先加载模型——文件 ▸ 打开模型…（Ctrl+O）。</translation>
+    </message>
+    <message>
+        <source>The expert lab needs a mixture-of-experts model; %1 has no routed experts.</source>
+        <translation>专家实验室需要混合专家（MoE）模型；%1 没有路由专家。</translation>
+    </message>
+    <message>
+        <source>&lt;b&gt;Expert intervention&lt;/b&gt; — the next replies are routed under: %1. &lt;a href=&quot;edit&quot;&gt;Edit…&lt;/a&gt; · &lt;a href=&quot;clear&quot;&gt;Clear&lt;/a&gt;</source>
+        <translation>&lt;b&gt;专家干预&lt;/b&gt;——接下来的回复按以下设置路由：%1。&lt;a href=&quot;edit&quot;&gt;编辑…&lt;/a&gt; · &lt;a href=&quot;clear&quot;&gt;清除&lt;/a&gt;</translation>
+    </message>
 </context>
 <context>
     <name>es::ChatStore</name>
@@ -779,6 +791,22 @@ dense</source>
         <source>prompt and reply</source>
         <translation>提示词和回复</translation>
     </message>
+    <message>
+        <source>B&apos;s reply against A&apos;s, word by word: yellow — only in B; struck out — only in A</source>
+        <translation>逐词比较 B 的回复与 A 的回复：黄色——只在 B 中；删除线——只在 A 中</translation>
+    </message>
+    <message>
+        <source>Pick two replies to see which words changed.</source>
+        <translation>选择两条回复以查看哪些词发生了变化。</translation>
+    </message>
+    <message>
+        <source>Words: %1 of A&apos;s %2 kept in B (%3 in B)%4</source>
+        <translation>词：A 的 %2 个词中有 %1 个保留在 B 中（B 共 %3 个）%4</translation>
+    </message>
+    <message>
+        <source>; the long middle is compared as one block</source>
+        <translation>；过长的中间部分作为一个整体比较</translation>
+    </message>
 </context>
 <context>
     <name>es::Composer</name>
@@ -1134,6 +1162,93 @@ dense</source>
     <message>
         <source>The saved backend %1 cannot run here: %2. Using Automatic.</source>
         <translation>保存的后端 %1 无法在此运行：%2。改用“自动”。</translation>
+    </message>
+    <message>
+        <source>Expert interventions run in the built-in engine; a remote server does not take them.</source>
+        <translation>专家干预在内置引擎中运行；远程服务器不接受专家干预。</translation>
+    </message>
+    <message>
+        <source>No model is loaded.</source>
+        <translation>尚未加载模型。</translation>
+    </message>
+    <message>
+        <source>The %1 backend&apos;s router does not apply expert interventions; they run on the CPU backend.</source>
+        <translation>%1 后端的路由器不执行专家干预；专家干预在 CPU 后端上运行。</translation>
+    </message>
+</context>
+<context>
+    <name>es::ExpertLabDialog</name>
+    <message>
+        <source>Expert lab</source>
+        <translation>专家实验室</translation>
+    </message>
+    <message>
+        <source>Change how %1 routes the next replies of this conversation, then regenerate and compare the replies on the profiler&apos;s Compare page. MoE layers: %2; experts 0–%3; %4 chosen per token.</source>
+        <translation>改变 %1 为本对话接下来的回复选择专家的方式，然后重新生成，并在性能分析的“对比”页比较回复。MoE 层：%2；专家 0–%3；每个 token 选择 %4 个。</translation>
+    </message>
+    <message>
+        <source>e.g. %1:0, *:5</source>
+        <translation>例如 %1:0, *:5</translation>
+    </message>
+    <message>
+        <source>LAYER:EXPERT, comma-separated; LAYER is the checkpoint&apos;s layer index or * for every MoE layer. A disabled expert&apos;s router probability is 0 and it is never chosen.</source>
+        <translation>层:专家，以逗号分隔；层是检查点中的层编号，* 表示所有 MoE 层。被禁用的专家路由概率为 0，永远不会被选中。</translation>
+    </message>
+    <message>
+        <source>&amp;Disable experts:</source>
+        <translation>禁用专家(&amp;D)：</translation>
+    </message>
+    <message>
+        <source>e.g. *:3</source>
+        <translation>例如 *:3</translation>
+    </message>
+    <message>
+        <source>LAYER:EXPERT, comma-separated. Forced experts are chosen first; the remaining places go to the best of the others. Weights stay the router&apos;s probabilities, normalised over the chosen experts.</source>
+        <translation>层:专家，以逗号分隔。强制专家最先被选中；其余名额给其他专家中得分最高的。权重仍是路由器的概率，在选中的专家之间归一化。</translation>
+    </message>
+    <message>
+        <source>&amp;Force experts:</source>
+        <translation>强制专家(&amp;F)：</translation>
+    </message>
+    <message>
+        <source>the model&apos;s (%1)</source>
+        <translation>模型默认（%1）</translation>
+    </message>
+    <message>
+        <source>Routed experts chosen per token in every MoE layer.</source>
+        <translation>每个 MoE 层中每个 token 选择的路由专家数。</translation>
+    </message>
+    <message>
+        <source>Experts per &amp;token:</source>
+        <translation>每个 token 的专家数(&amp;T)：</translation>
+    </message>
+    <message>
+        <source>Multiplies the router&apos;s correction bias in the choice (1: the model&apos;s, 0: none). The weights never include the bias.</source>
+        <translation>在选择专家时乘以路由器的校正偏置（1：模型原值，0：不用偏置）。权重从不包含偏置。</translation>
+    </message>
+    <message>
+        <source>Correction &amp;bias × :</source>
+        <translation>校正偏置(&amp;B) ×：</translation>
+    </message>
+    <message>
+        <source>&amp;Apply</source>
+        <translation>应用(&amp;A)</translation>
+    </message>
+    <message>
+        <source>&amp;Clear</source>
+        <translation>清除(&amp;C)</translation>
+    </message>
+    <message>
+        <source>Route as the model does (no intervention)</source>
+        <translation>按模型本身的方式路由（不干预）</translation>
+    </message>
+    <message>
+        <source>No intervention: the model routes as trained.</source>
+        <translation>无干预：模型按训练结果路由。</translation>
+    </message>
+    <message>
+        <source>Next replies: %1</source>
+        <translation>接下来的回复：%1</translation>
     </message>
 </context>
 <context>
@@ -1652,6 +1767,10 @@ dense</source>
         <source>&lt;p&gt;%1 cannot be opened:&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</source>
         <translation>&lt;p&gt;无法打开 %1：&lt;/p&gt;&lt;p&gt;%2&lt;/p&gt;</translation>
     </message>
+    <message>
+        <source>&amp;Expert lab…</source>
+        <translation>专家实验室(&amp;E)…</translation>
+    </message>
 </context>
 <context>
     <name>es::MemoryUsageView</name>
@@ -1805,6 +1924,10 @@ dense</source>
     <message>
         <source>Copy code · %1</source>
         <translation>复制代码 · %1</translation>
+    </message>
+    <message>
+        <source>expert intervention: %1</source>
+        <translation>专家干预：%1</translation>
     </message>
 </context>
 <context>
@@ -2288,6 +2411,17 @@ dense</source>
         <source>%1: no routing recorded — a remote server&apos;s replies carry none (see Live for the server&apos;s expert metrics)</source>
         <translation>%1：未记录路由——远程服务器的回复不携带路由信息（服务器的专家指标请见“实时”）</translation>
     </message>
+    <message>
+        <source>experts: %1</source>
+        <translation>专家：%1</translation>
+    </message>
+</context>
+<context>
+    <name>es::RemoteClient</name>
+    <message>
+        <source>expert interventions run in the built-in engine; a remote server does not take them (clear them in Model ▸ Expert lab, or disconnect)</source>
+        <translation>专家干预在内置引擎中运行；远程服务器不接受专家干预（请在“模型 ▸ 专家实验室”中清除，或断开连接）</translation>
+    </message>
 </context>
 <context>
     <name>es::RoutingView</name>
@@ -2398,6 +2532,14 @@ dense</source>
     <message>
         <source>H/ln E</source>
         <translation>归一化熵 H/ln E</translation>
+    </message>
+    <message>
+        <source>Disable expert %1 of layer %2 in this conversation…</source>
+        <translation>在本对话中禁用第 %2 层的专家 %1…</translation>
+    </message>
+    <message>
+        <source>Force expert %1 of layer %2 in this conversation…</source>
+        <translation>在本对话中强制使用第 %2 层的专家 %1…</translation>
     </message>
 </context>
 <context>
