@@ -285,7 +285,10 @@ void EngineSession::ensurePumping() {
 void EngineSession::loadModel(const QString &dir) {
     m_wantedDir = dir;
     if (const QString why = checkFolder(dir, m_options); !why.isEmpty()) {
-        emit modelLoadFailed(dir, why); // before anything is unloaded
+        // Refused before anything is unloaded; said from the event loop, as every other load
+        // outcome is, so a caller connects after calling and still hears it.
+        QMetaObject::invokeMethod(
+            this, [this, dir, why] { emit modelLoadFailed(dir, why); }, Qt::QueuedConnection);
         return;
     }
     cancelAll();
