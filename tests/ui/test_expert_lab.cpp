@@ -3,6 +3,7 @@
 // banner, routes its next reply (the stored trace never holds a disabled expert), is stored with
 // the reply and named in its header and its report; a right click on the routing heatmap opens the
 // lab with that expert; the Compare page names the change and diffs the two replies' words.
+// ES_SCREENSHOT_DIR=<dir> saves the lab, the chat with its banner and the Compare page there.
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "compare_view.h"
@@ -28,6 +29,14 @@
 #include <qcustomplot.h>
 
 using namespace es;
+
+namespace {
+void saveGrab(QWidget *w, const QString &fileName) {
+    const QString dir = qEnvironmentVariable("ES_SCREENSHOT_DIR");
+    if (dir.isEmpty()) return;
+    QVERIFY(w->grab().save(dir + u'/' + fileName));
+}
+} // namespace
 
 class TestExpertLab : public QObject {
     Q_OBJECT
@@ -130,6 +139,7 @@ void TestExpertLab::interventionRoutesStoresAndNames() {
         sawLab = true;
         QCOMPARE(lab->intervention().disabled, QString("1:4"));
         lab->findChildren<QLineEdit *>().value(0)->setText("*:0, *:1"); // experts 0 and 1 nowhere
+        saveGrab(lab, "expert-lab.png");
         lab->accept();
     });
     emit routing->interventionRequested(1, 4, false);
@@ -142,6 +152,7 @@ void TestExpertLab::interventionRoutesStoresAndNames() {
 
     // The next reply runs under it: stored with it, its trace never holds expert 0 or 1, named.
     const Message lab = runTurn(pane, QStringLiteral("What does a router do?"));
+    saveGrab(pane, "expert-lab-chat.png");
     QCOMPARE(lab.generation.sampling.intervention.summary(), QString("disable *:0, *:1"));
     const std::optional<MessageProfile> profile = m_store->profile(lab.id);
     QVERIFY(profile && !profile->traceIds.isEmpty());
@@ -169,6 +180,8 @@ void TestExpertLab::interventionRoutesStoresAndNames() {
     window.profilerPanel()->setCompareMessages(plain.id, lab.id);
     CompareView *compare = window.profilerPanel()->compareView();
     QTRY_VERIFY(compare->textSummary().startsWith("Words:"));
+    QTest::qWait(200); // the plots' queued replot
+    saveGrab(&window, "expert-lab-compare.png");
     QVERIFY(compare->findChildren<QLabel *>().size() > 0);
     bool titled = false;
     for (QLabel *l : compare->findChildren<QLabel *>()) titled = titled || l->text().contains("experts: disable *:0");
