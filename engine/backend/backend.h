@@ -156,7 +156,7 @@ public:
     // engine/core/sampling.h); with it, fed tokens read the draws.
     virtual bool supports_sampling() const { return false; }
     // Whether forward() applies batch_seq::routing (expert interventions); a backend that does
-    // not refuses a batch that carries one (check_routing_supported).
+    // not refuses a batch that carries one (batch_has_routing), saying so.
     virtual bool supports_routing_interventions() const { return false; }
     // Full logits of output row `row` of the last forward(), valid until the next forward() or
     // init_kv_cache(); out.size() must be n_vocab. Same thread as forward().
