@@ -303,8 +303,8 @@ sampled_row step_loop::sampled_row_of(const scheduled_chunk &c, int32_t input_in
 std::optional<inflight_step> step_loop::schedule() {
     inflight_step f;
     f.rec.step = m_n_steps++;
-    f.rec.t_start_us = now_us();
     f.t0 = clk::now();
+    f.rec.t_start_us = int64_t(std::chrono::duration_cast<std::chrono::microseconds>(f.t0 - m_t0).count());
     f.so = m_sched->schedule();
     f.t1 = clk::now();
     f.rec.n_preempted = int32_t(f.so.preempted.size());
@@ -545,7 +545,9 @@ void step_loop::close_step(inflight_step &f, clk::time_point t2, clk::time_point
     // sums of a reply's profile count each moment once). Its schedule ran inside the span
     // before (schedule_ms).
     const clk::time_point from = std::max(f.t0, m_last_step_end);
-    rec.t_start_us += int64_t(std::chrono::duration_cast<std::chrono::microseconds>(from - f.t0).count());
+    // From the same clock reading as the span's end: consecutive spans then meet to within the
+    // microsecond the start is truncated to (a separate now_us() read could be microseconds off).
+    rec.t_start_us = int64_t(std::chrono::duration_cast<std::chrono::microseconds>(from - m_t0).count());
     rec.duration_ms = ms(from, t4);
     rec.schedule_ms = ms(f.t0, f.t1);
     rec.forward_ms = ms(std::max(f.t1, from), t2);
