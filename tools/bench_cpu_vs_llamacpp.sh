@@ -4,7 +4,9 @@
 # weight and an fp32 scale a row) against llama.cpp's Q8_0 (one byte a weight and an fp16 scale
 # per 32). Both load the same random-weight ERNIE-4.5-0.3B checkpoint (tools/make_random_ernie.py
 # writes its BF16 bits twice: a hub folder and a GGUF file; llama-quantize makes the Q8_0 one).
-# Prints one Markdown table (pp and tg tok/s, ExpertScope / llama.cpp), as in docs/benchmarks.md.
+# llama.cpp also runs Q8_0 linears with a BF16 head (its embeddings tied), ExpertScope's FP8 bytes
+# tensor for tensor. Prints one Markdown table (pp and tg tok/s of both and their ratio), as in
+# docs/benchmarks.md.
 #
 # llama.cpp is fetched at a pinned commit into build/llama.cpp/src (git-ignored, never committed)
 # and its CPU backend is built there (llama-bench and llama-quantize only). No network: set
@@ -78,19 +80,26 @@ quantize=$work/build/bin/llama-quantize
 model=$work/ernie-4.5-0.3b-random
 if [ ! -f "$model/model-bf16.gguf" ] || [ tools/make_random_ernie.py -nt "$model/model-bf16.gguf" ]; then
   "$python" tools/make_random_ernie.py --out "$model"
-  rm -f "$model/model-q8_0.gguf"
+  rm -f "$model"/model-q8_0*.gguf
 fi
-if [ ! -f "$model/model-q8_0.gguf" ]; then
-  "$quantize" "$model/model-bf16.gguf" "$model/model-q8_0.gguf" Q8_0 "$threads" > "$work/quantize.log" 2>&1 ||
+# Q8_0 throughout (llama-quantize's default), and Q8_0 linears with the tied embeddings (the head)
+# kept BF16: ExpertScope's FP8 bytes a weight, tensor for tensor.
+quantize_to() { # OUT [OPTIONS…]
+  [ -f "$model/$1" ] && return 0
+  local out=$1
+  shift
+  "$quantize" "$@" "$model/model-bf16.gguf" "$model/$out" Q8_0 "$threads" > "$work/quantize.log" 2>&1 ||
     { tail -20 "$work/quantize.log" >&2; exit 1; }
-fi
+}
+quantize_to model-q8_0.gguf
+quantize_to model-q8_0-bf16-head.gguf --token-embedding-type bf16 --output-tensor-type bf16
 
 # (d) Both engines, one after the other, same threads, prompt and generation lengths.
 out=$work/results
 mkdir -p "$out"
 echo "## $(date -u +%F) on $(nproc) cores, $(lscpu | sed -n 's/^Model name: *//p'), $threads threads, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "ExpertScope $(git rev-parse --short HEAD), llama.cpp ${LLAMA_CPP_COMMIT:0:10}; pp$pp, tg$tg, $reps repetitions"
-for q in bf16 q8_0; do
+echo "ExpertScope $("$cli" --version | sed -n '1s/.*(commit \(.*\))/\1/p'), llama.cpp ${LLAMA_CPP_COMMIT:0:10}; pp$pp, tg$tg, $reps repetitions"
+for q in bf16 q8_0 q8_0-bf16-head; do
   "$bench" -m "$model/model-$q.gguf" -p "$pp" -n "$tg" -t "$threads" -r "$reps" -o json > "$out/llama-$q.json" \
     2> "$out/llama-$q.log" || { tail -20 "$out/llama-$q.log" >&2; exit 1; }
 done
@@ -100,7 +109,7 @@ for precision in bf16 fp8; do
     { tail -20 "$out/es-$precision.log" >&2; exit 1; }
 done
 
-# (e) The table.
+# (e) The table: ExpertScope / llama.cpp in each cell, and the ratio.
 "$python" - "$out" "$pp" "$tg" <<'EOF'
 import json, sys
 out, pp, tg = sys.argv[1], f"pp{sys.argv[2]}", f"tg{sys.argv[3]}"
@@ -109,16 +118,21 @@ def llama(q):
     rows = json.load(open(f"{out}/llama-{q}.json"))
     def tps(prompt, gen):
         return next(r["avg_ts"] for r in rows if r["n_prompt"] == prompt and r["n_gen"] == gen)
-    return tps(int(pp[2:]), 0), tps(0, int(tg[2:]))
+    return tps(int(pp[2:]), 0), tps(0, int(tg[2:])), rows[0]["model_size"]
 
 def es(p):
-    res = json.load(open(f"{out}/es-{p}.json"))["results"]
-    return tuple(next(r["tokens_per_s"] for r in res if r["test"] == t) for t in (pp, tg))
+    d = json.load(open(f"{out}/es-{p}.json"))
+    return (*(next(r["tokens_per_s"] for r in d["results"] if r["test"] == t) for t in (pp, tg)),
+            d["decode_bytes_per_token"])
 
-print(f"\n| weights (ExpertScope vs llama.cpp) | ExpertScope {pp} | llama.cpp {pp} | ratio | "
-      f"ExpertScope {tg} | llama.cpp {tg} | ratio |")
-print("|---|---:|---:|---:|---:|---:|---:|")
-for label, p, q in (("BF16 vs BF16", "bf16", "bf16"), ("FP8 (E4M3) vs Q8_0", "fp8", "q8_0")):
-    (ep, et), (lp, lt) = es(p), llama(q)
-    print(f"| {label} | {ep:.1f} | {lp:.1f} | {ep / lp:.2f} | {et:.1f} | {lt:.1f} | {et / lt:.2f} |")
+# MB a decode token reads: ExpertScope's count of the weights it touches; llama.cpp's file size
+# (the tied embeddings are its head, read whole every token).
+print(f"\n| ExpertScope vs llama.cpp weights | MB a token | {pp} tok/s | {pp} ratio | {tg} tok/s | {tg} ratio |")
+print("|---|---:|---:|---:|---:|---:|")
+for label, p, q in (("BF16 vs BF16", "bf16", "bf16"),
+                    ("FP8 (E4M3 linears, BF16 head) vs Q8_0", "fp8", "q8_0"),
+                    ("FP8 (E4M3 linears, BF16 head) vs Q8_0 linears, BF16 head", "fp8", "q8_0-bf16-head")):
+    (ep, et, eb), (lp, lt, lb) = es(p), llama(q)
+    print(f"| {label} | {eb / 1e6:,.0f} / {lb / 1e6:,.0f} | {ep:,.1f} / {lp:,.1f} | {ep / lp:.2f} | "
+          f"{et:,.1f} / {lt:,.1f} | {et / lt:.2f} |")
 EOF
