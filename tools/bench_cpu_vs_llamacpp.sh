@@ -69,7 +69,7 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DC
 cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=OFF -DGGML_NATIVE=ON \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_APP=OFF -DLLAMA_BUILD_UI=OFF \
-  --no-warn-unused-cli "${launcher[@]}" > "$work/cmake.log" ||
+  --no-warn-unused-cli "${launcher[@]}" > "$work/cmake.log" 2>&1 ||
   { cat "$work/cmake.log" >&2; exit 1; }
 cmake --build "$work/build" -j "${JOBS:-2}" --target llama-bench llama-quantize > "$work/build.log" ||
   { tail -30 "$work/build.log" >&2; exit 1; }
