@@ -9,6 +9,7 @@
 #include "engine/cpu/cpu_backend.h"
 
 #include "engine/core/dtype.h"
+#include "engine/cpu/cpu_attention.h"
 #include "engine/cpu/cpu_gemm.h"
 #include "engine/cpu/cpu_ops.h"
 #include "engine/cpu/cpu_weights.h"
@@ -422,7 +423,9 @@ private:
         out.phases.total_ms = ms_since(t_begin);
     }
 
-    // Causal GQA attention of every batch token over its own sequence, through the block table.
+    // Causal GQA attention of every batch token over its own sequence, through the block table:
+    // one task per (token, KV head) computes the query heads that share that KV head
+    // (cpu_attention.h), so each key and value row is read once for the whole group.
     void attention(const batch &b, int64_t il) {
         const auto &c = m_cfg;
         const int64_t T = b.n_tokens(), hd = c.head_dim, qd = c.q_dim(), kvd = c.kv_dim();
@@ -436,24 +439,22 @@ private:
 #pragma omp parallel if (attention_work >= (1 << 18))
         {
             fvec scores;
+            std::vector<const float *> k_rows, v_rows;
 #pragma omp for collapse(2) schedule(dynamic, 4)
             for (int64_t t = 0; t < T; ++t) {
-                for (int64_t h = 0; h < c.n_head; ++h) {
-                    const int64_t n_ctx = int64_t(b.pos[t]) + 1, kvh = h / group;
+                for (int64_t kvh = 0; kvh < c.n_head_kv; ++kvh) {
+                    const int64_t n_ctx = int64_t(b.pos[t]) + 1;
                     const auto &bt = b.seqs[b.seq[t]].block_table;
-                    const float *q = &m_qkv[t * n_qkv + h * hd];
-                    scores.resize(size_t(n_ctx));
+                    k_rows.resize(size_t(n_ctx));
+                    v_rows.resize(size_t(n_ctx));
                     for (int64_t j = 0; j < n_ctx; ++j) {
-                        const int64_t slot = int64_t(bt[j / bs]) * bs + j % bs;
-                        scores[j] = cpu::dot(q, &K[slot * kvd + kvh * hd], hd) * scale;
+                        const int64_t at = (int64_t(bt[j / bs]) * bs + j % bs) * kvd + kvh * hd;
+                        k_rows[j] = &K[at];
+                        v_rows[j] = &V[at];
                     }
-                    cpu::softmax(scores.data(), n_ctx);
-                    float *o = &m_attn[t * qd + h * hd];
-                    std::fill(o, o + hd, 0.0f);
-                    for (int64_t j = 0; j < n_ctx; ++j) {
-                        const int64_t slot = int64_t(bt[j / bs]) * bs + j % bs;
-                        cpu::axpy(scores[j], &V[slot * kvd + kvh * hd], o, hd);
-                    }
+                    scores.resize(size_t(group * n_ctx));
+                    cpu::attend_group(&m_qkv[t * n_qkv + kvh * group * hd], group, hd, k_rows.data(),
+                                      v_rows.data(), n_ctx, scale, scores.data(), &m_attn[t * qd + kvh * group * hd]);
                 }
             }
         }

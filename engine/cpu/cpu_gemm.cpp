@@ -86,15 +86,15 @@ inline void prefetch_next_tile(const uint8_t *p, int64_t tile_bytes) {
 
 // --- AVX-512: 16 weights a step ---
 
-// 16 E4M3 codes → their values / 256, through FP16: the code shifted left by 7 puts its exponent
-// and mantissa in FP16's (E4M3's bias 7 is FP16's 15 less 8, so the FP16 number is the code's
-// value / 256; subnormal codes land on FP16 subnormals, which the conversion widens exactly) and
-// its sign on bit 14, which adding bit 14 to itself moves to bit 15. NaN codes (S.1111.111) come
-// out as 1.875: weight_matrix gives a row holding one a NaN scale, which makes its products NaN
-// as an fp32 NaN weight makes the row's dot products.
+// 16 E4M3 codes → their values / 256, through FP16: the code sign-extended to 16 bits and
+// shifted left by 7 puts its exponent and mantissa in FP16's (E4M3's bias 7 is FP16's 15 less 8,
+// so the FP16 number is the code's value / 256; subnormal codes land on FP16 subnormals, which
+// the conversion widens exactly) and copies of its sign on bits 15 and 14, of which the mask
+// keeps bit 15. NaN codes (S.1111.111) come out as 1.875: weight_matrix gives a row holding one
+// a NaN scale, which makes its products NaN as an fp32 NaN weight makes the row's dot products.
 __attribute__((target("avx512f"), always_inline)) inline __m512 e4m3_over_256_512(__m128i codes) {
-    const __m256i h = _mm256_slli_epi16(_mm256_cvtepu8_epi16(codes), 7);
-    return _mm512_cvtph_ps(_mm256_add_epi16(h, _mm256_and_si256(h, _mm256_set1_epi16(0x4000))));
+    const __m256i h = _mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7);
+    return _mm512_cvtph_ps(_mm256_and_si256(h, _mm256_set1_epi16(int16_t(0xBFFF))));
 }
 
 // 16 weights of a row from element p on, widened (scale: e4m3's row scale × 256, broadcast, so
@@ -128,6 +128,22 @@ load_w512_tail(const uint8_t *row, int64_t p, int64_t n, __mmask16 m, __m512 sca
     }
 }
 
+// One step of a tile: 16 weights of each row from element k on into its accumulators.
+template <wt T, int MR, int NR>
+__attribute__((target("avx512f"), always_inline)) inline void step512(const float *x, const uint8_t *w,
+                                                                      int64_t row_bytes, int64_t K, int64_t k,
+                                                                      const __m512 *sc, __m512 (*a)[NR]) {
+    __m512 xv[MR];
+#pragma GCC unroll 4
+    for (int i = 0; i < MR; ++i) xv[i] = _mm512_loadu_ps(x + i * K + k);
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; ++j) {
+        const __m512 wv = load_w512<T>(w + j * row_bytes, k, sc[j]);
+#pragma GCC unroll 4
+        for (int i = 0; i < MR; ++i) a[i][j] = _mm512_fmadd_ps(xv[i], wv, a[i][j]);
+    }
+}
+
 template <wt T, int MR, int NR>
 __attribute__((target("avx512f"))) void tile_avx512(const float *x, const uint8_t *w, const float *scale,
                                                     int64_t K, float *y, int64_t ldy, bool acc) {
@@ -145,19 +161,17 @@ __attribute__((target("avx512f"))) void tile_avx512(const float *x, const uint8_
         else
             sc[j] = _mm512_setzero_ps();
     }
+    // The steps that cover one 64-byte line of each row, with one prefetch a line and row.
+    constexpr int64_t line_steps = 64 / (16 * int64_t(weight_type_bytes(T)));
     int64_t k = 0;
-    for (; k + 16 <= K; k += 16) {
-        __m512 xv[MR];
+    for (; k + 16 * line_steps <= K; k += 16 * line_steps) {
 #pragma GCC unroll 4
-        for (int i = 0; i < MR; ++i) xv[i] = _mm512_loadu_ps(x + i * K + k);
-#pragma GCC unroll 4
-        for (int j = 0; j < NR; ++j) {
+        for (int j = 0; j < NR; ++j)
             prefetch_next_tile(w + j * row_bytes + k * int64_t(weight_type_bytes(T)), NR * row_bytes);
-            const __m512 wv = load_w512<T>(w + j * row_bytes, k, sc[j]);
 #pragma GCC unroll 4
-            for (int i = 0; i < MR; ++i) a[i][j] = _mm512_fmadd_ps(xv[i], wv, a[i][j]);
-        }
+        for (int64_t l = 0; l < line_steps; ++l) step512<T, MR, NR>(x, w, row_bytes, K, k + 16 * l, sc, a);
     }
+    for (; k + 16 <= K; k += 16) step512<T, MR, NR>(x, w, row_bytes, K, k, sc, a);
     if (k < K) {
         const __mmask16 m = __mmask16((1u << (K - k)) - 1u);
         __m512 xv[MR];
@@ -191,8 +205,8 @@ __attribute__((target("avx2,fma,f16c"))) inline float hsum256(__m256 v) {
 
 // As e4m3_over_256_512, 8 codes.
 __attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 e4m3_over_256_256(__m128i codes) {
-    const __m128i h = _mm_slli_epi16(_mm_cvtepu8_epi16(codes), 7);
-    return _mm256_cvtph_ps(_mm_add_epi16(h, _mm_and_si128(h, _mm_set1_epi16(0x4000))));
+    const __m128i h = _mm_slli_epi16(_mm_cvtepi8_epi16(codes), 7);
+    return _mm256_cvtph_ps(_mm_and_si128(h, _mm_set1_epi16(int16_t(0xBFFF))));
 }
 
 template <wt T>
