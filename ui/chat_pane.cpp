@@ -204,6 +204,9 @@ bool ChatPane::setConversationIntervention(const ExpertIntervention &iv) {
 
 void ChatPane::openExpertLab(const std::optional<ExpertIntervention> &prefill) {
     const SessionModelInfo info = m_session->modelInfo();
+    if (m_session->isRemote())
+        return emit errorOccurred(
+            tr("The expert lab needs the built-in engine; a remote server does not take expert interventions."));
     if (!m_session->isModelLoaded())
         return emit errorOccurred(tr("The expert lab needs a loaded model — File ▸ Open model… (Ctrl+O)."));
     if (!info.isMoe || info.nExperts <= 0)

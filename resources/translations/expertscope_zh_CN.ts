@@ -292,6 +292,10 @@ Delete this conversation from the list on the left when you no longer need it; i
         <translation>远程</translation>
     </message>
     <message>
+        <source>The expert lab needs the built-in engine; a remote server does not take expert interventions.</source>
+        <translation>专家实验室需要内置引擎；远程服务器不接受专家干预。</translation>
+    </message>
+    <message>
         <source>The expert lab needs a loaded model — File ▸ Open model… (Ctrl+O).</source>
         <translation>专家实验室需要先加载模型——文件 ▸ 打开模型…（Ctrl+O）。</translation>
     </message>
