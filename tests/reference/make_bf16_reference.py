@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """HF transformers' own bf16 forward on every reference checkpoint: the yardstick of the BF16 path.
 
-Runs where torch + transformers are installed (the GPU machine):
+Runs where torch and transformers are installed:
     python3 tests/reference/make_bf16_reference.py [--data tests/data] [--device cuda|cpu]
 For every checkpoint folder under --data with a reference.json (tests/reference/make_reference.py)
 it loads the model with dtype=bfloat16 and eager attention (the router stays fp32, as HF keeps it),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """HF transformers' logits under expert interventions, for every MoE reference checkpoint.
 
-Runs where torch + transformers are installed (the GPU machine; a CPU is enough):
+Runs where torch and transformers are installed (a CPU is enough):
     python3 tests/reference/make_intervention_reference.py [--data tests/data]
 For every checkpoint folder under --data whose config is an ERNIE-4.5 MoE and which has a
 reference.json (tests/reference/make_reference.py), it loads the model in float32 with eager
