@@ -131,6 +131,8 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
         m_loadProgress->setValue(int(f * 100));
     });
     connect(m_session, &EngineSession::modelLoaded, this, &MainWindow::onModelLoaded);
+    // A session whose model was loaded before this window existed: shown as if it just loaded.
+    if (m_session->isModelLoaded()) onModelLoaded(m_session->modelInfo());
     connect(m_session, &EngineSession::modelLoadFailed, this, [this](const QString &dir, const QString &message) {
         m_loadLabel->setVisible(false);
         m_loadProgress->setVisible(false);

@@ -112,6 +112,8 @@ void TestExpertLab::interventionRoutesStoresAndNames() {
     window.resize(1400, 900);
     window.show();
     QVERIFY(QTest::qWaitForWindowExposed(&window));
+    // The session loaded its model before the window existed: the status bar still names it.
+    QVERIFY2(window.statusText().startsWith("moe-shared — MoE"), qPrintable(window.statusText()));
     ChatPane *pane = window.currentPane();
     const Message plain = runTurn(pane, QStringLiteral("What does a router do?"));
     QCOMPARE(plain.role, MessageRole::Assistant);
