@@ -21,19 +21,6 @@ namespace {
 
 using namespace es::models;
 
-std::string size_text(uint64_t b) {
-    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = double(b);
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
-    return buf;
-}
-
 std::string params_text(int64_t n) {
     char buf[32];
     std::snprintf(buf, sizeof buf, n >= 1000000000 ? "%.1fB" : "%.0fM",
@@ -96,8 +83,8 @@ public:
         const int percent = p.total ? int(100.0 * double(p.done) / double(p.total)) : 100;
         char line[512];
         std::snprintf(line, sizeof line, "[%3d%%] %s (%d/%d) %s / %s  %s/s  %s left%s", percent,
-                      p.file.c_str(), p.file_index, p.file_count, size_text(p.done).c_str(),
-                      size_text(p.total).c_str(), size_text(uint64_t(p.bytes_per_second)).c_str(),
+                      p.file.c_str(), p.file_index, p.file_count, human_bytes(p.done).c_str(),
+                      human_bytes(p.total).c_str(), human_bytes(uint64_t(p.bytes_per_second)).c_str(),
                       duration_text(p.seconds_left).c_str(),
                       p.what == download_progress::stage::verifying ? "  verifying" : "");
         if (m_tty) {
@@ -133,7 +120,7 @@ int cmd_download(const download_opts &d) {
     o.on_plan = [&](const download_plan &plan) {
         std::fprintf(stderr, "%s at %s (commit %s): %zu files, %s; %s to download into %s\n", d.repo.c_str(),
                      d.revision.c_str(), plan.listing.commit.c_str(), plan.files.size(),
-                     size_text(plan.total_bytes).c_str(), size_text(plan.missing_bytes).c_str(),
+                     human_bytes(plan.total_bytes).c_str(), human_bytes(plan.missing_bytes).c_str(),
                      o.hub.cache_dir.string().c_str());
         const model_config &c = plan.config;
         std::fprintf(stderr, "%s, %s parameters (%s active); here: %s\n", c.arch_name.c_str(),
@@ -147,9 +134,9 @@ int cmd_download(const download_opts &d) {
     printer.end();
     if (!r) return fail(r.message());
     std::fprintf(stderr, "%d files downloaded (%s), %d already in the cache%s; every file verified\n",
-                 r->files_fetched, size_text(r->fetched_bytes).c_str(), r->files_cached,
+                 r->files_fetched, human_bytes(r->fetched_bytes).c_str(), r->files_cached,
                  r->resumed_from_bytes
-                     ? (", resumed from " + size_text(r->resumed_from_bytes) + " on disk").c_str()
+                     ? (", resumed from " + human_bytes(r->resumed_from_bytes) + " on disk").c_str()
                      : "");
     std::printf("%s\n", r->snapshot_dir.string().c_str());
     return 0;
@@ -187,7 +174,7 @@ int cmd_models(const models_opts &m) {
         }
         std::printf("  %s @ %s (%s)  %s", c.repo_id.c_str(),
                     refs.empty() ? c.commit.substr(0, 12).c_str() : refs.c_str(),
-                    c.commit.substr(0, 12).c_str(), size_text(c.bytes).c_str());
+                    c.commit.substr(0, 12).c_str(), human_bytes(c.bytes).c_str());
         if (c.config) std::printf(", %s parameters", params_text(c.config->n_params()).c_str());
         if (c.loadable)
             std::printf("; %s\n", fit_text(fit).c_str());
@@ -216,7 +203,7 @@ int cmd_models(const models_opts &m) {
             }
             std::printf("  %-34s %s, %s parameters (%s active), about %s; %s%s%s\n", e.repo_id.c_str(),
                         e.kind.c_str(), params_text(e.params).c_str(), params_text(e.active_params).c_str(),
-                        size_text(e.download_bytes).c_str(),
+                        human_bytes(e.download_bytes).c_str(),
                         e.multi_gpu ? "needs several GPUs" : fit_text(fit).c_str(),
                         have ? "; downloaded" : "", e.base ? "; pre-trained only" : "");
         }

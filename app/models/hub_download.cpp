@@ -27,19 +27,6 @@ namespace {
 
 using clock_type = std::chrono::steady_clock;
 
-std::string human_bytes(uint64_t b) {
-    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = double(b);
-    int u = 0;
-    while (v >= 1024.0 && u < 4) {
-        v /= 1024.0;
-        ++u;
-    }
-    char buf[32];
-    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
-    return buf;
-}
-
 std::string os_error(const std::string &what, const fs::path &p, int err) {
     return what + " " + p.string() + ": " + std::strerror(err);
 }
@@ -261,6 +248,19 @@ status fetch_blob(const hub_client &client, const download_options &o, const rep
 }
 
 } // namespace
+
+std::string human_bytes(uint64_t b) {
+    const char *units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = double(b);
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        ++u;
+    }
+    char buf[32];
+    std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.2f %s", v, units[u]);
+    return buf;
+}
 
 bool is_unused_weight_file(const std::string &path) {
     for (const char *suffix :

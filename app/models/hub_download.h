@@ -76,4 +76,7 @@ result<download_result> download_model(const download_options &o);
 // The engine reads safetensors only: other weight formats are not fetched.
 bool is_unused_weight_file(const std::string &path);
 
+// Bytes in binary units for messages and progress: "512 B", "292.97 KiB", "1.50 GiB".
+std::string human_bytes(uint64_t bytes);
+
 } // namespace es::models
