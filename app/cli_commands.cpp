@@ -170,16 +170,8 @@ int cmd_info(const std::string &model_dir, bool json) {
 }
 
 result<routing_intervention> to_routing_intervention(const common_opts &o) {
-    routing_intervention iv;
-    auto disabled = parse_expert_refs(o.disable_experts, "--disable-experts");
-    if (!disabled) return disabled.err();
-    auto forced = parse_expert_refs(o.force_experts, "--force-experts");
-    if (!forced) return forced.err();
-    iv.disabled = std::move(*disabled);
-    iv.forced = std::move(*forced);
-    iv.top_k = o.moe_top_k;
-    iv.bias_scale = o.expert_bias_scale;
-    return iv;
+    return make_routing_intervention(o.disable_experts, o.force_experts, o.moe_top_k, o.expert_bias_scale,
+                                     "--disable-experts", "--force-experts");
 }
 
 status forward_sequence(backend &be, const std::vector<int32_t> &ids, forward_output &out,

@@ -53,16 +53,8 @@ QString precisionLabel(bool cpu, const QString &option) {
 
 // The stored intervention as the engine's; errors name the field.
 result<routing_intervention> to_routing_intervention(const ExpertIntervention &iv) {
-    routing_intervention r;
-    auto disabled = parse_expert_refs(iv.disabled.toStdString(), "disabled experts");
-    if (!disabled) return disabled.err();
-    auto forced = parse_expert_refs(iv.forced.toStdString(), "forced experts");
-    if (!forced) return forced.err();
-    r.disabled = std::move(*disabled);
-    r.forced = std::move(*forced);
-    r.top_k = iv.topK;
-    r.bias_scale = float(iv.biasScale);
-    return r;
+    return make_routing_intervention(iv.disabled.toStdString(), iv.forced.toStdString(), iv.topK,
+                                     float(iv.biasScale), "disabled experts", "forced experts");
 }
 
 sampling_params merge(const SamplingParams &s, sampling_params d, int default_max_tokens) {

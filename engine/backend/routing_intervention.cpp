@@ -54,6 +54,17 @@ result<std::vector<expert_ref>> parse_expert_refs(const std::string &text, const
     return out;
 }
 
+result<routing_intervention> make_routing_intervention(const std::string &disabled, const std::string &forced,
+                                                       int32_t top_k, float bias_scale,
+                                                       const std::string &disabled_what,
+                                                       const std::string &forced_what) {
+    auto d = parse_expert_refs(disabled, disabled_what);
+    if (!d) return d.err();
+    auto f = parse_expert_refs(forced, forced_what);
+    if (!f) return f.err();
+    return routing_intervention{std::move(*d), std::move(*f), top_k, bias_scale};
+}
+
 std::string format_expert_refs(const std::vector<expert_ref> &refs) {
     std::string s;
     for (const auto &r : refs) s += (s.empty() ? "" : ",") + ref_text(r);

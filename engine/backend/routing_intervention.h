@@ -40,6 +40,13 @@ struct routing_intervention {
 // "L:E,L:E,*:E" (L a layer index or * for every MoE layer) → expert_refs; an empty text gives
 // none. Errors name the item and the option (`what`, e.g. "--disable-experts").
 result<std::vector<expert_ref>> parse_expert_refs(const std::string &text, const std::string &what);
+// An intervention from its parts as the CLI and the app hold them: the disabled and forced
+// experts as parse_expert_refs texts (errors name them as disabled_what / forced_what), k, the
+// bias scale. Not yet checked against a model (check_routing_intervention).
+result<routing_intervention> make_routing_intervention(const std::string &disabled, const std::string &forced,
+                                                       int32_t top_k, float bias_scale,
+                                                       const std::string &disabled_what,
+                                                       const std::string &forced_what);
 // The inverse of parse_expert_refs ("3:5,*:1").
 std::string format_expert_refs(const std::vector<expert_ref> &refs);
 
