@@ -115,6 +115,7 @@ struct serve_bench_opts {
     float temperature = 0.0f, top_p = 1.0f; // every request's sampler (the engine's path; 0: greedy)
     std::string url;               // http://HOST:PORT: act as an HTTP client of `serve` instead
     std::string api_key;           // with --url
+    int32_t phase_timing = -1;     // engine_params::phase_timing_every (-1: the engine's default)
 };
 int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common);
 

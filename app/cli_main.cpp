@@ -226,6 +226,10 @@ CLI::App *add_serve_bench_command(CLI::App &app, serve_bench_opts &sb, common_op
         ->check(CLI::Range(0.0f, 2.0f));
     sbench->add_option("--top-p", sb.top_p, "nucleus sampling of every request (default 1: off)")
         ->check(CLI::Range(0.01f, 1.0f));
+    sbench->add_option("--phase-timing", sb.phase_timing,
+                       "time one engine step in N per phase on the GPU (and each request's first two; 1: every "
+                       "step, 0: none; default 64); prints the timed steps' phases against the untimed steps' time")
+        ->check(CLI::Range(0, 1 << 20));
     sbench->add_option("--json", sb.out_json, "also write results as JSON to this file");
     sbench->add_option("--url", sb.url, "http://HOST:PORT of a running `serve`: streaming HTTP clients instead of the in-process engine");
     sbench->add_option("--api-key", sb.api_key, "with --url: Bearer key (default: env EXPERTSCOPE_API_KEY)")->envname("EXPERTSCOPE_API_KEY");

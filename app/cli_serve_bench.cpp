@@ -23,7 +23,43 @@ struct level_result {
     double duration_s = 0.0, output_tps = 0.0, total_tps = 0.0, req_per_s = 0.0, hit_rate = 0.0;
     int64_t in_tokens = 0, out_tokens = 0;
     std::vector<double> ttft_ms, itl_ms, e2e_ms;
+    // The level's decode steps (no prompt tokens): those timed per phase and the others.
+    int64_t n_decode = 0, n_timed = 0;
+    double untimed_ms = 0.0, timed_wall_ms = 0.0; // their mean wall time
+    phase_times timed;                            // the timed ones' mean phases (total_ms: device time)
 };
+
+// The decode steps of a level from the telemetry ring (steps after `from`): what the timed ones'
+// phases measured on the device add up to, against the untimed steps' wall time (what a decode
+// step costs when nothing is measured).
+void phase_figures(level_result &lr, const telemetry_snapshot &t, uint64_t from) {
+    double untimed = 0.0, wall = 0.0;
+    int64_t n_untimed = 0;
+    for (const step_record &r : t.recent_steps) {
+        if (r.step < from || r.n_prefill_tokens > 0 || r.n_decode_tokens == 0) continue;
+        ++lr.n_decode;
+        if (!r.phases_timed) {
+            untimed += r.duration_ms;
+            ++n_untimed;
+            continue;
+        }
+        ++lr.n_timed;
+        wall += r.duration_ms;
+        phase_times &p = lr.timed;
+        p.attention_ms += r.attention_ms, p.moe_ms += r.moe_ms, p.moe_shared_ms += r.moe_shared_ms;
+        p.dense_ms += r.dense_ms, p.head_ms += r.head_ms, p.other_ms += r.other_ms;
+        p.total_ms += r.phases_on_device ? r.device_ms : r.duration_ms;
+        p.on_device = p.on_device || r.phases_on_device;
+    }
+    if (n_untimed) lr.untimed_ms = untimed / double(n_untimed);
+    if (lr.n_timed) {
+        const double n = double(lr.n_timed);
+        phase_times &p = lr.timed;
+        for (double *v : {&p.attention_ms, &p.moe_ms, &p.moe_shared_ms, &p.dense_ms, &p.head_ms, &p.other_ms, &p.total_ms})
+            *v /= n;
+        lr.timed_wall_ms = wall / n;
+    }
+}
 
 } // namespace
 
@@ -40,6 +76,10 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
     ep.max_num_seqs = *std::max_element(o.concurrency.begin(), o.concurrency.end());
     ep.max_batched_tokens = o.max_batched_tokens;
     ep.gpu_memory_utilization = common.gpu_memory_utilization;
+    if (o.phase_timing >= 0) ep.phase_timing_every = o.phase_timing;
+    // Every step of a level stays in the ring for phase_figures (a level of --requests ×
+    // --output-len decode steps at concurrency 1).
+    ep.telemetry_ring = int32_t(std::clamp<int64_t>(int64_t(o.requests) * (o.output_len + 2) + 64, 512, 1 << 20));
     engine eng(ep);
     std::string what;
     status st = ok_status();
@@ -78,6 +118,7 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
             r.sampling.stop_ids.clear(); // ignore eos: every request generates output_len tokens
         }
         const auto t_before = eng.telemetry();
+        const uint64_t first_step = t_before ? t_before->n_steps : 0;
         level_result lr;
         lr.concurrency = conc;
         const auto t0 = std::chrono::steady_clock::now();
@@ -116,6 +157,7 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
         lr.duration_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         const auto t_after = eng.telemetry();
         const uint64_t q = t_after->prefix_queries - t_before->prefix_queries, h = t_after->prefix_hits - t_before->prefix_hits;
+        phase_figures(lr, *t_after, first_step);
         lr.hit_rate = q ? double(h) / double(q) : 0.0;
         lr.output_tps = double(lr.out_tokens) / lr.duration_s;
         lr.total_tps = double(lr.in_tokens + lr.out_tokens) / lr.duration_s;
@@ -140,6 +182,21 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
         std::printf("---------------Inter-token Latency----------------\n");
         std::printf("%-40s %.2f\n%-40s %.2f\n%-40s %.2f\n", "Mean ITL (ms):", mean(lr.itl_ms), "Median ITL (ms):",
                     percentile(lr.itl_ms, 50), "P99 ITL (ms):", percentile(lr.itl_ms, 99));
+        if (lr.n_timed > 0) {
+            const phase_times &p = lr.timed;
+            std::printf("---------------Phases of the timed decode steps----\n");
+            std::printf("%-40s %lld of %lld\n", "Decode steps timed per phase:", (long long)lr.n_timed,
+                        (long long)lr.n_decode);
+            std::printf("%-40s %.3f / %.3f / %.3f / %.3f / %.3f / %.3f\n",
+                        "attn / MoE / shared / dense / head / other:", p.attention_ms, p.moe_ms, p.moe_shared_ms,
+                        p.dense_ms, p.head_ms, p.other_ms);
+            std::printf("%-40s %.3f (%s)\n", "Phase sum (ms):", p.sum_ms(),
+                        p.on_device ? "on the device" : "on the host");
+            if (lr.untimed_ms > 0)
+                std::printf("%-40s %.3f; phase sum / that = %.3f; timed step's wall / that = %.3f\n",
+                            "Untimed decode step, mean wall (ms):", lr.untimed_ms, p.sum_ms() / lr.untimed_ms,
+                            lr.timed_wall_ms / lr.untimed_ms);
+        }
         std::printf("==================================================\n\n");
         std::fflush(stdout);
     }
@@ -162,7 +219,14 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
                                    {"output_tokens_per_s", r.output_tps}, {"total_tokens_per_s", r.total_tps},
                                    {"ratio_vs_first", r.output_tps / base}, {"ttft_p50_ms", percentile(r.ttft_ms, 50)},
                                    {"ttft_p99_ms", percentile(r.ttft_ms, 99)}, {"itl_p50_ms", percentile(r.itl_ms, 50)},
-                                   {"itl_p99_ms", percentile(r.itl_ms, 99)}, {"prefix_hit_rate", r.hit_rate}});
+                                   {"itl_p99_ms", percentile(r.itl_ms, 99)}, {"prefix_hit_rate", r.hit_rate},
+                                   {"decode_steps", r.n_decode}, {"decode_steps_timed", r.n_timed},
+                                   {"untimed_decode_step_ms", r.untimed_ms},
+                                   {"timed_decode_phases_ms",
+                                    {{"attention", r.timed.attention_ms}, {"moe", r.timed.moe_ms},
+                                     {"moe_shared", r.timed.moe_shared_ms}, {"dense", r.timed.dense_ms},
+                                     {"head", r.timed.head_ms}, {"other", r.timed.other_ms},
+                                     {"sum", r.timed.sum_ms()}}}});
         std::ofstream f(o.out_json);
         f << j.dump(2) << "\n";
         if (!f) return fail("cannot write " + o.out_json);

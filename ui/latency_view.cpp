@@ -4,7 +4,9 @@
 #include "latency_view.h"
 
 #include "profiler_charts.h"
+#include "step_timeline_view.h"
 
+#include <QCheckBox>
 #include <QGridLayout>
 #include <QLabel>
 #include <QVBoxLayout>
@@ -14,6 +16,12 @@
 #include <cmath>
 
 namespace es {
+
+namespace {
+// The phase bars' order (es::step_phase numbers): attention, MoE routed, MoE shared, dense, head
+// and sampling, other.
+constexpr int kPhaseOrder[6] = {0, 1, 2, 3, 4, 5};
+} // namespace
 
 LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
     auto *layout = new QVBoxLayout(this);
@@ -79,20 +87,28 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
     m_phaseBars->setBrush(QColor(100, 160, 110));
     m_phaseBars->setPen(Qt::NoPen);
     QSharedPointer<QCPAxisTickerText> phaseTicks(new QCPAxisTickerText);
-    phaseTicks->addTick(0, tr("attention"));
-    phaseTicks->addTick(1, tr("MoE"));
-    phaseTicks->addTick(2, tr("dense GEMM"));
-    phaseTicks->addTick(3, tr("sampling"));
-    phaseTicks->addTick(4, tr("other"));
+    for (int i = 0; i < 6; ++i) phaseTicks->addTick(i, StepTimelineView::phaseName(kPhaseOrder[i]));
     m_phasePlot->xAxis->setTicker(phaseTicks);
     m_phasePlot->xAxis->setTickLabelRotation(40);
-    m_phasePlot->xAxis->setRange(-0.6, 4.6);
-    m_phaseBars->setData({0, 1, 2, 3, 4}, {0, 0, 0, 0, 0}, true);
+    m_phasePlot->xAxis->setRange(-0.6, 5.6);
+    m_phaseBars->setData({0, 1, 2, 3, 4, 5}, {0, 0, 0, 0, 0, 0}, true);
     m_phasePlot->setToolTip(ProfilerDefinitions::phases());
     row->addWidget(m_ttftPlot, 0, 0);
     row->addWidget(m_phasePlot, 0, 1);
     layout->addLayout(row, 2);
+
+    m_detailed = new QCheckBox(tr("Time every step"), this);
+    m_detailed->setToolTip(
+        tr("On the GPU the engine times one step in 64 per phase (and each reply's first two), which costs "
+           "under 1% of decode speed; on, every step is timed, at the cost of the overlap between steps. "
+           "The CPU times every step anyway."));
+    connect(m_detailed, &QCheckBox::toggled, this, &LatencyView::detailedProfilingToggled);
+    layout->addWidget(m_detailed);
+    m_timeline = new StepTimelineView(this);
+    layout->addWidget(m_timeline, 2);
 }
+
+void LatencyView::showTimeline(const StepTimeline &t, const QString &whyEmpty) { m_timeline->showTimeline(t, whyEmpty); }
 
 QString LatencyView::summary() const { return m_summary->text(); }
 
@@ -156,10 +172,15 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
     m_ratePlot->yAxis->setRange(0, maxRate * 1.15);
 
     const PhaseTimes &ph = p.phases;
-    m_phaseBars->data()->set(
-        {{0, ph.attentionMs}, {1, ph.moeMs}, {2, ph.denseMs}, {3, ph.samplingMs}, {4, ph.otherMs}}, true);
+    m_phaseBars->data()->set({{0, ph.attentionMs},
+                              {1, ph.moeMs},
+                              {2, ph.moeSharedMs},
+                              {3, ph.denseMs},
+                              {4, ph.samplingMs},
+                              {5, ph.otherMs}},
+                             true);
     m_phasePlot->yAxis->setRange(
-        0, std::max({1.0, ph.attentionMs, ph.moeMs, ph.denseMs, ph.samplingMs, ph.otherMs}) * 1.15);
+        0, std::max({1.0, ph.attentionMs, ph.moeMs, ph.moeSharedMs, ph.denseMs, ph.samplingMs, ph.otherMs}) * 1.15);
     // The phase bars grow slowly while a reply streams: redraw them when the total moved by 5%
     // (or the reply changed or ended), not on every tick.
     const bool phasesMoved =
@@ -172,24 +193,33 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
     const double tokS = decodeTokensPerSecond(t);
     const double total = ph.totalMs();
     auto pct = [total](double v) { return total > 0 ? 100.0 * v / total : 0.0; };
-    m_summary->setText(
-        tr("%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · phases: attention %8%, "
-           "MoE %9%, "
-           "dense %10%, sampling %11%, other %12% of %13 ms over %14 steps")
+    const QString head =
+        tr("%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s")
             .arg(live ? tr("Streaming:") : tr("Reply:"))
             .arg(t.size())
             .arg(p.ttftUs ? QString::number(*p.ttftUs / 1000.0, 'f', 1) : QStringLiteral("–"))
             .arg(std::isnan(m_itl.p50) ? QStringLiteral("–") : QString::number(m_itl.p50, 'f', 2))
             .arg(std::isnan(m_itl.p90) ? QStringLiteral("–") : QString::number(m_itl.p90, 'f', 2))
             .arg(std::isnan(m_itl.p99) ? QStringLiteral("–") : QString::number(m_itl.p99, 'f', 2))
-            .arg(std::isnan(tokS) ? QStringLiteral("–") : QString::number(tokS, 'f', 1))
-            .arg(pct(ph.attentionMs), 0, 'f', 0)
-            .arg(pct(ph.moeMs), 0, 'f', 0)
-            .arg(pct(ph.denseMs), 0, 'f', 0)
-            .arg(pct(ph.samplingMs), 0, 'f', 0)
-            .arg(pct(ph.otherMs), 0, 'f', 0)
-            .arg(total, 0, 'f', 1)
-            .arg(p.nSteps));
+            .arg(std::isnan(tokS) ? QStringLiteral("–") : QString::number(tokS, 'f', 1));
+    QString phases;
+    if (p.nStepsTimed == 0 || total <= 0) {
+        phases = p.nSteps > 0 ? tr("phases: not measured in this reply's %1 steps").arg(p.nSteps) : QString();
+    } else {
+        phases = tr("phases: attention %1%, MoE routed %2%, MoE shared %3%, dense %4%, head and sampling %5%, "
+                    "other %6% of %7 ms over %8 steps")
+                     .arg(pct(ph.attentionMs), 0, 'f', 0)
+                     .arg(pct(ph.moeMs), 0, 'f', 0)
+                     .arg(pct(ph.moeSharedMs), 0, 'f', 0)
+                     .arg(pct(ph.denseMs), 0, 'f', 0)
+                     .arg(pct(ph.samplingMs), 0, 'f', 0)
+                     .arg(pct(ph.otherMs), 0, 'f', 0)
+                     .arg(total, 0, 'f', 1)
+                     .arg(p.nSteps);
+        if (p.nStepsTimed > 0)
+            phases += tr(" (%1 of them timed on the device, scaled to all)").arg(p.nStepsTimed);
+    }
+    m_summary->setText(phases.isEmpty() ? head : head + QStringLiteral(" · ") + phases);
     charts::queueReplot(m_itlPlot);
     charts::queueReplot(m_ratePlot);
     if (phasesMoved) charts::queueReplot(m_phasePlot);

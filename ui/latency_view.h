@@ -13,9 +13,12 @@ class QCPGraph;
 class QCPItemStraightLine;
 class QCPItemText;
 class QCustomPlot;
+class QCheckBox;
 class QLabel;
 
 namespace es {
+
+class StepTimelineView;
 
 class LatencyView : public QWidget {
     Q_OBJECT
@@ -34,11 +37,21 @@ public:
     QCPGraph *rateGraph() const { return m_rateGraph; }
     QCPBars *ttftBars() const { return m_ttftBars; }
     QCPBars *phaseBars() const { return m_phaseBars; }
+    // The step timeline below the charts (StepTimelineView::showTimeline).
+    void showTimeline(const StepTimeline &t, const QString &whyEmpty);
+    StepTimelineView *timelineView() const { return m_timeline; }
+    QCheckBox *detailedBox() const { return m_detailed; }
 
     static constexpr qint64 kRateBinUs = 250'000; // tok/s bins of a quarter second
 
+signals:
+    // "Time every step" toggled: the engine times every step per phase while on.
+    void detailedProfilingToggled(bool on);
+
 private:
     QLabel *m_summary = nullptr;
+    StepTimelineView *m_timeline = nullptr;
+    QCheckBox *m_detailed = nullptr;
     QCustomPlot *m_itlPlot = nullptr, *m_ratePlot = nullptr, *m_ttftPlot = nullptr, *m_phasePlot = nullptr;
     QCPGraph *m_itlGraph = nullptr, *m_rateGraph = nullptr;
     QCPBars *m_ttftBars = nullptr, *m_ttftCurrent = nullptr, *m_phaseBars = nullptr;

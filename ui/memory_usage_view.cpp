@@ -7,6 +7,7 @@
 
 #include <QCheckBox>
 #include <QLabel>
+#include <QStringList>
 #include <QVBoxLayout>
 
 #include <qcustomplot.h>
@@ -30,6 +31,17 @@ protected:
 };
 } // namespace
 
+// The device's memory accounted for: the backend's allocations by purpose, and what the device
+// reports in use beyond them (the CUDA context's own, other processes'). Empty on the CPU.
+QString MemoryUsageView::deviceAccounting(const MemoryView &m, const MemorySample &s) {
+    if (m.deviceParts.isEmpty() || m.deviceTotal <= 0) return {};
+    QStringList parts;
+    for (const auto &[name, bytes] : m.deviceParts)
+        if (bytes > 0) parts << QStringLiteral("%1 %2").arg(name, charts::bytes(bytes));
+    return tr(" · on the device: %1; in use beyond them %2 (the CUDA context, other processes)")
+        .arg(parts.join(QStringLiteral(", ")), charts::bytes(s.other));
+}
+
 MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(2, 2, 2, 2);
@@ -42,10 +54,11 @@ MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
     m_stackPlot = charts::makePlot(this);
     m_stackPlot->xAxis->setLabel(tr("seconds"));
     m_stackPlot->yAxis->setTicker(QSharedPointer<QCPAxisTicker>(new BytesTicker));
-    const QColor colors[4] = {QColor(70, 110, 190), QColor(230, 120, 40), QColor(150, 90, 170),
-                              QColor(190, 220, 190)};
-    const QString names[4] = {tr("weights"), tr("KV cache"), tr("workspace"), tr("free")};
-    for (int i = 0; i < 4; ++i) {
+    const QColor colors[5] = {QColor(70, 110, 190), QColor(230, 120, 40), QColor(150, 90, 170),
+                              QColor(150, 150, 150), QColor(190, 220, 190)};
+    const QString names[5] = {tr("weights"), tr("KV cache"), tr("workspace"), tr("other (libraries, context, other processes)"),
+                              tr("free")};
+    for (int i = 0; i < 5; ++i) {
         m_stack[i] = m_stackPlot->addGraph();
         m_stack[i]->setName(names[i]);
         m_stack[i]->setPen(QPen(colors[i].darker(120), 1));
@@ -69,11 +82,11 @@ MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
         tr("Free device memory as the top band. With the CPU backend it is the machine's "
            "available RAM, which would flatten everything else, so it starts unticked there."));
     connect(m_includeFree, &QCheckBox::toggled, this, [this](bool on) {
-        m_stack[3]->setVisible(on);
-        m_stack[3]->removeFromLegend();
-        if (on) m_stack[3]->addToLegend();
+        m_stack[4]->setVisible(on);
+        m_stack[4]->removeFromLegend();
+        if (on) m_stack[4]->addToLegend();
         m_maxBytes = 0;
-        const QCPGraph *top = m_stack[on ? 3 : 2];
+        const QCPGraph *top = m_stack[on ? 4 : 3];
         for (auto it = top->data()->constBegin(); it != top->data()->constEnd(); ++it)
             m_maxBytes = std::max(m_maxBytes, it->value);
         m_stackPlot->yAxis->setRange(0, std::max(1.0, m_maxBytes * 1.08));
@@ -136,10 +149,11 @@ void MemoryUsageView::clear() {
 
 void MemoryUsageView::addSample(const MemoryView &m, double tS) {
     const MemorySample s = memorySample(m, tS);
-    const double v[4] = {double(s.weights), double(s.weights + s.kvCache),
+    const double v[5] = {double(s.weights), double(s.weights + s.kvCache),
                          double(s.weights + s.kvCache + s.workspace),
-                         double(s.weights + s.kvCache + s.workspace + s.free)};
-    for (int i = 0; i < 4; ++i) {
+                         double(s.weights + s.kvCache + s.workspace + s.other),
+                         double(s.weights + s.kvCache + s.workspace + s.other + s.free)};
+    for (int i = 0; i < 5; ++i) {
         m_stack[i]->data()->add(QCPGraphData(tS, v[i]));
         m_stack[i]->data()->removeBefore(tS - kWindowS);
     }
@@ -149,7 +163,7 @@ void MemoryUsageView::addSample(const MemoryView &m, double tS) {
     m_waste->data()->add(QCPGraphData(tS, s.kvWaste));
     m_frag->data()->removeBefore(tS - kWindowS);
     m_waste->data()->removeBefore(tS - kWindowS);
-    m_maxBytes = std::max(m_maxBytes, m_stack[3]->visible() ? v[3] : v[2]);
+    m_maxBytes = std::max(m_maxBytes, m_stack[4]->visible() ? v[4] : v[3]);
     const double t0 = m_stack[0]->data()->isEmpty() ? tS : m_stack[0]->data()->constBegin()->key;
     m_stackPlot->xAxis->setRange(t0, std::max(t0 + 1, tS));
     m_stackPlot->yAxis->setRange(0, std::max(1.0, m_maxBytes * 1.08));
@@ -187,7 +201,8 @@ void MemoryUsageView::addSample(const MemoryView &m, double tS) {
                            .arg(m_lastMap.used)
                            .arg(m_lastMap.cached)
                            .arg(m_lastMap.free)
-                           .arg(m_lastMap.blocksPerCell));
+                           .arg(m_lastMap.blocksPerCell) +
+                       deviceAccounting(m, s));
     for (QCustomPlot *p : {m_stackPlot, m_ratioPlot, m_blockPlot}) charts::queueReplot(p);
 }
 

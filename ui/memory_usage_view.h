@@ -39,10 +39,12 @@ public:
     KvBlockMap lastBlockMap() const { return m_lastMap; }
 
 private:
+    static QString deviceAccounting(const MemoryView &m, const MemorySample &s);
+
     QLabel *m_summary = nullptr;
     QCheckBox *m_includeFree = nullptr;
     QCustomPlot *m_stackPlot = nullptr, *m_ratioPlot = nullptr, *m_blockPlot = nullptr;
-    QCPGraph *m_stack[4] = {};
+    QCPGraph *m_stack[5] = {}; // weights, KV cache, workspace, other device memory, free
     QCPGraph *m_frag = nullptr, *m_waste = nullptr, *m_kvUsed = nullptr;
     QCPColorMap *m_blocks = nullptr;
     KvBlockMap m_lastMap;

@@ -50,9 +50,10 @@ QString ProfilerDefinitions::phases() {
     return tr(
         "Engine time per phase over the steps that computed the reply; a step shared with other replies counts "
         "in proportion to this reply's tokens in it: attention (norms, q/k/v, RoPE, KV write, attention, "
-        "output projection), MoE (router, "
-        "routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other "
-        "(scheduling, embedding, emitting text).");
+        "output projection), MoE routed (router, routed experts), MoE shared (shared experts), dense (dense MLP "
+        "layers), head and sampling (the LM head and the sampler), other (scheduling, embedding, transfers, "
+        "emitting text). On the GPU the phases are timed on the device in one step in 64 and each reply's first "
+        "two (every step with \"Time every step\"), and scaled to the time of all the reply's steps.");
 }
 QString ProfilerDefinitions::kvBlockMap() {
     return tr(

@@ -41,6 +41,9 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
     m_tabs->addTab(m_routing, tr("Routing"));
     m_tabs->addTab(m_compare, tr("Compare"));
     m_tabs->addTab(m_latency, tr("Latency"));
+    connect(m_latency, &LatencyView::detailedProfilingToggled, this, [this](bool on) {
+        if (m_session) m_session->setDetailedProfiling(on);
+    });
     m_tabs->addTab(m_memory, tr("Memory"));
     m_tabs->setTabToolTip(0, tr("Which experts each layer routes tokens to"));
     m_tabs->setTabToolTip(
@@ -359,6 +362,14 @@ void ProfilerPanel::refreshLatency() {
             m_latency->clearReply();
         else
             m_latency->showReply(s.profile, s.key, s.live);
+        QString why;
+        if (m_session && m_session->isRemote())
+            why = tr("A remote server does not report its steps' launches.");
+        else if (s.key != 0 && s.profile.nStepsTimed < 0)
+            why = tr("The CPU times each step per phase as a whole; the step timeline is recorded on the GPU.");
+        else
+            why = tr("No step of this reply was timed on the GPU.");
+        m_latency->showTimeline(s.profile.timeline, why);
         m_drawnLatencyKey = s.key;
         m_drawnLatencyVersion = m_shownVersion;
         ++m_drawCount;

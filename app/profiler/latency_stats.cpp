@@ -68,15 +68,17 @@ PhaseTimes stepPhases(const StepView &s) {
     PhaseTimes p;
     p.attentionMs = s.attentionMs;
     p.moeMs = s.moeMs;
-    p.denseMs = s.denseMs + s.headMs;
-    p.samplingMs = s.sampleMs;
-    p.otherMs = std::max(0.0, s.durationMs - (p.attentionMs + p.moeMs + p.denseMs + p.samplingMs));
+    p.moeSharedMs = s.moeSharedMs;
+    p.denseMs = s.denseMs;
+    p.samplingMs = s.headMs + s.sampleMs;
+    p.otherMs = std::max(0.0, s.durationMs - (p.attentionMs + p.moeMs + p.moeSharedMs + p.denseMs + p.samplingMs));
     return p;
 }
 
 void accumulate(PhaseTimes &into, const PhaseTimes &add) {
     into.attentionMs += add.attentionMs;
     into.moeMs += add.moeMs;
+    into.moeSharedMs += add.moeSharedMs;
     into.denseMs += add.denseMs;
     into.samplingMs += add.samplingMs;
     into.otherMs += add.otherMs;
@@ -84,7 +86,8 @@ void accumulate(PhaseTimes &into, const PhaseTimes &add) {
 
 PhaseTimes sumPhases(const QList<StepView> &steps) {
     PhaseTimes p;
-    for (const StepView &s : steps) accumulate(p, stepPhases(s));
+    for (const StepView &s : steps)
+        if (s.phasesTimed) accumulate(p, stepPhases(s));
     return p;
 }
 

@@ -38,9 +38,11 @@ struct RatePoint {
 inline constexpr qint64 kMaxRateBins = 10'000;
 QList<RatePoint> throughputSeries(const QList<qint64> &tokenTimesUs, qint64 binUs);
 
-// Engine time per phase of one step: attention; MoE; dense GEMM = dense MLP + LM head; sampling;
-// other = the step's duration minus those (scheduling, embedding, emit), never negative.
+// Engine time per phase of one step whose phases were measured (StepView::phasesTimed):
+// attention; MoE routed; MoE shared; dense MLP; sampling = the LM head + the sampler; other = the
+// step's duration minus those (scheduling, embedding, transfers, emit), never negative.
 PhaseTimes stepPhases(const StepView &step);
+// The phases of the steps whose phases were measured (the others have only a duration).
 PhaseTimes sumPhases(const QList<StepView> &steps);
 void accumulate(PhaseTimes &into, const PhaseTimes &add);
 

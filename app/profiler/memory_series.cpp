@@ -28,6 +28,8 @@ MemorySample memorySample(const MemoryView &m, double tS) {
     s.workspace = m.allocReserved;
     s.free = m.deviceFree;
     s.deviceTotal = m.deviceTotal;
+    if (!m.deviceParts.isEmpty() && m.deviceTotal > 0)
+        s.other = std::max<qint64>(0, m.deviceTotal - m.deviceFree - s.weights - s.kvCache - s.workspace);
     s.fragmentation = m.fragmentation;
     s.kvWaste = m.kvWaste;
     return s;

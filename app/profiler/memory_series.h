@@ -17,6 +17,9 @@ namespace es {
 struct MemorySample {
     double tS = 0;
     qint64 weights = 0, kvCache = 0, workspace = 0, free = 0, deviceTotal = 0;
+    // Device memory in use beyond weights, KV pool and workspace: library workspaces, the CUDA
+    // context, other processes (total − free − those three; 0 without a device's figures).
+    qint64 other = 0;
     qint64 kvInUse = 0; // blocks in use × block bytes
     double fragmentation = 0, kvWaste = 0;
 };

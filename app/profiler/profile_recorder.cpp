@@ -43,15 +43,22 @@ double shareOf(const StepView &s, quint64 id) {
 void count(ReplyEngineStats &st, const StepView &s, quint64 id, qint64 tSubmitUs) {
     const double share = shareOf(s, id);
     if (share <= 0.0) return;
-    const PhaseTimes whole = stepPhases(s);
-    PhaseTimes ph = whole;
-    for (double *v : {&ph.attentionMs, &ph.moeMs, &ph.denseMs, &ph.samplingMs, &ph.otherMs}) *v *= share;
-    accumulate(st.phases, ph);
+    const PhaseTimes whole = s.phasesTimed ? stepPhases(s) : PhaseTimes{};
+    st.stepMs += s.durationMs * share;
+    if (s.phasesTimed) {
+        PhaseTimes ph = whole;
+        for (double *v : {&ph.attentionMs, &ph.moeMs, &ph.moeSharedMs, &ph.denseMs, &ph.samplingMs, &ph.otherMs})
+            *v *= share;
+        accumulate(st.phases, ph);
+        st.timedMs += s.durationMs * share;
+        ++st.nStepsTimed;
+    }
     ++st.nSteps;
     st.maxBatchSeqs = std::max(st.maxBatchSeqs, s.nSeqs);
     if (st.steps.size() < kStepsKept)
         st.steps.append({s.tUs - tSubmitUs, us(s.durationMs), s.nSeqs, s.nPrefillTokens, s.nDecodeTokens,
-                         us(whole.attentionMs), us(whole.moeMs), us(whole.denseMs), us(whole.samplingMs)});
+                         us(whole.attentionMs), us(whole.moeMs + whole.moeSharedMs), us(whole.denseMs),
+                         us(whole.samplingMs)});
 }
 } // namespace
 
@@ -67,6 +74,15 @@ MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo 
     p.nCachedPromptTokens = r.nCachedPromptTokens;
     p.nPreemptions = r.nPreemptions;
     p.phases = st.phases;
+    // A sample of the steps timed: their phases scaled to the time of every step of the reply.
+    if (st.nStepsTimed > 0 && st.nStepsTimed < st.nSteps && st.timedMs > 0) {
+        const double scale = st.stepMs / st.timedMs;
+        for (double *v : {&p.phases.attentionMs, &p.phases.moeMs, &p.phases.moeSharedMs, &p.phases.denseMs,
+                          &p.phases.samplingMs, &p.phases.otherMs})
+            *v *= scale;
+    }
+    p.nStepsTimed = st.nStepsTimed == st.nSteps ? -1 : st.nStepsTimed;
+    p.timeline = st.timeline;
     p.nSteps = st.nSteps;
     p.nStepsMissed = st.nStepsMissed;
     p.maxBatchSeqs = st.maxBatchSeqs;
@@ -155,6 +171,15 @@ void ProfileRecorder::poll() {
         for (auto it = m_active.begin(); it != m_active.end(); ++it)
             if (old.tUs >= it->tSubmitUs) count(it->stats, old, it.key(), it->tSubmitUs);
         m_history.pop_front();
+    }
+    // The latest step timed on the device, for the replies that were in it.
+    if (!t.timeline.isEmpty() && (!m_haveTimeline || t.timeline.step != m_timelineStep)) {
+        m_haveTimeline = true;
+        m_timelineStep = t.timeline.step;
+        for (const StepView &s : m_history)
+            if (s.step == t.timeline.step)
+                for (auto it = m_active.begin(); it != m_active.end(); ++it)
+                    if (shareOf(s, it.key()) > 0.0 && s.tUs >= it->tSubmitUs) it->stats.timeline = t.timeline;
     }
     const qint64 inUse = memoryInUse(t.memory);
     for (Accum &a : m_active) {

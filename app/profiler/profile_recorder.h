@@ -28,8 +28,13 @@ class EngineSession;
 
 // What the recorder measured for one reply, beside the session's ReplyProfile.
 struct ReplyEngineStats {
+    // Over the steps whose phases were measured (nStepsTimed; their share of the reply's step
+    // time timedMs of stepMs): makeMessageProfile scales them to every step.
     PhaseTimes phases;
     int nSteps = 0, nStepsMissed = 0, maxBatchSeqs = 0;
+    int nStepsTimed = 0;
+    double stepMs = 0, timedMs = 0;
+    StepTimeline timeline; // the latest step of the reply timed on the device
     qint64 memoryPeakBytes = 0;
     int kvBlocksPeak = 0;
     QList<ProfileStep> steps;          // times since submit, oldest first
@@ -87,6 +92,8 @@ private:
     std::deque<StepView> m_history; // steps seen, oldest first, at most kHistory
     quint64 m_lastStep = 0;
     bool m_haveStep = false;
+    quint64 m_timelineStep = 0; // the step of the last timeline handed to the replies in it
+    bool m_haveTimeline = false;
     quint64 m_latest = 0;
 };
 

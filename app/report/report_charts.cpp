@@ -19,9 +19,13 @@ namespace {
 const QColor kSeries[] = {QColor(31, 119, 180),  QColor(255, 127, 14),  QColor(44, 160, 44),
                           QColor(214, 39, 40),   QColor(148, 103, 189), QColor(140, 86, 75),
                           QColor(227, 119, 194), QColor(127, 127, 127)};
+// A step's phases (ProfileStep: MoE routed and shared together) and a reply's (PhaseTimes).
 const QColor kPhaseColors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44),
                                QColor(148, 103, 189), QColor(190, 190, 190)};
-const char *const kPhaseNames[] = {"attention", "MoE", "dense", "sampling", "other"};
+const char *const kPhaseNames[] = {"attention", "MoE", "dense", "head and sampling", "other"};
+const QColor kReplyPhaseColors[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(255, 187, 120),
+                                    QColor(44, 160, 44),  QColor(148, 103, 189), QColor(190, 190, 190)};
+const char *const kReplyPhaseNames[] = {"attention", "MoE routed", "MoE shared", "dense", "head and sampling", "other"};
 
 QFont font(int px, bool bold = false) {
     QFont f(QStringLiteral("DejaVu Sans"));
@@ -328,11 +332,11 @@ void drawPhases(QPainter &p, const QRectF &r, const Report &rep) {
     const double bh = std::min(26.0, area.height() / bars.size());
     for (qsizetype i = 0; i < bars.size(); ++i) {
         const PhaseTimes &t = bars[i].second;
-        const double v[5] = {t.attentionMs, t.moeMs, t.denseMs, t.samplingMs, t.otherMs};
+        const double v[6] = {t.attentionMs, t.moeMs, t.moeSharedMs, t.denseMs, t.samplingMs, t.otherMs};
         double at = 0;
         const double y = area.top() + i * bh + bh * 0.15;
-        for (int k = 0; k < 5; ++k) {
-            p.fillRect(QRectF(px(at), y, px(at + v[k]) - px(at), bh * 0.7), kPhaseColors[k]);
+        for (int k = 0; k < 6; ++k) {
+            p.fillRect(QRectF(px(at), y, px(at + v[k]) - px(at), bh * 0.7), kReplyPhaseColors[k]);
             at += v[k];
         }
         p.setPen(Qt::black);
@@ -347,7 +351,7 @@ void drawPhases(QPainter &p, const QRectF &r, const Report &rep) {
     p.drawText(QRectF(area.left(), r.bottom() - 18, area.width(), 16), Qt::AlignHCenter,
                QStringLiteral("engine time during the request (ms)"));
     QList<std::pair<QString, QColor>> items;
-    for (int k = 0; k < 5; ++k) items.append({QLatin1String(kPhaseNames[k]), kPhaseColors[k]});
+    for (int k = 0; k < 6; ++k) items.append({QLatin1String(kReplyPhaseNames[k]), kReplyPhaseColors[k]});
     drawLegend(p, r, items);
 }
 

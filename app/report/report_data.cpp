@@ -168,10 +168,14 @@ QJsonObject profileToJson(const MessageProfile &p) {
     o.insert(QStringLiteral("preemptions"), p.nPreemptions);
     o.insert(QStringLiteral("phases_ms"), QJsonObject{{QStringLiteral("attention"), p.phases.attentionMs},
                                                       {QStringLiteral("moe"), p.phases.moeMs},
+                                                      {QStringLiteral("moe_shared"), p.phases.moeSharedMs},
                                                       {QStringLiteral("dense"), p.phases.denseMs},
                                                       {QStringLiteral("sampling"), p.phases.samplingMs},
                                                       {QStringLiteral("other"), p.phases.otherMs}});
     o.insert(QStringLiteral("n_steps"), p.nSteps);
+    o.insert(QStringLiteral("n_steps_timed"), p.nStepsTimed);
+    if (!p.timeline.isEmpty())
+        o.insert(QStringLiteral("step_timeline"), QJsonDocument::fromJson(encodeStepTimeline(p.timeline)).object());
     o.insert(QStringLiteral("n_steps_missed"), p.nStepsMissed);
     o.insert(QStringLiteral("max_batch_seqs"), p.maxBatchSeqs);
     o.insert(QStringLiteral("memory_peak_bytes"), p.memoryPeakBytes);
@@ -270,7 +274,23 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
     const QJsonObject ph = o.value(QStringLiteral("phases_ms")).toObject();
     p.phases = {ph.value(QStringLiteral("attention")).toDouble(), ph.value(QStringLiteral("moe")).toDouble(),
                 ph.value(QStringLiteral("dense")).toDouble(), ph.value(QStringLiteral("sampling")).toDouble(),
-                ph.value(QStringLiteral("other")).toDouble()};
+                ph.value(QStringLiteral("other")).toDouble(), ph.value(QStringLiteral("moe_shared")).toDouble()};
+    p.nStepsTimed = o.value(QStringLiteral("n_steps_timed")).toInt(-1);
+    if (p.nStepsTimed < -1 || p.nStepsTimed > p.nSteps) {
+        fieldError(error, QStringLiteral("\"n_steps_timed\" is %1, not -1 or a count of the %2 steps")
+                              .arg(p.nStepsTimed)
+                              .arg(p.nSteps));
+        return std::nullopt;
+    }
+    if (o.contains(QStringLiteral("step_timeline"))) {
+        const auto tl = decodeStepTimeline(
+            QJsonDocument(o.value(QStringLiteral("step_timeline")).toObject()).toJson(QJsonDocument::Compact));
+        if (!tl || !o.value(QStringLiteral("step_timeline")).isObject()) {
+            fieldError(error, QStringLiteral("\"step_timeline\" is not a step timeline (version 1)"));
+            return std::nullopt;
+        }
+        p.timeline = *tl;
+    }
     QSet<qint64> layers;
     for (const QJsonValue &x : o.value(QStringLiteral("routing")).toArray()) {
         const QJsonObject r = x.toObject();
@@ -565,6 +585,7 @@ ReportSummary summarize(const Report &r) {
         s.nPromptTokens += p.nPromptTokens;
         s.nCachedPromptTokens += p.nCachedPromptTokens;
         s.nSteps += p.nSteps;
+        s.nStepsTimed += p.nStepsTimed < 0 ? p.nSteps : p.nStepsTimed;
         s.peakMemoryBytes = std::max(s.peakMemoryBytes, p.memoryPeakBytes);
         accumulate(s.phases, p.phases);
         routing.add(RoutingMatrix::fromLayerRouting(p.routing, p.nExperts));

@@ -94,6 +94,7 @@ struct ReportSummary {
     double prefixCacheHitRate = 0;                   // cached / prompt tokens; NaN with no prompt
     qint64 peakMemoryBytes = 0;
     PhaseTimes phases;
+    int nStepsTimed = 0; // of nSteps, whose phases were timed (the rest scaled from them)
     QList<LayerSummary> layers;
 };
 ReportSummary summarize(const Report &r);

@@ -127,19 +127,24 @@ QString summaryTables(const Report &r, const ReportSummary &s) {
         t += QStringLiteral(
             "<h3>Engine time by phase</h3>\n<table><tr><th>phase</th><th>ms</th><th>share</th></tr>\n");
         const std::pair<const char *, double> ph[] = {{"attention", s.phases.attentionMs},
-                                                      {"MoE", s.phases.moeMs},
+                                                      {"MoE routed", s.phases.moeMs},
+                                                      {"MoE shared", s.phases.moeSharedMs},
                                                       {"dense", s.phases.denseMs},
-                                                      {"sampling", s.phases.samplingMs},
+                                                      {"head and sampling", s.phases.samplingMs},
                                                       {"other", s.phases.otherMs}};
         for (const auto &[name, ms] : ph)
             t += QStringLiteral("<tr><td>%1</td><td class=\"n\">%2</td><td class=\"n\">%3</td></tr>\n")
                      .arg(QLatin1String(name), fmt(ms, 2), fmt(100 * ms / total, 1, QStringLiteral("%")));
         t += QStringLiteral("</table>\n");
         if (s.phases.attentionMs + s.phases.moeMs + s.phases.denseMs == 0)
-            t += QStringLiteral("<p class=\"meta\">This backend does not time the phases inside its forward pass "
-                                "(the CUDA backend runs its kernels asynchronously on one stream and measures the step "
-                                "as a whole), so the forward pass is counted under “other”; per-kernel GPU times "
-                                "come from <code>expertscope-cli bench --backend cuda --profile</code>.</p>\n");
+            t += QStringLiteral("<p class=\"meta\">No step of these replies was timed per phase (a remote server "
+                                "reports none), so the engine's time is counted under “other”.</p>\n");
+        else if (s.nStepsTimed < s.nSteps)
+            t += QStringLiteral("<p class=\"meta\">Timed on the GPU in %1 of the %2 steps (one in 64 and each "
+                                "reply's first two, or every step with “Time every step”); each reply's phases are "
+                                "those steps' scaled to the time of all its steps.</p>\n")
+                     .arg(s.nStepsTimed)
+                     .arg(s.nSteps);
     }
     if (!r.bench.isEmpty()) {
         t += QStringLiteral(
@@ -424,6 +429,7 @@ QJsonObject reportJson(const Report &r) {
         {QStringLiteral("peak_memory_bytes"), s.peakMemoryBytes},
         {QStringLiteral("phases_ms"), QJsonObject{{QStringLiteral("attention"), s.phases.attentionMs},
                                                   {QStringLiteral("moe"), s.phases.moeMs},
+                                                  {QStringLiteral("moe_shared"), s.phases.moeSharedMs},
                                                   {QStringLiteral("dense"), s.phases.denseMs},
                                                   {QStringLiteral("sampling"), s.phases.samplingMs},
                                                   {QStringLiteral("other"), s.phases.otherMs}}},

@@ -147,6 +147,10 @@ int EngineSession::activeReplies() const {
     return m_remote ? m_remote->activeReplies() : int(m_active.size());
 }
 
+void EngineSession::setDetailedProfiling(bool on) { m_engine->set_detailed_profiling(on); }
+
+bool EngineSession::detailedProfiling() const { return m_engine->detailed_profiling(); }
+
 TelemetryView EngineSession::telemetry() const {
     if (m_remote) return m_remote->telemetry();
     TelemetryView v;
@@ -160,7 +164,8 @@ TelemetryView EngineSession::telemetry() const {
         StepView s{r.step,      r.t_start_us,  r.duration_ms, r.n_seqs,       r.n_prefill_tokens,
                    r.n_decode_tokens, r.n_preempted, r.schedule_ms, r.forward_ms, r.sample_ms,
                    r.emit_ms,   r.attention_ms, r.moe_ms,     r.dense_ms,     r.head_ms,
-                   {},          {}}; // seqIds, seqTokens: filled below
+                   {},          {}, // seqIds, seqTokens: filled below
+                   r.moe_shared_ms, r.other_ms, r.device_ms, r.phases_timed, r.phases_on_device};
         s.seqIds.reserve(qsizetype(r.seq_tokens.size()));
         s.seqTokens.reserve(qsizetype(r.seq_tokens.size()));
         for (const auto &[id, n] : r.seq_tokens) {
@@ -180,13 +185,22 @@ TelemetryView EngineSession::telemetry() const {
     v.memory = {qint64(m.weights_bytes), qint64(m.kv_block_bytes), m.kv_blocks_total, m.kv_blocks_used, m.kv_blocks_free,
                 m.kv_blocks_cached, m.kv_tokens_stored, m.kv_waste, qint64(m.alloc_reserved), qint64(m.alloc_in_use),
                 qint64(m.alloc_largest_free), qint64(m.device_total), qint64(m.device_free), m.fragmentation,
-                QByteArray(reinterpret_cast<const char *>(m.kv_block_states.data()), qsizetype(m.kv_block_states.size()))};
+                QByteArray(reinterpret_cast<const char *>(m.kv_block_states.data()), qsizetype(m.kv_block_states.size())),
+                {}};
+    for (const auto &[name, bytes] : m.device_parts)
+        v.memory.deviceParts.append({QString::fromStdString(name), qint64(bytes)});
     v.running = t->n_running;
     v.waiting = t->n_waiting;
     v.prefixQueries = t->prefix_queries;
     v.prefixHits = t->prefix_hits;
     v.tokensGenerated = t->n_tokens_generated;
     v.requestsFinished = t->n_requests_finished;
+    v.timeline.step = t->timeline_step;
+    v.timeline.readBandwidth = t->device_read_bandwidth;
+    v.timeline.ops.reserve(qsizetype(t->timeline.size()));
+    for (const op_time &o : t->timeline)
+        v.timeline.ops.append({QString::fromStdString(o.name), int(o.phase), o.layer, o.start_us, o.dur_us, o.bytes,
+                               o.shared});
     return v;
 }
 

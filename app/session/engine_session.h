@@ -103,6 +103,10 @@ public slots:
     // "" when the loaded model's backend would route under `iv`, else why not (the engine's own
     // check: layers, experts, k, and whether the backend applies interventions at all).
     QString checkIntervention(const es::ExpertIntervention &iv) const;
+    // Detailed profiling: every engine step timed per phase on the device (else a sample of them;
+    // engine::set_detailed_profiling). No effect on the CPU (every step is timed) or remotely.
+    void setDetailedProfiling(bool on);
+    bool detailedProfiling() const;
     void cancel(quint64 requestId);
     void cancelAll();
 

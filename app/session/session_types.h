@@ -70,6 +70,11 @@ struct StepView {
     // source does not say (then a step is attributed to every reply in flight).
     QList<quint64> seqIds;
     QList<int> seqTokens;
+    // engine step_record: the shared experts, the timed rest of the forward, the device's time
+    // for the step; the phases are measured only where phasesTimed (on the GPU a sample of the
+    // steps, phasesOnDevice).
+    double moeSharedMs = 0, forwardOtherMs = 0, deviceMs = 0;
+    bool phasesTimed = false, phasesOnDevice = false;
 };
 
 struct MemoryView {
@@ -83,6 +88,10 @@ struct MemoryView {
     // Each KV block's state in pool order (es::kv_block_state: 0 used, 1 cached, 2 free); empty
     // when the source has no per-block view (a remote server).
     QByteArray kvBlockStates;
+    // The backend's device allocations by purpose (weights, KV pool, workspace, library
+    // workspaces, …); empty on the CPU and remotely. What deviceTotal − deviceFree holds beyond
+    // them is the CUDA context's and other processes'.
+    QList<QPair<QString, qint64>> deviceParts;
 };
 
 // The latest engine telemetry, converted for the GUI. Cheap to copy (implicitly shared lists).
@@ -105,6 +114,8 @@ struct TelemetryView {
     QString remoteUrl;
     bool noExpertMetrics = false;
     double windowSeconds = 0;
+    // The launches of the latest step timed on the device (empty on the CPU and remotely).
+    StepTimeline timeline;
 };
 
 // Everything measured for one reply: timing of every token and its routing per MoE layer.

@@ -13,13 +13,22 @@
 //   MoE, dense and sampling µs. Empty: no steps (a profile from before v5).
 // memory_samples (v5): byte 0 = 1, then per sample three zigzag varints: time µs and bytes in use
 //   (each the difference to the previous sample's), KV blocks in use.
+// step_timeline (v6): compact JSON {"v": 1, "step": n, "read_bw": bytes/s, "ops": [[name, phase,
+//   layer, start µs, duration µs, bytes, shared], …]} (a few hundred launches once per reply: the
+//   text form costs little and reads in any tool).
 #include "storage_types.h"
+
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 
 #include <QtEndian>
 #include <QtGlobal>
 #include <qfloat16.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
@@ -233,6 +242,40 @@ bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *w
         (*weights)[i] = float(h);
     }
     return true;
+}
+
+QByteArray encodeStepTimeline(const StepTimeline &t) {
+    QJsonArray ops;
+    for (const TimelineOp &o : t.ops)
+        ops.append(QJsonArray{o.name, o.phase, o.layer, o.startUs, o.durUs, o.bytes, o.shared});
+    return QJsonDocument(QJsonObject{{QStringLiteral("v"), 1},
+                                     {QStringLiteral("step"), double(t.step)},
+                                     {QStringLiteral("read_bw"), t.readBandwidth},
+                                     {QStringLiteral("ops"), ops}})
+        .toJson(QJsonDocument::Compact);
+}
+
+std::optional<StepTimeline> decodeStepTimeline(const QByteArray &b) {
+    StepTimeline t;
+    if (b.isEmpty()) return t;
+    QJsonParseError err{};
+    const QJsonDocument doc = QJsonDocument::fromJson(b, &err);
+    if (err.error != QJsonParseError::NoError || !doc.isObject()) return std::nullopt;
+    const QJsonObject o = doc.object();
+    if (o.value(QStringLiteral("v")).toInt() != 1 || !o.value(QStringLiteral("ops")).isArray()) return std::nullopt;
+    t.step = quint64(std::max(0.0, o.value(QStringLiteral("step")).toDouble()));
+    t.readBandwidth = std::max(0.0, o.value(QStringLiteral("read_bw")).toDouble());
+    for (const QJsonValue &v : o.value(QStringLiteral("ops")).toArray()) {
+        const QJsonArray a = v.toArray();
+        if (a.size() != 7 || !a[0].isString()) return std::nullopt;
+        TimelineOp op{a[0].toString(), a[1].toInt(), a[2].toInt(), a[3].toDouble(), a[4].toDouble(),
+                      a[5].toDouble(), a[6].toDouble()};
+        if (op.phase < 0 || op.phase > 5 || !std::isfinite(op.startUs) || !std::isfinite(op.durUs) || op.durUs < 0 ||
+            !std::isfinite(op.bytes) || op.bytes < 0 || !(op.shared >= 0 && op.shared <= 1))
+            return std::nullopt;
+        t.ops.append(op);
+    }
+    return t;
 }
 
 } // namespace es

@@ -15,7 +15,7 @@ const QLatin1String
                     "n_preemptions, attention_ms, moe_ms, dense_ms, sampling_ms, other_ms, n_steps, "
                     "n_steps_missed, max_batch_seqs, memory_peak_bytes, kv_blocks_peak, n_layers, "
                     "n_experts, n_shared_experts, top_k, moe_layers, routing_trace, steps, "
-                    "memory_samples");
+                    "memory_samples, moe_shared_ms, n_steps_timed, step_timeline");
 
 QByteArray encodeLayers(const QList<int> &layers) {
     if (layers.isEmpty()) return QByteArray(""); // a zero-length BLOB, not NULL (dense models)
@@ -77,7 +77,7 @@ bool ProfileRepository::writeProfile(qint64 messageId, const MessageProfile &p, 
     if (!run(q,
              QStringLiteral(
                  "INSERT OR REPLACE INTO message_profiles (message_id, %1) "
-                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
                  .arg(kProfileColumns),
              {messageId,
               nullable(p.ttftUs),
@@ -103,7 +103,10 @@ bool ProfileRepository::writeProfile(qint64 messageId, const MessageProfile &p, 
               encodeLayers(p.moeLayers),
               trace.isEmpty() ? QVariant(QMetaType(QMetaType::QByteArray)) : QVariant(trace),
               encodeProfileSteps(p.steps),
-              encodeMemorySamples(p.memory)}))
+              encodeMemorySamples(p.memory),
+              p.phases.moeSharedMs,
+              p.nStepsTimed,
+              p.timeline.isEmpty() ? QVariant(QMetaType(QMetaType::QByteArray)) : QVariant(encodeStepTimeline(p.timeline))}))
         return m_connection.fail(tr("Could not save the profile of message %1").arg(messageId),
                                  q.lastError().text());
     if (!writeRouting) return true;
@@ -167,13 +170,17 @@ std::optional<MessageProfile> ProfileRepository::profile(qint64 messageId) const
     const bool traceOk = decodeRoutingTrace(q.value(21).toByteArray(), &p.traceIds, &p.traceWeights);
     const auto steps = decodeProfileSteps(q.value(22).toByteArray());
     const auto memory = decodeMemorySamples(q.value(23).toByteArray());
-    if (!times || !traceOk || !steps || !memory) {
+    p.phases.moeSharedMs = q.value(24).toDouble();
+    p.nStepsTimed = q.value(25).toInt();
+    const auto timeline = decodeStepTimeline(q.value(26).toByteArray());
+    if (!times || !traceOk || !steps || !memory || !timeline) {
         m_connection.fail(tr("The stored profile of message %1 is damaged").arg(messageId), {});
         return std::nullopt;
     }
     p.tokenTimesUs = *times;
     p.steps = *steps;
     p.memory = *memory;
+    p.timeline = *timeline;
     p.routing = routing(messageId);
     return p;
 }

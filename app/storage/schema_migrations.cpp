@@ -197,6 +197,19 @@ bool migrateToV5(QSqlDatabase &db, QString *error) {
                    error);
 }
 
+// v6: profiles whose phases were timed on a sample of the steps (on the GPU): the shared
+// experts' phase, how many steps were timed (-1 for older rows: every step, on the host) and the
+// step timeline of the latest one (JSON, message_profile_codec.cpp; NULL: none).
+bool migrateToV6(QSqlDatabase &db, QString *error) {
+    return execAll(db,
+                   {
+                       "ALTER TABLE message_profiles ADD COLUMN moe_shared_ms REAL NOT NULL DEFAULT 0",
+                       "ALTER TABLE message_profiles ADD COLUMN n_steps_timed INTEGER NOT NULL DEFAULT -1",
+                       "ALTER TABLE message_profiles ADD COLUMN step_timeline BLOB",
+                   },
+                   error);
+}
+
 } // namespace
 
 const QList<Migration> &migrations() {
@@ -206,6 +219,7 @@ const QList<Migration> &migrations() {
         {3, "full-text search (FTS5, trigram) over messages and titles", &migrateToV3},
         {4, "per-message profiles (token times, phase times, memory peak, routing trace)", &migrateToV4},
         {5, "per-step phase times and memory samples of each profile", &migrateToV5},
+        {6, "sampled phase timing: shared experts, timed steps, the step timeline", &migrateToV6},
     };
     return steps;
 }

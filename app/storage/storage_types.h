@@ -146,18 +146,42 @@ struct LayerRouting {
 };
 
 // Engine time spent while a reply was in flight, by phase (the profiler's Latency chart).
-// attention: norms, q/k/v, RoPE, KV write, attention, output projection; moe: router, routed and
-// shared experts; dense: dense MLP layers and the LM head (the dense GEMMs); sampling: the
-// sampler; other: the rest of each step (scheduling, embedding, emitting text).
+// attention: norms, q/k/v, RoPE, KV write, attention, output projection; moe: the router and the
+// routed experts; moeShared: the shared experts; dense: dense MLP layers; sampling: the LM head
+// and the sampler (on the GPU one fused step); other: the rest of each step (scheduling,
+// embedding, transfers, emitting text). Profiles stored before schema v6 have no moeShared (it
+// is in moe), and count the LM head in dense.
 struct PhaseTimes {
-    double attentionMs = 0, moeMs = 0, denseMs = 0, samplingMs = 0, otherMs = 0;
-    double totalMs() const { return attentionMs + moeMs + denseMs + samplingMs + otherMs; }
+    double attentionMs = 0, moeMs = 0, denseMs = 0, samplingMs = 0, otherMs = 0, moeSharedMs = 0;
+    double totalMs() const { return attentionMs + moeMs + moeSharedMs + denseMs + samplingMs + otherMs; }
     bool operator==(const PhaseTimes &) const = default;
+};
+
+// One launch of the step timeline (engine op_time): name, phase (es::step_phase), layer (-1:
+// none), start and duration in µs from the step's first launch, the bytes it reads (0: not
+// modelled) and the shared experts' share of them.
+struct TimelineOp {
+    QString name;
+    int phase = 5, layer = -1;
+    double startUs = 0, durUs = 0, bytes = 0, shared = 0;
+    bool operator==(const TimelineOp &) const = default;
+};
+
+// The step timeline of one step timed on the device, with the device's read bandwidth (bytes/s,
+// 0: unknown) a launch's bytes per second are set against.
+struct StepTimeline {
+    quint64 step = 0;
+    double readBandwidth = 0;
+    QList<TimelineOp> ops;
+    bool isEmpty() const { return ops.isEmpty(); }
+    bool operator==(const StepTimeline &) const = default;
 };
 
 // One engine step that ran while a reply was in flight (schema v5): when it started (µs since
 // the reply's submit), how long it took, what it batched, and its phase times in µs (other =
-// duration − the four phases). Shared with replies running at the same time.
+// duration − the four phases; moe: the routed and shared experts; sampling: the LM head and the
+// sampler; all 0 for a step whose phases were not timed). Shared with replies running at the
+// same time.
 struct ProfileStep {
     qint64 tStartUs = 0, durationUs = 0;
     int nSeqs = 0, nPrefillTokens = 0, nDecodeTokens = 0;
@@ -184,8 +208,13 @@ struct MessageProfile {
     int nPromptTokens = 0, nCachedPromptTokens = 0, nPreemptions = 0;
     // Engine steps that ran while the reply was in flight (shared with replies running at the
     // same time); nStepsMissed counts steps the recorder could not see (telemetry ring overrun).
+    // Phases are measured on a sample of the steps where the engine times them on the device
+    // (nStepsTimed of nSteps; the phases are then that sample scaled to every step's time);
+    // -1: every step (the CPU, and profiles stored before schema v6).
     PhaseTimes phases;
     int nSteps = 0, nStepsMissed = 0, maxBatchSeqs = 0;
+    int nStepsTimed = -1;
+    StepTimeline timeline; // schema v6: the latest step of the reply timed on the device
     // Peak over the reply of weights + KV blocks in use + workspace in use, and KV blocks in use.
     qint64 memoryPeakBytes = 0;
     int kvBlocksPeak = 0;
@@ -330,5 +359,8 @@ QByteArray encodeProfileSteps(const QList<ProfileStep> &steps);
 std::optional<QList<ProfileStep>> decodeProfileSteps(const QByteArray &b);
 QByteArray encodeMemorySamples(const QList<ProfileMemorySample> &samples);
 std::optional<QList<ProfileMemorySample>> decodeMemorySamples(const QByteArray &b);
+// Schema v6 column step_timeline: an empty BLOB (or NULL) decodes to an empty timeline.
+QByteArray encodeStepTimeline(const StepTimeline &t);
+std::optional<StepTimeline> decodeStepTimeline(const QByteArray &b);
 
 } // namespace es

@@ -11,6 +11,7 @@
 
 #include "engine/backend/routing_intervention.h"
 #include "engine/core/sampling.h"
+#include "engine/core/step_phases.h"
 #include "engine/core/status.h"
 #include "engine/model/model_config.h"
 
@@ -52,6 +53,9 @@ struct batch {
     // of the row's first entry in `penalties`; row_sampling::extra_token indexes `tokens`.
     std::vector<row_sampling> sampling;
     std::vector<penalty_entry> penalties;
+    // Measure this forward's phases (forward_output::phases, ::timeline) on the device, at the
+    // cost of the overlap with its neighbours; a backend that times every forward ignores it.
+    bool time_phases = false;
 
     int32_t n_tokens() const { return int32_t(tokens.size()); }
 };
@@ -65,15 +69,6 @@ struct routing_record {
     int32_t n_expert_used = 0;                  // k
     std::vector<std::vector<int16_t>> ids;
     std::vector<std::vector<float>> weights;
-};
-
-// Where a forward pass spent its time (the profiler's phase chart). Names match the labels.
-struct phase_times {
-    double attention_ms = 0.0;  // norms, q/k/v, RoPE, KV write, attention, output projection
-    double moe_ms = 0.0;        // router, routed and shared experts
-    double dense_ms = 0.0;      // dense MLP layers
-    double head_ms = 0.0;       // final norm and logits
-    double total_ms = 0.0;
 };
 
 // Each logits row reduced to its top_n candidates (kernels/topk_logits.cuh): values descending,
@@ -95,6 +90,8 @@ struct forward_output {
     std::vector<int32_t> sampled;
     routing_record routing;
     phase_times phases;
+    // The launches of a forward timed on the device (batch::time_phases), in order; else empty.
+    std::vector<op_time> timeline;
 };
 
 struct kv_cache_params {
@@ -110,6 +107,10 @@ struct kv_cache_params {
 struct backend_memory {
     uint64_t reserved = 0, in_use = 0, largest_free = 0; // workspace allocator
     uint64_t device_total = 0, device_free = 0;          // GPU: cudaMemGetInfo; CPU: RAM
+    // Every device allocation the backend holds, by what it is for ("weights", "KV pool",
+    // "workspace", "cuBLASLt workspace", …): what device_total − device_free holds beyond their sum
+    // is the CUDA context's own and other processes'. Empty where memory is RAM.
+    std::vector<std::pair<std::string, uint64_t>> parts;
 };
 
 // Checks a batch against the model and the KV pool before a backend touches memory: lengths
@@ -173,6 +174,9 @@ public:
     }
     // Whether the KV pool lives in device memory sized from memory() (a GPU), not from RAM.
     virtual bool kv_in_device_memory() const { return false; }
+    // The device's read bandwidth in bytes/s (the peak a launch's bytes per second are set
+    // against), measured once and remembered; 0 where the backend has no device to measure.
+    virtual double device_read_bandwidth() { return 0.0; }
 
 private:
     // The default submit/finish: forwards run at submit, their outputs queued for finish.

@@ -4,6 +4,8 @@
 // imbalance, KV waste, fragmentation).
 #pragma once
 
+#include "engine/core/step_phases.h"
+
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -24,7 +26,13 @@ struct step_record {
     int32_t n_prefill_tokens = 0, n_decode_tokens = 0;
     int32_t n_preempted = 0;
     double schedule_ms = 0.0, forward_ms = 0.0, sample_ms = 0.0, emit_ms = 0.0;
-    double attention_ms = 0.0, moe_ms = 0.0, dense_ms = 0.0, head_ms = 0.0; // inside forward
+    // Inside the forward (backend.h phase_times): moe_ms the routed experts, head_ms the head and,
+    // on the GPU, its sampling; other_ms the timed rest. Only where phases_timed (the CPU times
+    // every step; the GPU the steps the engine asks for, engine_params::phase_timing_every); a
+    // step timed on the device (phases_on_device) has device_ms, the GPU's time for it.
+    double attention_ms = 0.0, moe_ms = 0.0, moe_shared_ms = 0.0, dense_ms = 0.0, head_ms = 0.0, other_ms = 0.0;
+    double device_ms = 0.0;
+    bool phases_timed = false, phases_on_device = false;
     // The requests computed in this step and how many tokens each (so a step shared by
     // concurrent replies can be apportioned among them).
     std::vector<std::pair<uint64_t, int32_t>> seq_tokens;
@@ -45,6 +53,8 @@ struct memory_stats {
     uint64_t alloc_reserved = 0, alloc_in_use = 0, alloc_largest_free = 0;
     uint64_t device_total = 0, device_free = 0;
     double fragmentation = 0.0;            // 1 − largest free / total free (0 when nothing free)
+    // The backend's device allocations by purpose (backend_memory::parts); empty on the CPU.
+    std::vector<std::pair<std::string, uint64_t>> device_parts;
 };
 
 struct telemetry_snapshot {
@@ -67,6 +77,13 @@ struct telemetry_snapshot {
     // Steps submitted while the step before them still ran, their tokens fed from its picks
     // (engine_params::overlap).
     uint64_t n_steps_overlapped = 0;
+    // The launches of the latest step timed on the device (backend.h op_time; empty on the CPU),
+    // that step's number and its phases; the device's read bandwidth (bytes/s, 0 where unknown),
+    // against which a launch's bytes per second are set.
+    std::vector<op_time> timeline;
+    uint64_t timeline_step = 0;
+    phase_times timeline_phases;
+    double device_read_bandwidth = 0.0;
 };
 
 // Latest-snapshot holder: one writer (the engine thread), any number of readers.

@@ -397,8 +397,9 @@ private:
                 swiglu(m_xn.data(), T, L.w_gate_up, L.w_down, c.n_ff, m_x.data(), nullptr);
                 out.phases.dense_ms += ms_since(t0);
             } else {
-                moe(b, L, il, T, out.routing);
-                out.phases.moe_ms += ms_since(t0);
+                const double shared_before = out.phases.moe_shared_ms;
+                moe(b, L, il, T, out.routing, out.phases);
+                out.phases.moe_ms += ms_since(t0) - (out.phases.moe_shared_ms - shared_before);
             }
         }
         const auto t_head = clk::now();
@@ -421,6 +422,8 @@ private:
         }
         out.phases.head_ms = ms_since(t_head);
         out.phases.total_ms = ms_since(t_begin);
+        out.phases.other_ms = std::max(0.0, out.phases.total_ms - (out.phases.sum_ms() - out.phases.other_ms));
+        out.phases.timed = true;
     }
 
     // Causal GQA attention of every batch token over its own sequence, through the block table:
@@ -479,7 +482,9 @@ private:
         for (int64_t m = 0; m < M; ++m) cpu::axpy(row_weight[m], &m_eout[m * H], &y[int64_t((*rows)[m]) * H], H);
     }
 
-    void moe(const batch &b, const cpu_layer &L, int64_t il, int64_t T, routing_record &rec) {
+    void moe(const batch &b, const cpu_layer &L, int64_t il, int64_t T, routing_record &rec, phase_times &phases) {
+        using clk = std::chrono::steady_clock;
+        auto ms_since = [](clk::time_point t0) { return std::chrono::duration<double, std::milli>(clk::now() - t0).count(); };
         const auto &c = m_cfg;
         const int64_t H = c.n_embd, E = c.n_expert;
         m_router.resize(size_t(T * E));
@@ -534,9 +539,12 @@ private:
         }
 
         // Shared experts see every token and are added unweighted.
-        if (c.n_expert_shared > 0)
+        if (c.n_expert_shared > 0) {
+            const auto t_shared = clk::now();
             swiglu(m_xn.data(), T, L.sh_gate_up, L.sh_down, c.n_ff_exp * c.n_expert_shared, m_x.data(),
                    nullptr);
+            phases.moe_shared_ms += ms_since(t_shared);
+        }
 
         // Group token slots by expert, then one GEMM per selected expert over its tokens only.
         std::vector<std::vector<int32_t>> tok_of(static_cast<size_t>(E));

@@ -114,6 +114,10 @@ std::future<status> engine::load_model(std::unique_ptr<model> built) {
 
 void engine::unload_model() { m_loop->post(cmd_unload{}); }
 
+void engine::set_detailed_profiling(bool on) { m_loop->set_detailed_profiling(on); }
+
+bool engine::detailed_profiling() const { return m_loop->detailed_profiling(); }
+
 bool engine::has_model() const { return m_loop->info().has_value(); }
 
 std::optional<model_info> engine::info() const { return m_loop->info(); }

@@ -127,6 +127,11 @@ struct engine_params {
     // overlaps steps (CUDA); on: always (the default submit runs at once: the CPU then computes
     // the same tokens, which is what the tests check); off: never.
     enum class overlap_mode { automatic, on, off } overlap = overlap_mode::automatic;
+    // One step in this many is timed per phase on the device (batch::time_phases), which costs it
+    // the overlap with its neighbours (bench --phase-timing measures the cost); 1: every step
+    // (engine::set_detailed_profiling does so at run time); 0: none. Backends that time every
+    // forward on the host (the CPU) ignore it.
+    int32_t phase_timing_every = 64;
 };
 
 // engine_params::max_batched_tokens as it applies to a backend whose KV pool is (gpu) or is not in
@@ -175,6 +180,10 @@ public:
 
     std::shared_ptr<const telemetry_snapshot> telemetry() const { return m_telemetry.latest(); }
     int64_t now_us() const;
+    // Detailed profiling: every step timed per phase on the device (else one in
+    // engine_params::phase_timing_every). Any thread; from the next step on.
+    void set_detailed_profiling(bool on);
+    bool detailed_profiling() const;
 
 private:
     engine_params m_params;

@@ -227,6 +227,8 @@ void step_loop::load(cmd_load &c) {
         const backend_memory bm = mdl->be->memory();
         room = {bm.device_total, bm.device_free};
     }
+    // Measured before the KV pool takes the free memory the measurement reads through.
+    m_read_bandwidth = mdl->be->device_read_bandwidth();
     const int32_t n_blocks = pick_kv_blocks(m_params, cfg, mdl->be->kv_block_bytes(), room);
     if (auto s = mdl->be->init_kv_cache({m_params.block_size, n_blocks}); !s) return c.done->set_value(s.err());
     scheduler_params sp;
@@ -246,6 +248,9 @@ void step_loop::load(cmd_load &c) {
     m_expert_window_sum.assign(n_cells, 0);
     m_window.clear();
     m_ring.clear();
+    m_timeline.clear();
+    m_timeline_step = 0;
+    m_timeline_phases = {};
     m_mdl = std::move(mdl);
     {
         std::lock_guard lock(m_info_mutex);
@@ -331,6 +336,15 @@ std::optional<inflight_step> step_loop::schedule() {
     }
     // Each row is drawn on the backend where it can (nothing in the engine needs whole rows).
     request_sampling(*m_mdl->be, b, rows);
+    // One step in phase_timing_every is timed per phase, and each request's first two (its
+    // prompt's last chunk or whole prompt, and a decode), so that every reply has its own.
+    const int32_t every = m_params.phase_timing_every;
+    b.time_phases = m_detailed.load(std::memory_order_relaxed) || (every > 0 && m_steps_untimed + 1 >= every);
+    for (const scheduled_chunk &c : f.so.chunks)
+        b.time_phases = b.time_phases || (every > 0 && c.samples && m_live.at(c.req->id).timed < 2);
+    m_steps_untimed = b.time_phases ? 0 : m_steps_untimed + 1;
+    if (b.time_phases)
+        for (const scheduled_chunk &c : f.so.chunks) m_live.at(c.req->id).timed += c.samples ? 1 : 0;
     if (const status st = m_mdl->be->submit(b); !st) {
         fail_step(f, "the forward pass failed: " + st.message());
         return std::nullopt;
@@ -557,10 +571,24 @@ void step_loop::close_step(inflight_step &f, clk::time_point t2, clk::time_point
     rec.n_seqs = int32_t(f.so.chunks.size());
     rec.n_prefill_tokens = f.so.n_prefill_tokens;
     rec.n_decode_tokens = f.so.n_decode_tokens;
-    rec.attention_ms = m_out.phases.attention_ms;
-    rec.moe_ms = m_out.phases.moe_ms;
-    rec.dense_ms = m_out.phases.dense_ms;
-    rec.head_ms = m_out.phases.head_ms;
+    const phase_times &ph = m_out.phases;
+    if (ph.timed) {
+        rec.attention_ms = ph.attention_ms;
+        rec.moe_ms = ph.moe_ms;
+        rec.moe_shared_ms = ph.moe_shared_ms;
+        rec.dense_ms = ph.dense_ms;
+        rec.head_ms = ph.head_ms;
+        rec.other_ms = ph.other_ms;
+        rec.phases_timed = true;
+        rec.phases_on_device = ph.on_device;
+        rec.device_ms = ph.on_device ? ph.total_ms : 0.0;
+    }
+    if (!m_out.timeline.empty()) {
+        m_timeline.swap(m_out.timeline);
+        m_out.timeline.clear();
+        m_timeline_step = rec.step;
+        m_timeline_phases = ph;
+    }
     m_ring.push_back(std::move(rec));
     if (int32_t(m_ring.size()) > m_params.telemetry_ring) m_ring.pop_front();
 }
@@ -604,6 +632,7 @@ void step_loop::publish(bool force) {
         m.alloc_largest_free = bm.largest_free;
         m.device_total = bm.device_total;
         m.device_free = bm.device_free;
+        m.device_parts = bm.parts;
         const uint64_t free_total = bm.reserved - std::min(bm.reserved, bm.in_use);
         m.fragmentation = free_total > 0 ? 1.0 - double(bm.largest_free) / double(free_total) : 0.0;
         s->n_running = m_sched->n_running();
@@ -615,6 +644,10 @@ void step_loop::publish(bool force) {
     s->n_tokens_generated = m_n_generated;
     s->n_prompt_tokens = m_n_prompt_tokens;
     s->n_steps_overlapped = m_n_overlapped;
+    s->timeline = m_timeline;
+    s->timeline_step = m_timeline_step;
+    s->timeline_phases = m_timeline_phases;
+    s->device_read_bandwidth = m_read_bandwidth;
     m_telemetry.publish(std::move(s));
 }
 

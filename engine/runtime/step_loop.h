@@ -46,6 +46,7 @@ struct live_request {
     std::string held;   // text withheld while it may be the start of a stop string
     int32_t n_prompt = 0;
     int32_t traced = 0; // positions whose routing is recorded
+    int32_t timed = 0;  // its sampling steps timed per phase (the first two always: its prompt's last, a decode)
 };
 
 // A step whose forward was submitted (backend::submit) and whose outputs are not yet processed.
@@ -67,6 +68,8 @@ public:
     std::optional<model_info> info() const;
     int64_t now_us() const;
     request_id next_id() { return m_next_id++; }
+    void set_detailed_profiling(bool on) { m_detailed.store(on); }
+    bool detailed_profiling() const { return m_detailed.load(); }
 
     // The engine thread's body: until request_stop(); then every open stream is cancelled.
     void run();
@@ -112,6 +115,7 @@ private:
     telemetry_channel &m_telemetry;
     const clk::time_point m_t0 = clk::now();
     std::atomic<uint64_t> m_next_id{1};
+    std::atomic<bool> m_detailed{false}; // every step timed per phase (engine::set_detailed_profiling)
 
     // The command queue (any thread).
     std::mutex m_mutex;
@@ -138,6 +142,12 @@ private:
     std::vector<uint64_t> m_expert_tokens, m_expert_window_sum;
     std::vector<double> m_expert_weight;
     std::deque<std::vector<uint32_t>> m_window;
+    // The latest step timed on the device: its launches, number and phases (telemetry_snapshot).
+    std::vector<op_time> m_timeline;
+    int32_t m_steps_untimed = 0; // steps since the last one timed per phase
+    uint64_t m_timeline_step = 0;
+    phase_times m_timeline_phases;
+    double m_read_bandwidth = 0.0; // the device's, measured at load (0: not a GPU, or unknown)
     uint64_t m_n_finished = 0, m_n_generated = 0, m_n_prompt_tokens = 0, m_n_overlapped = 0;
 };
 

@@ -202,7 +202,8 @@ void TestProfilerPanel::memoryChartsFromTelemetry() {
     QCOMPARE(first->value, 1000.0);                                   // weights
     QCOMPARE(m->stackGraph(1)->data()->constBegin()->value, 2000.0);  // + KV pool (10 × 100)
     QCOMPARE(m->stackGraph(2)->data()->constBegin()->value, 2080.0);  // + workspace reserved
-    QCOMPARE(m->stackGraph(3)->data()->constBegin()->value, 6080.0);  // + device free
+    QCOMPARE(m->stackGraph(3)->data()->constBegin()->value, 2080.0);  // + other: no device parts (CPU)
+    QCOMPARE(m->stackGraph(4)->data()->constBegin()->value, 6080.0);  // + device free
     QCOMPARE(m->kvInUseGraph()->data()->constBegin()->value, 1300.0); // weights + 3 blocks in use
     QCOMPARE(m->fragmentationGraph()->data()->constBegin()->value, 0.25);
     QCOMPARE(m->kvWasteGraph()->data()->constBegin()->value, 0.125);
@@ -213,6 +214,21 @@ void TestProfilerPanel::memoryChartsFromTelemetry() {
     for (int i = 0; i < 10; ++i) QCOMPARE(blocks->data()->cell(i, 0), expected[i]);
     QVERIFY(m->summary().contains(QLatin1String("3 used / 2 cached / 5 free")));
     QVERIFY(m->summary().contains(QLatin1String("fragmentation 0.250")));
+
+    // A device's figures with the backend's allocations named: what the device holds beyond
+    // weights, KV pool and workspace is its own band ("other"), and each part is listed.
+    TelemetryView gpu = sampleTelemetry();
+    gpu.memory.deviceTotal = 10000;
+    gpu.memory.deviceFree = 6000; // 4000 in use: 1000 + 1000 + 80 ours, 1920 other
+    gpu.memory.deviceParts = {{QStringLiteral("weights"), 1000},
+                              {QStringLiteral("KV pool"), 1000},
+                              {QStringLiteral("workspace"), 80},
+                              {QStringLiteral("cuBLASLt workspace"), 512}};
+    m->clear();
+    m->addSample(gpu.memory, 1.0);
+    QCOMPARE(m->stackGraph(3)->data()->constBegin()->value, 4000.0); // + other = total − free
+    QCOMPARE(m->stackGraph(4)->data()->constBegin()->value, 10000.0); // + free = the device
+    QVERIFY2(m->summary().contains(QLatin1String("cuBLASLt workspace")), qPrintable(m->summary()));
 }
 
 void TestProfilerPanel::timerOnlyWhileVisibleAndIdleTicksDrawNothing() {
@@ -265,8 +281,10 @@ void TestProfilerPanel::selectedMessageLatencyAndStrip() {
     QVERIFY(near(l->itlPercentiles().p50, 1.0));
     QVERIFY(near(l->itlPercentiles().p90, 1.8));
     QVERIFY(near(l->itlPercentiles().p99, 1.98));
-    QCOMPARE(l->phaseBars()->data()->size(), 5);
-    QCOMPARE(l->phaseBars()->data()->at(2)->value, 3.0); // dense GEMM
+    // attention, MoE routed, MoE shared, dense, head and sampling, other.
+    QCOMPARE(l->phaseBars()->data()->size(), 6);
+    QCOMPARE(l->phaseBars()->data()->at(3)->value, 3.0); // dense
+    QCOMPARE(l->phaseBars()->data()->at(2)->value, 0.0); // MoE shared: not in a profile from before v6
     QCOMPARE(l->ttftBars()->data()->size() + 0, 0);      // the selected reply is the highlighted bar
     QVERIFY(l->rateGraph()->data()->size() >= 2);
     QVERIFY(l->summary().contains(QLatin1String("TTFT 4.0 ms")));

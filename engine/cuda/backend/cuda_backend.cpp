@@ -126,6 +126,8 @@ cuda_backend_impl::~cuda_backend_impl() {
     if (m_stream) cudaStreamSynchronize(m_stream);
     clear_graphs();
     for (cudaEvent_t e : m_prof.events) cudaEventDestroy(e);
+    for (cudaEvent_t e : m_timing.events) cudaEventDestroy(e);
+    if (m_timing.timeline) cudaFree(m_timing.timeline);
     for (io_slot &io : m_io)
         if (io.done) cudaEventDestroy(io.done);
     destroy_gemm_lt_context(m_lt);
@@ -208,6 +210,13 @@ backend_memory cuda_backend_impl::memory() const {
     }
     m.device_free = f;
     m.device_total = t;
+    // Every cudaMalloc of the backend (and the one cuBLASLt's context makes for its workspace).
+    m.parts = {{"weights", m_w.arena.bytes()},
+               {"FP8 head copy", m_w.head_copy.bytes()},
+               {"KV pool", m_kv_pool.bytes()},
+               {"workspace", ws.reserved},
+               {"cuBLASLt workspace", m_lt ? k_cublas_workspace_bytes : 0},
+               {"kernel timeline", m_timing.timeline ? (1 + 2 * size_t(kernel_timeline_max)) * 8 : 0}};
     return m;
 }
 
@@ -232,6 +241,11 @@ status cuda_backend_impl::init_kv_cache(const kv_cache_params &p) {
         m_kv = p;
         return ok_status();
     });
+}
+
+double cuda_backend_impl::device_read_bandwidth() {
+    if (m_read_bw <= 0.0) m_read_bw = measure_read_bandwidth();
+    return m_read_bw;
 }
 
 double cuda_backend_impl::measure_read_bandwidth() {

@@ -123,10 +123,10 @@ struct graph_cache {
     std::set<graph_key> seen; // keys run eagerly once (lazy initialization stays out of graphs)
     cudaGraphExec_t last = nullptr;
     std::string error; // why capture failed: graphs stay off for this backend
-    // Launch names of each captured graph, in order (graph_timeline), and the list op() appends
-    // to while a capture runs.
-    std::map<cudaGraphExec_t, std::vector<std::string>> ops;
-    std::vector<std::string> *capture_ops = nullptr;
+    // The launches of each captured graph, in order, with their phases and bytes (graph_timeline,
+    // the timed steps), and the list op() appends to while a capture runs.
+    std::map<cudaGraphExec_t, std::vector<op_time>> ops;
+    std::vector<op_time> *capture_ops = nullptr;
     // Steps that launched each graph since launched_graphs_replay_us last ran, and the inputs of
     // its latest launch (the pinned mirror's bytes), so that it can be replayed as it ran.
     struct run {
@@ -146,6 +146,23 @@ struct op_profiler {
     std::map<std::string, std::pair<double, int64_t>> totals;
 };
 
+// What a launch reads, for the step timeline (op_time::bytes, ::shared).
+struct op_cost {
+    double bytes = 0.0, shared = 0.0;
+};
+
+// A forward timed on the device (batch::time_phases): events around the step, and around each
+// launch of a step recorded eagerly (on); a replayed graph's kernels instead write their release
+// times into `timeline` (kernel_common.h set_kernel_timeline: no node is added to the graph).
+struct step_timing {
+    bool on = false;
+    std::vector<cudaEvent_t> events; // reused; 2 per launch of an eager step, 2 for the step
+    size_t next = 0;
+    std::vector<op_time> ops;        // the eager step's launches
+    std::vector<size_t> op_event;    // each one's first event in `events`
+    unsigned long long *timeline = nullptr; // 1 + 2 · kernel_timeline_max words (device)
+};
+
 // A forward submitted and not finished: what its outputs' unpacking needs.
 struct pending_forward {
     int slot = 0;
@@ -153,6 +170,9 @@ struct pending_forward {
     size_t cand_rel = 0, logit_bytes = 0;
     bool via_pinned = false, cand_block = false, io_done = false, replayed = false;
     bool sample = false;     // its candidates are draws (forward_output::sampled)
+    bool timed = false;      // batch::time_phases: phases and timeline below, measured at submit
+    phase_times phases;
+    std::vector<op_time> timeline;
     bool done = false;       // its outputs already in `out` (run synchronously, or drained)
     status st = ok_status(); // its status, when done
     forward_output out;
@@ -218,6 +238,7 @@ public:
     std::string activation_note() const override { return m_act_note; }
     double decode_weight_bytes() const override { return m_w.decode_bytes; }
     double measure_read_bandwidth() override;
+    double device_read_bandwidth() override;
 
     // Builds every weight through `src` (plan offsets, one allocation, fill, quantize).
     void build(weight_source &src);
@@ -302,13 +323,29 @@ private:
     void record_moe_decode(const step_plan &p, const step_ptrs &s, int64_t il, layer_link &link);
     void record_moe_grouped(const step_plan &p, const step_ptrs &s, int64_t il, layer_link &link);
     void record_head(const step_plan &p, const step_ptrs &s, const layer_link &link);
-    // Every launch goes through here: checked, left out when ES_CUDA_SKIP_OPS names it, named
-    // while a graph is captured, timed with events while profiling.
+    // The bytes of a routed expert stack T tokens' choices read at most (min(E, T · k) experts).
+    double routed_bytes(const dlin &stack, int64_t T) const;
+    // Every launch goes through here: checked, left out when ES_CUDA_SKIP_OPS names it, listed
+    // with its phase (m_phase) and cost while a graph is captured, timed with events while
+    // profiling or while a timed step is recorded eagerly.
     template <typename F>
     void op(const std::string &name, F &&launch) {
+        op(name, op_cost{}, std::forward<F>(launch));
+    }
+    template <typename F>
+    void op(const std::string &name, op_cost cost, F &&launch) {
         for (const auto &o : m_opt.skip_ops)
             if (name.find(o) != std::string::npos) return;
-        if (m_graph.capture_ops) m_graph.capture_ops->push_back(name);
+        if (m_graph.capture_ops) m_graph.capture_ops->push_back(op_tag(name, cost));
+        if (m_timing.on) {
+            cudaEvent_t a = timing_event(), b = timing_event();
+            m_timing.op_event.push_back(m_timing.next - 2);
+            m_timing.ops.push_back(op_tag(name, cost));
+            ck(cudaEventRecord(a, m_stream), "cudaEventRecord");
+            check_launch(name, launch());
+            ck(cudaEventRecord(b, m_stream), "cudaEventRecord");
+            return;
+        }
         if (!m_prof.on) {
             check_launch(name, launch());
             return;
@@ -325,6 +362,15 @@ private:
         m_prof.pending.push_back({name, m_prof.next - 2});
     }
     void check_launch(const std::string &name, cudaError_t e) const;
+    op_time op_tag(const std::string &name, op_cost cost) const {
+        return op_time{name, m_phase, m_phase_layer, 0.0, 0.0, cost.bytes, cost.shared};
+    }
+    // The next event of the timing pool (created as needed).
+    cudaEvent_t timing_event();
+    // A timed step's figures once its end event completed (synchronously): its phases and
+    // launches into pf, from the replayed graph's kernel timeline (exec) or the eager launches'
+    // events.
+    void finish_step_timing(pending_forward &pf, cudaGraphExec_t exec, cudaEvent_t begin, cudaEvent_t end);
     // A prefill-sized FP8 linear with FP8 activations: act_quantize (per-token scales) into the
     // workspace, then cuBLASLt's FP8 GEMM with per-token and per-channel scales. False, with
     // nothing left to undo, when the shape breaks cuBLASLt's FP8 rules (that linear takes the
@@ -402,6 +448,12 @@ private:
     io_slot m_io[2];
     graph_cache m_graph;
     op_profiler m_prof;
+    step_timing m_timing;
+    // The phase and layer the launches being recorded belong to (record_step sets them).
+    step_phase m_phase = step_phase::other;
+    int32_t m_phase_layer = -1;
+    double m_step_kv_bytes = 0.0; // KV bytes a layer's attention reads in the step being recorded
+    double m_read_bw = 0.0;       // device_read_bandwidth(), once measured
 
     // The asynchronous step.
     std::deque<pending_forward> m_flight; // submitted, not finished (oldest first)

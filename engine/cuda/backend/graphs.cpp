@@ -95,7 +95,7 @@ std::vector<kernel_timeline_row> cuda_backend_impl::graph_timeline() {
     for (size_t i = 0; i < m; ++i) {
         char label[32];
         std::snprintf(label, sizeof label, "#%zu", i);
-        rows.push_back({m == n ? names->second[i] : std::string(label),
+        rows.push_back({m == n ? names->second[i].name : std::string(label),
                         (double(host[1 + 2 * i]) - t0) / 1000.0,
                         (double(host[2 + 2 * i]) - t0) / 1000.0});
     }
@@ -141,9 +141,9 @@ bool cuda_backend_impl::capture_and_launch(const step_plan &p, const std::functi
                                            const std::function<void()> &post) {
     cudaGraph_t graph = nullptr;
     ck(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-    std::vector<std::string> ops; // the launch names, for graph_timeline
+    std::vector<op_time> ops; // the launches, for graph_timeline and the timed steps
     struct stop_logging {
-        std::vector<std::string> *&log;
+        std::vector<op_time> *&log;
         ~stop_logging() { log = nullptr; }
     } guard{m_graph.capture_ops = &ops};
     try {

@@ -50,7 +50,7 @@ bool cuda_backend_impl::linear_fp8(const std::string &role, const dlin &L, const
     if (M > w.T || L.k > w.act_k || !gemm_lt_fp8_shape_ok(g)) return false;
     op(role + " act_quantize", [&] { return launch_act_quantize(aq, m_stream); });
     cudaError_t e = cudaSuccess;
-    op(role + " gemm_lt fp8", [&] {
+    op(role + " gemm_lt fp8", op_cost{double(L.bytes())}, [&] {
         e = launch_gemm_lt_fp8(g, m_stream);
         return e == cudaErrorNotSupported ? cudaSuccess : e;
     });
@@ -94,13 +94,13 @@ void cuda_backend_impl::linear(const char *role, const dlin &L, const bf16_t *x,
                 d.layout = L.layout;
                 op(std::string(role) + " fp8_dequantize", [&] { return launch_fp8_dequantize(d, m_stream); });
             }
-            op(std::string(role) + " gemm_lt", [&] { return launch_gemm_lt(g, m_stream); });
+            op(std::string(role) + " gemm_lt", op_cost{double(L.bytes())}, [&] { return launch_gemm_lt(g, m_stream); });
             return;
         }
     }
     gemv_params p = gemv_for(L, x, ldx, y, ldy, M, acc);
     p.y_ready = y_ready && m_opt.skip_ops.empty(); // skipped launches shorten the two-launch distance
-    op(std::string(role) + " gemv", [&] { return launch_gemv(p, m_stream); });
+    op(std::string(role) + " gemv", op_cost{double(L.bytes())}, [&] { return launch_gemv(p, m_stream); });
 }
 
 gemv_params cuda_backend_impl::gemv_for(const dlin &L, const bf16_t *x, int64_t ldx, float *y, int64_t ldy, int64_t M,
@@ -132,8 +132,17 @@ void cuda_backend_impl::record_step(const step_plan &p) {
     set_decode_carveout(decode_carveout_for_tokens(p.T)); // the split all of the step's kernels ask for
     const step_ptrs s = pointers_for(p);
     layer_link link;
+    // Each launch is tagged with the phase and layer set here (op_tag); a kernel fused across
+    // phases counts in the one it is recorded in (moe_front's shared gate/up: by its bytes).
+    struct phase_reset {
+        cuda_backend_impl &b;
+        ~phase_reset() { b.m_phase = step_phase::other, b.m_phase_layer = -1; }
+    } reset{*this};
     for (int64_t il = 0; il < m_cfg.n_layer; ++il) {
+        m_phase = step_phase::attention;
+        m_phase_layer = int32_t(il);
         record_attention(p, s, il, link);
+        m_phase = m_w.layers[il].is_moe ? step_phase::moe_routed : step_phase::dense;
         if (!m_w.layers[il].is_moe)
             record_dense_ffn(p, s, il);
         else if (p.moe_decode_gemv)
@@ -141,8 +150,16 @@ void cuda_backend_impl::record_step(const step_plan &p) {
         else
             record_moe_grouped(p, s, il, link);
     }
+    m_phase_layer = -1;
     record_embedding(p, s, link); // a model without layers (bench --layers 0)
+    m_phase = step_phase::head;
     record_head(p, s, link);
+}
+
+// The routed experts one step's T tokens can read at most: min(E, T · k) of them.
+double cuda_backend_impl::routed_bytes(const dlin &stack, int64_t T) const {
+    const int64_t E = std::max<int64_t>(m_cfg.n_expert, 1);
+    return double(stack.bytes()) / double(E) * double(std::min<int64_t>(E, T * m_cfg.n_expert_used));
 }
 
 step_ptrs cuda_backend_impl::pointers_for(const step_plan &p) const {
@@ -173,7 +190,10 @@ void cuda_backend_impl::record_embedding(const step_plan &p, const step_ptrs &s,
     ep.out = s.x;
     ep.n_tokens = p.T;
     ep.n_embd = m_cfg.n_embd;
-    op("embedding", [&] { return launch_embedding(ep, m_stream); });
+    const step_phase was = m_phase;
+    m_phase = step_phase::other;
+    op("embedding", op_cost{double(p.T) * double(m_cfg.n_embd) * 2.0}, [&] { return launch_embedding(ep, m_stream); });
+    m_phase = was;
     link.embedded = true;
 }
 
@@ -239,7 +259,7 @@ void cuda_backend_impl::record_attention(const step_plan &p, const step_ptrs &s,
         op(fq.embd_table ? "embedding+norm+qkv+rope_kv gemv"
            : xn_in       ? "qkv+rope_kv gemv"
                          : "norm+qkv+rope_kv gemv",
-           [&] { return launch_gemv(fq, m_stream); });
+           op_cost{double(L.wqkv.bytes())}, [&] { return launch_gemv(fq, m_stream); });
     } else {
         if (!xn_in) {
             rms_norm_params nrm;
@@ -282,7 +302,7 @@ void cuda_backend_impl::record_attention(const step_plan &p, const step_ptrs &s,
         if (ap.kv_splits > attention_general_max_kv_splits && !attention_decode_ok(ap))
             ap.kv_splits = attention_general_max_kv_splits;
     }
-    op("attention", [&] { return launch_attention(ap, m_stream); });
+    op("attention", op_cost{m_step_kv_bytes}, [&] { return launch_attention(ap, m_stream); });
     // Residual add fused (accumulate); x was last written by the layer before's FFN (or the
     // embedding), at least two launches back.
     linear("o_proj", L.wo, s.attn, qd, s.x, H, T, true, true);
@@ -343,8 +363,14 @@ bool cuda_backend_impl::record_moe_front(const step_plan &p, const step_ptrs &s,
     shared_in_down = front && F_sh > 0 && p.shared_in_down && L.sh_down.fmt == L.exp_down.fmt &&
                      L.sh_down.layout == L.exp_down.layout;
     if (front) {
-        op("moe_front", [&] { return launch_moe_front(fr, m_stream); });
-        if (F_sh > 0 && !shared_in_down) linear("shared down", L.sh_down, s.act, F_sh, s.x, H, T, true);
+        const double router = double(c.n_expert) * double(H) * 4.0, sh = double(L.sh_gate_up.bytes());
+        op("moe_front", op_cost{router + sh, sh / std::max(router + sh, 1.0)},
+           [&] { return launch_moe_front(fr, m_stream); });
+        if (F_sh > 0 && !shared_in_down) {
+            m_phase = step_phase::moe_shared;
+            linear("shared down", L.sh_down, s.act, F_sh, s.x, H, T, true);
+            m_phase = step_phase::moe_routed;
+        }
         return true;
     }
     rms_norm_params nrm;
@@ -369,8 +395,12 @@ bool cuda_backend_impl::record_moe_front(const step_plan &p, const step_ptrs &s,
     mr.logits = fr.logits;
     mr.counters = fr.counter;
     mr.tiles_min_tokens = m_opt.router_tiles_min;
-    op("moe_router", [&] { return launch_moe_router(mr, m_stream); });
-    if (F_sh > 0) swiglu("shared", L.sh_gate_up, L.sh_down, F_sh, s.xn, s.x, s.gu, s.act, T);
+    op("moe_router", op_cost{double(c.n_expert) * double(H) * 4.0}, [&] { return launch_moe_router(mr, m_stream); });
+    if (F_sh > 0) {
+        m_phase = step_phase::moe_shared;
+        swiglu("shared", L.sh_gate_up, L.sh_down, F_sh, s.xn, s.x, s.gu, s.act, T);
+        m_phase = step_phase::moe_routed;
+    }
     return false;
 }
 
@@ -407,7 +437,7 @@ void cuda_backend_impl::record_moe_decode(const step_plan &p, const step_ptrs &s
     g.n_embd = H;
     g.n_expert_used = K;
     g.n_ff_exp = c.n_ff_exp;
-    op("moe_gate_up_gemv", [&] { return launch_moe_gate_up_gemv(g, m_stream); });
+    op("moe_gate_up_gemv", op_cost{routed_bytes(L.exp_gate_up, T)}, [&] { return launch_moe_gate_up_gemv(g, m_stream); });
     moe_down_gemv_params d;
     d.act = act_e;
     d.ids = ids;
@@ -423,7 +453,7 @@ void cuda_backend_impl::record_moe_decode(const step_plan &p, const step_ptrs &s
     d.n_ff_exp = c.n_ff_exp;
     d.rows_per_warp = m_opt.moe_down_rows_per_warp; // per-slot mode only
     if (!m_opt.plan.moe_down_rows) { // one kernel gathering every choice of an output element
-        op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
+        op("moe_down_gemv", op_cost{routed_bytes(L.exp_down, T)}, [&] { return launch_moe_down_gemv(d, m_stream); });
         return;
     }
     // Per-slot rows, then the combine in choice order (faster than the gathering kernel).
@@ -437,7 +467,8 @@ void cuda_backend_impl::record_moe_decode(const step_plan &p, const step_ptrs &s
         d.sh_ready = m_opt.skip_ops.empty(); // moe_front wrote sh_act two launches back
     }
     d.slot_rows_done = slot_rows;
-    op("moe_down_gemv", [&] { return launch_moe_down_gemv(d, m_stream); });
+    const double down_sh = shared_in_down ? double(L.sh_down.bytes()) : 0.0, down = routed_bytes(L.exp_down, T) + down_sh;
+    op("moe_down_gemv", op_cost{down, down_sh / std::max(down, 1.0)}, [&] { return launch_moe_down_gemv(d, m_stream); });
     moe_combine_params cb;
     cb.y = d.y_slots;
     cb.y_shared = d.y_shared;
@@ -557,9 +588,11 @@ void cuda_backend_impl::record_moe_grouped(const step_plan &p, const step_ptrs &
         g->max_tiles = moe_plan_max_tiles(T * K, c.n_expert, pl.tile_rows);
     }
     if (gu.a_q) op("moe act_quantize (gate/up)", [&] { return launch_act_quantize(qx, m_stream); });
-    op("moe_grouped_gemm (gate/up)", [&] { return launch_moe_grouped_gemm(gu, m_stream); });
+    op("moe_grouped_gemm (gate/up)", op_cost{routed_bytes(L.exp_gate_up, T)},
+       [&] { return launch_moe_grouped_gemm(gu, m_stream); });
     if (dn.a_q) op("moe act_quantize (down)", [&] { return launch_act_quantize(qe, m_stream); });
-    op("moe_grouped_gemm (down)", [&] { return launch_moe_grouped_gemm(dn, m_stream); });
+    op("moe_grouped_gemm (down)", op_cost{routed_bytes(L.exp_down, T)},
+       [&] { return launch_moe_grouped_gemm(dn, m_stream); });
     moe_combine_params cb;
     cb.y = y_e;
     cb.weights = wts;
@@ -600,7 +633,7 @@ void cuda_backend_impl::record_head(const step_plan &p, const step_ptrs &s, cons
         hp.pick.warp_keys_cap = pick_keys_cap();
     }
     if (hp.pick.on() && gemv_pick_ok(hp)) {
-        op("head gemv+pick", [&] { return launch_gemv(hp, m_stream); });
+        op("head gemv+pick", op_cost{double(m_w.head.bytes())}, [&] { return launch_gemv(hp, m_stream); });
         op("pick finish", [&] { return launch_gemv_pick_finish(hp, m_stream); });
         return;
     }
@@ -663,7 +696,7 @@ bool cuda_backend_impl::swiglu(const char *role, const dlin &gate_up, const dlin
             g.norm = *in;
             if (!moe_gate_up_gemv_norm_ok(g)) return false;
         }
-        op(std::string(role) + (in ? " norm+gate_up+silu gemv" : " gate_up+silu gemv"),
+        op(std::string(role) + (in ? " norm+gate_up+silu gemv" : " gate_up+silu gemv"), op_cost{double(gate_up.bytes())},
            [&] { return launch_moe_gate_up_gemv(g, m_stream); });
         // y (the residual) was last written by o_proj, at least two launches back.
         linear((std::string(role) + " down").c_str(), down, act, F, y, H, T, true, true);

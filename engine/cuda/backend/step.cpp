@@ -17,7 +17,8 @@ status cuda_backend_impl::forward(const batch &b, forward_output &out) {
     const auto t0 = std::chrono::steady_clock::now();
     if (auto s = submit(b); !s) return s;
     auto s = finish(out);
-    if (s) out.phases.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s && !out.phases.on_device)
+        out.phases.total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     return s;
 }
 
@@ -114,9 +115,18 @@ auto cuda_backend_impl::start(const batch &b) -> pending_forward {
     pf.via_pinned = p.via_pinned;
     pf.cand_block = p.cand_block;
     pf.sample = p.sample;
+    pf.timed = b.time_phases;
     m_last_slot = slot;
     m_last_in = p.in;
     m_out = make_out_layout(m_lay.out, p.n_moe, p.T, m_cfg.n_expert_used);
+    // The KV bytes each layer's attention reads (the step timeline's figure): every sequence's
+    // keys and values up to its last position in the batch.
+    std::vector<int64_t> seq_end(b.seqs.size(), 0);
+    for (int64_t t = 0; t < pf.T; ++t)
+        seq_end[size_t(b.seq[size_t(t)])] = std::max<int64_t>(seq_end[size_t(b.seq[size_t(t)])], b.pos[size_t(t)] + 1);
+    int64_t kv_tokens = 0;
+    for (int64_t e : seq_end) kv_tokens += e;
+    m_step_kv_bytes = double(kv_tokens) * double(m_cfg.kv_dim()) * 2.0 * double(kv_format_bytes(kv_fmt()));
     pack_inputs(b, p, host_tokens(b, p));
     if (p.sync_now) drain(); // (the forward's rows go straight into its output below)
     if (!p.via_pinned) pf.out.logits.resize(size_t(p.R * m_cfg.n_vocab)); // every element is written below
@@ -236,18 +246,64 @@ void cuda_backend_impl::launch_step(const step_plan &p, pending_forward &pf) {
     };
     pf.h2 = pf.h1;
     bool launched = false, io_done = false;
+    // A timed step (batch::time_phases) runs alone: the one before it has finished, so that only
+    // its own launches write the kernel timeline, and it has finished before the next is launched.
+    cudaEvent_t t_begin = nullptr, t_end = nullptr;
+    cudaGraphExec_t timed_exec = nullptr;
+    struct timeline_off { // the kernels' timeline off again, whatever happens between
+        cudaStream_t stream;
+        bool on = false;
+        ~timeline_off() {
+            if (!on) return;
+            cudaStreamSynchronize(stream);
+            set_kernel_timeline(nullptr);
+            cudaDeviceSynchronize();
+            cudaGetLastError();
+        }
+    } timeline_guard{m_stream};
+    if (pf.timed) {
+        ck(cudaStreamSynchronize(m_stream), "phase timing");
+        m_timing.next = 0;
+        m_timing.ops.clear();
+        m_timing.op_event.clear();
+        t_begin = timing_event();
+        t_end = timing_event();
+    }
+    bool begun = false; // the step's start recorded: right before its first transfer or launch
+    const auto mark_begin = [&] {
+        if (!pf.timed || begun) return;
+        ck(cudaEventRecord(t_begin, m_stream), "cudaEventRecord");
+        begun = true;
+    };
     if (p.graphable && m_graph.error.empty()) {
         auto it = m_graph.execs.find(p.key);
         if (it != m_graph.execs.end()) {
             if (!p.io_in_graph) upload();
+            if (pf.timed) {
+                // The pointer each kernel unit reads is set by a copy outside this stream: the
+                // stream idle before it (the upload's kernel must not record) and the copy landed
+                // (the device synchronized) before the graph's first kernel.
+                if (!m_timing.timeline) {
+                    void *buf = nullptr;
+                    ck(cudaMalloc(&buf, (1 + 2 * size_t(kernel_timeline_max)) * 8), "the kernel timeline buffer");
+                    m_timing.timeline = static_cast<unsigned long long *>(buf);
+                }
+                ck(cudaMemsetAsync(m_timing.timeline, 0, 8, m_stream), "kernel timeline reset");
+                ck(cudaStreamSynchronize(m_stream), "kernel timeline reset");
+                timeline_guard.on = true;
+                ck(set_kernel_timeline(m_timing.timeline), "set_kernel_timeline");
+                ck(cudaDeviceSynchronize(), "set_kernel_timeline");
+                timed_exec = it->second;
+            }
             pf.h2 = hclk::now();
             m_graph.last = it->second;
             m_graph.used[p.key] = ++m_graph.tick;
+            mark_begin();
             ck(cudaGraphLaunch(it->second, m_stream), "cudaGraphLaunch");
             note_graph_launch(it->second, p.slot);
             launched = pf.replayed = true;
             io_done = p.io_in_graph;
-        } else if (m_graph.seen.count(p.key)) {
+        } else if (m_graph.seen.count(p.key) && !pf.timed) { // (a timed step is never captured)
             if (!p.io_in_graph) upload();
             m_inputs_by_kernel = p.io_in_graph || p.fed_on_gpu; // layer 0's GEMV reads them after its wait
             launched = capture_and_launch(p, p.io_in_graph ? copy_in : nullptr, p.io_in_graph ? copy_out : nullptr);
@@ -255,17 +311,30 @@ void cuda_backend_impl::launch_step(const step_plan &p, pending_forward &pf) {
             if (!launched && p.io_in_graph) upload(); // the eager launches below need the inputs
         } else {
             m_graph.seen.insert(p.key); // run eagerly once first: lazy initialization stays out of the graph
+            mark_begin();
             upload();
         }
     } else {
+        mark_begin();
         upload();
     }
     if (!launched) {
         m_inputs_by_kernel = p.fed_on_gpu;
+        mark_begin();
+        m_timing.on = pf.timed; // each launch between events
+        struct timing_off {
+            bool &on;
+            ~timing_off() { on = false; }
+        } timing_guard{m_timing.on};
         record_step(p);
     }
     pf.h3 = hclk::now();
     if (!io_done) download();
+    if (pf.timed) {
+        ck(cudaEventRecord(t_end, m_stream), "cudaEventRecord");
+        finish_step_timing(pf, timed_exec, t_begin, t_end);
+        timeline_guard.on = false; // (finish_step_timing switched it off)
+    }
     ck(cudaEventRecord(io.done, m_stream), "cudaEventRecord");
     pf.h4 = hclk::now();
     pf.io_done = io_done;
@@ -297,7 +366,9 @@ void cuda_backend_impl::collect(pending_forward &pf, forward_output &out, bool l
     cr.logits.clear();
     cr.row_max.clear();
     cr.row_sum.clear();
-    out.phases = phase_times{};
+    out.phases = pf.timed ? pf.phases : phase_times{};
+    if (pf.timed) out.timeline = std::move(pf.timeline);
+    else out.timeline.clear();
     if (&out != &pf.out) {
         if (pf.via_pinned || R == 0) out.logits.clear();
         else out.logits = std::move(pf.out.logits);
@@ -364,6 +435,69 @@ void cuda_backend_impl::collect(pending_forward &pf, forward_output &out, bool l
         h.unpack_us += us(h5, hclk::now());
     }
     m_last_collect = hclk::now();
+}
+
+cudaEvent_t cuda_backend_impl::timing_event() {
+    while (m_timing.events.size() <= m_timing.next) {
+        cudaEvent_t e = nullptr;
+        ck(cudaEventCreate(&e), "cudaEventCreate");
+        m_timing.events.push_back(e);
+    }
+    return m_timing.events[m_timing.next++];
+}
+
+void cuda_backend_impl::finish_step_timing(pending_forward &pf, cudaGraphExec_t exec, cudaEvent_t begin,
+                                           cudaEvent_t end) {
+    ck(cudaEventSynchronize(end), "the timed step");
+    float total_ms = 0.0f;
+    ck(cudaEventElapsedTime(&total_ms, begin, end), "cudaEventElapsedTime");
+    std::vector<op_time> ops;
+    if (exec) {
+        // The graph's kernels in launch order, each from its release (the one before it done) to
+        // the next one's; the last one's end is not recorded (its time stays in other_ms).
+        ck(cudaStreamSynchronize(m_stream), "kernel timeline");
+        ck(set_kernel_timeline(nullptr), "set_kernel_timeline");
+        ck(cudaDeviceSynchronize(), "set_kernel_timeline");
+        unsigned long long count = 0;
+        ck(cudaMemcpy(&count, m_timing.timeline, 8, cudaMemcpyDeviceToHost), "kernel timeline download");
+        const auto tags = m_graph.ops.find(exec);
+        const size_t n = size_t(count & 0xffffffffu);
+        // A launch that does not record (no programmatic-launch wait) would misalign the names:
+        // then the step keeps only its total.
+        if (tags != m_graph.ops.end() && n == tags->second.size() && n > 0 && n <= kernel_timeline_max) {
+            std::vector<unsigned long long> rec(2 * n);
+            ck(cudaMemcpy(rec.data(), m_timing.timeline + 1, rec.size() * 8, cudaMemcpyDeviceToHost),
+               "kernel timeline download");
+            const double t0 = double(rec[1]);
+            ops = tags->second;
+            for (size_t i = 0; i < n; ++i) {
+                const double released = double(rec[2 * i + 1]);
+                ops[i].start_us = (released - t0) / 1000.0;
+                ops[i].dur_us = i + 1 < n ? std::max(0.0, (double(rec[2 * i + 3]) - released) / 1000.0) : 0.0;
+            }
+        }
+    } else {
+        ops = std::move(m_timing.ops);
+        for (size_t i = 0; i < ops.size(); ++i) {
+            float start = 0.0f, dur = 0.0f;
+            const size_t e = m_timing.op_event[i];
+            ck(cudaEventElapsedTime(&start, begin, m_timing.events[e]), "cudaEventElapsedTime");
+            ck(cudaEventElapsedTime(&dur, m_timing.events[e], m_timing.events[e + 1]), "cudaEventElapsedTime");
+            ops[i].start_us = 1000.0 * double(start);
+            ops[i].dur_us = 1000.0 * double(dur);
+        }
+    }
+    m_timing.ops.clear();
+    m_timing.op_event.clear();
+    phase_times ph;
+    add_op_times(ph, ops);
+    ph.total_ms = double(total_ms);
+    // What no launch accounts for: transfers, launch gaps, a graph's last kernel.
+    ph.other_ms += std::max(0.0, ph.total_ms - ph.sum_ms());
+    ph.timed = !ops.empty();
+    ph.on_device = true;
+    pf.phases = ph;
+    pf.timeline = std::move(ops);
 }
 
 } // namespace es

@@ -514,6 +514,8 @@ const model_check k_model_checks[] = {
     {false, tile_major_model_check}, // random weights of a real shape: no data needed
     {false, head_pick_model_checks},
     {true, routed_fp8_model_checks},
+    {false, phase_timing_checks},
+    {false, memory_cycle_checks},
 };
 
 } // namespace

@@ -380,4 +380,9 @@ void head_pick_model_checks(runner &R, const std::filesystem::path &data_dir);
 // The MoE reference checkpoints with FP8 routed activations.
 void routed_fp8_model_checks(runner &R, const std::filesystem::path &data_dir);
 
+// ---- cases_profiler.cpp: steps timed per phase, device memory across loads ----------------------
+
+void phase_timing_checks(runner &R, const std::filesystem::path &data_dir);
+void memory_cycle_checks(runner &R, const std::filesystem::path &data_dir);
+
 } // namespace es::selftest

@@ -253,24 +253,60 @@ private slots:
 
     void phases() {
         StepView a;
+        a.phasesTimed = true;
         a.durationMs = 10;
         a.attentionMs = 3;
-        a.moeMs = 4;
+        a.moeMs = 3.5;
+        a.moeSharedMs = 0.5;
         a.denseMs = 1;
         a.headMs = 0.5;
         a.sampleMs = 0.7;
-        // dense GEMM = 1 + 0.5; other = 10 − (3 + 4 + 1.5 + 0.7) = 0.8.
+        // head and sampling = 0.5 + 0.7; other = 10 − (3 + 3.5 + 0.5 + 1 + 1.2) = 0.8.
         const PhaseTimes p = stepPhases(a);
-        QNEAR(p.denseMs, 1.5);
-        QNEAR(p.samplingMs, 0.7);
+        QNEAR(p.moeSharedMs, 0.5);
+        QNEAR(p.denseMs, 1.0);
+        QNEAR(p.samplingMs, 1.2);
         QNEAR(p.otherMs, 0.8);
         StepView b;
+        b.phasesTimed = true;
         b.durationMs = 1;
         b.attentionMs = 2; // timers can overlap: other is never negative
-        const PhaseTimes sum = sumPhases({a, b});
+        StepView untimed; // a step measured only as a whole (the GPU's unsampled steps)
+        untimed.durationMs = 50;
+        const PhaseTimes sum = sumPhases({a, b, untimed});
         QNEAR(sum.attentionMs, 5.0);
         QNEAR(sum.otherMs, 0.8);
         QNEAR(sum.totalMs(), 12.0);
+    }
+
+    // A reply whose phases were timed on a sample of its steps: the sample's phases scaled to the
+    // time of all its steps, and how many were timed; all timed: -1 (every step).
+    void sampledPhasesScaled() {
+        ReplyProfile r;
+        r.requestId = 1;
+        r.tSubmitUs = 0;
+        r.tFinishUs = 100;
+        ReplyEngineStats st;
+        st.nSteps = 8;
+        st.nStepsTimed = 2;
+        st.stepMs = 40;
+        st.timedMs = 10;
+        st.phases.attentionMs = 4;
+        st.phases.moeSharedMs = 1;
+        st.phases.otherMs = 5;
+        st.timeline.step = 6;
+        st.timeline.ops = {{QStringLiteral("attention"), 0, 3, 0, 2, 1000, 0}};
+        MessageProfile p = makeMessageProfile(r, {}, st);
+        QNEAR(p.phases.attentionMs, 16.0);
+        QNEAR(p.phases.moeSharedMs, 4.0);
+        QNEAR(p.phases.totalMs(), 40.0);
+        QCOMPARE(p.nStepsTimed, 2);
+        QCOMPARE(p.timeline, st.timeline);
+        st.nStepsTimed = 8;
+        st.timedMs = 40;
+        p = makeMessageProfile(r, {}, st);
+        QNEAR(p.phases.attentionMs, 4.0);
+        QCOMPARE(p.nStepsTimed, -1);
     }
 
     void memory() {

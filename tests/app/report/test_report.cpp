@@ -48,8 +48,12 @@ MessageProfile sampleProfile(int seed = 0) {
     p.tokenTimesUs = {31250 + seed, 51750, 72750, 92500};
     p.nPromptTokens = 3;
     p.nCachedPromptTokens = 1;
-    p.phases = {12.5, 40.25, 7.125, 1.5, 3.0625};
+    p.phases = {12.5, 40.25, 7.125, 1.5, 3.0625, 0.5 + seed};
     p.nSteps = 2;
+    p.nStepsTimed = 1;
+    p.timeline = {quint64(7 + seed), 3.35e12,
+                  {{QStringLiteral("norm+qkv+rope_kv gemv"), 0, 0, 0.0, 3.25, 2.5e6, 0.0},
+                   {QStringLiteral("moe_front"), 1, 1, 3.25, 2.0, 1.25e6, 0.375}}};
     p.maxBatchSeqs = 1;
     p.memoryPeakBytes = (qint64(5) << 30) + 12345;
     p.kvBlocksPeak = 3;

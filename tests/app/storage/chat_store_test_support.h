@@ -121,8 +121,12 @@ inline MessageProfile sampleProfile() {
     p.nPromptTokens = 2;
     p.nCachedPromptTokens = 1;
     p.nPreemptions = 1;
-    p.phases = {12.5, 40.25, 7.125, 1.5, 3.0625};
+    p.phases = {12.5, 40.25, 7.125, 1.5, 3.0625, 0.875};
     p.nSteps = 6;
+    p.nStepsTimed = 2; // of the 6 (schema v6), the latest one's launches:
+    p.timeline = {4, 3.3e12,
+                  {{QStringLiteral("moe_front"), 1, 1, 0.0, 2.5, 1.5e6, 0.25},
+                   {QStringLiteral("attention"), 0, 3, 2.5, 4.0, 0.0, 0.0}}};
     p.nStepsMissed = 0;
     p.maxBatchSeqs = 2;
     p.memoryPeakBytes = (qint64(5) << 32) + 12345;

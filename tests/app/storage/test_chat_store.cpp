@@ -419,6 +419,10 @@ private Q_SLOTS:
             QCOMPARE(old->moeLayers, QList<int>{1});
             QVERIFY(old->steps.isEmpty());
             QVERIFY(old->memory.isEmpty());
+            // v6: a profile from before: every step timed (on the host), no shared phase, no timeline.
+            QCOMPARE(old->nStepsTimed, -1);
+            QCOMPARE(old->phases.moeSharedMs, 0.0);
+            QVERIFY(old->timeline.isEmpty());
         } else {
             QVERIFY(!store.profile(2));
         }

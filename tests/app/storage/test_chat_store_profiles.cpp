@@ -79,6 +79,21 @@ private Q_SLOTS:
         QVERIFY(!decodeMemorySamples(QByteArray("\x02\x00", 2))); // unknown format
     }
 
+    // v6 column: the step timeline round-trips exactly; a damaged or foreign one is refused.
+    void stepTimelineCodec() {
+        const MessageProfile p = sampleProfile();
+        QVERIFY(!p.timeline.isEmpty());
+        QCOMPARE(decodeStepTimeline(encodeStepTimeline(p.timeline)), std::optional<StepTimeline>(p.timeline));
+        QCOMPARE(decodeStepTimeline(QByteArray()), std::optional<StepTimeline>(StepTimeline{}));
+        QByteArray cut = encodeStepTimeline(p.timeline);
+        cut.chop(2);
+        QVERIFY(!decodeStepTimeline(cut));                                                // not JSON
+        QVERIFY(!decodeStepTimeline(R"({"v":2,"step":1,"read_bw":0,"ops":[]})"));        // another version
+        QVERIFY(!decodeStepTimeline(R"({"v":1,"step":1,"read_bw":0,"ops":[["a",9,0,0,1,0,0]]})")); // no phase 9
+        QVERIFY(!decodeStepTimeline(R"({"v":1,"step":1,"read_bw":0,"ops":[["a",1,0,0,-1,0,0]]})")); // negative time
+        QVERIFY(!decodeStepTimeline(R"({"v":1,"step":1,"read_bw":0,"ops":[["a",1,0,0,1,0,2]]})")); // share > 1
+    }
+
     // Found by tests/fuzz: extreme values round-trip (differences wrap, no signed overflow), a
     // count beyond int is refused, and a trace whose zlib length is damaged is refused before
     // qUncompress() would allocate it.

@@ -186,6 +186,37 @@ private:
     std::vector<float> m_rows;
 };
 
+// The CPU backend as a device that times only the steps asked for (batch::time_phases), on its
+// "device": an untimed step keeps only its total; a timed one its phases and a one-launch timeline.
+// Records which steps were asked.
+class timing_spy final : public es::backend {
+public:
+    explicit timing_spy(es::backend &inner) : m_in(inner) {}
+    std::string name() const override { return "timing spy over " + m_in.name(); }
+    const es::model_config &config() const override { return m_in.config(); }
+    es::status init_kv_cache(const es::kv_cache_params &p) override { return m_in.init_kv_cache(p); }
+    const es::kv_cache_params &kv_params() const override { return m_in.kv_params(); }
+    size_t kv_block_bytes() const override { return m_in.kv_block_bytes(); }
+    size_t weights_bytes() const override { return m_in.weights_bytes(); }
+    es::status logits_row(int32_t row, std::span<float> out) override { return m_in.logits_row(row, out); }
+    es::status forward(const es::batch &b, es::forward_output &out) override {
+        if (auto s = m_in.forward(b, out); !s) return s;
+        asked.push_back(b.time_phases);
+        out.timeline.clear();
+        if (!b.time_phases) {
+            out.phases = es::phase_times{.total_ms = out.phases.total_ms};
+            return es::ok_status();
+        }
+        out.phases.on_device = true;
+        out.timeline = {es::op_time{"spy", es::step_phase::attention, 0, 0.0, 1.0, 100.0, 0.0}};
+        return es::ok_status();
+    }
+    std::vector<bool> asked; // per forward, whether it was asked to time its phases
+
+private:
+    es::backend &m_in;
+};
+
 } // namespace
 
 class TestEngine : public QObject {
@@ -208,6 +239,7 @@ private slots:
     void submitFeedsTokens();
     void overlappedStepsGiveSameTokens();
     void overlappedStopAndCancel();
+    void phaseTimingSamplesSteps();
 };
 
 void TestEngine::noModelAndBadFolder() {
@@ -701,6 +733,48 @@ void TestEngine::overlappedStopAndCancel() {
     QVERIFY(wait_until([&] { return e->telemetry()->memory.kv_blocks_used == 0; }));
     cancel_mid_stream(*e, prompt, 5);
     QVERIFY(e->telemetry()->n_steps_overlapped > 0);
+}
+
+// Which steps the engine asks a device to time per phase (engine_params::phase_timing_every):
+// every request's first two sampling steps (its prompt, its first decode), then one in N; all of
+// them while detailed profiling is on. The telemetry marks exactly those steps timed and carries
+// the latest one's launches.
+void TestEngine::phaseTimingSamplesSteps() {
+    es::model_load_params lp;
+    lp.need_tokenizer = false;
+    auto m = es::load_model((data_dir + "/moe-shared").toStdString(), lp);
+    QVERIFY(m.ok());
+    auto wrapped = std::make_unique<es::model>();
+    wrapped->config = (*m)->config;
+    auto spy_owner = std::make_unique<timing_spy>(*(*m)->be);
+    timing_spy &spy = *spy_owner;
+    wrapped->be = std::move(spy_owner);
+    es::engine_params ep;
+    ep.phase_timing_every = 4;
+    es::engine e(ep);
+    QVERIFY(e.load_model(std::move(wrapped)).get().ok());
+    const outcome a = collect(e.submit(greedy_ids({5, 6, 7, 8, 9, 10}, 12)));
+    QVERIFY2(a.error.empty(), a.error.c_str());
+    // Step 0: the prompt; 1: the first decode; then every fourth (5, 9).
+    const std::vector<bool> want = {true, true, false, false, false, true, false, false, false, true, false, false};
+    QCOMPARE(spy.asked, want);
+    auto t = e.telemetry();
+    QVERIFY(wait_until([&] { return (t = e.telemetry())->n_steps == want.size(); }));
+    QCOMPARE(t->recent_steps.size(), want.size());
+    for (size_t i = 0; i < want.size(); ++i) {
+        QCOMPARE(t->recent_steps[i].phases_timed, bool(want[i]));
+        QCOMPARE(t->recent_steps[i].phases_on_device, bool(want[i]));
+        if (want[i]) QVERIFY(t->recent_steps[i].attention_ms + t->recent_steps[i].moe_ms > 0.0);
+    }
+    QCOMPARE(t->timeline.size(), size_t(1));
+    QCOMPARE(t->timeline_step, uint64_t(9));
+    // Detailed: every step.
+    spy.asked.clear();
+    e.set_detailed_profiling(true);
+    QVERIFY(e.detailed_profiling());
+    const outcome b = collect(e.submit(greedy_ids({11, 12, 13}, 5)));
+    QVERIFY2(b.error.empty(), b.error.c_str());
+    QCOMPARE(spy.asked, std::vector<bool>(5, true));
 }
 
 QTEST_GUILESS_MAIN(TestEngine)
