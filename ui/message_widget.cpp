@@ -158,6 +158,11 @@ void MessageWidget::mousePressEvent(QMouseEvent *event) {
     QFrame::mousePressEvent(event);
 }
 
+void MessageWidget::changeEvent(QEvent *event) {
+    QFrame::changeEvent(event);
+    if (event->type() == QEvent::PaletteChange && m_message.role != MessageRole::User) shadeCodeBlocks();
+}
+
 QString MessageWidget::statusText() const { return m_status->text(); }
 
 void MessageWidget::setSelected(bool selected) {
@@ -208,13 +213,16 @@ void MessageWidget::render() {
 }
 
 // Code blocks on a background of their own (the Markdown importer marks them with BlockCodeFence),
-// so code stands apart from prose in every style.
+// so code stands apart from prose in every style: a shade off the base colour, lighter on a dark
+// base, darker on a light one.
 void MessageWidget::shadeCodeBlocks() {
+    const QColor alternate = palette().color(QPalette::AlternateBase);
+    const QColor shade = palette().color(QPalette::Base).lightness() < 128 ? alternate.lighter(118) : alternate.darker(104);
     QTextCursor cursor(m_body->document());
     for (QTextBlock b = m_body->document()->begin(); b.isValid(); b = b.next()) {
         if (!b.blockFormat().hasProperty(QTextFormat::BlockCodeFence)) continue;
         QTextBlockFormat f;
-        f.setBackground(palette().color(QPalette::AlternateBase).darker(104));
+        f.setBackground(shade);
         cursor.setPosition(b.position());
         cursor.mergeBlockFormat(f);
     }

@@ -46,6 +46,7 @@ signals:
 
 protected:
     void mousePressEvent(QMouseEvent *event) override;
+    void changeEvent(QEvent *event) override; // a new palette (theme): code blocks re-shaded
 
 private:
     void render();
