@@ -44,6 +44,10 @@ void setApplicationPalette(const QPalette &palette) {
     QApplication::setPalette(palette);
     QEvent change(QEvent::ApplicationPaletteChange);
     for (QWidget *w : QApplication::topLevelWidgets()) QCoreApplication::sendEvent(w, &change);
+    // A style sheet's palette(…) colours are looked up when it is applied: applied again, it
+    // takes the new palette's (the preset chips, the secondary texts).
+    for (QWidget *w : QApplication::allWidgets())
+        if (!w->styleSheet().isEmpty()) w->setStyleSheet(w->styleSheet());
 }
 
 // The desktop's wish as GTK and KDE store it (Qt before 6.5 has no API for it): GTK_THEME

@@ -46,7 +46,7 @@ signals:
 
 protected:
     void mousePressEvent(QMouseEvent *event) override;
-    void changeEvent(QEvent *event) override; // a new palette (theme): code blocks re-shaded
+    void changeEvent(QEvent *event) override; // a new palette or font: rendered again with them
 
 private:
     void render();

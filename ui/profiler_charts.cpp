@@ -124,6 +124,17 @@ void applyPalette(QCustomPlot *p) {
         legend->setBorderPen(QPen(pal.color(QPalette::Mid), 0));
         legend->setTextColor(ink);
     }
+    // "No data" cells (dense layers, shared experts) in a grey between the palette's base and
+    // text on a dark palette; the light grey the page chose on a light one.
+    const bool dark = pal.color(QPalette::Base).lightness() < 128;
+    for (int i = 0; i < p->plottableCount(); ++i) {
+        auto *map = qobject_cast<QCPColorMap *>(p->plottable(i));
+        if (!map) continue;
+        QCPColorGradient g = map->gradient();
+        if (!map->property("esLightNan").isValid()) map->setProperty("esLightNan", g.nanColor());
+        g.setNanColor(dark ? QColor(88, 88, 94) : map->property("esLightNan").value<QColor>());
+        map->setGradient(g);
+    }
     // Texts in the last ink (QCustomPlot's black at first) follow; a text given a colour of its
     // own keeps it.
     const QColor lastInk = p->property("esInk").value<QColor>().isValid() ? p->property("esInk").value<QColor>()
