@@ -137,13 +137,18 @@ QString Appearance::systemSchemeNote() {
 
 void Appearance::applyTheme(const QString &theme) {
     const SystemLook &system = systemLook(); // captured before the first change
+    static bool themed = false; // a palette of ours is on screen
     const bool dark = theme == QLatin1String("dark") || (theme != QLatin1String("light") && systemPrefersDark());
     if (theme != QLatin1String("light") && theme != QLatin1String("dark") && !dark) {
-        // The desktop's own light look, as the app started.
+        // The desktop's own light look, as the app started; untouched when it was never changed,
+        // so the platform keeps its palette (and its live updates) to itself.
+        if (!themed) return;
+        themed = false;
         if (QApplication::style()->name() != system.style) QApplication::setStyle(system.style);
         setApplicationPalette(system.palette);
         return;
     }
+    themed = true;
     if (QApplication::style()->name().compare(QLatin1String("fusion"), Qt::CaseInsensitive) != 0)
         QApplication::setStyle(QStringLiteral("Fusion"));
     setApplicationPalette(dark ? darkPalette() : lightPalette());
