@@ -1,5 +1,6 @@
 // ChatPane (see chat_pane.h).
 #include "chat_pane.h"
+#include "app_settings.h"
 
 #include "chat_store.h"
 #include "composer.h"
@@ -168,7 +169,8 @@ void ChatPane::editConversationSettings() {
     dialog.setWindowTitle(tr("Sampling settings of this conversation"));
     auto *layout = new QVBoxLayout(&dialog);
     auto *controls = new SamplingControls(&dialog);
-    controls->setModelDefaults(m_session->modelInfo().defaults);
+    // An unset field: the Preferences' default sampling, else the model's.
+    controls->setModelDefaults(overlaySampling(m_session->modelInfo().defaults, AppSettings::defaultSampling()));
     controls->setParams(current.sampling);
     layout->addWidget(controls);
     auto *buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
@@ -289,8 +291,9 @@ void ChatPane::scrollToBottom() {
 }
 
 SamplingParams ChatPane::effectiveSampling() const {
-    // Model defaults < the preset's choices < the conversation's own settings.
-    SamplingParams s = m_preset ? m_preset->sampling : SamplingParams{};
+    // Model defaults < the Preferences' default sampling < the preset's choices < the
+    // conversation's own settings.
+    SamplingParams s = overlaySampling(AppSettings::defaultSampling(), m_preset ? m_preset->sampling : SamplingParams{});
     std::optional<ConversationSettings> cs;
     if (m_conversation) {
         if (auto c = m_store->conversation(*m_conversation)) cs = c->settings;

@@ -11,8 +11,10 @@
 #include "conversation_sidebar.h"
 #include "engine_session.h"
 #include "expert_lab_dialog.h"
+#include "preferences_dialog.h"
 #include "preset_editor_dialog.h"
 #include "profiler_panel.h"
+#include "settings_keys.h"
 
 #include <QActionGroup>
 #include <QApplication>
@@ -211,6 +213,13 @@ void MainWindow::buildMenus() {
         undo->setEnabled(available);
         undo->setText(available ? tr("&Undo delete of “%1”").arg(title) : tr("&Undo delete"));
     });
+    edit->addSeparator();
+    // The platform's Preferences shortcut; Ctrl+, where it has none (X11 without KDE).
+    QAction *preferences = edit->addAction(tr("Pre&ferences…"), this, &MainWindow::openPreferences);
+    const QList<QKeySequence> preferenceKeys = QKeySequence::keyBindings(QKeySequence::Preferences);
+    preferences->setShortcuts(preferenceKeys.isEmpty() ? QList<QKeySequence>{QKeySequence(Qt::CTRL | Qt::Key_Comma)}
+                                                       : preferenceKeys);
+    preferences->setMenuRole(QAction::PreferencesRole);
 
     QMenu *view = menuBar()->addMenu(tr("&View"));
     view->addAction(tr("Add a &pane (compare)"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_N), this, [this] { addPane(); });
@@ -258,6 +267,8 @@ void MainWindow::buildMenus() {
         a->setCheckable(true);
         a->setChecked(m_session->options().*field == key);
         group->addAction(a);
+        // The Preferences dialog changes the same options: the check follows the session.
+        connect(menu, &QMenu::aboutToShow, a, [this, a, field, key] { a->setChecked(m_session->options().*field == key); });
         connect(a, &QAction::triggered, this, [this, field, setting, key] {
             EngineSessionOptions o = m_session->options();
             o.*field = key;
@@ -275,7 +286,7 @@ void MainWindow::buildMenus() {
     // A backend that cannot run here is shown, disabled, with the reason (no CUDA device, no module).
     for (auto [key, label] : {std::pair{"auto", tr("Automatic (GPU when usable)")}, {"cuda", tr("CUDA GPU")}, {"cpu", tr("CPU")}}) {
         QAction *a = addChoice(backendMenu, backends, label, &EngineSessionOptions::backend,
-                               QStringLiteral("engine/backend"), key);
+                               QString::fromLatin1(settings_keys::kBackend), key);
         const EngineSession::BackendAvailability availability = EngineSession::backendAvailability(key);
         if (availability.usable) continue;
         a->setEnabled(false);
@@ -289,7 +300,7 @@ void MainWindow::buildMenus() {
                               {"fp8", tr("FP8 (E4M3 weights)")},
                               {"bf16", tr("BF16 weights")}}) {
         QAction *a = addChoice(precisionMenu, precisions, label, &EngineSessionOptions::precision,
-                               QStringLiteral("engine/precision"), key);
+                               QString::fromLatin1(settings_keys::kPrecision), key);
         if (QString(key) != "auto")
             a->setToolTip(tr("On the CPU the weights are rounded the same way and computed in fp32, so the "
                              "effect of the precision on answers and routing can be compared anywhere."));
@@ -300,7 +311,7 @@ void MainWindow::buildMenus() {
     for (auto [key, label] : {std::pair{"bf16", tr("BF16 (exact keys and values)")},
                               {"fp8", tr("FP8 (E4M3: half the memory, on the GPU)")}}) {
         QAction *a = addChoice(kvMenu, kvCaches, label, &EngineSessionOptions::kvCache,
-                               QStringLiteral("engine/kv_cache"), key);
+                               QString::fromLatin1(settings_keys::kKvCache), key);
         a->setToolTip(QString(key) == "fp8"
                           ? tr("Keys and values stored in 8 bits: twice the context or replies in the same GPU "
                                "memory, at some cost in accuracy. The CPU keeps its fp32 cache.")
@@ -318,10 +329,13 @@ void MainWindow::buildMenus() {
                          "with what they leave, the KV cache (more context and more replies at once). Memory "
                          "other programs hold counts as used."));
         shares->addAction(a);
+        connect(shareMenu, &QMenu::aboutToShow, a, [this, a, percent] {
+            a->setChecked(qRound(m_session->options().gpuMemoryUtilization * 100.0) == percent);
+        });
         connect(a, &QAction::triggered, this, [this, percent] {
             EngineSessionOptions o = m_session->options();
             o.gpuMemoryUtilization = percent / 100.0;
-            QSettings().setValue(QStringLiteral("engine/gpu_memory_utilization"), o.gpuMemoryUtilization);
+            QSettings().setValue(settings_keys::kGpuMemoryUtilization, o.gpuMemoryUtilization);
             m_session->reconfigure(o);
         });
     }
@@ -335,9 +349,17 @@ void MainWindow::buildMenus() {
     });
 }
 
+void MainWindow::openPreferences() {
+    PreferencesDialog dialog(m_session, this);
+    dialog.setNotifier([window = QPointer<MainWindow>(this)](const QString &message) {
+        if (window) window->statusBar()->showMessage(message, 15000);
+    });
+    dialog.exec();
+}
+
 void MainWindow::managePresets() {
     PresetEditorDialog dialog(m_store, this);
-    dialog.setModelDefaults(m_session->modelInfo().defaults);
+    dialog.setModelDefaults(overlaySampling(m_session->modelInfo().defaults, AppSettings::defaultSampling()));
     if (m_current && m_current->activePreset()) dialog.selectPreset(m_current->activePreset()->id);
     dialog.exec();
 }

@@ -57,6 +57,7 @@ public slots:
     void closeCurrentPane();
     void applyPresetToCurrentPane(const std::optional<es::Preset> &preset);
     void managePresets();
+    void openPreferences(); // Edit ▸ Preferences… (PreferencesDialog)
 
 signals:
     void modelFolderChosen(const QString &dir);

@@ -73,7 +73,9 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
 
     auto *header = new QHBoxLayout;
     m_who = new QLabel(this);
-    m_who->setStyleSheet("font-weight: bold");
+    QFont bold; // only the weight: the size follows the message's (the chat font size)
+    bold.setBold(true);
+    m_who->setFont(bold);
     m_status = new QLabel(this);
     m_status->setStyleSheet("color: palette(mid)");
     m_who->setToolTip(tr("Click to show this message's profile in the profiler"));
@@ -158,6 +160,14 @@ void MessageWidget::mousePressEvent(QMouseEvent *event) {
     QFrame::mousePressEvent(event);
 }
 
+void MessageWidget::changeEvent(QEvent *event) {
+    QFrame::changeEvent(event);
+    // The Markdown's link colour, the code blocks' shade and the code's size are fixed when it is
+    // rendered: a new palette (theme) or font (chat font size) renders it again.
+    const bool restyled = event->type() == QEvent::PaletteChange || event->type() == QEvent::FontChange;
+    if (restyled && m_message.role != MessageRole::User) render();
+}
+
 QString MessageWidget::statusText() const { return m_status->text(); }
 
 void MessageWidget::setSelected(bool selected) {
@@ -208,13 +218,27 @@ void MessageWidget::render() {
 }
 
 // Code blocks on a background of their own (the Markdown importer marks them with BlockCodeFence),
-// so code stands apart from prose in every style.
+// so code stands apart from prose in every style: a shade off the base colour, lighter on a dark
+// base, darker on a light one. Code (blocks and inline) in the message's size: the importer gives
+// it the system's fixed font at that font's own size, which would not follow the chat font size.
 void MessageWidget::shadeCodeBlocks() {
+    const QColor alternate = palette().color(QPalette::AlternateBase);
+    const QColor shade = palette().color(QPalette::Base).lightness() < 128 ? alternate.lighter(118) : alternate.darker(104);
+    QTextCharFormat size;
+    size.setFontPointSize(font().pointSizeF());
     QTextCursor cursor(m_body->document());
     for (QTextBlock b = m_body->document()->begin(); b.isValid(); b = b.next()) {
-        if (!b.blockFormat().hasProperty(QTextFormat::BlockCodeFence)) continue;
+        const bool codeBlock = b.blockFormat().hasProperty(QTextFormat::BlockCodeFence);
+        for (auto it = b.begin(); !it.atEnd(); ++it) {
+            const QTextFragment fragment = it.fragment();
+            if (!codeBlock && !fragment.charFormat().fontFixedPitch()) continue; // inline code is fixed-pitch
+            cursor.setPosition(fragment.position());
+            cursor.setPosition(fragment.position() + fragment.length(), QTextCursor::KeepAnchor);
+            cursor.mergeCharFormat(size);
+        }
+        if (!codeBlock) continue;
         QTextBlockFormat f;
-        f.setBackground(palette().color(QPalette::AlternateBase).darker(104));
+        f.setBackground(shade);
         cursor.setPosition(b.position());
         cursor.mergeBlockFormat(f);
     }

@@ -3,6 +3,7 @@
 
 #include "storage_types.h"
 
+#include <QEvent>
 #include <QLabel>
 
 #include <qcustomplot.h>
@@ -69,6 +70,81 @@ QString ProfilerDefinitions::sharedAndDense() {
 
 namespace charts {
 
+namespace {
+
+// Re-colours its plot when the plot is first polished (the page has added its colour scales and
+// texts by then) and on every palette change after.
+class PaletteFollower : public QObject {
+public:
+    using QObject::QObject;
+
+protected:
+    bool eventFilter(QObject *watched, QEvent *event) override {
+        const QEvent::Type t = event->type();
+        if (t == QEvent::Polish || t == QEvent::PaletteChange || t == QEvent::ApplicationPaletteChange) {
+            auto *plot = static_cast<QCustomPlot *>(watched);
+            applyPalette(plot);
+            if (t != QEvent::Polish) queueReplot(plot);
+        }
+        return false;
+    }
+};
+
+void colourAxis(QCPAxis *a, const QColor &ink, const QColor &grid, const QColor &subGrid) {
+    const QPen line(ink, 0);
+    a->setBasePen(line);
+    a->setTickPen(line);
+    a->setSubTickPen(line);
+    a->setTickLabelColor(ink);
+    a->setLabelColor(ink);
+    a->grid()->setPen(QPen(grid, 0, Qt::DotLine));
+    a->grid()->setSubGridPen(QPen(subGrid, 0, Qt::DotLine));
+    a->grid()->setZeroLinePen(Qt::NoPen);
+}
+
+} // namespace
+
+void applyPalette(QCustomPlot *p) {
+    const QPalette &pal = p->palette();
+    const QColor ink = pal.color(QPalette::WindowText);
+    QColor grid = ink, subGrid = ink;
+    grid.setAlpha(70);
+    subGrid.setAlpha(30);
+    p->setBackground(pal.brush(QPalette::Base));
+    for (QCPAxisRect *r : p->axisRects())
+        for (QCPAxis *a : r->axes()) colourAxis(a, ink, grid, subGrid);
+    for (QCPLayoutElement *e : p->plotLayout()->elements(true))
+        if (auto *scale = qobject_cast<QCPColorScale *>(e)) colourAxis(scale->axis(), ink, grid, subGrid);
+    QList<QCPLegend *> legends{p->legend};
+    for (QCPAxisRect *r : p->axisRects())
+        for (QCPLayoutElement *e : r->insetLayout()->elements(false))
+            if (auto *legend = qobject_cast<QCPLegend *>(e); legend && !legends.contains(legend)) legends << legend;
+    for (QCPLegend *legend : legends) {
+        if (!legend) continue;
+        legend->setBrush(pal.brush(QPalette::Base));
+        legend->setBorderPen(QPen(pal.color(QPalette::Mid), 0));
+        legend->setTextColor(ink);
+    }
+    // "No data" cells (dense layers, shared experts) in a grey between the palette's base and
+    // text on a dark palette; the light grey the page chose on a light one.
+    const bool dark = pal.color(QPalette::Base).lightness() < 128;
+    for (int i = 0; i < p->plottableCount(); ++i) {
+        auto *map = qobject_cast<QCPColorMap *>(p->plottable(i));
+        if (!map) continue;
+        QCPColorGradient g = map->gradient();
+        if (!map->property("esLightNan").isValid()) map->setProperty("esLightNan", g.nanColor());
+        g.setNanColor(dark ? QColor(88, 88, 94) : map->property("esLightNan").value<QColor>());
+        map->setGradient(g);
+    }
+    // Texts in the last ink (QCustomPlot's black at first) follow; a text given a colour of its
+    // own keeps it.
+    const QColor lastInk = p->property("esInk").value<QColor>().isValid() ? p->property("esInk").value<QColor>()
+                                                                          : QColor(Qt::black);
+    for (int i = 0; i < p->itemCount(); ++i)
+        if (auto *text = qobject_cast<QCPItemText *>(p->item(i)); text && text->color() == lastInk) text->setColor(ink);
+    p->setProperty("esInk", ink);
+}
+
 QCustomPlot *makePlot(QWidget *parent) {
     auto *p = new QCustomPlot(parent);
     QFont f = p->font();
@@ -85,6 +161,7 @@ QCustomPlot *makePlot(QWidget *parent) {
     p->setInteractions({});
     p->setMinimumHeight(120);
     p->setMouseTracking(true);
+    p->installEventFilter(new PaletteFollower(p));
     return p;
 }
 

@@ -36,7 +36,13 @@ public:
 
 namespace charts {
 
+// The plot follows its palette: background, axes, grid, tick labels, legend and default-coloured
+// texts take their colours from it when it is first shown and whenever the palette changes (a
+// theme switched while the app runs), so a dark theme reaches the charts too.
 QCustomPlot *makePlot(QWidget *parent);
+// The palette colours onto plot's background, axes (colour scales' included), grids, legends and
+// the texts still in the previous palette's text colour; data colours stay. Does not replot.
+void applyPalette(QCustomPlot *plot);
 QCPColorGradient shareGradient();            // token share, 0 → light, high → dark; NaN grey
 QCPColorGradient categoricalGradient(int n); // n distinct hues for expert ids; NaN grey
 QString bytes(qint64 b);                     // "1.5 GiB"

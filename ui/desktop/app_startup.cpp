@@ -2,6 +2,7 @@
 #include "app_startup.h"
 
 #include "chat_store.h"
+#include "settings_keys.h"
 
 #include <QCoreApplication>
 #include <QDir>
@@ -24,8 +25,18 @@ QString defaultModelDir() {
 StartupPlan planStartup(const QString &explicitModel) {
     StartupPlan plan;
     QSettings settings;
-    const QString dataDir = QStandardPaths::writableLocation(QStandardPaths::AppDataLocation);
-    QDir().mkpath(dataDir);
+    // The data folder chosen in Preferences; one that cannot be made (a drive not mounted) gives
+    // way to the default folder, and the notice says so.
+    QString dataDir = settings_keys::dataFolder();
+    QString dataNotice;
+    if (!QDir().mkpath(dataDir) && dataDir != settings_keys::defaultDataFolder()) {
+        dataNotice = QCoreApplication::translate("Startup", "The data folder %1 cannot be used; the conversations "
+                                                             "are in the default folder %2 for now.")
+                          .arg(QDir::toNativeSeparators(dataDir),
+                               QDir::toNativeSeparators(settings_keys::defaultDataFolder()));
+        dataDir = settings_keys::defaultDataFolder();
+        QDir().mkpath(dataDir);
+    }
     plan.databasePath = QDir(dataDir).filePath("expertscope.sqlite");
     plan.lastSessionCrashed = settings.value("session/running", false).toBool();
     if (!explicitModel.isEmpty()) {
@@ -47,6 +58,7 @@ StartupPlan planStartup(const QString &explicitModel) {
             plan.modelToOpen = defaultModelDir(); // first run: the embedded default model
         }
     }
+    if (!dataNotice.isEmpty()) plan.notice = plan.notice.isEmpty() ? dataNotice : dataNotice + u' ' + plan.notice;
     return plan;
 }
 

@@ -11,14 +11,17 @@
 //                      --demo-prompt may be repeated: the prompts go one after another and the
 //                      screenshot waits for the last one's tokens.
 //   --profiler-tab P   show the profiler dock on page P: routing | compare | latency | memory
-//   --lang L           interface language, zh_CN | en (default: the system's; LANGUAGE honored)
+//   --lang L           interface language, zh_CN | en (default: the one chosen in Preferences, else
+//                      the system's; LANGUAGE honored)
 //   --smoke-test       once the model is loaded, send one message in a new conversation, wait for
 //                      the reply, print one line and exit: 0 with a reply, 1 at once on any
 //                      failure (smoke_test.h; the package test runs it offscreen in a fresh Debian
 //                      root)
 //   --connect URL      chat with the OpenAI-compatible server at URL instead of a local model
 //                      (its first model, or --served-model NAME; key from EXPERTSCOPE_API_KEY)
+#include "app_settings.h"
 #include "app_startup.h"
+#include "appearance.h"
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "composer.h"
@@ -37,7 +40,6 @@
 #include <QDockWidget>
 #include <QLockFile>
 #include <QMessageBox>
-#include <QSettings>
 #include <QSocketNotifier>
 #include <QStatusBar>
 #include <QTimer>
@@ -116,7 +118,9 @@ struct CommandLine {
     QCommandLineOption shotDelay{"screenshot-after-ms", "Delay after the first tokens (default 1500).", "ms", "1500"};
     QCommandLineOption profilerTab{"profiler-tab",
                                    "Show the profiler on this page: routing | compare | latency | memory.", "page"};
-    QCommandLineOption lang{"lang", "Interface language: zh_CN | en (default: the system's).", "code"};
+    QCommandLineOption lang{"lang", "Interface language: zh_CN | en (default: the one chosen in Preferences, else "
+                                    "the system's).",
+                            "code"};
     QCommandLineOption smokeTest{"smoke-test", "Send one message once the model is loaded, wait for the reply, exit "
                                                "0 when one came, 1 otherwise."};
     QCommandLineOption connectUrl{"connect",
@@ -160,18 +164,12 @@ void reportStoreFailure(const es::OpenResult &opened, const QString &databasePat
                           QObject::tr("The conversation database could not be opened:\n%1").arg(opened.message));
 }
 
-// The engine's options: --backend, else the last choice (auto) when it can run here, else auto
-// with *notice saying why; precision and KV cache as stored.
-es::EngineSessionOptions sessionOptions(const CommandLine &cli, QString *notice) {
-    QSettings settings;
-    es::EngineSessionOptions options;
-    options.backend = cli.parser.isSet(cli.backend)
-                          ? cli.parser.value(cli.backend)
-                          : es::EngineSession::usableSavedBackend(settings.value("engine/backend", "auto").toString(), notice);
-    options.precision = settings.value("engine/precision", "auto").toString();
-    options.kvCache = settings.value("engine/kv_cache", "bf16").toString();
-    options.gpuMemoryUtilization =
-        std::clamp(settings.value("engine/gpu_memory_utilization", 0.90).toDouble(), 0.10, 0.99);
+// The engine's options as stored (Preferences, the Model menu): --backend, else the last choice
+// (auto) when it can run here, else auto with *notice saying why.
+es::EngineSessionOptions sessionOptions(const CommandLine &cli, const es::AppSettings &settings, QString *notice) {
+    es::EngineSessionOptions options = settings.engineOptions({});
+    options.backend = cli.parser.isSet(cli.backend) ? cli.parser.value(cli.backend)
+                                                    : es::EngineSession::usableSavedBackend(settings.backend, notice);
     return options;
 }
 
@@ -343,7 +341,9 @@ int main(int argc, char **argv) {
     setApplicationIdentity();
     CommandLine cli;
     cli.parser.process(app);
-    es::installTranslations(app, cli.parser.value(cli.lang));
+    const es::AppSettings settings = es::AppSettings::load();
+    es::installTranslations(app, cli.parser.isSet(cli.lang) ? cli.parser.value(cli.lang) : settings.language);
+    es::Appearance::apply(settings); // theme and chat font size, before any window exists
     if (cli.parser.isSet(cli.version)) { // "-v" inside a bundle of short options: answered above otherwise
         printVersion(/*beforeApplication=*/false);
         return 0;
@@ -362,7 +362,7 @@ int main(int argc, char **argv) {
     es::markSessionRunning();
 
     QString backendNotice;
-    const es::EngineSessionOptions options = sessionOptions(cli, &backendNotice);
+    const es::EngineSessionOptions options = sessionOptions(cli, settings, &backendNotice);
     es::EngineSession session(options);
     recordModelLoads(session);
     quitOnSignals(app);

@@ -1,9 +1,11 @@
 // The desktop app's start-up decisions (ui/desktop/app_startup.cpp) against an in-memory store and
 // settings in a temporary folder: the first run opens the embedded default model and gets the
 // welcome conversation; a deleted welcome never comes back; an existing database gets none; a
-// failing store records nothing; the welcome is translated (zh_CN).
+// failing store records nothing; the welcome is translated (zh_CN); the database lives in the data
+// folder chosen in Preferences, or in the default one (and the notice says so) when that cannot be made.
 #include "app_startup.h"
 #include "chat_store.h"
+#include "settings_keys.h"
 #include "translations.h"
 
 #include <QCoreApplication>
@@ -27,6 +29,7 @@ private slots:
     void failingStoreRecordsNothing();
     void welcomeIsTranslated();
     void crashReopensTheModelUnlessItWasLoading();
+    void chosenDataFolderHoldsTheDatabase();
 
 private:
     QTemporaryDir m_config;
@@ -159,6 +162,26 @@ void TestAppStartup::crashReopensTheModelUnlessItWasLoading() {
     QVERIFY(!plan.lastSessionCrashed);
     QCOMPARE(plan.modelToOpen, model);
     QVERIFY(plan.notice.isEmpty());
+}
+
+void TestAppStartup::chosenDataFolderHoldsTheDatabase() {
+    QTemporaryDir dir;
+    const QString chosen = dir.filePath("conversations");
+    QSettings().setValue(settings_keys::kDataFolder, chosen);
+    StartupPlan plan = planStartup({});
+    QCOMPARE(plan.databasePath, QDir(chosen).filePath("expertscope.sqlite"));
+    QVERIFY(QFileInfo(chosen).isDir()); // made when missing
+    QVERIFY(plan.notice.isEmpty());
+
+    // A folder that cannot be made (below a file): the default folder, and the notice names both.
+    QFile file(dir.filePath("a-file"));
+    QVERIFY(file.open(QIODevice::WriteOnly));
+    file.close();
+    QSettings().setValue(settings_keys::kDataFolder, file.fileName() + "/below");
+    plan = planStartup({});
+    QCOMPARE(plan.databasePath, QDir(settings_keys::defaultDataFolder()).filePath("expertscope.sqlite"));
+    QVERIFY2(plan.notice.contains(file.fileName() + "/below") && plan.notice.contains(settings_keys::defaultDataFolder()),
+             qPrintable(plan.notice));
 }
 
 QTEST_GUILESS_MAIN(TestAppStartup)
