@@ -12,8 +12,14 @@
 #include "reply_writer.h"
 #include "sampling_controls.h"
 
+#include <QComboBox>
 #include <QDialog>
 #include <QDialogButtonBox>
+#include <QLocale>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QPlainTextEdit>
+#include <QThreadPool>
 #include <QEvent>
 #include <QHBoxLayout>
 #include <QToolButton>
@@ -51,6 +57,18 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
         else if (link == QLatin1String("clear")) setConversationIntervention({});
     });
     layout->addWidget(m_interventionBanner);
+    m_systemBanner = new QLabel(this);
+    m_systemBanner->setObjectName("systemPromptBanner");
+    m_systemBanner->setWordWrap(true);
+    m_systemBanner->setTextFormat(Qt::RichText);
+    m_systemBanner->setStyleSheet(
+        QStringLiteral("background: palette(alternate-base); border-left: 3px solid #3b6fb6; padding: 4px"));
+    m_systemBanner->hide();
+    connect(m_systemBanner, &QLabel::linkActivated, this, [this](const QString &link) {
+        if (link == QLatin1String("edit")) editSystemPrompt();
+        else if (link == QLatin1String("clear")) setSystemPrompt({});
+    });
+    layout->addWidget(m_systemBanner);
     m_scroll = new QScrollArea(this);
     m_scroll->setWidgetResizable(true);
     m_scroll->setFrameShape(QFrame::NoFrame);
@@ -74,6 +92,32 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     settings->setToolTip(tr("Temperature, top-p, seed and the other sampling settings of this conversation"));
     m_composer->topRow()->addWidget(settings);
     connect(settings, &QToolButton::clicked, this, &ChatPane::editConversationSettings);
+    auto *system = new QToolButton(m_composer);
+    system->setText(tr("System prompt…"));
+    system->setToolTip(tr("This conversation's own system prompt (no preset needed)"));
+    m_composer->topRow()->addWidget(system);
+    connect(system, &QToolButton::clicked, this, &ChatPane::editSystemPrompt);
+
+    // What a request does once the conversation outgrows the context.
+    m_policy = new QComboBox(m_composer);
+    m_policy->setObjectName("overflowPolicy");
+    m_policy->addItem(tr("When too long: keep system prompt and last turns"), int(OverflowPolicy::KeepSystemAndLast));
+    m_policy->addItem(tr("When too long: drop oldest"), int(OverflowPolicy::DropOldest));
+    m_policy->addItem(tr("When too long: refuse"), int(OverflowPolicy::Refuse));
+    m_policy->setToolTip(tr("What is sent once this conversation no longer fits the model's context: the system "
+                            "prompt and the latest turns; the oldest messages, system prompt included, left out "
+                            "first; or nothing, with the sizes named"));
+    m_policy->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    m_composer->footerRow()->insertWidget(2, m_policy);
+    connect(m_policy, &QComboBox::activated, this,
+            [this](int index) { setOverflowPolicy(OverflowPolicy(m_policy->itemData(index).toInt())); });
+
+    m_countPool = std::make_unique<QThreadPool>();
+    m_countPool->setMaxThreadCount(1);
+    m_countTimer.setSingleShot(true);
+    m_countTimer.setInterval(150);
+    connect(&m_countTimer, &QTimer::timeout, this, &ChatPane::updateTokenCount);
+    connect(m_composer, &Composer::draftChanged, this, [this] { m_countTimer.start(); });
     connect(m_presetBar, &PresetBar::presetApplied, this, [this](const Preset &p) { setActivePreset(p); });
     connect(m_presetBar, &PresetBar::presetCleared, this, [this] { setActivePreset(std::nullopt); });
     connect(m_presetBar, &PresetBar::managePresetsRequested, this, &ChatPane::managePresetsRequested);
@@ -92,6 +136,12 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     connect(m_session, &EngineSession::replyFinished, this, &ChatPane::onFinished);
     connect(m_session, &EngineSession::replyFailed, this, &ChatPane::onFailed);
     connect(m_session, &EngineSession::modelLoaded, this, &ChatPane::updateComposerState);
+    connect(m_session, &EngineSession::modelLoaded, this, [this] {
+        m_messageTokens.clear(); // another model, another tokenizer
+        m_historyKey.clear();
+        updateContextInfo();
+        updateTokenCount();
+    });
     connect(m_session, &EngineSession::modelLoadStarted, this, &ChatPane::updateComposerState);
     connect(m_session, &EngineSession::modelLoadFailed, this, &ChatPane::updateComposerState);
     connect(m_session, &EngineSession::remoteDisconnected, this, &ChatPane::updateComposerState);
@@ -100,10 +150,14 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     });
     ProfileRecorder::forSession(m_session); // follows every reply, so a finished one has a profile to store
     updateComposerState();
+    updateContextInfo();
     reload();
 }
 
 ChatPane::~ChatPane() {
+    // A count in flight posts to this pane: it ends before the pane does (its result is dropped).
+    m_countPool->clear();
+    m_countPool->waitForDone();
     // Closing mid-reply: keep what was produced, ended as stopped.
     if (!m_request) return;
     if (m_session) {
@@ -149,6 +203,7 @@ void ChatPane::conversationAboutToBeDeleted(qint64 id) {
 void ChatPane::setActivePreset(const std::optional<Preset> &preset) {
     const QString oldPrefix = m_preset ? m_preset->prefix : QString();
     m_preset = preset;
+    m_countTimer.start(); // its system prompt may change the count
     m_presetBar->setActivePreset(preset ? std::optional<qint64>(preset->id) : std::nullopt);
     m_composer->applyPrefix(oldPrefix, preset ? preset->prefix : QString());
     // Remember the choice with the conversation.
@@ -245,6 +300,7 @@ void ChatPane::updateComposerState() {
                                                              : tr("No model is loaded — File ▸ Open model… (Ctrl+O)"));
     else m_composer->setCanSend(true);
     m_composer->setGenerating(isGenerating());
+    updateContextInfo();
 }
 
 void ChatPane::reload() {
@@ -260,19 +316,34 @@ void ChatPane::reload() {
     if (m_conversation && !conv) m_conversation.reset();
     m_title->setText(conv ? (conv->title.isEmpty() ? tr("Untitled") : conv->title) : tr("New conversation"));
     updateInterventionBanner();
+    updateSystemPromptBanner();
+    m_policy->setCurrentIndex(m_policy->findData(int(overflowPolicy())));
+    m_countTimer.start();
+    m_branchTurns.clear();
+    m_branchKey.clear();
     if (!conv) return;
     const QList<Message> path = m_store->activePath(*m_conversation);
+    for (const Message &m : path) { // what the composer's count starts from
+        if (m.role == MessageRole::System) continue;
+        m_branchTurns.push_back({m.role, m.content});
+        m_branchKey += QStringLiteral("%1:%2,").arg(m.id).arg(m.content.size());
+    }
     qint64 lastAssistant = 0;
     for (const Message &m : path)
         if (m.role == MessageRole::Assistant) lastAssistant = m.id;
+    const qint64 leaf = path.isEmpty() ? 0 : path.constLast().id;
     for (const Message &m : path) {
         if (m.role == MessageRole::System) continue;
         auto *w = new MessageWidget(m, m_list);
         w->setSiblings(m_store->siblings(m.id));
         w->setRegenerateVisible(m.id == lastAssistant);
+        w->setContinueVisible(m.id == leaf && m.state == MessageState::Complete && m.finishReason == "length");
+        if (m.role == MessageRole::Assistant && m.state != MessageState::Partial) w->setMetrics(m_store->metrics(m.id));
         w->setActionsEnabled(!isGenerating());
         connect(w, &MessageWidget::editSubmitted, this, &ChatPane::editAndResend);
         connect(w, &MessageWidget::regenerateRequested, this, &ChatPane::regenerate);
+        connect(w, &MessageWidget::continueRequested, this, &ChatPane::continueReply);
+        connect(w, &MessageWidget::deleteRequested, this, &ChatPane::deleteMessage);
         connect(w, &MessageWidget::siblingRequested, this, &ChatPane::switchBranch);
         connect(w, &MessageWidget::selected, this, [this](qint64 id) {
             m_selectedMessage = id;
@@ -340,10 +411,14 @@ void ChatPane::send(const QString &text) {
         created.title = text.simplified();
         if (created.title.size() > 48) created.title = created.title.left(47) + QStringLiteral("…");
         created.settings = m_pendingSettings;
+        created.systemPrompt = m_pendingSystemPrompt;
+        created.overflowPolicy = m_pendingPolicy;
         if (m_preset) created.settings.presetId = m_preset->id;
         turn = m_store->beginTurnInNewConversation(created, text, generationInfo(seed));
         if (!turn) return emit errorOccurred(tr("Could not save the message: %1").arg(m_store->lastError()));
         m_pendingSettings = {};
+        m_pendingSystemPrompt.clear();
+        m_pendingPolicy = OverflowPolicy::KeepSystemAndLast;
         m_conversation = turn->conversationId;
         emit conversationCreated(turn->conversationId);
     } else {
@@ -379,20 +454,95 @@ void ChatPane::switchBranch(qint64 messageId) {
     reload();
 }
 
-void ChatPane::startReply(qint64 replyId) {
-    // The prompt: the active path up to (not including) the new partial reply.
+ContextBudget ChatPane::budget() const {
+    const SessionModelInfo info = m_session->modelInfo();
+    return contextBudget(info.contextLength, info.kvTokens,
+                         effectiveSampling().maxTokens.value_or(m_session->options().defaultMaxTokens));
+}
+
+std::optional<ChatRequest> ChatPane::buildRequest(qint64 replyId, bool continuing, int *dropped, QString *refusal) {
+    // The prompt: the active path up to the reply (with it when it is continued).
     ChatRequest req;
+    QList<qint64> ids;
     const QList<Message> path = m_store->pathTo(replyId);
     for (const Message &m : path) {
-        if (m.id == replyId) break;
         if (m.role == MessageRole::System) continue;
+        if (m.id == replyId && !continuing) break;
         req.messages.push_back({m.role, m.content});
+        ids.push_back(m.id);
+        if (m.id == replyId) break;
     }
-    if (m_preset) req.systemPrompt = m_preset->systemPrompt;
-    const auto reply = m_store->message(replyId);
+    req.systemPrompt = effectiveSystemPrompt();
     req.sampling = effectiveSampling();
+    req.continueLastReply = continuing;
+    *dropped = 0;
+    const std::shared_ptr<const PromptTokenizer> tok = m_session->promptTokenizer();
+    const ContextBudget b = budget();
+    if (!tok || b.limit <= 0) return req; // a remote server counts (and refuses) for itself
+
+    // Each message's tokens, counted once per text (a continued reply's text grows).
+    PromptSizes sizes;
+    sizes.frameTokens = tok->frameTokens();
+    sizes.systemTokens = tok->systemTokens(req.systemPrompt);
+    for (qsizetype i = 0; i < req.messages.size(); ++i) {
+        const ChatTurn &t = req.messages[i];
+        auto it = m_messageTokens.constFind(ids[i]);
+        if (it == m_messageTokens.constEnd() || it->first != t.content.size())
+            it = m_messageTokens.insert(ids[i], {t.content.size(), tok->messageTokens(t.role, t.content)});
+        sizes.messageTokens.push_back(it->second);
+        sizes.roles.push_back(t.role);
+    }
+    const OverflowPolicy policy = overflowPolicy();
+    ContextFit fit = ContextFitter::fit(sizes, b, policy);
+    // The parts' sum can miss the real count by a token or two where texts meet: near the limit
+    // the fitted prompt is counted exactly, and one more exchange goes while it is over.
+    const auto fitted = [&](const ContextFit &f) {
+        ChatRequest r = req;
+        if (!f.sendSystem) r.systemPrompt.clear();
+        r.messages = req.messages.mid(f.firstMessage);
+        return r;
+    };
+    const int margin = 16 + 2 * int(req.messages.size()); // ≥ what the parts' sum can miss
+    while (fit.fits && fit.promptTokens > b.promptLimit() - margin) {
+        const ChatRequest r = fitted(fit);
+        const int exact = tok->requestTokens(r);
+        if (exact <= b.promptLimit()) break;
+        // Make the fitter see the difference on the oldest part that is still sent.
+        sizes.frameTokens += exact - fit.promptTokens;
+        const ContextFit next = ContextFitter::fit(sizes, b, policy);
+        if (next == fit) { // cannot happen: the frame grew; kept as a guard against a loop
+            fit.fits = false;
+            break;
+        }
+        fit = next;
+    }
+    if (!fit.fits) {
+        *refusal = fit.refusal.isEmpty() ? tr("The prompt does not fit the model's context.") : fit.refusal;
+        return std::nullopt;
+    }
+    *dropped = fit.droppedMessages;
+    return fitted(fit);
+}
+
+void ChatPane::startReply(qint64 replyId, bool continuing) {
+    int dropped = 0;
+    QString refusal;
+    const std::optional<ChatRequest> req = buildRequest(replyId, continuing, &dropped, &refusal);
+    if (!req) {
+        // The turn stays, its reply failed with the reason (sizes named), so the user sees why.
+        if (!m_store->failReply(replyId, QString(), refusal)) emit errorOccurred(m_store->lastError());
+        reload();
+        return emit errorOccurred(refusal);
+    }
+    if (dropped > 0 && !m_store->setDroppedMessages(replyId, dropped)) emit errorOccurred(m_store->lastError());
+    submitReply(replyId, *req, QString());
+}
+
+void ChatPane::submitReply(qint64 replyId, const ChatRequest &request, const QString &savedText) {
+    ChatRequest req = request;
+    const auto reply = m_store->message(replyId);
     if (reply && reply->generation.seed) req.sampling.seed = reply->generation.seed;
-    m_reply = std::make_unique<ReplyWriter>(m_store, replyId);
+    m_reply = std::make_unique<ReplyWriter>(m_store, replyId, savedText);
     connect(m_reply.get(), &ReplyWriter::checkpointFailed, this, [this](const QString &error) {
         emit errorOccurred(tr("Could not save the reply: %1").arg(error));
     });
@@ -400,6 +550,203 @@ void ChatPane::startReply(qint64 replyId) {
     reload();
     emit generatingChanged(true);
     updateComposerState();
+}
+
+void ChatPane::continueReply(qint64 assistantMessageId) {
+    if (isGenerating() || !m_session->isModelLoaded()) return;
+    const std::optional<Message> m = m_store->message(assistantMessageId);
+    if (!m) return emit errorOccurred(m_store->lastError());
+    int dropped = 0;
+    QString refusal;
+    const std::optional<ChatRequest> req = buildRequest(assistantMessageId, true, &dropped, &refusal);
+    if (!req) return emit errorOccurred(refusal);
+    m_continuedMetrics = m_store->metrics(assistantMessageId);
+    if (!m_store->reopenReply(assistantMessageId))
+        return emit errorOccurred(tr("Could not continue the reply: %1").arg(m_store->lastError()));
+    if (!m_store->setDroppedMessages(assistantMessageId, dropped)) emit errorOccurred(m_store->lastError());
+    submitReply(assistantMessageId, *req, m->content);
+}
+
+void ChatPane::deleteMessage(qint64 messageId) {
+    const std::optional<Message> m = m_store->message(messageId);
+    if (!m) return emit errorOccurred(m_store->lastError());
+    QMessageBox box(QMessageBox::Question, tr("Delete message"),
+                    isGenerating() ? tr("Delete this message and every message below it in this branch? The reply "
+                                        "in progress is stopped first. This cannot be undone.")
+                                   : tr("Delete this message and every message below it in this branch? This "
+                                        "cannot be undone."),
+                    QMessageBox::Cancel, this);
+    QPushButton *yes = box.addButton(tr("Delete"), QMessageBox::DestructiveRole);
+    box.setDefaultButton(QMessageBox::Cancel);
+    box.exec();
+    if (box.clickedButton() != yes) return;
+    // Every message shown is on the active branch, so a reply streaming here is below this one.
+    if (isGenerating()) {
+        stop();
+        emit replyInterrupted(tr("The reply in progress was stopped to delete a message of its branch."));
+    }
+    if (!m_store->deleteMessage(messageId))
+        emit errorOccurred(tr("Could not delete the message: %1").arg(m_store->lastError()));
+    if (m_selectedMessage == messageId) m_selectedMessage = 0;
+    reload();
+}
+
+QString ChatPane::systemPrompt() const {
+    if (!m_conversation) return m_pendingSystemPrompt;
+    const auto c = m_store->conversation(*m_conversation);
+    return c ? c->systemPrompt : QString();
+}
+
+QString ChatPane::effectiveSystemPrompt() const {
+    const QString own = systemPrompt();
+    return !own.isEmpty() ? own : m_preset ? m_preset->systemPrompt : QString();
+}
+
+bool ChatPane::setSystemPrompt(const QString &prompt) {
+    if (m_conversation) {
+        if (!m_store->setSystemPrompt(*m_conversation, prompt)) {
+            emit errorOccurred(m_store->lastError());
+            return false;
+        }
+    } else {
+        m_pendingSystemPrompt = prompt;
+    }
+    updateSystemPromptBanner();
+    m_countTimer.start();
+    return true;
+}
+
+void ChatPane::editSystemPrompt() {
+    QDialog dialog(this);
+    dialog.setWindowTitle(tr("System prompt of this conversation"));
+    auto *layout = new QVBoxLayout(&dialog);
+    auto *help = new QLabel(tr("Sent first, as the system message, with every request of this conversation. "
+                               "Empty: none (a preset's system prompt applies, if it has one)."),
+                            &dialog);
+    help->setWordWrap(true);
+    layout->addWidget(help);
+    auto *edit = new QPlainTextEdit(&dialog);
+    edit->setPlainText(systemPrompt());
+    layout->addWidget(edit);
+    auto *buttons = new QDialogButtonBox(QDialogButtonBox::Ok | QDialogButtonBox::Cancel, &dialog);
+    layout->addWidget(buttons);
+    connect(buttons, &QDialogButtonBox::accepted, &dialog, &QDialog::accept);
+    connect(buttons, &QDialogButtonBox::rejected, &dialog, &QDialog::reject);
+    if (dialog.exec() != QDialog::Accepted) return;
+    setSystemPrompt(edit->toPlainText().trimmed());
+}
+
+QString ChatPane::systemPromptBannerText() const { return m_systemBanner->isVisibleTo(this) ? m_systemBanner->text() : QString(); }
+
+void ChatPane::updateSystemPromptBanner() {
+    const QString own = systemPrompt();
+    m_systemBanner->setVisible(!own.isEmpty());
+    if (own.isEmpty()) return;
+    const QString shown = own.simplified().size() > 160 ? own.simplified().left(159) + QStringLiteral("…") : own.simplified();
+    m_systemBanner->setText(tr("<b>System prompt</b>: %1 <a href=\"edit\">Edit…</a> · <a href=\"clear\">Clear</a>")
+                                .arg(shown.toHtmlEscaped()));
+    m_systemBanner->setToolTip(own);
+}
+
+OverflowPolicy ChatPane::overflowPolicy() const {
+    if (!m_conversation) return m_pendingPolicy;
+    const auto c = m_store->conversation(*m_conversation);
+    return c ? c->overflowPolicy : OverflowPolicy::KeepSystemAndLast;
+}
+
+bool ChatPane::setOverflowPolicy(OverflowPolicy policy) {
+    if (m_conversation) {
+        if (!m_store->setOverflowPolicy(*m_conversation, policy)) {
+            emit errorOccurred(m_store->lastError());
+            return false;
+        }
+    } else {
+        m_pendingPolicy = policy;
+    }
+    m_policy->setCurrentIndex(m_policy->findData(int(policy)));
+    showTokenCount();
+    return true;
+}
+
+void ChatPane::updateContextInfo() {
+    const SessionModelInfo info = m_session->modelInfo();
+    if (!m_session->isModelLoaded() || info.contextLength <= 0) return m_composer->setContextInfo({}, {});
+    const QLocale l;
+    QString text = tr("Context %1 tokens").arg(l.toString(info.contextLength));
+    if (info.kvCacheBytes > 0 && info.kvTokens > 0)
+        text += tr(" · KV cache %1 (%2 tokens)").arg(l.formattedDataSize(info.kvCacheBytes, 1), l.toString(info.kvTokens));
+    const ContextBudget b = budget();
+    m_composer->setContextInfo(
+        text, tr("The model's context: the most tokens one prompt and its reply may hold. The KV cache holds the "
+                 "tokens of every reply in flight; one prompt and its reply must fit it too. Each request keeps "
+                 "%1 tokens free for the reply, so a prompt may have %2.")
+                  .arg(l.toString(b.replyReserve), l.toString(b.promptLimit())));
+}
+
+// The count: the history's (cached; counted on the pool when it changed) plus the draft's.
+void ChatPane::updateTokenCount() {
+    const std::shared_ptr<const PromptTokenizer> tok = m_session->promptTokenizer();
+    if (!tok || !m_session->isModelLoaded()) {
+        m_shownTokens = -1;
+        m_composer->setTokenCount(m_session->isRemote() && m_session->isModelLoaded()
+                                      ? tr("no token count for a remote server")
+                                      : QString(),
+                                  {}, false);
+        return;
+    }
+    const QString system = effectiveSystemPrompt();
+    const QList<ChatTurn> turns = m_branchTurns;
+    const QString key = QString::number(quintptr(tok.get())) + QLatin1Char('/') + m_branchKey + QLatin1Char('/') + system;
+    // Without a reply before it, the new message meets plain text: the whole prompt is counted
+    // (it is short: the system prompt and the draft at most).
+    if (turns.isEmpty() || turns.constLast().role != MessageRole::Assistant) {
+        ChatRequest r;
+        r.systemPrompt = system;
+        r.messages = turns;
+        r.messages.push_back({MessageRole::User, m_composer->text()});
+        m_historyKey.clear();
+        m_shownTokens = tok->requestTokens(r);
+        return showTokenCount();
+    }
+    if (key != m_historyKey) {
+        if (key != m_pendingHistoryKey) {
+            m_pendingHistoryKey = key;
+            m_countPool->start([this, tok, system, turns, key] {
+                const int n = tok->historyTokens(system, turns);
+                QMetaObject::invokeMethod(
+                    this,
+                    [this, key, n] {
+                        if (key != m_pendingHistoryKey) return; // the branch changed meanwhile
+                        m_pendingHistoryKey.clear();
+                        m_historyKey = key;
+                        m_historyTokens = n;
+                        updateTokenCount();
+                    },
+                    Qt::QueuedConnection);
+            });
+        }
+        return m_composer->setTokenCount(tr("counting tokens…"), {}, false);
+    }
+    m_shownTokens = m_historyTokens + tok->newTurnTokens(m_composer->text());
+    showTokenCount();
+}
+
+void ChatPane::showTokenCount() {
+    if (m_shownTokens < 0) return;
+    const QLocale l;
+    const ContextBudget b = budget();
+    const bool over = b.limit > 0 && m_shownTokens > b.promptLimit();
+    QString text = tr("%1 / %2 tokens").arg(l.toString(m_shownTokens), l.toString(b.promptLimit()));
+    if (over)
+        text += overflowPolicy() == OverflowPolicy::Refuse ? tr(" — too long: it will be refused")
+                                                            : tr(" — too long: the oldest turns will be left out");
+    m_composer->setTokenCount(text,
+                              tr("The prompt that would be sent — system prompt, this branch and the text box, "
+                                 "rendered with the chat template — in the model's tokens, against what the "
+                                 "context leaves for it (%1 tokens are kept for the reply)")
+                                  .arg(l.toString(b.replyReserve)),
+                              over);
+    emit promptTokensCounted(m_shownTokens);
 }
 
 void ChatPane::onTokens(quint64 requestId, const QString &delta, int) {
@@ -418,6 +765,10 @@ void ChatPane::onFinished(quint64 requestId, const QString &reason, const Messag
     const std::optional<MessageProfile> profile = ProfileRecorder::forSession(m_session)->takeProfile(requestId);
     MessageMetrics stored = metrics;
     if (profile && profile->memoryPeakBytes > 0) stored.peakMemoryBytes = profile->memoryPeakBytes;
+    // A continued reply: timings are the continuation's, its token count the whole message's.
+    if (m_continuedMetrics && m_continuedMetrics->nOutputTokens)
+        stored.nOutputTokens = *m_continuedMetrics->nOutputTokens + stored.nOutputTokens.value_or(0);
+    m_continuedMetrics.reset();
     if (!m_reply->finish(reason, stored, routing, profile))
         emit errorOccurred(tr("Could not save the reply: %1").arg(m_store->lastError()));
     endReply();
@@ -436,6 +787,7 @@ void ChatPane::onFailed(quint64 requestId, const QString &message) {
 
 // After the reply's final state is written: back to idle, the list rebuilt from the store.
 void ChatPane::endReply() {
+    m_continuedMetrics.reset();
     m_reply.reset();
     m_replyWidget = nullptr;
     emit generatingChanged(false);

@@ -4,19 +4,31 @@
 // user's message and the reply's row in one transaction; while the reply streams the pane shows
 // the text at the session's pump rate and its ReplyWriter saves it at least every 250 ms, so a
 // crash loses at most the last 250 ms of text and never a finished message.
+// Context: the composer's footer shows the model's context and KV budget and a live count of the
+// prompt that would be sent (the history counted once off the GUI thread and cached, the draft
+// counted as it is typed, debounced); each conversation has its own system prompt and overflow
+// policy (stored with it), applied by ContextFitter when a request is built, so a chat longer
+// than the context stays usable and its replies say what their prompt left out. Continue carries
+// on a reply cut at its token limit; Delete removes a message and its branch (confirmed, and a
+// reply streaming in that branch is stopped first).
 #pragma once
 
+#include "context_fit.h"
 #include "session_types.h"
 #include "storage_types.h"
 
+#include <QHash>
 #include <QPointer>
+#include <QTimer>
 #include <QWidget>
 
 #include <memory>
 #include <optional>
 
+class QComboBox;
 class QLabel;
 class QScrollArea;
+class QThreadPool;
 class QVBoxLayout;
 
 namespace es {
@@ -68,6 +80,21 @@ public slots:
     bool setConversationIntervention(const es::ExpertIntervention &iv);
     // The intervention this conversation's next reply runs under (its own, else its preset's).
     ExpertIntervention nextIntervention() const { return effectiveSampling().intervention; }
+    // This conversation's own system prompt (empty: none, then the preset's applies); stored with
+    // it, or kept for a conversation not created yet.
+    QString systemPrompt() const;
+    bool setSystemPrompt(const QString &prompt);
+    void editSystemPrompt(); // a dialog over setSystemPrompt
+    QString systemPromptBannerText() const;
+    OverflowPolicy overflowPolicy() const;
+    bool setOverflowPolicy(es::OverflowPolicy policy);
+    // Carries on a reply cut at its token limit: the same message grows and is stored again.
+    void continueReply(qint64 assistantMessageId);
+    // Asks, then deletes the message and everything below it (ChatStore::deleteMessage); a reply
+    // in progress is stopped first (replyInterrupted says so).
+    void deleteMessage(qint64 messageId);
+    // The count the composer shows once the history's count is in (tests wait on it); -1: none.
+    int promptTokenCount() const { return m_shownTokens; }
 
 signals:
     void managePresetsRequested();
@@ -79,9 +106,20 @@ signals:
     // conversation, its conversation is being deleted); message says which, for the status bar.
     void replyInterrupted(const QString &message);
     void messageSelected(qint64 messageId); // the user clicked a message's header (the profiler shows it)
+    void promptTokensCounted(int tokens);   // the composer's count changed
 
 private:
-    void startReply(qint64 replyId);
+    // The request for reply `replyId` (its branch up to it; with it when continuing), fitted to the
+    // context under the conversation's policy; nullopt and *refusal when it cannot be sent.
+    std::optional<ChatRequest> buildRequest(qint64 replyId, bool continuing, int *dropped, QString *refusal);
+    void startReply(qint64 replyId, bool continuing = false);
+    void submitReply(qint64 replyId, const ChatRequest &req, const QString &savedText);
+    QString effectiveSystemPrompt() const;
+    ContextBudget budget() const;
+    void updateSystemPromptBanner();
+    void updateContextInfo();
+    void updateTokenCount(); // debounced by m_countTimer
+    void showTokenCount();
     void endReply();
     void onTokens(quint64 requestId, const QString &delta, int nTokens);
     void onFinished(quint64 requestId, const QString &reason, const es::MessageMetrics &metrics,
@@ -107,6 +145,24 @@ private:
     Composer *m_composer = nullptr;
     PresetBar *m_presetBar = nullptr;
     ConversationSettings m_pendingSettings; // for a conversation not created yet
+    QString m_pendingSystemPrompt;          // the same for its system prompt and policy
+    OverflowPolicy m_pendingPolicy = OverflowPolicy::KeepSystemAndLast;
+    QLabel *m_systemBanner = nullptr;
+    QComboBox *m_policy = nullptr;
+
+    // The live count: the history's (what precedes a new message) is counted on m_countPool and
+    // kept under its key; the draft's on the GUI thread, m_countTimer after the last keystroke.
+    QTimer m_countTimer;
+    std::unique_ptr<QThreadPool> m_countPool;
+    QList<ChatTurn> m_branchTurns; // the active branch as reload() read it
+    QString m_branchKey;           // its messages' ids and lengths
+    QString m_historyKey;        // what m_historyTokens was counted for ("" none)
+    QString m_pendingHistoryKey; // what the pool is counting now
+    int m_historyTokens = 0;
+    int m_shownTokens = -1;
+    QHash<qint64, QPair<qsizetype, int>> m_messageTokens; // id → (content length, tokens)
+
+    std::optional<MessageMetrics> m_continuedMetrics; // a continued reply's measurements before
 
     quint64 m_request = 0;                // engine request in flight (0: none)
     std::unique_ptr<ReplyWriter> m_reply; // its partial message in the store, while it streams

@@ -47,6 +47,18 @@ Composer::Composer(QWidget *parent) : QWidget(parent) {
     m_hint->setStyleSheet("color: palette(mid)");
     m_hint->setVisible(false);
     layout->addWidget(m_hint);
+    m_footer = new QHBoxLayout;
+    m_context = new QLabel(this);
+    m_context->setObjectName("contextInfo");
+    m_context->setStyleSheet("color: palette(mid); font-size: small");
+    m_tokens = new QLabel(this);
+    m_tokens->setObjectName("tokenCount");
+    m_tokens->setStyleSheet("color: palette(mid); font-size: small");
+    m_footer->addWidget(m_context);
+    m_footer->addStretch(1);
+    m_footer->addWidget(m_tokens);
+    layout->addLayout(m_footer);
+    connect(m_edit, &QPlainTextEdit::textChanged, this, &Composer::draftChanged);
 
     connect(m_edit, &ComposerEdit::sendRequested, this, &Composer::trySend);
     connect(m_send, &QPushButton::clicked, this, &Composer::trySend);
@@ -79,6 +91,23 @@ void Composer::setCanSend(bool can, const QString &whyNot) {
     m_send->setEnabled(can);
     m_hint->setText(whyNot);
     m_hint->setVisible(!can && !whyNot.isEmpty());
+}
+
+QString Composer::contextText() const { return m_context->text(); }
+QString Composer::tokenCountText() const { return m_tokens->text(); }
+
+void Composer::setContextInfo(const QString &text, const QString &toolTip) {
+    m_context->setText(text);
+    m_context->setToolTip(toolTip);
+    m_context->setVisible(!text.isEmpty());
+}
+
+void Composer::setTokenCount(const QString &text, const QString &toolTip, bool over) {
+    m_tokens->setText(text);
+    m_tokens->setToolTip(toolTip);
+    m_tokens->setStyleSheet(over ? QStringLiteral("color: #b3261e; font-size: small; font-weight: bold")
+                                 : QStringLiteral("color: palette(mid); font-size: small"));
+    m_tokens->setVisible(!text.isEmpty());
 }
 
 void Composer::applyPrefix(const QString &oldPrefix, const QString &newPrefix, bool takeFocus) {

@@ -3,12 +3,16 @@
 // (CommonMark + GitHub tables and code fences).
 #include "message_widget.h"
 
+#include "context_fit.h"
 #include "markdown_code_blocks.h"
 
 #include <QAbstractTextDocumentLayout>
 #include <cmath>
 #include <QApplication>
 #include <QClipboard>
+#include <QContextMenuEvent>
+#include <QLocale>
+#include <QMenu>
 #include <QDesktopServices>
 #include <QHBoxLayout>
 #include <QKeyEvent>
@@ -78,7 +82,6 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
     m_who->setFont(bold);
     m_status = new QLabel(this);
     m_status->setStyleSheet("color: palette(mid)");
-    m_who->setToolTip(tr("Click to show this message's profile in the profiler"));
     m_who->setCursor(Qt::PointingHandCursor);
     header->addWidget(m_who);
     header->addWidget(m_status);
@@ -89,8 +92,16 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
     m_copy = small_button(tr("Copy"), tr("Copy this message as Markdown"), this);
     m_edit = small_button(tr("Edit"), tr("Edit this message and send it again (the original stays as a branch)"), this);
     m_regen = small_button(tr("Regenerate"), tr("Generate another reply (the current one stays as a branch)"), this);
+    m_continue = small_button(tr("Continue"), tr("This reply stopped at its token limit: generate more of it"), this);
+    m_more = small_button(QStringLiteral("⋯"), tr("More actions"), this);
+    m_more->setPopupMode(QToolButton::InstantPopup);
+    auto *menu = new QMenu(m_more);
+    m_delete = menu->addAction(tr("Delete message…"));
+    m_delete->setToolTip(tr("Delete this message and every message below it in this branch"));
+    m_more->setMenu(menu);
     for (QWidget *w : {static_cast<QWidget *>(m_prev), static_cast<QWidget *>(m_branch), static_cast<QWidget *>(m_next),
-                       static_cast<QWidget *>(m_copy), static_cast<QWidget *>(m_edit), static_cast<QWidget *>(m_regen)})
+                       static_cast<QWidget *>(m_copy), static_cast<QWidget *>(m_edit), static_cast<QWidget *>(m_regen),
+                       static_cast<QWidget *>(m_continue), static_cast<QWidget *>(m_more)})
         header->addWidget(w);
     outer->addLayout(header);
 
@@ -112,6 +123,19 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
     editLayout->addLayout(editButtons);
     editPage->setVisible(false);
     outer->addWidget(editPage);
+    // Under a reply: what its prompt left out, then its measurements, both quiet.
+    m_contextNote = new QLabel(this);
+    m_contextNote->setObjectName("contextNote");
+    m_contextNote->setWordWrap(true);
+    m_contextNote->setStyleSheet("color: #9a6700; font-size: small");
+    m_contextNote->setVisible(false);
+    outer->addWidget(m_contextNote);
+    m_stats = new QLabel(this);
+    m_stats->setObjectName("messageStats");
+    m_stats->setStyleSheet("color: palette(mid); font-size: small");
+    m_stats->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    m_stats->setVisible(false);
+    outer->addWidget(m_stats);
 
     connect(m_copy, &QToolButton::clicked, this, [this] {
         QApplication::clipboard()->setText(m_text);
@@ -140,6 +164,8 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
         emit editSubmitted(m_message.id, t);
     });
     connect(m_regen, &QToolButton::clicked, this, [this] { emit regenerateRequested(m_message.id); });
+    connect(m_continue, &QToolButton::clicked, this, [this] { emit continueRequested(m_message.id); });
+    connect(m_delete, &QAction::triggered, this, [this] { emit deleteRequested(m_message.id); });
     connect(m_prev, &QToolButton::clicked, this, [this] {
         if (m_siblings.index > 0) emit siblingRequested(m_siblings.ids[m_siblings.index - 1]);
     });
@@ -149,6 +175,7 @@ MessageWidget::MessageWidget(const Message &message, QWidget *parent)
 
     m_edit->setVisible(message.role == MessageRole::User);
     m_regen->setVisible(false);
+    m_continue->setVisible(false);
     setSiblings({});
     m_streaming = message.state == MessageState::Partial;
     render();
@@ -168,7 +195,58 @@ void MessageWidget::changeEvent(QEvent *event) {
     if (restyled && m_message.role != MessageRole::User) render();
 }
 
+void MessageWidget::contextMenuEvent(QContextMenuEvent *event) {
+    // The body has its own menu (copy, select all); the header and margins offer the message's.
+    QMenu menu(this);
+    menu.addAction(m_delete);
+    menu.exec(event->globalPos());
+}
+
 QString MessageWidget::statusText() const { return m_status->text(); }
+QString MessageWidget::statsText() const { return m_stats->isVisibleTo(this) ? m_stats->text() : QString(); }
+QString MessageWidget::contextNoteText() const {
+    return m_contextNote->isVisibleTo(this) ? m_contextNote->text() : QString();
+}
+QString MessageWidget::headerToolTip() const { return m_who->toolTip(); }
+
+void MessageWidget::setMetrics(const std::optional<MessageMetrics> &metrics) {
+    m_metrics = metrics;
+    updateStats();
+}
+
+// The stats line (decode tok/s, output tokens, TTFT, stop reason) and the header's times.
+void MessageWidget::updateStats() {
+    const QLocale locale;
+    const QString sent = m_message.createdAt.toLocalTime().toString(QStringLiteral("yyyy-MM-dd HH:mm:ss"));
+    QString tip = (m_message.role == MessageRole::User ? tr("Sent %1") : tr("Started %1")).arg(sent);
+    const bool reply = m_message.role == MessageRole::Assistant && !m_streaming;
+    if (reply && m_metrics && !m_metrics->tokenTimesMs.isEmpty()) {
+        const double ms = m_metrics->tokenTimesMs.constLast();
+        tip += QLatin1Char('\n') + tr("Finished %1 (%2 s)")
+                                        .arg(m_message.createdAt.addMSecs(qint64(ms)).toLocalTime().toString(
+                                                 QStringLiteral("yyyy-MM-dd HH:mm:ss")),
+                                             locale.toString(ms / 1000.0, 'f', 1));
+    }
+    tip += QLatin1Char('\n') + tr("Click to show this message's profile in the profiler");
+    m_who->setToolTip(tip);
+
+    const QString note = reply ? ContextFitter::droppedNote(m_message.droppedMessages) : QString();
+    m_contextNote->setText(note);
+    m_contextNote->setVisible(!note.isEmpty());
+
+    QStringList parts;
+    if (reply && m_metrics) {
+        const MessageMetrics &mm = *m_metrics;
+        if (mm.decodeTokS) parts << tr("%1 tok/s").arg(locale.toString(*mm.decodeTokS, 'f', 1));
+        if (mm.nOutputTokens) parts << tr("%n token(s)", nullptr, *mm.nOutputTokens);
+        if (mm.nPromptTokens) parts << tr("prompt %1").arg(locale.toString(*mm.nPromptTokens));
+        if (mm.ttftMs) parts << tr("TTFT %1 ms").arg(locale.toString(*mm.ttftMs, 'f', 0));
+        const QString stop = mm.stopReason.isEmpty() ? m_message.finishReason : mm.stopReason;
+        if (!stop.isEmpty()) parts << tr("stop: %1").arg(stop);
+    }
+    m_stats->setText(parts.join(QStringLiteral(" · ")));
+    m_stats->setVisible(!parts.isEmpty());
+}
 
 void MessageWidget::setSelected(bool selected) {
     if (m_selected == selected) return;
@@ -215,6 +293,7 @@ void MessageWidget::render() {
     }
     static_cast<AutoHeightBrowser *>(m_body)->fitHeight();
     m_copy->setEnabled(!m_text.isEmpty());
+    updateStats();
 }
 
 // Code blocks on a background of their own (the Markdown importer marks them with BlockCodeFence),
@@ -278,8 +357,13 @@ void MessageWidget::setSiblings(const SiblingInfo &siblings) {
 
 void MessageWidget::setRegenerateVisible(bool visible) { m_regen->setVisible(visible && m_message.role == MessageRole::Assistant); }
 
+void MessageWidget::setContinueVisible(bool visible) {
+    m_continue->setVisible(visible && m_message.role == MessageRole::Assistant);
+}
+
 void MessageWidget::setActionsEnabled(bool enabled) {
-    for (QToolButton *b : {m_edit, m_regen, m_prev, m_next}) b->setEnabled(enabled);
+    // Delete stays enabled: the pane stops a reply in progress first, and says so.
+    for (QToolButton *b : {m_edit, m_regen, m_continue, m_prev, m_next}) b->setEnabled(enabled);
     if (enabled) setSiblings(m_siblings);
 }
 

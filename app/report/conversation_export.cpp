@@ -168,6 +168,7 @@ bool writeConversationJson(const ChatStore &store, qint64 conversationId, QIODev
                       {QStringLiteral("created_at"), isoTime(m.createdAt)},
                       {QStringLiteral("state"), messageStateName(m.state)},
                       {QStringLiteral("finish_reason"), m.finishReason}};
+        if (m.droppedMessages > 0) o.insert(QStringLiteral("dropped_messages"), m.droppedMessages);
         if (m.parentId && !local.contains(*m.parentId)) {
             *error = QStringLiteral("Message %1's parent %2 is not in the conversation")
                          .arg(m.id)
@@ -214,6 +215,8 @@ bool writeConversationJson(const ChatStore &store, qint64 conversationId, QIODev
         {QStringLiteral("updated_at"), isoTime(c->updatedAt)},
         {QStringLiteral("pinned"), c->pinned},
         {QStringLiteral("settings"), c->settings.toJson()},
+        {QStringLiteral("system_prompt"), c->systemPrompt},
+        {QStringLiteral("overflow_policy"), overflowPolicyName(c->overflowPolicy)},
         {QStringLiteral("current_leaf"), c->currentLeafId && local.contains(*c->currentLeafId)
                                              ? QJsonValue(local.value(*c->currentLeafId))
                                              : QJsonValue(QJsonValue::Null)}};
@@ -285,6 +288,16 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
     s.conversation.pinned = conv.value(QStringLiteral("pinned")).toBool();
     s.conversation.settings =
         ConversationSettings::fromJson(conv.value(QStringLiteral("settings")).toObject());
+    // Files from before these fields existed have neither: no system prompt, the default policy.
+    s.conversation.systemPrompt = conv.value(QStringLiteral("system_prompt")).toString();
+    if (const QJsonValue p = conv.value(QStringLiteral("overflow_policy")); !p.isUndefined()) {
+        const auto policy = overflowPolicyFromString(p.toString());
+        if (!policy) {
+            *error = QStringLiteral("\"overflow_policy\" is not refuse, drop-oldest or keep-last");
+            return std::nullopt;
+        }
+        s.conversation.overflowPolicy = *policy;
+    }
     const QJsonValue leaf = conv.value(QStringLiteral("current_leaf"));
     if (leaf.isDouble())
         s.conversation.currentLeafId = leaf.toInteger();
@@ -331,6 +344,10 @@ std::optional<ConversationSnapshot> parseConversationJson(const QByteArray &json
         m.createdAt = *created;
         m.content = o.value(QStringLiteral("content")).toString();
         m.finishReason = o.value(QStringLiteral("finish_reason")).toString();
+        if (const QJsonValue d = o.value(QStringLiteral("dropped_messages")); !d.isUndefined()) {
+            if (!d.isDouble() || d.toInteger(-1) < 0) return bad(QStringLiteral("\"dropped_messages\" is not a count"));
+            m.droppedMessages = int(d.toInteger());
+        }
         const QJsonObject g = o.value(QStringLiteral("generation")).toObject();
         m.generation.modelName = g.value(QStringLiteral("model_name")).toString();
         m.generation.modelHash = g.value(QStringLiteral("model_hash")).toString();

@@ -302,6 +302,7 @@ void EngineSession::loadModel(const QString &dir) {
     m_loaded = false;
     m_loading = true;
     m_info = {};
+    m_promptTokenizer.reset();
     auto state = std::make_shared<LoadState>();
     state->dir = dir;
     std::weak_ptr<LoadState> weak = state;
@@ -324,6 +325,7 @@ void EngineSession::dropRemote() {
     m_remote.reset();
     m_loaded = false;
     m_info = {};
+    m_promptTokenizer.reset();
 }
 
 void EngineSession::connectRemote(const RemoteEndpoint &endpoint) {
@@ -333,6 +335,7 @@ void EngineSession::connectRemote(const RemoteEndpoint &endpoint) {
     m_loading = true;
     m_loaded = false;
     m_info = {};
+    m_promptTokenizer.reset();
     m_engine->unload_model(); // the server does the work now: free the local weights
     m_remote = std::make_unique<RemoteClient>(endpoint, m_options.defaultMaxTokens);
     RemoteClient *r = m_remote.get();
@@ -378,6 +381,7 @@ void EngineSession::reconfigure(const EngineSessionOptions &options) {
     m_load.reset();
     m_loading = m_loaded = false;
     m_info = {};
+    m_promptTokenizer.reset();
     m_options = options;
     m_engine = std::make_unique<engine>(make_params(options));
     m_timer.setInterval(options.pumpIntervalMs);
@@ -409,6 +413,7 @@ quint64 EngineSession::submit(const ChatRequest &request) {
     }
     r.system_prompt = request.systemPrompt.toStdString();
     r.preset_prefix = request.presetPrefix.toStdString();
+    r.continue_final_message = request.continueLastReply;
     r.sampling = merge(request.sampling, m_engine->model_defaults(), m_options.defaultMaxTokens);
     if (const ExpertIntervention &iv = request.sampling.intervention; !iv.isEmpty()) {
         auto routing = to_routing_intervention(iv);
@@ -488,12 +493,14 @@ void EngineSession::pump() {
                 v.nParams = c.n_params();
                 v.nParamsActive = c.n_params_active();
                 v.contextLength = int(c.n_ctx_train);
+                v.kvTokens = qint64(info->n_kv_blocks) * info->block_size;
                 v.defaults = to_view(info->defaults);
                 if (auto t = m_engine->telemetry()) {
                     v.weightsBytes = qint64(t->memory.weights_bytes);
                     v.kvCacheBytes = qint64(t->memory.kv_block_bytes) * t->memory.kv_blocks_total;
                 }
                 m_info = v;
+                m_promptTokenizer = info->tok ? std::make_shared<const PromptTokenizer>(info->tok) : nullptr;
                 m_loaded = true;
                 emit modelLoaded(m_info);
             }

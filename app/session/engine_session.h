@@ -11,6 +11,7 @@
 // Thread: create and use on the GUI thread (or any one thread with an event loop).
 #pragma once
 
+#include "prompt_tokens.h"
 #include "remote_client.h"
 #include "session_types.h"
 
@@ -57,6 +58,10 @@ public:
     bool isRemote() const { return m_remote != nullptr; }
     RemoteClient *remote() const { return m_remote.get(); }
     const EngineSessionOptions &options() const { return m_options; }
+
+    // Counts prompts in the loaded model's tokens (any thread); null while no local model with a
+    // tokenizer is loaded (a remote server's tokenizer is not at hand).
+    std::shared_ptr<const PromptTokenizer> promptTokenizer() const { return m_promptTokenizer; }
 
     // The latest engine telemetry (a lock-free read; call from a 10–30 Hz timer, not per token).
     TelemetryView telemetry() const;
@@ -146,6 +151,7 @@ private:
     QTimer m_timer;
     bool m_loaded = false, m_loading = false;
     SessionModelInfo m_info;
+    std::shared_ptr<const PromptTokenizer> m_promptTokenizer;
     std::shared_ptr<LoadState> m_load;
     QString m_wantedDir; // the folder of the last loadModel (reconfigure reloads it)
     quint64 m_lastTokensGenerated = 0;

@@ -445,6 +445,14 @@ quint64 RemoteClient::submit(const ChatRequest &request) {
         });
         return id;
     }
+    if (request.continueLastReply) { // the OpenAI API cannot leave the last reply open: refused, not re-asked
+        m_active.insert(id, a);
+        QTimer::singleShot(0, this, [this, id] {
+            failReply(id, tr("continuing a reply needs the built-in engine; the OpenAI API of a remote server "
+                             "cannot carry on an assistant message (disconnect to continue it here)"));
+        });
+        return id;
+    }
     QJsonObject body{{"model", m_endpoint.model},
                      {"messages", messages},
                      {"stream", true},

@@ -21,6 +21,9 @@ struct ChatRequest {
     QString systemPrompt;       // empty: none
     QString presetPrefix;       // e.g. "【技术解析模式】", put before the last user message
     SamplingParams sampling;    // unset fields: the model's generation_config defaults
+    // The last message is an assistant reply cut short (stop reason "length") that this request
+    // carries on: the prompt ends inside it, and what is generated extends it.
+    bool continueLastReply = false;
 };
 
 struct SessionModelInfo {
@@ -35,6 +38,7 @@ struct SessionModelInfo {
     QList<int> moeLayers;
     qint64 nParams = 0, nParamsActive = 0;
     qint64 weightsBytes = 0, kvCacheBytes = 0;
+    qint64 kvTokens = 0;        // tokens the KV cache holds (all replies together); 0: unknown
     int contextLength = 0;
     SamplingParams defaults;    // from generation_config.json
     QString remoteUrl;          // set when replies come from a remote server (dir == remoteUrl)

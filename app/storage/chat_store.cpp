@@ -345,6 +345,14 @@ bool ChatStore::setConversationSettings(qint64 id, const ConversationSettings &s
     return m_conversations->setConversationSettings(id, settings);
 }
 
+bool ChatStore::setSystemPrompt(qint64 id, const QString &systemPrompt) {
+    return m_conversations->setSystemPrompt(id, systemPrompt);
+}
+
+bool ChatStore::setOverflowPolicy(qint64 id, OverflowPolicy policy) {
+    return m_conversations->setOverflowPolicy(id, policy);
+}
+
 std::optional<Conversation> ChatStore::conversation(qint64 id) const { return m_conversations->conversation(id); }
 
 QList<Conversation> ChatStore::conversations() const { return m_conversations->conversations(); }
@@ -426,6 +434,14 @@ std::optional<TurnIds> ChatStore::beginEditedTurn(qint64 userMessageId, const QS
 std::optional<qint64> ChatStore::beginPartialReply(qint64 conversationId, qint64 parentId,
                                                    const GenerationInfo &generation) {
     return m_conversations->beginPartialReply(conversationId, parentId, generation);
+}
+
+bool ChatStore::deleteMessage(qint64 messageId) { return m_conversations->deleteMessage(messageId); }
+
+bool ChatStore::reopenReply(qint64 messageId) { return m_conversations->reopenReply(messageId); }
+
+bool ChatStore::setDroppedMessages(qint64 messageId, int dropped) {
+    return m_conversations->setDroppedMessages(messageId, dropped);
 }
 
 bool ChatStore::updatePartialReply(qint64 messageId, const QString &text) {

@@ -91,6 +91,10 @@ public:
     bool renameConversation(qint64 id, const QString &title);
     bool setPinned(qint64 id, bool pinned);
     bool setConversationSettings(qint64 id, const ConversationSettings &settings);
+    // The conversation's own system prompt ("" for none) and its overflow policy (schema v6).
+    // Neither touches updated_at.
+    bool setSystemPrompt(qint64 id, const QString &systemPrompt);
+    bool setOverflowPolicy(qint64 id, OverflowPolicy policy);
     std::optional<Conversation> conversation(qint64 id) const;
     // Pinned first, then most recently updated first (ties: newer id first).
     QList<Conversation> conversations() const;
@@ -138,6 +142,11 @@ public:
     // Regenerate: begins a new partial assistant reply beside assistantMessageId (same parent).
     // One row, so one transaction: it is the whole turn.
     std::optional<qint64> regenerate(qint64 assistantMessageId, const GenerationInfo &generation);
+    // Deletes a message and every message below it (its branch), with their metrics, routing and
+    // profiles, in one transaction. When the active leaf was among them the active branch moves
+    // to the newest remaining sibling's branch, else to the parent (none: the conversation is
+    // empty). A reply still streaming in that branch must be ended first (its writer would fail).
+    bool deleteMessage(qint64 messageId);
 
     // ---- Turns: what the app writes when the user sends ----------------------------------------------
     // Each adds the user's message and begins the 'partial' assistant reply to it (the new current
@@ -161,6 +170,12 @@ public:
     // FTS index). The app calls it through ReplyWriter (reply_writer.h), which saves what arrived
     // within ReplyWriter::kCheckpointInterval; a crash loses only what came after the last one.
     bool updatePartialReply(qint64 messageId, const QString &text);
+    // Continue: a complete assistant reply becomes 'partial' again, its text kept, so that a
+    // ReplyWriter can append to it and end it as any reply (a crash meanwhile marks it
+    // interrupted with its text). Fails for any other message.
+    bool reopenReply(qint64 messageId);
+    // How many earlier messages of the branch the reply's prompt left out to fit the context.
+    bool setDroppedMessages(qint64 messageId, int dropped);
     // Ends a partial reply: text, state 'complete', finish reason, metrics and routing, in one
     // transaction. Fails if the message is not partial (e.g. recovered after a crash).
     bool finishReply(qint64 messageId, const QString &text, const QString &finishReason,

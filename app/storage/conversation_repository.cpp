@@ -19,19 +19,19 @@ namespace es {
 std::optional<qint64> ConversationRepository::createConversation(const QString &title,
                                                                  const ConversationSettings &settings) {
     if (!m_connection.checkThread()) return std::nullopt;
-    const std::optional<qint64> id = insertConversationRow(title, settings);
+    const std::optional<qint64> id = insertConversationRow({title, settings, {}, OverflowPolicy::KeepSystemAndLast});
     if (id) m_connection.notifyConversationsChanged();
     return id;
 }
 
-std::optional<qint64> ConversationRepository::insertConversationRow(const QString &title,
-                                                                    const ConversationSettings &settings) {
+std::optional<qint64> ConversationRepository::insertConversationRow(const NewConversation &create) {
     QSqlQuery q(m_connection.db());
     const qint64 now = m_connection.nowMs();
     if (!run(q,
-             QStringLiteral(
-                 "INSERT INTO conversations (title, created_at, updated_at, settings) VALUES (?, ?, ?, ?)"),
-             {title, now, now, jsonText(settings.toJson())})) {
+             QStringLiteral("INSERT INTO conversations (title, created_at, updated_at, settings, system_prompt, "
+                            "overflow_policy) VALUES (?, ?, ?, ?, ?, ?)"),
+             {create.title, now, now, jsonText(create.settings.toJson()), create.systemPrompt,
+              overflowPolicyName(create.overflowPolicy)})) {
         m_connection.fail(tr("Could not create a conversation"), q.lastError().text());
         return std::nullopt;
     }
@@ -69,6 +69,28 @@ bool ConversationRepository::setConversationSettings(qint64 id, const Conversati
     if (q.numRowsAffected() != 1) return m_connection.fail(tr("There is no conversation %1").arg(id), {});
     m_connection.notifyConversationsChanged();
     return true;
+}
+
+bool ConversationRepository::updateConversationColumn(qint64 id, const char *column, const QVariant &value,
+                                                      const QString &what) {
+    if (!m_connection.checkThread()) return false;
+    QSqlQuery q(m_connection.db());
+    // Like the sampling settings, these do not touch updated_at: they are not chat activity.
+    if (!run(q, QStringLiteral("UPDATE conversations SET %1 = ? WHERE id = ?").arg(QLatin1String(column)), {value, id}))
+        return m_connection.fail(what, q.lastError().text());
+    if (q.numRowsAffected() != 1) return m_connection.fail(tr("There is no conversation %1").arg(id), {});
+    m_connection.notifyConversationsChanged();
+    return true;
+}
+
+bool ConversationRepository::setSystemPrompt(qint64 id, const QString &systemPrompt) {
+    return updateConversationColumn(id, "system_prompt", systemPrompt,
+                                    tr("Could not save the system prompt of conversation %1").arg(id));
+}
+
+bool ConversationRepository::setOverflowPolicy(qint64 id, OverflowPolicy policy) {
+    return updateConversationColumn(id, "overflow_policy", overflowPolicyName(policy),
+                                    tr("Could not save the overflow policy of conversation %1").arg(id));
 }
 
 std::optional<Conversation> ConversationRepository::conversation(qint64 id) const {
@@ -156,10 +178,11 @@ bool ConversationRepository::restoreConversation(const ConversationSnapshot &sna
         // The leaf is set last: it references a message not inserted yet.
         if (!run(q,
                  QStringLiteral(
-                     "INSERT INTO conversations (id, title, created_at, updated_at, pinned, settings) "
-                     "VALUES (?, ?, ?, ?, ?, ?)"),
+                     "INSERT INTO conversations (id, title, created_at, updated_at, pinned, settings, "
+                     "system_prompt, overflow_policy) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"),
                  {c.id, c.title, c.createdAt.toMSecsSinceEpoch(), c.updatedAt.toMSecsSinceEpoch(),
-                  c.pinned ? 1 : 0, jsonText(c.settings.toJson())}))
+                  c.pinned ? 1 : 0, jsonText(c.settings.toJson()), c.systemPrompt,
+                  overflowPolicyName(c.overflowPolicy)}))
             return m_connection.fail(tr("Could not restore conversation %1").arg(c.id), q.lastError().text());
         QList<Message> messages = snapshot.messages;
         std::sort(messages.begin(), messages.end(),
@@ -168,12 +191,13 @@ bool ConversationRepository::restoreConversation(const ConversationSnapshot &sna
             if (!run(q,
                      QStringLiteral(
                          "INSERT INTO messages (id, conversation_id, parent_id, role, content, created_at, "
-                         "state, finish_reason, model_name, model_hash, precision, sampling, seed) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                         "state, finish_reason, model_name, model_hash, precision, sampling, seed, "
+                         "dropped_messages) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                      {m.id, c.id, nullable(m.parentId), messageRoleName(m.role), m.content,
                       m.createdAt.toMSecsSinceEpoch(), messageStateName(m.state), m.finishReason,
                       m.generation.modelName, m.generation.modelHash, m.generation.precision,
-                      jsonText(m.generation.sampling.toJson()), seedVariant(m.generation.seed)}))
+                      jsonText(m.generation.sampling.toJson()), seedVariant(m.generation.seed),
+                      m.droppedMessages}))
                 return m_connection.fail(tr("Could not restore message %1").arg(m.id), q.lastError().text());
         }
         for (auto it = snapshot.metrics.cbegin(); it != snapshot.metrics.cend(); ++it) {
@@ -219,10 +243,10 @@ std::optional<qint64> ConversationRepository::importConversation(const Conversat
         if (!t.ok()) return std::nullopt;
         QSqlQuery q(m_connection.db());
         if (!run(q,
-                 QStringLiteral("INSERT INTO conversations (title, created_at, updated_at, pinned, settings) "
-                                "VALUES (?, ?, ?, ?, ?)"),
+                 QStringLiteral("INSERT INTO conversations (title, created_at, updated_at, pinned, settings, "
+                                "system_prompt, overflow_policy) VALUES (?, ?, ?, ?, ?, ?, ?)"),
                  {c.title, c.createdAt.toMSecsSinceEpoch(), c.updatedAt.toMSecsSinceEpoch(), c.pinned ? 1 : 0,
-                  jsonText(c.settings.toJson())})) {
+                  jsonText(c.settings.toJson()), c.systemPrompt, overflowPolicyName(c.overflowPolicy)})) {
             m_connection.fail(tr("Could not import the conversation \"%1\"").arg(c.title),
                               q.lastError().text());
             return std::nullopt;
@@ -252,12 +276,13 @@ std::optional<qint64> ConversationRepository::importConversation(const Conversat
             if (!run(q,
                      QStringLiteral(
                          "INSERT INTO messages (conversation_id, parent_id, role, content, created_at, "
-                         "state, finish_reason, model_name, model_hash, precision, sampling, seed) "
-                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
+                         "state, finish_reason, model_name, model_hash, precision, sampling, seed, "
+                         "dropped_messages) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"),
                      {newId, nullable(parent), messageRoleName(m.role), m.content,
                       m.createdAt.toMSecsSinceEpoch(), messageStateName(m.state), m.finishReason,
                       m.generation.modelName, m.generation.modelHash, m.generation.precision,
-                      jsonText(m.generation.sampling.toJson()), seedVariant(m.generation.seed)})) {
+                      jsonText(m.generation.sampling.toJson()), seedVariant(m.generation.seed),
+                      m.droppedMessages})) {
                 m_connection.fail(tr("Could not import message %1").arg(m.id), q.lastError().text());
                 return std::nullopt;
             }
@@ -564,6 +589,57 @@ std::optional<qint64> ConversationRepository::regenerate(qint64 assistantMessage
                          MessageState::Partial, generation);
 }
 
+bool ConversationRepository::deleteMessage(qint64 messageId) {
+    if (!m_connection.checkThread()) return false;
+    qint64 conversationId = 0;
+    {
+        StoreTransaction t(m_connection);
+        if (!t.ok()) return false;
+        const std::optional<Message> m = message(messageId);
+        if (!m) return false;
+        conversationId = m->conversationId;
+        const std::optional<Conversation> c = conversation(conversationId);
+        if (!c) return false;
+        // Is the active leaf inside the subtree that goes? Then the branch moves: to the newest
+        // remaining sibling's branch, else to the parent, else the conversation is empty.
+        bool leafGoes = false;
+        if (c->currentLeafId)
+            for (const Message &onPath : pathTo(*c->currentLeafId))
+                if (onPath.id == messageId) leafGoes = true;
+        QSqlQuery q(m_connection.db());
+        // The subtree goes with it (parent_id ON DELETE CASCADE), with its metrics, routing and
+        // profiles; the FTS triggers fire.
+        if (!run(q, QStringLiteral("DELETE FROM messages WHERE id = ?"), {messageId}))
+            return m_connection.fail(tr("Could not delete message %1").arg(messageId), q.lastError().text());
+        if (leafGoes) {
+            std::optional<qint64> leaf = m->parentId;
+            if (!run(q,
+                     QStringLiteral("SELECT max(id) FROM messages WHERE conversation_id = ? AND parent_id IS ?"),
+                     {conversationId, nullable(m->parentId)}) ||
+                !q.next())
+                return m_connection.fail(tr("Could not delete message %1").arg(messageId), q.lastError().text());
+            if (!q.value(0).isNull()) {
+                leaf = q.value(0).toLongLong();
+                for (;;) { // the sibling's newest branch, as selectBranch follows it
+                    if (!run(q, QStringLiteral("SELECT max(id) FROM messages WHERE parent_id = ?"), {*leaf}) ||
+                        !q.next())
+                        return m_connection.fail(tr("Could not delete message %1").arg(messageId),
+                                                 q.lastError().text());
+                    if (q.value(0).isNull()) break;
+                    leaf = q.value(0).toLongLong();
+                }
+            }
+            if (!run(q, QStringLiteral("UPDATE conversations SET current_leaf_id = ? WHERE id = ?"),
+                     {nullable(leaf), conversationId}))
+                return m_connection.fail(tr("Could not delete message %1").arg(messageId), q.lastError().text());
+        }
+        if (!touchConversation(conversationId) || !t.commit()) return false;
+    }
+    m_connection.notifyMessagesChanged(conversationId);
+    m_connection.notifyConversationsChanged();
+    return true;
+}
+
 // ---- Turns ------------------------------------------------------------------------------------------------
 
 std::optional<TurnIds> ConversationRepository::insertTurnRows(qint64 conversationId,
@@ -592,7 +668,7 @@ std::optional<TurnIds> ConversationRepository::beginTurn(std::optional<qint64> c
     {
         StoreTransaction t(m_connection);
         if (!t.ok()) return std::nullopt;
-        if (!conversationId) conversationId = insertConversationRow(create.title, create.settings);
+        if (!conversationId) conversationId = insertConversationRow(create);
         if (!conversationId) return std::nullopt;
         ids = insertTurnRows(*conversationId, parentId, text, reply);
         if (!ids || !t.commit()) return std::nullopt;
@@ -627,6 +703,32 @@ bool ConversationRepository::updatePartialReply(qint64 messageId, const QString 
         return m_connection.fail(tr("Could not save the reply so far"), q.lastError().text());
     if (q.numRowsAffected() != 1)
         return m_connection.fail(tr("Message %1 is not a reply in progress").arg(messageId), {});
+    return true;
+}
+
+bool ConversationRepository::reopenReply(qint64 messageId) {
+    if (!m_connection.checkThread()) return false;
+    const std::optional<Message> m = message(messageId);
+    if (!m) return false;
+    if (m->role != MessageRole::Assistant || m->state != MessageState::Complete)
+        return m_connection.fail(tr("Message %1 is not a finished reply, so it cannot be continued").arg(messageId), {});
+    QSqlQuery q(m_connection.db());
+    // Back to 'partial': the text leaves the search index until the reply ends again (FTS triggers),
+    // and a crash meanwhile marks it interrupted with what it had.
+    if (!run(q, QStringLiteral("UPDATE messages SET state = 'partial', finish_reason = '' WHERE id = ? AND state = 'complete'"),
+             {messageId}))
+        return m_connection.fail(tr("Could not continue reply %1").arg(messageId), q.lastError().text());
+    if (q.numRowsAffected() != 1) return m_connection.fail(tr("Message %1 is not a finished reply").arg(messageId), {});
+    m_connection.notifyMessagesChanged(m->conversationId);
+    return true;
+}
+
+bool ConversationRepository::setDroppedMessages(qint64 messageId, int dropped) {
+    if (!m_connection.checkThread()) return false;
+    QSqlQuery q(m_connection.db());
+    if (!run(q, QStringLiteral("UPDATE messages SET dropped_messages = ? WHERE id = ?"), {dropped, messageId}))
+        return m_connection.fail(tr("Could not save reply %1").arg(messageId), q.lastError().text());
+    if (q.numRowsAffected() != 1) return m_connection.fail(tr("There is no message %1").arg(messageId), {});
     return true;
 }
 

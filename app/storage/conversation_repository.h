@@ -10,6 +10,7 @@
 #include "turn_ids.h"
 
 #include <QCoreApplication>
+#include <QVariant>
 
 #include <functional>
 #include <optional>
@@ -30,6 +31,8 @@ public:
     bool renameConversation(qint64 id, const QString &title);
     bool setPinned(qint64 id, bool pinned);
     bool setConversationSettings(qint64 id, const ConversationSettings &settings);
+    bool setSystemPrompt(qint64 id, const QString &systemPrompt);
+    bool setOverflowPolicy(qint64 id, OverflowPolicy policy);
     std::optional<Conversation> conversation(qint64 id) const;
     QList<Conversation> conversations() const;
     std::optional<ConversationSnapshot> deleteConversation(qint64 id);
@@ -50,6 +53,7 @@ public:
     SiblingInfo siblings(qint64 messageId) const;
     std::optional<qint64> editAndResend(qint64 userMessageId, const QString &newContent);
     std::optional<qint64> regenerate(qint64 assistantMessageId, const GenerationInfo &generation);
+    bool deleteMessage(qint64 messageId);
 
     // ---- Turns: a user message and the partial reply to it, in one transaction ---------------------
     // conversationId nullopt: a new conversation made from `create`, in the same transaction.
@@ -63,6 +67,8 @@ public:
     std::optional<qint64> beginPartialReply(qint64 conversationId, qint64 parentId,
                                             const GenerationInfo &generation);
     bool updatePartialReply(qint64 messageId, const QString &text);
+    bool reopenReply(qint64 messageId);
+    bool setDroppedMessages(qint64 messageId, int dropped);
     // Ends a partial reply in one transaction: text, state, finish reason, then what is given:
     // metrics (replacing), routing (replacing the message's rows), the profile (with its own
     // routing counts when `routing` is null or empty). Fails if the message is not partial.
@@ -76,7 +82,8 @@ private:
     std::optional<Message> userMessageToEdit(qint64 userMessageId);
     bool touchConversation(qint64 conversationId);
     // The row writers below run inside the caller's transaction and report nothing.
-    std::optional<qint64> insertConversationRow(const QString &title, const ConversationSettings &settings);
+    std::optional<qint64> insertConversationRow(const NewConversation &create);
+    bool updateConversationColumn(qint64 id, const char *column, const QVariant &value, const QString &what);
     // A message under parentId (checked to be in the same conversation), made current leaf.
     std::optional<qint64> insertMessageRow(qint64 conversationId, std::optional<qint64> parentId,
                                            MessageRole role, const QString &content, MessageState state,

@@ -6,7 +6,10 @@
 namespace es {
 
 ReplyWriter::ReplyWriter(ChatStore *store, qint64 replyId, QObject *parent)
-    : QObject(parent), m_store(store), m_replyId(replyId) {
+    : ReplyWriter(store, replyId, QString(), parent) {}
+
+ReplyWriter::ReplyWriter(ChatStore *store, qint64 replyId, const QString &savedText, QObject *parent)
+    : QObject(parent), m_store(store), m_replyId(replyId), m_text(savedText), m_savedLength(savedText.size()) {
     m_timer.setSingleShot(true);
     m_timer.setTimerType(Qt::PreciseTimer); // a coarse timer may fire 5% late
     connect(&m_timer, &QTimer::timeout, this, &ReplyWriter::checkpoint);

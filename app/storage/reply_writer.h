@@ -39,8 +39,10 @@ public:
         qint64 maxSaveNs = 0;
     };
 
-    // replyId: a message in state 'partial' (ChatStore::beginTurn or regenerate).
+    // replyId: a message in state 'partial' (ChatStore::beginTurn or regenerate, or a reply
+    // reopened to continue it: then `savedText` is its stored text, which appends extend).
     ReplyWriter(ChatStore *store, qint64 replyId, QObject *parent = nullptr);
+    ReplyWriter(ChatStore *store, qint64 replyId, const QString &savedText, QObject *parent = nullptr);
 
     qint64 replyId() const { return m_replyId; }
     const QString &text() const { return m_text; }

@@ -1,7 +1,8 @@
 // Schema steps of the chat database. The first release builds its schema in three steps (core
 // tables; measurements; full-text search) so that the upgrade path, backups and per-step
 // transactions are exercised by the tests from day one; v4 adds the profiler's per-message
-// profiles, v5 their steps and memory samples. Frozen once released: add v6, never edit v1..v5. Times are
+// profiles, v5 their steps and memory samples, v6 the chat's context controls. Frozen once
+// released: add v7, never edit v1..v6. Times are
 // INTEGER ms since the epoch (UTC); JSON columns are checked valid.
 #include "schema_migrations.h"
 
@@ -197,10 +198,27 @@ bool migrateToV5(QSqlDatabase &db, QString *error) {
                    error);
 }
 
-// v6: profiles whose phases were timed on a sample of the steps (on the GPU): the shared
+// v6: per-conversation context controls and what a reply's prompt left out. A conversation's own
+// system prompt (without a preset) and its overflow policy — what a request does when the
+// history outgrows the model's context: 'refuse', 'drop-oldest' (oldest messages first, the
+// system prompt included) or 'keep-last' (the system prompt and the latest turns; the default,
+// so an old long chat stays usable). messages.dropped_messages: earlier messages of the branch
+// left out of that reply's prompt (0 for every message from before v6).
+bool migrateToV6(QSqlDatabase &db, QString *error) {
+    return execAll(db,
+                   {
+                       "ALTER TABLE conversations ADD COLUMN system_prompt TEXT NOT NULL DEFAULT ''",
+                       R"(ALTER TABLE conversations ADD COLUMN overflow_policy TEXT NOT NULL DEFAULT 'keep-last'
+                            CHECK (overflow_policy IN ('refuse', 'drop-oldest', 'keep-last')))",
+                       "ALTER TABLE messages ADD COLUMN dropped_messages INTEGER NOT NULL DEFAULT 0",
+                   },
+                   error);
+}
+
+// v7: profiles whose phases were timed on a sample of the steps (on the GPU): the shared
 // experts' phase, how many steps were timed (-1 for older rows: every step, on the host) and the
 // step timeline of the latest one (JSON, message_profile_codec.cpp; NULL: none).
-bool migrateToV6(QSqlDatabase &db, QString *error) {
+bool migrateToV7(QSqlDatabase &db, QString *error) {
     return execAll(db,
                    {
                        "ALTER TABLE message_profiles ADD COLUMN moe_shared_ms REAL NOT NULL DEFAULT 0",
@@ -219,7 +237,8 @@ const QList<Migration> &migrations() {
         {3, "full-text search (FTS5, trigram) over messages and titles", &migrateToV3},
         {4, "per-message profiles (token times, phase times, memory peak, routing trace)", &migrateToV4},
         {5, "per-step phase times and memory samples of each profile", &migrateToV5},
-        {6, "sampled phase timing: shared experts, timed steps, the step timeline", &migrateToV6},
+        {6, "per-conversation system prompt and overflow policy; messages left out of a prompt", &migrateToV6},
+        {7, "sampled phase timing: shared experts, timed steps, the step timeline", &migrateToV7},
     };
     return steps;
 }

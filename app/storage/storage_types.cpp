@@ -29,6 +29,22 @@ QString messageStateName(MessageState state) {
     return {};
 }
 
+QString overflowPolicyName(OverflowPolicy p) {
+    switch (p) {
+    case OverflowPolicy::Refuse: return QStringLiteral("refuse");
+    case OverflowPolicy::DropOldest: return QStringLiteral("drop-oldest");
+    case OverflowPolicy::KeepSystemAndLast: return QStringLiteral("keep-last");
+    }
+    return {};
+}
+
+std::optional<OverflowPolicy> overflowPolicyFromString(const QString &s) {
+    if (s == QLatin1String("refuse")) return OverflowPolicy::Refuse;
+    if (s == QLatin1String("drop-oldest")) return OverflowPolicy::DropOldest;
+    if (s == QLatin1String("keep-last")) return OverflowPolicy::KeepSystemAndLast;
+    return std::nullopt;
+}
+
 std::optional<MessageRole> messageRoleFromString(const QString &s) {
     if (s == QLatin1String("system")) return MessageRole::System;
     if (s == QLatin1String("user")) return MessageRole::User;

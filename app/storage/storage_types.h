@@ -25,6 +25,13 @@ enum class MessageState {
     Failed,   // the engine failed, or the app died mid-reply (finishReason "interrupted")
 };
 
+// What a conversation's request does when the history no longer fits the model's context
+// (conversations.overflow_policy, schema v6): refuse with the sizes; drop the oldest messages,
+// the system prompt first; or keep the system prompt and drop the oldest turns after it.
+enum class OverflowPolicy { Refuse, DropOldest, KeepSystemAndLast };
+QString overflowPolicyName(OverflowPolicy p); // "refuse" | "drop-oldest" | "keep-last" (stored)
+std::optional<OverflowPolicy> overflowPolicyFromString(const QString &s);
+
 QString messageRoleName(MessageRole role);   // "system" | "user" | "assistant" (the stored spelling)
 QString messageStateName(MessageState state); // "complete" | "partial" | "failed"
 std::optional<MessageRole> messageRoleFromString(const QString &s);
@@ -98,6 +105,10 @@ struct Conversation {
     bool pinned = false;
     std::optional<qint64> currentLeafId; // the active branch ends here; none while empty
     ConversationSettings settings;
+    // Schema v6. The conversation's own system prompt (empty: none; then a preset's, if any) and
+    // what a request does when the history outgrows the context.
+    QString systemPrompt;
+    OverflowPolicy overflowPolicy = OverflowPolicy::KeepSystemAndLast;
     bool operator==(const Conversation &) const = default;
 };
 
@@ -121,6 +132,8 @@ struct Message {
     MessageState state = MessageState::Complete;
     QString finishReason; // "stop", "length", "cancelled", "error: …", "interrupted"
     GenerationInfo generation;
+    // Schema v6: earlier messages of the branch left out of this reply's prompt to fit the context.
+    int droppedMessages = 0;
     bool operator==(const Message &) const = default;
 };
 

@@ -27,6 +27,8 @@ Conversation readConversation(const QSqlQuery &q) {
     c.pinned = q.value(4).toInt() != 0;
     c.currentLeafId = optionalValue<qint64>(q.value(5));
     c.settings = ConversationSettings::fromJson(jsonObject(q.value(6)));
+    c.systemPrompt = q.value(7).toString();
+    c.overflowPolicy = overflowPolicyFromString(q.value(8).toString()).value_or(OverflowPolicy::KeepSystemAndLast);
     return c;
 }
 
@@ -45,6 +47,7 @@ Message readMessage(const QSqlQuery &q) {
     m.generation.precision = q.value(10).toString();
     m.generation.sampling = SamplingParams::fromJson(jsonObject(q.value(11)));
     if (!q.value(12).isNull()) m.generation.seed = quint64(q.value(12).toLongLong());
+    m.droppedMessages = q.value(13).toInt();
     return m;
 }
 

@@ -19,10 +19,12 @@ namespace es {
 class StoreConnection;
 
 inline constexpr QLatin1String kConversationColumns("c.id, c.title, c.created_at, c.updated_at, c.pinned, "
-                                                    "c.current_leaf_id, c.settings");
+                                                    "c.current_leaf_id, c.settings, c.system_prompt, "
+                                                    "c.overflow_policy");
 inline constexpr QLatin1String kMessageColumns("m.id, m.conversation_id, m.parent_id, m.role, m.content, "
                                                "m.created_at, m.state, m.finish_reason, m.model_name, "
-                                               "m.model_hash, m.precision, m.sampling, m.seed");
+                                               "m.model_hash, m.precision, m.sampling, m.seed, "
+                                               "m.dropped_messages");
 
 // Prepares sql, binds values in order and executes; on failure the query's lastError() tells.
 // A null QString binds as SQL NULL in Qt SQL; text columns are NOT NULL, so it becomes ''.

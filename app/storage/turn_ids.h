@@ -17,6 +17,8 @@ struct TurnIds {
 struct NewConversation {
     QString title;
     ConversationSettings settings;
+    QString systemPrompt;
+    OverflowPolicy overflowPolicy = OverflowPolicy::KeepSystemAndLast;
 };
 
 } // namespace es

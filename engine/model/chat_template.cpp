@@ -13,9 +13,13 @@ constexpr const char *k_sep_token = "<|end_of_sentence|>";
 
 } // namespace
 
-std::string render_chat(const std::vector<chat_message> &messages, bool add_generation_prompt) {
+std::string render_chat(const std::vector<chat_message> &messages, bool add_generation_prompt,
+                        bool continue_final_message) {
+    const bool open_last =
+        continue_final_message && !messages.empty() && messages.back().role == chat_role::assistant;
     std::string out = k_cls_token;
-    for (const chat_message &m : messages) {
+    for (size_t i = 0; i < messages.size(); ++i) {
+        const chat_message &m = messages[i];
         switch (m.role) {
         case chat_role::system:
             out += m.content;
@@ -29,11 +33,11 @@ std::string render_chat(const std::vector<chat_message> &messages, bool add_gene
         case chat_role::assistant:
             out += "Assistant: ";
             out += m.content;
-            out += k_sep_token;
+            if (!(open_last && i + 1 == messages.size())) out += k_sep_token;
             break;
         }
     }
-    if (add_generation_prompt) out += "Assistant: ";
+    if (add_generation_prompt && !open_last) out += "Assistant: ";
     return out;
 }
 

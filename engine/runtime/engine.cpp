@@ -118,6 +118,19 @@ void engine::set_detailed_profiling(bool on) { m_loop->set_detailed_profiling(on
 
 bool engine::detailed_profiling() const { return m_loop->detailed_profiling(); }
 
+std::string render_request_prompt(const request_params &r) {
+    std::vector<chat_message> msgs;
+    if (!r.system_prompt.empty()) msgs.push_back({chat_role::system, r.system_prompt});
+    msgs.insert(msgs.end(), r.messages.begin(), r.messages.end());
+    if (!r.preset_prefix.empty())
+        for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
+            if (it->role == chat_role::user) {
+                it->content = r.preset_prefix + it->content;
+                break;
+            }
+    return render_chat(msgs, r.add_generation_prompt, r.continue_final_message);
+}
+
 bool engine::has_model() const { return m_loop->info().has_value(); }
 
 std::optional<model_info> engine::info() const { return m_loop->info(); }

@@ -35,6 +35,9 @@ struct request_params {
     std::string preset_prefix;          // mode prefix (【技术解析模式】…) put before the last user message
     sampling_params sampling;           // callers start from engine::model_defaults()
     bool add_generation_prompt = true;
+    // The last message is an assistant reply to carry on (render_chat's continue_final_message):
+    // the prompt ends inside it, so what is generated extends that reply.
+    bool continue_final_message = false;
     // Expert intervention (routing_intervention.h); null or empty: the model's routing. Refused
     // with a message when the backend does not apply interventions or the model has no such
     // layer or expert. Its KV is never shared through the prefix cache.
@@ -44,6 +47,11 @@ struct request_params {
     // same events as every other failure.
     std::string refusal;
 };
+
+// The text a request's messages are tokenized from: the system prompt first, the preset prefix
+// before the last user message, rendered with the chat template. Anyone counting a prompt's
+// tokens before submitting it renders it here, so the count is the engine's.
+std::string render_request_prompt(const request_params &r);
 
 enum class event_kind { token, finished, failed };
 
@@ -146,6 +154,7 @@ struct model_info {
     sampling_params defaults;
     int32_t n_kv_blocks = 0, block_size = 0;
     bool routing_interventions = false; // backend::supports_routing_interventions
+    std::shared_ptr<const tokenizer> tok; // the model's (null without one); encode() is thread-safe
 };
 
 class engine {

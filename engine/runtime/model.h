@@ -39,7 +39,8 @@ struct model_load_params {
 struct model {
     std::filesystem::path dir;
     model_config config;
-    std::unique_ptr<tokenizer> tok;      // null when not requested or absent
+    // null when not requested or absent; shared (read-only) with whoever counts prompts for it
+    std::shared_ptr<const tokenizer> tok;
     sampling_params generation_defaults; // from generation_config.json (HF defaults otherwise)
     std::unique_ptr<backend> be;
     std::vector<std::string> warnings;

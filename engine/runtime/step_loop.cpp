@@ -152,16 +152,7 @@ void step_loop::admit(cmd_submit &c) {
     std::vector<int32_t> ids;
     if (!r.messages.empty()) {
         if (!m_mdl->tok) return fail_stream(c.stream, "the model has no tokenizer; submit token ids");
-        std::vector<chat_message> msgs;
-        if (!r.system_prompt.empty()) msgs.push_back({chat_role::system, r.system_prompt});
-        msgs.insert(msgs.end(), r.messages.begin(), r.messages.end());
-        if (!r.preset_prefix.empty())
-            for (auto it = msgs.rbegin(); it != msgs.rend(); ++it)
-                if (it->role == chat_role::user) {
-                    it->content = r.preset_prefix + it->content;
-                    break;
-                }
-        ids = m_mdl->tok->encode(render_chat(msgs, r.add_generation_prompt));
+        ids = m_mdl->tok->encode(render_request_prompt(r));
     } else {
         ids = r.prompt_ids;
     }
@@ -261,7 +252,8 @@ void step_loop::load(cmd_load &c) {
                             m_mdl->generation_defaults,
                             n_blocks,
                             m_params.block_size,
-                            m_mdl->be->supports_routing_interventions()};
+                            m_mdl->be->supports_routing_interventions(),
+                            m_mdl->tok};
     }
     c.done->set_value(ok_status());
 }

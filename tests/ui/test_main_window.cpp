@@ -270,11 +270,16 @@ void TestMainWindow::sendToAllPanes() {
     QCOMPARE(m_store->activePath(*right->conversationId()).first().content, presets[1].prefix + "Same question");
 }
 
-// A reply that fails (here: a prompt longer than the context) is stored as failed with what was
-// measured until then: metrics (stop reason "error") and its profile.
+// A reply that the engine fails (here: an expert intervention naming an expert the model does
+// not have; a prompt longer than the context no longer reaches the engine, the pane refuses it
+// with the sizes: tests/ui/test_chat_context.cpp) is stored as failed with what was measured
+// until then: metrics (stop reason "error") and its profile.
 void TestMainWindow::failedReplyKeepsItsProfile() {
     QSignalSpy failed(m_session.get(), &EngineSession::replyFailed);
-    pane()->composer()->setText(QString("word ").repeated(5000));
+    ExpertIntervention iv;
+    iv.disabled = "1:99";
+    QVERIFY(pane()->setConversationIntervention(iv));
+    pane()->composer()->setText("word");
     pane()->composer()->editor()->setFocus();
     QTest::keyClick(pane()->composer()->editor(), Qt::Key_Return);
     QVERIFY(failed.wait(30000));
@@ -283,7 +288,7 @@ void TestMainWindow::failedReplyKeepsItsProfile() {
     const Message reply = m_store->activePath(conv).last();
     QCOMPARE(reply.role, MessageRole::Assistant);
     QCOMPARE(reply.state, MessageState::Failed);
-    QVERIFY2(reply.finishReason.contains("context"), qPrintable(reply.finishReason));
+    QVERIFY2(reply.finishReason.contains("99"), qPrintable(reply.finishReason));
     const std::optional<MessageProfile> profile = m_store->profile(reply.id);
     QVERIFY2(profile, qPrintable(m_store->lastError()));
     QVERIFY(profile->durationUs >= 0);

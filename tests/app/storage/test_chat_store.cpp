@@ -1,12 +1,14 @@
 // ChatStore and ConversationListModel: schema creation; migration from every earlier schema
 // (frozen copies of each old schema live here, KDE Elisa style) with backups; conversations, the
-// message tree, streaming replies and delete + undo; the integrity-check recovery path; crash
+// message tree, streaming replies and delete + undo, the context controls (system prompt, overflow
+// policy, messages left out), continuing a reply and deleting one message with its branch; the integrity-check recovery path; crash
 // safety (this binary re-runs itself as a child that is SIGKILLed mid-reply); the list model under
 // QAbstractItemModelTester. Profiles, search and presets have their own suites
 // (test_chat_store_profiles/_search/_presets.cpp). In-memory databases unless files are the point.
 #include "chat_store.h"
 #include "chat_store_test_support.h"
 #include "conversation_list_model.h"
+#include "reply_writer.h"
 
 #include <QAbstractItemModelTester>
 #include <QFile>
@@ -29,8 +31,8 @@ namespace {
 const char *const kCrashChildFlag = "--crash-child";
 
 // ---- Frozen schemas ------------------------------------------------------------------------------
-// Copies of every released schema step, as shipped. Never edit these; when a v6 is added, add
-// kSchemaV5Additions (a copy of v5's statements) and a "from v5" row to migrate_data().
+// Copies of every released schema step, as shipped. Never edit these; when a v7 is added, add
+// kSchemaV6Additions (a copy of v6's statements) and a "from v6" row to migrate_data().
 
 const QStringList kSchemaV1 = {
     R"(CREATE TABLE conversations (
@@ -187,6 +189,12 @@ const QStringList kDataV2Additions = {
     R"(INSERT INTO bench_runs (id, created_at, json) VALUES (1, 1700, '{"decode_tok_s":99}'))",
 };
 
+const QStringList kSchemaV5Additions = {
+    "ALTER TABLE message_profiles ADD COLUMN steps BLOB",
+    "ALTER TABLE message_profiles ADD COLUMN memory_samples BLOB",
+    "PRAGMA user_version = 5",
+};
+
 // A profile as v4 stored it: token times {1500, 3000} µs, one MoE layer, no trace; no steps or
 // memory samples exist before v5, and the profile must stay readable after the migration.
 const QStringList kDataV4Additions = {
@@ -299,6 +307,7 @@ private Q_SLOTS:
         QTest::newRow("from v2") << 2;
         QTest::newRow("from v3") << 3;
         QTest::newRow("from v4") << 4;
+        QTest::newRow("from v5") << 5;
     }
 
     void migrate() {
@@ -321,6 +330,7 @@ private Q_SLOTS:
                 QVERIFY2(execAll(raw, kSchemaV4Additions, &error), qPrintable(error));
                 QVERIFY2(execAll(raw, kDataV4Additions, &error), qPrintable(error));
             }
+            if (fromVersion >= 5) QVERIFY2(execAll(raw, kSchemaV5Additions, &error), qPrintable(error));
             QCOMPARE(raw.scalar(QStringLiteral("PRAGMA user_version")).toInt(), fromVersion);
         }
 
@@ -365,6 +375,11 @@ private Q_SLOTS:
         QCOMPARE(c.settings.sampling.seed, std::optional<quint64>(18446744073709551615ull));
         QCOMPARE(c.settings.presetId, std::optional<qint64>(7));
         QCOMPARE(c.settings.extra.value(QStringLiteral("window")).toString(), QStringLiteral("left"));
+        // v6: no system prompt of its own, the policy that keeps an old long chat usable, and no
+        // message left anything out.
+        QCOMPARE(c.systemPrompt, QString());
+        QCOMPARE(c.overflowPolicy, OverflowPolicy::KeepSystemAndLast);
+        QCOMPARE(store.message(2)->droppedMessages, 0);
         QCOMPARE(ids(store.activePath(1)), (QList<qint64>{1, 3}));
         const SiblingInfo sib = store.siblings(3);
         QCOMPARE(sib.ids, (QList<qint64>{2, 3, 4}));
@@ -788,8 +803,11 @@ private Q_SLOTS:
         settings.extra.insert(QStringLiteral("note"), QStringLiteral("x"));
         const qint64 c = *s->createConversation(QStringLiteral("删除 then undo"), settings);
         QVERIFY(s->setPinned(c, true));
+        QVERIFY(s->setSystemPrompt(c, QStringLiteral("你是专家。")));
+        QVERIFY(s->setOverflowPolicy(c, OverflowPolicy::Refuse));
         const qint64 u = *s->addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("撤销删除的问题"));
         const qint64 a1 = *s->beginPartialReply(c, u, sampleGeneration());
+        QVERIFY(s->setDroppedMessages(a1, 2));
         QVERIFY(s->finishReply(a1, QStringLiteral("first answer"), QStringLiteral("stop"), sampleMetrics(),
                                sampleRouting()));
         const qint64 a2 = *s->regenerate(a1, sampleGeneration());
@@ -836,6 +854,96 @@ private Q_SLOTS:
         QVERIFY(s->conversation(keep));
         // The restored partial reply streams on (the pane that was writing it may still be).
         QVERIFY(s->updatePartialReply(a2, QStringLiteral("continued")));
+    }
+
+    // ---- Context controls, continue, delete one message (schema v6) ----------------------------------------------
+
+    void contextControls() {
+        auto s = memoryStore();
+        const qint64 c = *s->createConversation(QStringLiteral("ctx"));
+        QCOMPARE(s->conversation(c)->systemPrompt, QString());
+        QCOMPARE(s->conversation(c)->overflowPolicy, OverflowPolicy::KeepSystemAndLast);
+        const QDateTime updated = s->conversation(c)->updatedAt;
+        QVERIFY(s->setSystemPrompt(c, QStringLiteral("Be brief.")));
+        QVERIFY(s->setOverflowPolicy(c, OverflowPolicy::DropOldest));
+        QCOMPARE(s->conversation(c)->systemPrompt, QStringLiteral("Be brief."));
+        QCOMPARE(s->conversation(c)->overflowPolicy, OverflowPolicy::DropOldest);
+        QCOMPARE(s->conversation(c)->updatedAt, updated); // settings are not chat activity
+        QVERIFY(!s->setSystemPrompt(c + 100, QStringLiteral("x")));
+        QVERIFY(s->lastError().contains(QString::number(c + 100)));
+        // A new conversation takes both from its first turn.
+        NewConversation created;
+        created.title = QStringLiteral("new");
+        created.systemPrompt = QStringLiteral("Answer in French.");
+        created.overflowPolicy = OverflowPolicy::Refuse;
+        const TurnIds t = *s->beginTurnInNewConversation(created, QStringLiteral("hi"), sampleGeneration());
+        QCOMPARE(s->conversation(t.conversationId)->systemPrompt, QStringLiteral("Answer in French."));
+        QCOMPARE(s->conversation(t.conversationId)->overflowPolicy, OverflowPolicy::Refuse);
+        // What a reply's prompt left out is kept with it.
+        QCOMPARE(s->message(t.replyId)->droppedMessages, 0);
+        QVERIFY(s->setDroppedMessages(t.replyId, 4));
+        QCOMPARE(s->message(t.replyId)->droppedMessages, 4);
+    }
+
+    void continueReopensReply() {
+        auto s = memoryStore();
+        const qint64 c = *s->createConversation(QStringLiteral("continue"));
+        const qint64 u = *s->addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("q"));
+        QVERIFY(!s->reopenReply(u)); // not a reply
+        const qint64 a = *s->beginPartialReply(c, u, sampleGeneration());
+        QVERIFY(!s->reopenReply(a)); // still streaming
+        QVERIFY(s->finishReply(a, QStringLiteral("cut at the lim"), QStringLiteral("length"), sampleMetrics()));
+        QCOMPARE(titles(s->search(QStringLiteral("cut at the"))), QStringList{QStringLiteral("continue")});
+        QVERIFY2(s->reopenReply(a), qPrintable(s->lastError()));
+        QCOMPARE(s->message(a)->state, MessageState::Partial);
+        QCOMPARE(s->message(a)->content, QStringLiteral("cut at the lim"));
+        QVERIFY(s->search(QStringLiteral("cut at the")).isEmpty()); // streaming again: not indexed
+        // A writer picks up the stored text and appends to it.
+        ReplyWriter w(s.get(), a, s->message(a)->content);
+        w.append(QStringLiteral("it, and more"));
+        QVERIFY(w.finish(QStringLiteral("stop"), sampleMetrics(), {}));
+        QCOMPARE(s->message(a)->content, QStringLiteral("cut at the limit, and more"));
+        QCOMPARE(s->message(a)->state, MessageState::Complete);
+        QCOMPARE(s->message(a)->finishReason, QStringLiteral("stop"));
+        QCOMPARE(titles(s->search(QStringLiteral("and more"))), QStringList{QStringLiteral("continue")});
+        QCOMPARE(s->siblings(a).ids, QList<qint64>{a}); // the same message, no new branch
+    }
+
+    void deleteMessageMovesTheBranch() {
+        auto s = memoryStore();
+        const qint64 c = *s->createConversation(QStringLiteral("delete one"));
+        const qint64 u1 = *s->addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("q1"));
+        const qint64 a1 = *s->addMessage(c, u1, MessageRole::Assistant, QStringLiteral("a1"));
+        const qint64 u2 = *s->addMessage(c, a1, MessageRole::User, QStringLiteral("q2 删除"));
+        const qint64 a2 = *s->beginPartialReply(c, u2, sampleGeneration());
+        QVERIFY(s->finishReply(a2, QStringLiteral("a2"), QStringLiteral("stop"), sampleMetrics(), sampleRouting()));
+        const qint64 b2 = *s->regenerate(a2, sampleGeneration()); // a sibling of a2, now the leaf
+        QVERIFY(s->finishReply(b2, QStringLiteral("b2"), QStringLiteral("stop")));
+        // Deleting the active reply: the branch moves to its newest remaining sibling.
+        QSignalSpy changed(s.get(), &ChatStore::messagesChanged);
+        QVERIFY2(s->deleteMessage(b2), qPrintable(s->lastError()));
+        QCOMPARE(changed.count(), 1);
+        QVERIFY(!s->message(b2));
+        QCOMPARE(ids(s->activePath(c)), (QList<qint64>{u1, a1, u2, a2}));
+        // Deleting a message in the middle takes its branch below it; the leaf moves to its parent.
+        QVERIFY(s->deleteMessage(u2));
+        QVERIFY(!s->message(a2));
+        QVERIFY(!s->metrics(a2));
+        QVERIFY(s->routing(a2).isEmpty());
+        QVERIFY(s->search(QStringLiteral("q2 删除")).isEmpty());
+        QCOMPARE(ids(s->activePath(c)), (QList<qint64>{u1, a1}));
+        QCOMPARE(s->messageCount(c), 2);
+        // A message off the active branch goes without moving it.
+        const qint64 other = *s->editAndResend(u1, QStringLiteral("q1 edited"));
+        QVERIFY(s->setCurrentLeaf(c, a1));
+        QVERIFY(s->deleteMessage(other));
+        QCOMPARE(ids(s->activePath(c)), (QList<qint64>{u1, a1}));
+        // The root: the conversation is empty, and still there.
+        QVERIFY(s->deleteMessage(u1));
+        QCOMPARE(s->messageCount(c), 0);
+        QCOMPARE(s->conversation(c)->currentLeafId, std::nullopt);
+        QVERIFY(!s->deleteMessage(u1));
+        QVERIFY(s->lastError().contains(QString::number(u1)));
     }
 
     // ---- Crash safety ------------------------------------------------------------------------------------------------

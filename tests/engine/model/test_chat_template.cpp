@@ -2,6 +2,8 @@
 // Jinja2 from the chat_template in tests/data/tokenizer/tokenizer_config.json (the hub's template):
 //   jinja2.Environment().from_string(cfg["chat_template"]).render(messages=…, add_generation_prompt=…)
 // One more row checks that the rendered template tokenizes with single ids for its special tokens.
+// Continuing a final assistant message (Hugging Face's continue_final_message, which the Jinja
+// template cannot express) leaves that message open: no end-of-sentence, no generation prompt.
 #include "engine/model/chat_template.h"
 #include "engine/model/tokenizer.h"
 
@@ -26,6 +28,7 @@ private slots:
     void render_data();
     void render();
     void tokenizesWithSpecialIds();
+    void continueFinalMessage();
 };
 
 void TestChatTemplate::render_data() {
@@ -90,6 +93,18 @@ void TestChatTemplate::tokenizesWithSpecialIds() {
     QCOMPARE(ids.front(), tok.specials().cls_id);
     QCOMPARE(std::count(ids.begin(), ids.end(), tok.specials().sep_id), qsizetype(1));
     QCOMPARE(QByteArray::fromStdString(tok.decode(ids)), QByteArray::fromStdString(prompt));
+}
+
+void TestChatTemplate::continueFinalMessage() {
+    // The reply stays open, so generation carries on inside it.
+    QCOMPARE(QByteArray::fromStdString(es::render_chat({user("Hi"), bot("Hello, th")}, true, true)),
+             QByteArray("<|begin_of_sentence|>User: Hi\nAssistant: Hello, th"));
+    // Earlier assistant messages are closed as always.
+    QCOMPARE(QByteArray::fromStdString(es::render_chat({user("Hi"), bot("Hello!"), user("More"), bot("One")}, true, true)),
+             QByteArray("<|begin_of_sentence|>User: Hi\nAssistant: Hello!<|end_of_sentence|>User: More\nAssistant: One"));
+    // Nothing to continue when the last message is the user's: the usual generation prompt.
+    QCOMPARE(QByteArray::fromStdString(es::render_chat({user("Hi")}, true, true)),
+             QByteArray("<|begin_of_sentence|>User: Hi\nAssistant: "));
 }
 
 QTEST_GUILESS_MAIN(TestChatTemplate)
