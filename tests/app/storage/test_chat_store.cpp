@@ -195,6 +195,14 @@ const QStringList kSchemaV5Additions = {
     "PRAGMA user_version = 5",
 };
 
+const QStringList kSchemaV6Additions = {
+    "ALTER TABLE conversations ADD COLUMN system_prompt TEXT NOT NULL DEFAULT ''",
+    R"(ALTER TABLE conversations ADD COLUMN overflow_policy TEXT NOT NULL DEFAULT 'keep-last'
+                            CHECK (overflow_policy IN ('refuse', 'drop-oldest', 'keep-last')))",
+    "ALTER TABLE messages ADD COLUMN dropped_messages INTEGER NOT NULL DEFAULT 0",
+    "PRAGMA user_version = 6",
+};
+
 // A profile as v4 stored it: token times {1500, 3000} µs, one MoE layer, no trace; no steps or
 // memory samples exist before v5, and the profile must stay readable after the migration.
 const QStringList kDataV4Additions = {
@@ -308,6 +316,7 @@ private Q_SLOTS:
         QTest::newRow("from v3") << 3;
         QTest::newRow("from v4") << 4;
         QTest::newRow("from v5") << 5;
+        QTest::newRow("from v6") << 6;
     }
 
     void migrate() {
@@ -331,6 +340,7 @@ private Q_SLOTS:
                 QVERIFY2(execAll(raw, kDataV4Additions, &error), qPrintable(error));
             }
             if (fromVersion >= 5) QVERIFY2(execAll(raw, kSchemaV5Additions, &error), qPrintable(error));
+            if (fromVersion >= 6) QVERIFY2(execAll(raw, kSchemaV6Additions, &error), qPrintable(error));
             QCOMPARE(raw.scalar(QStringLiteral("PRAGMA user_version")).toInt(), fromVersion);
         }
 
