@@ -27,6 +27,7 @@ struct level_result {
     int64_t n_decode = 0, n_timed = 0;
     double untimed_ms = 0.0, timed_wall_ms = 0.0; // their mean wall time
     phase_times timed;                            // the timed ones' mean phases (total_ms: device time)
+    nlohmann::json timeline;                      // the latest step timed on the device, its launches
 };
 
 // The decode steps of a level from the telemetry ring (steps after `from`): what the timed ones'
@@ -158,6 +159,11 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
         const auto t_after = eng.telemetry();
         const uint64_t q = t_after->prefix_queries - t_before->prefix_queries, h = t_after->prefix_hits - t_before->prefix_hits;
         phase_figures(lr, *t_after, first_step);
+        if (!t_after->timeline.empty() && t_after->timeline_step >= first_step) {
+            lr.timeline = {{"step", t_after->timeline_step}, {"read_bw", t_after->device_read_bandwidth}};
+            for (const op_time &op : t_after->timeline)
+                lr.timeline["ops"].push_back({op.name, int(op.phase), op.layer, op.start_us, op.dur_us, op.bytes, op.shared});
+        }
         lr.hit_rate = q ? double(h) / double(q) : 0.0;
         lr.output_tps = double(lr.out_tokens) / lr.duration_s;
         lr.total_tps = double(lr.in_tokens + lr.out_tokens) / lr.duration_s;
@@ -226,7 +232,8 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
                                     {{"attention", r.timed.attention_ms}, {"moe", r.timed.moe_ms},
                                      {"moe_shared", r.timed.moe_shared_ms}, {"dense", r.timed.dense_ms},
                                      {"head", r.timed.head_ms}, {"other", r.timed.other_ms},
-                                     {"sum", r.timed.sum_ms()}}}});
+                                     {"sum", r.timed.sum_ms()}}},
+                                   {"step_timeline", r.timeline}});
         std::ofstream f(o.out_json);
         f << j.dump(2) << "\n";
         if (!f) return fail("cannot write " + o.out_json);
