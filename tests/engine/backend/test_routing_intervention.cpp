@@ -8,12 +8,16 @@
 // reads nor fills the prefix cache, and a bad intervention is refused with its reason.
 #include "engine/backend/routing_intervention.h"
 #include "engine/core/dtype.h"
+#include "engine/model/npy.h"
 #include "engine/model/safetensors.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/model.h"
 
 #include <QDir>
 #include <QFile>
+#include <QJsonArray>
+#include <QJsonDocument>
+#include <QJsonObject>
 #include <QtTest>
 
 #include <algorithm>
@@ -91,6 +95,8 @@ private slots:
     void cpuFollowsTheSemantics_data();
     void cpuFollowsTheSemantics();
     void engineAppliesAndIsolates();
+    void matchesHfTransformers_data();
+    void matchesHfTransformers();
 };
 
 void TestRoutingIntervention::parsesExpertLists() {
@@ -291,6 +297,65 @@ void TestRoutingIntervention::engineAppliesAndIsolates() {
     request_metrics none;
     QVERIFY(generate(make(bad), none, err));
     QVERIFY2(QString::fromStdString(err).contains("layer 0 is a dense layer"), err.c_str());
+}
+
+// HF transformers' logits under the same interventions (tests/reference/make_intervention_reference.py
+// patches each MoE block to route by these semantics, after proving the patched block reproduces
+// HF's own): every MoE reference checkpoint, every case, teacher-forced on the reference prompt.
+void TestRoutingIntervention::matchesHfTransformers_data() {
+    QTest::addColumn<QString>("dir");
+    const QDir data(ES_TEST_DATA_DIR);
+    int n = 0;
+    for (const QString &name : data.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name)) {
+        auto cfg = load_model_config(data.filePath(name).toStdString());
+        if (!cfg.ok() || cfg->arch != model_arch::moe || !QFile::exists(data.filePath(name + "/reference.json")))
+            continue;
+        QTest::newRow(qPrintable(name)) << data.filePath(name);
+        ++n;
+    }
+    QVERIFY2(n >= 2, "expected MoE reference checkpoints in tests/data");
+}
+
+void TestRoutingIntervention::matchesHfTransformers() {
+    QFETCH(QString, dir);
+    QFile cases(dir + "/interventions.json"), ref(dir + "/reference.json");
+    QVERIFY2(cases.open(QIODevice::ReadOnly),
+             "no interventions.json: run tests/reference/make_intervention_reference.py where torch is installed");
+    QVERIFY(ref.open(QIODevice::ReadOnly));
+    const QJsonArray list = QJsonDocument::fromJson(cases.readAll()).object().value("cases").toArray();
+    std::vector<int32_t> prompt;
+    for (const QJsonValue &v : QJsonDocument::fromJson(ref.readAll()).object().value("prompt_ids").toArray())
+        prompt.push_back(int32_t(v.toInt()));
+    auto golden = read_npy_f32((dir + "/ref_logits_interventions.npy").toStdString());
+    QVERIFY2(golden.ok(), golden.ok() ? "" : golden.message().c_str());
+    QVERIFY(!list.isEmpty() && !prompt.empty());
+    model_load_params lp;
+    lp.need_tokenizer = false;
+    auto loaded = load_model(dir.toStdString(), lp);
+    QVERIFY2(loaded.ok(), loaded.ok() ? "" : loaded.message().c_str());
+    const int64_t V = (*loaded)->config.n_vocab, per_case = int64_t(prompt.size()) * V;
+    QCOMPARE(int64_t(golden->data.size()), per_case * list.size());
+    for (qsizetype i = 0; i < list.size(); ++i) {
+        const QJsonObject c = list[i].toObject();
+        auto iv = make_routing_intervention(c.value("disable").toString().toStdString(),
+                                            c.value("force").toString().toStdString(), c.value("top_k").toInt(),
+                                            float(c.value("bias_scale").toDouble()), "--disable-experts",
+                                            "--force-experts");
+        QVERIFY2(iv.ok(), iv.ok() ? "" : iv.message().c_str());
+        QVERIFY2(check_routing_intervention(*iv, (*loaded)->config).ok(), "the case does not fit the model");
+        const forward_output out = run(*(*loaded)->be, prompt, make(*iv));
+        QCOMPARE(int64_t(out.logits.size()), per_case);
+        double err = 0.0, norm = 0.0;
+        for (int64_t k = 0; k < per_case; ++k) {
+            const double g = golden->data[size_t(i * per_case + k)], d = out.logits[size_t(k)] - g;
+            err += d * d;
+            norm += g * g;
+        }
+        const double nmse = err / std::max(norm, 1e-30);
+        qInfo("%s case %lld (%s): NMSE %.3e", qPrintable(QDir(dir).dirName()), (long long)i,
+              describe_routing_intervention(*iv).c_str(), nmse);
+        QVERIFY2(nmse <= 1e-6, qPrintable(QStringLiteral("case %1: NMSE %2 > 1e-6").arg(i).arg(nmse)));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestRoutingIntervention)
