@@ -402,8 +402,10 @@ private:
     // Captures the plan's launches (pre and post, when set, enqueue transfers captured before and
     // after them), instantiates and launches the graph. False when capture fails: the step then
     // runs eagerly, and graphs stay off for this backend.
+    // launch false: captured and kept, not launched (a timed step replays it next, so that its
+    // kernels' timeline is what a replay runs).
     bool capture_and_launch(const step_plan &p, const std::function<void()> &pre,
-                            const std::function<void()> &post);
+                            const std::function<void()> &post, bool launch = true);
 
     // ---- step.cpp
     // Collects every forward in flight into its pending entry (their outputs read now), so that

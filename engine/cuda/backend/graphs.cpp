@@ -138,7 +138,7 @@ void cuda_backend_impl::evict_least_recent_graph() {
 }
 
 bool cuda_backend_impl::capture_and_launch(const step_plan &p, const std::function<void()> &pre,
-                                           const std::function<void()> &post) {
+                                           const std::function<void()> &post, bool launch) {
     cudaGraph_t graph = nullptr;
     ck(cudaStreamBeginCapture(m_stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     std::vector<op_time> ops; // the launches, for graph_timeline and the timed steps
@@ -177,6 +177,7 @@ bool cuda_backend_impl::capture_and_launch(const step_plan &p, const std::functi
     m_graph.ops[exec] = std::move(ops);
     m_ws.pin_in_use(); // the graph holds the workspace's raw pointers until clear_graphs
     m_graph.last = exec;
+    if (!launch) return true;
     ck(cudaGraphLaunch(exec, m_stream), "cudaGraphLaunch");
     note_graph_launch(exec, p.slot);
     return true;

@@ -277,6 +277,14 @@ void cuda_backend_impl::launch_step(const step_plan &p, pending_forward &pf) {
     };
     if (p.graphable && m_graph.error.empty()) {
         auto it = m_graph.execs.find(p.key);
+        if (it == m_graph.execs.end() && pf.timed && m_graph.seen.count(p.key)) {
+            // A timed step of a key run once: its graph captured now and replayed below, so that
+            // the step timed is the graph every later step of the key replays (a capture failure
+            // leaves it eager, as an untimed step's would).
+            m_inputs_by_kernel = p.io_in_graph || p.fed_on_gpu;
+            if (capture_and_launch(p, p.io_in_graph ? copy_in : nullptr, p.io_in_graph ? copy_out : nullptr, false))
+                it = m_graph.execs.find(p.key);
+        }
         if (it != m_graph.execs.end()) {
             if (!p.io_in_graph) upload();
             if (pf.timed) {
@@ -303,7 +311,7 @@ void cuda_backend_impl::launch_step(const step_plan &p, pending_forward &pf) {
             note_graph_launch(it->second, p.slot);
             launched = pf.replayed = true;
             io_done = p.io_in_graph;
-        } else if (m_graph.seen.count(p.key) && !pf.timed) { // (a timed step is never captured)
+        } else if (m_graph.seen.count(p.key) && !pf.timed) { // (a timed step's capture is above)
             if (!p.io_in_graph) upload();
             m_inputs_by_kernel = p.io_in_graph || p.fed_on_gpu; // layer 0's GEMV reads them after its wait
             launched = capture_and_launch(p, p.io_in_graph ? copy_in : nullptr, p.io_in_graph ? copy_out : nullptr);
