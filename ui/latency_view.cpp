@@ -172,10 +172,19 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
     const double tokS = decodeTokensPerSecond(t);
     const double total = ph.totalMs();
     auto pct = [total](double v) { return total > 0 ? 100.0 * v / total : 0.0; };
+    // No engine time measured (a remote server's reply: the API reports none): say so, not 0%.
+    const QString phases =
+        total > 0 ? tr("phases: attention %1%, MoE %2%, dense %3%, sampling %4%, other %5% of %6 ms over %7 steps")
+                        .arg(pct(ph.attentionMs), 0, 'f', 0)
+                        .arg(pct(ph.moeMs), 0, 'f', 0)
+                        .arg(pct(ph.denseMs), 0, 'f', 0)
+                        .arg(pct(ph.samplingMs), 0, 'f', 0)
+                        .arg(pct(ph.otherMs), 0, 'f', 0)
+                        .arg(total, 0, 'f', 1)
+                        .arg(p.nSteps)
+                  : tr("phases: not available (no engine steps were measured for this reply)");
     m_summary->setText(
-        tr("%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · phases: attention %8%, "
-           "MoE %9%, "
-           "dense %10%, sampling %11%, other %12% of %13 ms over %14 steps")
+        tr("%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · %8")
             .arg(live ? tr("Streaming:") : tr("Reply:"))
             .arg(t.size())
             .arg(p.ttftUs ? QString::number(*p.ttftUs / 1000.0, 'f', 1) : QStringLiteral("–"))
@@ -183,13 +192,7 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
             .arg(std::isnan(m_itl.p90) ? QStringLiteral("–") : QString::number(m_itl.p90, 'f', 2))
             .arg(std::isnan(m_itl.p99) ? QStringLiteral("–") : QString::number(m_itl.p99, 'f', 2))
             .arg(std::isnan(tokS) ? QStringLiteral("–") : QString::number(tokS, 'f', 1))
-            .arg(pct(ph.attentionMs), 0, 'f', 0)
-            .arg(pct(ph.moeMs), 0, 'f', 0)
-            .arg(pct(ph.denseMs), 0, 'f', 0)
-            .arg(pct(ph.samplingMs), 0, 'f', 0)
-            .arg(pct(ph.otherMs), 0, 'f', 0)
-            .arg(total, 0, 'f', 1)
-            .arg(p.nSteps));
+            .arg(phases));
     charts::queueReplot(m_itlPlot);
     charts::queueReplot(m_ratePlot);
     if (phasesMoved) charts::queueReplot(m_phasePlot);
