@@ -6,6 +6,7 @@
 // table, optional JSON.
 #include "cli_commands.h"
 
+#include "app/models/provenance.h"
 #include "engine/cpu/cpu_backend.h"
 #include "engine/model/model_config.h"
 #include "engine/runtime/model.h"
@@ -184,7 +185,7 @@ int cmd_bench(const bench_opts &o, const common_opts &common) {
     if (!o.out_json.empty())
         return write_bench_json(o, what, *be, results,
                                 {{"precision", common.precision},
-                                 {"device", bench_device_name()},
+                                 {"device", models::cpu_model_name()},
                                  {"driver", ""},
                                  {"threads", threads},
                                  {"read_bandwidth_bytes_per_s", bw},

@@ -12,6 +12,7 @@
 // (cuda_loader.h); without a usable GPU the command fails with the reason.
 #include "cli_commands.h"
 
+#include "app/models/provenance.h"
 #include "engine/core/switches.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine/cuda/cuda_module_abi.h"
@@ -661,7 +662,7 @@ int write_cuda_bench_json(const bench_opts &o, const common_opts &common, const 
     return write_bench_json(
         o, t.what, *t.be, results,
         {{"device", t.be->name()},
-         {"host_cpu", bench_device_name()},
+         {"host_cpu", models::cpu_model_name()},
          {"driver", driver > 0 ? "driver for CUDA " + cuda_version_string(driver) : std::string("unknown")},
          {"precision", common.precision},
          // in effect after the runs (bf16 when cuBLASLt refused the FP8 GEMM)

@@ -91,12 +91,10 @@ struct bench_opts {
 };
 int cmd_bench(const bench_opts &b, const common_opts &o);
 
-// bench --json as a report input (app/cli_bench_report.cpp): the CPU's model name; a content hash
-// of a model folder ("fnv1a64:…" over config.json and the weights, or "fnv1a64-headers:…" above
-// 4 GiB; empty for no folder); one instrumented request (a prefill of pp tokens, then decode steps
-// up to tg tokens) with its steps, token times, memory and expert counts. Re-initializes the KV cache.
-std::string bench_device_name();
-std::string model_content_hash(const std::string &dir);
+// bench --json as a report input (app/cli_bench_report.cpp; the CPU's name and the model's content
+// hash come from app/models/provenance.h): one instrumented request (a prefill of pp tokens, then
+// decode steps up to tg tokens) with its steps, token times, memory and expert counts.
+// Re-initializes the KV cache.
 result<nlohmann::json> bench_request_profile(backend &be, int32_t pp, int32_t tg);
 // Writes o.out_json (format expertscope.bench v2): the fields every backend reports (model, name,
 // content hash, seed, backend, weights, version, the instrumented request, `results`) plus the

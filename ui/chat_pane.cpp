@@ -394,6 +394,7 @@ GenerationInfo ChatPane::generationInfo(quint64 seed) const {
     GenerationInfo g;
     const SessionModelInfo info = m_session->modelInfo();
     g.modelName = info.name;
+    g.modelHash = info.modelHash;
     g.precision = info.precision;
     g.sampling = effectiveSampling();
     g.seed = seed;

@@ -2,6 +2,7 @@
 // equal shares; dense layers and shared experts are grey, as on the Routing page.
 #include "compare_view.h"
 
+#include "flow_layout.h"
 #include "profiler_charts.h"
 #include "text_diff.h"
 
@@ -35,7 +36,9 @@ QCPColorMap *addMap(QCustomPlot *plot) {
 CompareView::CompareView(QWidget *parent) : QWidget(parent) {
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(2, 2, 2, 2);
-    auto *buttons = new QHBoxLayout;
+    // The buttons wrap onto a second row in a narrow dock instead of widening it.
+    auto *buttonRow = new QWidget(this);
+    auto *buttons = new FlowLayout(buttonRow, 6);
     auto *a = new QPushButton(tr("Selected → A"), this);
     auto *b = new QPushButton(tr("Selected → B"), this);
     auto *swap = new QPushButton(tr("Swap"), this);
@@ -44,14 +47,13 @@ CompareView::CompareView(QWidget *parent) : QWidget(parent) {
     buttons->addWidget(a);
     buttons->addWidget(b);
     buttons->addWidget(swap);
-    buttons->addStretch(1);
     m_replyOnly = new QCheckBox(tr("Reply tokens only"), this);
     m_replyOnly->setToolTip(tr("Count only the positions the model generated, not the prompt. A mode prefix "
                                "changes the prompt itself; this shows whether it also steers the experts "
                                "of the answer."));
     buttons->addWidget(m_replyOnly);
     connect(m_replyOnly, &QCheckBox::toggled, this, &CompareView::replyTokensOnlyChanged);
-    layout->addLayout(buttons);
+    layout->addWidget(buttonRow);
     connect(a, &QPushButton::clicked, this, &CompareView::useSelectedAsA);
     connect(b, &QPushButton::clicked, this, &CompareView::useSelectedAsB);
     connect(swap, &QPushButton::clicked, this, &CompareView::swapRequested);
@@ -149,7 +151,7 @@ void CompareView::fillMap(QCustomPlot *plot, QCPColorMap *map, const Side &side,
     for (int l = 0; l < nLayers; ++l)
         yt->addTick(l, m.layers.contains(l) ? tr("L%1").arg(l) : tr("L%1 dense").arg(l));
     plot->yAxis->setTicker(yt);
-    plot->xAxis->setTicker(charts::expertTicker(nExperts, nShared, tr("S%1")));
+    charts::setExpertAxis(plot, nExperts, nShared, tr("S%1"));
     charts::queueReplot(plot);
 }
 

@@ -46,6 +46,9 @@ ConversationSidebar::ConversationSidebar(ChatStore *store, QWidget *parent) : QW
     undoLayout->setContentsMargins(0, 0, 0, 0);
     m_undoLabel = new QLabel(m_undoBar);
     m_undoLabel->setTextFormat(Qt::PlainText);
+    // A long title wraps instead of widening the sidebar (its width stays what the user set).
+    m_undoLabel->setWordWrap(true);
+    m_undoLabel->setMinimumWidth(1);
     auto *undo = new QPushButton(tr("Undo"), m_undoBar);
     undoLayout->addWidget(m_undoLabel, 1);
     undoLayout->addWidget(undo);

@@ -3,14 +3,28 @@
 
 #include "chat_store.h"
 #include "conversation_export.h"
+#include "engine_session.h"
 #include "report_data.h"
 #include "report_writers.h"
 
+#include <QDesktopServices>
+#include <QDir>
 #include <QFile>
 #include <QFileDialog>
+#include <QFileInfo>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QMainWindow>
 #include <QMenu>
 #include <QMessageBox>
 #include <QProgressDialog>
+#include <QRegularExpression>
+#include <QSettings>
+#include <QStandardPaths>
+#include <QStatusBar>
+#include <QTimer>
+#include <QToolButton>
+#include <QUrl>
 
 namespace es {
 
@@ -41,7 +55,75 @@ ExportMenu::ExportMenu(ChatStore *store, QWidget *window,
                        std::function<std::optional<qint64>()> currentConversation,
                        std::function<qint64()> selectedMessage, QObject *parent)
     : QObject(parent), m_store(store), m_window(window),
-      m_currentConversation(std::move(currentConversation)), m_selectedMessage(std::move(selectedMessage)) {}
+      m_currentConversation(std::move(currentConversation)), m_selectedMessage(std::move(selectedMessage)) {
+    auto *mainWindow = qobject_cast<QMainWindow *>(window);
+    if (!mainWindow) return;
+    m_notice = new QWidget(mainWindow);
+    m_notice->setObjectName(QStringLiteral("savedNotice"));
+    auto *row = new QHBoxLayout(m_notice);
+    row->setContentsMargins(0, 0, 0, 0);
+    m_noticeLabel = new QLabel(m_notice);
+    m_noticeLabel->setTextFormat(Qt::PlainText);
+    auto *open = new QToolButton(m_notice);
+    open->setText(tr("Open"));
+    open->setToolTip(tr("Open the saved file with the program the system uses for it"));
+    auto *folder = new QToolButton(m_notice);
+    folder->setText(tr("Show folder"));
+    folder->setToolTip(tr("Open the folder the file was saved in"));
+    row->addWidget(m_noticeLabel);
+    row->addWidget(open);
+    row->addWidget(folder);
+    connect(open, &QToolButton::clicked, this, &ExportMenu::openSaved);
+    connect(folder, &QToolButton::clicked, this, &ExportMenu::showSavedFolder);
+    m_noticeTimer = new QTimer(this);
+    m_noticeTimer->setSingleShot(true);
+    m_noticeTimer->setInterval(30000);
+    connect(m_noticeTimer, &QTimer::timeout, m_notice, &QWidget::hide);
+    mainWindow->statusBar()->addWidget(m_notice);
+    m_notice->hide();
+}
+
+QString ExportMenu::suggestedPath(std::optional<qint64> conversationId, const QString &suffix) const {
+    QString dir = QSettings().value(QStringLiteral("export/lastDir")).toString();
+    if (dir.isEmpty() || !QFileInfo(dir).isDir()) dir = QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
+    if (dir.isEmpty() || !QFileInfo(dir).isDir()) dir = QDir::homePath();
+    QString title = tr("Conversation");
+    QDate date = QDate::currentDate();
+    if (const std::optional<Conversation> c = conversationId && m_store ? m_store->conversation(*conversationId)
+                                                                         : std::nullopt) {
+        if (!c->title.trimmed().isEmpty()) title = c->title;
+        if (c->updatedAt.isValid()) date = c->updatedAt.toLocalTime().date();
+    }
+    // Characters that file systems or shells trip over become spaces; the name stays readable.
+    title.replace(QRegularExpression(QStringLiteral(R"([/\\:*?"<>|\x00-\x1f])")), QStringLiteral(" "));
+    title = title.simplified().left(80);
+    if (title.isEmpty() || title.startsWith(QLatin1Char('.'))) title.prepend(tr("Conversation") + QLatin1Char(' '));
+    return QDir(dir).filePath(QStringLiteral("%1 %2%3").arg(title, date.toString(Qt::ISODate), suffix));
+}
+
+QString ExportMenu::askSavePath(const QString &caption, const QString &suggested, const QString &filter) {
+    return QFileDialog::getSaveFileName(m_window, caption, suggested, filter);
+}
+
+void ExportMenu::announceSaved(const QString &path) {
+    m_savedPath = path;
+    QSettings().setValue(QStringLiteral("export/lastDir"), QFileInfo(path).absolutePath());
+    if (m_notice) {
+        m_noticeLabel->setText(tr("Saved to %1").arg(QDir::toNativeSeparators(path)));
+        m_noticeLabel->setToolTip(QDir::toNativeSeparators(path));
+        m_notice->show();
+        m_noticeTimer->start();
+    }
+    emit saved(path);
+}
+
+void ExportMenu::openSaved() {
+    if (!m_savedPath.isEmpty()) QDesktopServices::openUrl(QUrl::fromLocalFile(m_savedPath));
+}
+
+void ExportMenu::showSavedFolder() {
+    if (!m_savedPath.isEmpty()) QDesktopServices::openUrl(QUrl::fromLocalFile(QFileInfo(m_savedPath).absolutePath()));
+}
 
 void ExportMenu::addTo(QMenu *file) {
     QMenu *conv = file->addMenu(tr("E&xport conversation"));
@@ -52,16 +134,17 @@ void ExportMenu::addTo(QMenu *file) {
                 const std::optional<qint64> id = m_currentConversation();
                 if (!id) return fail(tr("No conversation is open"));
                 const QString path =
-                    QFileDialog::getSaveFileName(m_window, tr("Export conversation"), QString(),
-                                                 json ? tr("JSON (*.json)") : tr("Markdown (*.md)"));
+                    askSavePath(tr("Export conversation"), suggestedPath(id, json ? QStringLiteral(".json") : QStringLiteral(".md")),
+                                json ? tr("JSON (*.json)") : tr("Markdown (*.md)"));
                 if (!path.isEmpty() && !exportConversation(*id, json, path) &&
                     m_lastError != QLatin1String("Cancelled"))
                     fail(tr("Export failed"));
             });
     }
     file->addAction(tr("&Import conversation…"), this, [this] {
-        const QString path =
-            QFileDialog::getOpenFileName(m_window, tr("Import conversation"), QString(), tr("JSON (*.json)"));
+        const QString path = QFileDialog::getOpenFileName(
+            m_window, tr("Import conversation"), QFileInfo(suggestedPath(std::nullopt, {})).absolutePath(),
+            tr("JSON (*.json)"));
         if (!path.isEmpty() && !importConversation(path)) fail(tr("Import failed"));
     });
     QMenu *report = file->addMenu(tr("Export &report"));
@@ -76,9 +159,11 @@ void ExportMenu::addTo(QMenu *file) {
             const QString format = QLatin1String(key);
             sub->addAction(name + QStringLiteral("…"), this, [this, whole, format, name] {
                 const auto f = report::formatFromName(format);
-                const QString path = QFileDialog::getSaveFileName(
-                    m_window, tr("Export report"), QStringLiteral("report") + report::formatSuffix(*f),
-                    QStringLiteral("%1 (*%2)").arg(name, report::formatSuffix(*f)));
+                const QString suffix = report::formatSuffix(*f);
+                const QString path = askSavePath(
+                    tr("Export report"),
+                    suggestedPath(m_currentConversation(), QLatin1Char(' ') + tr("report") + suffix),
+                    QStringLiteral("%1 (*%2)").arg(name, suffix));
                 if (!path.isEmpty() && !exportReport(whole, format, path) &&
                     m_lastError != QLatin1String("Cancelled"))
                     fail(tr("Export failed"));
@@ -94,6 +179,7 @@ bool ExportMenu::exportConversation(qint64 conversationId, bool json, const QStr
         json
             ? report::exportConversationJson(*m_store, conversationId, path, &m_lastError, progress.fn())
             : report::exportConversationMarkdown(*m_store, conversationId, path, &m_lastError, progress.fn());
+    if (ok) announceSaved(path);
     return ok;
 }
 
@@ -142,7 +228,22 @@ bool ExportMenu::exportReport(bool wholeConversation, const QString &format, con
         }
         r = report::messageReport(*m_store, *id, &m_lastError);
     }
-    return r && report::exportReport(*r, *f, path, &m_lastError);
+    if (!r) return false;
+    // The session's environment where the stored replies do not carry it: the backend, device and
+    // driver are this app's (a reply records its model and precision, not the machine); the
+    // model's hash is filled in only for the model loaded now, matched by its name.
+    if (m_session && m_session->isModelLoaded()) {
+        const SessionModelInfo info = m_session->modelInfo();
+        report::Provenance &p = r->provenance;
+        if (p.backend.isEmpty())
+            p.backend = info.remoteUrl.isEmpty() ? info.backend : tr("remote server %1").arg(info.remoteUrl);
+        if (p.device.isEmpty()) p.device = info.device;
+        if (p.driver.isEmpty()) p.driver = info.driver;
+        if (p.modelHash.isEmpty() && p.modelName == info.name) p.modelHash = info.modelHash;
+    }
+    const bool ok = report::exportReport(*r, *f, path, &m_lastError);
+    if (ok) announceSaved(path);
+    return ok;
 }
 
 void ExportMenu::fail(const QString &title) {

@@ -204,7 +204,10 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
             .arg(std::isnan(tokS) ? QStringLiteral("–") : QString::number(tokS, 'f', 1));
     QString phases;
     if (p.nStepsTimed == 0 || total <= 0) {
-        phases = p.nSteps > 0 ? tr("phases: not measured in this reply's %1 steps").arg(p.nSteps) : QString();
+        // No engine time measured (a remote server's reply: the API reports none; or no step of
+        // this reply timed): say so, not 0%.
+        phases = p.nSteps > 0 ? tr("phases: not measured in this reply's %1 steps").arg(p.nSteps)
+                              : tr("phases: not available (no engine steps were measured for this reply)");
     } else {
         phases = tr("phases: attention %1%, MoE routed %2%, MoE shared %3%, dense %4%, head and sampling %5%, "
                     "other %6% of %7 ms over %8 steps")
@@ -219,7 +222,7 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
         if (p.nStepsTimed > 0)
             phases += tr(" (%1 of them timed on the device, scaled to all)").arg(p.nStepsTimed);
     }
-    m_summary->setText(phases.isEmpty() ? head : head + QStringLiteral(" · ") + phases);
+    m_summary->setText(head + QStringLiteral(" · ") + phases);
     charts::queueReplot(m_itlPlot);
     charts::queueReplot(m_ratePlot);
     if (phasesMoved) charts::queueReplot(m_phasePlot);

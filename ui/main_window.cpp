@@ -11,6 +11,7 @@
 #include "conversation_sidebar.h"
 #include "engine_session.h"
 #include "expert_lab_dialog.h"
+#include "message_widget.h"
 #include "preferences_dialog.h"
 #include "preset_editor_dialog.h"
 #include "profiler_panel.h"
@@ -27,6 +28,8 @@
 #include <QMenuBar>
 #include <QMessageBox>
 #include <QProgressBar>
+#include <QScreen>
+#include <QStyle>
 #include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
@@ -59,6 +62,8 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     m_panesSplitter = new QSplitter(Qt::Horizontal, m_mainSplitter);
     m_mainSplitter->addWidget(m_sidebar);
     m_mainSplitter->addWidget(m_panesSplitter);
+    // The sidebar keeps its width when the window is resized; the chat takes the rest.
+    m_mainSplitter->setStretchFactor(0, 0);
     m_mainSplitter->setStretchFactor(1, 1);
     m_mainSplitter->setSizes({260, 900});
     setCentralWidget(m_mainSplitter);
@@ -93,6 +98,12 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     m_profiler = new ProfilerPanel(store, session, this);
     m_profiler->setConversationProvider(
         [this]() -> std::optional<qint64> { return m_current ? m_current->conversationId() : std::nullopt; });
+    m_profiler->setOpenConversationsProvider([this] {
+        QList<qint64> open;
+        for (ChatPane *p : std::as_const(m_panes))
+            if (p->conversationId()) open << *p->conversationId();
+        return open;
+    });
     m_profilerDock = new QDockWidget(tr("Profiler"), this);
     m_profilerDock->setObjectName(QStringLiteral("profilerDock"));
     m_profilerDock->setWidget(m_profiler);
@@ -104,6 +115,11 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
         m_current->openExpertLab(iv);
     });
     addDockWidget(Qt::RightDockWidgetArea, m_profilerDock);
+    // A clicked expert's tokens, marked in the replies on screen.
+    connect(m_profiler, &ProfilerPanel::tokenHighlightChanged, this, [this](const TokenHighlight &ranges) {
+        for (ChatPane *p : std::as_const(m_panes))
+            for (MessageWidget *w : p->messageWidgets()) w->highlightTokens(ranges.value(w->messageId()));
+    });
 
     buildMenus();
     addPane();
@@ -166,9 +182,12 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     QSettings settings;
     restoreGeometry(settings.value("window/geometry").toByteArray());
     m_mainSplitter->restoreState(settings.value("window/mainSplitter").toByteArray());
+    // The first run: 1280×800 or the screen, whichever is smaller; the profiler takes 35% of
+    // the width, the chat most of the rest.
+    if (!settings.contains("window/geometry"))
+        resize(QSize(1280, 800).boundedTo(screen()->availableGeometry().size()));
     if (!restoreState(settings.value("window/state").toByteArray())) // docks (the profiler)
-        resizeDocks({m_profilerDock}, {480}, Qt::Horizontal);
-    if (!settings.contains("window/geometry")) resize(1280, 800);
+        resizeDocks({m_profilerDock}, {width() * 35 / 100}, Qt::Horizontal);
     // The conversation open when the app last closed opens again (not an empty chat).
     const qint64 last = settings.value("session/lastConversation", 0).toLongLong();
     if (last > 0 && m_store->conversation(last)) {
@@ -188,6 +207,7 @@ void MainWindow::buildMenus() {
         m_store, this, [this] { return m_current ? m_current->conversationId() : std::nullopt; },
         [this] { return m_current ? m_current->selectedMessage() : qint64(0); }, this);
     m_exportMenu->addTo(file);
+    m_exportMenu->setSession(m_session);
     connect(m_exportMenu, &ExportMenu::conversationImported, this, [this](qint64 id) {
         m_sidebar->selectConversation(id);
         if (m_current) m_current->setConversation(id);
@@ -387,6 +407,23 @@ void MainWindow::applyPresetToCurrentPane(const std::optional<Preset> &preset) {
 }
 
 ChatPane *MainWindow::addPane(EngineSession *session) {
+    // Another pane never makes the window wider than it is (or than the screen): without room
+    // for one more at its minimum width, none is added and the status bar says why.
+    if (!m_panes.isEmpty()) {
+        // Measured from the splitters themselves (the window's own minimum is updated only when
+        // its layout runs, after this returns).
+        const int room = std::min(width(), screen()->availableGeometry().width());
+        int needed = m_mainSplitter->minimumSizeHint().width() + m_panes.front()->minimumSizeHint().width() +
+                     m_panesSplitter->handleWidth();
+        if (m_profilerDock->isVisible() && !m_profilerDock->isFloating())
+            needed += m_profilerDock->minimumSizeHint().width() + style()->pixelMetric(QStyle::PM_DockWidgetSeparatorExtent);
+        if (needed > room) {
+            statusBar()->showMessage(
+                tr("No room for another pane: close one (Ctrl+W), hide the profiler or widen the window"), 10000);
+            releaseUnusedSessions();
+            return nullptr;
+        }
+    }
     auto *pane = new ChatPane(m_store, session ? session : m_session.data(), m_panesSplitter);
     m_panesSplitter->addWidget(pane);
     m_panes.push_back(pane);

@@ -49,7 +49,8 @@ public slots:
     void connectToServer();            // ConnectServerDialog → connectToEndpoint
     void connectToEndpoint(const es::RemoteEndpoint &endpoint); // EngineSession::connectRemote
     void loadModelFolder(const QString &dir, bool askWhenTooBig = true);
-    ChatPane *addPane(EngineSession *session = nullptr); // default: the main session
+    // Default: the main session. Null when the window has no room for another pane.
+    ChatPane *addPane(EngineSession *session = nullptr);
     // A pane whose replies come from the current model at another weight precision ("auto",
     // "fp8", "bf16"): a second EngineSession loads the model that way (shared by every pane at
     // that precision, unloaded with the last of them). Null when no model is loaded.

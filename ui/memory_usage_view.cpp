@@ -131,6 +131,7 @@ MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
                                  "<span style='color:#b4b4b4'>■</span> free"),
                               this);
     legend->setToolTip(ProfilerDefinitions::kvBlockMap());
+    legend->setWordWrap(true);
     layout->addWidget(legend);
     layout->addWidget(m_blockPlot, 2);
 }
@@ -186,14 +187,21 @@ void MemoryUsageView::addSample(const MemoryView &m, double tS) {
                                             : std::numeric_limits<double>::quiet_NaN());
 
     const qint64 used = memoryInUse(m);
-    m_summary->setText(tr("In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device %6 total, %7 free "
+    // A source without memory figures (a remote server's metrics have none): not available, not 0.
+    if (used == 0 && m.deviceTotal == 0) {
+        m_summary->setText(tr("Memory figures are not available from this source (a remote server reports none)."));
+        for (QCustomPlot *p : {m_stackPlot, m_ratioPlot, m_blockPlot}) charts::queueReplot(p);
+        return;
+    }
+    m_summary->setText(tr("In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device total %6, free %7 "
                           "· allocator reserved %8, "
                           "in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 "
                           "used / %14 cached / %15 free "
                           "(%16 per cell)")
                            .arg(charts::bytes(used), charts::bytes(s.weights), charts::bytes(s.kvInUse),
                                 charts::bytes(s.kvCache), charts::bytes(m.allocInUse),
-                                charts::bytes(m.deviceTotal), charts::bytes(m.deviceFree),
+                                m.deviceTotal > 0 ? charts::bytes(m.deviceTotal) : tr("not available"),
+                                m.deviceTotal > 0 ? charts::bytes(m.deviceFree) : tr("not available"),
                                 charts::bytes(m.allocReserved), charts::bytes(m.allocInUse))
                            .arg(charts::bytes(m.allocLargestFree))
                            .arg(m.fragmentation, 0, 'f', 3)

@@ -294,6 +294,7 @@ void MessageWidget::render() {
     static_cast<AutoHeightBrowser *>(m_body)->fitHeight();
     m_copy->setEnabled(!m_text.isEmpty());
     updateStats();
+    applyHighlight();
 }
 
 // Code blocks on a background of their own (the Markdown importer marks them with BlockCodeFence),
@@ -376,6 +377,68 @@ void MessageWidget::startEditing() {
 void MessageWidget::showEditor(bool editing) {
     m_body->setVisible(!editing);
     m_editPage->setVisible(editing);
+}
+
+void MessageWidget::highlightTokens(const QList<QPair<int, int>> &byteRanges) {
+    m_highlightRanges = byteRanges;
+    applyHighlight();
+}
+
+// The body shows the rendered Markdown, not the text: each character of the text is found in the
+// rendered text a little ahead of the previous one (markup characters are not, and stay where
+// they are), and a token's range is marked where its characters landed.
+void MessageWidget::applyHighlight() {
+    QList<QTextEdit::ExtraSelection> marks;
+    if (!m_highlightRanges.isEmpty()) {
+        const QString shown = m_body->document()->toPlainText();
+        QList<int> byteToChar; // UTF-8 byte offset → index into m_text
+        byteToChar.reserve(m_text.size() * 2 + 1);
+        for (qsizetype i = 0; i < m_text.size(); ++i) {
+            const int bytes = m_text[i].isHighSurrogate() ? 4 : m_text[i].isLowSurrogate() ? 0
+                              : m_text[i].unicode() < 0x80   ? 1
+                              : m_text[i].unicode() < 0x800  ? 2
+                                                             : 3;
+            for (int b = 0; b < bytes; ++b) byteToChar.append(int(i));
+        }
+        byteToChar.append(int(m_text.size()));
+        constexpr int kLookAhead = 48;
+        QList<int> place(m_text.size() + 1);
+        int at = 0;
+        for (qsizetype i = 0; i < m_text.size(); ++i) {
+            place[i] = at;
+            for (int d = 0; d < kLookAhead && at + d < shown.size(); ++d)
+                if (shown[at + d] == m_text[i] || (m_text[i] == u'\n' && shown[at + d] == QChar::ParagraphSeparator)) {
+                    place[i] = at + d;
+                    at += d + 1;
+                    break;
+                }
+        }
+        place[m_text.size()] = at;
+        // Two shades in turn, so neighbouring tokens stay told apart.
+        QTextCharFormat marks2[2];
+        marks2[0].setBackground(palette().color(QPalette::Highlight).lighter(150));
+        marks2[1].setBackground(palette().color(QPalette::Highlight).lighter(125));
+        for (QTextCharFormat &f : marks2) f.setForeground(palette().color(QPalette::Text));
+        for (const auto &[from, to] : std::as_const(m_highlightRanges)) {
+            if (from < 0 || to <= from || to >= byteToChar.size()) continue;
+            const int a = place[byteToChar[from]], b = place[byteToChar[to - 1]] + 1;
+            if (b <= a) continue;
+            QTextEdit::ExtraSelection s;
+            s.cursor = QTextCursor(m_body->document());
+            s.cursor.setPosition(std::min<int>(a, int(shown.size())));
+            s.cursor.setPosition(std::min<int>(b, int(shown.size())), QTextCursor::KeepAnchor);
+            s.format = marks2[marks.size() % 2];
+            marks << s;
+        }
+    }
+    m_highlightedTokens = int(marks.size());
+    m_body->setExtraSelections(marks);
+}
+
+QString MessageWidget::highlightedText() const {
+    QStringList parts;
+    for (const QTextEdit::ExtraSelection &s : m_body->extraSelections()) parts << s.cursor.selectedText();
+    return parts.join(QLatin1Char('\n'));
 }
 
 } // namespace es

@@ -49,6 +49,11 @@ public:
     // Selection (the profiler shows the selected message's profile): a click on the header.
     void setSelected(bool selected);
     bool isSelected() const { return m_selected; }
+    // Marks these byte ranges of the text (UTF-8, [from, to)) in the body — the tokens the
+    // profiler's highlighted expert took; empty: none. Kept across re-renders.
+    void highlightTokens(const QList<QPair<int, int>> &byteRanges);
+    int highlightedTokens() const { return m_highlightedTokens; } // ranges found in the body
+    QString highlightedText() const; // the marked text, one range a line (tests)
 
 signals:
     void copyRequested(const QString &text); // the whole message, or one code block
@@ -92,6 +97,9 @@ private:
     QToolButton *m_prev = nullptr, *m_next = nullptr;
     QLabel *m_branch = nullptr;
     bool m_selected = false;
+    QList<QPair<int, int>> m_highlightRanges;
+    int m_highlightedTokens = 0;
+    void applyHighlight();
 };
 
 } // namespace es

@@ -3,13 +3,11 @@
 // disagrees with the state. Styling uses palette roles only, so themes and CJK fonts work.
 #include "preset_bar.h"
 
+#include "flow_layout.h"
 #include "sampling_controls.h"
 
 #include <QApplication>
-#include <QHBoxLayout>
 #include <QKeySequence>
-#include <QScrollArea>
-#include <QScrollBar>
 #include <QShortcut>
 #include <QToolButton>
 
@@ -21,44 +19,21 @@ namespace {
 
 constexpr int kShortcutCount = 9;
 
-// A chip's label: mnemonics off (a name may contain '&').
-QString chipText(const Preset &p) {
-    QString text = p.name.isEmpty() ? p.prefix : p.name;
-    return text.replace(u'&', QStringLiteral("&&"));
-}
-
 QString elide(const QString &s, int maxChars) {
     return s.size() <= maxChars ? s : s.left(maxChars).trimmed() + QStringLiteral("…");
+}
+
+// A chip's label: mnemonics off (a name may contain '&'); a long name is shortened (the tooltip
+// has it whole), so no chip is wider than a narrow pane.
+QString chipText(const Preset &p) {
+    QString text = elide(p.name.isEmpty() ? p.prefix : p.name, 24);
+    return text.replace(u'&', QStringLiteral("&&"));
 }
 
 } // namespace
 
 PresetBar::PresetBar(QWidget *parent) : QWidget(parent) {
-    auto *layout = new QHBoxLayout(this);
-    layout->setContentsMargins(0, 0, 0, 0);
-    layout->setSpacing(6);
-
-    m_chipHost = new QWidget;
-    m_chipLayout = new QHBoxLayout(m_chipHost);
-    m_chipLayout->setContentsMargins(0, 0, 0, 0);
-    m_chipLayout->setSpacing(6);
-    m_chipLayout->addStretch(1);
-
-    m_scroll = new QScrollArea(this);
-    m_scroll->setObjectName(QStringLiteral("presetChipScroll"));
-    m_scroll->setWidget(m_chipHost);
-    m_scroll->setWidgetResizable(true);
-    m_scroll->setFrameShape(QFrame::NoFrame);
-    m_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
-    m_scroll->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-    m_scroll->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
-    m_scroll->setSizePolicy(QSizePolicy::Expanding, QSizePolicy::Fixed);
-    m_scroll->setFocusPolicy(Qt::NoFocus);
-    // The chip row is transparent over the composer's background.
-    m_scroll->setBackgroundRole(QPalette::Window);
-    m_scroll->viewport()->setAutoFillBackground(false);
-    m_chipHost->setAutoFillBackground(false);
-    layout->addWidget(m_scroll, 1);
+    m_chipLayout = new FlowLayout(this, 6);
 
     m_manageButton = new QToolButton(this);
     m_manageButton->setObjectName(QStringLiteral("managePresetsButton"));
@@ -67,7 +42,7 @@ PresetBar::PresetBar(QWidget *parent) : QWidget(parent) {
     m_manageButton->setFocusPolicy(Qt::TabFocus);
     m_manageButton->setAutoRaise(true);
     connect(m_manageButton, &QToolButton::clicked, this, &PresetBar::managePresetsRequested);
-    layout->addWidget(m_manageButton);
+    m_chipLayout->addWidget(m_manageButton);
 
     setStyleSheet(QStringLiteral(
         "QToolButton[presetChip=\"true\"] { border: 1px solid palette(mid); border-radius: 11px;"
@@ -78,7 +53,10 @@ PresetBar::PresetBar(QWidget *parent) : QWidget(parent) {
         "QToolButton[presetChip=\"true\"]:focus { border: 2px solid palette(highlight); padding: 2px 9px; }"
         "QToolButton[presetChip=\"true\"]:checked:focus { border-color: palette(text); }"));
 
-    setSizePolicy(QSizePolicy::Preferred, QSizePolicy::Fixed);
+    // As wide as the composer; as tall as the rows the chips need at that width.
+    QSizePolicy policy(QSizePolicy::Preferred, QSizePolicy::Preferred);
+    policy.setHeightForWidth(true);
+    setSizePolicy(policy);
     rebuildShortcuts();
 }
 
@@ -142,7 +120,7 @@ void PresetBar::rebuildChips() {
     m_chips.clear();
     for (int i = 0; i < m_presets.size(); ++i) {
         const Preset &p = m_presets.at(i);
-        auto *chip = new QToolButton(m_chipHost);
+        auto *chip = new QToolButton(this);
         chip->setObjectName(QStringLiteral("presetChip"));
         chip->setProperty("presetChip", true);
         chip->setProperty("presetId", p.id);
@@ -171,7 +149,7 @@ void PresetBar::rebuildChips() {
         if (QToolButton *next = m_chips.value(std::min(focusIndex, int(m_chips.size()) - 1)))
             next->setFocus(Qt::OtherFocusReason);
     }
-    m_scroll->updateGeometry();
+    updateGeometry();
 }
 
 void PresetBar::rebuildShortcuts() {

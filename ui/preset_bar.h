@@ -3,7 +3,8 @@
 // owner feeds setPresets() (from ChatStore::presets()) and reacts to presetApplied/presetCleared
 // by inserting the prefix and using the preset's system prompt and sampling.
 // Keyboard: every chip is in the Tab chain (Space toggles it); Alt+1…Alt+9 act as clicks on the
-// first nine chips. Chips scroll sideways when they do not fit.
+// first nine chips. Chips wrap onto more rows when they do not fit in one (a FlowLayout), so a
+// narrow pane shows every chip at full size.
 #pragma once
 
 #include "storage_types.h"
@@ -14,12 +15,12 @@
 
 #include <optional>
 
-class QHBoxLayout;
-class QScrollArea;
 class QShortcut;
 class QToolButton;
 
 namespace es {
+
+class FlowLayout;
 
 class PresetBar : public QWidget {
     Q_OBJECT
@@ -67,9 +68,7 @@ private:
 
     QList<Preset> m_presets;
     std::optional<qint64> m_activeId;
-    QScrollArea *m_scroll = nullptr;
-    QWidget *m_chipHost = nullptr;
-    QHBoxLayout *m_chipLayout = nullptr;
+    FlowLayout *m_chipLayout = nullptr; // the chips, then "Manage presets…"
     QList<QToolButton *> m_chips; // parallel to m_presets
     QToolButton *m_manageButton = nullptr;
     QPointer<QWidget> m_shortcutScope;

@@ -4,63 +4,76 @@
 #include "storage_types.h"
 
 #include <QEvent>
+#include <QFontMetrics>
 #include <QLabel>
 
 #include <qcustomplot.h>
 
 namespace es {
 
+// Each definition is a plain sentence first (what the figure tells), then its exact definition.
 QString ProfilerDefinitions::ttft() {
-    return tr("TTFT: request submitted → first generated token available (ms).");
+    return tr("Time to first token: how long the reply took to start.\n"
+              "TTFT: request submitted → first generated token available (ms).");
 }
 QString ProfilerDefinitions::itl() {
-    return tr("ITL: gap between consecutive generated tokens of one request (ms); reported as p50/p90/p99.");
+    return tr("Inter-token latency: how long each next word piece of the reply took.\n"
+              "ITL: gap between consecutive generated tokens of one request (ms); reported as p50/p90/p99.");
 }
 QString ProfilerDefinitions::decodeTokS() {
-    return tr(
-        "decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. "
-        "Over time: the tokens after the first in each quarter-second bin / the bin's length.");
+    return tr("Decode speed: how many tokens the reply produced per second once it had started.\n"
+              "decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step "
+              "time. Over time: the tokens after the first in each quarter-second bin / the bin's length.");
 }
 QString ProfilerDefinitions::expertLoad() {
-    return tr(
-        "expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.");
+    return tr("Expert load: how the tokens of each layer were shared out among its experts; a darker cell "
+              "is an expert that took more of that layer's tokens.\n"
+              "expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.");
 }
 QString ProfilerDefinitions::imbalance() {
-    return tr("imbalance: max(c)/mean(c) per layer; balancedness = mean/max; entropy H(share)/ln E; "
+    return tr("Balance: how evenly each layer spread its tokens over its experts, and how many experts it "
+              "never used.\n"
+              "imbalance: max(c)/mean(c) per layer; balancedness = mean/max; entropy H(share)/ln E; "
               "dead experts = #{c = 0}.");
 }
 QString ProfilerDefinitions::vram() {
-    return tr(
-        "VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device "
-        "total/free. With the CPU backend: the engine's own accounting and the machine's RAM.");
+    return tr("Memory: what the model's weights, the cached keys and values and the working buffers take, "
+              "and what is left.\n"
+              "VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device "
+              "total/free. With the CPU backend: the engine's own accounting and the machine's RAM.");
 }
 QString ProfilerDefinitions::fragmentation() {
-    return tr(
-        "fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − tokens "
-        "stored / (blocks used × block size).");
+    return tr("Fragmentation: how scattered the free memory is; KV waste: how much of the cache's blocks "
+              "holds no token.\n"
+              "fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − "
+              "tokens stored / (blocks used × block size).");
 }
 QString ProfilerDefinitions::jensenShannon() {
-    return tr(
-        "Jensen–Shannon divergence of the two messages' expert shares per layer: JS = ½ KL(P‖M) + ½ KL(Q‖M), "
-        "M = ½(P + Q), natural log, so 0 (same routing) … ln 2 ≈ 0.693 (disjoint experts).");
+    return tr("Routing difference: how differently the two messages used the experts of each layer, from "
+              "0 (the same) to the most (no expert in common).\n"
+              "Jensen–Shannon divergence of the two messages' expert shares per layer: JS = ½ KL(P‖M) + ½ "
+              "KL(Q‖M), M = ½(P + Q), natural log, so 0 (same routing) … ln 2 ≈ 0.693 (disjoint experts).");
 }
 QString ProfilerDefinitions::percentiles() {
-    return tr("Percentiles by linear interpolation between closest ranks: rank (n − 1)·q (numpy's default).");
+    return tr("Percentiles: p50 is the typical gap, p90 and p99 the slow ones.\n"
+              "Percentiles by linear interpolation between closest ranks: rank (n − 1)·q (numpy's default).");
 }
 QString ProfilerDefinitions::phases() {
-    return tr(
-        "Engine time per phase over the steps that computed the reply; a step shared with other replies counts "
-        "in proportion to this reply's tokens in it: attention (norms, q/k/v, RoPE, KV write, attention, "
-        "output projection), MoE routed (router, routed experts), MoE shared (shared experts), dense (dense MLP "
-        "layers), head and sampling (the LM head and the sampler), other (scheduling, embedding, transfers, "
-        "emitting text). On the GPU the phases are timed on the device in one step in 64 and each reply's first "
-        "two (every step with \"Time every step\"), and scaled to the time of all the reply's steps.");
+    return tr("Where the engine spent its time while it computed this reply.\n"
+              "Engine time per phase over the steps that computed the reply; a step shared with other replies "
+              "counts in proportion to this reply's tokens in it: attention (norms, q/k/v, RoPE, KV write, "
+              "attention, output projection), MoE routed (router, routed experts), MoE shared (shared experts), "
+              "dense (dense MLP layers), head and sampling (the LM head and the sampler), other (scheduling, "
+              "embedding, transfers, emitting text). On the GPU the phases are timed on the device in one step "
+              "in 64 and each reply's first two (every step with \"Time every step\"), and scaled to the time "
+              "of all the reply's steps.");
 }
 QString ProfilerDefinitions::kvBlockMap() {
-    return tr(
-        "KV block map: the paged KV cache's blocks (16 tokens each) in use, cached (free, holding a reusable "
-        "prefix) and free, one cell per block in pool order (where they lie, not only how many). A source that "
-        "reports only counts (a remote server) is drawn grouped by state.");
+    return tr("Which blocks of the key and value cache hold a conversation now, which keep a reusable prompt "
+              "and which are free.\n"
+              "KV block map: the paged KV cache's blocks (16 tokens each) in use, cached (free, holding a "
+              "reusable prefix) and free, one cell per block in pool order (where they lie, not only how "
+              "many). A source that reports only counts (a remote server) is drawn grouped by state.");
 }
 QString ProfilerDefinitions::sharedAndDense() {
     return tr(
@@ -224,13 +237,60 @@ QSharedPointer<QCPAxisTicker> integerTicker() {
     return t;
 }
 
-QSharedPointer<QCPAxisTickerText> expertTicker(int nExperts, int nShared, const QString &sharedFormat) {
+QSharedPointer<QCPAxisTickerText> expertTicker(int nExperts, int nShared, const QString &sharedFormat,
+                                               int minStep) {
     QSharedPointer<QCPAxisTickerText> t(new QCPAxisTickerText);
-    const int every = nExperts > 32 ? 8 : nExperts > 16 ? 4 : nExperts > 8 ? 2 : 1;
+    const int every =
+        std::max(std::max(1, minStep), nExperts > 32 ? 8 : nExperts > 16 ? 4 : nExperts > 8 ? 2 : 1);
     for (int e = 0; e < nExperts; e += every)
         if (nShared == 0 || every == 1 || nExperts - e > every) t->addTick(e, QString::number(e));
     for (int s = 0; s < nShared; s += every) t->addTick(nExperts + s, sharedFormat.arg(s));
     return t;
+}
+
+namespace {
+
+// Keeps a plot's expert axis fitted to its width: the shape is kept in the plot's properties and
+// every resize recomputes the step.
+class ExpertAxisFitter : public QObject {
+public:
+    using QObject::QObject;
+    static void apply(QCustomPlot *plot) {
+        const int nExperts = plot->property("esExperts").toInt(), nShared = plot->property("esShared").toInt();
+        const QString format = plot->property("esSharedFormat").toString();
+        const int n = std::max(1, nExperts + nShared);
+        // The axis rect's width after the next layout: the plot's width less its current margins.
+        const int margins = plot->axisRect()->width() > 0 ? plot->width() - plot->axisRect()->width() : 100;
+        const double perExpert = std::max(1, plot->width() - margins) / double(n);
+        const QFontMetrics fm(plot->xAxis->tickLabelFont());
+        int label = fm.horizontalAdvance(QString::number(std::max(0, nExperts - 1)));
+        if (nShared > 0) label = std::max(label, fm.horizontalAdvance(format.arg(nShared - 1)));
+        int step = 1;
+        while (step < n && step * perExpert < label + fm.horizontalAdvance(QLatin1Char(' ')) * 2) step *= 2;
+        if (plot->property("esExpertStep").toInt() == step && plot->xAxis->ticker()) return;
+        plot->setProperty("esExpertStep", step);
+        plot->xAxis->setTicker(expertTicker(nExperts, nShared, format, step));
+        queueReplot(plot);
+    }
+    bool eventFilter(QObject *watched, QEvent *event) override {
+        if (event->type() == QEvent::Resize)
+            if (auto *plot = qobject_cast<QCustomPlot *>(watched)) apply(plot);
+        return false;
+    }
+};
+
+} // namespace
+
+void setExpertAxis(QCustomPlot *plot, int nExperts, int nShared, const QString &sharedFormat) {
+    plot->setProperty("esExperts", nExperts);
+    plot->setProperty("esShared", nShared);
+    plot->setProperty("esSharedFormat", sharedFormat);
+    plot->setProperty("esExpertStep", 0);
+    if (!plot->property("esExpertFitter").toBool()) {
+        plot->installEventFilter(new ExpertAxisFitter(plot));
+        plot->setProperty("esExpertFitter", true);
+    }
+    ExpertAxisFitter::apply(plot);
 }
 
 QString bytes(qint64 b) {

@@ -52,7 +52,12 @@ QSharedPointer<QCPAxisTicker> integerTicker();
 // count, then the shared experts at the same step, labelled sharedFormat.arg(s) ("S0", …).
 // Where the step is more than one, a routed tick within one step of "S0" is left out, so
 // "10" and "S0" of 12 + 1 experts, or "S0" and "S1" of 64 + 2, do not run into each other.
-QSharedPointer<QCPAxisTickerText> expertTicker(int nExperts, int nShared, const QString &sharedFormat);
+// minStep: at least this step (a narrow plot's, so the labels do not run together).
+QSharedPointer<QCPAxisTickerText> expertTicker(int nExperts, int nShared, const QString &sharedFormat,
+                                               int minStep = 1);
+// The plot's x axis as an expert axis (expertTicker) whose step also keeps every label clear of
+// its neighbours at the plot's width, recomputed whenever the plot is resized.
+void setExpertAxis(QCustomPlot *plot, int nExperts, int nShared, const QString &sharedFormat);
 // replot(rpQueuedReplot) when the plot is on screen; a hidden plot is left stale (QCustomPlot
 // would still render its buffers) and replotStale() catches up when its page is shown.
 void queueReplot(QCustomPlot *plot);

@@ -78,6 +78,11 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
     }
     if (m_session) {
         connect(m_session, &EngineSession::modelLoaded, this, [this](const SessionModelInfo &info) {
+            // The last reply was the previous model's: its strip and timings are no longer shown
+            // as "the last reply" (a selected message keeps its own stored profile and shape).
+            m_finishedKey = m_liveKey = 0;
+            m_finishedProfile = m_liveProfile = {};
+            ++m_shownVersion;
             m_memory->clear();
             m_memory->setIncludeFree(info.remoteUrl.isEmpty() &&
                                      !info.backend.startsWith(QLatin1String("cpu")));
@@ -88,9 +93,12 @@ ProfilerPanel::ProfilerPanel(ChatStore *store, EngineSession *session, QWidget *
             m_memory->setIncludeFree(!m_session->modelInfo().backend.startsWith(QLatin1String("cpu")));
     }
     connect(m_routing, &RoutingView::interventionRequested, this, &ProfilerPanel::interventionRequested);
+    connect(m_routing, &RoutingView::highlightedExpertChanged, this, &ProfilerPanel::updateTokenHighlight);
+    connect(m_routing, &RoutingView::coActivationLayerChanged, this, &ProfilerPanel::refreshCoActivation);
     connect(m_routing, &RoutingView::sourceChanged, this, [this] {
         m_routingDirty = true;
         refresh();
+        updateTokenHighlight();
     });
     connect(m_compare, &CompareView::useSelectedAsA, this, [this] {
         if (m_selected) setCompareMessages(m_selected, m_compareB);
@@ -124,6 +132,11 @@ std::optional<ProfilerPanel::Tab> ProfilerPanel::tabFromName(const QString &name
 void ProfilerPanel::setConversationProvider(std::function<std::optional<qint64>()> provider) {
     m_conversationProvider = std::move(provider);
     m_conversationDirty = true;
+}
+
+void ProfilerPanel::setOpenConversationsProvider(std::function<QList<qint64>()> provider) {
+    m_openConversationsProvider = std::move(provider);
+    m_compareDirty = true;
 }
 
 void ProfilerPanel::showEvent(QShowEvent *event) {
@@ -169,8 +182,15 @@ void ProfilerPanel::selectMessage(qint64 messageId) {
     // arrays before any page sizes a chart or a table by them.
     m_selectedProfile = boundedProfile(std::move(m_selectedProfile));
     ++m_shownVersion;
+    // The heatmap follows the click too: the live window says nothing about this message.
+    if (m_routing->source() == RoutingView::Source::LiveWindow) {
+        QSignalBlocker block(m_routing);
+        m_routing->setSource(RoutingView::Source::SelectedMessage);
+        m_routingDirty = true;
+    }
     emit shownProfileChanged();
     refresh();
+    updateTokenHighlight();
 }
 
 void ProfilerPanel::setCompareMessages(std::optional<qint64> a, std::optional<qint64> b) {
@@ -191,6 +211,8 @@ void ProfilerPanel::onReplyRecorded(quint64 requestId, const MessageProfile &pro
     ++m_shownVersion;
     if (m_compareAuto) m_compareDirty = true;
     emit shownProfileChanged();
+    // The new reply is on screen once stored (ChatStore saves it on the same signal, before this).
+    QMetaObject::invokeMethod(this, &ProfilerPanel::updateTokenHighlight, Qt::QueuedConnection);
 }
 
 void ProfilerPanel::refresh() {
@@ -223,7 +245,10 @@ void ProfilerPanel::refresh() {
     }
     if (m_conversationProvider) {
         const std::optional<qint64> c = m_conversationProvider();
-        if (c != m_conversation) m_conversationDirty = true;
+        if (c != m_conversation) {
+            m_conversationDirty = true;
+            dropClosedCompareSides();
+        }
     }
 
     const int before = m_drawCount;
@@ -344,6 +369,7 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
     }
     m_drawnRoutingSource = int(source);
     m_routingDirty = false;
+    refreshCoActivation();
     if (s.key != m_drawnStripKey || m_drawnStripVersion != m_shownVersion) {
         if (s.key == 0)
             m_routing->clearStrip();
@@ -393,6 +419,85 @@ void ProfilerPanel::refreshLatency() {
     }
 }
 
+// The replies the routing page stands for: the whole conversation's on its active branch, else
+// the selected message, else the current conversation's last reply (the one the strip shows
+// once it is stored).
+QList<qint64> ProfilerPanel::shownMessages() const {
+    QList<qint64> ids;
+    if (!m_store) return ids;
+    const bool whole = m_routing->source() == RoutingView::Source::Conversation;
+    if (m_selected && !whole) return {*m_selected};
+    const std::optional<qint64> conv = m_conversationProvider ? m_conversationProvider() : std::nullopt;
+    if (!conv) return ids;
+    for (const Message &m : m_store->activePath(*conv))
+        if (m.role == MessageRole::Assistant && m.state == MessageState::Complete) ids << m.id;
+    if (!whole && !ids.isEmpty()) ids = {ids.last()};
+    return ids;
+}
+
+// The highlighted expert's tokens in the shown replies: each reply token the model read back
+// (trace position nPromptTokens + j is reply token j) and routed to that expert in that layer,
+// as the byte range of its text.
+void ProfilerPanel::updateTokenHighlight() {
+    TokenHighlight ranges;
+    const auto [layer, expert] = m_routing->highlightedExpert();
+    if (layer >= 0 && m_store)
+        for (qint64 id : shownMessages()) {
+            const std::optional<MessageProfile> stored = m_store->profile(id);
+            if (!stored) continue;
+            const MessageProfile p = boundedProfile(*stored);
+            if (p.tokenTextEnds.isEmpty()) continue;
+            QList<QPair<int, int>> spans;
+            for (int pos : positionsRoutedTo(p, layer, expert, p.nPromptTokens)) {
+                const int j = pos - p.nPromptTokens;
+                if (j >= p.tokenTextEnds.size()) break;
+                const int from = j > 0 ? p.tokenTextEnds[j - 1] : 0, to = p.tokenTextEnds[j];
+                if (to > from) spans.append({from, to});
+            }
+            ranges.insert(id, spans);
+        }
+    if (ranges == m_tokenHighlight) return;
+    m_tokenHighlight = ranges;
+    emit tokenHighlightChanged(m_tokenHighlight);
+}
+
+// "Chosen together" for the layer the page shows: the shown reply's whole trace (its prompt and
+// reply), or with the whole conversation, the positions each of its replies generated.
+void ProfilerPanel::refreshCoActivation() {
+    const RoutingView::Source source = m_routing->source();
+    const bool whole = source == RoutingView::Source::Conversation;
+    const int version = whole ? m_conversationVersion : m_shownVersion;
+    const MessageProfile shownP = whole ? MessageProfile{} : shown().profile;
+    QList<int> layers = shownP.moeLayers;
+    if (whole && m_session) layers = m_session->modelInfo().moeLayers;
+    m_routing->setCoActivationLayers(layers);
+    const int layer = m_routing->coActivationLayer();
+    if (version == m_drawnCoVersion && layer == m_drawnCoLayer && int(source) == m_drawnCoSource) return;
+    m_drawnCoVersion = version;
+    m_drawnCoLayer = layer;
+    m_drawnCoSource = int(source);
+    CoActivation c;
+    QString caption;
+    if (whole) {
+        bool first = true;
+        int replies = 0;
+        for (qint64 id : m_ttftIds)
+            if (const std::optional<MessageProfile> p = m_store ? m_store->profile(id) : std::nullopt) {
+                const CoActivation one = coActivation(boundedProfile(*p), layer, p->nPromptTokens);
+                if (one.positions == 0) continue;
+                if (first) c = one;
+                else c.add(one);
+                first = false;
+                ++replies;
+            }
+        caption = tr("the tokens of %1 replies").arg(replies);
+    } else {
+        c = coActivation(shownP, layer);
+        caption = shownP.traceIds.isEmpty() ? tr("no routing recorded") : tr("the shown reply's prompt and reply");
+    }
+    m_routing->showCoActivation(c, tr("%1 tokens: %2").arg(c.positions).arg(caption));
+}
+
 CompareView::Side ProfilerPanel::compareSide(qint64 messageId) const {
     CompareView::Side side;
     if (!m_store) return side;
@@ -422,20 +527,55 @@ CompareView::Side ProfilerPanel::compareSide(qint64 messageId) const {
     return side;
 }
 
+// The conversations Compare may show: those open in a pane (the current one first), else every
+// conversation (a panel without a window), most recently updated first.
+QList<qint64> ProfilerPanel::compareConversations() const {
+    QList<Conversation> convs = m_store->conversations();
+    std::stable_sort(convs.begin(), convs.end(),
+                     [](const Conversation &a, const Conversation &b) { return a.updatedAt > b.updatedAt; });
+    QList<qint64> ids;
+    const std::optional<qint64> current = m_conversationProvider ? m_conversationProvider() : std::nullopt;
+    if (current) ids << *current;
+    if (m_openConversationsProvider) {
+        const QList<qint64> open = m_openConversationsProvider();
+        for (const Conversation &c : convs)
+            if (open.contains(c.id) && !ids.contains(c.id)) ids << c.id;
+        return ids;
+    }
+    if (current) return ids; // a current conversation and no list of the others: that one alone
+    for (const Conversation &c : convs) ids << c.id;
+    return ids;
+}
+
+// A side the user picked from a conversation no longer open goes: Compare follows the latest
+// replies again.
+void ProfilerPanel::dropClosedCompareSides() {
+    if (m_compareAuto || !m_store) return;
+    const QList<qint64> open = compareConversations();
+    for (const std::optional<qint64> &side : {m_compareA, m_compareB}) {
+        if (!side) continue;
+        const std::optional<Message> m = m_store->message(*side);
+        if (!m || !open.contains(m->conversationId)) {
+            m_compareAuto = true;
+            m_compareDirty = true;
+            return;
+        }
+    }
+}
+
 // The newest two finished replies: the latest reply of each of the two most recently updated
-// conversations (so "send to all panes" compares the panes), else the last two of one.
+// open conversations, the current one first (so "send to all panes" compares the panes), else
+// the last two of the current one.
 void ProfilerPanel::pickLatestPair() {
     m_compareA.reset();
     m_compareB.reset();
     if (!m_store) return;
-    QList<Conversation> convs = m_store->conversations();
-    std::stable_sort(convs.begin(), convs.end(),
-                     [](const Conversation &a, const Conversation &b) { return a.updatedAt > b.updatedAt; });
+    const QList<qint64> convs = compareConversations();
     QList<qint64> picked;
     QList<qint64> firstPath;
     for (int i = 0; i < convs.size() && i < 4 && picked.size() < 2; ++i) {
         QList<qint64> done;
-        for (const Message &m : m_store->activePath(convs[i].id))
+        for (const Message &m : m_store->activePath(convs[i]))
             if (m.role == MessageRole::Assistant && m.state == MessageState::Complete) done << m.id;
         if (i == 0) firstPath = done;
         if (!done.isEmpty()) picked << done.last();

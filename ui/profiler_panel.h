@@ -12,6 +12,7 @@
 #include "storage_types.h"
 
 #include <QElapsedTimer>
+#include <QHash>
 #include <QPointer>
 #include <QTimer>
 #include <QWidget>
@@ -22,6 +23,8 @@
 class QTabWidget;
 
 namespace es {
+
+using TokenHighlight = QHash<qint64, QList<QPair<int, int>>>;
 
 class ChatStore;
 class EngineSession;
@@ -45,6 +48,10 @@ public:
     // Which conversation "whole conversation" and "TTFT per message" refer to (MainWindow: the
     // current pane's). Without one, those views are empty.
     void setConversationProvider(std::function<std::optional<qint64>()> provider);
+    // The conversations open in the window's panes: Compare shows only their replies (the
+    // latest of the current one and of the pane that answered with it). Without it, Compare
+    // keeps to the current conversation (or, without one either, any conversation).
+    void setOpenConversationsProvider(std::function<QList<qint64>()> provider);
 
     // The timer runs at 20 Hz and slows towards 10 Hz when its ticks (refresh + replots) would
     // take more than kCpuBudget of the GUI thread, so a slow machine's engine keeps its CPU.
@@ -62,6 +69,7 @@ public:
     std::optional<qint64> compareB() const { return m_compareB; }
 
     RoutingView *routingView() const { return m_routing; }
+    TokenHighlight tokenHighlight() const { return m_tokenHighlight; }
     CompareView *compareView() const { return m_compare; }
     LatencyView *latencyView() const { return m_latency; }
     MemoryUsageView *memoryView() const { return m_memory; }
@@ -81,6 +89,9 @@ signals:
     void shownProfileChanged();
     // Relayed from the routing page (RoutingView::interventionRequested).
     void interventionRequested(int layer, int expert, bool force);
+    // The tokens the chat highlights: per message id, the byte ranges [from, to) of its text
+    // (UTF-8) of the reply tokens routed to the routing page's highlighted expert; empty: none.
+    void tokenHighlightChanged(const es::TokenHighlight &ranges);
 
 protected:
     void showEvent(QShowEvent *event) override;
@@ -99,13 +110,19 @@ private:
     void refreshCompare();
     void refreshLatency();
     void reloadConversation();
+    void updateTokenHighlight();
+    QList<qint64> shownMessages() const; // the stored replies the routing page stands for
+    void refreshCoActivation();
     void pickLatestPair();
+    QList<qint64> compareConversations() const;
+    void dropClosedCompareSides();
     CompareView::Side compareSide(qint64 messageId) const;
 
     QPointer<ChatStore> m_store;
     QPointer<EngineSession> m_session;
     ProfileRecorder *m_recorder = nullptr;
     std::function<std::optional<qint64>()> m_conversationProvider;
+    std::function<QList<qint64>()> m_openConversationsProvider;
     QTabWidget *m_tabs = nullptr;
     RoutingView *m_routing = nullptr;
     CompareView *m_compare = nullptr;
@@ -124,6 +141,8 @@ private:
     quint64 m_finishedKey = 0; // the reply that finished last
     MessageProfile m_finishedProfile;
     std::optional<qint64> m_compareA, m_compareB;
+    TokenHighlight m_tokenHighlight;
+    int m_drawnCoVersion = -1, m_drawnCoLayer = -2, m_drawnCoSource = -1;
     bool m_compareAuto = true; // A/B follow the latest two replies until the user picks
 
     // Versions of the inputs and what each page drew, so idle ticks draw nothing.

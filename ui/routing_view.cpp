@@ -8,6 +8,7 @@
 #include <QComboBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
+#include <QKeyEvent>
 #include <QLabel>
 #include <QMenu>
 #include <QSplitter>
@@ -78,13 +79,21 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
     m_sharedLabel->setVisible(false);
     m_plot->setToolTip(ProfilerDefinitions::expertLoad() + QLatin1Char('\n') +
                        ProfilerDefinitions::sharedAndDense());
+    // Narrow docks: the plot and the table give up width (the table scrolls) rather than widen
+    // the dock past its share of the window.
+    m_plot->setMinimumSize(220, 120); // the axes and the colour scale take about 90 of it
     upperLayout->addWidget(m_plot, 3);
 
     m_table = new QTableWidget(0, 3, upper);
     m_table->setHorizontalHeaderLabels({tr("max/mean"), tr("H/ln E"), tr("dead")});
-    m_table->horizontalHeaderItem(0)->setToolTip(tr("imbalance = max(c)/mean(c); 1 is even"));
-    m_table->horizontalHeaderItem(1)->setToolTip(tr("normalized entropy H(share)/ln E; 1 is even"));
-    m_table->horizontalHeaderItem(2)->setToolTip(tr("dead experts = #{c = 0}"));
+    m_table->horizontalHeaderItem(0)->setToolTip(
+        tr("Imbalance: how much busier the busiest expert is than the average one; 1 is perfectly even.\n"
+           "max(c)/mean(c)"));
+    m_table->horizontalHeaderItem(1)->setToolTip(
+        tr("Spread: how evenly the tokens are spread over all experts; 1 is perfectly even, near 0 is one "
+           "expert taking nearly everything.\nnormalized entropy H(share)/ln E"));
+    m_table->horizontalHeaderItem(2)->setToolTip(
+        tr("Dead experts: how many experts of the layer received no token at all.\n#{c = 0}"));
     m_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     m_table->setSelectionMode(QAbstractItemView::NoSelection);
     m_table->verticalHeader()->setDefaultSectionSize(18);
@@ -102,9 +111,10 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
                                             fm.horizontalAdvance(QStringLiteral("00.000"))) +
                                        10);
     m_table->horizontalHeader()->setSectionResizeMode(QHeaderView::Fixed);
-    m_table->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    m_table->setHorizontalScrollBarPolicy(Qt::ScrollBarAsNeeded);
     m_table->setSizeAdjustPolicy(QAbstractScrollArea::AdjustToContents);
-    m_table->setSizePolicy(QSizePolicy::Fixed, QSizePolicy::Expanding);
+    m_table->setSizePolicy(QSizePolicy::Maximum, QSizePolicy::Expanding);
+    m_table->setMinimumWidth(80);
     upperLayout->addWidget(m_table, 1);
 
     auto *lower = new QWidget(split);
@@ -122,19 +132,78 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
     m_promptEnd->setPen(QPen(Qt::black, 1.5, Qt::DashLine));
     m_promptEnd->setVisible(false);
     m_stripPlot->setToolTip(
-        tr("Each cell: the expert with the largest gate weight for that token in that layer "
-           "(colour = expert id). Hover a token for its top-k experts and weights per layer."));
+        tr("Each cell is the expert that weighed most for that token in that layer; its colour stands for "
+           "the expert.\nHover a token for its top-k experts and weights per layer, and the router's margin."));
     connect(m_stripPlot, &QCustomPlot::mouseMove, this, &RoutingView::onStripHover);
     m_tokenLabel = new QLabel(tr("Hover a token to see its experts."), lower);
     m_tokenLabel->setWordWrap(true);
+    m_tokenLabel->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred); // wraps to the dock's width
     m_tokenLabel->setTextInteractionFlags(Qt::TextSelectableByMouse);
     lowerLayout->addWidget(m_stripPlot, 1);
     lowerLayout->addWidget(m_tokenLabel);
+
+    // Chosen together: the pairs of experts one layer sends the same tokens to most.
+    auto *co = new QWidget(split);
+    auto *coLayout = new QVBoxLayout(co);
+    coLayout->setContentsMargins(0, 0, 0, 0);
+    auto *coTop = new QHBoxLayout;
+    auto *coTitle = new QLabel(tr("Chosen together in"), co);
+    m_coLayer = new QComboBox(co);
+    m_coLayer->setToolTip(tr("The MoE layer whose expert pairs are listed"));
+    m_coCaption = new QLabel(co);
+    m_coCaption->setWordWrap(true);
+    coTop->addWidget(coTitle);
+    coTop->addWidget(m_coLayer);
+    coTop->addWidget(m_coCaption, 1);
+    coLayout->addLayout(coTop);
+    m_pairs = new QTableWidget(0, 3, co);
+    m_pairs->setObjectName(QStringLiteral("coActivationPairs"));
+    m_pairs->setHorizontalHeaderLabels({tr("experts"), tr("tokens together"), tr("lift")});
+    m_pairs->horizontalHeaderItem(0)->setToolTip(tr("Two experts the router chose for the same token"));
+    m_pairs->horizontalHeaderItem(1)->setToolTip(
+        tr("How many tokens were sent to both experts in this layer, and their share of the tokens"));
+    m_pairs->horizontalHeaderItem(2)->setToolTip(
+        tr("How much more often the two were chosen together than if the router picked them "
+           "independently; above 1 they go together.\nP(a and b) / (P(a) · P(b))"));
+    m_pairs->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    m_pairs->setSelectionMode(QAbstractItemView::NoSelection);
+    m_pairs->verticalHeader()->setVisible(false);
+    m_pairs->verticalHeader()->setDefaultSectionSize(18);
+    m_pairs->setFont(small);
+    m_pairs->horizontalHeader()->setFont(small);
+    m_pairs->horizontalHeader()->setSectionResizeMode(QHeaderView::Stretch);
+    m_pairs->setToolTip(tr("Which experts this layer's router picks together for the same token, most "
+                           "often first"));
+    // As narrow as the dock: the columns share whatever width there is.
+    m_pairs->horizontalHeader()->setMinimumSectionSize(20);
+    m_pairs->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Expanding);
+    m_coCaption->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
+    coLayout->addWidget(m_pairs, 1);
+    connect(m_coLayer, &QComboBox::currentIndexChanged, this, [this] { emit coActivationLayerChanged(coActivationLayer()); });
+
     split->addWidget(upper);
     split->addWidget(lower);
+    split->addWidget(co);
     split->setStretchFactor(0, 3);
     split->setStretchFactor(1, 2);
+    split->setStretchFactor(2, 1);
     layout->addWidget(split, 1);
+
+    // Left click on a routed expert: the chat highlights the tokens it took (again, or Esc: off).
+    m_highlightRect = new QCPItemRect(m_plot);
+    m_highlightRect->setPen(QPen(palette().color(QPalette::Highlight), 2.5));
+    m_highlightRect->setBrush(Qt::NoBrush);
+    m_highlightRect->setVisible(false);
+    m_plot->setFocusPolicy(Qt::ClickFocus);
+    connect(m_plot, &QCustomPlot::mousePress, this, [this](QMouseEvent *event) {
+        if (event->button() != Qt::LeftButton) return;
+        const auto [layer, expert] = expertAt(event->position().toPoint());
+        if (layer < 0) return;
+        if (m_highlight == qMakePair(layer, expert))
+            clearHighlightedExpert();
+        else
+            setHighlightedExpert(layer, expert);
+    });
 
     connect(m_source, &QComboBox::currentIndexChanged, this, [this] { emit sourceChanged(source()); });
 
@@ -150,6 +219,58 @@ RoutingView::RoutingView(QWidget *parent) : QWidget(parent) {
                        [this, layer = layer, expert = expert] { emit interventionRequested(layer, expert, true); });
         menu.exec(m_plot->mapToGlobal(pos));
     });
+}
+
+void RoutingView::setHighlightedExpert(int layer, int expert) {
+    const QPair<int, int> h = layer < 0 ? qMakePair(-1, -1) : qMakePair(layer, expert);
+    if (h == m_highlight) return;
+    m_highlight = h;
+    m_highlightRect->setVisible(h.first >= 0);
+    if (h.first >= 0) {
+        m_highlightRect->topLeft->setCoords(expert - 0.5, layer - 0.5);
+        m_highlightRect->bottomRight->setCoords(expert + 0.5, layer + 0.5);
+    }
+    charts::queueReplot(m_plot);
+    emit highlightedExpertChanged(h.first, h.second);
+}
+
+void RoutingView::keyPressEvent(QKeyEvent *event) {
+    if (event->key() == Qt::Key_Escape && m_highlight.first >= 0) {
+        clearHighlightedExpert();
+        event->accept();
+        return;
+    }
+    QWidget::keyPressEvent(event);
+}
+
+int RoutingView::coActivationLayer() const { return m_coLayer->currentData().isValid() ? m_coLayer->currentData().toInt() : -1; }
+
+void RoutingView::setCoActivationLayers(const QList<int> &moeLayers) {
+    QList<int> shown;
+    for (int i = 0; i < m_coLayer->count(); ++i) shown << m_coLayer->itemData(i).toInt();
+    if (shown == moeLayers) return;
+    const int keep = coActivationLayer();
+    QSignalBlocker block(m_coLayer);
+    m_coLayer->clear();
+    for (int l : moeLayers) m_coLayer->addItem(tr("layer %1").arg(l), l);
+    const int at = m_coLayer->findData(keep);
+    m_coLayer->setCurrentIndex(at >= 0 ? at : 0);
+}
+
+void RoutingView::showCoActivation(const CoActivation &c, const QString &caption) {
+    m_coCaption->setText(caption);
+    const QList<ExpertPair> top = topPairs(c, 8);
+    m_pairs->setRowCount(int(top.size()));
+    for (int r = 0; r < int(top.size()); ++r) {
+        const ExpertPair &p = top[r];
+        const QString cells[3] = {tr("e%1 + e%2").arg(p.a).arg(p.b),
+                                  tr("%1 (%2%)").arg(p.count).arg(100.0 * double(p.count) / double(c.positions), 0, 'f', 0),
+                                  QString::number(p.lift, 'f', 2)};
+        for (int col = 0; col < 3; ++col) {
+            if (!m_pairs->item(r, col)) m_pairs->setItem(r, col, new QTableWidgetItem);
+            m_pairs->item(r, col)->setText(cells[col]);
+        }
+    }
 }
 
 QPair<int, int> RoutingView::expertAt(const QPoint &pixel) const {
@@ -201,7 +322,9 @@ void RoutingView::showMatrix(const RoutingMatrix &m, int nLayers, int nShared, c
         m_plot->yAxis->setRange(-0.5, ny - 0.5);
         m_plot->yAxis->setRangeReversed(true);
         setLayerTicks(nLayers, m.layers);
-        m_plot->xAxis->setTicker(charts::expertTicker(nExperts, nShared, tr("S%1")));
+        if (m_highlight.first >= 0 && (!m.layers.contains(m_highlight.first) || m_highlight.second >= nExperts))
+            clearHighlightedExpert();
+        charts::setExpertAxis(m_plot, nExperts, nShared, tr("S%1"));
         m_sharedLabel->setVisible(nShared > 0);
         m_sharedLabel->position->setType(QCPItemPosition::ptPlotCoords);
         m_sharedLabel->position->setCoords(nExperts + (nShared - 1) / 2.0, -0.5);
@@ -308,13 +431,24 @@ QString RoutingView::tokenDetails(int position) const {
     lines << (position < nPrompt
                   ? tr("Prompt token %1").arg(position)
                   : tr("Reply token %1 (position %2)").arg(position - nPrompt + 1).arg(position));
+    const QList<float> margins = tokenMargins(m_stripProfile, position);
     for (int r = 0; r < choices.size(); ++r) {
         QStringList parts;
         for (const ExpertChoice &c : choices[r]) parts << tr("e%1 %2").arg(c.expert).arg(c.weight, 0, 'f', 3);
-        lines << tr("L%1: %2")
-                     .arg(m_stripProfile.moeLayers.value(r))
-                     .arg(parts.isEmpty() ? tr("prefix cache") : parts.join(QStringLiteral(" · ")));
+        QString line = tr("L%1: %2")
+                           .arg(m_stripProfile.moeLayers.value(r))
+                           .arg(parts.isEmpty() ? tr("prefix cache") : parts.join(QStringLiteral(" · ")));
+        if (!parts.isEmpty() && r < margins.size() && !std::isnan(margins[r]))
+            line += QStringLiteral(" · ") + tr("margin %1").arg(margins[r], 0, 'f', 3);
+        lines << line;
     }
+    // The margin: the last chosen expert's router score over the best one left out.
+    if (!margins.isEmpty())
+        lines << tr("margin: how narrowly the last chosen expert beat the next one (router score, "
+                    "probability + bias); near 0 the token almost went elsewhere");
+    else if (!m_stripProfile.traceIds.isEmpty())
+        lines << tr("margin: not recorded for this reply (the CUDA backend's router does not report the next "
+                    "choice, nor did replies stored before margins were recorded)");
     return lines.join(QLatin1Char('\n'));
 }
 

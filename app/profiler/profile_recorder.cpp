@@ -70,6 +70,7 @@ MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo 
     for (qint64 t : r.tokenTimesUs) p.tokenTimesUs.append(t - r.tSubmitUs);
     p.durationUs =
         r.tFinishUs >= 0 ? r.tFinishUs - r.tSubmitUs : (p.tokenTimesUs.isEmpty() ? 0 : p.tokenTimesUs.last());
+    if (r.tokenTextEnds.size() == r.tokenTimesUs.size()) p.tokenTextEnds = r.tokenTextEnds;
     p.nPromptTokens = r.nPromptTokens;
     p.nCachedPromptTokens = r.nCachedPromptTokens;
     p.nPreemptions = r.nPreemptions;
@@ -99,6 +100,12 @@ MessageProfile makeMessageProfile(const ReplyProfile &r, const SessionModelInfo 
     p.traceWeights.reserve(r.weights.size());
     // float16 is what the stored trace keeps; rounding here makes live and stored identical.
     for (float w : r.weights) p.traceWeights.append(float(qfloat16(w)));
+    // Margins only when every position has one slot per MoE layer (else none: a partial array
+    // would misalign positions).
+    if (r.margins.size() == qsizetype(p.tracePositions()) * r.moeLayers.size()) {
+        p.traceMargins.reserve(r.margins.size());
+        for (float m : r.margins) p.traceMargins.append(float(qfloat16(m)));
+    }
     p.routing = routingFromTrace(p.traceIds, p.moeLayers, p.k, p.nExperts);
     return p;
 }

@@ -191,4 +191,77 @@ QList<QList<ExpertChoice>> tokenRouting(const MessageProfile &p, int position) {
     return out;
 }
 
+QList<float> tokenMargins(const MessageProfile &p, int position) {
+    QList<float> out;
+    const int nMoe = int(p.moeLayers.size());
+    if (position < 0 || position >= p.tracePositions() ||
+        p.traceMargins.size() != qsizetype(p.tracePositions()) * nMoe)
+        return out;
+    return p.traceMargins.mid(qsizetype(position) * nMoe, nMoe);
+}
+
+QList<int> positionsRoutedTo(const MessageProfile &p, int layer, int expert, int firstPosition) {
+    QList<int> out;
+    const int nMoe = int(p.moeLayers.size()), m = int(p.moeLayers.indexOf(layer));
+    if (m < 0 || p.k <= 0) return out;
+    for (int pos = std::max(0, firstPosition); pos < p.tracePositions(); ++pos) {
+        const qsizetype base = (qsizetype(pos) * nMoe + m) * p.k;
+        for (int j = 0; j < p.k; ++j)
+            if (p.traceIds[base + j] == expert) {
+                out.append(pos);
+                break;
+            }
+    }
+    return out;
+}
+
+void CoActivation::add(const CoActivation &o) {
+    if (o.layer != layer || o.nExperts != nExperts || o.counts.size() != counts.size()) return;
+    positions += o.positions;
+    for (qsizetype i = 0; i < counts.size(); ++i) counts[i] += o.counts[i];
+}
+
+CoActivation coActivation(const MessageProfile &p, int layer, int firstPosition) {
+    CoActivation c;
+    c.layer = layer;
+    const int nMoe = int(p.moeLayers.size()), m = int(p.moeLayers.indexOf(layer));
+    c.nExperts = std::clamp(p.nExperts, 0, kMaxProfileExperts);
+    c.counts.fill(0, qsizetype(c.nExperts) * c.nExperts);
+    if (m < 0 || p.k <= 0 || c.nExperts == 0) return c;
+    QList<int> chosen;
+    for (int pos = std::max(0, firstPosition); pos < p.tracePositions(); ++pos) {
+        const qsizetype base = (qsizetype(pos) * nMoe + m) * p.k;
+        chosen.clear();
+        for (int j = 0; j < p.k; ++j) {
+            const int e = p.traceIds[base + j];
+            if (e >= 0 && e < c.nExperts && !chosen.contains(e)) chosen.append(e);
+        }
+        if (chosen.isEmpty()) continue; // served by the prefix cache
+        ++c.positions;
+        for (qsizetype i = 0; i < chosen.size(); ++i) {
+            c.counts[qsizetype(chosen[i]) * c.nExperts + chosen[i]] += 1;
+            for (qsizetype j = i + 1; j < chosen.size(); ++j) {
+                c.counts[qsizetype(chosen[i]) * c.nExperts + chosen[j]] += 1;
+                c.counts[qsizetype(chosen[j]) * c.nExperts + chosen[i]] += 1;
+            }
+        }
+    }
+    return c;
+}
+
+QList<ExpertPair> topPairs(const CoActivation &c, int n) {
+    QList<ExpertPair> pairs;
+    for (int a = 0; a < c.nExperts; ++a)
+        for (int b = a + 1; b < c.nExperts; ++b) {
+            const quint64 ab = c.at(a, b);
+            if (ab == 0) continue;
+            const double pa = double(c.at(a, a)) / double(c.positions), pb = double(c.at(b, b)) / double(c.positions);
+            pairs.append({a, b, ab, (double(ab) / double(c.positions)) / (pa * pb)});
+        }
+    std::stable_sort(pairs.begin(), pairs.end(),
+                     [](const ExpertPair &x, const ExpertPair &y) { return x.count > y.count; });
+    if (pairs.size() > n) pairs.resize(std::max(0, n));
+    return pairs;
+}
+
 } // namespace es

@@ -88,5 +88,34 @@ struct ExpertChoice {
     float weight = 0;
 };
 QList<QList<ExpertChoice>> tokenRouting(const MessageProfile &profile, int position); // [row][choice]
+// The router's margin at a position, per MoE layer (MessageProfile::traceMargins); NaN where it
+// was not recorded. Empty when the profile has no margins at all.
+QList<float> tokenMargins(const MessageProfile &profile, int position);
+
+// The trace positions at or after firstPosition whose choices in model layer `layer` include
+// `expert` (ascending). Empty for a layer without a trace row.
+QList<int> positionsRoutedTo(const MessageProfile &profile, int layer, int expert, int firstPosition = 0);
+
+// Expert co-activation in one MoE layer: how often two routed experts were chosen for the same
+// token. Each position's distinct choices count once per unordered pair, so with top-k routing a
+// position adds k(k−1)/2 pairs; the diagonal counts the positions that chose the expert at all.
+struct CoActivation {
+    int layer = -1;
+    int nExperts = 0;
+    quint64 positions = 0;   // positions of the trace counted (prefix-cached ones are not)
+    QList<quint64> counts;   // [a * nExperts + b], symmetric
+    quint64 at(int a, int b) const { return counts.value(qsizetype(a) * nExperts + b); }
+    void add(const CoActivation &other); // same layer and shape; otherwise ignored
+};
+CoActivation coActivation(const MessageProfile &profile, int layer, int firstPosition = 0);
+
+// The pairs chosen together most often, most first (ties: the lower ids first); lift = how much
+// more often than if the two were chosen independently: P(a,b) / (P(a)·P(b)) over the positions.
+struct ExpertPair {
+    int a = 0, b = 0;  // a < b
+    quint64 count = 0;
+    double lift = 0;
+};
+QList<ExpertPair> topPairs(const CoActivation &c, int n);
 
 } // namespace es

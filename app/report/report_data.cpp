@@ -147,6 +147,26 @@ bool readFloatList(const QJsonObject &o, const char *key, QList<float> *out, QSt
     return true;
 }
 
+// "trace_margins": optional; null entries are margins not recorded (NaN). A margin is the k-th
+// choice's score over the (k+1)-th's, so never negative, and float16 (the store's) must hold it.
+bool readMargins(const QJsonObject &o, QList<float> *out, QString *error) {
+    out->clear();
+    const QJsonValue v = o.value(QStringLiteral("trace_margins"));
+    if (v.isUndefined() || v.isNull()) return true;
+    if (!v.isArray()) return fieldError(error, QStringLiteral("\"trace_margins\" is not an array"));
+    for (const QJsonValue &x : v.toArray()) {
+        if (x.isNull()) {
+            out->append(std::numeric_limits<float>::quiet_NaN());
+            continue;
+        }
+        if (!x.isDouble() || !(x.toDouble() >= 0.0 && x.toDouble() <= 65504.0))
+            return fieldError(error, QStringLiteral("\"trace_margins\" holds a value that is not null or a "
+                                                    "router margin in [0, 65504]"));
+        out->append(float(x.toDouble()));
+    }
+    return true;
+}
+
 template <typename T>
 QJsonArray intArray(const QList<T> &v) {
     QJsonArray a;
@@ -185,10 +205,16 @@ QJsonObject profileToJson(const MessageProfile &p) {
     o.insert(QStringLiteral("n_shared_experts"), p.nSharedExperts);
     o.insert(QStringLiteral("k"), p.k);
     o.insert(QStringLiteral("moe_layers"), intArray(p.moeLayers));
+    if (!p.tokenTextEnds.isEmpty()) o.insert(QStringLiteral("token_text_ends"), intArray(p.tokenTextEnds));
     o.insert(QStringLiteral("trace_ids"), intArray(p.traceIds));
     QJsonArray w;
     for (float x : p.traceWeights) w.append(double(x));
     o.insert(QStringLiteral("trace_weights"), w);
+    if (!p.traceMargins.isEmpty()) {
+        QJsonArray margins; // null where not recorded (JSON has no NaN)
+        for (float x : p.traceMargins) margins.append(std::isnan(x) ? QJsonValue() : QJsonValue(double(x)));
+        o.insert(QStringLiteral("trace_margins"), margins);
+    }
     QJsonArray routing;
     for (const LayerRouting &r : p.routing)
         routing.append(QJsonObject{{QStringLiteral("layer"), r.layer},
@@ -257,6 +283,7 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
     if (!readIntList(o, "token_times_us", &p.tokenTimesUs, error) ||
         !readIntList(o, "moe_layers", &p.moeLayers, error) ||
         !readIntList(o, "trace_ids", &p.traceIds, error) ||
+        !readIntList(o, "token_text_ends", &p.tokenTextEnds, error) ||
         !readFloatList(o, "trace_weights", &p.traceWeights, error))
         return std::nullopt;
     if (p.traceIds.size() != p.traceWeights.size()) {
@@ -271,6 +298,7 @@ std::optional<MessageProfile> profileFromJson(const QJsonObject &o, QString *err
                        QStringLiteral("\"trace_weights\" holds %1, not a router weight in [0, 1]").arg(w));
             return std::nullopt;
         }
+    if (!readMargins(o, &p.traceMargins, error)) return std::nullopt;
     const QJsonObject ph = o.value(QStringLiteral("phases_ms")).toObject();
     p.phases = {ph.value(QStringLiteral("attention")).toDouble(), ph.value(QStringLiteral("moe")).toDouble(),
                 ph.value(QStringLiteral("dense")).toDouble(), ph.value(QStringLiteral("sampling")).toDouble(),

@@ -2,6 +2,7 @@
 // (a load or a reply), so an idle app costs nothing.
 #include "engine_session.h"
 
+#include "app/models/provenance.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine/runtime/engine.h"
 #include "engine/runtime/model.h"
@@ -11,12 +12,14 @@
 #include <QFileInfo>
 #include <QLocale>
 
+#include <future>
 #include <mutex>
 
 namespace es {
 
 struct EngineSession::LoadState {
     std::future<status> done;
+    std::future<std::string> hash; // models::model_content_hash, beside the load
     QString dir;
     std::mutex mutex;          // progress is written on the engine thread
     QString stage;
@@ -122,13 +125,17 @@ QList<LayerRouting> to_routing(const request_metrics &m, const QList<int> &moe_l
     return out;
 }
 
-ReplyProfile to_profile(quint64 id, const request_metrics &m, const QList<int> &moe_layers, int n_expert) {
+ReplyProfile to_profile(quint64 id, const request_metrics &m, const QList<int> &moe_layers, int n_expert,
+                        const QList<int> &text_ends) {
     ReplyProfile p;
     p.requestId = id;
     p.tSubmitUs = m.t_submit_us;
     p.tFirstTokenUs = m.t_first_token_us;
     p.tFinishUs = m.t_finish_us;
     p.tokenTimesUs = QList<qint64>(m.token_times_us.begin(), m.token_times_us.end());
+    // One text end per token time (the stream's tokens and the metrics' times are the same tokens;
+    // mid-stream the metrics may hold times of tokens whose text is not drained yet: none then).
+    if (text_ends.size() == p.tokenTimesUs.size()) p.tokenTextEnds = text_ends;
     p.nPromptTokens = m.n_prompt_tokens;
     p.nCachedPromptTokens = m.n_cached_prompt_tokens;
     p.nPreemptions = m.n_preemptions;
@@ -138,6 +145,7 @@ ReplyProfile to_profile(quint64 id, const request_metrics &m, const QList<int> &
     p.k = m.k;
     p.ids = QList<qint16>(m.trace.begin(), m.trace.end());
     p.weights = QList<float>(m.trace_weights.begin(), m.trace_weights.end());
+    p.margins = QList<float>(m.trace_margins.begin(), m.trace_margins.end());
     return p;
 }
 
@@ -208,7 +216,7 @@ ReplyProfile EngineSession::replyProfile(quint64 requestId) const {
     if (m_remote) return m_remote->replyProfile(requestId);
     auto it = m_active.find(requestId);
     if (it == m_active.end()) return {};
-    return to_profile(requestId, it->stream->metrics(), m_info.moeLayers, m_info.nExperts);
+    return to_profile(requestId, it->stream->metrics(), m_info.moeLayers, m_info.nExperts, it->tokenTextEnds);
 }
 
 EngineSession::EngineSession(const EngineSessionOptions &options, QObject *parent)
@@ -314,6 +322,8 @@ void EngineSession::loadModel(const QString &dir) {
             s->changed = true;
         }
     });
+    // The folder's content hash (reports name the exact weights) is read while the engine loads.
+    state->hash = std::async(std::launch::async, [d = dir.toStdString()] { return models::model_content_hash(d); });
     m_load = state;
     emit modelLoadStarted(dir);
     ensurePumping();
@@ -422,7 +432,7 @@ quint64 EngineSession::submit(const ChatRequest &request) {
     }
     auto stream = m_engine->submit(std::move(r));
     const quint64 id = stream->id();
-    m_active.insert(id, Active{stream, {}, 0});
+    m_active.insert(id, Active{stream, {}, 0, 0, {}});
     ensurePumping();
     return id;
 }
@@ -436,7 +446,7 @@ void EngineSession::finishRequest(quint64 id, const QString &reason) {
     const request_metrics m = a.stream->metrics();
     MessageMetrics metrics = to_metrics(m);
     metrics.stopReason = reason;
-    emit replyProfiled(id, to_profile(id, m, m_info.moeLayers, m_info.nExperts));
+    emit replyProfiled(id, to_profile(id, m, m_info.moeLayers, m_info.nExperts, a.tokenTextEnds));
     emit replyFinished(id, reason, metrics, to_routing(m, m_info.moeLayers, m_info.nExperts), m.seed);
 }
 
@@ -470,6 +480,7 @@ void EngineSession::pump() {
         if (m_load->done.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
             const status st = m_load->done.get();
             const QString dir = m_load->dir;
+            const QString hash = QString::fromStdString(m_load->hash.get());
             m_load.reset();
             m_loading = false;
             if (!st) {
@@ -482,6 +493,17 @@ void EngineSession::pump() {
                 v.architecture = QString::fromStdString(c.arch_name);
                 v.backend = QString::fromStdString(info->backend_name);
                 v.backendNote = QString::fromStdString(info->backend_note);
+                v.modelHash = hash;
+                if (v.backend.startsWith(QLatin1String("cuda"))) {
+                    // The backend's name carries the GPU's ("cuda:0 NVIDIA H100 …").
+                    v.device = v.backend.section(QLatin1Char(' '), 1);
+                    const int driver = cuda_status().driver_version;
+                    v.driver = driver > 0 ? tr("driver for CUDA %1").arg(QString::fromStdString(cuda_version_string(driver)))
+                                          : tr("unknown");
+                } else {
+                    v.device = QString::fromStdString(models::cpu_model_name());
+                    v.driver = tr("none (the CPU backend)");
+                }
                 v.precision = precisionLabel(v.backend.startsWith("cpu"), m_options.precision);
                 v.isMoe = c.arch == model_arch::moe;
                 v.nLayers = int(c.n_layer);
@@ -518,6 +540,9 @@ void EngineSession::pump() {
             if (ev.kind == event_kind::token) {
                 it->pendingUtf8 += QByteArray::fromStdString(ev.text);
                 it->pendingTokens += int(ev.token_ids.size());
+                // The event's text belongs to its tokens: each of them ends where it ends.
+                it->textBytes += qint64(ev.text.size());
+                for (size_t i = 0; i < ev.token_ids.size(); ++i) it->tokenTextEnds.append(int(it->textBytes));
             } else if (ev.kind == event_kind::finished) {
                 finished = QString::fromStdString(ev.finish_reason);
                 ended = true;
@@ -536,7 +561,7 @@ void EngineSession::pump() {
             Active a = it.value();
             m_active.erase(it);
             if (!a.pendingUtf8.isEmpty()) emit tokensGenerated(id, QString::fromUtf8(a.pendingUtf8), a.pendingTokens);
-            emit replyProfiled(id, to_profile(id, a.stream->metrics(), m_info.moeLayers, m_info.nExperts));
+            emit replyProfiled(id, to_profile(id, a.stream->metrics(), m_info.moeLayers, m_info.nExperts, a.tokenTextEnds));
             emit replyFailed(id, failed);
         } else {
             finishRequest(id, finished);

@@ -141,6 +141,8 @@ private:
         std::shared_ptr<request_stream> stream;
         QByteArray pendingUtf8; // text not yet emitted
         int pendingTokens = 0;
+        qint64 textBytes = 0;      // the reply's text so far, in UTF-8 bytes
+        QList<int> tokenTextEnds;  // ReplyProfile::tokenTextEnds
     };
     struct LoadState;
 

@@ -32,6 +32,9 @@ struct SessionModelInfo {
     QString architecture;       // architectures[0]
     QString backend;            // "cpu (2 threads, fp32)", "cuda:0 …"
     QString backendNote;        // "CUDA not used: <reason>" when `auto` fell back to the CPU; else empty
+    QString device;             // the GPU's name, or the CPU's (/proc/cpuinfo); empty for a server
+    QString driver;             // "driver for CUDA 13.0", "none (the CPU backend)"; empty for a server
+    QString modelHash;          // models::model_content_hash of dir; empty for a server
     QString precision;          // "fp32", "bf16", "fp8-e4m3"
     bool isMoe = false;
     int nLayers = 0, nExperts = 0, nExpertsUsed = 0, nSharedExperts = 0;
@@ -127,6 +130,7 @@ struct ReplyProfile {
     quint64 requestId = 0;
     qint64 tSubmitUs = 0, tFirstTokenUs = -1, tFinishUs = -1; // engine clock
     QList<qint64> tokenTimesUs;          // engine clock, one per generated token
+    QList<int> tokenTextEnds;            // where each token's text ends in the reply (UTF-8 bytes)
     int nPromptTokens = 0, nCachedPromptTokens = 0, nPreemptions = 0;
     quint64 seed = 0;
     // Routing trace over positions (prompt then generated): ids[(p * nMoe + m) * k + j],
@@ -135,6 +139,9 @@ struct ReplyProfile {
     int nExperts = 0, k = 0;
     QList<qint16> ids;
     QList<float> weights;
+    // The router's margin per position and MoE layer, margins[p * nMoe + m] (the k-th choice's
+    // selection score minus the (k+1)-th's); NaN where not recorded (prefix cache, CUDA).
+    QList<float> margins;
 };
 
 } // namespace es

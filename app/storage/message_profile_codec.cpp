@@ -4,10 +4,13 @@
 //
 // token_times: byte 0 = 1 (format), then one zigzag LEB128 varint per token: the difference to
 //   the previous token's time in µs (the first one: its time since submit). About 2 bytes a
-//   token at decode speeds, exact.
+//   token at decode speeds, exact. Format 2 (with MessageProfile::tokenTextEnds): byte 0 = 2, then
+//   per token two zigzag varints, the time difference and the text end's difference (bytes).
 // routing_trace: "ESRT", byte 4 = 1 (format), byte 5 = bytes per expert id (1: uint8 with 0xFF
 //   for -1, used when the model has at most 255 experts; 2: int16 LE), bytes 6-7 = 0, bytes 8-11 =
 //   slot count n (uint32 LE), then qCompress() of n ids followed by n float16 LE weights.
+//   Format 2 (a trace with the router's margins): byte 4 = 2, bytes 12-15 = margin count m
+//   (uint32 LE), then qCompress() of the n ids, n weights and m float16 LE margins.
 // steps (v5): byte 0 = 1 (format), then per step nine zigzag LEB128 varints: start µs (difference
 //   to the previous step's start), duration µs, n_seqs, prefill tokens, decode tokens, attention,
 //   MoE, dense and sampling µs. Empty: no steps (a profile from before v5).
@@ -37,7 +40,7 @@ namespace es {
 namespace {
 
 constexpr char kTraceMagic[4] = {'E', 'S', 'R', 'T'};
-constexpr int kTraceHeader = 12;
+constexpr int kTraceHeader = 12, kTraceHeaderWithMargins = 16;
 
 void putVarint(QByteArray &out, quint64 v) {
     while (v >= 0x80) {
@@ -90,6 +93,27 @@ std::optional<QList<std::array<qint64, N>>> decodeRecords(const QByteArray &b) {
         out.append(r);
     }
     return out;
+}
+
+// float16 LE arrays of the routing trace.
+void putHalves(const QList<float> &v, char *out) {
+    for (qsizetype i = 0; i < v.size(); ++i) {
+        const qfloat16 h(v[i]);
+        quint16 bits;
+        std::memcpy(&bits, &h, sizeof bits);
+        qToLittleEndian<quint16>(bits, out + i * 2);
+    }
+}
+
+QList<float> getHalves(const char *in, qsizetype n) {
+    QList<float> v(n);
+    for (qsizetype i = 0; i < n; ++i) {
+        const quint16 bits = qFromLittleEndian<quint16>(in + i * 2);
+        qfloat16 h;
+        std::memcpy(static_cast<void *>(&h), &bits, sizeof bits); // qfloat16 is its 16 bits
+        v[i] = float(h);
+    }
+    return v;
 }
 
 } // namespace
@@ -153,37 +177,51 @@ std::optional<QList<ProfileMemorySample>> decodeMemorySamples(const QByteArray &
     return out;
 }
 
-QByteArray encodeTokenTimes(const QList<qint64> &timesUs) {
+QByteArray encodeTokenTimes(const QList<qint64> &timesUs, const QList<int> &textEnds) {
+    const bool withText = !timesUs.isEmpty() && textEnds.size() == timesUs.size();
     QByteArray out;
-    out.reserve(1 + timesUs.size() * 2);
-    out.append(char(1));
-    qint64 prev = 0;
-    for (qint64 t : timesUs) {
-        const qint64 d = wrappingSub(t, prev);
-        prev = t;
-        putVarint(out, (quint64(d) << 1) ^ quint64(d >> 63)); // zigzag: small negatives stay small
+    out.reserve(1 + timesUs.size() * (withText ? 3 : 2));
+    out.append(char(withText ? 2 : 1));
+    qint64 prev = 0, prevEnd = 0;
+    for (qsizetype i = 0; i < timesUs.size(); ++i) {
+        putZigzag(out, wrappingSub(timesUs[i], prev)); // zigzag: small negatives stay small
+        prev = timesUs[i];
+        if (!withText) continue;
+        putZigzag(out, wrappingSub(textEnds[i], prevEnd));
+        prevEnd = textEnds[i];
     }
     return out;
 }
 
-std::optional<QList<qint64>> decodeTokenTimes(const QByteArray &b) {
-    if (b.isEmpty() || b[0] != char(1)) return std::nullopt;
+std::optional<QList<qint64>> decodeTokenTimes(const QByteArray &b, QList<int> *textEnds) {
+    if (textEnds) textEnds->clear();
+    if (b.isEmpty() || (b[0] != char(1) && b[0] != char(2))) return std::nullopt;
+    const bool withText = b[0] == char(2);
+    if (withText && b.size() == 1) return std::nullopt; // no tokens is written as format 1
     QList<qint64> out;
-    qint64 prev = 0;
+    QList<int> ends;
+    qint64 prev = 0, prevEnd = 0;
     for (qsizetype at = 1; at < b.size();) {
-        quint64 z = 0;
-        if (!getVarint(b, at, &z)) return std::nullopt;
-        prev = wrappingAdd(prev, qint64(z >> 1) ^ -qint64(z & 1));
+        qint64 d = 0;
+        if (!getZigzag(b, at, &d)) return std::nullopt;
+        prev = wrappingAdd(prev, d);
         out.append(prev);
+        if (!withText) continue;
+        if (!getZigzag(b, at, &d)) return std::nullopt;
+        prevEnd = wrappingAdd(prevEnd, d);
+        if (prevEnd < 0 || !fitsInt(prevEnd)) return std::nullopt;
+        ends.append(int(prevEnd));
     }
+    if (textEnds) *textEnds = ends;
     return out;
 }
 
-QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weights, int nExperts) {
+QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weights, int nExperts,
+                              const QList<float> &margins) {
     if (ids.isEmpty() || ids.size() != weights.size()) return {};
     const int idBytes = nExperts <= 255 ? 1 : 2;
-    const qsizetype n = ids.size();
-    QByteArray payload(n * idBytes + n * 2, Qt::Uninitialized);
+    const qsizetype n = ids.size(), nm = margins.size();
+    QByteArray payload(n * idBytes + n * 2 + nm * 2, Qt::Uninitialized);
     char *p = payload.data();
     for (qsizetype i = 0; i < n; ++i) {
         if (idBytes == 1)
@@ -191,40 +229,42 @@ QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weig
         else
             qToLittleEndian<qint16>(ids[i], p + i * 2);
     }
-    char *w = p + n * idBytes;
-    for (qsizetype i = 0; i < n; ++i) {
-        const qfloat16 h(weights[i]);
-        quint16 bits;
-        std::memcpy(&bits, &h, sizeof bits);
-        qToLittleEndian<quint16>(bits, w + i * 2);
-    }
-    QByteArray out(kTraceHeader, '\0');
+    putHalves(weights, p + n * idBytes);
+    putHalves(margins, p + n * idBytes + n * 2);
+    const int header = nm > 0 ? kTraceHeaderWithMargins : kTraceHeader;
+    QByteArray out(header, '\0');
     std::memcpy(out.data(), kTraceMagic, 4);
-    out[4] = char(1);
+    out[4] = char(nm > 0 ? 2 : 1);
     out[5] = char(idBytes);
     qToLittleEndian<quint32>(quint32(n), out.data() + 8);
+    if (nm > 0) qToLittleEndian<quint32>(quint32(nm), out.data() + 12);
     out.append(qCompress(payload, 6));
     return out;
 }
 
-bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *weights) {
+bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *weights, QList<float> *margins) {
     ids->clear();
     weights->clear();
+    if (margins) margins->clear();
     if (b.isEmpty()) return true; // no trace (a dense model, or nothing computed)
-    if (b.size() < kTraceHeader || std::memcmp(b.constData(), kTraceMagic, 4) != 0 || b[4] != char(1))
+    if (b.size() < kTraceHeader || std::memcmp(b.constData(), kTraceMagic, 4) != 0 ||
+        (b[4] != char(1) && b[4] != char(2)))
         return false;
+    const int header = b[4] == char(2) ? kTraceHeaderWithMargins : kTraceHeader;
     const int idBytes = b[5];
     if (idBytes != 1 && idBytes != 2) return false;
     const qsizetype n = qFromLittleEndian<quint32>(b.constData() + 8);
     // qCompress() puts the uncompressed length first (big-endian): it must be the payload's, and
     // zlib cannot expand more than 1032:1, so a damaged length is refused before qUncompress()
     // would allocate it.
-    if (b.size() < kTraceHeader + 4) return false;
-    const quint64 claimed = qFromBigEndian<quint32>(b.constData() + kTraceHeader);
-    if (claimed != quint64(n) * quint64(idBytes + 2) || claimed > quint64(b.size() - kTraceHeader) * 1032)
+    if (b.size() < header + 4) return false;
+    const qsizetype nm = header == kTraceHeader ? 0 : qsizetype(qFromLittleEndian<quint32>(b.constData() + 12));
+    const quint64 claimed = qFromBigEndian<quint32>(b.constData() + header);
+    if (claimed != quint64(n) * quint64(idBytes + 2) + quint64(nm) * 2 ||
+        claimed > quint64(b.size() - header) * 1032)
         return false;
-    const QByteArray payload = qUncompress(b.mid(kTraceHeader));
-    if (payload.size() != n * idBytes + n * 2) return false;
+    const QByteArray payload = qUncompress(b.mid(header));
+    if (payload.size() != n * idBytes + n * 2 + nm * 2) return false;
     const char *p = payload.constData();
     ids->resize(n);
     weights->resize(n);
@@ -234,13 +274,8 @@ bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *w
         else
             (*ids)[i] = qFromLittleEndian<qint16>(p + i * 2);
     }
-    const char *w = p + n * idBytes;
-    for (qsizetype i = 0; i < n; ++i) {
-        const quint16 bits = qFromLittleEndian<quint16>(w + i * 2);
-        qfloat16 h;
-        std::memcpy(static_cast<void *>(&h), &bits, sizeof bits); // qfloat16 is its 16 bits
-        (*weights)[i] = float(h);
-    }
+    *weights = getHalves(p + n * idBytes, n);
+    if (margins) *margins = getHalves(p + n * idBytes + n * 2, nm);
     return true;
 }
 

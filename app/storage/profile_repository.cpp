@@ -73,7 +73,7 @@ QList<LayerRouting> ProfileRepository::routing(qint64 messageId) const {
 
 bool ProfileRepository::writeProfile(qint64 messageId, const MessageProfile &p, bool writeRouting) {
     QSqlQuery q(m_connection.db());
-    const QByteArray trace = encodeRoutingTrace(p.traceIds, p.traceWeights, p.nExperts);
+    const QByteArray trace = encodeRoutingTrace(p.traceIds, p.traceWeights, p.nExperts, p.traceMargins);
     if (!run(q,
              QStringLiteral(
                  "INSERT OR REPLACE INTO message_profiles (message_id, %1) "
@@ -82,7 +82,7 @@ bool ProfileRepository::writeProfile(qint64 messageId, const MessageProfile &p, 
              {messageId,
               nullable(p.ttftUs),
               p.durationUs,
-              encodeTokenTimes(p.tokenTimesUs),
+              encodeTokenTimes(p.tokenTimesUs, p.tokenTextEnds),
               p.nPromptTokens,
               p.nCachedPromptTokens,
               p.nPreemptions,
@@ -151,7 +151,7 @@ std::optional<MessageProfile> ProfileRepository::profile(qint64 messageId) const
     MessageProfile p;
     p.ttftUs = optionalValue<qint64>(q.value(0));
     p.durationUs = q.value(1).toLongLong();
-    const std::optional<QList<qint64>> times = decodeTokenTimes(q.value(2).toByteArray());
+    const std::optional<QList<qint64>> times = decodeTokenTimes(q.value(2).toByteArray(), &p.tokenTextEnds);
     p.nPromptTokens = q.value(3).toInt();
     p.nCachedPromptTokens = q.value(4).toInt();
     p.nPreemptions = q.value(5).toInt();
@@ -167,7 +167,7 @@ std::optional<MessageProfile> ProfileRepository::profile(qint64 messageId) const
     p.nSharedExperts = q.value(18).toInt();
     p.k = q.value(19).toInt();
     for (quint32 l : decodeUInt32(q.value(20).toByteArray())) p.moeLayers.append(int(l));
-    const bool traceOk = decodeRoutingTrace(q.value(21).toByteArray(), &p.traceIds, &p.traceWeights);
+    const bool traceOk = decodeRoutingTrace(q.value(21).toByteArray(), &p.traceIds, &p.traceWeights, &p.traceMargins);
     const auto steps = decodeProfileSteps(q.value(22).toByteArray());
     const auto memory = decodeMemorySamples(q.value(23).toByteArray());
     p.phases.moeSharedMs = q.value(24).toDouble();

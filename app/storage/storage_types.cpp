@@ -362,6 +362,25 @@ std::optional<QString> profileShapeError(const MessageProfile &p) {
                     .arg(field("n_experts"))
                     .arg(p.nExperts);
     }
+    // Token text ends: none, or one per token time, never decreasing, never negative.
+    if (!p.tokenTextEnds.isEmpty()) {
+        if (p.tokenTextEnds.size() != p.tokenTimesUs.size())
+            return QStringLiteral("%1 has %2 entries but %3 has %4")
+                .arg(field("token_text_ends"))
+                .arg(p.tokenTextEnds.size())
+                .arg(field("token_times_us"))
+                .arg(p.tokenTimesUs.size());
+        for (qsizetype i = 0; i < p.tokenTextEnds.size(); ++i)
+            if (p.tokenTextEnds[i] < (i > 0 ? p.tokenTextEnds[i - 1] : 0))
+                return QStringLiteral("%1 goes back at token %2").arg(field("token_text_ends")).arg(i);
+    }
+    // Margins: none, or one per position and MoE layer of the trace.
+    if (!p.traceMargins.isEmpty() && p.traceMargins.size() != qsizetype(p.tracePositions()) * p.moeLayers.size())
+        return QStringLiteral("%1 has %2 entries but the trace has %3 positions of %4 layers")
+            .arg(field("trace_margins"))
+            .arg(p.traceMargins.size())
+            .arg(p.tracePositions())
+            .arg(p.moeLayers.size());
     return std::nullopt;
 }
 
@@ -429,6 +448,11 @@ MessageProfile boundedProfile(MessageProfile p) {
         p.traceIds.clear();
         p.traceWeights.clear();
     }
+    if (p.traceMargins.size() != qsizetype(p.tracePositions()) * p.moeLayers.size()) p.traceMargins.clear();
+    bool endsFit = p.tokenTextEnds.size() == p.tokenTimesUs.size();
+    for (qsizetype i = 0; endsFit && i < p.tokenTextEnds.size(); ++i)
+        endsFit = p.tokenTextEnds[i] >= (i > 0 ? p.tokenTextEnds[i - 1] : 0);
+    if (!endsFit) p.tokenTextEnds.clear();
     p.k = std::clamp(p.k, 0, p.nExperts);
     return p;
 }

@@ -218,6 +218,11 @@ struct MessageProfile {
     std::optional<qint64> ttftUs;     // submit → first generated token
     qint64 durationUs = 0;            // submit → finish
     QList<qint64> tokenTimesUs;       // every generated token
+    // Where each generated token's text ends in the reply's text, in UTF-8 bytes (the text the
+    // engine emitted with it: a token whose text is held back, e.g. for a stop string, ends where
+    // the previous one did). One per token time, or empty (replies from before it was recorded, a
+    // remote server's).
+    QList<int> tokenTextEnds;
     int nPromptTokens = 0, nCachedPromptTokens = 0, nPreemptions = 0;
     // Engine steps that ran while the reply was in flight (shared with replies running at the
     // same time); nStepsMissed counts steps the recorder could not see (telemetry ring overrun).
@@ -239,6 +244,12 @@ struct MessageProfile {
     // the profile is made, so the compact stored form is exact.
     QList<qint16> traceIds;
     QList<float> traceWeights;
+    // The router's margin at each position and MoE layer, [p * moeLayers.size() + m]: the k-th
+    // choice's selection score (softmax probability + correction bias) minus the (k+1)-th's, so
+    // a small margin is a token the layer nearly sent elsewhere. NaN where it was not recorded
+    // (prefix-cached positions; the CUDA backend records no margins); empty for profiles from
+    // before margins were recorded. Rounded to float16 like the weights.
+    QList<float> traceMargins;
     QList<LayerRouting> routing;      // token-slot counts per MoE layer (the routing summary)
     // Schema v5: the steps themselves (at most the recorder's history, 4096) and the memory
     // samples. Empty for profiles stored before v5 (the aggregates above are still there).
@@ -363,10 +374,14 @@ QList<quint32> decodeUInt32(const QByteArray &b);
 
 // Compact BLOBs of message_profiles (formats documented in message_profile_codec.cpp). Decoders
 // return nullopt for a BLOB that is not in the format (never a crash on a damaged row).
-QByteArray encodeTokenTimes(const QList<qint64> &timesUs);
-std::optional<QList<qint64>> decodeTokenTimes(const QByteArray &b);
-QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weights, int nExperts);
-bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *weights);
+// textEnds (MessageProfile::tokenTextEnds) are kept when there is one per time.
+QByteArray encodeTokenTimes(const QList<qint64> &timesUs, const QList<int> &textEnds = {});
+std::optional<QList<qint64>> decodeTokenTimes(const QByteArray &b, QList<int> *textEnds = nullptr);
+// margins (MessageProfile::traceMargins) are kept when given: empty writes the first format.
+QByteArray encodeRoutingTrace(const QList<qint16> &ids, const QList<float> &weights, int nExperts,
+                              const QList<float> &margins = {});
+bool decodeRoutingTrace(const QByteArray &b, QList<qint16> *ids, QList<float> *weights,
+                        QList<float> *margins = nullptr);
 // Schema v5 columns steps and memory_samples; an empty BLOB (or NULL) decodes to no entries.
 QByteArray encodeProfileSteps(const QList<ProfileStep> &steps);
 std::optional<QList<ProfileStep>> decodeProfileSteps(const QByteArray &b);

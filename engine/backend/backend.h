@@ -64,11 +64,17 @@ struct batch {
 // dense layers skipped), ids[m][t*k + j] and weights[m][t*k + j] for token t, choice j. k is the
 // largest number of experts any token of the pass selected (an intervention may change it per
 // sequence); a token that selected fewer has id −1 and weight 0 in the remaining places.
+// margins[m][t]: how narrowly token t's last free choice won, in the router's selection score
+// (softmax probability + the score-correction bias): the k-th chosen expert's score minus the
+// best unchosen one's (the (k+1)-th choice); NaN where no expert was left unchosen or every
+// place was forced. Empty when the backend does not record it (the CUDA backend's router
+// kernel returns the k choices only).
 struct routing_record {
     std::vector<int32_t> moe_layers;            // layer index of each slot
     int32_t n_expert_used = 0;                  // k
     std::vector<std::vector<int16_t>> ids;
     std::vector<std::vector<float>> weights;
+    std::vector<std::vector<float>> margins;    // [slot][token], or empty (not recorded)
 };
 
 // Each logits row reduced to its top_n candidates (kernels/topk_logits.cuh): values descending,

@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -502,6 +503,7 @@ private:
         }
         std::vector<int16_t> ids(size_t(T * K), int16_t(-1));
         std::vector<float> wts(size_t(T * K), 0.0f);
+        std::vector<float> margin(size_t(T), std::numeric_limits<float>::quiet_NaN());
 #pragma omp parallel if (T * E >= (1 << 14))
         {
             std::vector<int32_t> order(static_cast<size_t>(E));
@@ -534,6 +536,12 @@ private:
                 for (int64_t j = 0; j < k; ++j) {
                     ids[t * K + j] = int16_t(order[j]);
                     wts[t * K + j] = p[order[j]] / denom;
+                }
+                // The margin: the last free choice's score over the best score left out.
+                if (k > n_forced && k < E) {
+                    float best_left = -INFINITY;
+                    for (int64_t j = k; j < E; ++j) best_left = std::max(best_left, biased[order[size_t(j)]]);
+                    if (best_left > -INFINITY) margin[size_t(t)] = biased[order[size_t(k - 1)]] - best_left;
                 }
             }
         }
@@ -569,6 +577,7 @@ private:
         rec.moe_layers.push_back(int32_t(il));
         rec.ids.push_back(std::move(ids));
         rec.weights.push_back(std::move(wts));
+        rec.margins.push_back(std::move(margin));
     }
 
     model_config m_cfg;

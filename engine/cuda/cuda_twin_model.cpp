@@ -518,7 +518,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
                      fmt == weight_format::fp8_e4m3 && o.fp8.head ? fmt : weight_format::bf16, o.fp8.scales);
         const auto out_norm = to_bf16(*t.output_norm);
         twin_pass p(c, T, fmt, o, std::move(aplan));
-        if (o.routing) *o.routing = routing_record{{}, int32_t(c.n_expert_used), {}, {}};
+        if (o.routing) *o.routing = routing_record{{}, int32_t(c.n_expert_used), {}, {}, {}};
         embedding_ref({tokens.data(), tok_embd.data(), p.x.data(), T, p.H});
         for (int64_t il = 0; il < c.n_layer; ++il) {
             const layer_tensors &L = t.layers[il];

@@ -77,6 +77,10 @@ struct request_metrics {
     int32_t n_moe_layers = 0, k = 0;
     std::vector<int16_t> trace;
     std::vector<float> trace_weights;     // same layout
+    // The router's margin (routing_record::margins) of position p in MoE slot m:
+    // trace_margins[p * n_moe + m]; NaN where the position was served by the prefix cache or the
+    // backend does not record margins (CUDA).
+    std::vector<float> trace_margins;
     double ttft_ms() const { return t_first_token_us < 0 ? -1.0 : (t_first_token_us - t_submit_us) / 1000.0; }
 };
 

@@ -7,6 +7,7 @@
 #include "engine/runtime/row_sampling.h"
 
 #include <algorithm>
+#include <limits>
 
 namespace es {
 
@@ -435,6 +436,8 @@ void step_loop::record_routing(const inflight_step &f, const std::vector<char> &
     std::vector<uint32_t> step_counts(m_expert_tokens.size(), 0);
     const int32_t n_moe = int32_t(m_out.routing.moe_layers.size()), K = m_out.routing.n_expert_used;
     const int64_t E = m_mdl->config.n_expert;
+    constexpr float kNoMargin = std::numeric_limits<float>::quiet_NaN();
+    const bool has_margins = int32_t(m_out.routing.margins.size()) == n_moe; // the CPU backend's
     int32_t row = 0;
     for (size_t ci = 0; ci < f.so.chunks.size(); ++ci) {
         const scheduled_chunk &c = f.so.chunks[ci];
@@ -451,11 +454,13 @@ void step_loop::record_routing(const inflight_step &f, const std::vector<char> &
         if (lr.traced < c.start) { // positions served by the prefix cache
             m.trace.resize(size_t(c.start) * n_moe * m.k, int16_t(-1));
             m.trace_weights.resize(size_t(c.start) * n_moe * m.k, 0.0f);
+            m.trace_margins.resize(size_t(c.start) * n_moe, kNoMargin);
             lr.traced = c.start;
         }
         for (int32_t p = c.start; p < c.start + c.n_new; ++p, ++row) {
             if (p < lr.traced || n_moe == 0) continue;
-            for (int32_t s = 0; s < n_moe; ++s)
+            for (int32_t s = 0; s < n_moe; ++s) {
+                m.trace_margins.push_back(has_margins ? m_out.routing.margins[s][size_t(row)] : kNoMargin);
                 for (int32_t j = 0; j < m.k; ++j) {
                     const int16_t e = j < kr ? m_out.routing.ids[s][size_t(row) * K + j] : int16_t(-1);
                     const float w = j < kr ? m_out.routing.weights[s][size_t(row) * K + j] : 0.0f;
@@ -466,6 +471,7 @@ void step_loop::record_routing(const inflight_step &f, const std::vector<char> &
                     m_expert_weight[size_t(s) * E + e] += w;
                     step_counts[size_t(s) * E + e] += 1;
                 }
+            }
             lr.traced = p + 1;
         }
     }

@@ -3,10 +3,15 @@
 // banner, routes its next reply (the stored trace never holds a disabled expert), is stored with
 // the reply and named in its header and its report; a right click on the routing heatmap opens the
 // lab with that expert; the Compare page names the change and diffs the two replies' words.
-// ES_SCREENSHOT_DIR=<dir> saves the lab, the chat with its banner and the Compare page there.
+// Routing insight: a left click on an expert's cell marks, in the chat, the reply tokens routed to
+// it in that layer (again, or Esc, clears it); the routing page lists the expert pairs a layer
+// chooses together; the token lens shows the router's margin.
+// ES_SCREENSHOT_DIR=<dir> saves the lab, the chat with its banner, the Compare page, the
+// highlighted tokens and the pairs there.
 #include "chat_pane.h"
 #include "chat_store.h"
 #include "compare_view.h"
+#include "desktop_screen.h"
 #include "engine_session.h"
 #include "expert_lab_dialog.h"
 #include "main_window.h"
@@ -14,9 +19,11 @@
 #include "profiler_panel.h"
 #include "report_data.h"
 #include "report_writers.h"
+#include "routing_stats.h"
 #include "routing_view.h"
 
 #include <QDialogButtonBox>
+#include <QTableWidget>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
@@ -25,6 +32,8 @@
 #include <QTemporaryDir>
 #include <QTimer>
 #include <QtTest>
+
+#include <algorithm>
 
 #include <qcustomplot.h>
 
@@ -45,6 +54,7 @@ private slots:
     void dialogChecksAsYouType();
     void interventionRoutesStoresAndNames();
     void remoteAndDenseAreRefused();
+    void expertTokensPairsAndMargins();
 
 private:
     void loadModel(const QString &name);
@@ -216,5 +226,100 @@ void TestExpertLab::remoteAndDenseAreRefused() {
     QVERIFY2(failed.at(0).at(1).toString().contains("'1:x' is not LAYER:EXPERT"), qPrintable(failed.at(0).at(1).toString()));
 }
 
-QTEST_MAIN(TestExpertLab)
+void TestExpertLab::expertTokensPairsAndMargins() {
+    loadModel("moe-shared"); // layers 1 and 2 are MoE, 8 experts, k 2
+    MainWindow window(m_store.get(), m_session.get());
+    window.resize(1400, 900);
+    window.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&window));
+    ChatPane *pane = window.currentPane();
+    ConversationSettings seeded; // the same reply every run
+    seeded.sampling.seed = 7;
+    pane->setConversation(*m_store->createConversation(QStringLiteral("Rivers"), seeded));
+    const Message reply = runTurn(pane, QStringLiteral("Tell me about rivers and mountains"));
+    QCOMPARE(reply.role, MessageRole::Assistant);
+    const std::optional<MessageProfile> profile = m_store->profile(reply.id);
+    QVERIFY(profile);
+    QCOMPARE(profile->tokenTextEnds.size(), profile->tokenTimesUs.size()); // stored with the reply
+    QCOMPARE(profile->tokenTextEnds.last(), int(reply.content.toUtf8().size()));
+    // The CPU backend records the router's margin at every position it computed.
+    QCOMPARE(profile->traceMargins.size(), qsizetype(profile->tracePositions()) * profile->moeLayers.size());
+
+    ProfilerPanel *panel = window.profilerPanel();
+    RoutingView *routing = panel->routingView();
+    panel->setCurrentTab(ProfilerPanel::Tab::Routing);
+    panel->selectMessage(reply.id);
+    MessageWidget *shown = nullptr;
+    for (MessageWidget *w : pane->messageWidgets())
+        if (w->messageId() == reply.id) shown = w;
+    QVERIFY(shown);
+
+    // The expert of layer 1 that took the most reply tokens.
+    int best = -1;
+    QList<int> bestPositions;
+    for (int e = 0; e < 8; ++e) {
+        const QList<int> at = positionsRoutedTo(*profile, 1, e, profile->nPromptTokens);
+        if (at.size() > bestPositions.size()) {
+            best = e;
+            bestPositions = at;
+        }
+    }
+    QVERIFY(best >= 0);
+    QCustomPlot *plot = routing->heatmapPlot();
+    QTRY_VERIFY(plot->isVisible());
+    QTest::qWait(100); // the queued replots and layout of the page
+    plot->replot();
+    const QPoint cell(int(plot->xAxis->coordToPixel(best)), int(plot->yAxis->coordToPixel(1)));
+    QCOMPARE(routing->expertAt(cell), (QPair<int, int>{1, best}));
+    QTest::mouseClick(plot, Qt::LeftButton, {}, cell);
+    QCOMPARE(routing->highlightedExpert(), (QPair<int, int>{1, best}));
+    // Every routed reply token the model read back (the last one it never read) is marked.
+    const int expected = int(std::count_if(bestPositions.cbegin(), bestPositions.cend(), [&](int pos) {
+        const int j = pos - profile->nPromptTokens;
+        return profile->tokenTextEnds[j] > (j > 0 ? profile->tokenTextEnds[j - 1] : 0);
+    }));
+    QTRY_COMPARE(shown->highlightedTokens(), expected);
+    QVERIFY(expected > 0);
+    // Each mark is the text of a token that went to that expert.
+    const QByteArray utf8 = reply.content.toUtf8();
+    QStringList want;
+    for (int pos : bestPositions) {
+        const int j = pos - profile->nPromptTokens;
+        const int from = j > 0 ? profile->tokenTextEnds[j - 1] : 0;
+        if (profile->tokenTextEnds[j] > from)
+            want << QString::fromUtf8(utf8.mid(from, profile->tokenTextEnds[j] - from)).trimmed();
+    }
+    const QStringList got = shown->highlightedText().split(QLatin1Char('\n'));
+    int matching = 0;
+    for (qsizetype i = 0; i < got.size() && i < want.size(); ++i) matching += got[i].trimmed() == want[i] ? 1 : 0;
+    QVERIFY2(matching * 10 >= int(want.size()) * 8, qPrintable(got.join('|') + " vs " + want.join('|')));
+    plot->replot(); // the marked cell
+    saveGrab(&window, "routing-expert-tokens.png");
+
+    // Again: cleared. Once more and Esc: cleared.
+    QTest::mouseClick(plot, Qt::LeftButton, {}, cell);
+    QCOMPARE(routing->highlightedExpert(), (QPair<int, int>{-1, -1}));
+    QTRY_COMPARE(shown->highlightedTokens(), 0);
+    QTest::mouseClick(plot, Qt::LeftButton, {}, cell);
+    QTRY_COMPARE(shown->highlightedTokens(), expected);
+    QTest::keyClick(plot, Qt::Key_Escape);
+    QTRY_COMPARE(shown->highlightedTokens(), 0);
+
+    // Chosen together: layer 1's most frequent pair, as coActivation counts it.
+    const CoActivation c = coActivation(*profile, 1);
+    const QList<ExpertPair> top = topPairs(c, 8);
+    QVERIFY(!top.isEmpty());
+    QTableWidget *pairs = routing->pairsTable();
+    QCOMPARE(routing->coActivationLayer(), 1);
+    QTRY_COMPARE(pairs->rowCount(), int(top.size()));
+    QCOMPARE(pairs->item(0, 0)->text(), QStringLiteral("e%1 + e%2").arg(top[0].a).arg(top[0].b));
+    QVERIFY(pairs->item(0, 1)->text().startsWith(QString::number(top[0].count) + " ("));
+
+    // The token lens names the margin.
+    QVERIFY2(routing->tokenDetails(profile->nPromptTokens).contains("margin "),
+             qPrintable(routing->tokenDetails(profile->nPromptTokens)));
+    saveGrab(panel, "routing-pairs.png");
+}
+
+ES_DESKTOP_QTEST_MAIN(TestExpertLab)
 #include "test_expert_lab.moc"

@@ -7,6 +7,7 @@
 #include "composer.h"
 #include "conversation_list_model.h"
 #include "conversation_sidebar.h"
+#include "desktop_screen.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine_session.h"
 #include "export_menu.h"
@@ -397,7 +398,7 @@ void TestMainWindow::statusBarSaysWhyTheGpuIsNotUsed() {
     }
 }
 
-QTEST_MAIN(TestMainWindow)
+ES_DESKTOP_QTEST_MAIN(TestMainWindow) // room for three panes
 #include "test_main_window.moc"
 
 void TestMainWindow::exportAndImportFromTheFileMenu() {

@@ -10,9 +10,21 @@
 #include "connect_server_dialog.h"
 #include "conversation_list_model.h"
 #include "conversation_sidebar.h"
+#include "desktop_screen.h"
 #include "engine_session.h"
 #include "main_window.h"
+#include "compare_view.h"
+#include "export_menu.h"
+#include "latency_view.h"
+#include "memory_usage_view.h"
 #include "message_widget.h"
+#include "preset_bar.h"
+#include "profiler_panel.h"
+#include "report_data.h"
+#include "report_writers.h"
+#include "routing_view.h"
+
+#include <qcustomplot.h>
 
 #include <QAbstractButton>
 #include <QClipboard>
@@ -24,6 +36,16 @@
 #include <QTranslator>
 #include <QAction>
 #include <QApplication>
+#include <QDesktopServices>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QHeaderView>
+#include <QScreen>
+#include <QRegularExpression>
+#include <QSplitter>
+#include <QStandardPaths>
+#include <QTableWidget>
+#include <QTabWidget>
 #include <QLineEdit>
 #include <QListView>
 #include <QMenu>
@@ -107,6 +129,9 @@ private slots:
     void edge9_replyInProgressIsStoppedAndSaidSo();
     void edge5_sigtermQuitsCleanly();
     void edge10_smallVisibleThings();
+    void edge6_layoutLeavesTheChatItsRoom();
+    void edge7_profilerIsConsistent();
+    void edge8_exportsSayWhereTheyWent();
 
 private:
     // The expertscope binary with `args`, offscreen, its settings and data under `home`; killed
@@ -508,5 +533,275 @@ void TestSharpEdges::edge10_smallVisibleThings() {
     }
 }
 
-QTEST_MAIN(TestSharpEdges)
+// Records the URLs QDesktopServices::openUrl was asked to open (a file: handler for tests).
+class UrlRecorder : public QObject {
+    Q_OBJECT
+public:
+    QList<QUrl> opened;
+public slots:
+    void open(const QUrl &url) { opened << url; }
+};
+
+// Edge 6: the chat keeps most of the width — the profiler dock takes a bounded share at the default
+// size; the preset chips wrap (every chip whole, at its size) with two panes and at 1024×700;
+// adding panes never grows the window past the screen; the sidebar keeps its width when the undo
+// bar appears.
+void TestSharpEdges::edge6_layoutLeavesTheChatItsRoom() {
+    // The default size (no saved geometry).
+    QTRY_VERIFY(m_window->profilerDock()->isVisible());
+    const QRect screen = m_window->screen()->availableGeometry();
+    QVERIFY2(m_window->width() <= screen.width() && m_window->height() <= screen.height(),
+             qPrintable(QStringLiteral("%1×%2 on a %3×%4 screen").arg(m_window->width()).arg(m_window->height())
+                            .arg(screen.width()).arg(screen.height())));
+    QCOMPARE(m_window->size(), QSize(1280, 800));
+    const int dock = m_window->profilerDock()->width(), chat = pane()->width();
+    QVERIFY2(dock <= 0.36 * m_window->width(),
+             qPrintable(QStringLiteral("profiler %1 of %2 px").arg(dock).arg(m_window->width())));
+    QVERIFY2(chat >= dock, qPrintable(QStringLiteral("chat %1 px, profiler %2 px").arg(chat).arg(dock)));
+
+    // Every chip of every pane whole and at its own size, at 1024×700 with two panes.
+    m_window->resize(1024, 700);
+    m_window->addPane();
+    QTest::qWait(50);
+    const auto chipsWhole = [](ChatPane *p) {
+        auto *bar = p->findChild<PresetBar *>();
+        if (!bar || bar->presets().isEmpty()) return QStringLiteral("no preset bar");
+        for (const Preset &preset : bar->presets()) {
+            QToolButton *chip = bar->chip(preset.id);
+            if (!chip->isVisible()) return QStringLiteral("%1 hidden").arg(preset.name);
+            if (chip->width() < chip->sizeHint().width())
+                return QStringLiteral("%1 squeezed to %2 of %3 px").arg(preset.name).arg(chip->width()).arg(chip->sizeHint().width());
+            if (!bar->rect().contains(chip->geometry()))
+                return QStringLiteral("%1 outside its bar").arg(preset.name);
+            if (!chip->visibleRegion().boundingRect().size().isValid() ||
+                chip->visibleRegion().boundingRect().size() != chip->size())
+                return QStringLiteral("%1 partly clipped").arg(preset.name);
+        }
+        return QString();
+    };
+    for (ChatPane *p : m_window->panes()) QTRY_COMPARE(chipsWhole(p), QString());
+
+    // More panes: the window stays on the screen (and at the size the user gave it).
+    for (int i = 0; i < 3; ++i) m_window->addPane();
+    QTest::qWait(50);
+    QVERIFY2(m_window->width() <= std::max(1024, screen.width()) && m_window->width() <= 1024,
+             qPrintable(QStringLiteral("the window grew to %1 px").arg(m_window->width())));
+    while (m_window->panes().size() > 1) {
+        m_window->closeCurrentPane();
+        QApplication::processEvents();
+    }
+
+    // The sidebar keeps its width when a deleted conversation's undo bar appears.
+    const qint64 conv = conversationWith(QStringLiteral("A conversation with a rather long title that goes on and on"),
+                                         QStringLiteral("question"));
+    m_window->sidebar()->selectConversation(conv);
+    QTest::qWait(50);
+    const int sidebar = m_window->sidebar()->width();
+    m_window->sidebar()->deleteCurrent();
+    QTRY_VERIFY(m_window->sidebar()->undoBar()->isVisible());
+    QTest::qWait(50);
+    QCOMPARE(m_window->sidebar()->width(), sidebar);
+}
+
+// Edge 7: the profiler agrees with itself — a new model drops the old model's token strip; a click
+// on a message's header moves the heatmap to that message as well as the strip; without figures
+// (a remote server) phases and device memory read "not available", not 0; Compare drops a message
+// of a conversation no longer open; tooltips say in words what a figure means before its formula;
+// the expert axis' labels never run together.
+void TestSharpEdges::edge7_profilerIsConsistent() {
+    ProfilerPanel *panel = m_window->profilerPanel();
+    panel->setCurrentTab(ProfilerPanel::Tab::Routing);
+    QTRY_VERIFY(panel->isVisible());
+    const qint64 first = *m_store->createConversation(QStringLiteral("First"));
+    m_window->sidebar()->selectConversation(first);
+    pane()->setConversation(first);
+    QSignalSpy done(m_session.get(), &EngineSession::replyFinished);
+    for (const QString &q : {QStringLiteral("one"), QStringLiteral("two")}) {
+        pane()->send(q);
+        QVERIFY(done.wait(30000));
+        QTRY_VERIFY(!pane()->isGenerating());
+    }
+    panel->refresh();
+    QTRY_VERIFY(panel->routingView()->stripPositions() > 0);
+
+    // Another model: the last reply's strip (moe-shared's layers) is no longer shown.
+    QSignalSpy loaded(m_session.get(), &EngineSession::modelLoaded);
+    m_session->loadModel(QStringLiteral(ES_TEST_DATA_DIR "/moe-sharded"));
+    QVERIFY(loaded.wait(30000));
+    panel->refresh();
+    QTRY_COMPARE(panel->routingView()->stripPositions(), 0);
+    QVERIFY(panel->shownProfile().moeLayers.isEmpty());
+
+    // A click on the first reply's header: the heatmap shows that message, not the live window.
+    const QList<Message> path = m_store->activePath(first);
+    const qint64 reply1 = path[1].id, reply2 = path[3].id;
+    QCOMPARE(panel->routingView()->source(), RoutingView::Source::LiveWindow);
+    bool clicked = false;
+    for (MessageWidget *w : pane()->findChildren<MessageWidget *>())
+        if (w->messageId() == reply1) {
+            QTest::mouseClick(w, Qt::LeftButton, {}, QPoint(w->width() / 2, 5));
+            clicked = true;
+        }
+    QVERIFY(clicked);
+    QTRY_COMPARE(panel->selectedMessage(), std::optional<qint64>(reply1));
+    QTRY_COMPARE(panel->routingView()->source(), RoutingView::Source::SelectedMessage);
+    QVERIFY2(panel->routingView()->caption().contains(QStringLiteral("#%1").arg(reply1)),
+             qPrintable(panel->routingView()->caption()));
+    QVERIFY(panel->routingView()->stripPositions() > 0); // the stored message keeps its own strip
+
+    // Compare: a pair picked in "First" goes when another conversation is shown.
+    const qint64 second = *m_store->createConversation(QStringLiteral("Second"));
+    panel->setCompareMessages(reply1, reply2);
+    m_window->sidebar()->selectConversation(second);
+    emit m_window->sidebar()->conversationSelected(second);
+    QCOMPARE(pane()->conversationId(), std::optional<qint64>(second));
+    for (const QString &q : {QStringLiteral("three"), QStringLiteral("four")}) {
+        pane()->send(q);
+        QVERIFY(done.wait(30000));
+        QTRY_VERIFY(!pane()->isGenerating());
+    }
+    panel->setCurrentTab(ProfilerPanel::Tab::Compare);
+    panel->refresh();
+    QVERIFY(panel->compareA() && panel->compareB());
+    for (const std::optional<qint64> side : {panel->compareA(), panel->compareB()})
+        QCOMPARE(m_store->message(*side)->conversationId, second);
+
+    // Expert axis labels of moe-sharded's shape (12 routed + 2 shared experts) in a narrow page
+    // with a large font (a high-DPI or large-text desktop): clear of each other.
+    RoutingView narrow;
+    QCustomPlot *plot = narrow.heatmapPlot();
+    QFont large = plot->xAxis->tickLabelFont();
+    large.setPixelSize(16);
+    plot->xAxis->setTickLabelFont(large);
+    narrow.resize(330, 600);
+    narrow.show();
+    QVERIFY(QTest::qWaitForWindowExposed(&narrow));
+    RoutingMatrix sharded;
+    sharded.layers = {1, 2, 3};
+    sharded.nExperts = 12;
+    sharded.counts = QList<quint64>(3 * 12, 5);
+    narrow.showMatrix(sharded, 4, 2, QStringLiteral("moe-sharded"));
+    QTest::qWait(50);
+    plot->replot();
+    const auto ticker = qSharedPointerDynamicCast<QCPAxisTickerText>(plot->xAxis->ticker());
+    QVERIFY(ticker);
+    const QFontMetrics fm(plot->xAxis->tickLabelFont());
+    QStringList labels;
+    double lastRight = -1e9;
+    for (auto it = ticker->ticks().cbegin(); it != ticker->ticks().cend(); ++it) {
+        const double x = plot->xAxis->coordToPixel(it.key());
+        const double w = fm.horizontalAdvance(it.value());
+        QVERIFY2(x - w / 2 >= lastRight + 2, qPrintable(QStringLiteral("\"%1\" runs into the label before it at "
+                                                                       "%2 px wide")
+                                                            .arg(it.value())
+                                                            .arg(plot->axisRect()->width())));
+        lastRight = x + w / 2;
+        labels << it.value();
+    }
+    QVERIFY(labels.contains(QStringLiteral("0")));
+    QVERIFY(labels.contains(QStringLiteral("S0")));
+
+    // Nothing measured (a remote server's reply and memory): "not available", not 0.
+    MessageProfile remote;
+    remote.tokenTimesUs = {1000, 2000, 3000};
+    remote.ttftUs = 1000;
+    panel->latencyView()->showReply(remote, 99, false);
+    const QString latency = panel->latencyView()->summary();
+    QVERIFY2(latency.contains(QStringLiteral("not available")) && !latency.contains(QStringLiteral("0%")),
+             qPrintable(latency));
+    panel->memoryView()->addSample(MemoryView{}, 1.0);
+    const QString memory = panel->memoryView()->summary();
+    QVERIFY2(memory.contains(QStringLiteral("not available")) && !memory.contains(QStringLiteral(" 0 total")),
+             qPrintable(memory));
+
+    // Tooltips: a sentence in words first, formulas after.
+    const auto inWords = [](const QString &tip) {
+        const QString first = tip.section(QLatin1Char('\n'), 0, 0);
+        static const QRegularExpression formula(QStringLiteral("[=/Σ#→‖·]"));
+        return !first.contains(formula) && first.split(QLatin1Char(' '), Qt::SkipEmptyParts).size() >= 4;
+    };
+    QStringList formulaOnly;
+    for (QWidget *w : panel->findChildren<QWidget *>())
+        if (!w->toolTip().isEmpty() && !inWords(w->toolTip())) formulaOnly << w->toolTip();
+    const QTableWidget *table = panel->routingView()->balanceTable();
+    for (int c = 0; c < table->columnCount(); ++c)
+        if (!inWords(table->horizontalHeaderItem(c)->toolTip())) formulaOnly << table->horizontalHeaderItem(c)->toolTip();
+    QVERIFY2(formulaOnly.isEmpty(), qPrintable(formulaOnly.join(QStringLiteral("\n---\n"))));
+}
+
+// Edge 8: exports say where they went — "Saved to …" in the status bar with Open and Show folder;
+// the save dialog opens in the last export folder (else Documents) with a name made of the
+// conversation's title and date; a report names the backend, device, driver and model hash.
+void TestSharpEdges::edge8_exportsSayWhereTheyWent() {
+    QTemporaryDir out;
+    const qint64 conv = *m_store->createConversation(QStringLiteral("Rivers: of/the world?"));
+    m_window->sidebar()->selectConversation(conv);
+    pane()->setConversation(conv);
+    QSignalSpy done(m_session.get(), &EngineSession::replyFinished);
+    pane()->send(QStringLiteral("name a river"));
+    QVERIFY(done.wait(30000));
+    QTRY_VERIFY(!pane()->isGenerating());
+    const QString date = m_store->conversation(conv)->updatedAt.toLocalTime().date().toString(Qt::ISODate);
+
+    // The dialog: Documents (nothing exported yet) and the title's name with the date.
+    QAction *markdown = menuAction(m_window.get(), {QStringLiteral("File"), QStringLiteral("Export conversation"),
+                                                    QStringLiteral("As Markdown")});
+    QVERIFY(markdown);
+    const QString documents = QStandardPaths::writableLocation(QStandardPaths::DocumentsLocation);
+    QVERIFY(QDir().mkpath(documents));
+    QString dialogDir, dialogFile;
+    bool save = true;
+    QTimer poll;
+    poll.setInterval(20);
+    QObject::connect(&poll, &QTimer::timeout, this, [&] {
+        auto *d = qobject_cast<QFileDialog *>(QApplication::activeModalWidget());
+        if (!d) return;
+        dialogDir = d->directory().absolutePath();
+        dialogFile = d->selectedFiles().value(0);
+        if (!save) return d->reject();
+        d->setDirectory(out.path()); // the suggested name, in another folder
+        static_cast<QDialog *>(d)->accept(); // QFileDialog::accept, protected there
+    });
+    poll.start();
+    markdown->trigger();
+    poll.stop();
+    QCOMPARE(dialogDir, QDir(documents).absolutePath());
+    QCOMPARE(QFileInfo(dialogFile).fileName(), QStringLiteral("Rivers of the world %1.md").arg(date));
+    const QString firstPath = out.filePath(QFileInfo(dialogFile).fileName());
+    QVERIFY(QFileInfo::exists(firstPath));
+
+    // Saved to …, with Open and Show folder.
+    ExportMenu *exports = m_window->exportMenu();
+    QWidget *notice = exports->savedNotice();
+    QVERIFY(notice);
+    QVERIFY(notice->isVisible());
+    QVERIFY(m_window->statusBar()->isAncestorOf(notice));
+    bool said = false;
+    for (QLabel *l : notice->findChildren<QLabel *>()) said = said || l->text() == QStringLiteral("Saved to ") + firstPath;
+    QVERIFY(said);
+    UrlRecorder urls;
+    QDesktopServices::setUrlHandler(QStringLiteral("file"), &urls, "open");
+    for (QToolButton *b : notice->findChildren<QToolButton *>()) b->click();
+    QDesktopServices::unsetUrlHandler(QStringLiteral("file"));
+    QCOMPARE(urls.opened, (QList<QUrl>{QUrl::fromLocalFile(firstPath), QUrl::fromLocalFile(out.path())}));
+
+    // The next dialog opens where the last export went.
+    save = false;
+    poll.start();
+    markdown->trigger();
+    poll.stop();
+    QCOMPARE(dialogDir, QDir(out.path()).absolutePath());
+
+    // A report names the machine and the model.
+    const QString html = out.filePath(QStringLiteral("report.html"));
+    QVERIFY2(exports->exportReport(false, QStringLiteral("html"), html), qPrintable(exports->lastError()));
+    QFile f(html);
+    QVERIFY(f.open(QIODevice::ReadOnly));
+    const QString text = QString::fromUtf8(f.readAll());
+    QVERIFY2(!text.contains(QStringLiteral("not recorded")), qPrintable(text.left(4000)));
+    QVERIFY(text.contains(m_session->modelInfo().backend.toHtmlEscaped()));
+    QVERIFY(text.contains(QStringLiteral("fnv1a64:")));
+}
+
+ES_DESKTOP_QTEST_MAIN(TestSharpEdges)
 #include "test_sharp_edges.moc"

@@ -181,6 +181,71 @@ private slots:
         QCOMPARE(c[1][0].expert, 1);
         QVERIFY(tokenRouting(p, 0)[0].isEmpty());
         QVERIFY(tokenRouting(p, 3).isEmpty());
+        // Margins: none recorded, then one per position and layer.
+        QVERIFY(tokenMargins(p, 1).isEmpty());
+        p.traceMargins = {NAN, NAN, 0.25f, 0.5f, 0.0f, 0.125f};
+        QCOMPARE(tokenMargins(p, 2), (QList<float>{0.0f, 0.125f}));
+        QVERIFY(std::isnan(tokenMargins(p, 0)[0]));
+        QVERIFY(tokenMargins(p, 3).isEmpty());
+        // Positions routed to an expert: layer 1 expert 0 at p1 and p2; layer 2 expert 3 at p1, p2;
+        // from the reply on (position 2) only p2; a layer without a row has none.
+        QCOMPARE(positionsRoutedTo(p, 1, 0), (QList<int>{1, 2}));
+        QCOMPARE(positionsRoutedTo(p, 2, 3), (QList<int>{1, 2}));
+        QCOMPARE(positionsRoutedTo(p, 2, 0), QList<int>{});
+        QCOMPARE(positionsRoutedTo(p, 1, 0, 2), QList<int>{2});
+        QCOMPARE(positionsRoutedTo(p, 0, 0), QList<int>{});
+    }
+
+    void coActivation() {
+        // 1 MoE layer (3), k = 3, 5 experts; positions: p0 prefix-cached, p1 {0,1,2}, p2 {0,1,3},
+        // p3 {0,1,2}, p4 {4,2,−1 (an intervention's smaller k)}.
+        MessageProfile p;
+        p.moeLayers = {3};
+        p.k = 3;
+        p.nExperts = 5;
+        p.traceIds = {-1, -1, -1, 0, 1, 2, 1, 0, 3, 2, 0, 1, 4, 2, -1};
+        p.traceWeights = QList<float>(p.traceIds.size(), 0.3f);
+        const CoActivation c = es::coActivation(p, 3);
+        QCOMPARE(c.layer, 3);
+        QCOMPARE(c.nExperts, 5);
+        QCOMPARE(c.positions, 4u); // p0 is not counted
+        // Pairs by hand: p1 01 02 12; p2 01 03 13; p3 01 02 12; p4 24.
+        // → 01: 3, 02: 2, 12: 2, 03: 1, 13: 1, 24: 1; the rest 0. Diagonal: e0 3, e1 3, e2 3, e3 1, e4 1.
+        QCOMPARE(c.at(0, 1), 3u);
+        QCOMPARE(c.at(1, 0), 3u);
+        QCOMPARE(c.at(0, 2), 2u);
+        QCOMPARE(c.at(1, 2), 2u);
+        QCOMPARE(c.at(0, 3), 1u);
+        QCOMPARE(c.at(1, 3), 1u);
+        QCOMPARE(c.at(2, 4), 1u);
+        QCOMPARE(c.at(3, 4), 0u);
+        QCOMPARE(c.at(0, 4), 0u);
+        QCOMPARE((QList<quint64>{c.at(0, 0), c.at(1, 1), c.at(2, 2), c.at(3, 3), c.at(4, 4)}),
+                 (QList<quint64>{3, 3, 3, 1, 1}));
+        // Top pairs: 01 (3), then 02 and 12 (2 each, lower ids first), 03, 13, 24.
+        // lift(0,1) = (3/4) / ((3/4)(3/4)) = 4/3; lift(2,4) = (1/4) / ((3/4)(1/4)) = 4/3;
+        // lift(0,3) = (1/4) / ((3/4)(1/4)) = 4/3; lift(0,2) = (2/4) / ((3/4)(3/4)) = 8/9.
+        const QList<ExpertPair> top = topPairs(c, 3);
+        QCOMPARE(top.size(), 3);
+        QCOMPARE((QList<int>{top[0].a, top[0].b, top[1].a, top[1].b, top[2].a, top[2].b}),
+                 (QList<int>{0, 1, 0, 2, 1, 2}));
+        QCOMPARE(top[0].count, 3u);
+        QNEAR(top[0].lift, 4.0 / 3.0);
+        QNEAR(top[1].lift, 8.0 / 9.0);
+        QCOMPARE(topPairs(c, 10).size(), 6);
+        // From position 2 on: p2, p3, p4 → 01: 2, 02: 1.
+        const CoActivation later = es::coActivation(p, 3, 2);
+        QCOMPARE(later.positions, 3u);
+        QCOMPARE(later.at(0, 1), 2u);
+        QCOMPARE(later.at(0, 2), 1u);
+        // Adding: the counts of both; another layer's is not added.
+        CoActivation sum = c;
+        sum.add(later);
+        QCOMPARE(sum.positions, 7u);
+        QCOMPARE(sum.at(0, 1), 5u);
+        sum.add(es::coActivation(p, 1)); // no such layer in the trace: an empty matrix of layer 1
+        QCOMPARE(sum.positions, 7u);
+        QVERIFY(es::coActivation(p, 1).positions == 0);
     }
 
     void percentiles_data() {

@@ -8,6 +8,7 @@
 #include <QTemporaryDir>
 #include <QtTest>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 
@@ -62,6 +63,65 @@ private Q_SLOTS:
         QVERIFY(decodeRoutingTrace(QByteArray(), &ids, &w)); // no trace: a dense model
         QVERIFY(ids.isEmpty());
         QVERIFY(!decodeRoutingTrace(QByteArray("XXXX\x01\x01\0\0\0\0\0\0", 12), &ids, &w));
+    }
+
+    // The second formats: token times with where each token's text ends, a trace with the
+    // router's margins (NaN kept); the first format still reads, and says it has neither.
+    void profileCodecsWithTextAndMargins() {
+        const QList<qint64> times = {31250, 51750, 72750};
+        const QList<int> ends = {3, 3, 11};
+        const QByteArray b = encodeTokenTimes(times, ends);
+        QCOMPARE(b.at(0), char(2));
+        QList<int> ends2;
+        QCOMPARE(decodeTokenTimes(b, &ends2), std::optional<QList<qint64>>(times));
+        QCOMPARE(ends2, ends);
+        QCOMPARE(decodeTokenTimes(encodeTokenTimes(times), &ends2), std::optional<QList<qint64>>(times));
+        QVERIFY(ends2.isEmpty());
+        QCOMPARE(encodeTokenTimes(times, {1, 2}).at(0), char(1)); // not one per token: not kept
+        QByteArray cut = b;
+        cut.chop(1);
+        QVERIFY(!decodeTokenTimes(cut, &ends2)); // a text end cut off
+
+        const QList<qint16> ids = {-1, -1, 0, 3, 2, 1};
+        const QList<float> w = {0.f, 0.f, 0.5f, 0.5f, 0.75f, 0.25f};
+        const QList<float> margins = {NAN, 0.125f, 0.0f};
+        const QByteArray blob = encodeRoutingTrace(ids, w, 4, margins);
+        QCOMPARE(blob.at(4), char(2));
+        QList<qint16> ids2;
+        QList<float> w2, m2;
+        QVERIFY(decodeRoutingTrace(blob, &ids2, &w2, &m2));
+        QCOMPARE(ids2, ids);
+        QCOMPARE(w2, w);
+        QCOMPARE(m2.size(), 3);
+        QVERIFY(std::isnan(m2[0]));
+        QCOMPARE(m2[1], 0.125f);
+        QCOMPARE(m2[2], 0.0f);
+        QVERIFY(decodeRoutingTrace(encodeRoutingTrace(ids, w, 4), &ids2, &w2, &m2));
+        QVERIFY(m2.isEmpty());
+        QByteArray damaged = blob;
+        damaged.chop(2);
+        QVERIFY(!decodeRoutingTrace(damaged, &ids2, &w2, &m2));
+
+        // Stored with a reply and read back.
+        auto s = memoryStore();
+        const qint64 c = *s->createConversation(QStringLiteral("margins"));
+        const qint64 u = *s->addMessage(c, std::nullopt, MessageRole::User, QStringLiteral("q"));
+        const qint64 a = *s->beginPartialReply(c, u, sampleGeneration());
+        MessageProfile p = sampleProfile();
+        p.traceMargins.clear();
+        for (int i = 0; i < p.tracePositions() * int(p.moeLayers.size()); ++i) p.traceMargins << float(i) / 8.0f;
+        p.tokenTextEnds.clear();
+        for (int i = 0; i < p.tokenTimesUs.size(); ++i) p.tokenTextEnds << 2 * i + 1;
+        QVERIFY(!profileShapeError(p));
+        QVERIFY(s->finishReply(a, QStringLiteral("answer"), QStringLiteral("stop"), {}, {}, p));
+        const std::optional<MessageProfile> back = s->profile(a);
+        QVERIFY(back);
+        QCOMPARE(back->traceMargins, p.traceMargins);
+        QCOMPARE(back->tokenTextEnds, p.tokenTextEnds);
+        // A count that does not fit the trace or the token times is named.
+        p.traceMargins.removeLast();
+        QVERIFY(profileShapeError(p)->contains(QStringLiteral("trace_margins")));
+        QVERIFY(boundedProfile(p).traceMargins.isEmpty());
     }
 
     // v5 columns: steps and memory samples round-trip exactly; damaged BLOBs are refused.

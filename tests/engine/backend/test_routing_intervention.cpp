@@ -3,7 +3,8 @@
 // The first MoE layer's router input does not depend on any intervention, so a pass with k = every
 // expert records that layer's full probability row per token (p normalised over all experts is p);
 // each intervention's choice there is then recomputed here from p and the checkpoint's correction
-// bias by the stated semantics and compared with what the backend recorded. Through the engine:
+// bias by the stated semantics and compared with what the backend recorded, with the router's
+// margin (the last free choice's score over the best one left out). Through the engine:
 // the trace of a generated reply never holds a disabled expert, an intervened request neither
 // reads nor fills the prefix cache, and a bad intervention is refused with its reason.
 #include "engine/backend/routing_intervention.h"
@@ -58,9 +59,10 @@ std::shared_ptr<const routing_intervention> make(routing_intervention iv) {
     return std::make_shared<const routing_intervention>(std::move(iv));
 }
 
-// The stated semantics, from the layer's probabilities p (no intervention) and bias.
+// The stated semantics, from the layer's probabilities p (no intervention) and bias; margin: the
+// last free choice's score minus the best score left out (NaN: every place forced, or none left).
 void expected_choice(const std::vector<float> &p0, const std::vector<float> &bias, const layer_routing &lr,
-                     double norm_min, std::vector<int32_t> &ids, std::vector<float> &w) {
+                     double norm_min, std::vector<int32_t> &ids, std::vector<float> &w, double &margin) {
     const size_t E = p0.size();
     double kept = 0.0; // softmax without the disabled experts = p renormalised over the others
     for (size_t e = 0; e < E; ++e)
@@ -75,7 +77,11 @@ void expected_choice(const std::vector<float> &p0, const std::vector<float> &bia
     for (int32_t e = 0; e < int32_t(E); ++e)
         if (std::find(ids.begin(), ids.end(), e) == ids.end()) rest.push_back(e);
     std::stable_sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) { return score[a] > score[b]; });
-    rest.resize(size_t(lr.k) - ids.size());
+    const size_t n_free = size_t(lr.k) - ids.size();
+    margin = NAN;
+    if (n_free > 0 && rest.size() > n_free && std::isfinite(score[size_t(rest[n_free])]))
+        margin = score[size_t(rest[n_free - 1])] - score[size_t(rest[n_free])];
+    rest.resize(n_free);
     ids.insert(ids.end(), rest.begin(), rest.end());
     double sum = 0.0;
     for (int32_t e : ids) sum += p[size_t(e)];
@@ -227,7 +233,14 @@ void TestRoutingIntervention::cpuFollowsTheSemantics() {
         for (int64_t t = 0; t < T; ++t) {
             std::vector<int32_t> want_ids;
             std::vector<float> want_w;
-            expected_choice(p[t], bias, lr, c.moe_norm_min, want_ids, want_w);
+            double want_margin = 0.0;
+            expected_choice(p[t], bias, lr, c.moe_norm_min, want_ids, want_w, want_margin);
+            QCOMPARE(got.routing.margins.size(), got.routing.moe_layers.size());
+            const float margin = got.routing.margins[0][size_t(t)];
+            QVERIFY2(std::isnan(want_margin) ? std::isnan(margin)
+                                             : std::abs(margin - want_margin) <= 1e-5 * std::max(1.0, std::abs(want_margin)),
+                     what + ": token " + QByteArray::number(t) + " margin " + QByteArray::number(margin) +
+                         ", expected " + QByteArray::number(want_margin));
             for (int32_t j = 0; j < k; ++j) {
                 const int32_t e = got.routing.ids[0][t * k + j];
                 QVERIFY2(e == want_ids[j], what + ": token " + QByteArray::number(t) + " choice " +
@@ -288,6 +301,12 @@ void TestRoutingIntervention::engineAppliesAndIsolates() {
     QCOMPARE(lab.k, 3);
     QCOMPARE(int64_t(lab.trace.size()), int64_t(prompt.size() + 6 - 1) * lab.n_moe_layers * 3);
     for (int16_t e : lab.trace) QVERIFY(e >= 2);
+    // One router margin per position and MoE layer, recorded by the CPU backend for every
+    // position it computed (none of these came from the prefix cache).
+    QCOMPARE(int64_t(lab.trace_margins.size()), int64_t(prompt.size() + 6 - 1) * lab.n_moe_layers);
+    for (float m : lab.trace_margins) QVERIFY(m >= 0.0f);
+    QCOMPARE(int64_t(again.trace_margins.size()), int64_t(prompt.size() + 6 - 1) * again.n_moe_layers);
+    QVERIFY(std::isnan(again.trace_margins.front())); // served by the prefix cache
     request_metrics after;
     QVERIFY(generate(nullptr, after, err) && err.empty());
     QCOMPARE(after.n_cached_prompt_tokens, 32); // the plain KV is still there, not overwritten
