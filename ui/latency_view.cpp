@@ -99,9 +99,9 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
 
     m_detailed = new QCheckBox(tr("Time every step"), this);
     m_detailed->setToolTip(
-        tr("On the GPU the engine times one step in 64 per phase (and each reply's first two), which costs "
-           "under 1% of decode speed; on, every step is timed, at the cost of the overlap between steps. "
-           "The CPU times every step anyway."));
+        tr("On the GPU the engine times one step in 64 per phase (and each reply's first two): the median "
+           "decode step is unchanged. On, every step is timed: each waits for the one before it and for its "
+           "timeline, so decoding is slower while it is on. The CPU times every step anyway."));
     connect(m_detailed, &QCheckBox::toggled, this, &LatencyView::detailedProfilingToggled);
     layout->addWidget(m_detailed);
     m_timeline = new StepTimelineView(this);
