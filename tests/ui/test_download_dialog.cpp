@@ -2,7 +2,8 @@
 // HF_HUB_CACHE set: the catalogue's five checkpoints with their verdicts, a typed repo checked
 // (size and architecture) before downloading, the download's progress, the model found in the
 // cache and loaded with Load, errors shown in the dialog, Cancel keeping the partial file, and the
-// recent models list.
+// recent models list. ES_SCREENSHOT_DIR=<dir> saves the dialog after its download
+// (download-dialog.png, the README's screenshot).
 #include "app/models/hub_test_server.h"
 #include "download_model_dialog.h"
 
@@ -105,6 +106,12 @@ private slots:
         QCOMPARE(d.cachedTable()->rowCount(), 1);
         QCOMPARE(d.cachedTable()->item(0, 3)->text(), QString("ready"));
         QVERIFY(d.loadButton()->isEnabled()); // the new model is selected
+        if (const QString dir = qEnvironmentVariable("ES_SCREENSHOT_DIR"); !dir.isEmpty()) {
+            d.resize(980, 640);
+            d.show();
+            QVERIFY(QTest::qWaitForWindowExposed(&d));
+            QVERIFY(d.grab().save(dir + "/download-dialog.png"));
+        }
 
         QSignalSpy load(&d, &DownloadModelDialog::loadRequested);
         d.loadButton()->click();
