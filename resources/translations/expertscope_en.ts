@@ -28,4 +28,24 @@
         </translation>
     </message>
 </context>
+<context>
+    <name>es::ContextFitter</name>
+    <message numerus="yes">
+        <source>%n earlier message(s) were left out to fit the context.</source>
+        <translation>
+            <numerusform>%n earlier message was left out to fit the context.</numerusform>
+            <numerusform>%n earlier messages were left out to fit the context.</numerusform>
+        </translation>
+    </message>
+</context>
+<context>
+    <name>es::MessageWidget</name>
+    <message numerus="yes">
+        <source>%n token(s)</source>
+        <translation>
+            <numerusform>%n token</numerusform>
+            <numerusform>%n tokens</numerusform>
+        </translation>
+    </message>
+</context>
 </TS>

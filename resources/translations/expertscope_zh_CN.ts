@@ -2,6 +2,17 @@
 <!DOCTYPE TS>
 <TS version="2.1" language="zh_CN" sourcelanguage="en">
 <context>
+    <name>Appearance</name>
+    <message>
+        <source>Follows the desktop&apos;s colour scheme as it changes.</source>
+        <translation>跟随桌面配色方案的变化。</translation>
+    </message>
+    <message>
+        <source>This Qt (%1) cannot ask the desktop for its colour scheme: ExpertScope reads the GTK and KDE settings when the theme is applied (at start and on OK), and uses light when they do not say dark.</source>
+        <translation>此 Qt 版本（%1）无法向桌面查询配色方案：ExpertScope 在应用主题时（启动时和点击“确定”时）读取 GTK 和 KDE 的设置，若它们未指明深色，则使用浅色。</translation>
+    </message>
+</context>
+<context>
     <name>InstanceLock</name>
     <message>
         <source>The data folder %1 is not writable (permission denied). ExpertScope keeps its conversations there: give your user write access to it, or set XDG_DATA_HOME to a writable folder.</source>
@@ -47,52 +58,74 @@
 <context>
     <name>ProfilerDefinitions</name>
     <message>
-        <source>TTFT: request submitted → first generated token available (ms).</source>
-        <translation>TTFT：从提交请求到第一个生成的 token 可用的时间（ms）。</translation>
-    </message>
-    <message>
-        <source>ITL: gap between consecutive generated tokens of one request (ms); reported as p50/p90/p99.</source>
-        <translation>ITL：同一请求中相邻两个生成 token 之间的间隔（ms），以 p50/p90/p99 显示。</translation>
-    </message>
-    <message>
-        <source>expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.</source>
-        <translation>专家负载：c[l][e] = 在一个窗口内第 l 层路由到专家 e 的 token 槽位数；占比 = c / Σc。</translation>
-    </message>
-    <message>
-        <source>imbalance: max(c)/mean(c) per layer; balancedness = mean/max; entropy H(share)/ln E; dead experts = #{c = 0}.</source>
-        <translation>不均衡度：每层的 max(c)/mean(c)；均衡度 = mean/max；熵 H(share)/ln E；闲置专家 = #{c = 0}。</translation>
-    </message>
-    <message>
-        <source>VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device total/free. With the CPU backend: the engine&apos;s own accounting and the machine&apos;s RAM.</source>
-        <translation>显存：权重、KV（块数 × 每块字节数）、工作区、分配器已预留 / 使用中 / 空闲、设备总量/空闲。使用 CPU 后端时：引擎自身的统计和本机内存。</translation>
-    </message>
-    <message>
-        <source>fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − tokens stored / (blocks used × block size).</source>
-        <translation>碎片率：1 − 最大空闲块 / 空闲总量（无空闲时为 0）；KV 浪费 = 1 − 已存 token 数 / (已用块数 × 块大小)。</translation>
-    </message>
-    <message>
-        <source>Jensen–Shannon divergence of the two messages&apos; expert shares per layer: JS = ½ KL(P‖M) + ½ KL(Q‖M), M = ½(P + Q), natural log, so 0 (same routing) … ln 2 ≈ 0.693 (disjoint experts).</source>
-        <translation>两条消息每层专家占比的 Jensen–Shannon 散度：JS = ½ KL(P‖M) + ½ KL(Q‖M)，M = ½(P + Q)，取自然对数，因此取值从 0（路由相同）到 ln 2 ≈ 0.693（专家完全不重叠）。</translation>
-    </message>
-    <message>
-        <source>Percentiles by linear interpolation between closest ranks: rank (n − 1)·q (numpy&apos;s default).</source>
-        <translation>百分位数在相邻秩之间线性插值：秩为 (n − 1)·q（numpy 的默认方式）。</translation>
-    </message>
-    <message>
         <source>Grey rows are dense layers (no router); grey columns on the right are shared experts, which see every token and are not part of the routed share.</source>
         <translation>灰色的行是稠密层（没有路由器）；右侧灰色的列是共享专家，它们处理每个 token，不计入路由占比。</translation>
     </message>
     <message>
-        <source>decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. Over time: the tokens after the first in each quarter-second bin / the bin&apos;s length.</source>
-        <translation>decode tok/s：每个请求为 (n_out − 1) / (t_last − t_first)；每步为：解码的 token 数 / 步耗时。随时间的曲线为：每个四分之一秒时间段内首个 token 之后的 token 数 / 时间段长度。</translation>
+        <source>Time to first token: how long the reply took to start.
+TTFT: request submitted → first generated token available (ms).</source>
+        <translation>首 token 时间：回复过了多久才开始出现。
+TTFT：从提交请求到第一个生成的 token 可用的时间（ms）。</translation>
     </message>
     <message>
-        <source>Engine time per phase over the steps that computed the reply; a step shared with other replies counts in proportion to this reply&apos;s tokens in it: attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE (router, routed and shared experts), dense GEMM (dense MLP layers and the LM head), sampling, other (scheduling, embedding, emitting text).</source>
-        <translation>引擎在计算这条回复的各步中各阶段所用的时间；与其他回复共享的一步按本回复在该步中的 token 占比计入：注意力（归一化、q/k/v、RoPE、KV 写入、注意力、输出投影）、MoE（路由器、路由专家和共享专家）、稠密 GEMM（稠密 MLP 层和 LM head）、采样、其他（调度、嵌入、输出文本）。</translation>
+        <source>Inter-token latency: how long each next word piece of the reply took.
+ITL: gap between consecutive generated tokens of one request (ms); reported as p50/p90/p99.</source>
+        <translation>token 间延迟：回复中每个后续词片各用了多长时间。
+ITL：同一请求中相邻两个生成 token 之间的间隔（ms），以 p50/p90/p99 显示。</translation>
     </message>
     <message>
-        <source>KV block map: the paged KV cache&apos;s blocks (16 tokens each) in use, cached (free, holding a reusable prefix) and free, one cell per block in pool order (where they lie, not only how many). A source that reports only counts (a remote server) is drawn grouped by state.</source>
-        <translation>KV 块图：分页 KV 缓存中使用中、已缓存（空闲但保存着可复用的前缀）和空闲的块（每块 16 个 token），按池中顺序每块一格（显示它们的位置，而不只是数量）。只报告数量的来源（远程服务器）按状态分组绘制。</translation>
+        <source>Decode speed: how many tokens the reply produced per second once it had started.
+decode tok/s: (n_out − 1) / (t_last − t_first) per request; per step: tokens decoded / step time. Over time: the tokens after the first in each quarter-second bin / the bin&apos;s length.</source>
+        <translation>解码速度：回复开始后每秒生成多少个 token。
+decode tok/s：每个请求为 (n_out − 1) / (t_last − t_first)；每步为：解码的 token 数 / 步耗时。随时间的曲线为：每个四分之一秒时间段内首个 token 之后的 token 数 / 时间段长度。</translation>
+    </message>
+    <message>
+        <source>Expert load: how the tokens of each layer were shared out among its experts; a darker cell is an expert that took more of that layer&apos;s tokens.
+expert load: c[l][e] = token-slots routed to expert e in layer l over a window; share = c / Σc.</source>
+        <translation>专家负载：每层的 token 如何分配给该层的各个专家；单元格颜色越深，表示该专家承担了该层越多的 token。
+专家负载：c[l][e] = 在一个窗口内第 l 层路由到专家 e 的 token 槽位数；占比 = c / Σc。</translation>
+    </message>
+    <message>
+        <source>Balance: how evenly each layer spread its tokens over its experts, and how many experts it never used.
+imbalance: max(c)/mean(c) per layer; balancedness = mean/max; entropy H(share)/ln E; dead experts = #{c = 0}.</source>
+        <translation>均衡：每层把 token 分配到各专家上有多均匀，以及有多少专家从未被使用。
+不均衡度：每层的 max(c)/mean(c)；均衡度 = mean/max；熵 H(share)/ln E；闲置专家 = #{c = 0}。</translation>
+    </message>
+    <message>
+        <source>Memory: what the model&apos;s weights, the cached keys and values and the working buffers take, and what is left.
+VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device total/free. With the CPU backend: the engine&apos;s own accounting and the machine&apos;s RAM.</source>
+        <translation>内存：模型权重、缓存的键和值以及工作缓冲区各占用多少，还剩多少。
+显存：权重、KV（块数 × 每块字节数）、工作区、分配器已预留 / 使用中 / 空闲、设备总量/空闲。使用 CPU 后端时：引擎自身的统计和本机内存。</translation>
+    </message>
+    <message>
+        <source>Fragmentation: how scattered the free memory is; KV waste: how much of the cache&apos;s blocks holds no token.
+fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − tokens stored / (blocks used × block size).</source>
+        <translation>碎片率：空闲内存有多分散；KV 浪费：缓存的块中有多少空间没有存放 token。
+碎片率：1 − 最大空闲块 / 空闲总量（无空闲时为 0）；KV 浪费 = 1 − 已存 token 数 / (已用块数 × 块大小)。</translation>
+    </message>
+    <message>
+        <source>Routing difference: how differently the two messages used the experts of each layer, from 0 (the same) to the most (no expert in common).
+Jensen–Shannon divergence of the two messages&apos; expert shares per layer: JS = ½ KL(P‖M) + ½ KL(Q‖M), M = ½(P + Q), natural log, so 0 (same routing) … ln 2 ≈ 0.693 (disjoint experts).</source>
+        <translation>路由差异：两条消息使用各层专家的方式有多不同，从 0（相同）到最大值（没有共同的专家）。
+两条消息每层专家占比的 Jensen–Shannon 散度：JS = ½ KL(P‖M) + ½ KL(Q‖M)，M = ½(P + Q)，取自然对数，因此取值从 0（路由相同）到 ln 2 ≈ 0.693（专家完全不重叠）。</translation>
+    </message>
+    <message>
+        <source>Percentiles: p50 is the typical gap, p90 and p99 the slow ones.
+Percentiles by linear interpolation between closest ranks: rank (n − 1)·q (numpy&apos;s default).</source>
+        <translation>百分位数：p50 是典型的间隔，p90 和 p99 是较慢的间隔。
+百分位数在相邻秩之间线性插值：秩为 (n − 1)·q（numpy 的默认方式）。</translation>
+    </message>
+    <message>
+        <source>Where the engine spent its time while it computed this reply.
+Engine time per phase over the steps that computed the reply; a step shared with other replies counts in proportion to this reply&apos;s tokens in it: attention (norms, q/k/v, RoPE, KV write, attention, output projection), MoE routed (router, routed experts), MoE shared (shared experts), dense (dense MLP layers), head and sampling (the LM head and the sampler), other (scheduling, embedding, transfers, emitting text). On the GPU the phases are timed on the device in one step in 64 and each reply&apos;s first two (every step with &quot;Time every step&quot;), and scaled to the time of all the reply&apos;s steps.</source>
+        <translation>引擎在计算这条回复时把时间花在了哪里。
+引擎在计算这条回复的各步中各阶段所用的时间；与其他回复共享的一步按本回复在该步中的 token 占比计入：注意力（归一化、q/k/v、RoPE、KV 写入、注意力、输出投影）、MoE 路由专家（路由器、路由专家）、MoE 共享专家（共享专家）、稠密（稠密 MLP 层）、输出头和采样（LM head 和采样器）、其他（调度、嵌入、数据传输、输出文本）。在 GPU 上，各阶段在设备上计时：每 64 步计时一步，外加每条回复的前两步（开启“为每一步计时”时每一步都计时），再按该回复所有步的时间等比例推算。</translation>
+    </message>
+    <message>
+        <source>Which blocks of the key and value cache hold a conversation now, which keep a reusable prompt and which are free.
+KV block map: the paged KV cache&apos;s blocks (16 tokens each) in use, cached (free, holding a reusable prefix) and free, one cell per block in pool order (where they lie, not only how many). A source that reports only counts (a remote server) is drawn grouped by state.</source>
+        <translation>键值缓存中哪些块当前存放着对话，哪些保存着可复用的提示词，哪些是空闲的。
+KV 块图：分页 KV 缓存中使用中、已缓存（空闲但保存着可复用的前缀）和空闲的块（每块 16 个 token），按池中顺序每块一格（显示它们的位置，而不只是数量）。只报告数量的来源（远程服务器）按状态分组绘制。</translation>
     </message>
 </context>
 <context>
@@ -192,6 +225,10 @@
     <message>
         <source>The last session ended unexpectedly; a reply it was writing is kept as interrupted.</source>
         <translation>上次会话意外结束；当时正在生成的回复已保留并标记为中断。</translation>
+    </message>
+    <message>
+        <source>The data folder %1 cannot be used; the conversations are in the default folder %2 for now.</source>
+        <translation>数据文件夹 %1 无法使用；对话暂时保存在默认文件夹 %2 中。</translation>
     </message>
 </context>
 <context>
@@ -306,6 +343,110 @@ Delete this conversation from the list on the left when you no longer need it; i
     <message>
         <source>&lt;b&gt;Expert intervention&lt;/b&gt; — the next replies are routed under: %1. &lt;a href=&quot;edit&quot;&gt;Edit…&lt;/a&gt; · &lt;a href=&quot;clear&quot;&gt;Clear&lt;/a&gt;</source>
         <translation>&lt;b&gt;专家干预&lt;/b&gt;——接下来的回复按以下设置路由：%1。&lt;a href=&quot;edit&quot;&gt;编辑…&lt;/a&gt; · &lt;a href=&quot;clear&quot;&gt;清除&lt;/a&gt;</translation>
+    </message>
+    <message>
+        <source>System prompt…</source>
+        <translation>系统提示词…</translation>
+    </message>
+    <message>
+        <source>This conversation&apos;s own system prompt (no preset needed)</source>
+        <translation>此对话自己的系统提示词（无需预设）</translation>
+    </message>
+    <message>
+        <source>When too long: keep system prompt and last turns</source>
+        <translation>过长时：保留系统提示词和最近几轮</translation>
+    </message>
+    <message>
+        <source>When too long: drop oldest</source>
+        <translation>过长时：丢弃最早的消息</translation>
+    </message>
+    <message>
+        <source>When too long: refuse</source>
+        <translation>过长时：拒绝</translation>
+    </message>
+    <message>
+        <source>What is sent once this conversation no longer fits the model&apos;s context: the system prompt and the latest turns; the oldest messages, system prompt included, left out first; or nothing, with the sizes named</source>
+        <translation>此对话超出模型上下文时发送什么：系统提示词和最近几轮；或从最早的消息（包括系统提示词）开始省略；或什么也不发送，并说明各部分的大小</translation>
+    </message>
+    <message>
+        <source>The prompt does not fit the model&apos;s context.</source>
+        <translation>提示词超出了模型的上下文。</translation>
+    </message>
+    <message>
+        <source>Could not continue the reply: %1</source>
+        <translation>无法继续生成回复：%1</translation>
+    </message>
+    <message>
+        <source>Delete message</source>
+        <translation>删除消息</translation>
+    </message>
+    <message>
+        <source>Delete this message and every message below it in this branch? The reply in progress is stopped first. This cannot be undone.</source>
+        <translation>删除此消息以及此分支中它下方的所有消息？会先停止正在生成的回复。此操作无法撤销。</translation>
+    </message>
+    <message>
+        <source>Delete this message and every message below it in this branch? This cannot be undone.</source>
+        <translation>删除此消息以及此分支中它下方的所有消息？此操作无法撤销。</translation>
+    </message>
+    <message>
+        <source>Delete</source>
+        <translation>删除</translation>
+    </message>
+    <message>
+        <source>The reply in progress was stopped to delete a message of its branch.</source>
+        <translation>正在生成的回复已停止，以便删除其分支中的一条消息。</translation>
+    </message>
+    <message>
+        <source>Could not delete the message: %1</source>
+        <translation>无法删除消息：%1</translation>
+    </message>
+    <message>
+        <source>System prompt of this conversation</source>
+        <translation>此对话的系统提示词</translation>
+    </message>
+    <message>
+        <source>Sent first, as the system message, with every request of this conversation. Empty: none (a preset&apos;s system prompt applies, if it has one).</source>
+        <translation>作为系统消息，在此对话的每个请求中最先发送。留空：不使用（如果预设有系统提示词，则使用预设的）。</translation>
+    </message>
+    <message>
+        <source>&lt;b&gt;System prompt&lt;/b&gt;: %1 &lt;a href=&quot;edit&quot;&gt;Edit…&lt;/a&gt; · &lt;a href=&quot;clear&quot;&gt;Clear&lt;/a&gt;</source>
+        <translation>&lt;b&gt;系统提示词&lt;/b&gt;：%1 &lt;a href=&quot;edit&quot;&gt;编辑…&lt;/a&gt; · &lt;a href=&quot;clear&quot;&gt;清除&lt;/a&gt;</translation>
+    </message>
+    <message>
+        <source>Context %1 tokens</source>
+        <translation>上下文 %1 个 token</translation>
+    </message>
+    <message>
+        <source> · KV cache %1 (%2 tokens)</source>
+        <translation> · KV 缓存 %1（%2 个 token）</translation>
+    </message>
+    <message>
+        <source>The model&apos;s context: the most tokens one prompt and its reply may hold. The KV cache holds the tokens of every reply in flight; one prompt and its reply must fit it too. Each request keeps %1 tokens free for the reply, so a prompt may have %2.</source>
+        <translation>模型的上下文：一个提示词及其回复最多可包含的 token 数。KV 缓存存放所有正在生成的回复的 token；一个提示词及其回复也必须放得进去。每个请求为回复保留 %1 个 token，因此提示词最多可有 %2 个。</translation>
+    </message>
+    <message>
+        <source>no token count for a remote server</source>
+        <translation>远程服务器不提供 token 计数</translation>
+    </message>
+    <message>
+        <source>counting tokens…</source>
+        <translation>正在统计 token…</translation>
+    </message>
+    <message>
+        <source>%1 / %2 tokens</source>
+        <translation>%1 / %2 个 token</translation>
+    </message>
+    <message>
+        <source> — too long: it will be refused</source>
+        <translation> — 过长：将被拒绝</translation>
+    </message>
+    <message>
+        <source> — too long: the oldest turns will be left out</source>
+        <translation> — 过长：最早的几轮将被省略</translation>
+    </message>
+    <message>
+        <source>The prompt that would be sent — system prompt, this branch and the text box, rendered with the chat template — in the model&apos;s tokens, against what the context leaves for it (%1 tokens are kept for the reply)</source>
+        <translation>将要发送的提示词（系统提示词、此分支和输入框中的内容，按对话模板渲染）所占的模型 token 数，与上下文留给它的数量对比（为回复保留 %1 个 token）</translation>
     </message>
 </context>
 <context>
@@ -690,6 +831,30 @@ Delete this conversation from the list on the left when you no longer need it; i
         <source>Could not count the messages of conversation %1</source>
         <translation>无法统计对话 %1 的消息数</translation>
     </message>
+    <message>
+        <source>Could not save the system prompt of conversation %1</source>
+        <translation>无法保存对话 %1 的系统提示词</translation>
+    </message>
+    <message>
+        <source>Could not save the overflow policy of conversation %1</source>
+        <translation>无法保存对话 %1 的超长处理方式</translation>
+    </message>
+    <message>
+        <source>Could not delete message %1</source>
+        <translation>无法删除消息 %1</translation>
+    </message>
+    <message>
+        <source>Message %1 is not a finished reply, so it cannot be continued</source>
+        <translation>消息 %1 不是已完成的回复，因此无法继续生成</translation>
+    </message>
+    <message>
+        <source>Could not continue reply %1</source>
+        <translation>无法继续生成回复 %1</translation>
+    </message>
+    <message>
+        <source>Message %1 is not a finished reply</source>
+        <translation>消息 %1 不是已完成的回复</translation>
+    </message>
 </context>
 <context>
     <name>es::CompareView</name>
@@ -894,6 +1059,31 @@ dense</source>
     <message>
         <source>the server&apos;s first model</source>
         <translation>服务器的第一个模型</translation>
+    </message>
+</context>
+<context>
+    <name>es::ContextFitter</name>
+    <message>
+        <source>the context of %1 tokens leaves %2 for the prompt once %3 are kept for the reply</source>
+        <translation>上下文共 %1 个 token，为回复保留 %3 个后，留给提示词的只有 %2 个</translation>
+    </message>
+    <message>
+        <source>This conversation needs %1 tokens, but %2. Choose “Drop oldest” or “Keep system prompt and last turns” for this conversation, or start a new one.</source>
+        <translation>此对话需要 %1 个 token，但%2。请为此对话选择“丢弃最早的消息”或“保留系统提示词和最近几轮”，或开始新对话。</translation>
+    </message>
+    <message>
+        <source>The last message with the system prompt needs %1 tokens, but %2. Shorten the message or the system prompt.</source>
+        <translation>最后一条消息连同系统提示词需要 %1 个 token，但%2。请缩短消息或系统提示词。</translation>
+    </message>
+    <message>
+        <source>The last message needs %1 tokens, but %2. Shorten the message.</source>
+        <translation>最后一条消息需要 %1 个 token，但%2。请缩短消息。</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n earlier message(s) were left out to fit the context.</source>
+        <translation>
+            <numerusform>为适应上下文，省略了之前的 %n 条消息。</numerusform>
+        </translation>
     </message>
 </context>
 <context>
@@ -1179,6 +1369,18 @@ dense</source>
         <source>The %1 backend&apos;s router does not apply expert interventions; they run on the CPU backend.</source>
         <translation>%1 后端的路由器不执行专家干预；专家干预在 CPU 后端上运行。</translation>
     </message>
+    <message>
+        <source>driver for CUDA %1</source>
+        <translation>支持 CUDA %1 的驱动</translation>
+    </message>
+    <message>
+        <source>unknown</source>
+        <translation>未知</translation>
+    </message>
+    <message>
+        <source>none (the CPU backend)</source>
+        <translation>无（CPU 后端）</translation>
+    </message>
 </context>
 <context>
     <name>es::ExpertLabDialog</name>
@@ -1357,6 +1559,38 @@ dense</source>
         <source>Import failed</source>
         <translation>导入失败</translation>
     </message>
+    <message>
+        <source>Open</source>
+        <translation>打开</translation>
+    </message>
+    <message>
+        <source>Open the saved file with the program the system uses for it</source>
+        <translation>用系统为此类文件指定的程序打开保存的文件</translation>
+    </message>
+    <message>
+        <source>Show folder</source>
+        <translation>显示文件夹</translation>
+    </message>
+    <message>
+        <source>Open the folder the file was saved in</source>
+        <translation>打开文件所在的文件夹</translation>
+    </message>
+    <message>
+        <source>Conversation</source>
+        <translation>对话</translation>
+    </message>
+    <message>
+        <source>Saved to %1</source>
+        <translation>已保存到 %1</translation>
+    </message>
+    <message>
+        <source>report</source>
+        <translation>报告</translation>
+    </message>
+    <message>
+        <source>remote server %1</source>
+        <translation>远程服务器 %1</translation>
+    </message>
 </context>
 <context>
     <name>es::LatencyView</name>
@@ -1397,26 +1631,6 @@ dense</source>
         <translation>ms</translation>
     </message>
     <message>
-        <source>attention</source>
-        <translation>注意力</translation>
-    </message>
-    <message>
-        <source>MoE</source>
-        <translation>MoE</translation>
-    </message>
-    <message>
-        <source>sampling</source>
-        <translation>采样</translation>
-    </message>
-    <message>
-        <source>other</source>
-        <translation>其他</translation>
-    </message>
-    <message>
-        <source>%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · phases: attention %8%, MoE %9%, dense %10%, sampling %11%, other %12% of %13 ms over %14 steps</source>
-        <translation>%1 %2 个 token · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s · 各阶段：注意力 %8%，MoE %9%，稠密 %10%，采样 %11%，其他 %12%，共 %13 ms，%14 步</translation>
-    </message>
-    <message>
         <source>Streaming:</source>
         <translation>生成中：</translation>
     </message>
@@ -1425,8 +1639,32 @@ dense</source>
         <translation>回复：</translation>
     </message>
     <message>
-        <source>dense GEMM</source>
-        <translation>稠密 GEMM</translation>
+        <source>Time every step</source>
+        <translation>为每一步计时</translation>
+    </message>
+    <message>
+        <source>On the GPU the engine times one step in 64 per phase (and each reply&apos;s first two): the median decode step is unchanged. On, every step is timed: each waits for the one before it and for its timeline, so decoding is slower while it is on. The CPU times every step anyway.</source>
+        <translation>在 GPU 上，引擎每 64 步按阶段计时一步（外加每条回复的前两步）：解码步的中位耗时不受影响。开启后，每一步都计时：每一步都要等待前一步及其时间线完成，因此开启期间解码会变慢。CPU 本来就为每一步计时。</translation>
+    </message>
+    <message>
+        <source>%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s</source>
+        <translation>%1 %2 个 token · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s</translation>
+    </message>
+    <message>
+        <source>phases: not measured in this reply&apos;s %1 steps</source>
+        <translation>各阶段：此回复的 %1 步中未测量</translation>
+    </message>
+    <message>
+        <source>phases: not available (no engine steps were measured for this reply)</source>
+        <translation>各阶段：不可用（此回复没有测量任何引擎步）</translation>
+    </message>
+    <message>
+        <source>phases: attention %1%, MoE routed %2%, MoE shared %3%, dense %4%, head and sampling %5%, other %6% of %7 ms over %8 steps</source>
+        <translation>各阶段：注意力 %1%，MoE 路由专家 %2%，MoE 共享专家 %3%，稠密 %4%，输出头和采样 %5%，其他 %6%，共 %7 ms，%8 步</translation>
+    </message>
+    <message>
+        <source> (%1 of them timed on the device, scaled to all)</source>
+        <translation>（其中 %1 步在设备上计时，按比例推算到全部）</translation>
     </message>
 </context>
 <context>
@@ -1775,6 +2013,14 @@ dense</source>
         <source>&amp;Expert lab…</source>
         <translation>专家实验室(&amp;E)…</translation>
     </message>
+    <message>
+        <source>Pre&amp;ferences…</source>
+        <translation>首选项(&amp;F)…</translation>
+    </message>
+    <message>
+        <source>No room for another pane: close one (Ctrl+W), hide the profiler or widen the window</source>
+        <translation>没有空间再添加窗格：请关闭一个窗格（Ctrl+W）、隐藏性能分析器或加宽窗口</translation>
+    </message>
 </context>
 <context>
     <name>es::MemoryUsageView</name>
@@ -1819,10 +2065,6 @@ dense</source>
         <translation>KV 浪费</translation>
     </message>
     <message>
-        <source>In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device %6 total, %7 free · allocator reserved %8, in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 used / %14 cached / %15 free (%16 per cell)</source>
-        <translation>使用中 %1（权重 %2，KV %3 / 池 %4，工作区 %5）· 设备总量 %6，空闲 %7 · 分配器已预留 %8，使用中 %9，最大空闲块 %10 · 碎片率 %11 · KV 浪费 %12 · KV 块：已用 %13 / 已缓存 %14 / 空闲 %15（每格 %16）</translation>
-    </message>
-    <message>
         <source>KV in use</source>
         <translation>使用中的 KV</translation>
     </message>
@@ -1833,6 +2075,26 @@ dense</source>
     <message>
         <source>KV block map: &lt;span style=&apos;color:#dc5028&apos;&gt;■&lt;/span&gt; in use &lt;span style=&apos;color:#4678c8&apos;&gt;■&lt;/span&gt; cached (free, reusable prefix) &lt;span style=&apos;color:#b4b4b4&apos;&gt;■&lt;/span&gt; free</source>
         <translation>KV 块图：&lt;span style=&apos;color:#dc5028&apos;&gt;■&lt;/span&gt; 使用中 &lt;span style=&apos;color:#4678c8&apos;&gt;■&lt;/span&gt; 已缓存（空闲，可复用的前缀） &lt;span style=&apos;color:#b4b4b4&apos;&gt;■&lt;/span&gt; 空闲</translation>
+    </message>
+    <message>
+        <source> · on the device: %1; in use beyond them %2 (the CUDA context, other processes)</source>
+        <translation> · 设备上：%1；除此之外还占用 %2（CUDA 上下文、其他进程）</translation>
+    </message>
+    <message>
+        <source>other (libraries, context, other processes)</source>
+        <translation>其他（库、上下文、其他进程）</translation>
+    </message>
+    <message>
+        <source>Memory figures are not available from this source (a remote server reports none).</source>
+        <translation>此来源不提供内存数据（远程服务器不报告内存）。</translation>
+    </message>
+    <message>
+        <source>In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device total %6, free %7 · allocator reserved %8, in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 used / %14 cached / %15 free (%16 per cell)</source>
+        <translation>使用中 %1（权重 %2，KV %3 / 池 %4，工作区 %5）· 设备总量 %6，空闲 %7 · 分配器已预留 %8，使用中 %9，最大空闲块 %10 · 碎片率 %11 · KV 浪费 %12 · KV 块：已用 %13 / 已缓存 %14 / 空闲 %15（每格 %16）</translation>
+    </message>
+    <message>
+        <source>not available</source>
+        <translation>不可用</translation>
     </message>
 </context>
 <context>
@@ -1933,6 +2195,60 @@ dense</source>
         <source>expert intervention: %1</source>
         <translation>专家干预：%1</translation>
     </message>
+    <message>
+        <source>Continue</source>
+        <translation>继续</translation>
+    </message>
+    <message>
+        <source>This reply stopped at its token limit: generate more of it</source>
+        <translation>此回复在达到 token 上限时停止：继续生成</translation>
+    </message>
+    <message>
+        <source>More actions</source>
+        <translation>更多操作</translation>
+    </message>
+    <message>
+        <source>Delete message…</source>
+        <translation>删除消息…</translation>
+    </message>
+    <message>
+        <source>Delete this message and every message below it in this branch</source>
+        <translation>删除此消息以及此分支中它下方的所有消息</translation>
+    </message>
+    <message>
+        <source>Sent %1</source>
+        <translation>发送于 %1</translation>
+    </message>
+    <message>
+        <source>Started %1</source>
+        <translation>开始于 %1</translation>
+    </message>
+    <message>
+        <source>Finished %1 (%2 s)</source>
+        <translation>完成于 %1（%2 秒）</translation>
+    </message>
+    <message>
+        <source>%1 tok/s</source>
+        <translation>%1 tok/s</translation>
+    </message>
+    <message numerus="yes">
+        <source>%n token(s)</source>
+        <translation>
+            <numerusform>%n 个 token</numerusform>
+        </translation>
+    </message>
+    <message>
+        <source>prompt %1</source>
+        <translation>提示词 %1</translation>
+    </message>
+    <message>
+        <source>TTFT %1 ms</source>
+        <translation>TTFT %1 ms</translation>
+    </message>
+    <message>
+        <source>stop: %1</source>
+        <translation>结束原因：%1</translation>
+    </message>
 </context>
 <context>
     <name>es::ModelHub</name>
@@ -1955,6 +2271,205 @@ dense</source>
     <message>
         <source>Finishing</source>
         <translation>正在完成</translation>
+    </message>
+</context>
+<context>
+    <name>es::PreferencesDialog</name>
+    <message>
+        <source>Preferences</source>
+        <translation>首选项</translation>
+    </message>
+    <message>
+        <source>&amp;Engine</source>
+        <translation>引擎(&amp;E)</translation>
+    </message>
+    <message>
+        <source>Used by every reply unless its preset or conversation sets the field. An unset field is the model&apos;s own default (from its generation_config.json).</source>
+        <translation>用于每条回复，除非其预设或对话设置了该项。未设置的项使用模型自己的默认值（来自其 generation_config.json）。</translation>
+    </message>
+    <message>
+        <source>Default &amp;sampling</source>
+        <translation>默认采样(&amp;S)</translation>
+    </message>
+    <message>
+        <source>&amp;Interface</source>
+        <translation>界面(&amp;I)</translation>
+    </message>
+    <message>
+        <source>&amp;Data</source>
+        <translation>数据(&amp;D)</translation>
+    </message>
+    <message>
+        <source>Automatic (GPU when usable)</source>
+        <translation>自动（可用时使用 GPU）</translation>
+    </message>
+    <message>
+        <source>CUDA GPU</source>
+        <translation>CUDA GPU</translation>
+    </message>
+    <message>
+        <source>CPU</source>
+        <translation>CPU</translation>
+    </message>
+    <message>
+        <source>%1 — not available: %2</source>
+        <translation>%1 — 不可用：%2</translation>
+    </message>
+    <message>
+        <source>Automatic (FP8 on the GPU, exact on the CPU)</source>
+        <translation>自动（GPU 上为 FP8，CPU 上为精确值）</translation>
+    </message>
+    <message>
+        <source>FP8 (E4M3 weights)</source>
+        <translation>FP8（E4M3 权重）</translation>
+    </message>
+    <message>
+        <source>BF16 weights</source>
+        <translation>BF16 权重</translation>
+    </message>
+    <message>
+        <source>BF16 (exact keys and values)</source>
+        <translation>BF16（键和值不失精度）</translation>
+    </message>
+    <message>
+        <source>FP8 (E4M3: half the memory, on the GPU)</source>
+        <translation>FP8（E4M3：内存减半，用于 GPU）</translation>
+    </message>
+    <message>
+        <source> %</source>
+        <translation> %</translation>
+    </message>
+    <message>
+        <source>The share of the GPU&apos;s memory ExpertScope may fill: the weights, the workspace and, with what they leave, the KV cache. Memory other programs hold counts as used.</source>
+        <translation>ExpertScope 可占用的 GPU 显存比例：权重、工作区，以及用剩余部分分配的 KV 缓存。其他程序占用的显存计为已用。</translation>
+    </message>
+    <message>
+        <source>All cores (%1)</source>
+        <translation>所有核心（%1）</translation>
+    </message>
+    <message>
+        <source>Threads the CPU backend computes with</source>
+        <translation>CPU 后端计算所用的线程数</translation>
+    </message>
+    <message>
+        <source>&amp;Backend:</source>
+        <translation>后端(&amp;B)：</translation>
+    </message>
+    <message>
+        <source>&amp;Precision:</source>
+        <translation>精度(&amp;P)：</translation>
+    </message>
+    <message>
+        <source>&amp;KV cache:</source>
+        <translation>KV 缓存(&amp;K)：</translation>
+    </message>
+    <message>
+        <source>&amp;GPU memory share:</source>
+        <translation>GPU 显存比例(&amp;G)：</translation>
+    </message>
+    <message>
+        <source>CPU &amp;threads:</source>
+        <translation>CPU 线程数(&amp;T)：</translation>
+    </message>
+    <message>
+        <source>A change here reloads the model (replies in progress stop). If it does not load with the new settings, the previous ones come back and the model loads again.</source>
+        <translation>更改此处会重新加载模型（正在生成的回复会停止）。如果用新设置无法加载，会恢复之前的设置并重新加载模型。</translation>
+    </message>
+    <message>
+        <source>The system&apos;s language</source>
+        <translation>系统语言</translation>
+    </message>
+    <message>
+        <source>Follow the system</source>
+        <translation>跟随系统</translation>
+    </message>
+    <message>
+        <source>Light</source>
+        <translation>浅色</translation>
+    </message>
+    <message>
+        <source>Dark</source>
+        <translation>深色</translation>
+    </message>
+    <message>
+        <source>System (%1 pt)</source>
+        <translation>系统（%1 pt）</translation>
+    </message>
+    <message>
+        <source> pt</source>
+        <translation> pt</translation>
+    </message>
+    <message>
+        <source>The size of the messages and of the message box</source>
+        <translation>消息和消息框的字号</translation>
+    </message>
+    <message>
+        <source>&amp;Language:</source>
+        <translation>语言(&amp;L)：</translation>
+    </message>
+    <message>
+        <source>&amp;Theme:</source>
+        <translation>主题(&amp;T)：</translation>
+    </message>
+    <message>
+        <source>Chat &amp;font size:</source>
+        <translation>对话字号(&amp;F)：</translation>
+    </message>
+    <message>
+        <source>&amp;Browse…</source>
+        <translation>浏览(&amp;B)…</translation>
+    </message>
+    <message>
+        <source>Data folder</source>
+        <translation>数据文件夹</translation>
+    </message>
+    <message>
+        <source>Data &amp;folder:</source>
+        <translation>数据文件夹(&amp;F)：</translation>
+    </message>
+    <message>
+        <source>The new language is used from the next start of ExpertScope.</source>
+        <translation>新语言将在 ExpertScope 下次启动时生效。</translation>
+    </message>
+    <message>
+        <source>Where the conversation database (expertscope.sqlite) lives; empty: the default folder shown. ExpertScope uses a new folder from its next start and does not move the database: copy it over to keep your conversations.</source>
+        <translation>对话数据库（expertscope.sqlite）所在的位置；留空：使用所示的默认文件夹。ExpertScope 从下次启动时开始使用新文件夹，且不会移动数据库：若要保留对话，请把它复制过去。</translation>
+    </message>
+    <message>
+        <source>Changed: used from the next start.</source>
+        <translation>已更改：下次启动时生效。</translation>
+    </message>
+    <message>
+        <source>Data folder: “%1” is not a full path.</source>
+        <translation>数据文件夹：“%1”不是完整路径。</translation>
+    </message>
+    <message>
+        <source>Data folder: “%1” is a file, not a folder.</source>
+        <translation>数据文件夹：“%1”是文件，不是文件夹。</translation>
+    </message>
+    <message>
+        <source>Data folder: “%1” is not writable (%2).</source>
+        <translation>数据文件夹：“%1”不可写（%2）。</translation>
+    </message>
+    <message>
+        <source>Data folder: “%1” does not exist and cannot be created in “%2”.</source>
+        <translation>数据文件夹：“%1”不存在，且无法在“%2”中创建。</translation>
+    </message>
+    <message>
+        <source>Backend: %1 cannot run here: %2.</source>
+        <translation>后端：%1 无法在此运行：%2。</translation>
+    </message>
+    <message>
+        <source>Backend and precision: %1 cannot be loaded with them: %2</source>
+        <translation>后端和精度：无法用它们加载 %1：%2</translation>
+    </message>
+    <message>
+        <source>Preferences not saved</source>
+        <translation>首选项未保存</translation>
+    </message>
+    <message>
+        <source>The model did not load with the new engine settings (%1); the previous settings are back and it loads again.</source>
+        <translation>模型无法用新的引擎设置加载（%1）；已恢复之前的设置，正在重新加载模型。</translation>
     </message>
 </context>
 <context>
@@ -2419,12 +2934,44 @@ dense</source>
         <source>experts: %1</source>
         <translation>专家：%1</translation>
     </message>
+    <message>
+        <source>A remote server does not report its steps&apos; launches.</source>
+        <translation>远程服务器不报告其各步的内核启动。</translation>
+    </message>
+    <message>
+        <source>The CPU times each step per phase as a whole; the step timeline is recorded on the GPU.</source>
+        <translation>CPU 按阶段为每一步整体计时；步时间线只在 GPU 上记录。</translation>
+    </message>
+    <message>
+        <source>No step of this reply was timed on the GPU.</source>
+        <translation>此回复没有任何一步在 GPU 上计时。</translation>
+    </message>
+    <message>
+        <source>the tokens of %1 replies</source>
+        <translation>%1 条回复的 token</translation>
+    </message>
+    <message>
+        <source>no routing recorded</source>
+        <translation>未记录路由</translation>
+    </message>
+    <message>
+        <source>the shown reply&apos;s prompt and reply</source>
+        <translation>所显示回复的提示词和回复</translation>
+    </message>
+    <message>
+        <source>%1 tokens: %2</source>
+        <translation>%1 个 token：%2</translation>
+    </message>
 </context>
 <context>
     <name>es::RemoteClient</name>
     <message>
         <source>expert interventions run in the built-in engine; a remote server does not take them (clear them in Model ▸ Expert lab, or disconnect)</source>
         <translation>专家干预在内置引擎中运行；远程服务器不接受专家干预（请在“模型 ▸ 专家实验室”中清除，或断开连接）</translation>
+    </message>
+    <message>
+        <source>continuing a reply needs the built-in engine; the OpenAI API of a remote server cannot carry on an assistant message (disconnect to continue it here)</source>
+        <translation>继续生成回复需要内置引擎；远程服务器的 OpenAI API 无法接着一条助手消息继续生成（断开连接后可在这里继续）</translation>
     </message>
 </context>
 <context>
@@ -2466,28 +3013,12 @@ dense</source>
         <translation>闲置</translation>
     </message>
     <message>
-        <source>imbalance = max(c)/mean(c); 1 is even</source>
-        <translation>不均衡度 = max(c)/mean(c)；1 表示均匀</translation>
-    </message>
-    <message>
-        <source>normalized entropy H(share)/ln E; 1 is even</source>
-        <translation>归一化熵 H(share)/ln E；1 表示均匀</translation>
-    </message>
-    <message>
-        <source>dead experts = #{c = 0}</source>
-        <translation>闲置专家 = #{c = 0}</translation>
-    </message>
-    <message>
         <source>token position (prompt | reply)</source>
         <translation>token 位置（提示词 | 回复）</translation>
     </message>
     <message>
         <source>MoE layer</source>
         <translation>MoE 层</translation>
-    </message>
-    <message>
-        <source>Each cell: the expert with the largest gate weight for that token in that layer (colour = expert id). Hover a token for its top-k experts and weights per layer.</source>
-        <translation>每个单元格：该 token 在该层门控权重最大的专家（颜色 = 专家编号）。将鼠标悬停在 token 上可查看它在每层的 top-k 专家及权重。</translation>
     </message>
     <message>
         <source>Hover a token to see its experts.</source>
@@ -2544,6 +3075,92 @@ dense</source>
     <message>
         <source>Force expert %1 of layer %2 in this conversation…</source>
         <translation>在本对话中强制使用第 %2 层的专家 %1…</translation>
+    </message>
+    <message>
+        <source>Imbalance: how much busier the busiest expert is than the average one; 1 is perfectly even.
+max(c)/mean(c)</source>
+        <translation>不均衡度：最忙的专家比平均水平忙多少；1 表示完全均匀。
+max(c)/mean(c)</translation>
+    </message>
+    <message>
+        <source>Spread: how evenly the tokens are spread over all experts; 1 is perfectly even, near 0 is one expert taking nearly everything.
+normalized entropy H(share)/ln E</source>
+        <translation>分散度：token 在所有专家上分布得有多均匀；1 表示完全均匀，接近 0 表示几乎所有 token 都由一个专家承担。
+归一化熵 H(share)/ln E</translation>
+    </message>
+    <message>
+        <source>Dead experts: how many experts of the layer received no token at all.
+#{c = 0}</source>
+        <translation>闲置专家：该层中一个 token 都没有收到的专家数。
+#{c = 0}</translation>
+    </message>
+    <message>
+        <source>Each cell is the expert that weighed most for that token in that layer; its colour stands for the expert.
+Hover a token for its top-k experts and weights per layer, and the router&apos;s margin.</source>
+        <translation>每个单元格是该 token 在该层权重最大的专家；颜色代表专家。
+将鼠标悬停在 token 上可查看它在每层的 top-k 专家及权重，以及路由器的裕度。</translation>
+    </message>
+    <message>
+        <source>Chosen together in</source>
+        <translation>同时选中的专家对：</translation>
+    </message>
+    <message>
+        <source>The MoE layer whose expert pairs are listed</source>
+        <translation>所列专家对所在的 MoE 层</translation>
+    </message>
+    <message>
+        <source>experts</source>
+        <translation>专家</translation>
+    </message>
+    <message>
+        <source>tokens together</source>
+        <translation>共同 token 数</translation>
+    </message>
+    <message>
+        <source>lift</source>
+        <translation>提升度</translation>
+    </message>
+    <message>
+        <source>Two experts the router chose for the same token</source>
+        <translation>路由器为同一 token 选中的两个专家</translation>
+    </message>
+    <message>
+        <source>How many tokens were sent to both experts in this layer, and their share of the tokens</source>
+        <translation>该层中同时发送给这两个专家的 token 数，以及它们占全部 token 的比例</translation>
+    </message>
+    <message>
+        <source>How much more often the two were chosen together than if the router picked them independently; above 1 they go together.
+P(a and b) / (P(a) · P(b))</source>
+        <translation>两者被同时选中的频率是路由器独立选择时的多少倍；大于 1 表示它们倾向于一起被选中。
+P(a 且 b) / (P(a) · P(b))</translation>
+    </message>
+    <message>
+        <source>Which experts this layer&apos;s router picks together for the same token, most often first</source>
+        <translation>该层路由器为同一 token 共同选中的专家，按次数从多到少排列</translation>
+    </message>
+    <message>
+        <source>layer %1</source>
+        <translation>第 %1 层</translation>
+    </message>
+    <message>
+        <source>e%1 + e%2</source>
+        <translation>e%1 + e%2</translation>
+    </message>
+    <message>
+        <source>%1 (%2%)</source>
+        <translation>%1（%2%）</translation>
+    </message>
+    <message>
+        <source>margin %1</source>
+        <translation>裕度 %1</translation>
+    </message>
+    <message>
+        <source>margin: how narrowly the last chosen expert beat the next one (router score, probability + bias); near 0 the token almost went elsewhere</source>
+        <translation>裕度：最后一个被选中的专家领先下一个专家的幅度（路由器得分，即概率 + 偏置）；接近 0 表示该 token 差点被分给别的专家</translation>
+    </message>
+    <message>
+        <source>margin: not recorded for this reply (the CUDA backend&apos;s router does not report the next choice, nor did replies stored before margins were recorded)</source>
+        <translation>裕度：此回复未记录（CUDA 后端的路由器不报告下一个候选专家，开始记录裕度之前保存的回复也没有）</translation>
     </message>
 </context>
 <context>
@@ -2719,6 +3336,85 @@ dense</source>
     <message>
         <source>Unchecked: the model&apos;s default, %1.</source>
         <translation>未勾选：使用模型默认值 %1。</translation>
+    </message>
+</context>
+<context>
+    <name>es::StepTimelineView</name>
+    <message>
+        <source>attention</source>
+        <translation>注意力</translation>
+    </message>
+    <message>
+        <source>MoE routed</source>
+        <translation>MoE 路由专家</translation>
+    </message>
+    <message>
+        <source>MoE shared</source>
+        <translation>MoE 共享专家</translation>
+    </message>
+    <message>
+        <source>dense</source>
+        <translation>稠密</translation>
+    </message>
+    <message>
+        <source>head and sampling</source>
+        <translation>输出头和采样</translation>
+    </message>
+    <message>
+        <source>other</source>
+        <translation>其他</translation>
+    </message>
+    <message>
+        <source>µs from the step&apos;s first launch</source>
+        <translation>自该步首次内核启动起的 µs</translation>
+    </message>
+    <message>
+        <source>GB/s read</source>
+        <translation>读取 GB/s</translation>
+    </message>
+    <message>
+        <source>No step timed on the GPU yet.</source>
+        <translation>尚无在 GPU 上计时的步。</translation>
+    </message>
+    <message>
+        <source>Step %1: %2 launches in %3 µs on the GPU; %4 MB read at %5 GB/s%6</source>
+        <translation>第 %1 步：在 GPU 上 %3 µs 内 %2 次内核启动；以 %5 GB/s 读取 %4 MB%6</translation>
+    </message>
+    <message>
+        <source> (%1% of the measured %2 GB/s; dashed line)</source>
+        <translation>（为实测 %2 GB/s 的 %1%；虚线）</translation>
+    </message>
+    <message>
+        <source>%1 — %2</source>
+        <translation>%1 — %2</translation>
+    </message>
+    <message>
+        <source>, layer %1</source>
+        <translation>，第 %1 层</translation>
+    </message>
+    <message>
+        <source>%1 µs, from %2 µs</source>
+        <translation>%1 µs，自 %2 µs 起</translation>
+    </message>
+    <message>
+        <source>%1 read at %2 GB/s</source>
+        <translation>以 %2 GB/s 读取 %1</translation>
+    </message>
+    <message>
+        <source> (%1% of the device&apos;s measured read bandwidth)</source>
+        <translation>（为设备实测读取带宽的 %1%）</translation>
+    </message>
+    <message>
+        <source>%1% of its bytes are the shared experts&apos;: its time is split so between the MoE phases</source>
+        <translation>其字节中有 %1% 属于共享专家：其耗时按此比例在两个 MoE 阶段之间分配</translation>
+    </message>
+    <message>
+        <source>(its bytes are not modelled)</source>
+        <translation>（未对其字节数建模）</translation>
+    </message>
+    <message>
+        <source>One engine step timed on the GPU: each bar a launch, as wide as its time and as high as the bytes per second it read; the dashed line is the device&apos;s measured read bandwidth.</source>
+        <translation>在 GPU 上计时的一个引擎步：每个条形代表一次内核启动，宽度为其耗时，高度为其每秒读取的字节数；虚线是设备实测的读取带宽。</translation>
     </message>
 </context>
 </TS>
