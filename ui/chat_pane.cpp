@@ -107,7 +107,10 @@ ChatPane::ChatPane(ChatStore *store, EngineSession *session, QWidget *parent)
     m_policy->setToolTip(tr("What is sent once this conversation no longer fits the model's context: the system "
                             "prompt and the latest turns; the oldest messages, system prompt included, left out "
                             "first; or nothing, with the sizes named"));
-    m_policy->setSizeAdjustPolicy(QComboBox::AdjustToContents);
+    // A narrow pane shows the choice cut short (the list shows it whole): the combo does not set
+    // the pane's minimum width, which decides whether another pane fits beside it.
+    m_policy->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    m_policy->setMinimumContentsLength(12);
     m_composer->footerRow()->insertWidget(2, m_policy);
     connect(m_policy, &QComboBox::activated, this,
             [this](int index) { setOverflowPolicy(OverflowPolicy(m_policy->itemData(index).toInt())); });
@@ -670,6 +673,7 @@ bool ChatPane::setOverflowPolicy(OverflowPolicy policy) {
 }
 
 void ChatPane::updateContextInfo() {
+    if (!m_session) return;
     const SessionModelInfo info = m_session->modelInfo();
     if (!m_session->isModelLoaded() || info.contextLength <= 0) return m_composer->setContextInfo({}, {});
     const QLocale l;
@@ -686,6 +690,7 @@ void ChatPane::updateContextInfo() {
 
 // The count: the history's (cached; counted on the pool when it changed) plus the draft's.
 void ChatPane::updateTokenCount() {
+    if (!m_session) return; // the session went before this pane (its timer may still fire)
     const std::shared_ptr<const PromptTokenizer> tok = m_session->promptTokenizer();
     if (!tok || !m_session->isModelLoaded()) {
         m_shownTokens = -1;

@@ -51,6 +51,10 @@ Composer::Composer(QWidget *parent) : QWidget(parent) {
     m_context = new QLabel(this);
     m_context->setObjectName("contextInfo");
     m_context->setStyleSheet("color: palette(mid); font-size: small");
+    // Informational: it wraps rather than widen the pane (a pane's minimum width decides whether
+    // another fits beside it).
+    m_context->setWordWrap(true);
+    m_context->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
     m_tokens = new QLabel(this);
     m_tokens->setObjectName("tokenCount");
     m_tokens->setStyleSheet("color: palette(mid); font-size: small");

@@ -328,6 +328,10 @@ void TestMainWindow::kvCacheMenuKeepsTheCpuWorking() {
 }
 
 void TestMainWindow::comparePrecisionsSideBySide() {
+    // Three panes beside the sidebar and the profiler: wider than the default window (a pane that
+    // would widen the window is not added).
+    m_window->resize(1900, 1000);
+    QCoreApplication::processEvents();
     ChatPane *first = pane();
     QCOMPARE(first->engineBadge(), QString("fp32"));
     ChatPane *second = m_window->addPrecisionPane("fp8");
