@@ -58,7 +58,7 @@ Composer::Composer(QWidget *parent) : QWidget(parent) {
     m_tokens = new QLabel(this);
     m_tokens->setObjectName("tokenCount");
     m_tokens->setStyleSheet("color: palette(mid); font-size: small");
-    m_footer->addWidget(m_context);
+    m_footer->addWidget(m_context, 3); // (Ignored: it takes the room the stretch leaves it)
     m_footer->addStretch(1);
     m_footer->addWidget(m_tokens);
     layout->addLayout(m_footer);

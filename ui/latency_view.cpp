@@ -27,7 +27,7 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(2, 2, 2, 2);
     m_summary = new QLabel(tr("No reply yet."), this);
-    charts::fixLines(m_summary, 3);
+    charts::fixLines(m_summary, 4);
     m_summary->setToolTip(ProfilerDefinitions::ttft() + QLatin1Char('\n') + ProfilerDefinitions::itl() +
                           QLatin1Char('\n') + ProfilerDefinitions::decodeTokS() + QLatin1Char('\n') +
                           ProfilerDefinitions::percentiles());
@@ -105,10 +105,14 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
     connect(m_detailed, &QCheckBox::toggled, this, &LatencyView::detailedProfilingToggled);
     layout->addWidget(m_detailed);
     m_timeline = new StepTimelineView(this);
-    layout->addWidget(m_timeline, 2);
+    layout->addWidget(m_timeline, 0);
 }
 
-void LatencyView::showTimeline(const StepTimeline &t, const QString &whyEmpty) { m_timeline->showTimeline(t, whyEmpty); }
+void LatencyView::showTimeline(const StepTimeline &t, const QString &whyEmpty) {
+    m_timeline->showTimeline(t, whyEmpty);
+    // An empty timeline is one line: its room goes to the charts above.
+    if (auto *box = qobject_cast<QVBoxLayout *>(layout())) box->setStretchFactor(m_timeline, t.isEmpty() ? 0 : 3);
+}
 
 QString LatencyView::summary() const { return m_summary->text(); }
 

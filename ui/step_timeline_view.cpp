@@ -68,9 +68,12 @@ StepTimelineView::StepTimelineView(QWidget *parent) : QWidget(parent) {
 QString StepTimelineView::caption() const { return m_caption->text(); }
 
 void StepTimelineView::showTimeline(const StepTimeline &t, const QString &whyEmpty) {
-    if (m_shown && t == m_timeline) return;
+    if (m_shown && t == m_timeline && (!t.isEmpty() || whyEmpty == m_why)) return;
     m_shown = true;
     m_timeline = t;
+    m_why = whyEmpty;
+    // Without a timeline only the line saying why: the chart's room goes to the charts above.
+    m_plot->setVisible(!t.isEmpty());
     double endUs = 0, bytes = 0, peakGbS = 0, busyUs = 0;
     QVector<QCPGraphData> data[6];
     const double nan = std::numeric_limits<double>::quiet_NaN();

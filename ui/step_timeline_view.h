@@ -42,6 +42,7 @@ private:
     QCPGraph *m_graphs[6] = {};
     QCPItemStraightLine *m_peak = nullptr;
     StepTimeline m_timeline;
+    QString m_why; // the line shown while there is no timeline
     bool m_shown = false;
 };
 
