@@ -298,8 +298,11 @@ std::optional<StepTimeline> decodeStepTimeline(const QByteArray &b) {
     if (err.error != QJsonParseError::NoError || !doc.isObject()) return std::nullopt;
     const QJsonObject o = doc.object();
     if (o.value(QStringLiteral("v")).toInt() != 1 || !o.value(QStringLiteral("ops")).isArray()) return std::nullopt;
-    t.step = quint64(std::max(0.0, o.value(QStringLiteral("step")).toDouble()));
-    t.readBandwidth = std::max(0.0, o.value(QStringLiteral("read_bw")).toDouble());
+    // A step number a double holds exactly (an engine counts far fewer), a finite bandwidth.
+    const double step = o.value(QStringLiteral("step")).toDouble(), bw = o.value(QStringLiteral("read_bw")).toDouble();
+    if (!(step >= 0 && step <= 9007199254740992.0) || !(bw >= 0 && std::isfinite(bw))) return std::nullopt;
+    t.step = quint64(step);
+    t.readBandwidth = bw;
     for (const QJsonValue &v : o.value(QStringLiteral("ops")).toArray()) {
         const QJsonArray a = v.toArray();
         if (a.size() != 7 || !a[0].isString()) return std::nullopt;

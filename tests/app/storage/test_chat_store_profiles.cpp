@@ -152,6 +152,8 @@ private Q_SLOTS:
         QVERIFY(!decodeStepTimeline(R"({"v":1,"step":1,"read_bw":0,"ops":[["a",9,0,0,1,0,0]]})")); // no phase 9
         QVERIFY(!decodeStepTimeline(R"({"v":1,"step":1,"read_bw":0,"ops":[["a",1,0,0,-1,0,0]]})")); // negative time
         QVERIFY(!decodeStepTimeline(R"({"v":1,"step":1,"read_bw":0,"ops":[["a",1,0,0,1,0,2]]})")); // share > 1
+        QVERIFY(!decodeStepTimeline(R"({"v":1,"step":1e300,"read_bw":0,"ops":[]})"));              // no such step
+        QVERIFY(!decodeStepTimeline(R"({"v":1,"step":1,"read_bw":-5,"ops":[]})"));                 // negative bandwidth
     }
 
     // Found by tests/fuzz: extreme values round-trip (differences wrap, no signed overflow), a
