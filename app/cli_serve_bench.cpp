@@ -26,7 +26,7 @@ struct level_result {
     // The level's decode steps (no prompt tokens): those timed per phase and the others.
     int64_t n_decode = 0, n_timed = 0;
     double untimed_ms = 0.0, timed_wall_ms = 0.0; // their mean wall time
-    phase_times timed;                            // the timed ones' mean phases (total_ms: device time)
+    phase_times timed;                            // the timed ones' mean phases (total_ms: the GPU's time for the step)
     nlohmann::json timeline;                      // the latest step timed on the device, its launches
 };
 

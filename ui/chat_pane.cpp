@@ -374,23 +374,7 @@ SamplingParams ChatPane::effectiveSampling() const {
     } else {
         cs = m_pendingSettings;
     }
-    if (cs) {
-        {
-            const SamplingParams &o = cs->sampling;
-            if (o.temperature) s.temperature = o.temperature;
-            if (o.topP) s.topP = o.topP;
-            if (o.topK) s.topK = o.topK;
-            if (o.minP) s.minP = o.minP;
-            if (o.repetitionPenalty) s.repetitionPenalty = o.repetitionPenalty;
-            if (o.presencePenalty) s.presencePenalty = o.presencePenalty;
-            if (o.frequencyPenalty) s.frequencyPenalty = o.frequencyPenalty;
-            if (o.maxTokens) s.maxTokens = o.maxTokens;
-            if (o.seed) s.seed = o.seed;
-            if (!o.stopStrings.isEmpty()) s.stopStrings = o.stopStrings;
-            if (!o.intervention.isEmpty()) s.intervention = o.intervention;
-        }
-    }
-    return s;
+    return cs ? overlaySampling(s, cs->sampling) : s;
 }
 
 GenerationInfo ChatPane::generationInfo(quint64 seed) const {

@@ -17,12 +17,6 @@
 
 namespace es {
 
-namespace {
-// The phase bars' order (es::step_phase numbers): attention, MoE routed, MoE shared, dense, head
-// and sampling, other.
-constexpr int kPhaseOrder[6] = {0, 1, 2, 3, 4, 5};
-} // namespace
-
 LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
     auto *layout = new QVBoxLayout(this);
     layout->setContentsMargins(2, 2, 2, 2);
@@ -87,7 +81,8 @@ LatencyView::LatencyView(QWidget *parent) : QWidget(parent) {
     m_phaseBars->setBrush(QColor(100, 160, 110));
     m_phaseBars->setPen(Qt::NoPen);
     QSharedPointer<QCPAxisTickerText> phaseTicks(new QCPAxisTickerText);
-    for (int i = 0; i < 6; ++i) phaseTicks->addTick(i, StepTimelineView::phaseName(kPhaseOrder[i]));
+    // The bars in es::step_phase order: attention, MoE routed, MoE shared, dense, head and sampling, other.
+    for (int i = 0; i < 6; ++i) phaseTicks->addTick(i, StepTimelineView::phaseName(i));
     m_phasePlot->xAxis->setTicker(phaseTicks);
     m_phasePlot->xAxis->setTickLabelRotation(40);
     m_phasePlot->xAxis->setRange(-0.6, 5.6);

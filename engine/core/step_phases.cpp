@@ -1,21 +1,9 @@
-// The phase names and sums of step_phases.h.
+// The phase sums of step_phases.h.
 #include "engine/core/step_phases.h"
 
 #include <algorithm>
 
 namespace es {
-
-const char *to_string(step_phase p) {
-    switch (p) {
-    case step_phase::attention: return "attention";
-    case step_phase::moe_routed: return "MoE routed";
-    case step_phase::moe_shared: return "MoE shared";
-    case step_phase::dense: return "dense";
-    case step_phase::head: return "head and sampling";
-    case step_phase::other: return "other";
-    }
-    return "other";
-}
 
 void add_op_times(phase_times &ph, const std::vector<op_time> &ops) {
     for (const op_time &o : ops) {

@@ -24,10 +24,8 @@ struct phase_times {
     double sum_ms() const { return attention_ms + moe_ms + moe_shared_ms + dense_ms + head_ms + other_ms; }
 };
 
-// The phases of phase_times, in chart order.
+// The phases of phase_times, in chart order (the numbers stored with a step timeline).
 enum class step_phase : uint8_t { attention, moe_routed, moe_shared, dense, head, other };
-inline constexpr int k_step_phases = 6;
-const char *to_string(step_phase p);
 
 // One launch of a forward timed on the device (batch::time_phases): where it ran on the step's
 // time axis (µs from the first launch's start) and the bytes of weights and KV it reads where the

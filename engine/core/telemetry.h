@@ -77,12 +77,11 @@ struct telemetry_snapshot {
     // Steps submitted while the step before them still ran, their tokens fed from its picks
     // (engine_params::overlap).
     uint64_t n_steps_overlapped = 0;
-    // The launches of the latest step timed on the device (backend.h op_time; empty on the CPU),
-    // that step's number and its phases; the device's read bandwidth (bytes/s, 0 where unknown),
-    // against which a launch's bytes per second are set.
+    // The launches of the latest step timed on the device (backend.h op_time; empty on the CPU)
+    // and that step's number; the device's read bandwidth (bytes/s, 0 where unknown), against
+    // which a launch's bytes per second are set.
     std::vector<op_time> timeline;
     uint64_t timeline_step = 0;
-    phase_times timeline_phases;
     double device_read_bandwidth = 0.0;
 };
 

@@ -242,7 +242,6 @@ void step_loop::load(cmd_load &c) {
     m_ring.clear();
     m_timeline.clear();
     m_timeline_step = 0;
-    m_timeline_phases = {};
     m_mdl = std::move(mdl);
     {
         std::lock_guard lock(m_info_mutex);
@@ -585,7 +584,6 @@ void step_loop::close_step(inflight_step &f, clk::time_point t2, clk::time_point
         m_timeline.swap(m_out.timeline);
         m_out.timeline.clear();
         m_timeline_step = rec.step;
-        m_timeline_phases = ph;
     }
     m_ring.push_back(std::move(rec));
     if (int32_t(m_ring.size()) > m_params.telemetry_ring) m_ring.pop_front();
@@ -644,7 +642,6 @@ void step_loop::publish(bool force) {
     s->n_steps_overlapped = m_n_overlapped;
     s->timeline = m_timeline;
     s->timeline_step = m_timeline_step;
-    s->timeline_phases = m_timeline_phases;
     s->device_read_bandwidth = m_read_bandwidth;
     m_telemetry.publish(std::move(s));
 }

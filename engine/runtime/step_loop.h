@@ -142,11 +142,10 @@ private:
     std::vector<uint64_t> m_expert_tokens, m_expert_window_sum;
     std::vector<double> m_expert_weight;
     std::deque<std::vector<uint32_t>> m_window;
-    // The latest step timed on the device: its launches, number and phases (telemetry_snapshot).
+    // The latest step timed on the device: its launches and number (telemetry_snapshot).
     std::vector<op_time> m_timeline;
     int32_t m_steps_untimed = 0; // steps since the last one timed per phase
     uint64_t m_timeline_step = 0;
-    phase_times m_timeline_phases;
     double m_read_bandwidth = 0.0; // the device's, measured at load (0: not a GPU, or unknown)
     uint64_t m_n_finished = 0, m_n_generated = 0, m_n_prompt_tokens = 0, m_n_overlapped = 0;
 };
