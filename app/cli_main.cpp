@@ -236,6 +236,7 @@ CLI::App *add_serve_bench_command(CLI::App &app, serve_bench_opts &sb, common_op
     add_common_options(*sbench, common);
     add_gpu_memory_option(*sbench, common);
     add_fp8_scales_option(*sbench, common);
+    add_intervention_options(*sbench, common); // every request under it (the in-process engine)
     return sbench;
 }
 
@@ -503,7 +504,12 @@ int run_command(const cli_commands &c, const cli_options &o) {
     if (*c.eval) return cmd_eval(o.eval, o.common);
     if (*c.serve_bench) {
         const serve_bench_opts &sb = o.serve_bench;
-        if (!sb.url.empty()) return cmd_serve_bench_http(sb);
+        if (!sb.url.empty()) {
+            if (!o.common.disable_experts.empty() || !o.common.force_experts.empty() || o.common.moe_top_k != 0 ||
+                o.common.expert_bias_scale != 1.0f)
+                return fail("expert interventions apply to the in-process engine only (not with --url)");
+            return cmd_serve_bench_http(sb);
+        }
         if (sb.shape.empty() && sb.model_dir.empty()) return fail("serve-bench needs --shape or --model");
         if (sb.shared_prefix > sb.prompt_len) return fail("--shared-prefix is longer than --prompt-len");
         return cmd_serve_bench(sb, o.common);

@@ -99,6 +99,15 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
     const int64_t V = info.config.n_vocab;
     if (int64_t(o.prompt_len) + o.output_len >= info.config.n_ctx_train)
         return fail("--prompt-len + --output-len exceed the model's context of " + std::to_string(info.config.n_ctx_train));
+    // An expert intervention for every request (the expert lab's path through the engine).
+    auto iv = to_routing_intervention(common);
+    if (!iv) return fail(iv.message());
+    if (!iv->empty()) {
+        if (auto s = check_routing_intervention(*iv, info.config); !s) return fail(s.message());
+        std::fprintf(stderr, "every request under the expert intervention: %s\n",
+                     describe_routing_intervention(*iv).c_str());
+    }
+    const auto routing = iv->empty() ? nullptr : std::make_shared<const routing_intervention>(*iv);
 
     std::mt19937_64 rng(o.seed);
     std::uniform_int_distribution<int32_t> tok(3, int32_t(V - 1));
@@ -117,6 +126,7 @@ int cmd_serve_bench(const serve_bench_opts &o, const common_opts &common) {
             r.sampling.seed = o.seed + uint64_t(&r - reqs.data()); // reproducible, a stream per request
             r.sampling.max_tokens = o.output_len;
             r.sampling.stop_ids.clear(); // ignore eos: every request generates output_len tokens
+            r.routing = routing;
         }
         const auto t_before = eng.telemetry();
         const uint64_t first_step = t_before ? t_before->n_steps : 0;

@@ -31,6 +31,7 @@ void moe_front_ref(const moe_front_params &p) {
     r.n_expert = p.n_expert;
     r.n_expert_used = p.n_expert_used;
     r.norm_min = p.norm_min;
+    r.margins = p.margins;
     moe_router_ref(r);
     if (p.n_ff_sh <= 0) return;
     moe_gate_up_gemv_params g;

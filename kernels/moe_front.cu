@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(k_threads, 4) moe_front_kernel(moe_front_param
         if (warp == 0 && lane == 0) *p.counter = 0; // ready for the next launch
         float *sm = reinterpret_cast<float *>(smem) + warp * (2 * E + K);
         router_tail_warp(p.logits + warp * E, p.bias, E, K, p.norm_min, p.ids + warp * K,
-                         p.weights + warp * K, sm, lane);
+                         p.weights + warp * K, p.margins ? p.margins + warp : nullptr, sm, lane);
         return;
     }
     if (f >= F) return;

@@ -23,6 +23,7 @@ struct moe_front_params {
     float *weights = nullptr;        // [n_tokens, n_expert_used]
     int64_t n_expert = 0, n_expert_used = 0;
     float norm_min = 1e-12f;
+    float *margins = nullptr;    // [n_tokens] or null: moe_router_params::margins
     float *logits = nullptr;     // GPU scratch [n_tokens, n_expert]
     unsigned *counter = nullptr; // GPU scratch, zero before the first launch (left zero again)
     // shared experts' gate/up

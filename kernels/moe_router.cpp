@@ -3,6 +3,7 @@
 #include "kernels/rms_norm.cuh"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 #include <vector>
 
@@ -27,6 +28,7 @@ void moe_router_ref(const moe_router_params &p) {
             float acc = 0.0f;
             for (int64_t i = 0; i < H; ++i) acc += p.w[e * H + i] * bf16_bits_to_float(x[t * H + i]);
             prob[e] = acc;
+            if (p.logits) p.logits[t * E + e] = acc; // as the kernels leave them in their scratch
         }
         const float mx = *std::max_element(prob.begin(), prob.end());
         float sum = 0.0f;
@@ -40,9 +42,12 @@ void moe_router_ref(const moe_router_params &p) {
             biased[e] = prob[e] + p.bias[e];
         }
         std::iota(order.begin(), order.end(), 0);
-        std::partial_sort(order.begin(), order.begin() + K, order.end(), [&](int32_t a, int32_t b) {
+        const int64_t sorted = std::min(K + (p.margins ? 1 : 0), E); // the (k+1)-th too for the margin
+        std::partial_sort(order.begin(), order.begin() + sorted, order.end(), [&](int32_t a, int32_t b) {
             return biased[a] > biased[b] || (biased[a] == biased[b] && a < b);
         });
+        if (p.margins)
+            p.margins[t] = K < E ? biased[order[K - 1]] - biased[order[K]] : std::numeric_limits<float>::quiet_NaN();
         float chosen = 0.0f;
         for (int64_t j = 0; j < K; ++j) chosen += prob[order[j]];
         const float denom = std::max(chosen, p.norm_min);

@@ -67,7 +67,8 @@ __global__ void __launch_bounds__(256) moe_router_kernel(moe_router_params p) {
     if (!block_arrives_last(&p.counters[t], gridDim.x)) return;
     if (warp != 0) return;            // one warp from here: no block barriers on the tail's latency path
     if (lane == 0) p.counters[t] = 0; // ready for the next launch
-    router_tail_warp(p.logits + t * E, p.bias, E, K, p.norm_min, p.ids + t * K, p.weights + t * K, sm, lane);
+    router_tail_warp(p.logits + t * E, p.bias, E, K, p.norm_min, p.ids + t * K, p.weights + t * K,
+                     p.margins ? p.margins + t : nullptr, sm, lane);
 }
 
 // Steps of many tokens (prefill): the kernel above reads the whole router once per token (655 KB
@@ -149,8 +150,8 @@ __global__ void __launch_bounds__(256) moe_router_tiles_kernel(moe_router_params
     float *tail = sm + warp * tile_tail_floats(E, K); // the staging buffers are free (barrier above)
     for (int m = warp; m < mt; m += 8) {
         const int64_t t = t0 + m;
-        router_tail_warp(p.logits + t * E, p.bias, E, K, p.norm_min, p.ids + t * K, p.weights + t * K, tail,
-                         lane);
+        router_tail_warp(p.logits + t * E, p.bias, E, K, p.norm_min, p.ids + t * K, p.weights + t * K,
+                         p.margins ? p.margins + t : nullptr, tail, lane);
         __syncwarp();
     }
 }

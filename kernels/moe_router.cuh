@@ -24,8 +24,12 @@ struct moe_router_params {
     float *weights = nullptr;    // [n_tokens, n_expert_used]
     int64_t n_tokens = 0, n_embd = 0, n_expert = 0, n_expert_used = 0;
     float norm_min = 1e-12f;
-    // GPU scratch: the logits and, per token, a counter of finished blocks that must be zero
-    // before the first launch (the kernel leaves it zero again).
+    // [n_tokens] or null: each token's margin, the k-th choice's score (p + bias) minus the
+    // (k+1)-th's (NaN where k = n_expert): routing_record::margins.
+    float *margins = nullptr;
+    // GPU scratch: the logits (moe_reroute reads them after the launch; the twin writes them when
+    // set) and, per token, a counter of finished blocks that must be zero before the first launch
+    // (the kernel leaves it zero again).
     float *logits = nullptr;      // [n_tokens, n_expert]
     unsigned *counters = nullptr; // [n_tokens] (one a token, or a group of tokens)
     // Fused input norm (kernel_common.h): when on, every block normalizes its token's residual row

@@ -86,9 +86,11 @@ __device__ __forceinline__ void router_lane_quarter(const float *w, const uint16
 // 64, by shuffles, at once), and rank r < k puts it at choice r — the same ids in the same order,
 // without k dependent arg-max rounds. The logits and the biases load together. (A NaN score
 // ranks as −∞, so the ids stay valid experts.)
+// margin, when set, receives the k-th choice's score minus the (k+1)-th's (NaN where k = E): how
+// narrowly the last choice won (routing_record::margins).
 __device__ __forceinline__ void router_tail_warp64(const float *logits, const float *bias, int64_t E,
                                                    int64_t K, float norm_min, int32_t *ids, float *weights,
-                                                   float *sm, int lane) {
+                                                   float *margin, float *sm, int lane) {
     const bool v0 = lane < E, v1 = lane + 32 < E;
     const float l0 = v0 ? __ldcg(logits + lane) : -INFINITY, l1 = v1 ? __ldcg(logits + lane + 32) : -INFINITY;
     const float b0 = v0 ? bias[lane] : 0.0f, b1 = v1 ? bias[lane + 32] : 0.0f;
@@ -113,7 +115,7 @@ __device__ __forceinline__ void router_tail_warp64(const float *logits, const fl
         r1 += (w0 && (t0 > s1 || (t0 == s1 && src < lane + 32))) +
               (w1 && (t1 > s1 || (t1 == s1 && src < lane)));
     }
-    float *cp = sm; // [K] the chosen experts' p in choice order
+    float *cp = sm; // [K] the chosen experts' p in choice order; then the k-th and (k+1)-th scores
     if (v0 && r0 < K) {
         ids[r0] = lane;
         cp[r0] = p0;
@@ -122,7 +124,12 @@ __device__ __forceinline__ void router_tail_warp64(const float *logits, const fl
         ids[r1] = lane + 32;
         cp[r1] = p1;
     }
+    if (margin) {
+        if (v0 && (r0 == K - 1 || r0 == K)) sm[K + (r0 - (K - 1))] = s0;
+        if (v1 && (r1 == K - 1 || r1 == K)) sm[K + (r1 - (K - 1))] = s1;
+    }
     __syncwarp();
+    if (margin && lane == 0) *margin = K < E ? sm[K] - sm[K + 1] : __int_as_float(0x7fc00000);
     float chosen_sum = 0.0f; // in choice order, as router_tail_warp (every lane the same)
     for (int64_t j = 0; j < K; ++j) chosen_sum += cp[j];
     const float denom = fmaxf(chosen_sum, norm_min);
@@ -130,10 +137,10 @@ __device__ __forceinline__ void router_tail_warp64(const float *logits, const fl
 }
 
 __device__ __forceinline__ void router_tail_warp(const float *logits, const float *bias, int64_t E, int64_t K,
-                                                 float norm_min, int32_t *ids, float *weights, float *sm,
-                                                 int lane) {
+                                                 float norm_min, int32_t *ids, float *weights, float *margin,
+                                                 float *sm, int lane) {
     if (E <= 64) {
-        router_tail_warp64(logits, bias, E, K, norm_min, ids, weights, sm, lane);
+        router_tail_warp64(logits, bias, E, K, norm_min, ids, weights, margin, sm, lane);
         return;
     }
     float *prob = sm;                                  // [E]
@@ -159,8 +166,9 @@ __device__ __forceinline__ void router_tail_warp(const float *logits, const floa
         score[i] = prob[i] + bias[i];
     }
     __syncwarp();
-    float chosen_sum = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
+    float chosen_sum = 0.0f, last = -INFINITY;
+    for (int64_t j = 0; j <= K; ++j) {
+        if (j == K && (!margin || K == E)) break; // round K: the margin's best score left out
         float best = -INFINITY;
         int bi = -1;
         for (int64_t i = lane; i < E; i += 32) {
@@ -179,6 +187,11 @@ __device__ __forceinline__ void router_tail_warp(const float *logits, const floa
                 bi = i2;
             }
         }
+        if (j == K) {
+            if (lane == 0) *margin = last - best;
+            break;
+        }
+        last = best;
         if (lane == 0) {
             ids[j] = bi;
             chosen[j] = bi;
@@ -187,6 +200,7 @@ __device__ __forceinline__ void router_tail_warp(const float *logits, const floa
         }
         __syncwarp();
     }
+    if (margin && K == E && lane == 0) *margin = __int_as_float(0x7fc00000);
     if (lane == 0) {
         const float denom = fmaxf(chosen_sum, norm_min);
         for (int64_t j = 0; j < K; ++j) weights[j] = prob[chosen[j]] / denom;

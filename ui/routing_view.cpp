@@ -447,8 +447,7 @@ QString RoutingView::tokenDetails(int position) const {
         lines << tr("margin: how narrowly the last chosen expert beat the next one (router score, "
                     "probability + bias); near 0 the token almost went elsewhere");
     else if (!m_stripProfile.traceIds.isEmpty())
-        lines << tr("margin: not recorded for this reply (the CUDA backend's router does not report the next "
-                    "choice, nor did replies stored before margins were recorded)");
+        lines << tr("margin: not recorded for this reply (it was stored before margins were recorded)");
     return lines.join(QLatin1Char('\n'));
 }
 

@@ -140,7 +140,7 @@ struct ReplyProfile {
     QList<qint16> ids;
     QList<float> weights;
     // The router's margin per position and MoE layer, margins[p * nMoe + m] (the k-th choice's
-    // selection score minus the (k+1)-th's); NaN where not recorded (prefix cache, CUDA).
+    // selection score minus the (k+1)-th's); NaN where not recorded (prefix cache).
     QList<float> margins;
 };
 

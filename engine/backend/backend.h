@@ -67,8 +67,7 @@ struct batch {
 // margins[m][t]: how narrowly token t's last free choice won, in the router's selection score
 // (softmax probability + the score-correction bias): the k-th chosen expert's score minus the
 // best unchosen one's (the (k+1)-th choice); NaN where no expert was left unchosen or every
-// place was forced. Empty when the backend does not record it (the CUDA backend's router
-// kernel returns the k choices only).
+// place was forced. Empty when the backend does not record it.
 struct routing_record {
     std::vector<int32_t> moe_layers;            // layer index of each slot
     int32_t n_expert_used = 0;                  // k

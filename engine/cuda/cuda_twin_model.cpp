@@ -24,6 +24,7 @@
 #include "kernels/moe_gate_up_gemv.cuh"
 #include "kernels/moe_grouped_gemm.cuh"
 #include "kernels/moe_plan.cuh"
+#include "kernels/moe_reroute.cuh"
 #include "kernels/moe_router.cuh"
 #include "kernels/rms_norm.cuh"
 #include "kernels/rope_kv.cuh"
@@ -306,7 +307,8 @@ struct twin_pass {
     twin_pass(const model_config &cfg, int64_t n_tokens, weight_format f, const twin_options &o, act_plan plan)
         : c(cfg), fmt(f), fmt_o(f == weight_format::fp8_e4m3 && !o.fp8.attn_out ? weight_format::bf16 : f),
           sl(o.fp8.scales), aplan(std::move(plan)), T(n_tokens), H(cfg.n_embd), hd(cfg.head_dim), qd(cfg.q_dim()),
-          K(cfg.n_expert_used), eps(float(cfg.rms_eps)),
+          K(o.intervention && o.intervention->top_k > cfg.n_expert_used ? o.intervention->top_k : cfg.n_expert_used),
+          eps(float(cfg.rms_eps)),
           kvf(o.kv_cache == kv_cache_dtype::fp8 ? kv_format::fp8_e4m3 : kv_format::bf16) {
         const int64_t n_blocks = (T + bs - 1) / bs;
         inv_freq.resize(static_cast<size_t>(hd / 2));
@@ -468,11 +470,12 @@ void routed_experts(twin_pass &p, const layer_tensors &L, const std::vector<int3
 // ones. The shared experts go in first: on the GPU, decode steps (moe_front) add them as
 // moe_combine's y_shared, x + y_shared, the same fp32 sum as the accumulating linear of prefill
 // steps and of this twin.
-void moe_ffn(twin_pass &p, const layer_tensors &L, int64_t il, routing_record *rec) {
+void moe_ffn(twin_pass &p, const layer_tensors &L, int64_t il, routing_record *rec,
+             const routing_intervention *iv) {
     const model_config &c = p.c;
     const auto router = to_f32(*L.ffn_gate_inp), bias = to_f32(*L.ffn_exp_probs_b);
     std::vector<int32_t> ids(static_cast<size_t>(p.T * p.K));
-    std::vector<float> wts(static_cast<size_t>(p.T * p.K));
+    std::vector<float> wts(static_cast<size_t>(p.T * p.K)), logits(static_cast<size_t>(p.T * c.n_expert));
     moe_router_params mr;
     mr.x = p.xn.data();
     mr.w = router.data();
@@ -484,11 +487,39 @@ void moe_ffn(twin_pass &p, const layer_tensors &L, int64_t il, routing_record *r
     mr.n_expert = c.n_expert;
     mr.n_expert_used = p.K;
     mr.norm_min = float(c.moe_norm_min);
+    mr.logits = logits.data();
     moe_router_ref(mr);
+    int32_t k = int32_t(c.n_expert_used);
+    if (iv) { // as the CUDA backend: the choices again from the logits, under this layer's rule
+        const layer_routing lr = routing_for_layer(*iv, int32_t(il), c.n_expert, c.n_expert_used);
+        std::vector<int32_t> rule(static_cast<size_t>(moe_reroute_rule_words(c.n_expert)));
+        moe_reroute_fill_rule(rule.data(), c.n_expert, lr.k, lr.forced.data(), int32_t(lr.forced.size()),
+                              lr.disabled.data(), lr.bias_scale);
+        const std::vector<int32_t> token_rule(static_cast<size_t>(p.T), 0);
+        moe_reroute_params rr;
+        rr.logits = logits.data();
+        rr.bias = bias.data();
+        rr.rules = rule.data();
+        rr.token_rule = token_rule.data();
+        rr.ids = ids.data();
+        rr.weights = wts.data();
+        rr.n_tokens = p.T;
+        rr.n_expert = c.n_expert;
+        rr.K = p.K;
+        rr.n_rules = 1;
+        rr.norm_min = float(c.moe_norm_min);
+        moe_reroute_ref(rr);
+        k = lr.k;
+    }
     if (rec) {
         rec->moe_layers.push_back(int32_t(il));
         rec->ids.emplace_back(ids.begin(), ids.end());
         rec->weights.push_back(wts);
+        for (int64_t t = 0; t < p.T; ++t) // the places past k as the record holds them
+            for (int64_t j = k; j < p.K; ++j) {
+                rec->ids.back()[size_t(t * p.K + j)] = -1;
+                rec->weights.back()[size_t(t * p.K + j)] = 0.0f;
+            }
     }
     if (c.n_expert_shared > 0)
         swiglu_ffn(p, L.ffn_gate_shexp, L.ffn_up_shexp, L.ffn_down_shexp, c.n_ff_exp * c.n_expert_shared);
@@ -517,8 +548,12 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             make_lin({c.tie_word_embeddings ? t.tok_embd : t.output}, c.n_embd,
                      fmt == weight_format::fp8_e4m3 && o.fp8.head ? fmt : weight_format::bf16, o.fp8.scales);
         const auto out_norm = to_bf16(*t.output_norm);
+        if (o.intervention)
+            if (auto st = check_routing_intervention(*o.intervention, c); !st)
+                throw load_error("expert intervention: " + st.message());
         twin_pass p(c, T, fmt, o, std::move(aplan));
-        if (o.routing) *o.routing = routing_record{{}, int32_t(c.n_expert_used), {}, {}, {}};
+        const routing_intervention *iv = o.intervention && !o.intervention->empty() ? o.intervention.get() : nullptr;
+        if (o.routing) *o.routing = routing_record{{}, int32_t(p.K), {}, {}, {}};
         embedding_ref({tokens.data(), tok_embd.data(), p.x.data(), T, p.H});
         for (int64_t il = 0; il < c.n_layer; ++il) {
             const layer_tensors &L = t.layers[il];
@@ -526,7 +561,7 @@ result<std::vector<float>> twin_forward_logits(const model_config &c, const mode
             attention_block(p, L, attn_norm);
             normalize(p, ffn_norm);
             if (L.is_moe)
-                moe_ffn(p, L, il, o.routing);
+                moe_ffn(p, L, il, o.routing, iv);
             else
                 swiglu_ffn(p, L.ffn_gate, L.ffn_up, L.ffn_down, c.n_ff);
         }

@@ -13,6 +13,7 @@
 #include "engine/model/model_tensors.h"
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 namespace es {
@@ -50,6 +51,10 @@ struct twin_options {
     // (per MoE layer: ids and weights [tokens.size(), n_expert_used] in selection order), so they
     // can be set against the CPU backend's.
     routing_record *routing = nullptr;
+    // The sequence's expert intervention (routing_intervention.h), as the CUDA backend applies
+    // it: the router's logits, then moe_reroute's choices under the rule of each layer, K places
+    // per token (the model's k or the intervention's, the larger). Null or empty: none.
+    std::shared_ptr<const routing_intervention> intervention;
 };
 
 // Logits [tokens.size(), n_vocab] of one sequence starting at position 0.

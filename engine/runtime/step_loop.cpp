@@ -436,7 +436,7 @@ void step_loop::record_routing(const inflight_step &f, const std::vector<char> &
     const int32_t n_moe = int32_t(m_out.routing.moe_layers.size()), K = m_out.routing.n_expert_used;
     const int64_t E = m_mdl->config.n_expert;
     constexpr float kNoMargin = std::numeric_limits<float>::quiet_NaN();
-    const bool has_margins = int32_t(m_out.routing.margins.size()) == n_moe; // the CPU backend's
+    const bool has_margins = int32_t(m_out.routing.margins.size()) == n_moe;
     int32_t row = 0;
     for (size_t ci = 0; ci < f.so.chunks.size(); ++ci) {
         const scheduled_chunk &c = f.so.chunks[ci];

@@ -3159,8 +3159,8 @@ P(a 且 b) / (P(a) · P(b))</translation>
         <translation>裕度：最后一个被选中的专家领先下一个专家的幅度（路由器得分，即概率 + 偏置）；接近 0 表示该 token 差点被分给别的专家</translation>
     </message>
     <message>
-        <source>margin: not recorded for this reply (the CUDA backend&apos;s router does not report the next choice, nor did replies stored before margins were recorded)</source>
-        <translation>裕度：此回复未记录（CUDA 后端的路由器不报告下一个候选专家，开始记录裕度之前保存的回复也没有）</translation>
+        <source>margin: not recorded for this reply (it was stored before margins were recorded)</source>
+        <translation>裕度：此回复未记录（它保存于开始记录裕度之前）</translation>
     </message>
 </context>
 <context>

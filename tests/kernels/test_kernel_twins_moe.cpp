@@ -16,13 +16,17 @@
 #include "kernels/moe_gate_up_gemv.cuh"
 #include "kernels/moe_grouped_gemm.cuh"
 #include "kernels/moe_plan.cuh"
+#include "kernels/moe_reroute.cuh"
 #include "kernels/moe_router.cuh"
 #include "kernels/rms_norm.cuh"
 #include "kernels/silu_mul.cuh"
 
 #include <QtTest>
 
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <stdexcept>
 
@@ -32,6 +36,8 @@ class TestKernelTwinsMoe : public QObject {
     Q_OBJECT
 private slots:
     void routerTiesAndBias();
+    void rerouteUnderTheModelsRuleIsTheRouter();
+    void rerouteRules();
     void moeBlockScales();
     void moeGroupedEqualsDecodePath_data();
     void moeGroupedEqualsDecodePath();
@@ -68,6 +74,116 @@ void TestKernelTwinsMoe::routerTiesAndBias() {
 // against the dequantized weights computed here independently in double (block magnitudes that
 // differ by powers of two, so a scale read from the wrong block or expert is far off), and the
 // grouped GEMM's block path exactly equal to its BF16 path on fp8_dequantize's weights.
+// moe_reroute under a rule of the model's k, nothing forced or disabled and the bias as it is:
+// the router's choices, weights and margins bit for bit, from the logits the router leaves.
+void TestKernelTwinsMoe::rerouteUnderTheModelsRuleIsTheRouter() {
+    for (const auto &[T, H, E, K] : {std::array<int64_t, 4>{7, 40, 8, 2}, std::array<int64_t, 4>{5, 64, 64, 6},
+                                     std::array<int64_t, 4>{3, 32, 160, 8}}) {
+        const auto x = rand_bf16(size_t(T * H), -2, 2);
+        const auto w = rand_f32(size_t(E * H), -0.2f, 0.2f), bias = rand_f32(size_t(E), -0.02f, 0.02f);
+        std::vector<int32_t> ids(size_t(T * K)), ids2(size_t(T * K));
+        std::vector<float> wts(size_t(T * K)), wts2(size_t(T * K)), logits(size_t(T * E)), m(size_t(T)),
+            m2(size_t(T));
+        es::moe_router_params r{x.data(), w.data(), bias.data(), ids.data(), wts.data(), T, H, E, K, 1e-12f};
+        r.margins = m.data();
+        r.logits = logits.data();
+        es::moe_router_ref(r);
+        std::vector<int32_t> rule(size_t(es::moe_reroute_rule_words(E)));
+        es::moe_reroute_fill_rule(rule.data(), E, int32_t(K), nullptr, 0, nullptr, 1.0f);
+        const std::vector<int32_t> token_rule(size_t(T), 0);
+        es::moe_reroute_params p;
+        p.logits = logits.data();
+        p.bias = bias.data();
+        p.rules = rule.data();
+        p.token_rule = token_rule.data();
+        p.ids = ids2.data();
+        p.weights = wts2.data();
+        p.margins = m2.data();
+        p.n_tokens = T;
+        p.n_expert = E;
+        p.K = K;
+        p.n_rules = 1;
+        es::moe_reroute_ref(p);
+        QCOMPARE(ids2, ids);
+        QVERIFY(std::memcmp(wts2.data(), wts.data(), wts.size() * 4) == 0);
+        QVERIFY(std::memcmp(m2.data(), m.data(), m.size() * 4) == 0);
+        for (int64_t t = 0; t < T; ++t) { // the margin is the k-th minus the (k+1)-th score
+            std::vector<float> s(size_t(E));
+            float mx = -INFINITY, sum = 0.0f;
+            for (int64_t e = 0; e < E; ++e) mx = std::max(mx, logits[size_t(t * E + e)]);
+            for (int64_t e = 0; e < E; ++e) sum += std::exp(logits[size_t(t * E + e)] - mx);
+            for (int64_t e = 0; e < E; ++e) s[size_t(e)] = std::exp(logits[size_t(t * E + e)] - mx) / sum + bias[size_t(e)];
+            std::sort(s.begin(), s.end(), std::greater<>());
+            QVERIFY(std::abs(m[size_t(t)] - (s[size_t(K - 1)] - s[size_t(K)])) < 1e-6f);
+        }
+    }
+}
+
+// Each kind of rule: disabled experts never chosen and out of the softmax, forced ones first in
+// their order, a smaller or larger k with the padding (first id, weight 0), the bias scaled.
+void TestKernelTwinsMoe::rerouteRules() {
+    const int64_t T = 6, E = 8, K = 5;
+    const auto logits = rand_f32(size_t(T * E), -3.0f, 3.0f), bias = rand_f32(size_t(E), -0.05f, 0.05f);
+    const int64_t words = es::moe_reroute_rule_words(E);
+    std::vector<int32_t> rules(size_t(3 * words));
+    const uint8_t disabled[E] = {1, 0, 0, 1, 0, 0, 0, 0};
+    const int32_t forced[] = {6, 2};
+    es::moe_reroute_fill_rule(rules.data(), E, 3, nullptr, 0, disabled, 1.0f);
+    es::moe_reroute_fill_rule(rules.data() + words, E, 5, forced, 2, nullptr, 0.0f);
+    es::moe_reroute_fill_rule(rules.data() + 2 * words, E, 2, forced, 2, nullptr, 1.0f);
+    const std::vector<int32_t> token_rule = {0, 1, 2, 0, 1, 2};
+    std::vector<int32_t> ids(size_t(T * K));
+    std::vector<float> wts(size_t(T * K)), m(size_t(T));
+    es::moe_reroute_params p;
+    p.logits = logits.data();
+    p.bias = bias.data();
+    p.rules = rules.data();
+    p.token_rule = token_rule.data();
+    p.ids = ids.data();
+    p.weights = wts.data();
+    p.margins = m.data();
+    p.n_tokens = T;
+    p.n_expert = E;
+    p.K = K;
+    p.n_rules = 3;
+    es::moe_reroute_ref(p);
+    for (int64_t t = 0; t < T; ++t) {
+        const int32_t *id = &ids[size_t(t * K)];
+        const float *wt = &wts[size_t(t * K)];
+        const int rule = token_rule[size_t(t)];
+        const int64_t k = rule == 0 ? 3 : rule == 1 ? 5 : 2;
+        // p over the experts a rule leaves in the softmax; the expected order by score.
+        std::vector<double> prob(size_t(E), 0.0);
+        double sum = 0.0;
+        for (int64_t e = 0; e < E; ++e)
+            if (!(rule == 0 && disabled[e])) sum += prob[size_t(e)] = std::exp(double(logits[size_t(t * E + e)]));
+        for (auto &v : prob) v /= sum;
+        std::vector<int32_t> want;
+        if (rule != 0) want = {6, 2};
+        std::vector<int32_t> rest;
+        for (int32_t e = 0; e < E; ++e)
+            if (!(rule == 0 && disabled[e]) && std::find(want.begin(), want.end(), e) == want.end()) rest.push_back(e);
+        const double scale = rule == 1 ? 0.0 : 1.0;
+        std::sort(rest.begin(), rest.end(), [&](int32_t a, int32_t b) {
+            return prob[size_t(a)] + scale * bias[size_t(a)] > prob[size_t(b)] + scale * bias[size_t(b)];
+        });
+        while (int64_t(want.size()) < k) want.push_back(rest[want.size() - (rule != 0 ? 2 : 0)]);
+        double chosen = 0.0;
+        for (int64_t j = 0; j < k; ++j) chosen += prob[size_t(want[size_t(j)])];
+        for (int64_t j = 0; j < K; ++j) {
+            if (j < k) {
+                QCOMPARE(id[j], want[size_t(j)]);
+                QVERIFY(std::abs(wt[j] - prob[size_t(want[size_t(j)])] / chosen) < 1e-5);
+            } else {
+                QCOMPARE(id[j], id[0]); // padding
+                QCOMPARE(wt[j], 0.0f);
+            }
+        }
+        QCOMPARE(std::isnan(m[size_t(t)]), rule == 2); // every place of rule 2 forced
+        if (rule != 2) QVERIFY(m[size_t(t)] >= 0.0f);
+    }
+}
+
 void TestKernelTwinsMoe::moeBlockScales() {
     const auto L = es::scale_layout::block128;
     const auto f8 = es::weight_format::fp8_e4m3;

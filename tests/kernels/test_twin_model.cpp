@@ -32,6 +32,8 @@ private slots:
     void twinModelBlockScales();
     void bf16Fidelity_data();
     void bf16Fidelity();
+    void twinModelInterventions_data();
+    void twinModelInterventions();
 };
 
 void TestTwinModel::twinModel_data() {
@@ -247,7 +249,8 @@ namespace {
 
 // The CPU backend's logits and routing of one sequence from position 0 (fp32: HF float32's
 // logits within NMSE 1e-12).
-bool cpu_forward(const QString &dir, const std::vector<int32_t> &prompt, es::forward_output &out) {
+bool cpu_forward(const QString &dir, const std::vector<int32_t> &prompt, es::forward_output &out,
+                 std::shared_ptr<const es::routing_intervention> iv = nullptr) {
     es::model_load_params lp;
     lp.need_tokenizer = false;
     auto m = es::load_model(dir.toStdString(), lp);
@@ -255,6 +258,7 @@ bool cpu_forward(const QString &dir, const std::vector<int32_t> &prompt, es::for
     es::batch b;
     b.seqs.resize(1);
     b.seqs[0].block_table = {0, 1, 2, 3, 4, 5, 6, 7};
+    b.seqs[0].routing = std::move(iv);
     b.tokens = prompt;
     for (int32_t i = 0; i < int32_t(prompt.size()); ++i) {
         b.pos.push_back(i);
@@ -339,6 +343,84 @@ void TestTwinModel::bf16Fidelity() {
           worst_agreeing, flipped.isEmpty() ? " none" : qPrintable(flipped));
     QVERIFY2(agreeing.value() <= 3e-4, qPrintable(QString("NMSE %1").arg(agreeing.value())));
     QVERIFY2(worst_agreeing <= 1e-3, qPrintable(QString("worst position NMSE %1").arg(worst_agreeing)));
+}
+
+void TestTwinModel::twinModelInterventions_data() {
+    QTest::addColumn<QString>("dir");
+    const QDir data(ES_TEST_DATA_DIR);
+    int n = 0;
+    for (const QString &name : data.entryList(QDir::Dirs | QDir::NoDotAndDotDot, QDir::Name))
+        if (QFile::exists(data.filePath(name + "/interventions.json"))) {
+            QTest::newRow(qPrintable(name)) << data.filePath(name);
+            ++n;
+        }
+    QVERIFY2(n >= 2, "expected MoE reference checkpoints with interventions.json in tests/data");
+}
+
+// The CUDA backend's way of applying an expert intervention (the router's logits, then
+// moe_reroute under the layer's rule, K places with the padding at weight 0), emulated by the
+// twin, against the CPU backend under the same intervention (which matches HF's logits under it:
+// test_routing_intervention): the record's k and its padding exactly the CPU's, and the logits
+// within the BF16 path's bound (bf16Fidelity) up to the first tipped routing decision. The
+// self-test holds the GPU to this twin.
+void TestTwinModel::twinModelInterventions() {
+    QFETCH(QString, dir);
+    QFile f(dir + "/reference.json"), cf(dir + "/interventions.json");
+    QVERIFY(f.open(QIODevice::ReadOnly) && cf.open(QIODevice::ReadOnly));
+    std::vector<int32_t> prompt;
+    for (const auto v : QJsonDocument::fromJson(f.readAll()).object()["prompt_ids"].toArray())
+        prompt.push_back(v.toInt());
+    const QJsonArray cases = QJsonDocument::fromJson(cf.readAll()).object()["cases"].toArray();
+    QVERIFY(!cases.isEmpty());
+    auto cfg = es::load_model_config(dir.toStdString());
+    auto store = es::weight_store::open_dir(dir.toStdString());
+    QVERIFY(cfg.ok() && store.ok());
+    auto bound = es::bind_model_tensors(*cfg, **store);
+    QVERIFY(bound.ok());
+    const size_t T = prompt.size(), V = size_t(cfg->n_vocab);
+    es::twin_options to;
+    to.activations = es::activation_format::bf16;
+    // An empty intervention changes no bit.
+    auto plain = es::twin_forward_logits(*cfg, *bound, prompt, es::weight_precision::bf16, to);
+    to.intervention = std::make_shared<const es::routing_intervention>();
+    auto empty = es::twin_forward_logits(*cfg, *bound, prompt, es::weight_precision::bf16, to);
+    QVERIFY(plain.ok() && empty.ok());
+    QVERIFY(*plain == *empty);
+    for (const QJsonValue &cv : cases) {
+        const QJsonObject c = cv.toObject();
+        auto iv = es::make_routing_intervention(c["disable"].toString().toStdString(),
+                                                c["force"].toString().toStdString(), c["top_k"].toInt(),
+                                                float(c["bias_scale"].toDouble()), "disable", "force");
+        QVERIFY2(iv.ok(), iv.ok() ? "" : iv.message().c_str());
+        auto ivp = std::make_shared<const es::routing_intervention>(*iv);
+        es::forward_output cpu;
+        QVERIFY(cpu_forward(dir, prompt, cpu, ivp));
+        es::routing_record routing;
+        to.routing = &routing;
+        to.intervention = ivp;
+        auto twin = es::twin_forward_logits(*cfg, *bound, prompt, es::weight_precision::bf16, to);
+        QVERIFY2(twin.ok(), twin.ok() ? "" : twin.message().c_str());
+        QCOMPARE(twin->size(), T * V);
+        QCOMPARE(routing.n_expert_used, cpu.routing.n_expert_used);
+        QCOMPARE(routing.ids.size(), cpu.routing.ids.size());
+        for (size_t l = 0; l < routing.ids.size(); ++l)
+            for (size_t i = 0; i < routing.ids[l].size(); ++i)
+                QCOMPARE(routing.ids[l][i] < 0, cpu.routing.ids[l][i] < 0); // the padding past each k
+        es::nmse_accumulator agreeing;
+        double worst_agreeing = 0;
+        size_t n_agreeing = 0;
+        for (size_t t = 0; t < T && !routing_differs(routing, cpu.routing, t); ++t, ++n_agreeing) {
+            const std::span<const float> a(twin->data() + t * V, V), ref(cpu.logits.data() + t * V, V);
+            agreeing.add(a, ref);
+            worst_agreeing = std::max(worst_agreeing, es::nmse(a, ref));
+        }
+        qInfo("%s %s: the %zu of %zu positions before any routing difference: NMSE %.3e, worst %.3e",
+              qPrintable(QDir(dir).dirName()), es::describe_routing_intervention(*iv).c_str(), n_agreeing, T,
+              agreeing.value(), worst_agreeing);
+        QVERIFY2(n_agreeing > 0, "the first token is routed otherwise than on the CPU");
+        QVERIFY2(agreeing.value() <= 3e-4, qPrintable(QString("NMSE %1").arg(agreeing.value())));
+        QVERIFY2(worst_agreeing <= 1e-3, qPrintable(QString("worst position NMSE %1").arg(worst_agreeing)));
+    }
 }
 
 QTEST_GUILESS_MAIN(TestTwinModel)

@@ -297,9 +297,10 @@ void cuda_backend_impl::check_usable() const {
 void cuda_backend_impl::check_batch(const batch &b, bool fed) const {
     if (!m_kv_pool.bytes()) throw load_error("batch: the KV cache is not initialised");
     es::check_batch(b, m_cfg, m_kv, fed);
-    if (batch_has_routing(b))
-        throw load_error("expert interventions (disabled or forced experts, another top-k, a scaled correction bias) "
-                         "run on the CPU backend; the CUDA backend's router does not apply them");
+    for (const batch_seq &s : b.seqs)
+        if (s.routing)
+            if (const status st = check_routing_intervention(*s.routing, m_cfg); !st)
+                throw load_error("batch: expert intervention: " + st.message());
 }
 
 void cuda_backend_impl::collect_profile() {

@@ -167,6 +167,8 @@ struct step_timing {
 struct pending_forward {
     int slot = 0;
     int64_t T = 0, R = 0, top_n = 0, nk = 0;
+    int64_t K = 0;                // routed experts' places per token (step_plan::K)
+    std::vector<int32_t> token_k; // with an intervention: each token's k (≤ K); else empty
     size_t cand_rel = 0, logit_bytes = 0;
     bool via_pinned = false, cand_block = false, io_done = false, replayed = false;
     bool sample = false;     // its candidates are draws (forward_output::sampled)
@@ -216,6 +218,7 @@ public:
     bool overlaps_steps() const override { return true; }
     bool supports_candidates() const override { return true; }
     bool supports_sampling() const override { return true; }
+    bool supports_routing_interventions() const override { return true; }
     status logits_row(int32_t row, std::span<float> out) override;
     backend_memory memory() const override;
     status reserve_workspace(int32_t max_tokens, int32_t max_rows, int32_t max_blocks_per_seq) override;
@@ -318,8 +321,10 @@ private:
     void record_attention(const step_plan &p, const step_ptrs &s, int64_t il, layer_link &link);
     void record_dense_ffn(const step_plan &p, const step_ptrs &s, int64_t il);
     // The norm, the router and the shared experts of an MoE layer; whether moe_front took them.
-    bool record_moe_front(const step_plan &p, const step_ptrs &s, int64_t il, int32_t *ids, float *wts,
-                          bool &shared_in_down);
+    // ids, wts, margins: the routing record's slot moe_slot; under an intervention (plan:
+    // reroute) moe_reroute selects the experts again from the router's logits.
+    bool record_moe_front(const step_plan &p, const step_ptrs &s, int64_t il, int64_t moe_slot, int32_t *ids,
+                          float *wts, float *margins, bool &shared_in_down);
     void record_moe_decode(const step_plan &p, const step_ptrs &s, int64_t il, layer_link &link);
     void record_moe_grouped(const step_plan &p, const step_ptrs &s, int64_t il, layer_link &link);
     void record_head(const step_plan &p, const step_ptrs &s, const layer_link &link);
@@ -419,6 +424,10 @@ private:
     std::vector<int32_t> host_tokens(const batch &b, const step_plan &p);
     // The inputs into the slot's pinned mirror, in the plan's layout.
     void pack_inputs(const batch &b, const step_plan &p, const std::vector<int32_t> &tokens);
+    // A step with expert interventions (plan: reroute): each MoE layer's routing rules (rule 0 the
+    // model's routing, then one per distinct intervention of the batch) and each token's rule into
+    // m_route, and each token's k into pf.token_k.
+    void upload_route_rules(const batch &b, const step_plan &p, pending_forward &pf);
     // The step's launches: a graph replayed or captured, else eagerly; its I/O around or inside.
     void launch_step(const step_plan &p, pending_forward &pf);
     // The previous submitted forward's top candidates on the host (m_last_tops): collects the
@@ -446,6 +455,11 @@ private:
     // Per-step scratch from the caching workspace allocator (declared first: it outlives its blocks).
     device_allocator m_ws{cuda_memory_source()};
     workspace_buffer m_staging{m_ws}, m_deq{m_ws}, m_work{m_ws}, m_inputs{m_ws};
+    // Expert interventions of the step being recorded (upload_route_rules): each token's rule
+    // [T] at 0, then the rules [n_moe][m_route_n_rules][moe_reroute_rule_words(E)] at m_route_rules.
+    workspace_buffer m_route{m_ws};
+    size_t m_route_rules = 0;
+    int64_t m_route_n_rules = 0;
     work_layout m_lay{};
     io_slot m_io[2];
     graph_cache m_graph;

@@ -12,6 +12,7 @@
 #include "kernels/moe_down_gemv.cuh"
 #include "kernels/moe_front.cuh"
 #include "kernels/moe_plan.cuh"
+#include "kernels/moe_reroute.cuh"
 #include "kernels/rms_norm.cuh"
 #include "kernels/silu_mul.cuh"
 #include "kernels/sample_rows.cuh"
@@ -332,10 +333,10 @@ void cuda_backend_impl::record_dense_ffn(const step_plan &p, const step_ptrs &s,
 // and the shared experts. One token takes moe_front (norm + router + shared gate/up in one launch);
 // shared_in_down then says whether the routed down projection takes the shared experts' down as
 // one more slot, else it ran here.
-bool cuda_backend_impl::record_moe_front(const step_plan &p, const step_ptrs &s, int64_t il, int32_t *ids,
-                                         float *wts, bool &shared_in_down) {
+bool cuda_backend_impl::record_moe_front(const step_plan &p, const step_ptrs &s, int64_t il, int64_t moe_slot,
+                                         int32_t *ids, float *wts, float *margins, bool &shared_in_down) {
     const auto &c = m_cfg;
-    const int64_t T = p.T, H = c.n_embd, K = c.n_expert_used, F_sh = c.n_ff_exp * c.n_expert_shared;
+    const int64_t T = p.T, H = c.n_embd, K = p.K, F_sh = c.n_ff_exp * c.n_expert_shared;
     const dlayer &L = m_w.layers[il];
     moe_front_params fr;
     fr.norm.x = s.x;
@@ -349,6 +350,7 @@ bool cuda_backend_impl::record_moe_front(const step_plan &p, const step_ptrs &s,
     fr.n_expert = c.n_expert;
     fr.n_expert_used = K;
     fr.norm_min = float(c.moe_norm_min);
+    fr.margins = margins;
     fr.logits = m_work.at<float>(m_lay.router_logits);
     fr.counter = m_work.at<unsigned>(m_lay.router_counters);
     fr.sh_w = L.sh_gate_up.w;
@@ -362,10 +364,30 @@ bool cuda_backend_impl::record_moe_front(const step_plan &p, const step_ptrs &s,
     const bool front = p.fuse && moe_front_supported(fr);
     shared_in_down = front && F_sh > 0 && p.shared_in_down && L.sh_down.fmt == L.exp_down.fmt &&
                      L.sh_down.layout == L.exp_down.layout;
+    // Under an expert intervention the router's choices are made again from its logits, each
+    // token under its sequence's rule (moe_reroute.cuh), before any kernel reads them.
+    const auto reroute = [&] {
+        if (!p.reroute) return;
+        moe_reroute_params rr;
+        rr.logits = fr.logits;
+        rr.bias = L.bias;
+        rr.rules = m_route.at<int32_t>(m_route_rules) + moe_slot * m_route_n_rules * moe_reroute_rule_words(c.n_expert);
+        rr.token_rule = m_route.at<int32_t>();
+        rr.ids = ids;
+        rr.weights = wts;
+        rr.margins = margins;
+        rr.n_tokens = T;
+        rr.n_expert = c.n_expert;
+        rr.K = K;
+        rr.n_rules = m_route_n_rules;
+        rr.norm_min = float(c.moe_norm_min);
+        op("moe_reroute", [&] { return launch_moe_reroute(rr, m_stream); });
+    };
     if (front) {
         const double router = double(c.n_expert) * double(H) * 4.0, sh = double(L.sh_gate_up.bytes());
         op("moe_front", op_cost{router + sh, sh / std::max(router + sh, 1.0)},
            [&] { return launch_moe_front(fr, m_stream); });
+        reroute();
         if (F_sh > 0 && !shared_in_down) {
             m_phase = step_phase::moe_shared;
             linear("shared down", L.sh_down, s.act, F_sh, s.x, H, T, true);
@@ -392,10 +414,12 @@ bool cuda_backend_impl::record_moe_front(const step_plan &p, const step_ptrs &s,
     mr.n_expert = c.n_expert;
     mr.n_expert_used = K;
     mr.norm_min = float(c.moe_norm_min);
+    mr.margins = margins;
     mr.logits = fr.logits;
     mr.counters = fr.counter;
     mr.tiles_min_tokens = m_opt.router_tiles_min;
     op("moe_router", op_cost{double(c.n_expert) * double(H) * 4.0}, [&] { return launch_moe_router(mr, m_stream); });
+    reroute();
     if (F_sh > 0) {
         m_phase = step_phase::moe_shared;
         swiglu("shared", L.sh_gate_up, L.sh_down, F_sh, s.xn, s.x, s.gu, s.act, T);
@@ -409,13 +433,14 @@ bool cuda_backend_impl::record_moe_front(const step_plan &p, const step_ptrs &s,
 // norm where a cluster holds a token's row).
 void cuda_backend_impl::record_moe_decode(const step_plan &p, const step_ptrs &s, int64_t il, layer_link &link) {
     const auto &c = m_cfg;
-    const int64_t T = p.T, H = c.n_embd, K = c.n_expert_used, F_sh = c.n_ff_exp * c.n_expert_shared;
+    const int64_t T = p.T, H = c.n_embd, K = p.K, F_sh = c.n_ff_exp * c.n_expert_shared;
     const dlayer &L = m_w.layers[il];
-    int32_t *ids = m_work.at<int32_t>(m_out.ids) + link.moe_slot * T * K;
-    float *wts = m_work.at<float>(m_out.wts) + link.moe_slot * T * K;
-    ++link.moe_slot;
+    const int64_t slot = link.moe_slot++;
+    int32_t *ids = m_work.at<int32_t>(m_out.ids) + slot * T * K;
+    float *wts = m_work.at<float>(m_out.wts) + slot * T * K;
     bool shared_in_down = false;
-    const bool front = record_moe_front(p, s, il, ids, wts, shared_in_down);
+    const bool front =
+        record_moe_front(p, s, il, slot, ids, wts, m_work.at<float>(m_out.margins) + slot * T, shared_in_down);
     bf16_t *act_e = m_work.at<bf16_t>(m_lay.act_e);
     // Slot counters: the down kernel starts on each slot as soon as its rows are in
     // (kernels/moe_down_gemv.cuh); never while launches are left out (the down kernel could wait
@@ -499,13 +524,13 @@ void cuda_backend_impl::record_moe_decode(const step_plan &p, const step_ptrs &s
 // take them; moe_combine adds each token's choices.
 void cuda_backend_impl::record_moe_grouped(const step_plan &p, const step_ptrs &s, int64_t il, layer_link &link) {
     const auto &c = m_cfg;
-    const int64_t T = p.T, H = c.n_embd, K = c.n_expert_used;
+    const int64_t T = p.T, H = c.n_embd, K = p.K;
     const dlayer &L = m_w.layers[il];
-    int32_t *ids = m_work.at<int32_t>(m_out.ids) + link.moe_slot * T * K;
-    float *wts = m_work.at<float>(m_out.wts) + link.moe_slot * T * K;
-    ++link.moe_slot;
+    const int64_t slot = link.moe_slot++;
+    int32_t *ids = m_work.at<int32_t>(m_out.ids) + slot * T * K;
+    float *wts = m_work.at<float>(m_out.wts) + slot * T * K;
     bool shared_in_down = false;
-    record_moe_front(p, s, il, ids, wts, shared_in_down);
+    record_moe_front(p, s, il, slot, ids, wts, m_work.at<float>(m_out.margins) + slot * T, shared_in_down);
     bf16_t *act_e = m_work.at<bf16_t>(m_lay.act_e);
     float *y_e = m_work.at<float>(m_lay.y_e);
     // Both GEMMs read one plan, so its row tile is the one kernel both can take.

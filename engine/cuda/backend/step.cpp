@@ -5,6 +5,7 @@
 #include "engine/cuda/backend/cuda_backend_impl.h"
 
 #include "kernels/copy_bytes.cuh"
+#include "kernels/moe_reroute.cuh"
 
 #include <algorithm>
 #include <chrono>
@@ -102,8 +103,9 @@ auto cuda_backend_impl::start(const batch &b) -> pending_forward {
     }
     // The workspace grows only with nothing in flight (its pinned buffers hold their outputs).
     const int64_t bt = int64_t(b.seqs.size()) * block_table_stride(b);
-    if (!workspace_fits(pf.T, pf.R, bt)) drain();
-    ensure_workspace(pf.T, pf.R, bt);
+    const int64_t ws_T = step_ws_tokens(pf.T, step_routing_width(b, m_cfg), m_cfg.n_expert_used);
+    if (!workspace_fits(ws_T, pf.R, bt)) drain();
+    ensure_workspace(ws_T, pf.R, bt);
     const int64_t prev_rows = m_fed.valid ? m_fed.R : int64_t(m_last_tops.size());
     const int slot = m_flight.empty() ? 0 : 1 - m_flight.back().slot;
     const step_plan p = plan_step(m_cfg, n_moe_layers(), b, current_plan_options(), m_fed, prev_rows, slot);
@@ -116,9 +118,11 @@ auto cuda_backend_impl::start(const batch &b) -> pending_forward {
     pf.cand_block = p.cand_block;
     pf.sample = p.sample;
     pf.timed = b.time_phases;
+    pf.K = p.K;
     m_last_slot = slot;
     m_last_in = p.in;
-    m_out = make_out_layout(m_lay.out, p.n_moe, p.T, m_cfg.n_expert_used);
+    m_out = make_out_layout(m_lay.out, p.n_moe, p.T, p.K);
+    if (p.reroute) upload_route_rules(b, p, pf);
     // The KV bytes each layer's attention reads (the step timeline's figure): every sequence's
     // keys and values up to its last position in the batch.
     std::vector<int64_t> seq_end(b.seqs.size(), 0);
@@ -193,6 +197,51 @@ void cuda_backend_impl::pack_inputs(const batch &b, const step_plan &p, const st
     }
 }
 
+void cuda_backend_impl::upload_route_rules(const batch &b, const step_plan &p, pending_forward &pf) {
+    const model_config &c = m_cfg;
+    const int64_t E = c.n_expert, words = moe_reroute_rule_words(E), T = p.T;
+    // Rule 0: the model's routing; then one per distinct intervention (sequences may share one).
+    std::vector<const routing_intervention *> rules{nullptr};
+    std::vector<int32_t> seq_rule(b.seqs.size(), 0);
+    for (size_t s = 0; s < b.seqs.size(); ++s) {
+        const routing_intervention *iv = b.seqs[s].routing.get();
+        if (!iv || iv->empty()) continue;
+        const auto it = std::find(rules.begin(), rules.end(), iv);
+        seq_rule[s] = int32_t(it - rules.begin());
+        if (it == rules.end()) rules.push_back(iv);
+    }
+    const int64_t n_rules = int64_t(rules.size());
+    m_route_rules = align256(size_t(T) * 4);
+    std::vector<int32_t> host(m_route_rules / 4 + size_t(p.n_moe * n_rules * words), 0);
+    pf.token_k.resize(size_t(T));
+    for (int64_t t = 0; t < T; ++t) {
+        const int32_t r = seq_rule[size_t(b.seq[size_t(t)])];
+        host[size_t(t)] = r;
+        pf.token_k[size_t(t)] = int32_t(r && rules[size_t(r)]->top_k > 0 ? rules[size_t(r)]->top_k : c.n_expert_used);
+    }
+    static const routing_intervention none;
+    int64_t m = 0;
+    for (int64_t il = 0; il < c.n_layer; ++il) {
+        if (!m_w.layers[il].is_moe) continue;
+        for (int64_t r = 0; r < n_rules; ++r) {
+            const layer_routing lr = routing_for_layer(r ? *rules[size_t(r)] : none, int32_t(il), E, c.n_expert_used);
+            moe_reroute_fill_rule(&host[m_route_rules / 4 + size_t((m * n_rules + r) * words)], E, lr.k,
+                                  lr.forced.data(), int32_t(lr.forced.size()), lr.disabled.data(), lr.bias_scale);
+        }
+        ++m;
+    }
+    const size_t bytes = host.size() * 4;
+    if (m_route.bytes() < bytes) {
+        drain(); // a forward in flight may still read the rules buffer
+        m_route.alloc(std::max(bytes, size_t(64) << 10), "the expert interventions' routing rules");
+    }
+    // From pageable memory: the copy has taken the bytes when it returns, and the stream orders
+    // it after every launch of the forwards before this one.
+    ck(cudaMemcpyAsync(m_route.at(), host.data(), bytes, cudaMemcpyHostToDevice, m_stream),
+       "the routing rules' upload");
+    m_route_n_rules = n_rules;
+}
+
 void cuda_backend_impl::launch_step(const step_plan &p, pending_forward &pf) {
     using hclk = std::chrono::steady_clock;
     io_slot &io = m_io[p.slot];
@@ -225,9 +274,8 @@ void cuda_backend_impl::launch_step(const step_plan &p, pending_forward &pf) {
             ck(cudaMemcpyAsync(p.via_pinned ? io.logits.at() : static_cast<void *>(pf.out.logits.data()),
                                m_work.at(m_lay.logits), p.logit_bytes, cudaMemcpyDeviceToHost, m_stream),
                "logits download");
-        if (p.nk && !p.cand_block)
-            ck(cudaMemcpyAsync(io.record.at(), m_work.at(m_out.ids), size_t(p.nk) * 8, cudaMemcpyDeviceToHost,
-                               m_stream),
+        if (p.nk && !p.cand_block) // ids, weights and margins
+            ck(cudaMemcpyAsync(io.record.at(), m_work.at(m_out.ids), p.cand_rel, cudaMemcpyDeviceToHost, m_stream),
                "routing download");
     };
     // Zero-copy I/O (plan: io_in_graph): the graph's first kernel reads the inputs from the slot's
@@ -357,7 +405,7 @@ void cuda_backend_impl::drain_for_tops() {
 void cuda_backend_impl::collect(pending_forward &pf, forward_output &out, bool latest) {
     using hclk = std::chrono::steady_clock;
     const auto &c = m_cfg;
-    const int64_t T = pf.T, R = pf.R, top_n = pf.top_n, nk = pf.nk, K = c.n_expert_used;
+    const int64_t T = pf.T, R = pf.R, top_n = pf.top_n, nk = pf.nk, K = pf.K;
     const int slot = pf.slot;
     ck(cudaEventSynchronize(m_io[slot].done), "the forward pass");
     ck(cudaGetLastError(), "the forward pass");
@@ -367,7 +415,7 @@ void cuda_backend_impl::collect(pending_forward &pf, forward_output &out, bool l
     // nothing for them in a decode step.
     routing_record &rr = out.routing;
     rr.moe_layers.clear();
-    rr.n_expert_used = int32_t(c.n_expert_used);
+    rr.n_expert_used = int32_t(K);
     logit_candidate_rows &cr = out.candidates;
     cr.top_n = 0;
     cr.ids.clear();
@@ -413,21 +461,33 @@ void cuda_backend_impl::collect(pending_forward &pf, forward_output &out, bool l
         const unsigned char *rec = pf.cand_block ? dl : m_io[slot].record.at();
         const int32_t *ids = reinterpret_cast<const int32_t *>(rec);
         const float *wts = reinterpret_cast<const float *>(rec + size_t(nk) * 4);
+        const float *margins = reinterpret_cast<const float *>(rec + size_t(nk) * 8);
         rr.ids.resize(size_t(n_moe_layers()));
         rr.weights.resize(size_t(n_moe_layers()));
+        rr.margins.resize(size_t(n_moe_layers()));
         int64_t m = 0;
         for (int64_t il = 0; il < c.n_layer; ++il) {
             if (!m_w.layers[il].is_moe) continue;
             rr.moe_layers.push_back(int32_t(il));
             std::vector<int16_t> &li = rr.ids[size_t(m)];
+            std::vector<float> &lw = rr.weights[size_t(m)];
             li.resize(size_t(T * K));
             for (int64_t i = 0; i < T * K; ++i) li[size_t(i)] = int16_t(ids[m * T * K + i]);
-            rr.weights[size_t(m)].assign(wts + m * T * K, wts + (m + 1) * T * K);
+            lw.assign(wts + m * T * K, wts + (m + 1) * T * K);
+            // A token that selected fewer than K (moe_reroute's padding): −1 and 0 in the places
+            // past its k, as the record defines them.
+            for (int64_t t = 0; t < (pf.token_k.empty() ? 0 : T); ++t)
+                for (int64_t j = pf.token_k[size_t(t)]; j < K; ++j) {
+                    li[size_t(t * K + j)] = -1;
+                    lw[size_t(t * K + j)] = 0.0f;
+                }
+            rr.margins[size_t(m)].assign(margins + m * T, margins + (m + 1) * T);
             ++m;
         }
     } else {
         rr.ids.clear();
         rr.weights.clear();
+        rr.margins.clear();
     }
     if (pf.replayed) {
         auto us = [](hclk::time_point a, hclk::time_point b) {

@@ -46,13 +46,26 @@ input_layout make_input_layout(int64_t T, int64_t R, int64_t bt) {
 size_t cand_sums_offset(int64_t R, int64_t n) { return (size_t(R * n) * 8 + size_t(R) * 4 + 7) / 8 * 8; }
 size_t cand_bytes(int64_t R, int64_t n) { return cand_sums_offset(R, n) + size_t(R) * 8; }
 
-out_layout make_out_layout(size_t out_offset, int64_t n_moe, int64_t T, int64_t n_expert_used) {
-    const size_t nk = size_t(n_moe * T * std::max<int64_t>(n_expert_used, 1));
+out_layout make_out_layout(size_t out_offset, int64_t n_moe, int64_t T, int64_t K) {
+    const size_t nk = size_t(n_moe * T * std::max<int64_t>(K, 1));
     out_layout l;
     l.ids = out_offset;
     l.wts = l.ids + nk * 4;
-    l.cand = l.ids + (nk * 8 + 15) / 16 * 16;
+    l.margins = l.wts + nk * 4;
+    l.cand = l.ids + (nk * 8 + size_t(n_moe * T) * 4 + 15) / 16 * 16;
     return l;
+}
+
+int64_t step_routing_width(const batch &b, const model_config &cfg) {
+    int64_t K = cfg.n_expert_used;
+    for (const batch_seq &s : b.seqs)
+        if (s.routing && s.routing->top_k > 0) K = std::max<int64_t>(K, s.routing->top_k);
+    return K;
+}
+
+int64_t step_ws_tokens(int64_t T, int64_t K, int64_t model_k) {
+    const int64_t k = std::max<int64_t>(model_k, 1);
+    return K <= k ? T : (T * K + k - 1) / k;
 }
 
 work_layout make_work_layout(const workspace_shape &s, int64_t T, int64_t R, int64_t bt) {
@@ -79,7 +92,8 @@ work_layout make_work_layout(const workspace_shape &s, int64_t T, int64_t R, int
     w.act = take(size_t(T * F) * 2);
     // The step's download block (out_layout): the routing record's ids and weights, then the
     // logit candidates, placed for each forward's T and R so one transfer brings them all.
-    w.out_bytes = size_t(std::max<int64_t>(n_moe, 1) * T * K) * 8 + 16 + cand_bytes(R, topk_logits_max_top);
+    w.out_bytes = size_t(std::max<int64_t>(n_moe, 1) * T * K) * 8 + size_t(std::max<int64_t>(n_moe, 1) * T) * 4 + 16 +
+                  cand_bytes(R, topk_logits_max_top);
     w.out = take(w.out_bytes);
     if (n_moe > 0) {
         w.act_e = take(size_t(T * K * c.n_ff_exp) * 2);
@@ -160,7 +174,9 @@ step_plan plan_step(const model_config &cfg, int64_t n_moe, const batch &b, cons
     const int64_t max_pos = *std::max_element(b.pos.begin(), b.pos.end());
     p.kv_splits = T <= k_graph_max_tokens ? decode_kv_splits(max_pos, o.kv_split_chunks, o.kv_splits_max) : 1;
     p.attention_splits = T <= k_graph_max_tokens && p.kv_splits > 1;
-    p.ws_T = T;
+    p.K = step_routing_width(b, cfg);
+    p.reroute = batch_has_routing(b);
+    p.ws_T = step_ws_tokens(T, p.K, cfg.n_expert_used);
     p.ws_R = R;
     p.ws_bt = p.S * p.stride;
     p.in = make_input_layout(T, R, p.ws_bt);
@@ -178,10 +194,10 @@ step_plan plan_step(const model_config &cfg, int64_t n_moe, const batch &b, cons
     // then a host copy), larger ones straight into the (pageable) output, at once. Candidates: one
     // small DMA of the download block, the routing record with them when it is on; with full rows
     // the record comes in a transfer of its own.
-    p.nk = o.record_routing ? n_moe * T * cfg.n_expert_used : 0;
+    p.nk = o.record_routing ? n_moe * T * p.K : 0;
     p.logit_bytes = p.top_n > 0 ? cand_bytes(R, p.top_n) : size_t(R * cfg.n_vocab) * 4;
     p.via_pinned = R > 0 && (R <= k_graph_max_tokens || p.top_n > 0);
-    const out_layout rel = make_out_layout(0, n_moe, T, cfg.n_expert_used);
+    const out_layout rel = make_out_layout(0, n_moe, T, p.K);
     p.cand_rel = rel.cand;
     p.cand_block = R > 0 && p.top_n > 0;
     p.sync_now = o.profiling || (R > 0 && !p.via_pinned);
@@ -189,7 +205,7 @@ step_plan plan_step(const model_config &cfg, int64_t n_moe, const batch &b, cons
     // Zero-copy I/O: a candidates step's graph reads its inputs from the slot's pinned mirror and
     // writes its download block to pinned memory itself, so a replay is one launch call.
     p.io_in_graph = o.zero_copy && p.cand_block;
-    p.graphable = o.use_graphs && !o.profiling && T <= k_graph_max_tokens;
+    p.graphable = o.use_graphs && !o.profiling && T <= k_graph_max_tokens && !p.reroute;
     // The graph holds the slot's pinned pointers when it carries its I/O, and the fed tokens' source.
     const int64_t io_key = p.io_in_graph ? 1 + (p.nk ? 1 : 0) + 2 * slot : 0;
     const int64_t fed_key = p.fed_on_gpu ? int64_t(fed.cand) * 128 + fed.top_n : -1;

@@ -63,12 +63,20 @@ size_t cand_sums_offset(int64_t R, int64_t n);
 size_t cand_bytes(int64_t R, int64_t n);
 
 // The download block of a step, relative to the workspace's `out`: the routing record's ids
-// [n_moe, T, K] then weights [n_moe, T, K], then the candidates, 16-byte aligned after them; placed
-// for the step's T, so one transfer brings the record and the candidates.
+// [n_moe, T, K], weights [n_moe, T, K] and margins [n_moe, T], then the candidates, 16-byte
+// aligned after them; placed for the step's T and K (step_plan::K), so one transfer brings the
+// record and the candidates.
 struct out_layout {
-    size_t ids = 0, wts = 0, cand = 0;
+    size_t ids = 0, wts = 0, margins = 0, cand = 0;
 };
-out_layout make_out_layout(size_t out_offset, int64_t n_moe, int64_t T, int64_t n_expert_used);
+out_layout make_out_layout(size_t out_offset, int64_t n_moe, int64_t T, int64_t K);
+
+// The routed experts' places per token of a step: the model's k, or the widest k that an expert
+// intervention of the batch asks for (routing_intervention::top_k), whichever is larger.
+int64_t step_routing_width(const batch &b, const model_config &cfg);
+// The workspace tokens a step of T tokens with K places per token takes: the slot buffers hold
+// T · k places of the model's k, so a wider K counts as more tokens.
+int64_t step_ws_tokens(int64_t T, int64_t K, int64_t model_k);
 
 // What the workspace depends on besides its capacities.
 struct workspace_shape {
@@ -142,6 +150,10 @@ struct step_plan {
     int64_t kv_splits = 1;            // decode attention's KV splits (1: none)
     int64_t top_n = 0;                // candidates per row (0: full rows)
     int64_t n_moe = 0, nk = 0;        // MoE layers; routing-record entries (0: record off)
+    int64_t K = 0;                    // routed experts' places per token (step_routing_width)
+    // A sequence carries an expert intervention: after each layer's router, moe_reroute selects
+    // every token's experts again under its sequence's rule (and the step runs eagerly).
+    bool reroute = false;
     bool has_fed = false;             // the batch holds fed tokens
     bool fed_on_gpu = false;          // …patched on the GPU from the previous step's candidates
     int slot = 0;                     // the pinned I/O slot

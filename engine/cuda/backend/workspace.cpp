@@ -70,9 +70,7 @@ void cuda_backend_impl::ensure_workspace(int64_t T, int64_t R, int64_t bt) {
     m_inputs.alloc(w.in_total, "the batch inputs");
     for (int i = 0; i < 2; ++i) { // a slot for each forward in flight (submit)
         m_io[i].inputs.alloc(w.in_total, "pinned batch inputs");
-        m_io[i].record.alloc(
-            size_t(std::max<int64_t>(n_moe_layers(), 1) * w.T * std::max<int64_t>(m_cfg.n_expert_used, 1)) * 8,
-            "pinned routing record");
+        m_io[i].record.alloc(w.out_bytes, "pinned routing record");
         m_io[i].block.alloc(w.out_bytes, "pinned download block");
     }
     // Layouts only grow: a segment the old layout emptied goes back to the device (the KV

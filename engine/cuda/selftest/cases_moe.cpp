@@ -13,9 +13,11 @@
 #include "kernels/moe_down_gemv.cuh"
 #include "kernels/moe_front.cuh"
 #include "kernels/moe_plan.cuh"
+#include "kernels/moe_reroute.cuh"
 #include "kernels/moe_router.cuh"
 #include "kernels/rms_norm.cuh"
 
+#include <cmath>
 #include <set>
 
 namespace es::selftest {
@@ -108,7 +110,8 @@ void moe_router_case::run(runner &R, const std::string &name) const {
     auto bias = all_tied ? std::vector<float>(static_cast<size_t>(E), 0.25f)
                          : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
     dvec<bf16_t> dx(x);
-    dvec<float> dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E));
+    dvec<float> dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E)),
+        dmargins(static_cast<size_t>(T));
     dvec<int32_t> dids(static_cast<size_t>(T * K));
     dvec<unsigned> dcount(static_cast<size_t>(T));
     moe_router_params p;
@@ -117,6 +120,7 @@ void moe_router_case::run(runner &R, const std::string &name) const {
     p.bias = db.get();
     p.ids = dids.get();
     p.weights = dwt.get();
+    p.margins = dmargins.get();
     p.n_tokens = T;
     p.n_embd = H;
     p.n_expert = E;
@@ -129,14 +133,24 @@ void moe_router_case::run(runner &R, const std::string &name) const {
     ck(launch_moe_router(p, nullptr), "second launch"); // the counters were left at zero
     sync(name);
     std::vector<int32_t> ids(static_cast<size_t>(T * K));
-    std::vector<float> wts(static_cast<size_t>(T * K));
+    std::vector<float> wts(static_cast<size_t>(T * K)), margins(static_cast<size_t>(T));
     p.x = x.data();
     p.w = w.data();
     p.bias = bias.data();
     p.ids = ids.data();
     p.weights = wts.data();
+    p.margins = margins.data();
     moe_router_ref(p);
     const auto gids = dids.download();
+    // The margin (k-th score − (k+1)-th): scores are probabilities plus biases, so an absolute
+    // error; NaN (k = E) on both sides or neither.
+    const auto gmargins = dmargins.download();
+    double merr = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+        const float a = gmargins[size_t(t)], b = margins[size_t(t)];
+        merr = std::max(merr, std::isnan(a) != std::isnan(b) ? 1.0 : std::isnan(a) ? 0.0 : double(std::abs(a - b)));
+    }
+    R.add("kernel", name + " margins", "max abs err", merr, 1e-5);
     int64_t same_set = 0, same_order = 0;
     for (int64_t t = 0; t < T; ++t) {
         std::set<int32_t> a(gids.begin() + t * K, gids.begin() + (t + 1) * K),
@@ -148,6 +162,80 @@ void moe_router_case::run(runner &R, const std::string &name) const {
           double(std::min(same_set, same_order)), double(T), false);
     if (same_set == T)
         R.add("kernel", name + " weights", "max scaled err", scaled_err(dwt.download(), wts), 1e-5);
+}
+
+std::string moe_reroute_case::name() const {
+    return shape_name("moe_reroute", {{"T", T}, {"E", E}, {"K", K}}, "");
+}
+
+// Rules of every kind over random logits: the model's (rule 0), disabled experts, forced experts
+// with a scaled bias, a smaller k with no bias, a larger k (K) with disabled and forced experts;
+// each token under a random rule. Ids exact (random scores: no ties), weights and margins against
+// the twin, and the places past a token's k padded with its first id at weight 0.
+void moe_reroute_case::run(runner &R, const std::string &name) const {
+    const int64_t k0 = std::max<int64_t>(1, K - 2), words = moe_reroute_rule_words(E);
+    auto logits = rand_f(size_t(T * E), -4.0f, 4.0f);
+    auto bias = rand_f(size_t(E), -0.05f, 0.05f);
+    std::vector<int32_t> rules;
+    auto add_rule = [&](int32_t k, std::vector<int32_t> forced, std::vector<int32_t> disabled_ids, float scale) {
+        std::vector<uint8_t> disabled(size_t(E), 0);
+        for (int32_t e : disabled_ids) disabled[size_t(e)] = 1;
+        rules.resize(rules.size() + size_t(words));
+        moe_reroute_fill_rule(rules.data() + rules.size() - size_t(words), E, k, forced.data(), int32_t(forced.size()),
+                              disabled.data(), scale);
+    };
+    add_rule(int32_t(k0), {}, {}, 1.0f);
+    add_rule(int32_t(k0), {}, {0, int32_t(E / 2), int32_t(E - 1)}, 1.0f);
+    add_rule(int32_t(k0), {int32_t(E - 2), 1}, {}, 2.5f);
+    add_rule(1, {}, {}, 0.0f);
+    add_rule(int32_t(K), {3}, {2, int32_t(E - 3)}, 1.0f);
+    add_rule(int32_t(std::min<int64_t>(2, K)), {int32_t(E / 3), 0}, {}, 1.0f); // every place forced: margin NaN
+    const int64_t n_rules = int64_t(rules.size()) / words;
+    std::vector<int32_t> token_rule(static_cast<size_t>(T));
+    std::uniform_int_distribution<int32_t> pick(0, int32_t(n_rules - 1));
+    for (auto &r : token_rule) r = pick(rng());
+    dvec<float> dl(logits), db(bias), dw(static_cast<size_t>(T * K)), dm(static_cast<size_t>(T));
+    dvec<int32_t> dr(rules), dtr(token_rule), di(static_cast<size_t>(T * K));
+    moe_reroute_params p;
+    p.logits = dl.get();
+    p.bias = db.get();
+    p.rules = dr.get();
+    p.token_rule = dtr.get();
+    p.ids = di.get();
+    p.weights = dw.get();
+    p.margins = dm.get();
+    p.n_tokens = T;
+    p.n_expert = E;
+    p.K = K;
+    p.n_rules = n_rules;
+    ck(launch_moe_reroute(p, nullptr), "launch");
+    sync(name);
+    std::vector<int32_t> ids(static_cast<size_t>(T * K));
+    std::vector<float> wts(static_cast<size_t>(T * K)), margins(static_cast<size_t>(T));
+    p.logits = logits.data();
+    p.bias = bias.data();
+    p.rules = rules.data();
+    p.token_rule = token_rule.data();
+    p.ids = ids.data();
+    p.weights = wts.data();
+    p.margins = margins.data();
+    moe_reroute_ref(p);
+    const auto gids = di.download();
+    const auto gm = dm.download();
+    const auto gw = dw.download();
+    R.add("kernel", name + " ids", "tokens with the same choices in the same order (padding included)",
+          double(same_choices(gids, ids, T, K)), double(T), false);
+    R.add("kernel", name + " weights", "max scaled err", scaled_err(gw, wts), 1e-5);
+    double merr = 0.0, pad_wrong = 0.0;
+    for (int64_t t = 0; t < T; ++t) {
+        const float a = gm[size_t(t)], b = margins[size_t(t)];
+        merr = std::max(merr, std::isnan(a) != std::isnan(b) ? 1.0 : std::isnan(a) ? 0.0 : double(std::abs(a - b)));
+        const int64_t k = rules[size_t(token_rule[size_t(t)] * words)];
+        for (int64_t j = k; j < K; ++j)
+            pad_wrong += gids[size_t(t * K + j)] != gids[size_t(t * K)] || gw[size_t(t * K + j)] != 0.0f;
+    }
+    R.add("kernel", name + " margins", "max abs err", merr, 1e-5);
+    R.add("kernel", name + " padding", "places past a token's k not (its first id, weight 0)", pad_wrong, 0.0);
 }
 
 std::string moe_gemv_case::format_label() const {

@@ -178,6 +178,8 @@ void silu_mul_router_cases(case_list &c) {
     add(c, moe_router_case{129, 40, 6, 3, false});
     add(c, moe_router_case{70, 128, 160, 8, false});
     add(c, moe_router_case{64, 64, 8, 2, true});
+    add(c, moe_reroute_case{9, 64, 8});   // the 21B-A3B's 64 experts, k up to 8
+    add(c, moe_reroute_case{300, 160, 10}); // more experts than a warp's lanes hold twice
 }
 
 void gemv_cases(case_list &c) {
@@ -514,6 +516,7 @@ const model_check k_model_checks[] = {
     {false, tile_major_model_check}, // random weights of a real shape: no data needed
     {false, head_pick_model_checks},
     {true, routed_fp8_model_checks},
+    {true, intervention_model_checks},
     {false, phase_timing_checks},
     {false, memory_cycle_checks},
 };

@@ -262,6 +262,13 @@ struct moe_gemv_case {
     void run(runner &R, const std::string &name) const;
 };
 
+// moe_reroute against its twin: rules of every kind (routing_intervention.h) over random logits.
+struct moe_reroute_case {
+    int64_t T, E, K;
+    std::string name() const;
+    void run(runner &R, const std::string &name) const;
+};
+
 struct moe_router_norm_case {
     int64_t T, H, E, K;
     bool all_tied;
@@ -379,6 +386,13 @@ void tile_major_model_check(runner &R, const std::filesystem::path &data_dir);
 void head_pick_model_checks(runner &R, const std::filesystem::path &data_dir);
 // The MoE reference checkpoints with FP8 routed activations.
 void routed_fp8_model_checks(runner &R, const std::filesystem::path &data_dir);
+
+// ---- cases_routing.cpp: expert interventions end to end ------------------------------------------
+
+// Every reference checkpoint's interventions.json on the CUDA backend (BF16) against HF's logits
+// under the same router change and against the CPU backend: prefill, decode, and a batch mixing
+// an intervened sequence with a plain one; the routing record's padding and margins.
+void intervention_model_checks(runner &R, const std::filesystem::path &data_dir);
 
 // ---- cases_profiler.cpp: steps timed per phase, device memory across loads ----------------------
 

@@ -95,8 +95,46 @@ private slots:
         const es::out_layout o = es::make_out_layout(512, 2, 3, 6);
         QCOMPARE(o.ids, size_t(512));
         QCOMPARE(o.wts, size_t(512 + 2 * 3 * 6 * 4));
+        QCOMPARE(o.margins, o.wts + size_t(2 * 3 * 6 * 4));
         QCOMPARE(o.cand % 16, size_t(0));
-        QVERIFY(o.cand >= o.wts + size_t(2 * 3 * 6 * 4));
+        QVERIFY(o.cand >= o.margins + size_t(2 * 3) * 4);
+    }
+
+    // A step whose batch carries an expert intervention: moe_reroute after each router, eagerly,
+    // with K the widest k of the batch and the workspace's tokens scaled to hold T · K places.
+    void interventionStepsRerouteEagerlyWithTheWidestK() {
+        const es::model_config c = shape("ernie-4.5-21b-a3b");
+        es::batch b = make_batch(2, 40, 0, 1);
+        QCOMPARE(es::step_routing_width(b, c), c.n_expert_used);
+        const es::step_plan plain = plan(b);
+        QVERIFY(!plain.reroute);
+        QCOMPARE(plain.K, c.n_expert_used);
+        QCOMPARE(plain.ws_T, plain.T);
+
+        auto disable = std::make_shared<es::routing_intervention>();
+        disable->disabled.push_back({-1, 3});
+        b.seqs[0].routing = disable;
+        const es::step_plan d = plan(b);
+        QVERIFY(d.reroute);
+        QVERIFY(!d.graphable); // the rules are uploaded per step
+        QCOMPARE(d.K, c.n_expert_used);
+        QCOMPARE(d.nk, d.n_moe * d.T * c.n_expert_used);
+
+        auto wide = std::make_shared<es::routing_intervention>();
+        wide->top_k = int32_t(c.n_expert_used + 4);
+        b.seqs[1].routing = wide;
+        const es::step_plan w = plan(b);
+        QCOMPARE(w.K, c.n_expert_used + 4);
+        QCOMPARE(w.nk, w.n_moe * w.T * w.K);
+        QVERIFY(w.ws_T * c.n_expert_used >= w.T * w.K);
+        QCOMPARE(w.cand_rel, es::make_out_layout(0, w.n_moe, w.T, w.K).cand);
+
+        auto narrow = std::make_shared<es::routing_intervention>();
+        narrow->top_k = 2;
+        b.seqs[1].routing = narrow;
+        QCOMPARE(es::step_routing_width(b, c), c.n_expert_used); // the model's k for the other sequence
+        QCOMPARE(es::step_ws_tokens(7, 3, 6), int64_t(7));
+        QCOMPARE(es::step_ws_tokens(7, 8, 6), int64_t(10)); // ⌈7 · 8 / 6⌉
     }
 
     void greedyOneTokenDecodeTakesEveryFusion() {
