@@ -307,7 +307,7 @@ struct twin_pass {
     twin_pass(const model_config &cfg, int64_t n_tokens, weight_format f, const twin_options &o, act_plan plan)
         : c(cfg), fmt(f), fmt_o(f == weight_format::fp8_e4m3 && !o.fp8.attn_out ? weight_format::bf16 : f),
           sl(o.fp8.scales), aplan(std::move(plan)), T(n_tokens), H(cfg.n_embd), hd(cfg.head_dim), qd(cfg.q_dim()),
-          K(o.intervention && o.intervention->top_k > cfg.n_expert_used ? o.intervention->top_k : cfg.n_expert_used),
+          K(o.intervention && o.intervention->top_k > 0 ? o.intervention->top_k : cfg.n_expert_used),
           eps(float(cfg.rms_eps)),
           kvf(o.kv_cache == kv_cache_dtype::fp8 ? kv_format::fp8_e4m3 : kv_format::bf16) {
         const int64_t n_blocks = (T + bs - 1) / bs;

@@ -53,7 +53,7 @@ struct twin_options {
     routing_record *routing = nullptr;
     // The sequence's expert intervention (routing_intervention.h), as the CUDA backend applies
     // it: the router's logits, then moe_reroute's choices under the rule of each layer, K places
-    // per token (the model's k or the intervention's, the larger). Null or empty: none.
+    // per token (the intervention's k, else the model's). Null or empty: none.
     std::shared_ptr<const routing_intervention> intervention;
 };
 

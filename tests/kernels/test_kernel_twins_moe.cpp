@@ -81,9 +81,9 @@ void TestKernelTwinsMoe::rerouteUnderTheModelsRuleIsTheRouter() {
                                      std::array<int64_t, 4>{3, 32, 160, 8}}) {
         const auto x = rand_bf16(size_t(T * H), -2, 2);
         const auto w = rand_f32(size_t(E * H), -0.2f, 0.2f), bias = rand_f32(size_t(E), -0.02f, 0.02f);
-        std::vector<int32_t> ids(size_t(T * K)), ids2(size_t(T * K));
-        std::vector<float> wts(size_t(T * K)), wts2(size_t(T * K)), logits(size_t(T * E)), m(size_t(T)),
-            m2(size_t(T));
+        std::vector<int32_t> ids(static_cast<size_t>(T * K)), ids2(static_cast<size_t>(T * K));
+        std::vector<float> wts(static_cast<size_t>(T * K)), wts2(static_cast<size_t>(T * K)),
+            logits(static_cast<size_t>(T * E)), m(static_cast<size_t>(T)), m2(static_cast<size_t>(T));
         es::moe_router_params r{x.data(), w.data(), bias.data(), ids.data(), wts.data(), T, H, E, K, 1e-12f};
         r.margins = m.data();
         r.logits = logits.data();
@@ -108,7 +108,7 @@ void TestKernelTwinsMoe::rerouteUnderTheModelsRuleIsTheRouter() {
         QVERIFY(std::memcmp(wts2.data(), wts.data(), wts.size() * 4) == 0);
         QVERIFY(std::memcmp(m2.data(), m.data(), m.size() * 4) == 0);
         for (int64_t t = 0; t < T; ++t) { // the margin is the k-th minus the (k+1)-th score
-            std::vector<float> s(size_t(E));
+            std::vector<float> s(static_cast<size_t>(E));
             float mx = -INFINITY, sum = 0.0f;
             for (int64_t e = 0; e < E; ++e) mx = std::max(mx, logits[size_t(t * E + e)]);
             for (int64_t e = 0; e < E; ++e) sum += std::exp(logits[size_t(t * E + e)] - mx);
@@ -125,15 +125,15 @@ void TestKernelTwinsMoe::rerouteRules() {
     const int64_t T = 6, E = 8, K = 5;
     const auto logits = rand_f32(size_t(T * E), -3.0f, 3.0f), bias = rand_f32(size_t(E), -0.05f, 0.05f);
     const int64_t words = es::moe_reroute_rule_words(E);
-    std::vector<int32_t> rules(size_t(3 * words));
+    std::vector<int32_t> rules(static_cast<size_t>(3 * words));
     const uint8_t disabled[E] = {1, 0, 0, 1, 0, 0, 0, 0};
     const int32_t forced[] = {6, 2};
     es::moe_reroute_fill_rule(rules.data(), E, 3, nullptr, 0, disabled, 1.0f);
     es::moe_reroute_fill_rule(rules.data() + words, E, 5, forced, 2, nullptr, 0.0f);
     es::moe_reroute_fill_rule(rules.data() + 2 * words, E, 2, forced, 2, nullptr, 1.0f);
     const std::vector<int32_t> token_rule = {0, 1, 2, 0, 1, 2};
-    std::vector<int32_t> ids(size_t(T * K));
-    std::vector<float> wts(size_t(T * K)), m(size_t(T));
+    std::vector<int32_t> ids(static_cast<size_t>(T * K));
+    std::vector<float> wts(static_cast<size_t>(T * K)), m(static_cast<size_t>(T));
     es::moe_reroute_params p;
     p.logits = logits.data();
     p.bias = bias.data();

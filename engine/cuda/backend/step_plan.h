@@ -71,8 +71,8 @@ struct out_layout {
 };
 out_layout make_out_layout(size_t out_offset, int64_t n_moe, int64_t T, int64_t K);
 
-// The routed experts' places per token of a step: the model's k, or the widest k that an expert
-// intervention of the batch asks for (routing_intervention::top_k), whichever is larger.
+// The routed experts' places per token of a step: the largest k of its sequences (an expert
+// intervention's top_k, else the model's), as the CPU backend's routing record counts them.
 int64_t step_routing_width(const batch &b, const model_config &cfg);
 // The workspace tokens a step of T tokens with K places per token takes: the slot buffers hold
 // T · k places of the model's k, so a wider K counts as more tokens.

@@ -64,6 +64,17 @@ void router_rows(runner &R, const std::string &name, const std::vector<int32_t> 
     }
 }
 
+// The largest |GPU − twin| margin; 1 where one side is NaN (k = E, or every place forced) and the
+// other is not.
+double margin_err(const std::vector<float> &got, const std::vector<float> &want) {
+    double e = 0.0;
+    for (size_t t = 0; t < want.size(); ++t) {
+        const float a = got[t], b = want[t];
+        e = std::max(e, std::isnan(a) != std::isnan(b) ? 1.0 : std::isnan(a) ? 0.0 : double(std::abs(a - b)));
+    }
+    return e;
+}
+
 // The rows a fused kernel normalized into norm.out (dxn) against rms_norm's twin; returns them, the
 // input of every twin after the norm.
 std::vector<bf16_t> normalized_rows(runner &R, const std::string &name, const std::vector<float> &x,
@@ -78,11 +89,13 @@ std::vector<bf16_t> normalized_rows(runner &R, const std::string &name, const st
 }
 
 // A fused router's choices (dids, dwt) against moe_router_ref run on the GPU's normalized rows xn.
+// dmargins, when set, against the twin's margins.
 void router_twin_rows(runner &R, const std::string &name, const std::vector<bf16_t> &xn,
                       const std::vector<float> &w, const std::vector<float> &bias, dvec<int32_t> &dids,
-                      dvec<float> &dwt, int64_t T, int64_t H, int64_t E, int64_t K, bool all_tied) {
+                      dvec<float> &dwt, int64_t T, int64_t H, int64_t E, int64_t K, bool all_tied,
+                      dvec<float> *dmargins = nullptr) {
     std::vector<int32_t> ids(static_cast<size_t>(T * K));
-    std::vector<float> wts(static_cast<size_t>(T * K));
+    std::vector<float> wts(static_cast<size_t>(T * K)), margins(static_cast<size_t>(T));
     moe_router_params r;
     r.x = xn.data();
     r.w = w.data();
@@ -93,8 +106,10 @@ void router_twin_rows(runner &R, const std::string &name, const std::vector<bf16
     r.n_embd = H;
     r.n_expert = E;
     r.n_expert_used = K;
+    r.margins = margins.data();
     moe_router_ref(r);
     router_rows(R, name, dids.download(), dwt.download(), ids, wts, T, K, all_tied);
+    if (dmargins) R.add("kernel", name + " margins", "max abs err", margin_err(dmargins->download(), margins), 1e-5);
 }
 
 } // namespace
@@ -140,17 +155,12 @@ void moe_router_case::run(runner &R, const std::string &name) const {
     p.ids = ids.data();
     p.weights = wts.data();
     p.margins = margins.data();
+    p.logits = nullptr; // the device's scratch: the twin would write its logits there
     moe_router_ref(p);
     const auto gids = dids.download();
     // The margin (k-th score − (k+1)-th): scores are probabilities plus biases, so an absolute
     // error; NaN (k = E) on both sides or neither.
-    const auto gmargins = dmargins.download();
-    double merr = 0.0;
-    for (int64_t t = 0; t < T; ++t) {
-        const float a = gmargins[size_t(t)], b = margins[size_t(t)];
-        merr = std::max(merr, std::isnan(a) != std::isnan(b) ? 1.0 : std::isnan(a) ? 0.0 : double(std::abs(a - b)));
-    }
-    R.add("kernel", name + " margins", "max abs err", merr, 1e-5);
+    R.add("kernel", name + " margins", "max abs err", margin_err(dmargins.download(), margins), 1e-5);
     int64_t same_set = 0, same_order = 0;
     for (int64_t t = 0; t < T; ++t) {
         std::set<int32_t> a(gids.begin() + t * K, gids.begin() + (t + 1) * K),
@@ -226,15 +236,13 @@ void moe_reroute_case::run(runner &R, const std::string &name) const {
     R.add("kernel", name + " ids", "tokens with the same choices in the same order (padding included)",
           double(same_choices(gids, ids, T, K)), double(T), false);
     R.add("kernel", name + " weights", "max scaled err", scaled_err(gw, wts), 1e-5);
-    double merr = 0.0, pad_wrong = 0.0;
+    double pad_wrong = 0.0;
     for (int64_t t = 0; t < T; ++t) {
-        const float a = gm[size_t(t)], b = margins[size_t(t)];
-        merr = std::max(merr, std::isnan(a) != std::isnan(b) ? 1.0 : std::isnan(a) ? 0.0 : double(std::abs(a - b)));
         const int64_t k = rules[size_t(token_rule[size_t(t)] * words)];
         for (int64_t j = k; j < K; ++j)
             pad_wrong += gids[size_t(t * K + j)] != gids[size_t(t * K)] || gw[size_t(t * K + j)] != 0.0f;
     }
-    R.add("kernel", name + " margins", "max abs err", merr, 1e-5);
+    R.add("kernel", name + " margins", "max abs err", margin_err(gm, margins), 1e-5);
     R.add("kernel", name + " padding", "places past a token's k not (its first id, weight 0)", pad_wrong, 0.0);
 }
 
@@ -435,7 +443,7 @@ void moe_front_case::run(runner &R, const std::string &name) const {
                          : rand_f(static_cast<size_t>(E), -0.02f, 0.02f);
     auto gu = make_expert_weights(f, 2 * Fs, H, L);
     dvec<float> dx(x), dw(w), db(bias), dwt(static_cast<size_t>(T * K)), dlogits(static_cast<size_t>(T * E)),
-        dgus(gu.s);
+        dgus(gu.s), dmargins(static_cast<size_t>(T));
     dvec<bf16_t> dnw(nw), dxn(static_cast<size_t>(T * H)), dgub(gu.b), dact(static_cast<size_t>(T * Fs));
     dvec<fp8_t> dguq(gu.q);
     dvec<int32_t> dids(static_cast<size_t>(T * K));
@@ -451,6 +459,7 @@ void moe_front_case::run(runner &R, const std::string &name) const {
     p.n_expert = E;
     p.n_expert_used = K;
     p.logits = dlogits.get();
+    p.margins = dmargins.get();
     p.counter = dcount.get();
     p.sh_w = Fs ? (fp8 ? static_cast<const void *>(dguq.get()) : dgub.get()) : nullptr;
     p.sh_wfmt = f;
@@ -466,7 +475,7 @@ void moe_front_case::run(runner &R, const std::string &name) const {
     ck(launch_moe_front(p, nullptr), "second launch"); // the counter was left at zero
     sync(name);
     const auto xn = normalized_rows(R, name, x, nw, dxn, T, H);
-    router_twin_rows(R, name, xn, w, bias, dids, dwt, T, H, E, K, all_tied);
+    router_twin_rows(R, name, xn, w, bias, dids, dwt, T, H, E, K, all_tied, &dmargins);
     if (Fs > 0) {
         std::vector<bf16_t> act(static_cast<size_t>(T * Fs));
         moe_gate_up_gemv_params g;

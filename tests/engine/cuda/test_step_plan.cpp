@@ -133,6 +133,9 @@ private slots:
         narrow->top_k = 2;
         b.seqs[1].routing = narrow;
         QCOMPARE(es::step_routing_width(b, c), c.n_expert_used); // the model's k for the other sequence
+        b.seqs[0].routing = narrow;
+        QCOMPARE(es::step_routing_width(b, c), int64_t(2)); // every sequence under k = 2
+        QCOMPARE(plan(b).nk, plan(b).n_moe * plan(b).T * 2);
         QCOMPARE(es::step_ws_tokens(7, 3, 6), int64_t(7));
         QCOMPARE(es::step_ws_tokens(7, 8, 6), int64_t(10)); // ⌈7 · 8 / 6⌉
     }
