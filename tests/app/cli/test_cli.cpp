@@ -54,6 +54,7 @@ private slots:
     void generateChat();
     void version();
     void evalMeasuresPrecision();
+    void serveBenchUnderAnIntervention();
     void benchHoldsWeightsAsPrecisionSays();
 };
 
@@ -99,6 +100,11 @@ void TestCli::failures_data() {
     QTest::newRow("serve without a model") << "" << QStringList{"serve", "--port", "0"} << "serve needs --model DIR or --shape NAME";
     QTest::newRow("serve unknown shape") << "" << QStringList{"serve", "--shape", "ernie-9", "--port", "0"} << "ernie-9";
     QTest::newRow("serve model and shape") << "" << QStringList{"serve", "--model", "@DIR", "--shape", "ernie-4.5-0.3b"} << "excludes";
+    QTest::newRow("serve-bench intervention on a dense layer")
+        << "" << QStringList{"serve-bench", "--model", "@DIR", "--requests", "1", "--concurrency", "1", "--disable-experts", "0:1"}
+        << "layer 0";
+    QTest::newRow("serve-bench intervention over HTTP")
+        << "" << QStringList{"serve-bench", "--url", "http://127.0.0.1:9", "--moe-top-k", "1"} << "in-process engine only";
 }
 
 void TestCli::failures() {
@@ -208,6 +214,16 @@ void TestCli::evalMeasuresPrecision() {
 
 // bench on the CPU: --precision says how the weights are held, and the decode bytes it reports
 // are those: BF16 half of fp32 (the fp32 norms aside), E4M3 linears less again.
+// serve-bench runs every request under the expert intervention it is given, through the engine.
+void TestCli::serveBenchUnderAnIntervention() {
+    const run_result r = run_cli({"serve-bench", "--model", data_dir + "/moe-shared", "--requests", "2", "--concurrency",
+                                  "1", "--prompt-len", "8", "--output-len", "4", "--shared-prefix", "0",
+                                  "--disable-experts", "*:0", "--moe-top-k", "1"},
+                                 120000);
+    QVERIFY2(r.exit_code == 0, qPrintable(r.err));
+    QVERIFY2(r.err.contains("every request under the expert intervention: disable *:0; top-k 1"), qPrintable(r.err));
+}
+
 void TestCli::benchHoldsWeightsAsPrecisionSays() {
     QTemporaryDir tmp;
     std::map<QString, double> bytes;
