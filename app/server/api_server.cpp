@@ -134,6 +134,7 @@ struct api_server::impl {
     uint64_t id_salt = 0;
     request_logger logger;            // set before bind(); called on the workers
     std::atomic<uint64_t> active{0};  // requests a worker is answering now
+    std::atomic<uint64_t> tokens_out{0}; // tokens taken from the engine's streams
     bool bound = false;
 
     std::string new_id(api_kind k) {
@@ -189,9 +190,10 @@ struct api_server::impl {
         request_event ev;
         bool got = s.stream->wait_pop(ev, wait);
         while (got) {
-            if (ev.kind == event_kind::token)
+            if (ev.kind == event_kind::token) {
                 s.text += token_text(ev);
-            else if (ev.kind == event_kind::finished)
+                tokens_out += ev.token_ids.size();
+            } else if (ev.kind == event_kind::finished)
                 s.finish = ev.finish_reason;
             else
                 s.error = ev.error.empty() ? "the request failed" : ev.error;
@@ -495,9 +497,10 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
             bool got = s.stream->wait_pop(ev, std::chrono::milliseconds(50));
             std::string text, finish, error;
             while (got) {
-                if (ev.kind == event_kind::token)
+                if (ev.kind == event_kind::token) {
                     text += token_text(ev);
-                else if (ev.kind == event_kind::finished) finish = ev.finish_reason;
+                    tokens_out += ev.token_ids.size();
+                } else if (ev.kind == event_kind::finished) finish = ev.finish_reason;
                 else error = ev.error.empty() ? "the request failed" : ev.error;
                 if (!finish.empty() || !error.empty()) break;
                 got = s.stream->try_pop(ev);
@@ -621,6 +624,7 @@ void api_server::set_request_logger(request_logger logger) { m->logger = std::mo
 server_totals api_server::totals() const {
     server_totals t;
     t.active = m->active.load();
+    t.tokens_out = m->tokens_out.load();
     if (!m->metrics) return t;
     const server_metrics::totals c = m->metrics->current_totals();
     t.requests = c.answers;

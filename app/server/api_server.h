@@ -96,8 +96,10 @@ using request_logger = std::function<void(const request_log_entry &)>;
 
 // The server's running totals. prompt/generation tokens: of completions that ended; active:
 // requests being answered now; errors: answers with a status of 400 or more.
+// tokens_out: tokens the engine has generated for this server's requests so far, those still
+// running included (a live rate is its change over time).
 struct server_totals {
-    uint64_t requests = 0, errors = 0, active = 0, prompt_tokens = 0, generation_tokens = 0;
+    uint64_t requests = 0, errors = 0, active = 0, prompt_tokens = 0, generation_tokens = 0, tokens_out = 0;
 };
 
 class api_server {
