@@ -589,6 +589,8 @@ void MainWindow::connectToServer() {
     connectToEndpoint(dialog.endpoint());
 }
 
+ServerDialog *MainWindow::serverDialog() const { return m_serverDialog; }
+
 void MainWindow::openServerPanel() {
     if (!m_serverDialog) m_serverDialog = new ServerDialog(m_server, m_session, this);
     m_serverDialog->show();

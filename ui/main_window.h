@@ -47,7 +47,7 @@ public:
     QDockWidget *profilerDock() const { return m_profilerDock; }
     ExportMenu *exportMenu() const { return m_exportMenu; }
     LocalServer *localServer() const { return m_server; }
-    ServerDialog *serverDialog() const { return m_serverDialog; } // null until first opened
+    ServerDialog *serverDialog() const; // null until first opened
     QAction *serverAction() const { return m_serverAction; }
 
 public slots:

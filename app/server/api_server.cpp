@@ -715,9 +715,9 @@ std::string api_server::bind() {
     if (!gate.bound_to_loopback() && I.opt.api_key.empty()) {
         if (!I.opt.insecure_no_api_key) return exposure_refusal(I.opt.host);
         std::fprintf(stderr,
-                     "serve: WARNING: listening on %s without an API key (--insecure-no-api-key): anyone who can "
-                     "reach this address can use the model\n",
-                     I.opt.host.c_str());
+                     "serve: WARNING: listening on %s without an API key (%s): anyone who can reach this address "
+                     "can use the model\n",
+                     I.opt.host.c_str(), I.shared_engine ? "allowed explicitly" : "--insecure-no-api-key");
     }
     I.http.set_listening(gate.listening_socket());
     I.bound = true;
