@@ -237,7 +237,7 @@ EngineSession::~EngineSession() {
     emit localModelAboutToChange(tr("the app is closing"));
     m_timer.stop();
     m_remote.reset();
-    m_engine.reset(); // cancels every open request and joins the engine thread
+    m_engine.reset(); // cancels every open request and joins the engine thread (a LocalServer let go above)
 }
 
 EngineSession::BackendAvailability EngineSession::backendAvailability(const QString &backend) {
@@ -308,7 +308,10 @@ void EngineSession::loadModel(const QString &dir) {
             this, [this, dir, why] { emit modelLoadFailed(dir, why); }, Qt::QueuedConnection);
         return;
     }
-    if (m_loaded && !m_remote) emit localModelAboutToChange(tr("%1 is loading in its place").arg(QFileInfo(dir).fileName()));
+    if (m_loaded && !m_remote)
+        emit localModelAboutToChange(QFileInfo(dir) == QFileInfo(m_info.dir)
+                                         ? tr("the model is loading again")
+                                         : tr("%1 is loading in its place").arg(QFileInfo(dir).fileName()));
     cancelAll();
     dropRemote();
     m_loaded = false;

@@ -1397,6 +1397,10 @@ dense</source>
         <source>the engine restarts with new settings</source>
         <translation>引擎以新设置重新启动</translation>
     </message>
+    <message>
+        <source>the model is loading again</source>
+        <translation>模型正在重新加载</translation>
+    </message>
 </context>
 <context>
     <name>es::ExpertLabDialog</name>
