@@ -86,6 +86,33 @@ bool AppSettings::engineDiffers(const AppSettings &o) const {
            qRound(gpuMemoryUtilization * 100) != qRound(o.gpuMemoryUtilization * 100) || threads != o.threads;
 }
 
+ServerSettings ServerSettings::load() {
+    namespace k = settings_keys;
+    const QSettings s;
+    ServerSettings v;
+    const QString host = s.value(k::kServerHost).toString().trimmed();
+    if (!host.isEmpty()) v.host = host;
+    bool ok = false;
+    const int port = s.value(k::kServerPort).toInt(&ok);
+    if (ok && port >= 0 && port <= 65535) v.port = port;
+    v.modelName = s.value(k::kServerModelName).toString();
+    v.rememberKey = s.contains(k::kServerApiKey);
+    v.apiKey = s.value(k::kServerApiKey).toString();
+    return v;
+}
+
+void ServerSettings::save() const {
+    namespace k = settings_keys;
+    QSettings s;
+    s.setValue(k::kServerHost, host);
+    s.setValue(k::kServerPort, port);
+    s.setValue(k::kServerModelName, modelName);
+    if (rememberKey)
+        s.setValue(k::kServerApiKey, apiKey);
+    else
+        s.remove(k::kServerApiKey);
+}
+
 SamplingParams overlaySampling(const SamplingParams &base, const SamplingParams &over) {
     SamplingParams s = base;
     if (over.temperature) s.temperature = over.temperature;

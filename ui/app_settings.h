@@ -43,6 +43,21 @@ struct AppSettings {
     bool operator==(const AppSettings &) const = default;
 };
 
+// The Server panel's last choices: address, port, served name and — only with rememberKey — the
+// API key (settings_keys.h, kServer*). Not part of AppSettings: the panel saves them when a
+// server starts, not the Preferences dialog.
+struct ServerSettings {
+    QString host = QStringLiteral("127.0.0.1");
+    int port = 8000;
+    QString modelName;
+    QString apiKey;           // empty unless rememberKey
+    bool rememberKey = false; // the key is stored (unencrypted) exactly while this is set
+
+    static ServerSettings load();
+    // Saves every field; without rememberKey the stored key is removed.
+    void save() const;
+};
+
 // base with every field that over sets (stop strings and the intervention when not empty).
 SamplingParams overlaySampling(const SamplingParams &base, const SamplingParams &over);
 

@@ -126,7 +126,7 @@ void LatencyView::clearReply() {
     for (QCustomPlot *p : {m_itlPlot, m_ratePlot}) charts::queueReplot(p);
 }
 
-void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
+void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live, bool served) {
     const QList<qint64> &t = p.tokenTimesUs;
     const qsizetype nGaps = std::max<qsizetype>(0, t.size() - 1);
     if (key != m_key || nGaps < m_itlValues.size()) {
@@ -194,7 +194,7 @@ void LatencyView::showReply(const MessageProfile &p, quint64 key, bool live) {
     auto pct = [total](double v) { return total > 0 ? 100.0 * v / total : 0.0; };
     const QString head =
         tr("%1 %2 tokens · TTFT %3 ms · ITL p50 %4 / p90 %5 / p99 %6 ms · %7 tok/s")
-            .arg(live ? tr("Streaming:") : tr("Reply:"))
+            .arg(served ? tr("Served over HTTP:") : live ? tr("Streaming:") : tr("Reply:"))
             .arg(t.size())
             .arg(p.ttftUs ? QString::number(*p.ttftUs / 1000.0, 'f', 1) : QStringLiteral("–"))
             .arg(std::isnan(m_itl.p50) ? QStringLiteral("–") : QString::number(m_itl.p50, 'f', 2))

@@ -26,7 +26,8 @@ public:
     explicit LatencyView(QWidget *parent = nullptr);
 
     // The reply whose tokens are drawn; key identifies it (same key: only new tokens are added).
-    void showReply(const MessageProfile &profile, quint64 key, bool live);
+    // served: a request the app's server answered (the summary says so).
+    void showReply(const MessageProfile &profile, quint64 key, bool live, bool served = false);
     void clearReply();
     // TTFT of each reply of the conversation, oldest first (NaN: none recorded).
     void showTtft(const QList<double> &ttftMs, int current);

@@ -3,6 +3,9 @@
 
 #include "download_model_dialog.h"
 #include "export_menu.h"
+#include "local_server.h"
+#include "profile_recorder.h"
+#include "server_dialog.h"
 
 #include "chat_pane.h"
 #include "chat_store.h"
@@ -93,6 +96,28 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     statusBar()->addPermanentWidget(m_memoryLabel);
     statusBar()->addPermanentWidget(m_queueLabel);
     statusBar()->addPermanentWidget(m_speedLabel);
+
+    // The app's HTTP server on the session's engine; its requests reach the profiler's recorder
+    // (the Latency page and the routing strip show the latest one), which reads the engine's
+    // steps at each of the server's drains while requests run.
+    m_server = new LocalServer(session, this);
+    m_serverLabel = new QLabel(this);
+    m_serverLabel->setObjectName(QStringLiteral("serverLabel"));
+    m_serverLabel->setVisible(false);
+    m_serverLabel->setToolTip(tr("The app serves its model over HTTP (Model ▸ Server…)"));
+    statusBar()->addPermanentWidget(m_serverLabel);
+    connect(m_serverLabel, &QLabel::linkActivated, this, &MainWindow::openServerPanel);
+    ProfileRecorder *recorder = ProfileRecorder::forSession(session);
+    connect(m_server, &LocalServer::requestProfiled, recorder, &ProfileRecorder::recordServedReply);
+    connect(m_server, &LocalServer::serving, recorder, &ProfileRecorder::poll);
+    connect(m_server, &LocalServer::started, this, [this](const QString &url) {
+        m_serverLabel->setText(tr("<a href=\"server\">Serving at %1</a>").arg(url.toHtmlEscaped()));
+        m_serverLabel->setVisible(true);
+    });
+    connect(m_server, &LocalServer::stopped, this, [this](const QString &why) {
+        m_serverLabel->setVisible(false);
+        if (!why.isEmpty()) statusBar()->showMessage(tr("The server stopped: %1").arg(why), 15000);
+    });
 
     // The profiler: a right-hand dock fed by the session; while hidden it reads and draws nothing.
     m_profiler = new ProfilerPanel(store, session, this);
@@ -196,7 +221,11 @@ MainWindow::MainWindow(ChatStore *store, EngineSession *session, QWidget *parent
     }
 }
 
-MainWindow::~MainWindow() = default;
+// The server stops here, while the window's slots can still hear it (bounded: LocalServer::stop).
+MainWindow::~MainWindow() {
+    delete m_serverDialog;
+    delete m_server;
+}
 
 void MainWindow::buildMenus() {
     QMenu *file = menuBar()->addMenu(tr("&File"));
@@ -278,6 +307,9 @@ void MainWindow::buildMenus() {
     // Back to the local model; enabled while connected.
     m_disconnect = model->addAction(tr("D&isconnect from the server"), m_session.data(), &EngineSession::disconnectRemote);
     m_disconnect->setEnabled(false);
+    m_serverAction = model->addAction(tr("&Server…"), QKeySequence(Qt::CTRL | Qt::SHIFT | Qt::Key_S), this,
+                                      &MainWindow::openServerPanel);
+    m_serverAction->setToolTip(tr("Serve the loaded model to OpenAI-compatible clients over HTTP"));
     model->addSeparator();
     // One checkable action per choice of an engine option (field, exclusive within group): the
     // choice is remembered under setting and applied by reconfiguring the session.
@@ -555,6 +587,15 @@ void MainWindow::connectToServer() {
     ConnectServerDialog dialog(this);
     if (dialog.exec() != QDialog::Accepted) return;
     connectToEndpoint(dialog.endpoint());
+}
+
+ServerDialog *MainWindow::serverDialog() const { return m_serverDialog; }
+
+void MainWindow::openServerPanel() {
+    if (!m_serverDialog) m_serverDialog = new ServerDialog(m_server, m_session, this);
+    m_serverDialog->show();
+    m_serverDialog->raise();
+    m_serverDialog->activateWindow();
 }
 
 void MainWindow::connectToEndpoint(const RemoteEndpoint &endpoint) {

@@ -2,8 +2,10 @@
 // (each its own conversation; "send to all panes" compares presets on the same question, and a
 // pane opened at another precision — its own EngineSession on the same model — compares FP8
 // with BF16 or the exact weights), the
-// status bar (model, backend, precision, memory, live tok/s). It owns no model state: the
-// EngineSession and ChatStore it is given do. File ▸ Export/Import: ExportMenu (es_report). Window layout is
+// status bar (model, backend, precision, memory, live tok/s, the server's address while it
+// serves). It owns no model state: the EngineSession and ChatStore it is given do. It owns the
+// LocalServer that serves the session's model over HTTP (Model ▸ Server…, ServerDialog), which
+// stops when the window goes. File ▸ Export/Import: ExportMenu (es_report). Window layout is
 // kept in QSettings.
 #pragma once
 
@@ -26,7 +28,9 @@ class ChatStore;
 class ConversationSidebar;
 class EngineSession;
 class ExportMenu;
+class LocalServer;
 class ProfilerPanel;
+class ServerDialog;
 
 class MainWindow : public QMainWindow {
     Q_OBJECT
@@ -42,12 +46,16 @@ public:
     ProfilerPanel *profilerPanel() const { return m_profiler; }
     QDockWidget *profilerDock() const { return m_profilerDock; }
     ExportMenu *exportMenu() const { return m_exportMenu; }
+    LocalServer *localServer() const { return m_server; }
+    ServerDialog *serverDialog() const; // null until first opened
+    QAction *serverAction() const { return m_serverAction; }
 
 public slots:
     void openModel();                  // folder dialog → will-it-fit → load
     void downloadModel();              // Model ▸ Download…: the hub's models, downloads, the cache, recent
     void connectToServer();            // ConnectServerDialog → connectToEndpoint
     void connectToEndpoint(const es::RemoteEndpoint &endpoint); // EngineSession::connectRemote
+    void openServerPanel();            // Model ▸ Server…: ServerDialog (not modal; the server outlives it)
     void loadModelFolder(const QString &dir, bool askWhenTooBig = true);
     // Default: the main session. Null when the window has no room for another pane.
     ChatPane *addPane(EngineSession *session = nullptr);
@@ -95,6 +103,10 @@ private:
     ProfilerPanel *m_profiler = nullptr;
     QDockWidget *m_profilerDock = nullptr;
     ExportMenu *m_exportMenu = nullptr;
+    LocalServer *m_server = nullptr;
+    QPointer<ServerDialog> m_serverDialog;
+    QAction *m_serverAction = nullptr;
+    QLabel *m_serverLabel = nullptr; // "Serving at …" while the server runs (a link to the panel)
 };
 
 } // namespace es

@@ -166,7 +166,7 @@ TelemetryView ProfilerPanel::currentTelemetry() const {
 ProfilerPanel::Shown ProfilerPanel::shown() const {
     if (m_selected) return {m_selectedProfile, quint64(*m_selected) | kSelectedKeyBit, false};
     if (m_liveKey) return {m_liveProfile, m_liveKey, true};
-    if (m_finishedKey) return {m_finishedProfile, m_finishedKey, false};
+    if (m_finishedKey) return {m_finishedProfile, m_finishedKey, false, m_finishedServed};
     return {};
 }
 
@@ -204,6 +204,7 @@ void ProfilerPanel::setCompareMessages(std::optional<qint64> a, std::optional<qi
 void ProfilerPanel::onReplyRecorded(quint64 requestId, const MessageProfile &profile) {
     m_finishedKey = requestId;
     m_finishedProfile = profile;
+    m_finishedServed = m_recorder && m_recorder->isServed(requestId);
     if (m_liveKey == requestId) {
         m_liveKey = 0;
         m_liveProfile = {};
@@ -336,6 +337,7 @@ void ProfilerPanel::refreshRouting(const TelemetryView &t, bool engineChanged) {
             const MessageProfile &p = s.profile;
             const QString what = m_selected ? tr("Message #%1").arg(*m_selected)
                                  : s.live   ? tr("The reply streaming now")
+                                 : s.served ? tr("The last request served over HTTP")
                                  : s.key    ? tr("The last reply")
                                             : tr("No message selected (click a message's header)");
             const RoutingMatrix m =
@@ -387,7 +389,7 @@ void ProfilerPanel::refreshLatency() {
         if (s.key == 0)
             m_latency->clearReply();
         else
-            m_latency->showReply(s.profile, s.key, s.live);
+            m_latency->showReply(s.profile, s.key, s.live, s.served);
         QString why;
         if (m_session && m_session->isRemote())
             why = tr("A remote server does not report its steps' launches.");

@@ -64,6 +64,8 @@ public:
 
     MessageProfile shownProfile() const;
     bool showsLiveReply() const { return !m_selected && m_liveKey != 0; }
+    // The pages show a request the app's server answered (the latest, when nothing else is shown).
+    bool showsServedRequest() const { return !m_selected && m_liveKey == 0 && m_finishedKey != 0 && m_finishedServed; }
     std::optional<qint64> selectedMessage() const { return m_selected; }
     std::optional<qint64> compareA() const { return m_compareA; }
     std::optional<qint64> compareB() const { return m_compareB; }
@@ -102,6 +104,7 @@ private:
         MessageProfile profile;
         quint64 key = 0;
         bool live = false;
+        bool served = false; // a request the app's server answered
     };
     Shown shown() const;
     TelemetryView currentTelemetry() const;
@@ -140,6 +143,7 @@ private:
     bool m_liveStale = false;  // the engine moved on since m_liveProfile was read
     quint64 m_finishedKey = 0; // the reply that finished last
     MessageProfile m_finishedProfile;
+    bool m_finishedServed = false; // … a request the app's server answered (LocalServer)
     std::optional<qint64> m_compareA, m_compareB;
     TokenHighlight m_tokenHighlight;
     int m_drawnCoVersion = -1, m_drawnCoLayer = -2, m_drawnCoSource = -1;

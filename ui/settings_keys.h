@@ -20,6 +20,12 @@ inline constexpr char kDataFolder[] = "storage/dataFolder";                     
 inline constexpr char kLanguage[] = "ui/language";                              // "" (system) | en | zh_CN
 inline constexpr char kTheme[] = "ui/theme";                                    // system | light | dark
 inline constexpr char kChatFontSize[] = "ui/chatFontSize";                      // points; 0: the system's
+// The Server panel (Model ▸ Server…): the last address, port and served name; the API key only
+// while "Remember key" is ticked (stored unencrypted, as the checkbox says).
+inline constexpr char kServerHost[] = "server/host";                            // 127.0.0.1 by default
+inline constexpr char kServerPort[] = "server/port";                            // 0 … 65535; 0: any free port
+inline constexpr char kServerModelName[] = "server/modelName";                  // empty: the model folder's name
+inline constexpr char kServerApiKey[] = "server/apiKey";                        // absent: not remembered
 
 // Where the conversation database lives when the settings name no folder.
 inline QString defaultDataFolder() { return QStandardPaths::writableLocation(QStandardPaths::AppDataLocation); }

@@ -211,8 +211,21 @@ void ProfileRecorder::onReplyProfiled(quint64 id, const ReplyProfile &reply) {
         makeMessageProfile(reply, m_session ? m_session->modelInfo() : SessionModelInfo{}, st);
     m_finished.insert(id, p);
     m_finishedOrder.append(id);
-    while (m_finishedOrder.size() > kFinishedKept) m_finished.remove(m_finishedOrder.takeFirst());
+    while (m_finishedOrder.size() > kFinishedKept) {
+        const quint64 old = m_finishedOrder.takeFirst();
+        m_finished.remove(old);
+        m_served.remove(old);
+    }
     emit replyRecorded(id, p);
+}
+
+void ProfileRecorder::recordServedReply(const ReplyProfile &reply) {
+    if (reply.requestId == 0 || m_finished.contains(reply.requestId)) return;
+    m_served.insert(reply.requestId);
+    // Not the app's latest reply: a chat reply streaming now stays the one the profiler follows.
+    const quint64 latest = m_latest;
+    onReplyProfiled(reply.requestId, reply);
+    m_latest = latest;
 }
 
 std::optional<MessageProfile> ProfileRecorder::takeProfile(quint64 id) {
@@ -221,6 +234,7 @@ std::optional<MessageProfile> ProfileRecorder::takeProfile(quint64 id) {
     MessageProfile p = it.value();
     m_finished.erase(it);
     m_finishedOrder.removeOne(id);
+    m_served.remove(id);
     return p;
 }
 

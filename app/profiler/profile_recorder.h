@@ -9,7 +9,9 @@
 // time, not a multiple of it; nSteps counts the steps that computed the reply. (A source that
 // does not list a step's sequences falls back to whole steps for every reply in flight.) Each step
 // the reply took part in is also listed in the profile, whole (up to 65,536; schema v5), with a
-// memory sample whenever the figure changed (up to 8,192). GUI thread only.
+// memory sample whenever the figure changed (up to 8,192). Requests the app's server answered on
+// the same engine (LocalServer) are recorded the same way once they end (recordServedReply), so
+// the profiler can show the latest one. GUI thread only.
 #pragma once
 
 #include "session_types.h"
@@ -18,6 +20,7 @@
 #include <QHash>
 #include <QObject>
 #include <QPointer>
+#include <QSet>
 
 #include <deque>
 #include <optional>
@@ -67,11 +70,17 @@ public:
     QList<quint64> activeRequests() const;
     // The reply most recently started (in flight or finished); 0 when none yet.
     quint64 latestRequest() const { return m_latest; }
+    // Whether a finished profile is a request the app's server answered (recordServedReply).
+    bool isServed(quint64 requestId) const { return m_served.contains(requestId); }
 
 public slots:
     // Reads the latest telemetry and attributes new steps. Called on each pump tick with tokens
     // and before a reply is finalized; cheap when nothing changed.
     void poll();
+    // A request the app's server answered on this session's engine (LocalServer::requestProfiled):
+    // its profile is completed from the steps still in the history, which holds them when the
+    // server's drains keep poll() running (LocalServer::serving), and replyRecorded follows.
+    void recordServedReply(const es::ReplyProfile &reply);
 
 signals:
     // A reply ended (finished, cancelled or failed) and its profile is final.
@@ -89,6 +98,7 @@ private:
     QHash<quint64, Accum> m_active;
     QHash<quint64, MessageProfile> m_finished;
     QList<quint64> m_finishedOrder;
+    QSet<quint64> m_served; // finished profiles of served requests
     std::deque<StepView> m_history; // steps seen, oldest first, at most kHistory
     quint64 m_lastStep = 0;
     bool m_haveStep = false;

@@ -88,12 +88,37 @@ struct stream_state {
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
 };
 
+// The log entry of the request the calling worker is serving. A worker serves one request per
+// call of the gate's handler, and every handler, provider and releaser of that request runs inside
+// that call on the same thread, so the entry needs no lock; null outside a request.
+thread_local request_log_entry *t_entry = nullptr;
+
+std::string peer_text(const gate_connection &c) {
+    const bool v6 = c.peer_ip.find(':') != std::string::npos;
+    return (v6 ? "[" + c.peer_ip + "]" : c.peer_ip) + ":" + std::to_string(c.peer_port);
+}
+
+// The method and path of a request's first line ("POST /v1/chat/completions?x HTTP/1.1" →
+// POST, /v1/chat/completions); the gate has framed it, so the line is there.
+void request_line(const std::string &request, std::string &method, std::string &path) {
+    const size_t eol = request.find("\r\n");
+    const std::string_view line(request.data(), eol == std::string::npos ? std::min<size_t>(request.size(), 8192) : eol);
+    const size_t sp1 = line.find(' ');
+    if (sp1 == std::string_view::npos) return;
+    const size_t sp2 = line.find(' ', sp1 + 1);
+    method = std::string(line.substr(0, sp1));
+    std::string_view target = line.substr(sp1 + 1, sp2 == std::string_view::npos ? std::string_view::npos : sp2 - sp1 - 1);
+    target = target.substr(0, std::min(target.find('?'), size_t(512)));
+    path = std::string(target);
+}
+
 } // namespace
 
 struct api_server::impl {
     server_options opt;
-    std::unique_ptr<engine> eng;
-    std::unique_ptr<tokenizer> tok;
+    std::shared_ptr<engine> eng;
+    bool shared_engine = false; // eng belongs to someone else, who loaded its model
+    std::shared_ptr<const tokenizer> tok;
     model_limits limits;
     int32_t block_size = 16;
     std::unique_ptr<server_metrics> metrics;
@@ -107,6 +132,10 @@ struct api_server::impl {
     std::set<request_id> open;  // submitted and not yet ended
     std::atomic<uint64_t> next_id{1};
     uint64_t id_salt = 0;
+    request_logger logger;            // set before bind(); called on the workers
+    std::atomic<uint64_t> active{0};  // requests a worker is answering now
+    std::atomic<uint64_t> tokens_out{0}; // tokens taken from the engine's streams
+    bool bound = false;
 
     std::string new_id(api_kind k) {
         char buf[64];
@@ -133,10 +162,20 @@ struct api_server::impl {
         else open.erase(id);
     }
 
-    // The request ended with `reason` (stop | length | cancelled): metrics, bookkeeping.
+    // The request ended with `reason` (stop | length | cancelled): metrics, bookkeeping, and the
+    // log entry of the request being served on this thread.
     void ended(const std::shared_ptr<request_stream> &st, const std::string &reason) {
         track(st->id(), false);
-        metrics->record_request(st->metrics(), reason, eng->now_us());
+        auto m = std::make_shared<const request_metrics>(st->metrics());
+        metrics->record_request(*m, reason, eng->now_us());
+        if (request_log_entry *e = t_entry) {
+            e->request_id = st->id();
+            e->prompt_tokens = m->n_prompt_tokens;
+            e->completion_tokens = int64_t(m->token_times_us.size());
+            e->finish_reason = reason;
+            if (e->stream && m->t_first_token_us >= 0) e->ttft_ms = (m->t_first_token_us - m->t_submit_us) / 1000.0;
+            e->metrics = std::move(m);
+        }
     }
 
     void handle_completion(const httplib::Request &req, httplib::Response &res, api_kind kind);
@@ -151,9 +190,10 @@ struct api_server::impl {
         request_event ev;
         bool got = s.stream->wait_pop(ev, wait);
         while (got) {
-            if (ev.kind == event_kind::token)
+            if (ev.kind == event_kind::token) {
                 s.text += token_text(ev);
-            else if (ev.kind == event_kind::finished)
+                tokens_out += ev.token_ids.size();
+            } else if (ev.kind == event_kind::finished)
                 s.finish = ev.finish_reason;
             else
                 s.error = ev.error.empty() ? "the request failed" : ev.error;
@@ -192,6 +232,25 @@ struct api_server::impl {
         return t;
     }
     void handle_models(httplib::Response &res);
+    // load() on a shared engine: the loaded model's facts and tokenizer.
+    std::string take_loaded_model();
+    // The served name: the option, else the model folder's name.
+    std::string served_name(const std::string &dir) const {
+        if (!opt.served_model_name.empty()) return opt.served_model_name;
+        std::string name = std::filesystem::path(dir).lexically_normal().filename().string();
+        if (name.empty()) name = std::filesystem::path(dir).lexically_normal().parent_path().filename().string();
+        return name;
+    }
+    // The limits and metrics of the model served as `name`.
+    void set_model(const model_info &info, const std::string &name) {
+        limits.served_name = name;
+        limits.n_ctx = info.config.n_ctx_train;
+        limits.n_vocab = info.config.n_vocab;
+        limits.max_prompt_tokens = opt.max_prompt_tokens;
+        limits.defaults = eng->model_defaults();
+        block_size = info.block_size;
+        metrics = std::make_unique<server_metrics>(name);
+    }
 };
 
 namespace {
@@ -205,6 +264,11 @@ std::string exposure_refusal(const std::string &host) {
 }
 
 } // namespace
+
+api_server::api_server(server_options o, std::shared_ptr<engine> shared) : api_server(std::move(o)) {
+    m->eng = std::move(shared);
+    m->shared_engine = true;
+}
 
 api_server::api_server(server_options o) : m(std::make_unique<impl>()) {
     m->opt = std::move(o);
@@ -224,15 +288,17 @@ api_server::api_server(server_options o) : m(std::make_unique<impl>()) {
     for (const std::string &origin : opt.allowed_origins) m->origins.allowed.push_back(normalize_origin(origin));
 }
 
-std::string check_exposure(const server_options &o) {
-    if (!o.api_key.empty()) return {};
+host_exposure resolve_exposure(const std::string &host) {
+    host_exposure out;
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
     addrinfo *res = nullptr;
-    if (const int rc = getaddrinfo(o.host.empty() ? nullptr : o.host.c_str(), "0", &hints, &res); rc != 0)
-        return "cannot resolve --host " + o.host + " (" + gai_strerror(rc) + ")";
+    if (const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), "0", &hints, &res); rc != 0) {
+        out.resolve_error = gai_strerror(rc);
+        return out;
+    }
     bool loopback = true;
     for (addrinfo *a = res; a; a = a->ai_next) {
         if (a->ai_family == AF_INET)
@@ -241,18 +307,27 @@ std::string check_exposure(const server_options &o) {
             loopback &= bool(IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6 *>(a->ai_addr)->sin6_addr));
     }
     freeaddrinfo(res);
-    if (loopback || o.insecure_no_api_key) return {};
+    out.loopback = loopback;
+    return out;
+}
+
+std::string check_exposure(const server_options &o) {
+    if (!o.api_key.empty()) return {};
+    const host_exposure x = resolve_exposure(o.host);
+    if (!x.resolve_error.empty()) return "cannot resolve --host " + o.host + " (" + x.resolve_error + ")";
+    if (x.loopback || o.insecure_no_api_key) return {};
     return exposure_refusal(o.host);
 }
 
 api_server::~api_server() {
     stop();
     if (m->poller.joinable()) m->poller.join();
-    m->eng.reset();  // finishes open streams, joins the engine thread
+    m->eng.reset();  // its own engine: finishes open streams, joins the engine thread
 }
 
 std::string api_server::load() {
     if (std::string e = check_exposure(m->opt); !e.empty()) return e;
+    if (m->shared_engine) return m->take_loaded_model();
     engine_params ep;
     ep.load.kind = to_kind(m->opt.backend);
     ep.load.n_threads = m->opt.threads;
@@ -277,17 +352,8 @@ std::string api_server::load() {
     const auto info = *m->eng->info();
     std::string name = m->opt.served_model_name;
     if (name.empty() && m->opt.random_shape) name = m->opt.model_dir + "-random";
-    if (name.empty()) {
-        name = std::filesystem::path(m->opt.model_dir).lexically_normal().filename().string();
-        if (name.empty()) name = std::filesystem::path(m->opt.model_dir).lexically_normal().parent_path().filename().string();
-    }
-    m->limits.served_name = name;
-    m->limits.n_ctx = info.config.n_ctx_train;
-    m->limits.n_vocab = info.config.n_vocab;
-    m->limits.max_prompt_tokens = m->opt.max_prompt_tokens;
-    m->limits.defaults = m->eng->model_defaults();
-    m->block_size = info.block_size;
-    m->metrics = std::make_unique<server_metrics>(name);
+    if (name.empty()) name = m->served_name(m->opt.model_dir);
+    m->set_model(info, name);
     std::fprintf(
         stderr, "serve: %s as '%s' on %s, context %lld, %d KV blocks of %d tokens, max %d sequences%s\n",
         m->opt.random_shape ? ("random weights of " + m->opt.model_dir).c_str() : m->opt.model_dir.c_str(),
@@ -295,6 +361,16 @@ std::string api_server::load() {
         info.block_size, m->opt.max_num_seqs,
         m->tok ? "" : " (no tokenizer: token-id prompts, tokens written as [id])");
     if (!info.backend_note.empty()) std::fprintf(stderr, "serve: note: %s\n", info.backend_note.c_str());
+    return {};
+}
+
+std::string api_server::impl::take_loaded_model() {
+    const std::optional<model_info> info = eng ? eng->info() : std::nullopt;
+    if (!info) return "no model is loaded";
+    // The engine's tokenizer (encode is thread-safe): the HTTP threads tokenize with it.
+    if (!info->tok) return "the loaded model has no tokenizer, so chat and text prompts cannot be served";
+    tok = info->tok;
+    set_model(*info, served_name(info->dir.string()));
     return {};
 }
 
@@ -318,6 +394,10 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
     auto state = std::make_shared<stream_state>();
     if (auto e = parse_request(req.body, kind, limits, state->req)) return send_error(res, *e);
     completion_request &r = state->req;
+    if (t_entry) {
+        t_entry->model = r.model;
+        t_entry->stream = r.stream;
+    }
 
     request_params rp;
     if (!tok && (kind == api_kind::chat || !r.prompt_is_ids))
@@ -417,9 +497,10 @@ void api_server::impl::handle_completion(const httplib::Request &req, httplib::R
             bool got = s.stream->wait_pop(ev, std::chrono::milliseconds(50));
             std::string text, finish, error;
             while (got) {
-                if (ev.kind == event_kind::token)
+                if (ev.kind == event_kind::token) {
                     text += token_text(ev);
-                else if (ev.kind == event_kind::finished) finish = ev.finish_reason;
+                    tokens_out += ev.token_ids.size();
+                } else if (ev.kind == event_kind::finished) finish = ev.finish_reason;
                 else error = ev.error.empty() ? "the request failed" : ev.error;
                 if (!finish.empty() || !error.empty()) break;
                 got = s.stream->try_pop(ev);
@@ -528,8 +609,36 @@ httplib::Server::HandlerResponse api_server::impl::check_browser_rules(const htt
 }
 
 std::string api_server::listen() {
+    if (std::string err = bind(); !err.empty()) return err;
+    const bool v6 = m->opt.host.find(':') != std::string::npos;
+    std::printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", m->opt.host.c_str(), v6 ? "]" : "", port());
+    std::fflush(stdout);
+    serve();
+    return {};
+}
+
+int api_server::port() const { return m->bound ? m->gate->port() : 0; }
+std::string api_server::served_model_name() const { return m->limits.served_name; }
+void api_server::set_request_logger(request_logger logger) { m->logger = std::move(logger); }
+
+server_totals api_server::totals() const {
+    server_totals t;
+    t.active = m->active.load();
+    t.tokens_out = m->tokens_out.load();
+    if (!m->metrics) return t;
+    const server_metrics::totals c = m->metrics->current_totals();
+    t.requests = c.answers;
+    t.errors = c.errors;
+    t.prompt_tokens = c.prompt_tokens;
+    t.generation_tokens = c.generation_tokens;
+    return t;
+}
+
+std::string api_server::bind() {
     impl &I = *m;
     http_gate &gate = *I.gate;
+    if (I.bound) return {};
+    if (!I.metrics) return "no model is loaded (load() first)";
     I.http.set_keep_alive_max_count(gate.options().keep_alive_max_requests);
     I.http.set_keep_alive_timeout(std::max<time_t>(1, time_t(I.opt.idle_timeout_s)));
     I.http.set_payload_max_length(I.opt.max_body_bytes); // the gate enforces it first
@@ -549,6 +658,11 @@ std::string api_server::listen() {
             e.message = "HTTP error " + std::to_string(res.status);
         }
         send_error(res, e);
+    });
+    // After each response: the route's status (the totals), and the request's log entry.
+    I.http.set_logger([&I](const httplib::Request &, const httplib::Response &res) {
+        I.metrics->record_answer(res.status);
+        if (request_log_entry *e = t_entry) e->status = res.status;
     });
     I.http.set_exception_handler([](const httplib::Request &req, httplib::Response &res, std::exception_ptr ep) {
         // The exception's text may name files; it goes to stderr, the client gets words.
@@ -596,17 +710,24 @@ std::string api_server::listen() {
     });
 
     if (std::string err = gate.bind(I.opt.host, I.opt.port); !err.empty()) return err;
-    const int port = gate.port();
     I.origins.loopback_bound = gate.bound_to_loopback();
     I.host_check = gate.bound_to_loopback() && I.opt.api_key.empty();
     if (!gate.bound_to_loopback() && I.opt.api_key.empty()) {
         if (!I.opt.insecure_no_api_key) return exposure_refusal(I.opt.host);
         std::fprintf(stderr,
-                     "serve: WARNING: listening on %s without an API key (--insecure-no-api-key): anyone who can "
-                     "reach this address can use the model\n",
-                     I.opt.host.c_str());
+                     "serve: WARNING: listening on %s without an API key (%s): anyone who can reach this address "
+                     "can use the model\n",
+                     I.opt.host.c_str(), I.shared_engine ? "allowed explicitly" : "--insecure-no-api-key");
     }
     I.http.set_listening(gate.listening_socket());
+    I.bound = true;
+    return {};
+}
+
+void api_server::serve() {
+    impl &I = *m;
+    http_gate &gate = *I.gate;
+    if (!I.bound) return;
     // The batch-size histograms read the engine's step ring; poll it often enough not to miss steps.
     I.poller = std::thread([&I] {
         while (!I.stopping) {
@@ -614,22 +735,36 @@ std::string api_server::listen() {
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
         }
     });
-    const bool v6 = I.opt.host.find(':') != std::string::npos;
-    std::printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", I.opt.host.c_str(), v6 ? "]" : "", port);
-    std::fflush(stdout);
     gate.run(
         [&I](const gate_connection &c, std::string &request, bool last) {
+            ++I.active;
+            const auto t0 = std::chrono::steady_clock::now();
+            request_log_entry entry;
+            if (I.logger) {
+                entry.unix_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                    std::chrono::system_clock::now().time_since_epoch())
+                                    .count();
+                entry.client = peer_text(c);
+                request_line(request, entry.method, entry.path);
+                t_entry = &entry;
+            }
             gate_stream s(c, request, I.gate->options().write_timeout, I.stopping);
             bool closed = false;
             const bool ok = I.http.serve(s, last || I.stopping, closed);
+            t_entry = nullptr;
             if (request.size() >= k_trim_after_bytes) {
                 std::string().swap(request); // freed first, so that it is given back too
                 release_freed_memory();
             }
+            if (I.logger) {
+                entry.duration_ms =
+                    std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+                I.logger(entry);
+            }
+            --I.active;
             return ok && !closed && !s.failed();
         },
         [&I] { I.http.set_listening(INVALID_SOCKET); });
-    return {};
 }
 
 void api_server::stop() {

@@ -80,6 +80,17 @@ void server_metrics::record_request(const request_metrics &m, const std::string 
     ++m_success[finish_reason == "stop" || finish_reason == "length" ? finish_reason : "abort"];
 }
 
+void server_metrics::record_answer(int status) {
+    std::lock_guard lock(m_mutex);
+    ++m_answers;
+    if (status >= 400) ++m_errors;
+}
+
+server_metrics::totals server_metrics::current_totals() const {
+    std::lock_guard lock(m_mutex);
+    return {m_answers, m_errors, m_prompt_tokens, m_generation_tokens};
+}
+
 void server_metrics::record_steps(const telemetry_snapshot &s) {
     std::lock_guard lock(m_mutex);
     uint64_t first_new = 0;
@@ -127,6 +138,11 @@ std::string server_metrics::render(const telemetry_snapshot *s, int32_t block_si
         sample(out, "vllm:request_success_total", L + ",finished_reason=\"" + reason + "\"",
                double(it == m_success.end() ? 0 : it->second));
     }
+    head(out, "expertscope:http_answers_total", "counter",
+         "Requests answered by the routes (any status; the gate's own 4xx/503 answers are counted apart).");
+    sample(out, "expertscope:http_answers_total", L, double(m_answers));
+    head(out, "expertscope:http_answer_errors_total", "counter", "Requests answered by the routes with a status of 400 or more.");
+    sample(out, "expertscope:http_answer_errors_total", L, double(m_errors));
     head(out, "vllm:time_to_first_token_seconds", "histogram", "Histogram of time to first token in seconds.");
     m_ttft.render(out, "vllm:time_to_first_token_seconds", L);
     head(out, "vllm:inter_token_latency_seconds", "histogram", "Histogram of inter-token latency in seconds.");

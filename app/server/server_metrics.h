@@ -33,6 +33,13 @@ public:
 
     // A request ended (any reason: stop, length, cancelled → abort). Thread-safe.
     void record_request(const request_metrics &m, const std::string &finish_reason, int64_t now_us);
+    // A request was answered with this status (any route). Thread-safe.
+    void record_answer(int status);
+    // Running totals: answers, answers of 400 or more, and the tokens of completions that ended.
+    struct totals {
+        uint64_t answers = 0, errors = 0, prompt_tokens = 0, generation_tokens = 0;
+    };
+    totals current_totals() const;
     // New steps from the engine's ring (the poller calls this every few ms). Thread-safe.
     void record_steps(const telemetry_snapshot &s);
     // Prometheus text exposition format 0.0.4.
@@ -43,6 +50,7 @@ private:
     mutable std::mutex m_mutex;
     histogram m_ttft, m_itl, m_e2e, m_step_seqs, m_step_tokens;
     uint64_t m_prompt_tokens = 0, m_generation_tokens = 0;
+    uint64_t m_answers = 0, m_errors = 0;
     std::map<std::string, uint64_t> m_success;  // finished_reason → count
     uint64_t m_last_step = 0;                   // newest step already recorded
     uint64_t m_steps_seen = 0, m_steps_missed = 0;

@@ -2,6 +2,8 @@
 // (a load or a reply), so an idle app costs nothing.
 #include "engine_session.h"
 
+#include "engine_views.h"
+
 #include "app/models/provenance.h"
 #include "engine/cuda/cuda_loader.h"
 #include "engine/runtime/engine.h"
@@ -125,8 +127,10 @@ QList<LayerRouting> to_routing(const request_metrics &m, const QList<int> &moe_l
     return out;
 }
 
-ReplyProfile to_profile(quint64 id, const request_metrics &m, const QList<int> &moe_layers, int n_expert,
-                        const QList<int> &text_ends) {
+} // namespace
+
+ReplyProfile toReplyProfile(quint64 id, const request_metrics &m, const QList<int> &moe_layers, int n_expert,
+                            const QList<int> &text_ends) {
     ReplyProfile p;
     p.requestId = id;
     p.tSubmitUs = m.t_submit_us;
@@ -148,8 +152,6 @@ ReplyProfile to_profile(quint64 id, const request_metrics &m, const QList<int> &
     p.margins = QList<float>(m.trace_margins.begin(), m.trace_margins.end());
     return p;
 }
-
-} // namespace
 
 int EngineSession::activeReplies() const {
     return m_remote ? m_remote->activeReplies() : int(m_active.size());
@@ -216,11 +218,11 @@ ReplyProfile EngineSession::replyProfile(quint64 requestId) const {
     if (m_remote) return m_remote->replyProfile(requestId);
     auto it = m_active.find(requestId);
     if (it == m_active.end()) return {};
-    return to_profile(requestId, it->stream->metrics(), m_info.moeLayers, m_info.nExperts, it->tokenTextEnds);
+    return toReplyProfile(requestId, it->stream->metrics(), m_info.moeLayers, m_info.nExperts, it->tokenTextEnds);
 }
 
 EngineSession::EngineSession(const EngineSessionOptions &options, QObject *parent)
-    : QObject(parent), m_options(options), m_engine(std::make_unique<engine>(make_params(options))) {
+    : QObject(parent), m_options(options), m_engine(std::make_shared<engine>(make_params(options))) {
     qRegisterMetaType<es::SessionModelInfo>();
     qRegisterMetaType<es::SessionStats>();
     qRegisterMetaType<es::MessageMetrics>();
@@ -232,9 +234,10 @@ EngineSession::EngineSession(const EngineSessionOptions &options, QObject *paren
 }
 
 EngineSession::~EngineSession() {
+    emit localModelAboutToChange(tr("the app is closing"));
     m_timer.stop();
     m_remote.reset();
-    m_engine.reset(); // cancels every open request and joins the engine thread
+    m_engine.reset(); // cancels every open request and joins the engine thread (a LocalServer let go above)
 }
 
 EngineSession::BackendAvailability EngineSession::backendAvailability(const QString &backend) {
@@ -305,6 +308,10 @@ void EngineSession::loadModel(const QString &dir) {
             this, [this, dir, why] { emit modelLoadFailed(dir, why); }, Qt::QueuedConnection);
         return;
     }
+    if (m_loaded && !m_remote)
+        emit localModelAboutToChange(QFileInfo(dir) == QFileInfo(m_info.dir)
+                                         ? tr("the model is loading again")
+                                         : tr("%1 is loading in its place").arg(QFileInfo(dir).fileName()));
     cancelAll();
     dropRemote();
     m_loaded = false;
@@ -339,6 +346,8 @@ void EngineSession::dropRemote() {
 }
 
 void EngineSession::connectRemote(const RemoteEndpoint &endpoint) {
+    if (m_loaded && !m_remote)
+        emit localModelAboutToChange(tr("the app connects to the server %1 instead").arg(endpoint.baseUrl.toString()));
     cancelAll();
     dropRemote();
     m_load.reset(); // a local load in progress is abandoned (its result is ignored)
@@ -382,18 +391,19 @@ void EngineSession::disconnectRemote() {
 void EngineSession::reconfigure(const EngineSessionOptions &options) {
     if (m_remote) { // the local engine's options; the remote connection stays
         m_options = options;
-        m_engine = std::make_unique<engine>(make_params(options));
+        m_engine = std::make_shared<engine>(make_params(options));
         m_timer.setInterval(options.pumpIntervalMs);
         return;
     }
     const QString dir = m_loaded ? m_info.dir : m_load ? m_load->dir : m_wantedDir;
+    if (m_loaded) emit localModelAboutToChange(tr("the engine restarts with new settings"));
     cancelAll();
     m_load.reset();
     m_loading = m_loaded = false;
     m_info = {};
     m_promptTokenizer.reset();
     m_options = options;
-    m_engine = std::make_unique<engine>(make_params(options));
+    m_engine = std::make_shared<engine>(make_params(options));
     m_timer.setInterval(options.pumpIntervalMs);
     if (!dir.isEmpty()) loadModel(dir);
 }
@@ -446,7 +456,7 @@ void EngineSession::finishRequest(quint64 id, const QString &reason) {
     const request_metrics m = a.stream->metrics();
     MessageMetrics metrics = to_metrics(m);
     metrics.stopReason = reason;
-    emit replyProfiled(id, to_profile(id, m, m_info.moeLayers, m_info.nExperts, a.tokenTextEnds));
+    emit replyProfiled(id, toReplyProfile(id, m, m_info.moeLayers, m_info.nExperts, a.tokenTextEnds));
     emit replyFinished(id, reason, metrics, to_routing(m, m_info.moeLayers, m_info.nExperts), m.seed);
 }
 
@@ -561,7 +571,7 @@ void EngineSession::pump() {
             Active a = it.value();
             m_active.erase(it);
             if (!a.pendingUtf8.isEmpty()) emit tokensGenerated(id, QString::fromUtf8(a.pendingUtf8), a.pendingTokens);
-            emit replyProfiled(id, to_profile(id, a.stream->metrics(), m_info.moeLayers, m_info.nExperts, a.tokenTextEnds));
+            emit replyProfiled(id, toReplyProfile(id, a.stream->metrics(), m_info.moeLayers, m_info.nExperts, a.tokenTextEnds));
             emit replyFailed(id, failed);
         } else {
             finishRequest(id, finished);

@@ -59,6 +59,11 @@ public:
     RemoteClient *remote() const { return m_remote.get(); }
     const EngineSessionOptions &options() const { return m_options; }
 
+    // The local engine, for LocalServer, which serves its loaded model over HTTP beside the app's
+    // own replies (one copy of the weights; the scheduler batches both). Whoever holds it must let
+    // go when localModelAboutToChange is emitted. Replaced by reconfigure().
+    std::shared_ptr<engine> localEngine() const { return m_engine; }
+
     // Counts prompts in the loaded model's tokens (any thread); null while no local model with a
     // tokenizer is loaded (a remote server's tokenizer is not at hand).
     std::shared_ptr<const PromptTokenizer> promptTokenizer() const { return m_promptTokenizer; }
@@ -121,6 +126,10 @@ signals:
     void modelLoaded(const es::SessionModelInfo &info);
     void modelLoadFailed(const QString &dir, const QString &message);
     void remoteDisconnected(); // disconnectRemote: no model until the local one (if any) loads
+    // The loaded local model is about to be replaced or unloaded, or the engine restarted or
+    // destroyed (why: in words, "… is loading in its place"). Emitted before anything changes,
+    // so a direct connection (LocalServer) can stop serving it first.
+    void localModelAboutToChange(const QString &why);
     // Text produced since the last signal for this request (whole UTF-8 characters).
     void tokensGenerated(quint64 requestId, const QString &textDelta, int nTokens);
     // finishReason: "stop" | "length" | "cancelled". seed: the seed actually used.
@@ -147,7 +156,7 @@ private:
     struct LoadState;
 
     EngineSessionOptions m_options;
-    std::unique_ptr<engine> m_engine;
+    std::shared_ptr<engine> m_engine; // shared with LocalServer while it serves the model
     std::unique_ptr<RemoteClient> m_remote;
     QHash<quint64, Active> m_active;
     QTimer m_timer;

@@ -1381,6 +1381,26 @@ dense</source>
         <source>none (the CPU backend)</source>
         <translation>无（CPU 后端）</translation>
     </message>
+    <message>
+        <source>the app is closing</source>
+        <translation>应用正在关闭</translation>
+    </message>
+    <message>
+        <source>%1 is loading in its place</source>
+        <translation>正在改为加载 %1</translation>
+    </message>
+    <message>
+        <source>the app connects to the server %1 instead</source>
+        <translation>应用改为连接服务器 %1</translation>
+    </message>
+    <message>
+        <source>the engine restarts with new settings</source>
+        <translation>引擎以新设置重新启动</translation>
+    </message>
+    <message>
+        <source>the model is loading again</source>
+        <translation>模型正在重新加载</translation>
+    </message>
 </context>
 <context>
     <name>es::ExpertLabDialog</name>
@@ -1665,6 +1685,61 @@ dense</source>
     <message>
         <source> (%1 of them timed on the device, scaled to all)</source>
         <translation>（其中 %1 步在设备上计时，按比例推算到全部）</translation>
+    </message>
+    <message>
+        <source>Served over HTTP:</source>
+        <translation>经 HTTP 提供服务：</translation>
+    </message>
+</context>
+<context>
+    <name>es::LocalServer</name>
+    <message>
+        <source>the app is closing</source>
+        <translation>应用正在关闭</translation>
+    </message>
+    <message>
+        <source>Enter an address to listen on: 127.0.0.1 serves this machine only, 0.0.0.0 every network.</source>
+        <translation>请输入要监听的地址：127.0.0.1 只为本机提供服务，0.0.0.0 面向所有网络。</translation>
+    </message>
+    <message>
+        <source>The address “%1” cannot be used: %2.</source>
+        <translation>无法使用地址“%1”：%2。</translation>
+    </message>
+    <message>
+        <source>Refusing to serve on %1 without an API key: anyone who can reach that address could use the model. Set an API key, listen on 127.0.0.1 (this machine only), or tick “Allow without a key”.</source>
+        <translation>拒绝在没有 API 密钥的情况下于 %1 提供服务：任何能访问该地址的人都可以使用此模型。请设置 API 密钥、监听 127.0.0.1（仅本机），或勾选“允许无密钥访问”。</translation>
+    </message>
+    <message>
+        <source>The server is already running at %1.</source>
+        <translation>服务器已在 %1 运行。</translation>
+    </message>
+    <message>
+        <source>No model is loaded: open one first (File ▸ Open model…), then start the server.</source>
+        <translation>尚未加载模型：请先打开一个模型（文件 ▸ 打开模型…），再启动服务器。</translation>
+    </message>
+    <message>
+        <source>The app is connected to a remote server: only a model loaded in the app can be served. Disconnect (Model ▸ Disconnect from the server) and open a model first.</source>
+        <translation>应用当前连接着远程服务器：只能为应用中加载的模型提供服务。请先断开连接（模型 ▸ 断开与服务器的连接）并打开一个模型。</translation>
+    </message>
+    <message>
+        <source>The model is still loading: start the server once it has loaded.</source>
+        <translation>模型仍在加载：请在加载完成后再启动服务器。</translation>
+    </message>
+    <message>
+        <source>%1 is not a port number: use 1 … 65535, or 0 for any free port.</source>
+        <translation>%1 不是端口号：请使用 1 … 65535，或用 0 表示任意空闲端口。</translation>
+    </message>
+    <message>
+        <source>The loaded model cannot be served: %1.</source>
+        <translation>无法为已加载的模型提供服务：%1。</translation>
+    </message>
+    <message>
+        <source>Port %1 on %2 is in use (another program or server listens there): choose another port, or 0 for any free one.</source>
+        <translation>%2 上的端口 %1 已被占用（另一个程序或服务器正在监听）：请换一个端口，或用 0 表示任意空闲端口。</translation>
+    </message>
+    <message>
+        <source>The server could not start: %1.</source>
+        <translation>服务器无法启动：%1。</translation>
     </message>
 </context>
 <context>
@@ -2020,6 +2095,26 @@ dense</source>
     <message>
         <source>No room for another pane: close one (Ctrl+W), hide the profiler or widen the window</source>
         <translation>没有空间再添加窗格：请关闭一个窗格（Ctrl+W）、隐藏性能分析器或加宽窗口</translation>
+    </message>
+    <message>
+        <source>The app serves its model over HTTP (Model ▸ Server…)</source>
+        <translation>应用正在通过 HTTP 提供其模型（模型 ▸ 服务器…）</translation>
+    </message>
+    <message>
+        <source>&lt;a href=&quot;server&quot;&gt;Serving at %1&lt;/a&gt;</source>
+        <translation>&lt;a href=&quot;server&quot;&gt;正在 %1 提供服务&lt;/a&gt;</translation>
+    </message>
+    <message>
+        <source>The server stopped: %1</source>
+        <translation>服务器已停止：%1</translation>
+    </message>
+    <message>
+        <source>&amp;Server…</source>
+        <translation>服务器(&amp;S)…</translation>
+    </message>
+    <message>
+        <source>Serve the loaded model to OpenAI-compatible clients over HTTP</source>
+        <translation>通过 HTTP 向兼容 OpenAI 的客户端提供已加载的模型</translation>
     </message>
 </context>
 <context>
@@ -2962,6 +3057,10 @@ dense</source>
         <source>%1 tokens: %2</source>
         <translation>%1 个 token：%2</translation>
     </message>
+    <message>
+        <source>The last request served over HTTP</source>
+        <translation>最近一次经 HTTP 处理的请求</translation>
+    </message>
 </context>
 <context>
     <name>es::RemoteClient</name>
@@ -3336,6 +3435,236 @@ P(a 且 b) / (P(a) · P(b))</translation>
     <message>
         <source>Unchecked: the model&apos;s default, %1.</source>
         <translation>未勾选：使用模型默认值 %1。</translation>
+    </message>
+</context>
+<context>
+    <name>es::ServedRequestModel</name>
+    <message>
+        <source>Time</source>
+        <translation>时间</translation>
+    </message>
+    <message>
+        <source>Client</source>
+        <translation>客户端</translation>
+    </message>
+    <message>
+        <source>Route</source>
+        <translation>路由</translation>
+    </message>
+    <message>
+        <source>Model</source>
+        <translation>模型</translation>
+    </message>
+    <message>
+        <source>Prompt</source>
+        <translation>提示词</translation>
+    </message>
+    <message>
+        <source>Completion</source>
+        <translation>补全</translation>
+    </message>
+    <message>
+        <source>Status</source>
+        <translation>状态</translation>
+    </message>
+    <message>
+        <source>Duration</source>
+        <translation>耗时</translation>
+    </message>
+    <message>
+        <source>TTFT</source>
+        <translation>TTFT</translation>
+    </message>
+    <message>
+        <source>Prompt tokens of a completion (the chat template applied)</source>
+        <translation>补全请求的提示词 token 数（已套用对话模板）</translation>
+    </message>
+    <message>
+        <source>Tokens the model generated for it</source>
+        <translation>模型为该请求生成的 token 数</translation>
+    </message>
+    <message>
+        <source>From the request&apos;s last byte received to the answer&apos;s last byte sent</source>
+        <translation>从收到请求的最后一个字节到发出回答的最后一个字节</translation>
+    </message>
+    <message>
+        <source>Time to first token of a streaming completion: from its submission to the engine to its first token</source>
+        <translation>流式补全的首 token 时间：从提交给引擎到生成第一个 token</translation>
+    </message>
+    <message>
+        <source>%1 %2 (stream)</source>
+        <translation>%1 %2（流式）</translation>
+    </message>
+    <message>
+        <source>%1 — %2 %3 from %4</source>
+        <translation>%1 — 来自 %4 的 %2 %3</translation>
+    </message>
+    <message>
+        <source>Engine request %1, finished: %2</source>
+        <translation>引擎请求 %1，结束原因：%2</translation>
+    </message>
+    <message>
+        <source>No answer was written: the client went first</source>
+        <translation>未写出回答：客户端已先断开</translation>
+    </message>
+</context>
+<context>
+    <name>es::ServerDialog</name>
+    <message>
+        <source>Server</source>
+        <translation>服务器</translation>
+    </message>
+    <message>
+        <source>The address to listen on: 127.0.0.1 serves this machine only; 0.0.0.0 (or this machine&apos;s address) lets other machines connect, and needs an API key</source>
+        <translation>要监听的地址：127.0.0.1 只为本机提供服务；0.0.0.0（或本机的地址）允许其他机器连接，需要 API 密钥</translation>
+    </message>
+    <message>
+        <source>any free port</source>
+        <translation>任意空闲端口</translation>
+    </message>
+    <message>
+        <source>The TCP port; 0 picks any free one (the URL below shows which)</source>
+        <translation>TCP 端口；0 表示任选一个空闲端口（下方的 URL 会显示实际端口）</translation>
+    </message>
+    <message>
+        <source>Port</source>
+        <translation>端口</translation>
+    </message>
+    <message>
+        <source>none</source>
+        <translation>无</translation>
+    </message>
+    <message>
+        <source>Clients must send “Authorization: Bearer &lt;key&gt;”; without a key only this machine may be served</source>
+        <translation>客户端必须发送“Authorization: Bearer &lt;密钥&gt;”；没有密钥时只能为本机提供服务</translation>
+    </message>
+    <message>
+        <source>Show</source>
+        <translation>显示</translation>
+    </message>
+    <message>
+        <source>Show or hide the key</source>
+        <translation>显示或隐藏密钥</translation>
+    </message>
+    <message>
+        <source>Remember key</source>
+        <translation>记住密钥</translation>
+    </message>
+    <message>
+        <source>Stores the key in ExpertScope&apos;s settings file, unencrypted</source>
+        <translation>将密钥以未加密的形式保存在 ExpertScope 的设置文件中</translation>
+    </message>
+    <message>
+        <source>Allow without a key on an address other machines can reach</source>
+        <translation>允许无密钥访问（在其他机器可访问的地址上）</translation>
+    </message>
+    <message>
+        <source>Anyone who can reach the address could then use the model</source>
+        <translation>这样任何能访问该地址的人都可以使用此模型</translation>
+    </message>
+    <message>
+        <source>The name clients send as “model” and /v1/models lists; empty: the model folder&apos;s name</source>
+        <translation>客户端作为“model”发送、/v1/models 列出的名称；留空则使用模型文件夹的名称</translation>
+    </message>
+    <message>
+        <source>Address</source>
+        <translation>地址</translation>
+    </message>
+    <message>
+        <source>API key (optional)</source>
+        <translation>API 密钥（可选）</translation>
+    </message>
+    <message>
+        <source>Model name</source>
+        <translation>模型名称</translation>
+    </message>
+    <message>
+        <source>Start</source>
+        <translation>启动</translation>
+    </message>
+    <message>
+        <source>Stop</source>
+        <translation>停止</translation>
+    </message>
+    <message>
+        <source>not serving</source>
+        <translation>未在提供服务</translation>
+    </message>
+    <message>
+        <source>Where the server listens; OpenAI clients take this followed by /v1 as their base URL</source>
+        <translation>服务器监听的位置；OpenAI 客户端以它加上 /v1 作为 base URL</translation>
+    </message>
+    <message>
+        <source>Copy</source>
+        <translation>复制</translation>
+    </message>
+    <message>
+        <source>Copy the URL</source>
+        <translation>复制 URL</translation>
+    </message>
+    <message>
+        <source>URL</source>
+        <translation>URL</translation>
+    </message>
+    <message>
+        <source>Requests: answered by the server&apos;s routes. Active: being answered now. Errors: answered with a status of 400 or more. tok/s: tokens generated for its requests per second over the last two seconds.</source>
+        <translation>请求：服务器各路由已回答的请求。活动：正在回答的请求。错误：以 400 或更高状态码回答的请求。tok/s：最近两秒内每秒为其请求生成的 token 数。</translation>
+    </message>
+    <message>
+        <source>Clear</source>
+        <translation>清空</translation>
+    </message>
+    <message>
+        <source>Empty the requests log (the totals stay)</source>
+        <translation>清空请求日志（总计保留）</translation>
+    </message>
+    <message>
+        <source>Copied %1.</source>
+        <translation>已复制 %1。</translation>
+    </message>
+    <message>
+        <source>Hide</source>
+        <translation>隐藏</translation>
+    </message>
+    <message>
+        <source>Stopped.</source>
+        <translation>已停止。</translation>
+    </message>
+    <message>
+        <source>The server stopped: %1. Start it again to serve the model loaded then.</source>
+        <translation>服务器已停止：%1。再次启动即可为届时加载的模型提供服务。</translation>
+    </message>
+    <message>
+        <source>Serving without a key.</source>
+        <translation>正在无密钥提供服务。</translation>
+    </message>
+    <message>
+        <source>Serving; clients send “Authorization: Bearer &lt;key&gt;”.</source>
+        <translation>正在提供服务；客户端需发送“Authorization: Bearer &lt;密钥&gt;”。</translation>
+    </message>
+    <message>
+        <source>OpenAI clients: base URL %1/v1, model “%2”.</source>
+        <translation>OpenAI 客户端：base URL 为 %1/v1，模型为“%2”。</translation>
+    </message>
+    <message>
+        <source>the model folder&apos;s name</source>
+        <translation>模型文件夹的名称</translation>
+    </message>
+    <message>
+        <source>Serving %1 from the app&apos;s engine: the server&apos;s requests and your chats share the loaded model and are batched together. Loading another model stops the server.</source>
+        <translation>正在用应用的引擎提供 %1：服务器的请求与你的对话共用已加载的模型，并一起批处理。加载另一个模型会停止服务器。</translation>
+    </message>
+    <message>
+        <source>Serve %1, the model loaded in the app, to OpenAI-compatible clients over HTTP (/v1/chat/completions, /v1/completions, /v1/models, /metrics). No second copy is loaded: the server and your chats share the engine.</source>
+        <translation>通过 HTTP 向兼容 OpenAI 的客户端提供应用中已加载的模型 %1（/v1/chat/completions、/v1/completions、/v1/models、/metrics）。不会再加载第二份副本：服务器与你的对话共用引擎。</translation>
+    </message>
+    <message>
+        <source>Serve the model loaded in the app to OpenAI-compatible clients over HTTP. Open a model first (File ▸ Open model…).</source>
+        <translation>通过 HTTP 向兼容 OpenAI 的客户端提供应用中已加载的模型。请先打开一个模型（文件 ▸ 打开模型…）。</translation>
+    </message>
+    <message>
+        <source>Requests %1 · active %2 · errors %3 · %4 tok/s · tokens: %5 prompt, %6 completion</source>
+        <translation>请求 %1 · 活动 %2 · 错误 %3 · %4 tok/s · token：提示词 %5，补全 %6</translation>
     </message>
 </context>
 <context>

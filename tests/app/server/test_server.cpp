@@ -3,7 +3,10 @@
 // engine's own (generate, and the engine in-process); concurrent clients share engine steps;
 // a client that goes away mid-stream frees its request; /metrics parses as Prometheus text and
 // moves as it should; malformed requests get 4xx with an OpenAI error body and the server stays
-// up; SIGTERM shuts it down cleanly. Every wait is bounded.
+// up; SIGTERM shuts it down cleanly. In process, a server made on an engine its owner loaded
+// serves that model beside the owner's own requests, logs each answer with its token counts, and
+// leaves the engine working when it stops. Every wait is bounded.
+#include "api_server.h"
 #include "engine/runtime/engine.h"
 
 #include <httplib.h>
@@ -13,6 +16,7 @@
 #include <QRegularExpression>
 #include <QtTest>
 
+#include "engine_generate.h"
 #include "serve_process.h"
 
 #include <atomic>
@@ -115,6 +119,7 @@ private slots:
     void nonStreamingDisconnectFreesRequest();
     void malformed_data();
     void malformed();
+    void sharedEngineServesBesideItsOwner();
 
 private:
     http_result request(const std::string &method, const std::string &path, const std::string &body = "",
@@ -348,7 +353,8 @@ void TestServer::metricsParseAndMove() {
                                "vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds",
                                "vllm:e2e_request_latency_seconds", "expertscope:expert_tokens_total",
                                "expertscope:memory_bytes", "expertscope:memory_fragmentation",
-                               "expertscope:kv_cache_waste"})
+                               "expertscope:kv_cache_waste", "expertscope:http_answers_total",
+                               "expertscope:http_answer_errors_total"})
         QVERIFY2(before.types.count(family), family);
     QCOMPARE(before.types.at("vllm:time_to_first_token_seconds"), std::string("histogram"));
     QCOMPARE(before.types.at("vllm:prompt_tokens_total"), std::string("counter"));
@@ -390,6 +396,9 @@ void TestServer::metricsParseAndMove() {
             }
     }
     QCOMPARE(after.get("vllm:num_requests_running"), 0.0);
+    // Every answer of the routes is counted (the scrapes too); none of these was an error.
+    QVERIFY(after.get("expertscope:http_answers_total") >= before.get("expertscope:http_answers_total") + 2);
+    QCOMPARE(after.get("expertscope:http_answer_errors_total"), before.get("expertscope:http_answer_errors_total"));
 }
 
 void TestServer::concurrentClientsAreBatched() {
@@ -619,4 +628,113 @@ void TestServer::malformed() {
 }
 
 QTEST_GUILESS_MAIN(TestServer)
+void TestServer::sharedEngineServesBesideItsOwner() {
+    es::engine_params ep;
+    ep.load.n_threads = 2;
+    // A server on an engine without a model refuses to start.
+    {
+        es::server::server_options o;
+        es::server::api_server empty(o, std::make_shared<es::engine>(ep));
+        QCOMPARE(empty.load(), std::string("no model is loaded"));
+    }
+    auto eng = std::make_shared<es::engine>(ep);
+    QVERIFY(eng->load_model(model_dir).get());
+    es::server::server_options o;
+    o.port = 0;
+    o.api_key = api_key;
+    o.served_model_name = "shared";
+    es::server::api_server srv(o, eng);
+    QCOMPARE(srv.load(), std::string());
+    std::mutex mutex;
+    std::vector<es::server::request_log_entry> log;
+    srv.set_request_logger([&](const es::server::request_log_entry &e) {
+        std::lock_guard lock(mutex);
+        log.push_back(e);
+    });
+    QCOMPARE(srv.bind(), std::string());
+    const int port = srv.port();
+    QVERIFY(port > 0);
+    {
+        // The port is taken now: a second server there says so, naming it.
+        es::server::server_options o2 = o;
+        o2.port = port;
+        es::server::api_server other(o2, eng);
+        QCOMPARE(other.load(), std::string());
+        const std::string err = other.bind();
+        QVERIFY2(err.find(":" + std::to_string(port) + " (the port is in use)") != std::string::npos, err.c_str());
+    }
+    std::thread serving([&srv] { srv.serve(); });
+
+    // The owner's request and a client's run on the one engine at the same time.
+    auto own = eng->submit([&] {
+        es::request_params rp;
+        rp.prompt_ids = {5, 6, 7, 8};
+        rp.sampling.temperature = 0;
+        rp.sampling.max_tokens = 64; // no stop ids: 64 tokens
+        return rp;
+    }());
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(5, 0);
+    c.set_read_timeout(60, 0);
+    const json body = {{"model", "shared"},
+                       {"messages", json::array({{{"role", "user"}, {"content", "Hello"}}})},
+                       {"max_tokens", 16},
+                       {"temperature", 0},
+                       {"ignore_eos", true}};
+    auto res = c.Post("/v1/chat/completions", {{"Authorization", "Bearer " + api_key}}, body.dump(), "application/json");
+    QVERIFY(res);
+    QCOMPARE(res->status, 200);
+    const json answer = json::parse(res->body);
+    QCOMPARE(answer["model"].get<std::string>(), std::string("shared"));
+    QCOMPARE(answer["usage"]["completion_tokens"].get<int>(), 16);
+    auto refused = c.Get("/v1/models");
+    QVERIFY(refused);
+    QCOMPARE(refused->status, 401);
+
+    srv.stop();
+    serving.join();
+    {
+        std::lock_guard lock(mutex);
+        QCOMPARE(log.size(), size_t(2));
+        const es::server::request_log_entry &chat = log[0];
+        QCOMPARE(chat.method, std::string("POST"));
+        QCOMPARE(chat.path, std::string("/v1/chat/completions"));
+        QCOMPARE(chat.status, 200);
+        QCOMPARE(chat.model, std::string("shared"));
+        QCOMPARE(chat.prompt_tokens, answer["usage"]["prompt_tokens"].get<int64_t>());
+        QCOMPARE(chat.completion_tokens, int64_t(16));
+        QCOMPARE(chat.finish_reason, std::string("length"));
+        QVERIFY(chat.request_id != 0 && chat.metrics && chat.metrics->token_times_us.size() == 16);
+        QCOMPARE(chat.ttft_ms, -1.0); // not streamed
+        QVERIFY(chat.client.rfind("127.0.0.1:", 0) == 0);
+        QCOMPARE(log[1].path, std::string("/v1/models"));
+        QCOMPARE(log[1].status, 401);
+        QCOMPARE(log[1].prompt_tokens, int64_t(-1));
+    }
+    const es::server::server_totals t = srv.totals();
+    QCOMPARE(t.requests, uint64_t(2));
+    QCOMPARE(t.errors, uint64_t(1));
+    QCOMPARE(t.active, uint64_t(0));
+    QCOMPARE(t.generation_tokens, uint64_t(16));
+    QCOMPARE(t.tokens_out, uint64_t(16));
+
+    // The owner's request ran to its end beside it, and the engine serves its owner after the stop.
+    const es_test::generation mine = es_test::generate_with_engine(*eng, {9, 10, 11}, [] {
+        es::sampling_params sp;
+        sp.temperature = 0;
+        sp.max_tokens = 8;
+        return sp;
+    }());
+    QVERIFY2(mine.ok(), mine.error.c_str());
+    QCOMPARE(mine.tokens.size(), size_t(8));
+    size_t n = 0;
+    std::string finish;
+    for (es::request_event ev; finish.empty() && own->wait_pop(ev, std::chrono::seconds(30));) {
+        if (ev.kind == es::event_kind::token) n += ev.token_ids.size();
+        else finish = ev.kind == es::event_kind::finished ? ev.finish_reason : "failed: " + ev.error;
+    }
+    QCOMPARE(finish, std::string("length"));
+    QCOMPARE(n, size_t(64));
+}
+
 #include "test_server.moc"
