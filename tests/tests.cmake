@@ -120,6 +120,7 @@ if(TARGET expertscope-cli)
 endif()
 es_add_qtest(engine/core/test_switches LABEL unit)
 es_add_qtest(engine/cuda/test_step_plan LABEL unit LIBS es_cuda_plan)
+es_add_qtest(engine/cuda/test_kv_pool_plan LABEL unit LIBS es_cuda_plan)
 # The engine's layering (tests/engine/check_layers.py): which folder may include which.
 find_package(Python3 COMPONENTS Interpreter)
 if(Python3_Interpreter_FOUND)

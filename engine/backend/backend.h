@@ -161,8 +161,8 @@ public:
     virtual int32_t kv_capacity_blocks() const { return kv_params().n_blocks; }
     virtual int32_t kv_mapped_blocks() const { return kv_params().n_blocks; }
     virtual status kv_ensure_blocks(int32_t n);
-    virtual status kv_trim_blocks(int32_t n) { return ok_status(); }
-    virtual int32_t kv_mapped_after_trim(int32_t n) const { return kv_mapped_blocks(); }
+    virtual status kv_trim_blocks(int32_t /*n*/) { return ok_status(); }
+    virtual int32_t kv_mapped_after_trim(int32_t /*n*/) const { return kv_mapped_blocks(); }
 
     // Runs one forward pass. Validates the batch (ids in vocab, positions inside blocks). Nothing
     // may be in flight (submit without its finish).
