@@ -105,7 +105,11 @@ struct forward_output {
 
 struct kv_cache_params {
     int32_t block_size = 16;
-    int32_t n_blocks = 0;
+    int32_t n_blocks = 0;   // the pool's capacity
+    // The pool's memory on demand: the backend may back only the blocks kv_ensure_blocks asks for
+    // (the engine's pool). false: every block has memory from the start (a backend that cannot
+    // map on demand backs them all either way).
+    bool on_demand = false;
 };
 
 // Memory the backend manages besides weights and KV (workspace) and what the device reports.
@@ -144,8 +148,8 @@ public:
     virtual const model_config &config() const = 0;
 
     // (Re)creates the KV pools, p.n_blocks blocks each (the capacity). Fails with a readable
-    // message when the memory is not there. A backend that maps on demand backs none of the
-    // blocks yet (kv_mapped_blocks); every other backs them all.
+    // message when the memory is not there. With p.on_demand a backend that maps on demand backs
+    // none of the blocks yet (kv_mapped_blocks); otherwise all of them are backed.
     virtual status init_kv_cache(const kv_cache_params &p) = 0;
     virtual const kv_cache_params &kv_params() const = 0;
     virtual size_t kv_block_bytes() const = 0;

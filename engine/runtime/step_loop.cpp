@@ -231,7 +231,7 @@ void step_loop::load(cmd_load &c) {
     // Measured before the KV pool takes the free memory the measurement reads through.
     m_read_bandwidth = mdl->be->device_read_bandwidth();
     const int32_t n_blocks = pick_kv_blocks(m_params, cfg, mdl->be->kv_block_bytes(), room);
-    if (auto s = mdl->be->init_kv_cache({m_params.block_size, n_blocks}); !s) return c.done->set_value(s.err());
+    if (auto s = mdl->be->init_kv_cache({m_params.block_size, n_blocks, true}); !s) return c.done->set_value(s.err());
     // A backend that maps the pool on demand has none of it mapped yet: the floor now, the rest as
     // requests need it (the scheduler's grow function, which asks the backend), given back by
     // trim_kv.

@@ -240,9 +240,9 @@ status cuda_backend_impl::init_kv_cache(const kv_cache_params &p) {
         const size_t kv_bytes = per_layer * 2 * kv_format_bytes(kv_fmt()) * size_t(m_cfg.n_layer);
         // (The capacity: what the pool may come to map.)
         give_back_head_slack_for(kv_bytes);
-        // Reserved whole, mapped on demand (kv_ensure_blocks); else one allocation, cleared.
+        // On demand: reserved whole, mapped by kv_ensure_blocks; else one allocation, cleared.
         m_kv_pool.init(m_params.device, int32_t(2 * m_cfg.n_layer), p.n_blocks,
-                       size_t(p.block_size) * size_t(m_cfg.kv_dim()) * kv_format_bytes(kv_fmt()), m_stream,
+                       size_t(p.block_size) * size_t(m_cfg.kv_dim()) * kv_format_bytes(kv_fmt()), p.on_demand, m_stream,
                        "the KV cache (" + std::to_string(p.n_blocks) + " blocks of " + std::to_string(p.block_size) +
                            " tokens, " + (kv_fmt() == kv_format::bf16 ? "BF16" : "FP8 E4M3") + ")");
         m_kv_layer_elems = m_kv_pool.stride() / kv_format_bytes(kv_fmt());

@@ -106,14 +106,16 @@ std::string vmm_granule(int device, size_t &granule) {
 
 } // namespace
 
-void kv_pool_memory::init(int device, int32_t n_regions, int32_t capacity, size_t region_block_bytes,
+void kv_pool_memory::init(int device, int32_t n_regions, int32_t capacity, size_t region_block_bytes, bool on_demand,
                           cudaStream_t stream, const std::string &what) {
     reset();
     m_device = device;
     m_what = what;
     ck(cudaSetDevice(device), "cudaSetDevice"); // (the driver calls act on the current context)
     size_t granule = 0;
-    std::string why = switch_flag("ES_CUDA_KV_VMM", true) ? vmm_granule(device, granule) : "ES_CUDA_KV_VMM=0";
+    std::string why = !on_demand                           ? "every block asked for at once"
+                      : !switch_flag("ES_CUDA_KV_VMM", true) ? "ES_CUDA_KV_VMM=0"
+                                                             : vmm_granule(device, granule);
     if (why.empty()) {
         const kv_pool_layout l = make_kv_pool_layout(n_regions, capacity, region_block_bytes, granule);
         const size_t range = l.stride * size_t(l.n_regions);

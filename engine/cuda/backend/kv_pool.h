@@ -6,8 +6,9 @@
 // never move, so CUDA graphs and the kernels' layout are unaffected. The driver API is not linked:
 // its entry points come from the runtime (cudaGetDriverEntryPointByVersion), so the module still
 // loads where libcuda is absent. Where virtual memory management is not there (the device says
-// so, an entry point is missing, a reservation fails, or ES_CUDA_KV_VMM=0) the pool is one
-// cudaMalloc of its whole capacity, as before, and note() says why.
+// so, an entry point is missing, a reservation fails, or ES_CUDA_KV_VMM=0), and where the caller
+// wants every block backed from the start (kv_cache_params::on_demand false: direct users of the
+// backend such as the bench), the pool is one cudaMalloc of its whole capacity, and note() says why.
 #pragma once
 
 #include "engine/cuda/backend/kv_pool_plan.h"
@@ -28,11 +29,11 @@ public:
     kv_pool_memory(const kv_pool_memory &) = delete;
     kv_pool_memory &operator=(const kv_pool_memory &) = delete;
 
-    // Reserves (or, without virtual memory management, allocates and clears) a pool of n_regions
-    // regions of `capacity` blocks of region_block_bytes on `device`. Throws es::load_error naming
-    // `what` when the memory or the addresses are not there.
-    void init(int device, int32_t n_regions, int32_t capacity, size_t region_block_bytes, cudaStream_t stream,
-              const std::string &what);
+    // Reserves (on_demand, with virtual memory management) or allocates and clears a pool of
+    // n_regions regions of `capacity` blocks of region_block_bytes on `device`. Throws
+    // es::load_error naming `what` when the memory or the addresses are not there.
+    void init(int device, int32_t n_regions, int32_t capacity, size_t region_block_bytes, bool on_demand,
+              cudaStream_t stream, const std::string &what);
     // Unmaps and releases everything, frees the range. The caller has drained the stream.
     void reset();
 

@@ -32,7 +32,7 @@ public:
     std::string name() const override { return "growing KV pool over " + m_in.name(); }
     const es::model_config &config() const override { return m_in.config(); }
     es::status init_kv_cache(const es::kv_cache_params &p) override {
-        m_mapped = 0;
+        m_mapped = p.on_demand ? 0 : p.n_blocks; // (the engine's pool is on demand)
         return m_in.init_kv_cache(p);
     }
     const es::kv_cache_params &kv_params() const override { return m_in.kv_params(); }
