@@ -516,6 +516,8 @@ const model_check k_model_checks[] = {
     {true, routed_fp8_model_checks},
     {false, phase_timing_checks},
     {false, memory_cycle_checks},
+    {false, kv_pool_checks},
+    {false, kv_pool_oom_checks},
 };
 
 } // namespace
