@@ -166,9 +166,10 @@ struct model_info {
     std::string backend_name;
     std::string backend_note;           // model::backend_note: why CUDA is not used, when it is not
     sampling_params defaults;
-    int32_t n_kv_blocks = 0, block_size = 0;
+    int32_t n_kv_blocks = 0, block_size = 0; // the KV pool's capacity
     bool routing_interventions = false; // backend::supports_routing_interventions
     std::shared_ptr<const tokenizer> tok; // the model's (null without one); encode() is thread-safe
+    std::string kv_note;                // how the KV pool's memory is held (backend_memory::kv_note)
 };
 
 class engine {

@@ -274,7 +274,8 @@ void step_loop::load(cmd_load &c) {
                             n_blocks,
                             m_params.block_size,
                             m_mdl->be->supports_routing_interventions(),
-                            m_mdl->tok};
+                            m_mdl->tok,
+                            m_mdl->be->memory().kv_note};
     }
     c.done->set_value(ok_status());
 }
