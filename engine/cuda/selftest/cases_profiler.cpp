@@ -258,9 +258,11 @@ double granule_of(const backend_memory &m) {
 
 // The CUDA backend's KV pool on demand (kv_cache_params::on_demand): reserved with nothing mapped;
 // grown in steps, the device's free memory falling by what the pool says it maps; a sequence run
-// in the pool's top blocks computing what the same sequence computes in its bottom blocks; a trim back to the bottom step returning the device's free memory to within one
-// allocation granule of where it was, the bottom blocks' K/V intact (their sequence carries on
-// as the top one did); regrown and trimmed to nothing, all of the pool's memory given back.
+// in the pool's top blocks computing what the same sequence computes in its bottom blocks; a trim
+// back to the bottom step returning the device's free memory to within one allocation granule of
+// where it was, the bottom blocks' K/V intact (their last decode computes again what it did, and
+// what the top blocks' did); a batch naming a block the trim took refused; regrown and trimmed to
+// nothing, all of the pool's memory given back.
 void kv_pool_checks(runner &R, const std::filesystem::path &) {
     const std::string name = "KV pool on demand: 21b-a3b widths, 3 layers, random fp8 weights, grow, top blocks, trim";
     R.run("memory", name, [&] {
