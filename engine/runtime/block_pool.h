@@ -140,7 +140,7 @@ private:
     void evict_hash(int32_t b);
     // Frees a block whose last reference went: into the uncached set or the LRU queue's back.
     void make_free(int32_t b);
-    // Maps memory up to `want` blocks through m_grow; false (and m_grow_error) when it falls short.
+    // Maps memory up to `want` blocks through m_grow; m_grow_error says why when it falls short.
     void grow_to(int32_t want);
 
     int32_t m_block_size;
