@@ -126,6 +126,7 @@ struct serve_opts {
     std::string shape;         // random weights of a real shape instead of --model
     int32_t layers = 0;        // with --shape: 0, the shape's own depth
     uint64_t kv_cache_mib = 0; // 0: the engine's default
+    uint64_t kv_cache_min_mib = 0; // of a KV pool mapped on demand (GPU), kept mapped when idle
     int port = 8000;
     size_t max_body_bytes = 1 << 20;
     int64_t max_prompt_tokens = 0;

@@ -255,8 +255,13 @@ CLI::App *add_serve_command(CLI::App &app, serve_opts &sv, common_opts &common) 
         ->add_option("--kv-cache-mib", sv.kv_cache_mib,
                      "KV cache size (default: on a GPU what --gpu-memory-utilization leaves, or up to one "
                      "full context from what is free when that is less; on the CPU min(1 GiB, RAM/4); capped at what "
-                     "--max-num-seqs full contexts need)")
+                     "--max-num-seqs full contexts need). On a GPU the pool's capacity: its memory is mapped as "
+                     "requests need it and given back when they are done")
         ->check(CLI::Range(uint64_t(1), uint64_t(1) << 30));
+    serve
+        ->add_option("--kv-cache-min-mib", sv.kv_cache_min_mib,
+                     "GPU: KV pool memory kept mapped however idle the server is (default 0: all of it given back)")
+        ->check(CLI::Range(uint64_t(0), uint64_t(1) << 30));
     serve->add_option("--host", sv.host, "address to bind (default 127.0.0.1: this machine only)");
     serve->add_option("--port", sv.port, "TCP port (default 8000; 0: any free port, printed on stdout)")->check(CLI::Range(0, 65535));
     serve->add_option("--api-key", sv.api_key, "require 'Authorization: Bearer KEY' on /v1/* (default: env EXPERTSCOPE_API_KEY)")

@@ -46,6 +46,7 @@ int cmd_serve(const serve_opts &o, const common_opts &common) {
     so.kv_cache = common.kv_cache;
     so.fp8_scales = common.fp8_scales;
     so.kv_cache_bytes = o.kv_cache_mib << 20;
+    so.kv_cache_min_bytes = o.kv_cache_min_mib << 20;
     so.gpu_memory_utilization = common.gpu_memory_utilization;
     so.host = o.host;
     so.port = o.port;

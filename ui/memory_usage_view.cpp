@@ -1,6 +1,8 @@
 // MemoryUsageView (see memory_usage_view.h). The stack is four cumulative graphs, each filled
 // down to the one below (QCustomPlot's channel fill), in GiB; "free" can be left out of the stack
-// because on the CPU backend it is the machine's RAM and would flatten everything else.
+// because on the CPU backend it is the machine's RAM and would flatten everything else. The KV
+// band is the pool's memory now: a pool mapped on demand widens as requests need blocks and
+// narrows when its top is given back.
 #include "memory_usage_view.h"
 
 #include "profiler_charts.h"
@@ -34,12 +36,14 @@ protected:
 // The device's memory accounted for: the backend's allocations by purpose, and what the device
 // reports in use beyond them (the CUDA context's own, other processes'). Empty on the CPU.
 QString MemoryUsageView::deviceAccounting(const MemoryView &m, const MemorySample &s) {
-    if (m.deviceParts.isEmpty() || m.deviceTotal <= 0) return {};
+    const QString kv = m.kvNote.isEmpty() ? QString() : tr(" · KV pool: %1").arg(m.kvNote);
+    if (m.deviceParts.isEmpty() || m.deviceTotal <= 0) return kv;
     QStringList parts;
     for (const auto &[name, bytes] : m.deviceParts)
         if (bytes > 0) parts << QStringLiteral("%1 %2").arg(name, charts::bytes(bytes));
     return tr(" · on the device: %1; in use beyond them %2 (the CUDA context, other processes)")
-        .arg(parts.join(QStringLiteral(", ")), charts::bytes(s.other));
+               .arg(parts.join(QStringLiteral(", ")), charts::bytes(s.other)) +
+           kv;
 }
 
 MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
@@ -118,17 +122,20 @@ MemoryUsageView::MemoryUsageView(QWidget *parent) : QWidget(parent) {
     m_blocks->setTightBoundary(false);
     QCPColorGradient g;
     g.clearColorStops();
-    g.setColorStopAt(0.0, QColor(220, 80, 40));   // used
-    g.setColorStopAt(0.5, QColor(70, 120, 200));  // cached
-    g.setColorStopAt(1.0, QColor(225, 225, 225)); // free
-    g.setLevelCount(3);
+    // Four levels over [0, 3]: used, cached, free, unmapped (a pool mapped on demand: no memory).
+    g.setColorStopAt(0.0, QColor(220, 80, 40));        // used
+    g.setColorStopAt(1.0 / 3.0, QColor(70, 120, 200)); // cached
+    g.setColorStopAt(2.0 / 3.0, QColor(200, 200, 200)); // free
+    g.setColorStopAt(1.0, QColor(245, 245, 245));       // unmapped
+    g.setLevelCount(4);
     g.setNanHandling(QCPColorGradient::nhTransparent);
     m_blocks->setGradient(g);
-    m_blocks->setDataRange(QCPRange(0, 2));
+    m_blocks->setDataRange(QCPRange(0, 3));
     m_blockPlot->setToolTip(ProfilerDefinitions::kvBlockMap());
     auto *legend = new QLabel(tr("KV block map: <span style='color:#dc5028'>■</span> in use "
                                  "<span style='color:#4678c8'>■</span> cached (free, reusable prefix) "
-                                 "<span style='color:#b4b4b4'>■</span> free"),
+                                 "<span style='color:#b4b4b4'>■</span> free "
+                                 "<span style='color:#dcdcdc'>□</span> no memory (mapped when needed)"),
                               this);
     legend->setToolTip(ProfilerDefinitions::kvBlockMap());
     legend->setWordWrap(true);
@@ -193,8 +200,8 @@ void MemoryUsageView::addSample(const MemoryView &m, double tS) {
         for (QCustomPlot *p : {m_stackPlot, m_ratioPlot, m_blockPlot}) charts::queueReplot(p);
         return;
     }
-    m_summary->setText(tr("In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device total %6, free %7 "
-                          "· allocator reserved %8, "
+    m_summary->setText(tr("In use %1 (weights %2, KV %3 of %4 mapped, of a %17 pool, workspace %5) · device total %6, "
+                          "free %7 · allocator reserved %8, "
                           "in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 "
                           "used / %14 cached / %15 free "
                           "(%16 per cell)")
@@ -209,7 +216,8 @@ void MemoryUsageView::addSample(const MemoryView &m, double tS) {
                            .arg(m_lastMap.used)
                            .arg(m_lastMap.cached)
                            .arg(m_lastMap.free)
-                           .arg(m_lastMap.blocksPerCell) +
+                           .arg(m_lastMap.blocksPerCell)
+                           .arg(charts::bytes(s.kvCapacity)) +
                        deviceAccounting(m, s));
     for (QCustomPlot *p : {m_stackPlot, m_ratioPlot, m_blockPlot}) charts::queueReplot(p);
 }

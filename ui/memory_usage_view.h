@@ -1,7 +1,9 @@
-// MemoryUsageView: the profiler's Memory page — a stacked area over time of weights, KV cache,
-// workspace and free memory; fragmentation and KV waste over time; the KV block map (used /
-// cached / free); the device's total and free memory. ProfilerPanel adds a sample a few times a
-// second; points are appended in place and those older than the window are dropped.
+// MemoryUsageView: the profiler's Memory page — a stacked area over time of weights, KV pool
+// (the memory it has mapped: it grows and shrinks with demand where the backend maps it on
+// demand), workspace and free memory; fragmentation and KV waste over time; the KV block map
+// (used / cached / free / without memory); the device's total and free memory. ProfilerPanel
+// adds a sample a few times a second; points are appended in place and those older than the
+// window are dropped.
 #pragma once
 
 #include "memory_series.h"

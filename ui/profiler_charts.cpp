@@ -39,8 +39,9 @@ QString ProfilerDefinitions::imbalance() {
 QString ProfilerDefinitions::vram() {
     return tr("Memory: what the model's weights, the cached keys and values and the working buffers take, "
               "and what is left.\n"
-              "VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device "
-              "total/free. With the CPU backend: the engine's own accounting and the machine's RAM.");
+              "VRAM: weights, KV pool (the memory it has mapped now, of its capacity), workspace, allocator "
+              "reserved / in use / free, device total/free. With the CPU backend: the engine's own accounting "
+              "and the machine's RAM.");
 }
 QString ProfilerDefinitions::fragmentation() {
     return tr("Fragmentation: how scattered the free memory is; KV waste: how much of the cache's blocks "
@@ -72,8 +73,10 @@ QString ProfilerDefinitions::kvBlockMap() {
     return tr("Which blocks of the key and value cache hold a conversation now, which keep a reusable prompt "
               "and which are free.\n"
               "KV block map: the paged KV cache's blocks (16 tokens each) in use, cached (free, holding a "
-              "reusable prefix) and free, one cell per block in pool order (where they lie, not only how "
-              "many). A source that reports only counts (a remote server) is drawn grouped by state.");
+              "reusable prefix), free, and without memory (the top of a pool mapped on demand: mapped when "
+              "requests need it, given back when they are done), one cell per block in pool order (where they "
+              "lie, not only how many). A source that reports only counts (a remote server) is drawn grouped "
+              "by state.");
 }
 QString ProfilerDefinitions::sharedAndDense() {
     return tr(

@@ -23,7 +23,8 @@ MemorySample memorySample(const MemoryView &m, double tS) {
     MemorySample s;
     s.tS = tS;
     s.weights = m.weightsBytes;
-    s.kvCache = qint64(m.kvBlocksTotal) * m.kvBlockBytes;
+    s.kvCapacity = m.kvCapacityBytes > 0 ? m.kvCapacityBytes : qint64(m.kvBlocksTotal) * m.kvBlockBytes;
+    s.kvCache = m.kvMappedBytes >= 0 ? m.kvMappedBytes : s.kvCapacity;
     s.kvInUse = qint64(m.kvBlocksUsed) * m.kvBlockBytes;
     s.workspace = m.allocReserved;
     s.free = m.deviceFree;
@@ -40,21 +41,19 @@ KvBlockMap kvBlockMap(const MemoryView &m, int maxCells) {
     const int total = std::max(0, m.kvBlocksTotal);
     if (total > 0 && m.kvBlockStates.size() == total) {
         // Exact: each block's own state.
-        const auto state = [&](int b) { return std::clamp(int(quint8(m.kvBlockStates[b])), 0, 2); };
-        for (int b = 0; b < total; ++b) {
-            const int s = state(b);
-            (s == 0 ? map.used : s == 1 ? map.cached : map.free) += 1;
-        }
+        const auto state = [&](int b) { return std::clamp(int(quint8(m.kvBlockStates[b])), 0, 3); };
+        int *count[4] = {&map.used, &map.cached, &map.free, &map.unmapped};
+        for (int b = 0; b < total; ++b) ++*count[state(b)];
         if (maxCells <= 0) return map;
         map.blocksPerCell = (total + maxCells - 1) / maxCells;
         const int nCells = (total + map.blocksPerCell - 1) / map.blocksPerCell;
         map.cells.reserve(nCells);
         for (int c = 0; c < nCells; ++c) {
-            int n[3] = {0, 0, 0};
+            int n[4] = {0, 0, 0, 0};
             for (int b = c * map.blocksPerCell; b < std::min(total, (c + 1) * map.blocksPerCell); ++b) ++n[state(b)];
-            map.cells.append(n[0] >= n[1] && n[0] >= n[2] ? KvBlockState::Used
-                             : n[1] >= n[2]                ? KvBlockState::Cached
-                                                           : KvBlockState::Free);
+            // The majority; ties to the earlier state (used, cached, free, unmapped).
+            const int best = int(std::max_element(n, n + 4) - n);
+            map.cells.append(KvBlockState(best));
         }
         return map;
     }

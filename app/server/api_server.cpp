@@ -337,6 +337,7 @@ std::string api_server::load() {
     ep.load.need_tokenizer = !m->opt.random_shape;
     ep.max_num_seqs = m->opt.max_num_seqs;
     ep.kv_cache_bytes = m->opt.kv_cache_bytes;
+    ep.kv_cache_min_bytes = m->opt.kv_cache_min_bytes;
     ep.gpu_memory_utilization = m->opt.gpu_memory_utilization;
     m->eng = std::make_unique<engine>(ep);
     status st = m->opt.random_shape ? m->eng->load_random_model(*m->opt.random_shape, 42).get()
@@ -361,6 +362,7 @@ std::string api_server::load() {
         info.block_size, m->opt.max_num_seqs,
         m->tok ? "" : " (no tokenizer: token-id prompts, tokens written as [id])");
     if (!info.backend_note.empty()) std::fprintf(stderr, "serve: note: %s\n", info.backend_note.c_str());
+    if (!info.kv_note.empty()) std::fprintf(stderr, "serve: KV pool: %s\n", info.kv_note.c_str());
     return {};
 }
 

@@ -39,6 +39,7 @@ struct server_options {
     std::string kv_cache = "bf16";  // CUDA KV cache elements: bf16 | fp8 (E4M3: twice the tokens)
     std::string fp8_scales = "channel"; // CUDA, fp8 weights: channel | block128 (fp8_policy::scales)
     uint64_t kv_cache_bytes = 0;    // 0: the engine's default
+    uint64_t kv_cache_min_bytes = 0; // of a KV pool mapped on demand, kept when idle (engine_params)
     double gpu_memory_utilization = 0.90; // CUDA: engine_params::gpu_memory_utilization
     std::string host = "127.0.0.1";
     int port = 8000;                    // 0: any free port (printed by listen)

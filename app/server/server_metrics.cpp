@@ -159,17 +159,22 @@ std::string server_metrics::render(const telemetry_snapshot *s, int32_t block_si
     if (!s) return out;
 
     const auto &m = s->memory;
-    head(out, "expertscope:memory_bytes", "gauge", "Memory by kind: weights, KV cache used and total, backend workspace in use.");
+    head(out, "expertscope:memory_bytes", "gauge",
+         "Memory by kind: weights, KV cache used, mapped (the pool's memory now) and total (its capacity), backend "
+         "workspace in use.");
     sample(out, "expertscope:memory_bytes", L + ",kind=\"weights\"", double(m.weights_bytes));
     sample(out, "expertscope:memory_bytes", L + ",kind=\"kv_used\"", double(m.kv_block_bytes) * m.kv_blocks_used);
+    sample(out, "expertscope:memory_bytes", L + ",kind=\"kv_mapped\"", double(m.kv_mapped_bytes));
     sample(out, "expertscope:memory_bytes", L + ",kind=\"kv_total\"", double(m.kv_block_bytes) * m.kv_blocks_total);
     sample(out, "expertscope:memory_bytes", L + ",kind=\"workspace\"", double(m.alloc_in_use));
     head(out, "expertscope:memory_fragmentation", "gauge", "Backend allocator fragmentation: 1 - largest free / total free.");
     sample(out, "expertscope:memory_fragmentation", L, m.fragmentation);
     head(out, "expertscope:kv_cache_waste", "gauge", "1 - tokens stored / (KV blocks used x block size).");
     sample(out, "expertscope:kv_cache_waste", L, m.kv_waste);
-    head(out, "expertscope:kv_blocks", "gauge", "KV blocks by state (used: held by requests; cached: carrying a prefix hash).");
+    head(out, "expertscope:kv_blocks", "gauge",
+         "KV blocks by state (used: held by requests; cached: carrying a prefix hash; mapped: with memory behind them).");
     sample(out, "expertscope:kv_blocks", L + ",state=\"total\"", m.kv_blocks_total);
+    sample(out, "expertscope:kv_blocks", L + ",state=\"mapped\"", m.kv_blocks_mapped);
     sample(out, "expertscope:kv_blocks", L + ",state=\"used\"", m.kv_blocks_used);
     sample(out, "expertscope:kv_blocks", L + ",state=\"cached\"", m.kv_blocks_cached);
     head(out, "expertscope:engine_steps_total", "counter", "Engine steps since the model was loaded.");

@@ -199,6 +199,10 @@ TelemetryView EngineSession::telemetry() const {
                 {}};
     for (const auto &[name, bytes] : m.device_parts)
         v.memory.deviceParts.append({QString::fromStdString(name), qint64(bytes)});
+    v.memory.kvBlocksMapped = m.kv_blocks_mapped;
+    v.memory.kvMappedBytes = qint64(m.kv_mapped_bytes);
+    v.memory.kvCapacityBytes = qint64(m.kv_capacity_bytes);
+    v.memory.kvNote = QString::fromStdString(m.kv_note);
     v.running = t->n_running;
     v.waiting = t->n_waiting;
     v.prefixQueries = t->prefix_queries;

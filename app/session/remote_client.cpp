@@ -342,6 +342,11 @@ void RemoteClient::applyMetrics(const PromExposition &p) {
         const qint64 kvTotal = boundedCount<qint64>(
             val("expertscope:memory_bytes", {{"kind", "kv_total"}}).value_or(0), kMaxBytes);
         m.kvBlockBytes = m.kvBlocksTotal > 0 ? kvTotal / m.kvBlocksTotal : 0;
+        // A pool mapped on demand: its memory now (absent from older servers: all of it).
+        if (const auto mapped = val("expertscope:memory_bytes", {{"kind", "kv_mapped"}})) {
+            m.kvMappedBytes = std::min(boundedCount<qint64>(*mapped, kMaxBytes), std::max<qint64>(kvTotal, 0));
+            m.kvCapacityBytes = kvTotal;
+        }
         m.weightsBytes = boundedCount<qint64>(
             val("expertscope:memory_bytes", {{"kind", "weights"}}).value_or(0), kMaxBytes);
         m.allocInUse = boundedCount<qint64>(

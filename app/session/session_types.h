@@ -99,6 +99,13 @@ struct MemoryView {
     // workspaces, …); empty on the CPU and remotely. What deviceTotal − deviceFree holds beyond
     // them is the CUDA context's and other processes'.
     QList<QPair<QString, qint64>> deviceParts;
+    // The KV pool's memory (es::memory_stats): blocks [0, kvBlocksMapped) have memory, the pool
+    // holds kvMappedBytes now of kvCapacityBytes when wholly mapped (a pool mapped on demand grows
+    // and shrinks; one allocated whole has them equal); kvNote says how it is held. −1 / 0: the
+    // source does not say (then the pool is kvBlocksTotal × kvBlockBytes, all of it mapped).
+    int kvBlocksMapped = -1;
+    qint64 kvMappedBytes = -1, kvCapacityBytes = 0;
+    QString kvNote;
 };
 
 // The latest engine telemetry, converted for the GUI. Cheap to copy (implicitly shared lists).

@@ -8,6 +8,12 @@
 
 namespace es {
 
+status backend::kv_ensure_blocks(int32_t n) {
+    if (n <= kv_mapped_blocks()) return ok_status();
+    return error{"the KV pool has " + std::to_string(kv_capacity_blocks()) + " blocks; " + std::to_string(n) +
+                 " were asked for"};
+}
+
 bool batch_has_routing(const batch &b) {
     for (const auto &s : b.seqs)
         if (s.routing && !s.routing->empty()) return true;

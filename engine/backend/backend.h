@@ -6,7 +6,10 @@
 // block_size tokens; token `pos` of a sequence lives in block block_table[pos / block_size] at
 // slot pos % block_size. A forward pass first writes K/V of all batch tokens, then every token
 // attends to positions [0, pos] of its own sequence through the block table, so chunked
-// prefill, prefix-cached blocks and decode are one code path.
+// prefill, prefix-cached blocks and decode are one code path. A backend may back only the pool's
+// lowest blocks with memory, [0, kv_mapped_blocks()), and map more on demand
+// (kv_ensure_blocks) or give the top back (kv_trim_blocks): the CUDA backend reserves the whole
+// pool's addresses and maps physical memory in steps.
 #pragma once
 
 #include "engine/backend/routing_intervention.h"
@@ -101,7 +104,11 @@ struct forward_output {
 
 struct kv_cache_params {
     int32_t block_size = 16;
-    int32_t n_blocks = 0;
+    int32_t n_blocks = 0;   // the pool's capacity
+    // The pool's memory on demand: the backend may back only the blocks kv_ensure_blocks asks for
+    // (the engine's pool). false: every block has memory from the start (a backend that cannot
+    // map on demand backs them all either way).
+    bool on_demand = false;
 };
 
 // Memory the backend manages besides weights and KV (workspace) and what the device reports.
@@ -114,8 +121,14 @@ struct backend_memory {
     uint64_t device_total = 0, device_free = 0;          // GPU: cudaMemGetInfo; CPU: RAM
     // Every device allocation the backend holds, by what it is for ("weights", "KV pool",
     // "workspace", "cuBLASLt workspace", …): what device_total − device_free holds beyond their sum
-    // is the CUDA context's own and other processes'. Empty where memory is RAM.
+    // is the CUDA context's own and other processes'. Empty where memory is RAM. "KV pool" is the
+    // memory mapped now, not the pool's capacity.
     std::vector<std::pair<std::string, uint64_t>> parts;
+    // The KV pool: bytes of memory mapped now and of its whole address range (its capacity); 0
+    // where the backend does not report them (the pool is then blocks × kv_block_bytes, all of it
+    // allocated). kv_note: how the pool's memory is held, e.g. why it is one allocation.
+    uint64_t kv_mapped = 0, kv_capacity = 0;
+    std::string kv_note;
 };
 
 // Checks a batch against the model and the KV pool before a backend touches memory: lengths
@@ -133,10 +146,26 @@ public:
     virtual std::string name() const = 0;            // "cpu", "cuda:0 NVIDIA H200"
     virtual const model_config &config() const = 0;
 
-    // (Re)creates the KV pools. Fails with a readable message when the memory is not there.
+    // (Re)creates the KV pools, p.n_blocks blocks each (the capacity). Fails with a readable
+    // message when the memory is not there. With p.on_demand a backend that maps on demand backs
+    // none of the blocks yet (kv_mapped_blocks); otherwise all of them are backed.
     virtual status init_kv_cache(const kv_cache_params &p) = 0;
     virtual const kv_cache_params &kv_params() const = 0;
     virtual size_t kv_block_bytes() const = 0;
+
+    // The KV pool's memory on demand. Blocks [0, kv_mapped_blocks()) of [0, kv_capacity_blocks())
+    // are backed by memory; a batch may name only those. kv_ensure_blocks(n) backs blocks [0, n)
+    // (more where the backend maps in steps; the new memory zeroed before any later forward reads
+    // it), callable while forwards are in flight; it fails, with a message that names the KV pool
+    // and the memory missing, when the memory is not there, leaving what was mapped. kv_trim_blocks(n)
+    // gives back the memory of the blocks from n up, as far as the backend's steps allow (the
+    // blocks kept: kv_mapped_after_trim(n) ≥ n); none of them may hold anything still needed, and
+    // no forward may be in flight. The defaults: everything mapped, nothing to give back.
+    virtual int32_t kv_capacity_blocks() const { return kv_params().n_blocks; }
+    virtual int32_t kv_mapped_blocks() const { return kv_params().n_blocks; }
+    virtual status kv_ensure_blocks(int32_t n);
+    virtual status kv_trim_blocks(int32_t /*n*/) { return ok_status(); }
+    virtual int32_t kv_mapped_after_trim(int32_t /*n*/) const { return kv_mapped_blocks(); }
 
     // Runs one forward pass. Validates the batch (ids in vocab, positions inside blocks). Nothing
     // may be in flight (submit without its finish).

@@ -44,6 +44,9 @@ constexpr switch_info k_switches[] = {
      true},
     {"ES_CUDA_WEIGHTS_TAIL_KB", T::integer, "0", "KiB left unused after the layers' weights in their allocation.",
      true},
+    {"ES_CUDA_KV_VMM", T::flag, "1",
+     "The KV pool's memory mapped on demand (CUDA virtual memory management); 0: one allocation of its capacity.",
+     true},
     // Measuring aids that change results: developer builds only.
     {"ES_CUDA_SKIP_OPS", T::text, "(unset)",
      "Comma-separated launch names left out of every step: the results are wrong, the time saved is their cost.",

@@ -38,13 +38,20 @@ struct step_record {
     std::vector<std::pair<uint64_t, int32_t>> seq_tokens;
 };
 
-enum class kv_block_state : uint8_t { used = 0, cached = 1, free = 2 }; // cached: free, hashed
+// cached: free, hashed; unmapped: free, without memory (the pool's top, mapped on demand)
+enum class kv_block_state : uint8_t { used = 0, cached = 1, free = 2, unmapped = 3 };
 
 struct memory_stats {
     uint64_t weights_bytes = 0;
     uint64_t kv_block_bytes = 0;           // bytes of one block, all layers, K and V
     int32_t kv_blocks_total = 0, kv_blocks_used = 0, kv_blocks_free = 0, kv_blocks_cached = 0;
     int32_t kv_blocks_cached_free = 0;     // free blocks still holding a reusable prefix
+    // Blocks [0, kv_blocks_mapped) have memory (all of them where the pool is one allocation); the
+    // pool's device memory now and its capacity (its address range: kv_blocks_total blocks) in
+    // bytes, and how the pool's memory is held (backend_memory::kv_note).
+    int32_t kv_blocks_mapped = 0;
+    uint64_t kv_mapped_bytes = 0, kv_capacity_bytes = 0;
+    std::string kv_note;
     int64_t kv_tokens_stored = 0;
     // Every block's state in pool order (kv_block_state values): the KV block map.
     std::vector<uint8_t> kv_block_states;

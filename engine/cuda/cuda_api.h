@@ -59,6 +59,9 @@ struct cuda_memory_report {
     int64_t workspace_segments = 0;
     size_t device_free_bytes = 0, device_total_bytes = 0;                            // cudaMemGetInfo
     kv_cache_dtype kv_cache = kv_cache_dtype::bf16; // the KV pools' element type (to_string names FP8)
+    // kv_bytes is the KV pool's memory mapped now; its whole range (capacity) and how it is held.
+    size_t kv_capacity_bytes = 0;
+    std::string kv_note;
     std::string to_string() const;
 };
 

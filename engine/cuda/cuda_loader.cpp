@@ -170,7 +170,8 @@ std::string cuda_memory_report::to_string() const {
     auto mib = [](size_t b) { return std::to_string((b + (1u << 19)) >> 20) + " MiB"; };
     return "weights " + mib(weights_bytes) +
            (placement_slack_bytes ? " (+ " + mib(placement_slack_bytes) + " placement slack)" : "") +
-           ", KV " + mib(kv_bytes) + (kv_cache == kv_cache_dtype::fp8 ? " (FP8)" : "") + ", workspace " +
+           ", KV " + mib(kv_bytes) + (kv_cache == kv_cache_dtype::fp8 ? " (FP8)" : "") +
+           (kv_capacity_bytes > kv_bytes ? " mapped of " + mib(kv_capacity_bytes) : "") + ", workspace " +
            mib(workspace_bytes) + " (in use " + mib(workspace_in_use_bytes) + ", peak " +
            mib(workspace_peak_bytes) + ", largest free " + mib(workspace_largest_free_bytes) + ", " +
            std::to_string(workspace_segments) + (workspace_segments == 1 ? " segment)" : " segments)") +

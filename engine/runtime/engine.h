@@ -127,6 +127,16 @@ struct engine_params {
     // min(1 GiB, a quarter of RAM). Either way capped at what max_num_seqs full contexts need
     // (kv_budget_bytes).
     uint64_t kv_cache_bytes = 0;
+    // Where the backend maps the KV pool's memory on demand (backend::kv_ensure_blocks; the CUDA
+    // backend), the budget above is the pool's capacity and its memory follows the requests: the
+    // blocks requests need are mapped before their step, and the free top of the pool is given
+    // back — free blocks without a cached prefix as soon as no request is left, cached prefix
+    // blocks too after kv_idle_trim_ms without a request, and while requests run the free top at
+    // most every kv_busy_trim_ms (each such trim costs one step its overlap). kv_cache_min_bytes of
+    // the pool (its lowest blocks) stay mapped however idle the engine is.
+    uint64_t kv_cache_min_bytes = 0;
+    int32_t kv_idle_trim_ms = 30000;
+    int32_t kv_busy_trim_ms = 10000;
     // The share of the GPU's memory this process may fill (weights, workspace and KV pool
     // together), as vLLM's --gpu-memory-utilization: what other processes hold counts as used.
     double gpu_memory_utilization = 0.90;
@@ -156,9 +166,10 @@ struct model_info {
     std::string backend_name;
     std::string backend_note;           // model::backend_note: why CUDA is not used, when it is not
     sampling_params defaults;
-    int32_t n_kv_blocks = 0, block_size = 0;
+    int32_t n_kv_blocks = 0, block_size = 0; // the KV pool's capacity
     bool routing_interventions = false; // backend::supports_routing_interventions
     std::shared_ptr<const tokenizer> tok; // the model's (null without one); encode() is thread-safe
+    std::string kv_note;                // how the KV pool's memory is held (backend_memory::kv_note)
 };
 
 class engine {

@@ -5,7 +5,9 @@
 
 namespace es {
 
-scheduler::scheduler(const scheduler_params &p) : m_p(p), m_pool(p.n_blocks, p.block_size) {}
+scheduler::scheduler(const scheduler_params &p) : m_p(p), m_pool(p.n_blocks, p.block_size, p.n_mapped) {
+    m_pool.set_grow(p.grow);
+}
 
 std::string scheduler::add(std::unique_ptr<sched_request> r) {
     if (r->tokens.empty()) return "the prompt is empty";
@@ -143,7 +145,13 @@ scheduler_output scheduler::schedule() {
             // Not enough free blocks now: give the cache hits back and wait for running requests.
             release_blocks(*r);
             r->n_computed = 0;
-            break;
+            if (!m_running.empty() || m_pool.grow_error().empty()) break;
+            // Nothing runs that could give blocks back, and the pool's memory cannot grow: the
+            // request cannot run now (a smaller one behind it may).
+            out.failed.emplace_back(r->id, "the KV pool cannot hold this request's " + std::to_string(r->n_tokens()) +
+                                               " tokens: " + m_pool.grow_error());
+            m_waiting.pop_front();
+            continue;
         }
         // Statistics of the admission that succeeded, not of attempts that found no blocks (their
         // hits may since have been evicted, or more blocks cached).

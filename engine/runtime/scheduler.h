@@ -4,7 +4,10 @@
 // Order each step: running requests that decode (one token each), then running requests still
 // prefilling, then waiting requests (FCFS) with prefix-cache hits. When KV blocks run out the
 // newest running request is preempted: its blocks are freed and it is recomputed later (its
-// output tokens and sampler state are kept, so the continuation is unchanged).
+// output tokens and sampler state are kept, so the continuation is unchanged). Where the pool's
+// memory grows on demand (block_pool's grow function) and cannot grow, that is blocks running
+// out too; a waiting request that cannot be given blocks while nothing runs (so nothing will give
+// any back) fails, with the reason the pool could not grow (scheduler_output::failed).
 // Owned by the engine thread; not thread-safe.
 #pragma once
 
@@ -24,6 +27,9 @@ struct scheduler_params {
     int32_t max_batched_tokens = 512;   // tokens in one step
     int32_t block_size = 16;
     int32_t n_blocks = 0;
+    // Blocks with memory at the start (block_pool's n_mapped; < 0: all) and how the pool maps more.
+    int32_t n_mapped = -1;
+    kv_grow_fn grow;
     int64_t max_model_len = 0;          // context: prompt + output must stay below
     bool enable_prefix_caching = true;
 };
@@ -57,6 +63,9 @@ struct scheduled_chunk {
 struct scheduler_output {
     std::vector<scheduled_chunk> chunks;
     std::vector<uint64_t> preempted;    // ids preempted this step
+    // Requests taken out of the scheduler this step because the KV pool cannot grow to hold them
+    // and nothing runs that could give blocks back: id and why (the engine fails their streams).
+    std::vector<std::pair<uint64_t, std::string>> failed;
     int32_t n_prefill_tokens = 0, n_decode_tokens = 0;
 };
 
@@ -83,6 +92,8 @@ public:
     int32_t n_waiting() const { return int32_t(m_waiting.size()); }
     int32_t n_running() const { return int32_t(m_running.size()); }
     const block_pool &pool() const { return m_pool; }
+    // The pool's memory after the backend gave back or mapped some (block_pool::set_mapped).
+    bool set_mapped(int32_t n_mapped) { return m_pool.set_mapped(n_mapped); }
     const scheduler_params &params() const { return m_p; }
     // Tokens whose K/V are held by running requests (for KV waste).
     int64_t kv_tokens_stored() const;

@@ -64,7 +64,12 @@ void step_loop::run() {
         {
             std::unique_lock lock(m_mutex);
             const bool busy = (m_sched && m_sched->has_work()) || m_pending;
-            if (!busy) m_cv.wait(lock, [&] { return m_stop || !m_commands.empty(); });
+            const auto woken = [&] { return m_stop || !m_commands.empty(); };
+            if (!busy) {
+                // Idle: until a command, or until the KV pool's cached top is due to go.
+                if (const auto deadline = kv_idle_deadline()) m_cv.wait_until(lock, *deadline, woken);
+                else m_cv.wait(lock, woken);
+            }
             if (m_stop) break;
             cmds.swap(m_commands);
         }
@@ -80,6 +85,7 @@ void step_loop::run() {
         } else {
             publish(true);
         }
+        trim_kv();
     }
     // Shutdown: every open stream learns it was cancelled; pending commands are answered.
     std::deque<command> rest;
@@ -139,6 +145,9 @@ void step_loop::drop_model() {
     for (request_id id : ids) finish_request(id, "cancelled");
     m_sched.reset();
     m_mdl.reset();
+    m_kv_floor = 0;
+    m_idle_since.reset();
+    m_idle_trimmed = false;
     std::lock_guard lock(m_info_mutex);
     m_info.reset();
 }
@@ -222,12 +231,24 @@ void step_loop::load(cmd_load &c) {
     // Measured before the KV pool takes the free memory the measurement reads through.
     m_read_bandwidth = mdl->be->device_read_bandwidth();
     const int32_t n_blocks = pick_kv_blocks(m_params, cfg, mdl->be->kv_block_bytes(), room);
-    if (auto s = mdl->be->init_kv_cache({m_params.block_size, n_blocks}); !s) return c.done->set_value(s.err());
+    if (auto s = mdl->be->init_kv_cache({m_params.block_size, n_blocks, true}); !s) return c.done->set_value(s.err());
+    // A backend that maps the pool on demand has none of it mapped yet: the floor now, the rest as
+    // requests need it (the scheduler's grow function, which asks the backend), given back by
+    // trim_kv.
+    const uint64_t block_bytes = std::max<uint64_t>(mdl->be->kv_block_bytes(), 1);
+    m_kv_floor = int32_t(std::min<uint64_t>((m_params.kv_cache_min_bytes + block_bytes - 1) / block_bytes,
+                                            uint64_t(n_blocks)));
+    if (auto s = mdl->be->kv_ensure_blocks(m_kv_floor); !s) return c.done->set_value(s.err());
     scheduler_params sp;
     sp.max_num_seqs = m_params.max_num_seqs;
     sp.max_batched_tokens = step_tokens;
     sp.block_size = m_params.block_size;
     sp.n_blocks = n_blocks;
+    sp.n_mapped = mdl->be->kv_mapped_blocks();
+    sp.grow = [be = mdl->be.get()](int32_t want, std::string &error) {
+        if (const status s = be->kv_ensure_blocks(want); !s) error = s.message();
+        return be->kv_mapped_blocks();
+    };
     sp.max_model_len = cfg.n_ctx_train;
     sp.enable_prefix_caching = m_params.enable_prefix_caching;
     m_sched = std::make_unique<scheduler>(sp);
@@ -253,7 +274,8 @@ void step_loop::load(cmd_load &c) {
                             n_blocks,
                             m_params.block_size,
                             m_mdl->be->supports_routing_interventions(),
-                            m_mdl->tok};
+                            m_mdl->tok,
+                            m_mdl->be->memory().kv_note};
     }
     c.done->set_value(ok_status());
 }
@@ -304,6 +326,13 @@ std::optional<inflight_step> step_loop::schedule() {
     f.rec.t_start_us = int64_t(std::chrono::duration_cast<std::chrono::microseconds>(f.t0 - m_t0).count());
     f.so = m_sched->schedule();
     f.t1 = clk::now();
+    // Requests the KV pool cannot grow to hold (nothing runs that could free blocks): failed.
+    for (const auto &[id, why] : f.so.failed) {
+        auto it = m_live.find(id);
+        if (it == m_live.end()) continue;
+        fail_stream(it->second.stream, why);
+        m_live.erase(it);
+    }
     f.rec.n_preempted = int32_t(f.so.preempted.size());
     if (f.so.chunks.empty()) return std::nullopt;
     f.rec.seq_tokens.reserve(f.so.chunks.size());
@@ -374,7 +403,7 @@ bool step_loop::can_speculate(const inflight_step &f) {
             return false;
         need_blocks += (n + 1 + bs - 1) / bs > int32_t(sr.blocks.size());
     }
-    return pool.n_free() >= need_blocks;
+    return pool.n_free_mapped() >= need_blocks; // (blocks with memory: the schedule needs no grow)
 }
 
 // Submits the step after f before f's tokens are known: each request's next token is a
@@ -399,7 +428,7 @@ void step_loop::step() {
         m_pending = std::move(f);
     }
     std::optional<inflight_step> next;
-    if (can_speculate(*m_pending)) next = speculate(*m_pending);
+    if (!kv_trim_due() && can_speculate(*m_pending)) next = speculate(*m_pending);
     inflight_step cur = std::move(*m_pending);
     m_pending.reset();
     const status st = m_mdl->be->finish(m_out);
@@ -619,6 +648,7 @@ void step_loop::publish(bool force) {
         pool.states(m.kv_block_states);
         m.kv_blocks_cached_free = int32_t(
             std::count(m.kv_block_states.begin(), m.kv_block_states.end(), uint8_t(kv_block_state::cached)));
+        m.kv_blocks_mapped = pool.n_mapped();
         m.kv_tokens_stored = m_sched->kv_tokens_stored();
         const int64_t cap = int64_t(m.kv_blocks_used) * pool.block_size();
         m.kv_waste = cap > 0 ? 1.0 - double(m.kv_tokens_stored) / double(cap) : 0.0;
@@ -629,6 +659,11 @@ void step_loop::publish(bool force) {
         m.device_total = bm.device_total;
         m.device_free = bm.device_free;
         m.device_parts = bm.parts;
+        // The backend's own figures where it reports them (mapped in whole steps, rounded to its
+        // granularity), else the blocks' bytes.
+        m.kv_capacity_bytes = bm.kv_capacity ? bm.kv_capacity : uint64_t(pool.n_blocks()) * m.kv_block_bytes;
+        m.kv_mapped_bytes = bm.kv_capacity ? bm.kv_mapped : uint64_t(pool.n_mapped()) * m.kv_block_bytes;
+        m.kv_note = bm.kv_note;
         const uint64_t free_total = bm.reserved - std::min(bm.reserved, bm.in_use);
         m.fragmentation = free_total > 0 ? 1.0 - double(bm.largest_free) / double(free_total) : 0.0;
         s->n_running = m_sched->n_running();
@@ -644,6 +679,51 @@ void step_loop::publish(bool force) {
     s->timeline_step = m_timeline_step;
     s->device_read_bandwidth = m_read_bandwidth;
     m_telemetry.publish(std::move(s));
+}
+
+// The KV pool's free top back to the device (engine_params::kv_cache_min_bytes, kv_idle_trim_ms,
+// kv_busy_trim_ms): never with a forward in flight (its writes may land in those blocks), never
+// below the floor, and only what the backend can give back whole (kv_mapped_after_trim).
+void step_loop::trim_kv() {
+    if (!m_mdl || !m_sched) return;
+    const auto now = clk::now();
+    bool keep_cached = true;
+    if (m_sched->has_work()) {
+        m_idle_since.reset();
+        if (m_pending || now - m_last_busy_trim < std::chrono::milliseconds(m_params.kv_busy_trim_ms)) return;
+        m_last_busy_trim = now;
+    } else {
+        if (!m_idle_since) {
+            m_idle_since = now;
+            m_idle_trimmed = false;
+        }
+        if (m_pending) return;
+        if (!m_idle_trimmed && now - *m_idle_since >= std::chrono::milliseconds(m_params.kv_idle_trim_ms)) {
+            keep_cached = false;
+            m_idle_trimmed = true;
+        }
+    }
+    backend &be = *m_mdl->be;
+    if (be.in_flight() > 0) return;
+    const int32_t target = std::max(m_kv_floor, m_sched->pool().trim_floor(keep_cached));
+    if (be.kv_mapped_after_trim(target) >= be.kv_mapped_blocks()) return;
+    (void)be.kv_trim_blocks(target); // (a failure keeps what it could not unmap, which the count says)
+    m_sched->set_mapped(be.kv_mapped_blocks());
+    publish(true);
+}
+
+bool step_loop::kv_trim_due() const {
+    if (!m_mdl || !m_sched || !m_sched->has_work()) return false;
+    if (clk::now() - m_last_busy_trim < std::chrono::milliseconds(m_params.kv_busy_trim_ms)) return false;
+    const backend &be = *m_mdl->be;
+    return be.kv_mapped_after_trim(m_kv_floor) < be.kv_mapped_blocks();
+}
+
+std::optional<step_loop::clk::time_point> step_loop::kv_idle_deadline() const {
+    if (!m_idle_since || m_idle_trimmed || !m_mdl) return std::nullopt;
+    const backend &be = *m_mdl->be;
+    if (be.kv_mapped_after_trim(m_kv_floor) >= be.kv_mapped_blocks()) return std::nullopt; // nothing to give
+    return *m_idle_since + std::chrono::milliseconds(m_params.kv_idle_trim_ms);
 }
 
 } // namespace es

@@ -3,7 +3,8 @@
 // then one step — schedule() turns the scheduler's chunks into a batch and submits its forward,
 // step() finishes it (submitting its successor first where steps overlap: can_speculate), update()
 // records the routing, samples, emits text and finishes requests — then publish() a telemetry
-// snapshot. Everything runs on the engine thread except post(), request_stop(), info() and now_us().
+// snapshot, and trim_kv() gives the KV pool's free top back where the backend maps it on demand.
+// Everything runs on the engine thread except post(), request_stop(), info() and now_us().
 #pragma once
 
 #include "engine/runtime/engine.h"
@@ -111,6 +112,19 @@ private:
     bool emit_text(live_request &lr, const std::string &piece, const std::vector<int32_t> &ids);
     void publish(bool force);
 
+    // The KV pool's memory (engine_params::kv_cache_min_bytes and the trims' intervals): gives
+    // back the free top of the pool (above the floor, m_kv_floor) when nothing is in flight — the
+    // uncached blocks as soon as no request is left, the cached ones too after kv_idle_trim_ms of
+    // that, and while requests run the uncached ones once per kv_busy_trim_ms. Publishes a
+    // snapshot when memory went back.
+    void trim_kv();
+    // Whether a trim while requests run is due: the interval passed and the pool holds memory
+    // above the floor (the step then does not overlap its successor, so that nothing is in flight
+    // after it; trim_kv restarts the interval, whether or not a whole step was free).
+    bool kv_trim_due() const;
+    // When the idle engine next has a trim to make (the cached blocks' delay), if it has one.
+    std::optional<clk::time_point> kv_idle_deadline() const;
+
     const engine_params m_params;
     telemetry_channel &m_telemetry;
     const clk::time_point m_t0 = clk::now();
@@ -147,6 +161,12 @@ private:
     int32_t m_steps_untimed = 0; // steps since the last one timed per phase
     uint64_t m_timeline_step = 0;
     double m_read_bandwidth = 0.0; // the device's, measured at load (0: not a GPU, or unknown)
+    // The KV pool's memory: blocks always kept mapped, when the engine went idle (no request),
+    // whether that idle spell's cached blocks were trimmed, the last trim while busy.
+    int32_t m_kv_floor = 0;
+    std::optional<clk::time_point> m_idle_since;
+    bool m_idle_trimmed = false;
+    clk::time_point m_last_busy_trim{};
     uint64_t m_n_finished = 0, m_n_generated = 0, m_n_prompt_tokens = 0, m_n_overlapped = 0;
 };
 

@@ -92,12 +92,6 @@ imbalance: max(c)/mean(c) per layer; balancedness = mean/max; entropy H(share)/l
 不均衡度：每层的 max(c)/mean(c)；均衡度 = mean/max；熵 H(share)/ln E；闲置专家 = #{c = 0}。</translation>
     </message>
     <message>
-        <source>Memory: what the model&apos;s weights, the cached keys and values and the working buffers take, and what is left.
-VRAM: weights, KV (blocks × block bytes), workspace, allocator reserved / in use / free, device total/free. With the CPU backend: the engine&apos;s own accounting and the machine&apos;s RAM.</source>
-        <translation>内存：模型权重、缓存的键和值以及工作缓冲区各占用多少，还剩多少。
-显存：权重、KV（块数 × 每块字节数）、工作区、分配器已预留 / 使用中 / 空闲、设备总量/空闲。使用 CPU 后端时：引擎自身的统计和本机内存。</translation>
-    </message>
-    <message>
         <source>Fragmentation: how scattered the free memory is; KV waste: how much of the cache&apos;s blocks holds no token.
 fragmentation: 1 − largest free block / total free (0 when nothing is free); KV waste = 1 − tokens stored / (blocks used × block size).</source>
         <translation>碎片率：空闲内存有多分散；KV 浪费：缓存的块中有多少空间没有存放 token。
@@ -122,10 +116,16 @@ Engine time per phase over the steps that computed the reply; a step shared with
 引擎在计算这条回复的各步中各阶段所用的时间；与其他回复共享的一步按本回复在该步中的 token 占比计入：注意力（归一化、q/k/v、RoPE、KV 写入、注意力、输出投影）、MoE 路由专家（路由器、路由专家）、MoE 共享专家（共享专家）、稠密（稠密 MLP 层）、输出头和采样（LM head 和采样器）、其他（调度、嵌入、数据传输、输出文本）。在 GPU 上，各阶段在设备上计时：每 64 步计时一步，外加每条回复的前两步（开启“为每一步计时”时每一步都计时），再按该回复所有步的时间等比例推算。</translation>
     </message>
     <message>
+        <source>Memory: what the model&apos;s weights, the cached keys and values and the working buffers take, and what is left.
+VRAM: weights, KV pool (the memory it has mapped now, of its capacity), workspace, allocator reserved / in use / free, device total/free. With the CPU backend: the engine&apos;s own accounting and the machine&apos;s RAM.</source>
+        <translation>内存：模型权重、缓存的键和值以及工作缓冲区各占用多少，还剩多少。
+显存：权重、KV 池（当前已映射的内存，及其容量）、工作区、分配器已预留 / 使用中 / 空闲、设备总量/空闲。使用 CPU 后端时：引擎自身的统计和本机内存。</translation>
+    </message>
+    <message>
         <source>Which blocks of the key and value cache hold a conversation now, which keep a reusable prompt and which are free.
-KV block map: the paged KV cache&apos;s blocks (16 tokens each) in use, cached (free, holding a reusable prefix) and free, one cell per block in pool order (where they lie, not only how many). A source that reports only counts (a remote server) is drawn grouped by state.</source>
+KV block map: the paged KV cache&apos;s blocks (16 tokens each) in use, cached (free, holding a reusable prefix), free, and without memory (the top of a pool mapped on demand: mapped when requests need it, given back when they are done), one cell per block in pool order (where they lie, not only how many). A source that reports only counts (a remote server) is drawn grouped by state.</source>
         <translation>键值缓存中哪些块当前存放着对话，哪些保存着可复用的提示词，哪些是空闲的。
-KV 块图：分页 KV 缓存中使用中、已缓存（空闲但保存着可复用的前缀）和空闲的块（每块 16 个 token），按池中顺序每块一格（显示它们的位置，而不只是数量）。只报告数量的来源（远程服务器）按状态分组绘制。</translation>
+KV 块图：分页 KV 缓存中使用中、已缓存（空闲但保存着可复用的前缀）、空闲和没有内存（按需映射的池的顶部：请求需要时映射，用完后归还）的块（每块 16 个 token），按池中顺序每块一格（显示它们的位置，而不只是数量）。只报告数量的来源（远程服务器）按状态分组绘制。</translation>
     </message>
 </context>
 <context>
@@ -2168,10 +2168,6 @@ dense</source>
         <translation>将设备空闲内存显示为最上方的一层。使用 CPU 后端时它是本机的可用内存，会把其他各项压得几乎看不见，因此默认不勾选。</translation>
     </message>
     <message>
-        <source>KV block map: &lt;span style=&apos;color:#dc5028&apos;&gt;■&lt;/span&gt; in use &lt;span style=&apos;color:#4678c8&apos;&gt;■&lt;/span&gt; cached (free, reusable prefix) &lt;span style=&apos;color:#b4b4b4&apos;&gt;■&lt;/span&gt; free</source>
-        <translation>KV 块图：&lt;span style=&apos;color:#dc5028&apos;&gt;■&lt;/span&gt; 使用中 &lt;span style=&apos;color:#4678c8&apos;&gt;■&lt;/span&gt; 已缓存（空闲，可复用的前缀） &lt;span style=&apos;color:#b4b4b4&apos;&gt;■&lt;/span&gt; 空闲</translation>
-    </message>
-    <message>
         <source> · on the device: %1; in use beyond them %2 (the CUDA context, other processes)</source>
         <translation> · 设备上：%1；除此之外还占用 %2（CUDA 上下文、其他进程）</translation>
     </message>
@@ -2184,12 +2180,20 @@ dense</source>
         <translation>此来源不提供内存数据（远程服务器不报告内存）。</translation>
     </message>
     <message>
-        <source>In use %1 (weights %2, KV %3 of %4 pool, workspace %5) · device total %6, free %7 · allocator reserved %8, in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 used / %14 cached / %15 free (%16 per cell)</source>
-        <translation>使用中 %1（权重 %2，KV %3 / 池 %4，工作区 %5）· 设备总量 %6，空闲 %7 · 分配器已预留 %8，使用中 %9，最大空闲块 %10 · 碎片率 %11 · KV 浪费 %12 · KV 块：已用 %13 / 已缓存 %14 / 空闲 %15（每格 %16）</translation>
-    </message>
-    <message>
         <source>not available</source>
         <translation>不可用</translation>
+    </message>
+    <message>
+        <source> · KV pool: %1</source>
+        <translation> · KV 池：%1</translation>
+    </message>
+    <message>
+        <source>KV block map: &lt;span style=&apos;color:#dc5028&apos;&gt;■&lt;/span&gt; in use &lt;span style=&apos;color:#4678c8&apos;&gt;■&lt;/span&gt; cached (free, reusable prefix) &lt;span style=&apos;color:#b4b4b4&apos;&gt;■&lt;/span&gt; free &lt;span style=&apos;color:#dcdcdc&apos;&gt;□&lt;/span&gt; no memory (mapped when needed)</source>
+        <translation>KV 块图：&lt;span style=&apos;color:#dc5028&apos;&gt;■&lt;/span&gt; 使用中 &lt;span style=&apos;color:#4678c8&apos;&gt;■&lt;/span&gt; 已缓存（空闲，可复用的前缀） &lt;span style=&apos;color:#b4b4b4&apos;&gt;■&lt;/span&gt; 空闲 &lt;span style=&apos;color:#dcdcdc&apos;&gt;□&lt;/span&gt; 没有内存（需要时映射）</translation>
+    </message>
+    <message>
+        <source>In use %1 (weights %2, KV %3 of %4 mapped, of a %17 pool, workspace %5) · device total %6, free %7 · allocator reserved %8, in use %9, largest free %10 · fragmentation %11 · KV waste %12 · KV blocks %13 used / %14 cached / %15 free (%16 per cell)</source>
+        <translation>使用中 %1（权重 %2，KV %3 / 已映射 %4，池容量 %17，工作区 %5）· 设备总量 %6，空闲 %7 · 分配器已预留 %8，使用中 %9，最大空闲块 %10 · 碎片率 %11 · KV 浪费 %12 · KV 块：已用 %13 / 已缓存 %14 / 空闲 %15（每格 %16）</translation>
     </message>
 </context>
 <context>

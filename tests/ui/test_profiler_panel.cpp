@@ -229,6 +229,30 @@ void TestProfilerPanel::memoryChartsFromTelemetry() {
     QCOMPARE(m->stackGraph(3)->data()->constBegin()->value, 4000.0); // + other = total − free
     QCOMPARE(m->stackGraph(4)->data()->constBegin()->value, 10000.0); // + free = the device
     QVERIFY2(m->summary().contains(QLatin1String("cuBLASLt workspace")), qPrintable(m->summary()));
+
+    // A pool mapped on demand growing, then given back: the KV band follows its memory, "other"
+    // stays what it is, the block map shows the top without memory and the summary the capacity.
+    TelemetryView grow = gpu;
+    grow.memory.kvCapacityBytes = 1000;
+    grow.memory.kvBlockStates = QByteArray::fromHex("00000001020202030303");
+    const double kv[3] = {300, 700, 0};
+    m->clear();
+    for (int i = 0; i < 3; ++i) {
+        grow.memory.kvMappedBytes = qint64(kv[i]);
+        grow.memory.deviceParts[1].second = qint64(kv[i]);
+        grow.memory.deviceFree = 6000 + 1000 - qint64(kv[i]);
+        grow.memory.kvNote = QStringLiteral("mapped on demand");
+        m->addSample(grow.memory, 1.0 + i);
+    }
+    auto at = [&](int graph, int i) { return (m->stackGraph(graph)->data()->constBegin() + i)->value; };
+    for (int i = 0; i < 3; ++i) {
+        QCOMPARE(at(1, i) - at(0, i), kv[i]);            // the KV band: the pool's memory now
+        QCOMPARE(at(3, i) - at(2, i), 1920.0);           // "other" unchanged
+        QCOMPARE(at(4, i), 10000.0);                     // the device
+    }
+    QCOMPARE(blocks->data()->cell(9, 0), 3.0); // no memory
+    QVERIFY2(m->summary().contains(QLatin1String("of a 1000 B pool")), qPrintable(m->summary()));
+    QVERIFY2(m->summary().contains(QLatin1String("KV pool: mapped on demand")), qPrintable(m->summary()));
 }
 
 void TestProfilerPanel::timerOnlyWhileVisibleAndIdleTicksDrawNothing() {

@@ -182,6 +182,8 @@ cuda_memory_report cuda_backend_impl::memory_report() const {
     r.weights_bytes = weights_bytes();
     r.placement_slack_bytes = m_w.head_copy.bytes() - m_w.head_copy_bytes;
     r.kv_bytes = m_kv_pool.bytes();
+    r.kv_capacity_bytes = m_kv_pool.capacity_bytes();
+    r.kv_note = m_kv_pool.note();
     r.kv_cache = m_params.kv_cache;
     const device_allocator_stats ws = m_ws.stats();
     r.workspace_bytes = ws.reserved;
@@ -210,13 +212,17 @@ backend_memory cuda_backend_impl::memory() const {
     }
     m.device_free = f;
     m.device_total = t;
-    // Every cudaMalloc of the backend (and the one cuBLASLt's context makes for its workspace).
+    // Every device allocation of the backend (and the one cuBLASLt's context makes for its
+    // workspace); the KV pool's memory mapped now.
     m.parts = {{"weights", m_w.arena.bytes()},
                {"FP8 head copy", m_w.head_copy.bytes()},
                {"KV pool", m_kv_pool.bytes()},
                {"workspace", ws.reserved},
                {"cuBLASLt workspace", m_lt ? k_cublas_workspace_bytes : 0},
                {"kernel timeline", m_timing.timeline ? (1 + 2 * size_t(kernel_timeline_max)) * 8 : 0}};
+    m.kv_mapped = m_kv_pool.bytes();
+    m.kv_capacity = m_kv_pool.capacity_bytes();
+    m.kv_note = m_kv_pool.note();
     return m;
 }
 
@@ -232,13 +238,37 @@ status cuda_backend_impl::init_kv_cache(const kv_cache_params &p) {
         m_kv = kv_cache_params{};
         const size_t per_layer = size_t(p.n_blocks) * size_t(p.block_size) * size_t(m_cfg.kv_dim());
         const size_t kv_bytes = per_layer * 2 * kv_format_bytes(kv_fmt()) * size_t(m_cfg.n_layer);
+        // (The capacity: what the pool may come to map.)
         give_back_head_slack_for(kv_bytes);
-        m_kv_pool.alloc(kv_bytes, "the KV cache (" + std::to_string(p.n_blocks) + " blocks of " +
-                                      std::to_string(p.block_size) + " tokens, " +
-                                      (kv_fmt() == kv_format::bf16 ? "BF16" : "FP8 E4M3") + ")");
-        ck(cudaMemsetAsync(m_kv_pool.at(), 0, m_kv_pool.bytes(), m_stream), "KV cache clear");
-        m_kv_layer_elems = per_layer;
+        // On demand: reserved whole, mapped by kv_ensure_blocks; else one allocation, cleared.
+        m_kv_pool.init(m_params.device, int32_t(2 * m_cfg.n_layer), p.n_blocks,
+                       size_t(p.block_size) * size_t(m_cfg.kv_dim()) * kv_format_bytes(kv_fmt()), p.on_demand, m_stream,
+                       "the KV cache (" + std::to_string(p.n_blocks) + " blocks of " + std::to_string(p.block_size) +
+                           " tokens, " + (kv_fmt() == kv_format::bf16 ? "BF16" : "FP8 E4M3") + ")");
+        m_kv_layer_elems = m_kv_pool.stride() / kv_format_bytes(kv_fmt());
         m_kv = p;
+        return ok_status();
+    });
+}
+
+status cuda_backend_impl::kv_ensure_blocks(int32_t n) {
+    return catch_errors([&]() -> status {
+        check_usable();
+        guard_sticky([&] { m_kv_pool.ensure(n, m_stream); });
+        return ok_status();
+    });
+}
+
+status cuda_backend_impl::kv_trim_blocks(int32_t n) {
+    return catch_errors([&]() -> status {
+        check_usable();
+        if (!m_flight.empty()) throw load_error("the KV pool cannot give memory back while a forward is in flight");
+        if (m_kv_pool.mapped_after_trim(n) >= m_kv_pool.mapped_blocks()) return ok_status();
+        // Every launch that may touch those blocks has ended before their memory goes.
+        guard_sticky([&] {
+            ck(cudaStreamSynchronize(m_stream), "the KV pool's trim");
+            m_kv_pool.trim(n);
+        });
         return ok_status();
     });
 }
@@ -295,8 +325,16 @@ void cuda_backend_impl::check_usable() const {
 }
 
 void cuda_backend_impl::check_batch(const batch &b, bool fed) const {
-    if (!m_kv_pool.bytes()) throw load_error("batch: the KV cache is not initialised");
+    if (!m_kv_pool.initialized()) throw load_error("batch: the KV cache is not initialised");
     es::check_batch(b, m_cfg, m_kv, fed);
+    // A block without memory behind it would fault the kernels (and the context with them).
+    const int32_t mapped = m_kv_pool.mapped_blocks();
+    for (const batch_seq &s : b.seqs)
+        for (int32_t blk : s.block_table)
+            if (blk >= mapped)
+                throw load_error("batch: KV block " + std::to_string(blk) + " has no memory (the KV pool maps " +
+                                 std::to_string(mapped) + " of its " + std::to_string(m_kv.n_blocks) +
+                                 " blocks; kv_ensure_blocks first)");
     for (const batch_seq &s : b.seqs)
         if (s.routing)
             if (const status st = check_routing_intervention(*s.routing, m_cfg); !st)

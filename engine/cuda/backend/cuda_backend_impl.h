@@ -1,5 +1,6 @@
 // The CUDA backend's class, inside the module only. Its work is split by concern, one file each:
 //   cuda_backend.cpp  construction, switches, reports, the KV pools, the device probe
+//   kv_pool.cpp       the KV pool's memory: reserved once, mapped on demand (kv_pool_plan.cpp)
 //   weights.cpp       weights: sources (checkpoint, random), placement, upload, FP8 quantization;
 //                     the factories
 //   workspace.cpp     the per-step workspace and the pinned I/O slots
@@ -14,6 +15,7 @@
 
 #include "engine/cuda/backend/cuda_backend.h"
 #include "engine/cuda/backend/cuda_util.h"
+#include "engine/cuda/backend/kv_pool.h"
 #include "engine/cuda/backend/step_plan.h"
 #include "engine/cuda/device_allocator.h"
 #include "kernels/attention.cuh"
@@ -208,6 +210,11 @@ public:
     status init_kv_cache(const kv_cache_params &p) override;
     const kv_cache_params &kv_params() const override { return m_kv; }
     size_t kv_block_bytes() const override;
+    // The pool's memory on demand (kv_pool.h): reserved at init_kv_cache, mapped and given back here.
+    int32_t kv_mapped_blocks() const override { return m_kv_pool.initialized() ? m_kv_pool.mapped_blocks() : 0; }
+    status kv_ensure_blocks(int32_t n) override;
+    status kv_trim_blocks(int32_t n) override;
+    int32_t kv_mapped_after_trim(int32_t n) const override { return m_kv_pool.mapped_after_trim(n); }
     status forward(const batch &b, forward_output &out) override;
     // Overlapped steps (backend::submit): a forward is enqueued with its outputs' host copies in
     // one of two slots of pinned buffers, so that the next one can be enqueued before its outputs
@@ -449,7 +456,10 @@ private:
     std::string m_act_note;                            // why m_act differs from the request
 
     device_weights m_w;
-    device_buffer m_kv_pool;
+    // The KV pools: region 2·il is layer il's K pool, 2·il + 1 its V pool, m_kv_layer_elems
+    // elements apart (the regions' stride: the capacity's blocks, rounded up to the mapping
+    // granularity); blocks [0, kv_mapped_blocks()) of each have memory.
+    kv_pool_memory m_kv_pool;
     kv_cache_params m_kv;
     size_t m_kv_layer_elems = 0;
     // Per-step scratch from the caching workspace allocator (declared first: it outlives its blocks).

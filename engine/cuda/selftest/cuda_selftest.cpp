@@ -519,6 +519,8 @@ const model_check k_model_checks[] = {
     {true, intervention_model_checks},
     {false, phase_timing_checks},
     {false, memory_cycle_checks},
+    {false, kv_pool_checks},
+    {false, kv_pool_oom_checks},
 };
 
 } // namespace

@@ -394,9 +394,13 @@ void routed_fp8_model_checks(runner &R, const std::filesystem::path &data_dir);
 // an intervened sequence with a plain one; the routing record's padding and margins.
 void intervention_model_checks(runner &R, const std::filesystem::path &data_dir);
 
-// ---- cases_profiler.cpp: steps timed per phase, device memory across loads ----------------------
+// ---- cases_profiler.cpp: steps timed per phase, device memory across loads, the KV pool -----------
 
 void phase_timing_checks(runner &R, const std::filesystem::path &data_dir);
 void memory_cycle_checks(runner &R, const std::filesystem::path &data_dir);
+// The KV pool mapped on demand: grown, its top blocks, trimmed (kv_pool_checks); a grow past the
+// free memory through the backend and through the engine (kv_pool_oom_checks).
+void kv_pool_checks(runner &R, const std::filesystem::path &data_dir);
+void kv_pool_oom_checks(runner &R, const std::filesystem::path &data_dir);
 
 } // namespace es::selftest

@@ -419,6 +419,26 @@ private slots:
         // A stale state vector (wrong length) falls back to the counts.
         m.kvBlockStates.chop(1);
         QCOMPARE(kvBlockMap(m).cells, map.cells);
+
+        // A pool mapped on demand: the band is its memory now, not its capacity; the top blocks
+        // without memory are their own state in the map.
+        m.kvBlockStates = QByteArray::fromHex("00010002020303030303"); // 10 blocks, 5 unmapped
+        m.kvMappedBytes = 600; // (mapped in steps: a little more than its 5 blocks)
+        m.kvCapacityBytes = 1000;
+        const MemorySample g = memorySample(m, 2.0);
+        QCOMPARE(g.kvCache, qint64(600));
+        QCOMPARE(g.kvCapacity, qint64(1000));
+        const KvBlockMap grown = kvBlockMap(m);
+        QCOMPARE(grown.used, 2);
+        QCOMPARE(grown.cached, 1);
+        QCOMPARE(grown.free, 2);
+        QCOMPARE(grown.unmapped, 5);
+        QCOMPARE(grown.cells, (QList<S>{S::Used, S::Cached, S::Used, S::Free, S::Free, S::Unmapped, S::Unmapped,
+                                        S::Unmapped, S::Unmapped, S::Unmapped}));
+        // 3 per cell: {U,C,U} → used; {F,F,X} → free; {X,X,X} → unmapped; {X}.
+        QCOMPARE(kvBlockMap(m, 4).cells, (QList<S>{S::Used, S::Free, S::Unmapped, S::Unmapped}));
+        m.kvMappedBytes = 0; // all of it given back
+        QCOMPARE(memorySample(m, 3.0).kvCache, qint64(0));
     }
 
     void profileFromReply() {

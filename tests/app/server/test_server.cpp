@@ -360,6 +360,10 @@ void TestServer::metricsParseAndMove() {
     QCOMPARE(before.types.at("vllm:prompt_tokens_total"), std::string("counter"));
     QVERIFY(before.get("expertscope:memory_bytes", "kind=\"weights\"") > 0);
     QVERIFY(before.get("expertscope:memory_bytes", "kind=\"kv_total\"") > 0);
+    // The CPU backend's pool is allocated whole: all of it mapped.
+    QCOMPARE(before.get("expertscope:memory_bytes", "kind=\"kv_mapped\""),
+             before.get("expertscope:memory_bytes", "kind=\"kv_total\""));
+    QCOMPARE(before.get("expertscope:kv_blocks", "state=\"mapped\""), before.get("expertscope:kv_blocks", "state=\"total\""));
 
     // A prompt that is longer than two KV blocks, sent twice: the second finds the first's blocks.
     std::vector<int32_t> ids;

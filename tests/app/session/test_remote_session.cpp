@@ -213,6 +213,9 @@ void TestRemoteSession::connectListsModelAndMetrics() {
     QVERIFY(!t.noExpertMetrics);
     QVERIFY(t.memory.kvBlocksTotal > 0);
     QVERIFY(t.memory.kvBlockBytes > 0);
+    // The server's pool (the CPU backend's, allocated whole): mapped is all of it.
+    QCOMPARE(t.memory.kvCapacityBytes, t.memory.kvBlockBytes * t.memory.kvBlocksTotal);
+    QCOMPARE(t.memory.kvMappedBytes, t.memory.kvCapacityBytes);
 }
 
 void TestRemoteSession::connectErrorsAreNamed_data() {
@@ -524,6 +527,7 @@ void TestRemoteSession::hostileMetricsAreBounded() {
         "vllm:generation_tokens_total 1e300\nexpertscope:engine_steps_total -Inf\n"
         "expertscope:kv_blocks{state=\"total\"} 1e12\nexpertscope:kv_blocks{state=\"used\"} 1e15\n"
         "expertscope:memory_bytes{kind=\"weights\"} 1e300\nexpertscope:memory_bytes{kind=\"kv_total\"} NaN\n"
+        "expertscope:memory_bytes{kind=\"kv_mapped\"} 1e300\n"
         "expertscope:memory_fragmentation NaN\nexpertscope:kv_cache_waste 7\n"
         "expertscope:expert_tokens_total{layer=\"1\",expert=\"2147483647\"} 5\n"
         "expertscope:expert_tokens_total{layer=\"-3\",expert=\"0\"} 5\n"
@@ -541,6 +545,7 @@ void TestRemoteSession::hostileMetricsAreBounded() {
     QCOMPARE(t.memory.kvBlocksFree, 0);
     QCOMPARE(t.memory.weightsBytes, qint64(1) << 50);
     QCOMPARE(t.memory.kvBlockBytes, qint64(0));
+    QCOMPARE(t.memory.kvMappedBytes, qint64(0)); // never more than the pool's (NaN: 0) total
     QCOMPARE(t.memory.fragmentation, 0.0);
     QCOMPARE(t.memory.kvWaste, 1.0);
     // Only the one sample with sane labels is routing: layer 2, expert 3 of 4.

@@ -1,9 +1,12 @@
 // es::block_pool, the paged-KV block pool with prefix caching (after vLLM v1's BlockPool):
-// reference counts on allocate/acquire/release, the free queue in eviction order (released blocks
-// join the back, a request's blocks reversed so its tail goes first, allocation takes the front and
-// drops an evicted block's hash), hash reuse and its limits (ids compared on lookup, first writer
-// wins), hash_block chaining, and a randomized property test against a small reference model of
-// the pool that checks check() and every ref count, the queue order and lookups after each step.
+// reference counts on allocate/acquire/release, the allocation order (the lowest uncached free
+// block first, so that the pool's top empties; then cached free blocks least recently freed first,
+// a request's blocks reversed so its tail goes first, an evicted block losing its hash), the
+// pool's memory on demand (blocks above n_mapped handed out only once the grow function maps them,
+// a failed grow falling back to evicting cached blocks, the trim floor and set_mapped), hash reuse
+// and its limits (ids compared on lookup, first writer wins), hash_block chaining, and a randomized
+// property test against a small reference model of the pool that checks check() and every ref
+// count, the allocation order, the memory's top and lookups after each step.
 #include "engine/runtime/block_pool.h"
 
 #include <QtTest>
@@ -13,6 +16,7 @@
 #include <map>
 #include <numeric>
 #include <random>
+#include <set>
 
 using ids_t = std::vector<int32_t>;
 Q_DECLARE_METATYPE(ids_t)
@@ -60,7 +64,8 @@ private slots:
     void freshPool();
     void allocateReleaseRefCounts_data();
     void allocateReleaseRefCounts();
-    void releaseJoinsTheBack();
+    void lowestUncachedFirst();
+    void cachedEvictedLeastRecentlyFreed();
     void requestTailEvictedFirst_data();
     void requestTailEvictedFirst();
     void allocationEvictsHash();
@@ -76,6 +81,9 @@ private slots:
     void hashChaining();
     void randomOperations_data();
     void randomOperations();
+    void growsOnDemand();
+    void failedGrowEvictsCachedThenFails();
+    void trimFloorAndSetMapped();
 };
 
 void TestBlockPool::freshPool_data() {
@@ -97,7 +105,7 @@ void TestBlockPool::freshPool() {
     QCOMPARE(pool.n_used(), 0);
     QCOMPARE(pool.n_cached(), 0);
     QCOMPARE(pool.n_cached_free(), 0);
-    QCOMPARE(pool.free_queue(), iota_ids(0, n_blocks)); // ids in order: block 0 is evicted first
+    QCOMPARE(pool.free_queue(), iota_ids(0, n_blocks)); // ids in order: block 0 is handed out first
     QCOMPARE(QString::fromStdString(pool.check()), QString());
 }
 
@@ -131,18 +139,46 @@ void TestBlockPool::allocateReleaseRefCounts() {
     QCOMPARE(QString::fromStdString(pool.check()), QString());
 }
 
-void TestBlockPool::releaseJoinsTheBack() {
+// Uncached free blocks go out lowest first, whenever they were freed: the pool fills from the
+// bottom, so its top stays free and can be given back.
+void TestBlockPool::lowestUncachedFirst() {
     es::block_pool pool(6, 4);
     const ids_t a = *pool.allocate(2); // 0 1
     const ids_t b = *pool.allocate(2); // 2 3
     QCOMPARE(pool.free_queue(), (ids_t{4, 5}));
     pool.release(b);
-    QCOMPARE(pool.free_queue(), (ids_t{4, 5, 2, 3}));
+    QCOMPARE(pool.free_queue(), (ids_t{2, 3, 4, 5}));
     pool.release(ids_t{a[1]});
     pool.release(ids_t{a[0]});
-    QCOMPARE(pool.free_queue(), (ids_t{4, 5, 2, 3, 1, 0}));
-    // Allocation now follows that order: least recently freed first.
-    QCOMPARE(*pool.allocate(3), (ids_t{4, 5, 2}));
+    QCOMPARE(pool.free_queue(), (ids_t{0, 1, 2, 3, 4, 5}));
+    QCOMPARE(*pool.allocate(3), (ids_t{0, 1, 2}));
+    pool.release(ids_t{1});
+    QCOMPARE(*pool.allocate(2), (ids_t{1, 3})); // the hole first, then upwards
+    QCOMPARE(pool.trim_floor(true), 4);
+    QCOMPARE(QString::fromStdString(pool.check()), QString());
+}
+
+// Cached free blocks are evicted only once no uncached block is free, least recently freed first,
+// wherever they lie in the pool.
+void TestBlockPool::cachedEvictedLeastRecentlyFreed() {
+    const int32_t bs = 4;
+    es::block_pool pool(6, bs);
+    const ids_t all = *pool.allocate(6);
+    for (int32_t b : {1, 4, 2}) { // cached, in this order of release
+        const ids_t t = block_tokens(b, bs);
+        pool.cache_full_block(b, es::hash_block(std::nullopt, t), t);
+    }
+    pool.release(ids_t{4});
+    pool.release(ids_t{5}); // uncached
+    pool.release(ids_t{1});
+    pool.release(ids_t{2});
+    pool.release(ids_t{0}); // uncached
+    QCOMPARE(pool.free_queue(), (ids_t{0, 5, 4, 1, 2}));
+    QCOMPARE(pool.n_cached_free(), 3);
+    QCOMPARE(*pool.allocate(3), (ids_t{0, 5, 4}));
+    QCOMPARE(pool.n_cached(), 2); // block 4's hash went with it
+    QVERIFY(!pool.hash_of(4));
+    QCOMPARE(*pool.allocate(1), ids_t{1});
     QCOMPARE(QString::fromStdString(pool.check()), QString());
 }
 
@@ -377,7 +413,7 @@ void TestBlockPool::doubleReleaseIsIgnored() {
     pool.release(a);
     QCOMPARE(pool.ref_cnt(a[0]), 0);
     QCOMPARE(pool.n_free(), 3);
-    QCOMPARE(pool.free_queue(), (ids_t{1, 2, 0}));
+    QCOMPARE(pool.free_queue(), (ids_t{0, 1, 2}));
     QCOMPARE(QString::fromStdString(pool.check()), QString());
 }
 
@@ -425,22 +461,31 @@ void TestBlockPool::randomOperations_data() {
     QTest::addColumn<int>("n_contents"); // distinct block contents: few means many cache hits
     QTest::addColumn<int>("n_ops");
     QTest::addColumn<uint>("seed");
-    QTest::newRow("tiny_pool") << 2 << 1 << 3 << 5000 << 1u;
-    QTest::newRow("small_pool_many_hits") << 8 << 4 << 4 << 8000 << 2u;
-    QTest::newRow("medium_pool") << 32 << 16 << 24 << 8000 << 3u;
-    QTest::newRow("large_pool_few_hits") << 128 << 16 << 400 << 8000 << 4u;
-    QTest::newRow("one_block") << 1 << 16 << 2 << 3000 << 5u;
+    QTest::addColumn<int>("grow_step"); // 0: the pool's memory is whole; else it is mapped in such steps
+    QTest::newRow("tiny_pool") << 2 << 1 << 3 << 5000 << 1u << 0;
+    QTest::newRow("small_pool_many_hits") << 8 << 4 << 4 << 8000 << 2u << 0;
+    QTest::newRow("medium_pool") << 32 << 16 << 24 << 8000 << 3u << 0;
+    QTest::newRow("large_pool_few_hits") << 128 << 16 << 400 << 8000 << 4u << 0;
+    QTest::newRow("one_block") << 1 << 16 << 2 << 3000 << 5u << 0;
+    QTest::newRow("growing_tiny") << 3 << 1 << 3 << 5000 << 6u << 1;
+    QTest::newRow("growing_small_many_hits") << 8 << 4 << 4 << 8000 << 7u << 3;
+    QTest::newRow("growing_medium") << 32 << 16 << 24 << 8000 << 8u << 5;
+    QTest::newRow("growing_large_word_edges") << 200 << 16 << 400 << 8000 << 9u << 64;
 }
 
-// Thousands of random operations against a reference model of the pool (ref counts, the free
-// queue as a plain list, the cache as block → content): after each one check() is empty and the
-// pool agrees with the model; at the end, after releasing everything, every block is free.
+// Thousands of random operations against a reference model of the pool (ref counts, the
+// uncached free blocks as an ordered set, the cached free ones as an LRU list, the cache as block →
+// content, the memory's top): after each one check() is empty and the pool agrees with the model;
+// at the end, after releasing everything, every block is free. With grow_step, the pool starts
+// without memory, grows through a function that maps in such steps up to a limit that moves at
+// random (a device whose memory comes and goes), and is trimmed at random.
 void TestBlockPool::randomOperations() {
     QFETCH(int, n_blocks);
     QFETCH(int, block_size);
     QFETCH(int, n_contents);
     QFETCH(int, n_ops);
     QFETCH(uint, seed);
+    QFETCH(int, grow_step);
 
     // Content c: its ids and its hash. The last content deliberately collides with the first
     // (same hash, other ids) so collisions are exercised too.
@@ -453,47 +498,92 @@ void TestBlockPool::randomOperations() {
     }
     if (n_contents > 1) hashes.back() = hashes.front();
 
-    es::block_pool pool(n_blocks, block_size);
+    // The memory: mapped in grow_step steps up to `limit` blocks.
+    int32_t limit = n_blocks, mapped = grow_step > 0 ? 0 : n_blocks;
+    int n_grows = 0, n_short_grows = 0, n_trims = 0;
+    auto device = [&](int32_t have, int32_t want) {
+        const int32_t stepped = std::min(n_blocks, (want + grow_step - 1) / grow_step * grow_step);
+        return std::max(have, std::min(stepped, limit));
+    };
+    es::block_pool pool(n_blocks, block_size, grow_step > 0 ? 0 : -1);
+    int32_t grown_to = -1; // what the last call of the grow function asked for
+    pool.set_grow([&](int32_t want, std::string &error) {
+        grown_to = want;
+        const int32_t got = device(pool.n_mapped(), want);
+        if (got < want) error = "no memory for block " + std::to_string(got);
+        return got;
+    });
     std::mt19937 rng(seed);
     auto pick = [&rng](size_t n) { return size_t(std::uniform_int_distribution<size_t>(0, n - 1)(rng)); };
 
     // Reference model.
     std::vector<int32_t> ref(static_cast<size_t>(n_blocks), 0);
-    std::deque<int32_t> queue(static_cast<size_t>(n_blocks));
-    std::iota(queue.begin(), queue.end(), 0);
+    std::set<int32_t> uncached;
+    for (int32_t b = 0; b < n_blocks; ++b) uncached.insert(b);
+    std::deque<int32_t> lru;
     std::map<int32_t, int32_t> cached; // block → content
     auto model_lookup = [&](int32_t c) {
         for (const auto &[b, cc] : cached)
             if (hashes[size_t(cc)] == hashes[size_t(c)] && tokens[size_t(cc)] == tokens[size_t(c)]) return b;
         return -1;
     };
+    auto make_free = [&](int32_t b) {
+        if (cached.count(b)) lru.push_back(b);
+        else uncached.insert(b);
+    };
+    auto uncached_mapped = [&] {
+        return int32_t(std::distance(uncached.begin(), uncached.lower_bound(mapped)));
+    };
+    auto model_floor = [&](bool keep_cached) {
+        int32_t t = mapped;
+        while (t > 0 && ref[size_t(t - 1)] == 0 && !(keep_cached && cached.count(t - 1))) --t;
+        return t;
+    };
     std::vector<ids_t> owners; // each: the blocks one "request" holds, in table order
     auto model_release = [&](const ids_t &blocks) {
         for (int32_t b : blocks)
-            if (--ref[size_t(b)] == 0) queue.push_back(b);
+            if (--ref[size_t(b)] == 0) make_free(b);
     };
 
     int n_hits = 0, n_failed_allocs = 0, n_evictions = 0;
     for (int op = 0; op < n_ops; ++op) {
-        const int kind = int(pick(4));
+        const int kind = int(pick(grow_step > 0 ? 6 : 4));
         QString what;
         if (kind == 0) { // allocate for a new request (sometimes more than is free)
             const int32_t n =
                 int32_t(pick(size_t(std::max(2, n_blocks / 2)))) + (pick(8) == 0 ? n_blocks : 0);
             what = QString("allocate %1").arg(n);
+            const int32_t n_free = int32_t(uncached.size() + lru.size());
+            int32_t want_grow = -1;
+            if (n <= n_free && n > uncached_mapped() && mapped < n_blocks) {
+                want_grow = std::min(n_blocks, mapped + n - uncached_mapped());
+                const int32_t got = device(mapped, want_grow);
+                n_short_grows += got < want_grow;
+                ++n_grows;
+                mapped = got;
+            }
+            grown_to = -1;
             auto got = pool.allocate(n);
-            if (n > int32_t(queue.size())) {
+            QCOMPARE(grown_to, want_grow);
+            const int32_t from_uncached = std::min(n, uncached_mapped());
+            if (n > n_free || n > uncached_mapped() + int32_t(lru.size())) {
                 QVERIFY2(!got, qPrintable(what));
                 ++n_failed_allocs;
             } else {
                 QVERIFY2(got, qPrintable(what));
-                ids_t want(queue.begin(), queue.begin() + n);
-                queue.erase(queue.begin(), queue.begin() + n);
-                QCOMPARE(*got, want);
-                for (int32_t b : want) {
-                    ref[size_t(b)] = 1;
-                    n_evictions += int(cached.erase(b));
+                ids_t want;
+                for (int32_t i = 0; i < n; ++i) {
+                    if (i < from_uncached) {
+                        want.push_back(*uncached.begin());
+                        uncached.erase(uncached.begin());
+                    } else {
+                        want.push_back(lru.front());
+                        lru.pop_front();
+                        n_evictions += int(cached.erase(want.back()));
+                    }
                 }
+                QCOMPARE(*got, want);
+                for (int32_t b : want) ref[size_t(b)] = 1;
                 owners.push_back(want);
             }
         } else if (kind == 1 && !owners.empty()) { // release a request, reversed
@@ -511,6 +601,28 @@ void TestBlockPool::randomOperations() {
             what = QString("cache block %1 as content %2").arg(b).arg(c);
             pool.cache_full_block(b, hashes[size_t(c)], tokens[size_t(c)]);
             if (!cached.count(b) && model_lookup(c) < 0) cached[b] = c;
+        } else if (kind == 4) { // the device's memory comes and goes
+            limit = int32_t(pick(size_t(n_blocks) + 1));
+            what = QString("limit %1").arg(limit);
+        } else if (kind == 5) { // trim: to the floor or above it, sometimes keeping the cached blocks
+            const bool keep_cached = pick(2) == 0;
+            const int32_t floor = model_floor(keep_cached);
+            QCOMPARE(pool.trim_floor(keep_cached), floor);
+            const int32_t target = floor + int32_t(pick(size_t(mapped - floor) + 1));
+            what = QString("trim to %1 (floor %2%3)").arg(target).arg(floor).arg(keep_cached ? ", cached kept" : "");
+            if (floor > 0 && pick(4) == 0 && ref[size_t(floor - 1)] > 0) { // below a block in use: refused
+                QVERIFY(!pool.set_mapped(floor - 1));
+                QCOMPARE(pool.n_mapped(), mapped);
+            }
+            QVERIFY(pool.set_mapped(target));
+            for (int32_t b = target; b < mapped; ++b)
+                if (cached.count(b)) {
+                    lru.erase(std::find(lru.begin(), lru.end(), b));
+                    cached.erase(b);
+                    uncached.insert(b);
+                }
+            n_trims += target < mapped;
+            mapped = target;
         } else { // lookup + acquire, into a new request or appended to an existing one
             const int32_t c = int32_t(pick(size_t(n_contents)));
             const int32_t want = model_lookup(c);
@@ -520,7 +632,7 @@ void TestBlockPool::randomOperations() {
             if (got >= 0) {
                 ++n_hits;
                 pool.acquire(got);
-                if (ref[size_t(got)]++ == 0) queue.erase(std::find(queue.begin(), queue.end(), got));
+                if (ref[size_t(got)]++ == 0) lru.erase(std::find(lru.begin(), lru.end(), got));
                 if (!owners.empty() && pick(2) == 0)
                     owners[pick(owners.size())].push_back(got);
                 else
@@ -531,33 +643,150 @@ void TestBlockPool::randomOperations() {
         const std::string broken = pool.check();
         QVERIFY2(broken.empty(),
                  qPrintable(QString("after op %1 (%2): %3").arg(op).arg(what).arg(broken.c_str())));
-        QCOMPARE(pool.n_free(), int32_t(queue.size()));
-        QCOMPARE(pool.free_queue(), ids_t(queue.begin(), queue.end()));
+        QCOMPARE(pool.n_mapped(), mapped);
+        QCOMPARE(pool.n_free(), int32_t(uncached.size() + lru.size()));
+        QCOMPARE(pool.n_free_mapped(), uncached_mapped() + int32_t(lru.size()));
+        ids_t queue(uncached.begin(), uncached.end());
+        queue.insert(queue.end(), lru.begin(), lru.end());
+        QCOMPARE(pool.free_queue(), queue);
         for (int32_t b = 0; b < n_blocks; ++b) QCOMPARE(pool.ref_cnt(b), ref[size_t(b)]);
         QCOMPARE(pool.n_cached(), int32_t(cached.size()));
+        QCOMPARE(pool.n_cached_free(), int32_t(lru.size()));
         for (int32_t b = 0; b < n_blocks; ++b) QCOMPARE(pool.hash_of(b).has_value(), cached.count(b) == 1);
         // The KV block map's per-block states agree with the model.
         std::vector<uint8_t> states;
         pool.states(states);
         QCOMPARE(int32_t(states.size()), n_blocks);
-        int32_t n_cached_free = 0;
         for (int32_t b = 0; b < n_blocks; ++b) {
-            const uint8_t want = ref[size_t(b)] > 0 ? 0 : cached.count(b) ? 1 : 2;
+            const uint8_t want = ref[size_t(b)] > 0 ? 0 : cached.count(b) ? 1 : b < mapped ? 2 : 3;
             QCOMPARE(int(states[size_t(b)]), int(want));
-            n_cached_free += want == 1;
         }
-        QCOMPARE(pool.n_cached_free(), n_cached_free);
     }
     // The workload must have exercised what it is meant to.
     QVERIFY(n_hits > 0);
     QVERIFY(n_failed_allocs > 0);
     if (n_blocks > 1) QVERIFY(n_evictions > 0);
+    if (grow_step > 0) {
+        QVERIFY(n_grows > 0);
+        QVERIFY(n_short_grows > 0);
+        QVERIFY(n_trims > 0);
+    }
 
     for (const ids_t &blocks : owners) pool.release(reversed(blocks));
     QCOMPARE(QString::fromStdString(pool.check()), QString());
     QCOMPARE(pool.n_free(), pool.n_blocks());
     QCOMPARE(pool.n_used(), 0);
     for (int32_t b = 0; b < n_blocks; ++b) QCOMPARE(pool.ref_cnt(b), 0);
+}
+
+// Blocks above the memory's top are handed out only once the grow function mapped them, asked
+// for exactly the blocks missing; what it maps beyond is used before it is asked again.
+void TestBlockPool::growsOnDemand() {
+    es::block_pool pool(10, 4, 0);
+    QCOMPARE(pool.n_mapped(), 0);
+    QCOMPARE(pool.n_free(), 10);
+    QCOMPARE(pool.n_free_mapped(), 0);
+    std::vector<int32_t> asked;
+    pool.set_grow([&](int32_t want, std::string &) {
+        asked.push_back(want);
+        return std::min(10, (want + 3) / 4 * 4); // steps of 4 blocks
+    });
+    QCOMPARE(*pool.allocate(1), ids_t{0});
+    QCOMPARE(asked, ids_t{1});
+    QCOMPARE(pool.n_mapped(), 4);
+    QCOMPARE(*pool.allocate(3), (ids_t{1, 2, 3}));
+    QCOMPARE(asked, ids_t{1}); // mapped already
+    QCOMPARE(*pool.allocate(2), (ids_t{4, 5}));
+    QCOMPARE(asked, (ids_t{1, 6}));
+    QCOMPARE(pool.n_mapped(), 8);
+    QCOMPARE(*pool.allocate(4), (ids_t{6, 7, 8, 9}));
+    QCOMPARE(asked, (ids_t{1, 6, 10}));
+    QCOMPARE(pool.n_mapped(), 10);
+    QVERIFY(pool.grow_error().empty());
+    std::vector<uint8_t> states;
+    pool.states(states);
+    QCOMPARE(int(states[9]), 0);
+    QCOMPARE(QString::fromStdString(pool.check()), QString());
+}
+
+// A grow that falls short: the pool evicts cached blocks before it fails, fails without changing
+// anything when even they are not enough, and says why; a pool without a grow function says so.
+void TestBlockPool::failedGrowEvictsCachedThenFails() {
+    const int32_t bs = 4;
+    es::block_pool pool(8, bs, 4);
+    int32_t room = 4; // the device's memory: blocks [0, room)
+    pool.set_grow([&](int32_t want, std::string &error) {
+        if (want > room) error = "out of device memory for the KV pool";
+        return std::min(want, room);
+    });
+    const ids_t held = *pool.allocate(4);
+    QCOMPARE(held, (ids_t{0, 1, 2, 3}));
+    for (int32_t b : {2, 3}) {
+        const ids_t t = block_tokens(b, bs);
+        pool.cache_full_block(b, es::hash_block(std::nullopt, t), t);
+    }
+    pool.release(ids_t{3, 2});
+    QCOMPARE(pool.n_free(), 6);
+    QCOMPARE(pool.n_free_mapped(), 2);
+    // The uncached blocks 4.. need memory that is not there: the cached ones go instead.
+    QCOMPARE(*pool.allocate(1), ids_t{3});
+    QCOMPARE(pool.grow_error(), std::string("out of device memory for the KV pool"));
+    QCOMPARE(pool.n_cached(), 1);
+    const ids_t queue = pool.free_queue();
+    QVERIFY(!pool.allocate(2));
+    QCOMPARE(pool.free_queue(), queue);
+    QCOMPARE(pool.n_cached(), 1);
+    QCOMPARE(pool.n_mapped(), 4);
+    // Memory again: the pool grows and the cached block survives.
+    room = 8;
+    QCOMPARE(*pool.allocate(2), (ids_t{4, 5}));
+    QVERIFY(pool.grow_error().empty());
+    QCOMPARE(pool.n_cached(), 1);
+    QCOMPARE(QString::fromStdString(pool.check()), QString());
+
+    es::block_pool fixed(4, bs, 2);
+    QCOMPARE(*fixed.allocate(2), (ids_t{0, 1}));
+    QVERIFY(!fixed.allocate(1));
+    QVERIFY2(fixed.grow_error().find("cannot grow") != std::string::npos, fixed.grow_error().c_str());
+}
+
+// The trim floor: the lowest top the memory can shrink to, above every block in use and, unless
+// they may go, every cached one; set_mapped refuses to take a block in use and drops the hashes of
+// the cached blocks it takes.
+void TestBlockPool::trimFloorAndSetMapped() {
+    const int32_t bs = 4;
+    es::block_pool pool(200, bs); // past three bitmap words
+    QCOMPARE(pool.trim_floor(true), 0);
+    const ids_t a = *pool.allocate(150);
+    QCOMPARE(pool.trim_floor(true), 150);
+    pool.release(ids_t(a.begin() + 10, a.end())); // 10 .. 149 free again
+    QCOMPARE(pool.trim_floor(true), 10);
+    const ids_t b = *pool.allocate(131); // 10 .. 140
+    const ids_t t = block_tokens(1, bs);
+    const es::block_hash h = es::hash_block(std::nullopt, t);
+    pool.cache_full_block(130, h, t);
+    pool.release(ids_t(b.begin() + 60, b.end())); // 70 .. 140 free, 130 cached
+    QCOMPARE(pool.trim_floor(true), 131);
+    QCOMPARE(pool.trim_floor(false), 70);
+    QVERIFY(!pool.set_mapped(69)); // block 69 is in use
+    QCOMPARE(pool.n_mapped(), 200);
+    QVERIFY(pool.set_mapped(131)); // keeps the cached block
+    QCOMPARE(pool.lookup(h, t), 130);
+    QVERIFY(pool.set_mapped(70));
+    QCOMPARE(pool.lookup(h, t), -1);
+    QCOMPARE(pool.n_cached(), 0);
+    QCOMPARE(pool.n_free_mapped(), 0);
+    std::vector<uint8_t> states;
+    pool.states(states);
+    QCOMPARE(int(states[69]), 0);
+    QCOMPARE(int(states[70]), 3);
+    QCOMPARE(int(states[199]), 3);
+    QCOMPARE(QString::fromStdString(pool.check()), QString());
+    // No grow function: the unmapped top is out of reach.
+    QVERIFY(!pool.allocate(1));
+    QVERIFY(pool.set_mapped(200)); // mapped again from outside
+    QCOMPARE(*pool.allocate(1), ids_t{70});
+    QCOMPARE(QString::fromStdString(pool.check()), QString());
 }
 
 QTEST_APPLESS_MAIN(TestBlockPool)

@@ -8,12 +8,17 @@
 // first, FCFS admission, the newest running request as the preemption victim, ref counts against
 // the block tables, and pool.check(). The expected tokens of every request come from running the
 // same "model" over the request alone (an unpreempted, unbatched run), computed independently.
+// A simulated device can hold the pool's memory instead of a whole pool: it maps blocks in steps
+// up to a limit, the harness gives the free top back between steps as the engine does, and every
+// block a step uses must have memory; a request the pool cannot grow to hold with nothing running
+// fails, naming the KV pool.
 #include "engine/runtime/scheduler.h"
 
 #include <QtTest>
 
 #include <algorithm>
 #include <array>
+#include <climits>
 #include <deque>
 #include <map>
 #include <random>
@@ -65,11 +70,33 @@ struct step_log {
     int32_t n_tokens = 0;
 };
 
+// The KV pool's memory as a device gives it: mapped in steps of `step` blocks (0: the pool is
+// whole), up to `limit` blocks; given back by the harness between steps when trim_between_steps.
+struct device_model {
+    int32_t step = 0;
+    int32_t limit = INT32_MAX;
+    bool trim_between_steps = true;
+    int grows = 0, short_grows = 0, trims = 0;
+};
+
 // Plays the engine around one scheduler and checks the invariants after every step.
 class sim {
 public:
-    explicit sim(const es::scheduler_params &p)
-        : m_p(p), m_sched(p), m_kv(size_t(p.n_blocks), ids_t(size_t(p.block_size), -1)) {}
+    explicit sim(const es::scheduler_params &p, device_model dev = {})
+        : m_dev(dev), m_p(with_device(p)), m_sched(m_p), m_kv(size_t(p.n_blocks), ids_t(size_t(p.block_size), -1)) {}
+
+    device_model &device() { return m_dev; }
+    const std::map<uint64_t, std::string> &failed() const { return m_failed; }
+
+    // The engine's trim: the pool's free top above its floor back to the device, in whole steps.
+    std::string trim(bool keep_cached) {
+        const es::block_pool &pool = m_sched.pool();
+        const int32_t floor = pool.trim_floor(keep_cached);
+        const int32_t to = std::min(pool.n_mapped(), (floor + m_dev.step - 1) / m_dev.step * m_dev.step);
+        if (to < pool.n_mapped()) ++m_dev.trims;
+        if (!m_sched.set_mapped(to)) return "set_mapped refused a trim to the pool's own floor";
+        return check_pool();
+    }
 
     es::scheduler &sched() { return m_sched; }
     const es::scheduler_params &params() const { return m_p; }
@@ -162,6 +189,8 @@ public:
             forget(id);
         }
         if (std::string e = check_state(); !e.empty()) return where + e;
+        if (m_dev.step > 0 && m_dev.trim_between_steps)
+            if (std::string e = trim(m_step % 4 != 0); !e.empty()) return where + e;
         return {};
     }
 
@@ -202,7 +231,8 @@ public:
     }
 
 private:
-    // finish(id), checking that the blocks it frees join the back of the free queue tail first.
+    // finish(id), checking that the blocks it frees that hold a cached prefix join the back of the
+    // free queue (evicted last), tail first.
     std::unique_ptr<es::sched_request> finish(uint64_t id, std::string &e) {
         const es::sched_request *live = m_sched.find(id);
         const ids_t blocks = live ? live->blocks : ids_t{};
@@ -211,14 +241,14 @@ private:
             e = "finish(" + std::to_string(id) + ") found no request";
             return r;
         }
-        ids_t freed; // those whose last reference this was, tail first
+        ids_t freed; // cached ones whose last reference this was, tail first
         for (auto it = blocks.rbegin(); it != blocks.rend(); ++it)
-            if (m_sched.pool().ref_cnt(*it) == 0) freed.push_back(*it);
+            if (m_sched.pool().ref_cnt(*it) == 0 && m_sched.pool().hash_of(*it)) freed.push_back(*it);
         const ids_t queue = m_sched.pool().free_queue();
         if (queue.size() < freed.size() ||
             !std::equal(freed.begin(), freed.end(), queue.end() - long(freed.size())))
             e = "request " + std::to_string(id) +
-                ": freed blocks are not at the back of the free queue, tail first";
+                ": freed cached blocks are not at the back of the free queue, tail first";
         return r;
     }
 
@@ -235,6 +265,10 @@ private:
         if (m_sched.n_running() > m_p.max_num_seqs) return "more running than max_num_seqs";
 
         // Preemption victims: the newest running requests, newest first.
+        const es::block_pool &pool = m_sched.pool();
+        if (m_dev.step > 0 && pool.n_mapped() > std::max(m_dev.limit, 0))
+            return "the pool has memory for " + std::to_string(pool.n_mapped()) + " blocks; the device has " +
+                   std::to_string(m_dev.limit);
         for (size_t i = 0; i < out.preempted.size(); ++i) {
             const uint64_t id = out.preempted[i];
             if (i >= running_before.size() || running_before[running_before.size() - 1 - i] != id)
@@ -250,10 +284,26 @@ private:
             ++m_n_preemptions;
         }
 
+        // Failed: the front of the waiting queue, only while nothing ran, naming the KV pool.
+        for (const auto &[id, why] : out.failed) {
+            if (!out.preempted.empty() || !running_before.empty())
+                return "request " + std::to_string(id) + " failed while others ran or were preempted";
+            if (m_waiting.empty() || m_waiting.front() != id)
+                return "failed request " + std::to_string(id) + " is not the front of the waiting queue";
+            if (m_sched.find(id)) return "failed request " + std::to_string(id) + " is still in the scheduler";
+            if (why.find("KV pool") == std::string::npos) return "a failure that does not name the KV pool: " + why;
+            m_failed[id] = why;
+            m_waiting.pop_front();
+            m_specs.erase(id);
+        }
         for (const auto &c : out.chunks) {
             const es::sched_request *r = c.req;
             if (!r) return "chunk without a request";
             const std::string rid = "request " + std::to_string(r->id) + ": ";
+            for (int32_t b : r->blocks)
+                if (b >= pool.n_mapped())
+                    return rid + "block " + std::to_string(b) + " has no memory (the pool maps " +
+                           std::to_string(pool.n_mapped()) + ")";
             if (!ids.insert(r->id).second) return rid + "scheduled twice";
             if (std::find(out.preempted.begin(), out.preempted.end(), r->id) != out.preempted.end())
                 return rid + "preempted and scheduled";
@@ -313,7 +363,6 @@ private:
         for (const auto &c : out.chunks)
             (c.n_new == 1 && c.start >= c.req->n_prompt ? n_decode : n_prefill) += c.n_new;
         if (out.n_prefill_tokens != n_prefill || out.n_decode_tokens != n_decode) return "wrong token counts";
-        const es::block_pool &pool = m_sched.pool();
         if (pool.queries() != m_queries || pool.hits() != m_hits)
             return "prefix-cache statistics " + std::to_string(pool.hits()) + "/" +
                    std::to_string(pool.queries()) + " hits/queries, admissions say " +
@@ -375,6 +424,26 @@ private:
         m_waiting.erase(std::remove(m_waiting.begin(), m_waiting.end(), id), m_waiting.end());
     }
 
+    // The device's grow function in the scheduler's parameters (the pool starts without memory).
+    es::scheduler_params with_device(es::scheduler_params p) {
+        if (m_dev.step <= 0) return p;
+        p.n_mapped = 0;
+        p.grow = [this](int32_t want, std::string &error) {
+            const int32_t have = m_sched.pool().n_mapped();
+            const int32_t stepped = std::min(m_p.n_blocks, (want + m_dev.step - 1) / m_dev.step * m_dev.step);
+            const int32_t got = std::max(have, std::min(stepped, m_dev.limit));
+            ++m_dev.grows;
+            if (got < want) {
+                ++m_dev.short_grows;
+                error = "out of device memory: the KV pool has " + std::to_string(got) + " blocks mapped, " +
+                        std::to_string(want) + " needed";
+            }
+            return got;
+        };
+        return p;
+    }
+
+    device_model m_dev;
     es::scheduler_params m_p;
     es::scheduler m_sched;
     std::vector<ids_t> m_kv; // [n_blocks][block_size] token whose K/V the slot holds
@@ -384,6 +453,7 @@ private:
     std::deque<uint64_t> m_waiting;       // FCFS order
     std::vector<step_log> m_log;
     std::map<uint64_t, ids_t> m_finished;
+    std::map<uint64_t, std::string> m_failed;
     std::map<uint64_t, int> m_added_at, m_finished_at;
     std::set<uint64_t> m_ever_preempted, m_ever_admitted;
     std::vector<uint64_t> m_first_admissions;
@@ -448,6 +518,10 @@ private slots:
     void finishAnyStateFreesBlocks();
     void randomConfigurations_data();
     void randomConfigurations();
+    void growingPoolGivesSameTokens_data();
+    void growingPoolGivesSameTokens();
+    void deviceLimitPreemptsLikeASmallerPool();
+    void requestThePoolCannotHoldFails();
     void randomFinishMix_data();
     void randomFinishMix();
 };
@@ -990,7 +1064,10 @@ void TestScheduler::randomConfigurations() {
         if (max_tokens < 2) continue;
         const auto specs = random_specs(uni(1, 12), 1, std::max(1, max_tokens / 2), 1,
                                         std::max(1, max_tokens / 2), uni(0, 2), uni(0, 3) * bs, seed);
-        sim s(make_params(bs, n_blocks, uni(1, 6), uni(1, 40), uni(0, 3) != 0));
+        // Half the configurations on a pool whose memory grows and shrinks in random steps.
+        device_model dev;
+        if (seed % 2) dev.step = uni(1, n_blocks);
+        sim s(make_params(bs, n_blocks, uni(1, 6), uni(1, 40), uni(0, 3) != 0), dev);
         const std::string e = s.run(specs);
         QVERIFY2(e.empty(), qPrintable(QString("seed %1: %2").arg(seed).arg(q(e))));
         for (const req_spec &r : specs) QCOMPARE(s.finished().at(r.id), reference_tokens(r));
@@ -998,6 +1075,92 @@ void TestScheduler::randomConfigurations() {
         n_preempting += s.n_preemptions() > 0;
     }
     QVERIFY(n_preempting > 10);
+}
+
+void TestScheduler::growingPoolGivesSameTokens_data() {
+    QTest::addColumn<int>("block_size");
+    QTest::addColumn<int>("n_blocks");
+    QTest::addColumn<int>("step");
+    QTest::addColumn<int>("budget");
+    QTest::addColumn<uint>("seed");
+    QTest::newRow("bs16_step4") << 16 << 64 << 4 << 64 << 1u;
+    QTest::newRow("bs16_step1") << 16 << 40 << 1 << 48 << 2u;
+    QTest::newRow("bs4_step7_tight") << 4 << 30 << 7 << 16 << 3u;
+    QTest::newRow("bs1_step16") << 1 << 200 << 16 << 24 << 4u;
+}
+
+// A pool that starts without memory, grows as requests need blocks and is trimmed to its floor
+// between steps (cached blocks kept on most steps, dropped on some): every step uses only blocks
+// with memory, every request gets the tokens it gets alone, and once everything finished the
+// pool gives all of its memory back.
+void TestScheduler::growingPoolGivesSameTokens() {
+    QFETCH(int, block_size);
+    QFETCH(int, n_blocks);
+    QFETCH(int, step);
+    QFETCH(int, budget);
+    QFETCH(uint, seed);
+    const int max_tokens = n_blocks * block_size - 1;
+    const auto specs = random_specs(60, 1, max_tokens / 3, 1, max_tokens / 3, 3, 2 * block_size, seed);
+    device_model dev;
+    dev.step = step;
+    sim s(make_params(block_size, n_blocks, 5, budget), dev);
+    QCOMPARE(s.sched().pool().n_mapped(), 0);
+    QCOMPARE(q(s.run(specs)), QString());
+    for (const req_spec &r : specs) QCOMPARE(s.finished().at(r.id), reference_tokens(r));
+    QVERIFY(s.device().grows > 0);
+    QVERIFY(s.device().trims > 0);
+    QCOMPARE(s.device().short_grows, 0);
+    QVERIFY(s.failed().empty());
+    QCOMPARE(q(s.trim(false)), QString());
+    QCOMPARE(s.sched().pool().n_mapped(), 0);
+    QCOMPARE(s.sched().pool().n_cached(), 0);
+}
+
+// A device with memory for only part of the pool: the pool stops growing there, and the requests
+// run as on a pool of that size (preempted and recomputed), with the tokens they get alone.
+void TestScheduler::deviceLimitPreemptsLikeASmallerPool() {
+    const int bs = 4;
+    device_model dev;
+    dev.step = 3;
+    dev.limit = 12; // of 40 blocks
+    sim s(make_params(bs, 40, 6, 32), dev);
+    const auto specs = random_specs(30, 1, 20, 1, 20, 1, 2 * bs, 7);
+    QCOMPARE(q(s.run(specs)), QString());
+    for (const req_spec &r : specs) QCOMPARE(s.finished().at(r.id), reference_tokens(r));
+    QVERIFY(s.n_preemptions() > 0);
+    QVERIFY(s.device().short_grows > 0);
+    QVERIFY(s.failed().empty());
+    QVERIFY(s.sched().pool().n_mapped() <= 12);
+}
+
+// A request the pool cannot grow to hold while nothing runs fails at once, its message naming the
+// KV pool and what the grow said, and changes nothing for the smaller request behind it; a
+// preempted request that then cannot be resumed alone fails the same way.
+void TestScheduler::requestThePoolCannotHoldFails() {
+    const int bs = 4;
+    device_model dev;
+    dev.step = 2;
+    dev.limit = 4; // 16 tokens of the pool's 64
+    sim s(make_params(bs, 16, 4, 64), dev);
+    const req_spec big{1, 0, make_prompt(1, 20), 3}, small{2, 0, make_prompt(2, 5), 3};
+    QCOMPARE(q(s.add(big)), QString()); // the pool's capacity holds it
+    QCOMPARE(q(s.add(small)), QString());
+    QCOMPARE(q(s.step()), QString());
+    QCOMPARE(s.failed().count(1), size_t(1));
+    const QString why = q(s.failed().at(1));
+    QVERIFY2(why.contains("KV pool cannot hold") && why.contains("out of device memory"), qPrintable(why));
+    QVERIFY(!s.sched().find(1));
+    QCOMPARE(q(s.run({})), QString());
+    QCOMPARE(s.finished().at(2), reference_tokens(small));
+
+    // Growing in the middle of a decode: the only request outgrows the device, is preempted, and
+    // fails when it cannot be resumed.
+    const req_spec grows{3, 0, make_prompt(3, 14), 10};
+    QCOMPARE(q(s.add(grows)), QString());
+    QCOMPARE(q(s.run({})), QString());
+    QCOMPARE(s.failed().count(3), size_t(1));
+    QVERIFY(s.ever_preempted(3));
+    QCOMPARE(s.sched().pool().n_free(), 16);
 }
 
 QTEST_APPLESS_MAIN(TestScheduler)
