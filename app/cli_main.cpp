@@ -510,8 +510,7 @@ int run_command(const cli_commands &c, const cli_options &o) {
     if (*c.serve_bench) {
         const serve_bench_opts &sb = o.serve_bench;
         if (!sb.url.empty()) {
-            if (!o.common.disable_experts.empty() || !o.common.force_experts.empty() || o.common.moe_top_k != 0 ||
-                o.common.expert_bias_scale != 1.0f)
+            if (auto iv = to_routing_intervention(o.common); !iv || !iv->empty())
                 return fail("expert interventions apply to the in-process engine only (not with --url)");
             return cmd_serve_bench_http(sb);
         }
